@@ -1,0 +1,40 @@
+// Package directory is the cluster-wide map of where every container lives,
+// kept in etcd v3 and cached by every agent through a watch (push, not poll).
+//
+// Key layout (values are JSON of the types below):
+//
+//	/freeflow/<cluster>/containers/<id>   Container
+//	/freeflow/<cluster>/hosts/<name>      Host
+package directory
+
+import "time"
+
+// Container is one registered container.
+type Container struct {
+	ID       string    `json:"id"`
+	Name     string    `json:"name"`
+	Host     string    `json:"host"`
+	IP       string    `json:"ip"`
+	Tenant   string    `json:"tenant"`
+	NetNS    string    `json:"netns"`    // path of its network namespace on its host
+	FreeFlow bool      `json:"freeflow"` // runs with libfreeflow preloaded
+	Created  time.Time `json:"created"`
+}
+
+// Host is one host running an agent.
+type Host struct {
+	Name     string `json:"name"`
+	FabricIP string `json:"fabric_ip"`
+	Subnet   string `json:"subnet"`
+}
+
+// Health describes the link between a cache and etcd.
+type Health struct {
+	Connected bool      `json:"connected"`            // the watch is live
+	Revision  int64     `json:"revision"`             // last etcd revision applied to the cache
+	LastSync  time.Time `json:"last_sync"`            // when the cache was last known complete
+	LastError string    `json:"last_error,omitempty"` // why it is not connected
+}
+
+// Prefix returns the key prefix of cluster.
+func Prefix(cluster string) string { return "/freeflow/" + cluster + "/" }
