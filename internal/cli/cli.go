@@ -38,6 +38,12 @@ type Global struct {
 // Layout returns the state layout of the selected cluster.
 func (g *Global) Layout() state.Layout { return state.NewLayout(g.Cluster) }
 
+// exitStatus is returned by a command whose exit code is another
+// program's (a container's), which has already said what went wrong.
+type exitStatus int
+
+func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
 // errUsage marks an error whose message already is the usage text.
 var errUsage = errors.New("usage")
 
@@ -67,6 +73,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if err := c.run(g, rest[1:]); err != nil {
+		var st exitStatus
+		if errors.As(err, &st) {
+			return int(st)
+		}
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}

@@ -1,0 +1,126 @@
+// Command freeflowd is the FreeFlow agent of one host. The CLI starts it
+// inside the host's network namespace (nsenter --net=/run/netns/<cluster>-<host>);
+// it serves the library and admin sockets until SIGTERM or SIGINT, then
+// removes them.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/freeflow-net/freeflow/internal/agent"
+	"github.com/freeflow-net/freeflow/internal/directory"
+	"github.com/freeflow-net/freeflow/internal/state"
+)
+
+type options struct {
+	agent   agent.Config
+	etcd    []string
+	logFile string
+}
+
+func main() {
+	opts, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "freeflowd:", err)
+		os.Exit(2)
+	}
+	if err := run(opts); err != nil {
+		fmt.Fprintln(os.Stderr, "freeflowd:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string) (options, error) {
+	var o options
+	var etcd string
+	fs := flag.NewFlagSet("freeflowd", flag.ContinueOnError)
+	fs.StringVar(&o.agent.Cluster, "cluster", state.DefaultCluster, "cluster `name`")
+	fs.StringVar(&o.agent.Host, "host", "", "this host's `name` (required)")
+	fs.StringVar(&o.agent.FabricIP, "fabric-ip", "", "this host's fabric `IP` (required)")
+	fs.StringVar(&o.agent.Subnet, "subnet", "", "this host's container subnet, `CIDR` (required)")
+	fs.StringVar(&etcd, "etcd", "", "etcd client `URL[,URL...]` (required)")
+	fs.StringVar(&o.agent.SockDir, "sock-dir", "", "library socket `dir`ectory (default: the cluster layout's)")
+	fs.StringVar(&o.agent.AdminSocket, "admin-socket", "", "admin socket `path` (default: the cluster layout's)")
+	fs.StringVar(&o.logFile, "log", "", "log `file` (default stderr)")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q; freeflowd takes only flags", fs.Arg(0))
+	}
+	if etcd == "" {
+		return o, errors.New("--etcd is required: the etcd client URL(s) of the cluster directory, e.g. http://10.99.0.1:2379")
+	}
+	o.etcd = strings.Split(etcd, ",")
+	return o, o.check()
+}
+
+func (o *options) check() error {
+	a := &o.agent
+	if err := state.ValidClusterName(a.Cluster); err != nil {
+		return err
+	}
+	if a.Host == "" {
+		return errors.New("--host is required: the name of the host this agent serves, e.g. h1")
+	}
+	if _, err := netip.ParseAddr(a.FabricIP); err != nil {
+		return fmt.Errorf("--fabric-ip %q is not an IP address: %w", a.FabricIP, err)
+	}
+	if _, err := netip.ParsePrefix(a.Subnet); err != nil {
+		return fmt.Errorf("--subnet %q is not a CIDR such as 10.244.1.0/24: %w", a.Subnet, err)
+	}
+	for _, e := range o.etcd {
+		if u, err := url.Parse(e); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("--etcd %q is not an etcd client URL such as http://10.99.0.1:2379", e)
+		}
+	}
+	layout := state.NewLayout(a.Cluster)
+	if a.SockDir == "" {
+		a.SockDir = layout.AgentSockDir(a.Host)
+	}
+	if a.AdminSocket == "" {
+		a.AdminSocket = layout.AdminSocket(a.Host)
+	}
+	return nil
+}
+
+func run(o options) error {
+	logOut := io.Writer(os.Stderr)
+	if o.logFile != "" {
+		f, err := os.OpenFile(o.logFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			return fmt.Errorf("open log file: %w", err)
+		}
+		defer f.Close()
+		logOut = f
+	}
+	logger := slog.New(slog.NewTextHandler(logOut, nil)).With("host", o.agent.Host)
+	o.agent.Logger = logger
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	dir, err := directory.New(ctx, directory.Config{
+		Cluster:   o.agent.Cluster,
+		Endpoints: o.etcd,
+		Logf:      func(format string, a ...any) { logger.Info(fmt.Sprintf(format, a...)) },
+	})
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	a, err := agent.New(o.agent, dir)
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}

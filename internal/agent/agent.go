@@ -1,0 +1,199 @@
+// Package agent is freeflowd: the per-host agent that registers the host's
+// containers in the cluster directory and answers their questions over the
+// protocol of docs/PROTOCOL.md.
+//
+// Design note.
+//
+// Who is calling comes from the kernel, never from the message. A process
+// inside container A can put anything into a message, including B's id or
+// IP, so nothing it sends is trusted to say who it is. What it cannot forge
+// is the network namespace it runs in: SO_PEERCRED gives the pid that
+// connected, /proc/<pid>/ns/net names that pid's network namespace (a
+// device+inode pair), and the agent keeps a map from the namespace of every
+// registered local container (stat of its NetNS path, taken when it is
+// registered or found in the directory) to that container. HELLO_REPLY
+// therefore always names the caller's own container, and a caller in no
+// registered namespace is DENIED. The pid is read once, when the connection
+// is accepted; a registered namespace is kept alive by its bind mount, so
+// its inode cannot be reused by another namespace while it is registered.
+// The admin socket (CNI plugin, CLI) is mode 0600 and, in addition,
+// refuses callers that are not uid 0 or that sit inside a registered
+// container's namespace, so a root process in a container that somehow
+// reached it still cannot register or remove containers.
+//
+// Malformed input costs the sender only its own connection. Every
+// connection has its own goroutine, at most one request outstanding, a
+// read deadline (a client that sends nothing is dropped) and a write
+// deadline (a client that does not read its replies is dropped). The codec
+// rejects every malformed datagram with the wire code the spec gives; the
+// agent replies ERROR with that code and, for BADMSG, VERSION and SEQUENCE,
+// closes the connection. A panic in a handler is recovered, logged once and
+// ends only that connection. Nothing a client sends reaches the directory
+// except through REGISTER and UNREGISTER on the admin socket.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/freeflow-net/freeflow/internal/directory"
+)
+
+// Version is the agent version reported in HELLO_REPLY and STATUS.
+const Version = "0.1.0"
+
+// Defaults for the Config fields left zero.
+const (
+	DefaultHelloTimeout = 10 * time.Second
+	DefaultIdleTimeout  = 5 * time.Minute
+	DefaultWriteTimeout = 5 * time.Second
+	DefaultMaxConns     = 1024
+	directoryTimeout    = 5 * time.Second
+)
+
+// Config describes one agent.
+type Config struct {
+	Cluster     string
+	Host        string
+	FabricIP    string
+	Subnet      string // this host's container subnet (CIDR)
+	SockDir     string // library socket directory; the socket is SockDir/agent.sock, mode 0666
+	AdminSocket string // admin socket path, mode 0600
+
+	HelloTimeout time.Duration // a new connection must say HELLO within this
+	IdleTimeout  time.Duration // a connection silent this long is closed
+	WriteTimeout time.Duration // a reply not taken within this closes the connection
+	MaxConns     int           // open connections over both sockets
+	Logger       *slog.Logger
+}
+
+// LibrarySocket is the path of the library socket.
+func (c Config) LibrarySocket() string { return filepath.Join(c.SockDir, "agent.sock") }
+
+// Directory is what the agent needs of the cluster directory; the
+// etcd-backed *directory.Directory satisfies it.
+type Directory interface {
+	PutContainer(ctx context.Context, c directory.Container) error
+	DeleteContainer(ctx context.Context, id string) error
+	PutHost(ctx context.Context, h directory.Host) error
+	LookupIP(ip string) (directory.Container, bool)
+	Containers() []directory.Container
+	Health() directory.Health
+}
+
+// Agent serves one host.
+type Agent struct {
+	cfg     Config
+	subnet  netip.Prefix
+	dir     Directory
+	log     *slog.Logger
+	started time.Time
+	selfNS  nsKey // the agent's own network namespace (the host's)
+	ids     *identities
+
+	lib, admin *net.UnixListener // set by Listen
+
+	mu      sync.Mutex // guards conns and closing
+	conns   map[*net.UnixConn]struct{}
+	closing bool
+	wg      sync.WaitGroup
+}
+
+// New checks cfg and returns an agent that is not yet listening.
+func New(cfg Config, dir Directory) (*Agent, error) {
+	cfg = withDefaults(cfg)
+	if cfg.Cluster == "" || cfg.Host == "" {
+		return nil, errors.New("agent: cluster and host names are required")
+	}
+	if cfg.SockDir == "" || cfg.AdminSocket == "" {
+		return nil, errors.New("agent: both the library socket directory and the admin socket path are required")
+	}
+	subnet, err := netip.ParsePrefix(cfg.Subnet)
+	if err != nil {
+		return nil, fmt.Errorf("agent: container subnet %q is not a CIDR such as 10.244.1.0/24: %w", cfg.Subnet, err)
+	}
+	self, err := nsOfPath("/proc/self/ns/net")
+	if err != nil {
+		return nil, fmt.Errorf("agent: read own network namespace: %w", err)
+	}
+	return &Agent{
+		cfg: cfg, subnet: subnet.Masked(), dir: dir, log: cfg.Logger, selfNS: self,
+		ids: newIdentities(), conns: map[*net.UnixConn]struct{}{},
+	}, nil
+}
+
+func withDefaults(cfg Config) Config {
+	if cfg.HelloTimeout <= 0 {
+		cfg.HelloTimeout = DefaultHelloTimeout
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return cfg
+}
+
+// Run listens, serves until ctx is done, then closes every connection and
+// removes its sockets.
+func (a *Agent) Run(ctx context.Context) error {
+	if err := a.Listen(); err != nil {
+		return err
+	}
+	return a.Serve(ctx)
+}
+
+// Serve registers the host, rebuilds the local identity map from the
+// directory, and serves the sockets opened by Listen until ctx is done.
+func (a *Agent) Serve(ctx context.Context) error {
+	a.started = time.Now()
+	a.refreshIdentities()
+	a.wg.Add(1)
+	go a.registerHost(ctx)
+	if a.lib == nil || a.admin == nil {
+		return errors.New("agent: Serve called before Listen")
+	}
+	a.wg.Add(2)
+	go a.acceptLoop(ctx, a.lib, false)
+	go a.acceptLoop(ctx, a.admin, true)
+	a.log.Info("agent serving", "cluster", a.cfg.Cluster, "host", a.cfg.Host,
+		"library_socket", a.cfg.LibrarySocket(), "admin_socket", a.cfg.AdminSocket)
+	<-ctx.Done()
+	a.shutdown()
+	return nil
+}
+
+// registerHost writes the Host record, retrying while the directory is
+// unreachable: the agent serves from its cache meanwhile.
+func (a *Agent) registerHost(ctx context.Context) {
+	defer a.wg.Done()
+	h := directory.Host{Name: a.cfg.Host, FabricIP: a.cfg.FabricIP, Subnet: a.subnet.String()}
+	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
+		wctx, cancel := context.WithTimeout(ctx, directoryTimeout)
+		err := a.dir.PutHost(wctx, h)
+		cancel()
+		if err == nil {
+			return
+		}
+		a.log.Warn("register host in directory; retrying", "host", h.Name, "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+	}
+}

@@ -1,0 +1,103 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/freeflow-net/freeflow/internal/directory"
+)
+
+// fakeDir is an in-memory Directory. Unlike etcd it applies writes to its
+// cache at once.
+type fakeDir struct {
+	mu         sync.Mutex
+	containers map[string]directory.Container
+	hosts      map[string]directory.Host
+	failWrites bool
+	panicIP    string // LookupIP of this IP panics, to test recovery
+}
+
+func newFakeDir(cs ...directory.Container) *fakeDir {
+	d := &fakeDir{containers: map[string]directory.Container{}, hosts: map[string]directory.Host{}}
+	for _, c := range cs {
+		d.containers[c.ID] = c
+	}
+	return d
+}
+
+var errEtcdDown = errors.New("etcd at http://127.0.0.1:1 is unreachable")
+
+func (d *fakeDir) PutContainer(_ context.Context, c directory.Container) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.failWrites {
+		return errEtcdDown
+	}
+	d.containers[c.ID] = c
+	return nil
+}
+
+func (d *fakeDir) DeleteContainer(_ context.Context, id string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.failWrites {
+		return errEtcdDown
+	}
+	delete(d.containers, id)
+	return nil
+}
+
+func (d *fakeDir) PutHost(_ context.Context, h directory.Host) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.failWrites {
+		return errEtcdDown
+	}
+	d.hosts[h.Name] = h
+	return nil
+}
+
+func (d *fakeDir) LookupIP(ip string) (directory.Container, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if ip == d.panicIP {
+		panic("fake directory: LookupIP of " + ip)
+	}
+	for _, c := range d.containers {
+		if c.IP == ip {
+			return c, true
+		}
+	}
+	return directory.Container{}, false
+}
+
+func (d *fakeDir) Containers() []directory.Container {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []directory.Container
+	for _, c := range d.containers {
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+func (d *fakeDir) Health() directory.Health {
+	return directory.Health{Connected: true, Revision: 42, LastSync: time.Unix(1700000000, 0)}
+}
+
+func (d *fakeDir) host(name string) (directory.Host, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	h, ok := d.hosts[name]
+	return h, ok
+}
+
+func (d *fakeDir) setFailWrites(v bool) {
+	d.mu.Lock()
+	d.failWrites = v
+	d.mu.Unlock()
+}

@@ -1,0 +1,145 @@
+package agent
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"syscall"
+
+	"github.com/freeflow-net/freeflow/internal/directory"
+)
+
+// nsKey identifies a network namespace: the device and inode of its nsfs
+// file, the same whether reached through /proc/<pid>/ns/net or a bind
+// mount such as /run/netns/<name>.
+type nsKey struct{ dev, ino uint64 }
+
+const (
+	nsGetNSType = 0xb703     // ioctl NS_GET_NSTYPE
+	cloneNewNet = 0x40000000 // CLONE_NEWNET
+)
+
+// nsOfPath returns the namespace key of a namespace file.
+func nsOfPath(path string) (nsKey, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nsKey{}, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return nsKey{}, fmt.Errorf("stat %s: no device and inode", path)
+	}
+	return nsKey{dev: st.Dev, ino: st.Ino}, nil
+}
+
+// nsOfPid returns the network namespace of pid.
+func nsOfPid(pid int32) (nsKey, error) {
+	return nsOfPath(fmt.Sprintf("/proc/%d/ns/net", pid))
+}
+
+// netNSKey checks that path is a network namespace file (not just any
+// file, nor another kind of namespace) and returns its key.
+func netNSKey(path string) (nsKey, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nsKey{}, err
+	}
+	defer f.Close()
+	t, _, errno := syscall.Syscall(syscall.SYS_IOCTL, f.Fd(), nsGetNSType, 0)
+	if errno != 0 {
+		return nsKey{}, fmt.Errorf("%s is not a namespace file: %w", path, errno)
+	}
+	if t != cloneNewNet {
+		return nsKey{}, fmt.Errorf("%s is a namespace, but not a network namespace", path)
+	}
+	return nsOfPath(path)
+}
+
+// identities maps the network namespace of every registered local
+// container to its record.
+type identities struct {
+	mu     sync.Mutex
+	byNS   map[nsKey]directory.Container
+	nsByID map[string]nsKey
+}
+
+func newIdentities() *identities {
+	return &identities{byNS: map[nsKey]directory.Container{}, nsByID: map[string]nsKey{}}
+}
+
+func (s *identities) put(c directory.Container, k nsKey) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old, ok := s.nsByID[c.ID]; ok {
+		delete(s.byNS, old)
+	}
+	s.byNS[k] = c
+	s.nsByID[c.ID] = k
+}
+
+func (s *identities) remove(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if k, ok := s.nsByID[id]; ok {
+		delete(s.byNS, k)
+		delete(s.nsByID, id)
+	}
+}
+
+func (s *identities) byNamespace(k nsKey) (directory.Container, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.byNS[k]
+	return c, ok
+}
+
+// holder returns the id of the container registered with namespace k.
+func (s *identities) holder(k nsKey) (string, bool) {
+	c, ok := s.byNamespace(k)
+	return c.ID, ok
+}
+
+func (s *identities) has(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.nsByID[id]
+	return ok
+}
+
+// refreshIdentities adds every container of this host that the directory
+// knows and whose namespace still exists. It only adds: the directory cache
+// may not yet hold a registration this agent just wrote, and removals come
+// through UNREGISTER. A restarted agent calls it on start and on every
+// caller it does not recognise, since its directory cache fills
+// asynchronously.
+func (a *Agent) refreshIdentities() {
+	for _, c := range a.dir.Containers() {
+		if c.Host != a.cfg.Host || a.ids.has(c.ID) {
+			continue
+		}
+		if err := validRecord(c); err != nil {
+			a.log.Warn("directory lists a local container the agent cannot serve", "id", c.ID, "err", err)
+			continue
+		}
+		k, err := netNSKey(c.NetNS)
+		if err != nil {
+			a.log.Debug("directory lists a local container whose namespace is gone", "id", c.ID, "netns", c.NetNS, "err", err)
+			continue
+		}
+		if other, taken := a.ids.holder(k); taken {
+			a.log.Warn("directory lists two local containers in one namespace; keeping the first", "kept", other, "ignored", c.ID)
+			continue
+		}
+		a.ids.put(c, k)
+	}
+}
+
+// identify returns the registered local container whose network namespace
+// is k.
+func (a *Agent) identify(k nsKey) (directory.Container, bool) {
+	if c, ok := a.ids.byNamespace(k); ok {
+		return c, true
+	}
+	a.refreshIdentities()
+	return a.ids.byNamespace(k)
+}

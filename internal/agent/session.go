@@ -1,0 +1,145 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"runtime/debug"
+	"syscall"
+	"time"
+
+	"github.com/freeflow-net/freeflow/internal/directory"
+	"github.com/freeflow-net/freeflow/internal/protocol"
+)
+
+// session is one client connection.
+type session struct {
+	a     *Agent
+	ctx   context.Context
+	conn  *protocol.Conn
+	admin bool // the admin socket, not the library socket
+
+	pid     int32
+	uid     uint32
+	ns      nsKey
+	peerErr error // why the caller's namespace is unknown, if it is
+
+	hello bool                // HELLO was answered with HELLO_REPLY
+	self  directory.Container // library socket: the caller's container
+}
+
+func (a *Agent) serveConn(ctx context.Context, uc *net.UnixConn, admin bool) {
+	defer a.untrack(uc)
+	s := &session{a: a, ctx: ctx, conn: protocol.NewConn(uc), admin: admin}
+	defer func() {
+		if r := recover(); r != nil {
+			a.log.Error("handler panicked; connection closed", "pid", s.pid, "panic", r, "stack", string(debug.Stack()))
+		}
+	}()
+	s.identifyPeer(uc)
+	for s.serveOne() {
+	}
+}
+
+// identifyPeer reads the caller's pid, uid and network namespace from the
+// kernel, right after accept so the pid is still the one that connected.
+func (s *session) identifyPeer(uc *net.UnixConn) {
+	cred, err := peerCred(uc)
+	if err != nil {
+		s.peerErr = err
+		return
+	}
+	s.pid, s.uid = cred.Pid, cred.Uid
+	s.ns, s.peerErr = nsOfPid(cred.Pid)
+}
+
+// serveOne reads one request and writes its reply; it reports whether the
+// connection stays open.
+func (s *session) serveOne() bool {
+	timeout := s.a.cfg.IdleTimeout
+	if !s.hello {
+		timeout = s.a.cfg.HelloTimeout
+	}
+	s.conn.SetReadDeadline(time.Now().Add(timeout))
+	m, fds, err := s.conn.ReadMsg()
+	closeFDs(fds) // no request of version 1 carries descriptors
+	var reply *protocol.Message
+	switch {
+	case err == nil:
+		reply, err = s.handle(m)
+	case isDisconnect(err):
+		s.a.log.Debug("connection closed", "pid", s.pid, "reason", err)
+		return false
+	}
+	if err != nil {
+		return s.replyError(m, err)
+	}
+	return s.write(reply)
+}
+
+func (s *session) replyError(m *protocol.Message, err error) bool {
+	var seq uint32
+	if m != nil {
+		seq = m.Seq
+	}
+	code := protocol.CodeOf(err)
+	level := slog.LevelDebug
+	if code == protocol.CodeInternal || code == protocol.CodeUnavailable {
+		level = slog.LevelWarn
+	}
+	s.a.log.Log(s.ctx, level, "request refused", "pid", s.pid, "admin", s.admin, "code", code.String(), "err", err)
+	return s.write(protocol.ErrorMessage(seq, err)) && !code.Closes()
+}
+
+func (s *session) write(m *protocol.Message) bool {
+	s.conn.SetWriteDeadline(time.Now().Add(s.a.cfg.WriteTimeout))
+	err := s.conn.WriteMsg(m)
+	var pe *protocol.Error
+	if errors.As(err, &pe) && m.Type != protocol.TypeError {
+		// The reply did not encode (a directory record over a wire limit).
+		s.a.log.Error("reply does not encode", "type", m.Type.String(), "err", err)
+		err = s.conn.WriteMsg(protocol.ErrorMessage(m.Seq, protocol.Errorf(protocol.CodeInternal, "the agent could not encode its reply: %v", pe.Msg())))
+	}
+	if err != nil {
+		s.a.log.Debug("reply not delivered; closing", "pid", s.pid, "err", err)
+		return false
+	}
+	return true
+}
+
+// isDisconnect reports whether err ends the connection without a reply: the
+// peer left, the deadline passed, or the agent is shutting down.
+func isDisconnect(err error) bool {
+	var pe *protocol.Error
+	return !errors.As(err, &pe) || errors.Is(err, io.EOF) || errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+// handle dispatches one decoded request.
+func (s *session) handle(m *protocol.Message) (*protocol.Message, error) {
+	if !s.hello && m.Type != protocol.TypeHello {
+		return nil, protocol.Errorf(protocol.CodeSequence, "%v before HELLO: a session starts with HELLO", m.Type)
+	}
+	switch m.Type {
+	case protocol.TypeHello:
+		return s.handleHello(m)
+	case protocol.TypeLookup:
+		return s.handleLookup(m)
+	case protocol.TypeListen, protocol.TypeUnlisten, protocol.TypeConnect, protocol.TypeAccept, protocol.TypeClosed:
+		return s.handleBrokering(m)
+	case protocol.TypeRegister, protocol.TypeUnregister, protocol.TypeList, protocol.TypeStatus:
+		if !s.admin {
+			return nil, protocol.Errorf(protocol.CodeDenied, "%v is accepted only on the admin socket", m.Type)
+		}
+		return s.handleAdmin(m)
+	}
+	return nil, protocol.Errorf(protocol.CodeUnknown, "%v is a reply, not a request the agent serves", m.Type)
+}
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		syscall.Close(fd)
+	}
+}

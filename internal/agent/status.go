@@ -1,0 +1,40 @@
+package agent
+
+import (
+	"os"
+	"time"
+
+	"github.com/freeflow-net/freeflow/internal/directory"
+)
+
+// Status is the STATUS reply body.
+type Status struct {
+	Cluster           string           `json:"cluster"`
+	Host              string           `json:"host"`
+	AgentVersion      string           `json:"agent_version"`
+	PID               int              `json:"pid"`
+	UptimeSeconds     float64          `json:"uptime_seconds"`
+	Directory         directory.Health `json:"directory"`
+	LocalContainers   int              `json:"local_containers"`
+	Containers        int              `json:"containers"`
+	ContainersPerHost map[string]int   `json:"containers_per_host"`
+}
+
+func (a *Agent) status() Status {
+	cs := a.dir.Containers()
+	per := map[string]int{}
+	for _, c := range cs {
+		per[c.Host]++
+	}
+	return Status{
+		Cluster:           a.cfg.Cluster,
+		Host:              a.cfg.Host,
+		AgentVersion:      Version,
+		PID:               os.Getpid(),
+		UptimeSeconds:     time.Since(a.started).Seconds(),
+		Directory:         a.dir.Health(),
+		LocalContainers:   per[a.cfg.Host],
+		Containers:        len(cs),
+		ContainersPerHost: per,
+	}
+}

@@ -1,0 +1,145 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/freeflow-net/freeflow/internal/netns"
+)
+
+// buildFreeflow builds the project's binaries into a temporary bin dir
+// (the CLI starts freeflowd from its own directory) and skips unless the
+// cluster and container commands the bench drives exist.
+func buildFreeflow(t *testing.T) string {
+	t.Helper()
+	needTools(t)
+	for _, p := range []string{"crun", "etcd"} {
+		if _, err := exec.LookPath(p); err != nil {
+			t.Skipf("needs %s for a real cluster (scripts/install-deps.sh installs it)", p)
+		}
+	}
+	dir := t.TempDir()
+	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/...")
+	build.Dir = "../.."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	bin := filepath.Join(dir, "freeflow")
+	help, _ := exec.Command(bin, "help").Output()
+	for _, c := range []string{"cluster", "run", "exec", "ps", "rm"} {
+		if !bytes.Contains(help, []byte("\n  "+c+" ")) {
+			t.Skipf("freeflow has no %q command yet; the bench drives the cluster through it", c)
+		}
+	}
+	return bin
+}
+
+// assertClusterGone fails if any namespace of cluster is left.
+func assertClusterGone(t *testing.T, cluster string) {
+	t.Helper()
+	if left, _ := netns.List(cluster + "-"); len(left) > 0 {
+		t.Errorf("bench left network namespaces %v", left)
+		for _, ns := range left {
+			netns.Delete(ns)
+		}
+	}
+}
+
+// TestQuickBenchOnRealCluster runs `freeflow bench --quick` end to end with
+// one repetition of 1 s: its own cluster, real containers, real tools.
+// Every path must have produced every figure, and the cluster must be gone.
+func TestQuickBenchOnRealCluster(t *testing.T) {
+	bin := buildFreeflow(t)
+	out := t.TempDir()
+	allowed, _ := os.ReadFile(allowedPath)
+	cmd := exec.Command(bin, "bench", "--quick", "--duration", "1s", "--reps", "1", "--out", out)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	raws, _ := filepath.Glob(filepath.Join(out, "*", "raw.json"))
+	if err != nil || len(raws) != 1 {
+		t.Fatalf("bench: %v (%d raw.json)\nstderr:\n%s", err, len(raws), stderr.String())
+	}
+	raw, err := LoadRaw(raws[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer assertClusterGone(t, raw.Setup.Cluster)
+	if again, _ := os.ReadFile(allowedPath); !bytes.Equal(again, allowed) {
+		t.Errorf("allowed congestion control list %q not restored to %q", again, allowed)
+	}
+	if cc := uniformCC(raw.Setup.CCUsed); cc != "cubic" {
+		t.Errorf("congestion control used: %v, want cubic everywhere", raw.Setup.CCUsed)
+	}
+	checkEveryFigure(t, raw)
+	for _, p := range Paths {
+		if !strings.Contains(stdout.String(), p.Name) {
+			t.Errorf("printed table lacks path %s:\n%s", p.Name, stdout.String())
+		}
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(raws[0]), "report.md")); err != nil {
+		t.Error(err)
+	}
+}
+
+// checkEveryFigure asserts each path has a positive headline figure for
+// every case of every experiment.
+func checkEveryFigure(t *testing.T, raw *Raw) {
+	t.Helper()
+	rows := SummarizeRaw(raw)
+	if len(rows) != len(Paths)*(3+1+1) {
+		t.Errorf("%d rows, want %d paths x 5 cases", len(rows), len(Paths))
+	}
+	for _, r := range rows {
+		for _, m := range r.Exp.Metrics {
+			if st := r.Stats[m.Key]; m.Headline && (st.N != 1 || st.Median <= 0) {
+				t.Errorf("%s %s on %s: %s = %+v; notes %q", r.Exp.Name, r.Case, r.Path.Name, m.Label, st, r.Notes)
+			}
+		}
+	}
+}
+
+// TestBenchInterruptedCleansUp sends Ctrl-C while the bench measures and
+// checks it still removes its cluster.
+func TestBenchInterruptedCleansUp(t *testing.T) {
+	bin := buildFreeflow(t)
+	cmd := exec.Command(bin, "bench", "--quick", "--only", "latency", "--out", t.TempDir())
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	cluster := ""
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		if c, ok := strings.CutPrefix(sc.Text(), "bench: starting servers and clients in cluster "); ok {
+			cluster = c
+			break
+		}
+	}
+	if cluster == "" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatal("bench never started measuring")
+	}
+	time.Sleep(2 * time.Second)
+	cmd.Process.Signal(syscall.SIGINT)
+	go func() {
+		for sc.Scan() { // drain, so the bench never blocks on a full pipe
+		}
+	}()
+	err = cmd.Wait()
+	if err == nil {
+		t.Error("an interrupted bench exited 0")
+	}
+	assertClusterGone(t, cluster)
+}

@@ -1,0 +1,90 @@
+package bench
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Path groups: ratios are taken within a group, against its baseline.
+const (
+	SameHost  = "same host"
+	CrossHost = "cross host"
+)
+
+// Path roles.
+const (
+	RoleBaseline  = "baseline"  // the overlay every other path in its group is compared to
+	RoleReference = "reference" // host networking: what no container network can beat
+	RoleCandidate = "candidate" // a path meant to beat the baseline (FreeFlow, later)
+)
+
+// Placement says where one end of a path runs: in a host's network
+// namespace, or in a bench container on that host.
+type Placement struct {
+	Host      string // h1, h2, ...
+	Container bool
+	// FreeFlow runs the container with the FreeFlow library; baseline
+	// containers run with --no-freeflow, so they stay on the overlay
+	// whatever the library can do.
+	FreeFlow bool
+}
+
+// Path is one way for a client to reach a server. Adding a path is adding
+// an entry to Paths.
+type Path struct {
+	Name   string
+	Group  string
+	Role   string
+	Server Placement
+	Client Placement
+	// Loopback makes the client dial 127.0.0.1 (server and client share a
+	// namespace); otherwise it dials the server placement's own address.
+	Loopback bool
+	About    string
+}
+
+// Paths are the paths the bench knows, in the order they are run and shown.
+var Paths = []Path{
+	{Name: "host", Group: SameHost, Role: RoleReference, Loopback: true,
+		Server: Placement{Host: "h1"}, Client: Placement{Host: "h1"},
+		About: "loopback inside one host namespace (host networking)"},
+	{Name: "bridge", Group: SameHost, Role: RoleBaseline,
+		Server: Placement{Host: "h1", Container: true}, Client: Placement{Host: "h1", Container: true},
+		About: "two containers on one host, veth -> bridge -> veth"},
+	{Name: "vxlan", Group: CrossHost, Role: RoleBaseline,
+		Server: Placement{Host: "h2", Container: true}, Client: Placement{Host: "h1", Container: true},
+		About: "containers on two hosts, bridge -> VXLAN -> fabric -> VXLAN -> bridge"},
+	{Name: "hostnet", Group: CrossHost, Role: RoleReference,
+		Server: Placement{Host: "h2"}, Client: Placement{Host: "h1"},
+		About: "host namespace to host namespace over the fabric (host networking)"},
+}
+
+// SelectPaths returns the named paths in table order; empty names means all.
+func SelectPaths(names []string) ([]Path, error) {
+	if len(names) == 0 {
+		return Paths, nil
+	}
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	var out []Path
+	for _, p := range Paths {
+		if want[p.Name] {
+			out = append(out, p)
+			delete(want, p.Name)
+		}
+	}
+	if len(want) > 0 {
+		return nil, fmt.Errorf("unknown path(s) %s; known: %s", strings.Join(sortedKeys(want), ","), pathNames())
+	}
+	return out, nil
+}
+
+func pathNames() string {
+	var n []string
+	for _, p := range Paths {
+		n = append(n, p.Name)
+	}
+	return strings.Join(n, ",")
+}

@@ -1,0 +1,152 @@
+package bench
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Row is one case of one experiment on one path, summarised over its
+// repetitions (warm-up runs left out).
+type Row struct {
+	Exp     ExperimentInfo
+	Case    string
+	Path    PathInfo
+	Stats   map[string]Summary // every metric, over the successful runs
+	Ratios  map[string]float64 // headline metrics: median / the group baseline's median
+	Runs    int                // successful runs
+	Failed  int
+	Command string
+	Notes   []string
+}
+
+// spreadLimit is the (max-min)/median above which a figure is flagged.
+const spreadLimit = 0.3
+
+// Summarize turns raw samples into rows, in experiment, case, path order.
+func SummarizeRaw(raw *Raw) []Row {
+	var rows []Row
+	for _, e := range raw.Experiments {
+		for _, c := range casesOf(raw, e.Name) {
+			for _, p := range raw.Paths {
+				rows = append(rows, summarizeRow(raw, e, c, p))
+			}
+		}
+	}
+	for i := range rows {
+		rows[i].Ratios = ratios(rows, rows[i], raw.Paths)
+	}
+	return rows
+}
+
+// casesOf lists an experiment's cases in the order they were first run.
+func casesOf(raw *Raw, exp string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, s := range raw.Samples {
+		if s.Experiment == exp && !s.Warmup && !seen[s.Case] {
+			seen[s.Case] = true
+			out = append(out, s.Case)
+		}
+	}
+	return out
+}
+
+func summarizeRow(raw *Raw, e ExperimentInfo, c string, p PathInfo) Row {
+	r := Row{Exp: e, Case: c, Path: p, Stats: map[string]Summary{}}
+	values := map[string][]float64{}
+	for _, s := range raw.Samples {
+		if s.Experiment != e.Name || s.Case != c || s.Path != p.Name || s.Warmup {
+			continue
+		}
+		if r.Command == "" {
+			r.Command = s.Command
+		}
+		if s.Error != "" {
+			r.Failed++
+			r.Notes = append(r.Notes, fmt.Sprintf("rep %d failed: %s", s.Rep, firstLine(s.Error)))
+			continue
+		}
+		r.Runs++
+		for _, m := range e.Metrics {
+			values[m.Key] = append(values[m.Key], s.Metrics[m.Key])
+		}
+		for _, why := range s.Suspect {
+			r.Notes = append(r.Notes, fmt.Sprintf("rep %d: %s", s.Rep, why))
+		}
+	}
+	for _, m := range e.Metrics {
+		r.Stats[m.Key] = Summarize(values[m.Key])
+		if sp := r.Stats[m.Key].Spread(); m.Headline && sp > spreadLimit {
+			r.Notes = append(r.Notes, fmt.Sprintf("%s spread %.0f%% of the median", m.Label, 100*sp))
+		}
+	}
+	return r
+}
+
+// ratios compares r's headline medians to its group's baseline path.
+func ratios(rows []Row, r Row, paths []PathInfo) map[string]float64 {
+	base := baselineOf(paths, r.Path.Group)
+	out := map[string]float64{}
+	for _, b := range rows {
+		if b.Exp.Name != r.Exp.Name || b.Case != r.Case || b.Path.Name != base {
+			continue
+		}
+		for _, m := range r.Exp.Metrics {
+			if m.Headline {
+				out[m.Key] = Ratio(r.Stats[m.Key], b.Stats[m.Key])
+			}
+		}
+	}
+	return out
+}
+
+// baselineOf names the baseline path of a group, or "" if none was run.
+func baselineOf(paths []PathInfo, group string) string {
+	for _, p := range paths {
+		if p.Group == group && p.Role == RoleBaseline {
+			return p.Name
+		}
+	}
+	return ""
+}
+
+// baselines says which path each group is compared to, e.g.
+// "same host: bridge; cross host: vxlan".
+func baselines(paths []PathInfo) string {
+	groups := map[string]string{}
+	for _, p := range paths {
+		if _, ok := groups[p.Group]; !ok {
+			groups[p.Group] = "none"
+		}
+		if p.Role == RoleBaseline {
+			groups[p.Group] = p.Name
+		}
+	}
+	names := make([]string, 0, len(groups))
+	for g := range groups {
+		names = append(names, g)
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(names))) // "same host" before "cross host"
+	var parts []string
+	for _, g := range names {
+		parts = append(parts, g+": "+groups[g])
+	}
+	return strings.Join(parts, "; ")
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
+
+// formatValue shows about three significant digits.
+func formatValue(v float64) string {
+	switch {
+	case v >= 100 || v <= -100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10 || v <= -10:
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}

@@ -1,0 +1,113 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/freeflow-net/freeflow/internal/bench"
+	"github.com/freeflow-net/freeflow/internal/state"
+)
+
+func init() {
+	register("bench", command{
+		summary: "measure the network paths side by side: bench [--quick] [--only EXPS] [--paths PATHS] [--out DIR] [--cc ALGO]",
+		run:     runBench,
+		// Not needsRoot: re-rendering a report (--report) needs no root;
+		// measuring checks for root itself.
+	})
+}
+
+// hiddenBenchFlags are for tests and debugging, not in the usage text.
+var hiddenBenchFlags = map[string]bool{"duration": true, "reps": true}
+
+func runBench(g *Global, args []string) error {
+	fs := newFlags(g, "bench")
+	var o bench.Options
+	fs.BoolVar(&o.Quick, "quick", false, "the short run (< 2 min) `make demo` ends with")
+	only := fs.String("only", "", "comma-separated experiments: latency,throughput,connrate (default all)")
+	paths := fs.String("paths", "", "comma-separated paths: host,bridge,vxlan,hostnet (default all)")
+	fs.StringVar(&o.Out, "out", "results", "results go to DIR/<UTC time>/{raw.json,report.md}")
+	fs.StringVar(&o.CC, "cc", "cubic", "TCP congestion control set in the cluster's namespaces, or \"default\" to leave them as they are")
+	report := fs.String("report", "", "re-render report.md next to this raw.json and print the table; measures nothing")
+	fs.DurationVar(&o.Duration, "duration", 0, "seconds per client run (whole seconds)")
+	fs.IntVar(&o.Reps, "reps", 0, "interleaved repetitions")
+	fs.Usage = func() { benchUsage(fs) }
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected arguments %v", errUsage, fs.Args())
+	}
+	if *report != "" {
+		return rerender(g, *report)
+	}
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("must run as root (it brings up a cluster of network namespaces and containers); try sudo")
+	}
+	return measureBench(g, o, commaList(*only), commaList(*paths))
+}
+
+func measureBench(g *Global, o bench.Options, only, paths []string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find the freeflow binary the bench drives: %w", err)
+	}
+	o.Bin, o.Only, o.Paths, o.Log = exe, only, paths, g.Err
+	// --cluster NAME measures that cluster; without it the bench makes its
+	// own, so it never disturbs the containers of the default cluster.
+	if g.Cluster != state.DefaultCluster {
+		o.Cluster = g.Cluster
+	}
+	// Ctrl-C cancels the run; Run still removes everything it made.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := bench.Run(ctx, o)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(g.Out, "\n%s\nreport: %s\n", bench.RenderTable(res.Raw), filepath.Join(res.Dir, "report.md"))
+	return nil
+}
+
+// rerender rebuilds report.md from raw.json, e.g. after the report format
+// changed, and prints the table.
+func rerender(g *Global, rawPath string) error {
+	raw, err := bench.LoadRaw(rawPath)
+	if err != nil {
+		return err
+	}
+	out := filepath.Join(filepath.Dir(rawPath), "report.md")
+	if err := os.WriteFile(out, []byte(bench.RenderMarkdown(raw)), 0o644); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	fmt.Fprintf(g.Out, "%s\nreport: %s\n", bench.RenderTable(raw), out)
+	return nil
+}
+
+func benchUsage(fs *flag.FlagSet) {
+	fmt.Fprintf(fs.Output(), "usage: freeflow [--cluster NAME] bench [options]\n\n"+
+		"Brings up its own 2-host cluster (unless --cluster names one), measures every path\n"+
+		"side by side and removes the cluster again.\n\noptions:\n")
+	fs.VisitAll(func(f *flag.Flag) {
+		if !hiddenBenchFlags[f.Name] {
+			fmt.Fprintf(fs.Output(), "  --%s\n    \t%s (default %q)\n", f.Name, f.Usage, f.DefValue)
+		}
+	})
+}
+
+// commaList splits "a,b" into words, dropping empty ones.
+func commaList(s string) []string {
+	var out []string
+	for _, w := range strings.Split(s, ",") {
+		if w = strings.TrimSpace(w); w != "" {
+			out = append(out, w)
+		}
+	}
+	return out
+}

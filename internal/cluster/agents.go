@@ -1,0 +1,76 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/freeflow-net/freeflow/internal/agent"
+	"github.com/freeflow-net/freeflow/internal/state"
+)
+
+// AgentBinary is the agent's file name; it is looked up next to the running
+// freeflow executable (both land in bin/).
+const AgentBinary = "freeflowd"
+
+// agentTimeout bounds how long `up` waits for each agent to answer.
+const agentTimeout = 10 * time.Second
+
+// agentLog is the log file of host h's agent.
+func agentLog(l state.Layout, h string) string {
+	return filepath.Join(l.LogDir(), "agent-"+h+".log")
+}
+
+// startAgent runs freeflowd for host h inside h's namespace.
+func startAgent(l state.Layout, binDir string, h state.Host, endpoints []string) (int, error) {
+	if err := os.MkdirAll(l.AgentSockDir(h.Name), 0o755); err != nil {
+		return 0, fmt.Errorf("create agent socket directory: %w", err)
+	}
+	return spawn(l.HostNetNS(h.Name), agentLog(l, h.Name), filepath.Join(binDir, AgentBinary),
+		"--cluster", l.Cluster,
+		"--host", h.Name,
+		"--fabric-ip", h.FabricIP,
+		"--subnet", h.Subnet,
+		"--etcd", strings.Join(endpoints, ","),
+		"--sock-dir", l.AgentSockDir(h.Name),
+		"--admin-socket", l.AdminSocket(h.Name),
+		"--log", agentLog(l, h.Name),
+	)
+}
+
+// waitAgent waits until host h's agent answers on its admin socket.
+func waitAgent(ctx context.Context, l state.Layout, h string, pid int) error {
+	var last error
+	for {
+		if last = agentReady(ctx, l.AdminSocket(h)); last == nil {
+			return nil
+		}
+		if !alive(pid) {
+			return fmt.Errorf("agent on %s (pid %d) exited during start-up; see %s", h, pid, agentLog(l, h))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("agent on %s did not answer within %s (%v); see %s", h, agentTimeout, last, agentLog(l, h))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// agentReady reports whether the agent answers STATUS on its admin socket.
+func agentReady(ctx context.Context, admin string) error {
+	_, err := AgentStatus(ctx, admin)
+	return err
+}
+
+// AgentStatus asks the agent behind admin socket path for its status.
+func AgentStatus(ctx context.Context, path string) (agent.Status, error) {
+	c, err := agent.DialAdmin(path)
+	if err != nil {
+		return agent.Status{}, err
+	}
+	defer c.Close()
+	return c.Status(ctx)
+}

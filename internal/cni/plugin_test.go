@@ -1,0 +1,213 @@
+package cni
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/freeflow-net/freeflow/internal/directory"
+	"github.com/freeflow-net/freeflow/internal/protocol"
+)
+
+// fakeAgent records registrations like the agent's admin API.
+type fakeAgent struct {
+	byID   map[string]directory.Container
+	err    error // returned by every call when set
+	closed int
+}
+
+func (f *fakeAgent) Register(_ context.Context, c directory.Container) error {
+	if f.err != nil {
+		return f.err
+	}
+	f.byID[c.ID] = c
+	return nil
+}
+
+func (f *fakeAgent) Unregister(_ context.Context, id string) error {
+	if f.err != nil {
+		return f.err
+	}
+	delete(f.byID, id)
+	return nil
+}
+
+func (f *fakeAgent) List(context.Context) ([]directory.Container, error) {
+	var out []directory.Container
+	for _, c := range f.byID {
+		out = append(out, c)
+	}
+	return out, f.err
+}
+
+func (f *fakeAgent) Close() error { f.closed++; return nil }
+
+var created = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func newTestPlugin(f *fakeAgent, out *bytes.Buffer) *Plugin {
+	return &Plugin{
+		Dial:   func(string) (Registry, error) { return f, nil },
+		Now:    func() time.Time { return created },
+		Stdout: out,
+	}
+}
+
+// prevResult is what bridge + host-local hand on: host veth, bridge, and
+// the container interface (index 2) holding the address.
+const prevResult = `{"cniVersion":"1.0.0","interfaces":[{"name":"ffbr0"},{"name":"veth1"},
+ {"name":"eth0","sandbox":"/run/netns/t-c-srv"}],
+ "ips":[{"address":"10.244.1.1/24","interface":0},{"address":"10.244.1.7/24","gateway":"10.244.1.1","interface":2}],
+ "routes":[{"dst":"0.0.0.0/0","gw":"10.244.1.1"}]}`
+
+func stdin(t *testing.T, version, prev string) []byte {
+	t.Helper()
+	conf := `{"cniVersion":"` + version + `","name":"freeflow","type":"freeflow",
+	 "agentSocket":"/run/freeflow/t/hosts/h1/admin.sock","host":"h1","cluster":"t"`
+	if prev != "" {
+		conf += `,"prevResult":` + prev
+	}
+	return []byte(conf + "}")
+}
+
+func cmdArgs(t *testing.T, version, prev, cniArgs string) *skel.CmdArgs {
+	return &skel.CmdArgs{ContainerID: "t-srv", Netns: "/run/netns/t-c-srv", IfName: "eth0",
+		Args: cniArgs, StdinData: stdin(t, version, prev)}
+}
+
+func TestAddRegistersAndPassesResultOn(t *testing.T) {
+	f := &fakeAgent{byID: map[string]directory.Container{}}
+	var out bytes.Buffer
+	p := newTestPlugin(f, &out)
+	err := p.Add(cmdArgs(t, "1.0.0", prevResult, "IgnoreUnknown=1;FF_NAME=srv;FF_TENANT=blue;FF_FREEFLOW=false;K8S_POD_NAME=x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := directory.Container{ID: "t-srv", Name: "srv", Host: "h1", IP: "10.244.1.7", Tenant: "blue",
+		NetNS: "/run/netns/t-c-srv", FreeFlow: false, Created: created}
+	if got := f.byID["t-srv"]; got != want {
+		t.Fatalf("registered %+v, want %+v", got, want)
+	}
+	var got, orig map[string]any
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatalf("ADD output is not JSON: %v\n%s", err, out.String())
+	}
+	json.Unmarshal([]byte(prevResult), &orig)
+	if gb, _ := json.Marshal(got); !bytes.Equal(gb, mustJSON(orig)) {
+		t.Fatalf("ADD changed the result:\n got %s\nwant %s", gb, mustJSON(orig))
+	}
+	if f.closed != 1 {
+		t.Fatalf("agent connection closed %d times, want 1", f.closed)
+	}
+}
+
+func mustJSON(v any) []byte { b, _ := json.Marshal(v); return b }
+
+func TestAddOldVersionsAndDefaults(t *testing.T) {
+	for _, v := range []string{"0.3.0", "0.3.1", "0.4.0"} {
+		prev := `{"cniVersion":"` + v + `","interfaces":[{"name":"eth0","sandbox":"/x"}],
+		 "ips":[{"version":"4","address":"10.244.2.9/24","interface":0}]}`
+		f := &fakeAgent{byID: map[string]directory.Container{}}
+		var out bytes.Buffer
+		if err := newTestPlugin(f, &out).Add(cmdArgs(t, v, prev, "")); err != nil {
+			t.Fatalf("version %s: %v", v, err)
+		}
+		got := f.byID["t-srv"]
+		if got.IP != "10.244.2.9" || got.Name != "t-srv" || got.Tenant != DefaultTenant || !got.FreeFlow {
+			t.Fatalf("version %s: registered %+v; want IP 10.244.2.9, name = container id, tenant default, freeflow", v, got)
+		}
+		if !strings.Contains(out.String(), `"cniVersion": "`+v+`"`) {
+			t.Fatalf("version %s: output not in that version:\n%s", v, out.String())
+		}
+	}
+}
+
+func TestAddErrors(t *testing.T) {
+	cases := []struct {
+		name    string
+		args    *skel.CmdArgs
+		agent   error
+		code    uint
+		message string
+	}{
+		{"no prevResult", cmdArgs(t, "1.0.0", "", ""), nil, types.ErrInvalidNetworkConfig, "no prevResult"},
+		{"unknown arg", cmdArgs(t, "1.0.0", prevResult, "FF_NAME=a;OTHER=b"), nil, types.ErrInvalidEnvironmentVariables, "IgnoreUnknown=1"},
+		{"bad bool", cmdArgs(t, "1.0.0", prevResult, "FF_FREEFLOW=maybe"), nil, types.ErrInvalidEnvironmentVariables, "CNI_ARGS"},
+		{"bad json", &skel.CmdArgs{StdinData: []byte("{")}, nil, types.ErrDecodingFailure, "parse network configuration"},
+		{"no socket", &skel.CmdArgs{StdinData: []byte(`{"cniVersion":"1.0.0","host":"h1"}`)}, nil, types.ErrInvalidNetworkConfig, "agentSocket"},
+		{"agent refuses", cmdArgs(t, "1.0.0", prevResult, ""), errors.New("INVALID: duplicate name"), types.ErrInternal, "register container t-srv"},
+	}
+	for _, c := range cases {
+		f := &fakeAgent{byID: map[string]directory.Container{}, err: c.agent}
+		err := newTestPlugin(f, &bytes.Buffer{}).Add(c.args)
+		assertCNIError(t, c.name, err, c.code, c.message)
+	}
+}
+
+func assertCNIError(t *testing.T, name string, err error, code uint, msg string) {
+	t.Helper()
+	var e *types.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("%s: got %v (%T), want a CNI error", name, err, err)
+	}
+	if e.Code != code || !strings.Contains(e.Error(), msg) {
+		t.Fatalf("%s: got code %d %q, want code %d containing %q", name, e.Code, e.Error(), code, msg)
+	}
+}
+
+func TestAgentDownNamesSocket(t *testing.T) {
+	p := &Plugin{Dial: func(string) (Registry, error) { return nil, errors.New("connection refused") }, Now: time.Now}
+	err := p.Del(cmdArgs(t, "1.0.0", "", ""))
+	assertCNIError(t, "agent down", err, types.ErrTryAgainLater, "/run/freeflow/t/hosts/h1/admin.sock; the agent may be down")
+}
+
+func TestDelIsIdempotent(t *testing.T) {
+	f := &fakeAgent{byID: map[string]directory.Container{"t-srv": {ID: "t-srv"}}}
+	p := newTestPlugin(f, &bytes.Buffer{})
+	for i := 0; i < 2; i++ {
+		if err := p.Del(cmdArgs(t, "1.0.0", "", "")); err != nil {
+			t.Fatalf("DEL #%d: %v", i+1, err)
+		}
+	}
+	if len(f.byID) != 0 {
+		t.Fatalf("still registered after DEL: %v", f.byID)
+	}
+}
+
+func TestCheck(t *testing.T) {
+	f := &fakeAgent{byID: map[string]directory.Container{}}
+	p := newTestPlugin(f, &bytes.Buffer{})
+	args := cmdArgs(t, "1.0.0", prevResult, "")
+	assertCNIError(t, "not registered", p.Check(args), types.ErrUnknownContainer, "not registered")
+	f.byID["t-srv"] = directory.Container{ID: "t-srv", IP: "10.244.1.8"}
+	assertCNIError(t, "wrong IP", p.Check(args), types.ErrInternal, "registered with IP 10.244.1.8")
+	f.byID["t-srv"] = directory.Container{ID: "t-srv", IP: "10.244.1.7"}
+	if err := p.Check(args); err != nil {
+		t.Fatalf("CHECK of a registered container: %v", err)
+	}
+}
+
+func TestVersions(t *testing.T) {
+	got := strings.Join(Versions().SupportedVersions(), ",")
+	if got != "0.3.0,0.3.1,0.4.0,1.0.0" {
+		t.Fatalf("supported versions %s", got)
+	}
+}
+
+func TestAgentErrorCodes(t *testing.T) {
+	cases := map[protocol.Code]uint{
+		protocol.CodeUnavailable: types.ErrTryAgainLater,
+		protocol.CodeInvalid:     types.ErrInvalidNetworkConfig,
+		protocol.CodeInternal:    types.ErrInternal,
+	}
+	for code, want := range cases {
+		f := &fakeAgent{byID: map[string]directory.Container{}, err: protocol.Errorf(code, "etcd is down")}
+		err := newTestPlugin(f, &bytes.Buffer{}).Add(cmdArgs(t, "1.0.0", prevResult, ""))
+		assertCNIError(t, code.String(), err, want, "etcd is down")
+	}
+}

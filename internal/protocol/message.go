@@ -1,0 +1,155 @@
+// Package protocol is the Go codec of the FreeFlow agent protocol, version 1,
+// exactly as docs/PROTOCOL.md defines it (the C library implements the same
+// document; both check docs/protocol-vectors.txt).
+//
+// A message is a 12-byte header and a payload of type-length-value
+// attributes. Decode applies every receiver rule of the spec in the spec's
+// order and reports the first failure as an *Error whose Code is the wire
+// error code, so the agent can send that code back unchanged.
+package protocol
+
+import "fmt"
+
+// Wire constants.
+const (
+	Magic      = 0x4646 // the bytes 46 46, "FF"
+	Version    = 1
+	HeaderSize = 12
+	MaxMessage = 65536 // a whole message, header included
+	MaxPayload = MaxMessage - HeaderSize
+	attrHeader = 4
+)
+
+// Type is a message type.
+type Type uint8
+
+// Message types of version 1.
+const (
+	TypeHello       Type = 0x01
+	TypeHelloReply  Type = 0x02
+	TypeLookup      Type = 0x03
+	TypeLookupReply Type = 0x04
+	TypeListen      Type = 0x10
+	TypeUnlisten    Type = 0x11
+	TypeConnect     Type = 0x12
+	TypeAccept      Type = 0x13
+	TypePath        Type = 0x14
+	TypeClosed      Type = 0x15
+	TypeRegister    Type = 0x40
+	TypeUnregister  Type = 0x41
+	TypeList        Type = 0x42
+	TypeStatus      Type = 0x43
+	TypeOK          Type = 0x44
+	TypeError       Type = 0x7f
+)
+
+var typeNames = map[Type]string{
+	TypeHello: "HELLO", TypeHelloReply: "HELLO_REPLY", TypeLookup: "LOOKUP",
+	TypeLookupReply: "LOOKUP_REPLY", TypeListen: "LISTEN", TypeUnlisten: "UNLISTEN",
+	TypeConnect: "CONNECT", TypeAccept: "ACCEPT", TypePath: "PATH", TypeClosed: "CLOSED",
+	TypeRegister: "REGISTER", TypeUnregister: "UNREGISTER",
+	TypeList: "LIST", TypeStatus: "STATUS", TypeOK: "OK", TypeError: "ERROR",
+}
+
+// Known reports whether t is a message type of version 1. The reserved
+// range 0x10-0x3f is not: it is defined together with the library.
+func (t Type) Known() bool { _, ok := typeNames[t]; return ok }
+
+func (t Type) String() string {
+	if n, ok := typeNames[t]; ok {
+		return n
+	}
+	return fmt.Sprintf("type 0x%02x", uint8(t))
+}
+
+// AttrType is an attribute type.
+type AttrType uint16
+
+// Attribute types of version 1.
+const (
+	AttrErrCode      AttrType = 1
+	AttrErrMsg       AttrType = 2
+	AttrIP           AttrType = 3
+	AttrName         AttrType = 4
+	AttrHost         AttrType = 5
+	AttrTenant       AttrType = 6
+	AttrContainerID  AttrType = 7
+	AttrFound        AttrType = 8
+	AttrLocal        AttrType = 9
+	AttrFreeFlow     AttrType = 10
+	AttrLibVersion   AttrType = 11
+	AttrAgentVersion AttrType = 12
+	AttrJSON         AttrType = 13
+	// The spec names attribute 14 LOCAL, like the u8 attribute 9; in Go it is
+	// AttrLocalEndpoint.
+	AttrLocalEndpoint  AttrType = 14
+	AttrRemoteEndpoint AttrType = 15
+	AttrPathKind       AttrType = 16
+	AttrReason         AttrType = 17
+)
+
+// valueKind says how the decoder checks an attribute's value length.
+type valueKind uint8
+
+const (
+	kindU8       valueKind = iota // exactly 1 byte
+	kindU32                       // exactly 4 bytes
+	kindIP                        // 4 or 16 bytes
+	kindEndpoint                  // 6 or 18 bytes: address and port
+	kindBytes                     // 0..max bytes (strings, JSON)
+)
+
+type attrSpec struct {
+	name string
+	kind valueKind
+	max  int // kindBytes only
+}
+
+// maxString is the limit of a string attribute that states none.
+const maxString = 1024
+
+var attrSpecs = map[AttrType]attrSpec{
+	AttrErrCode:        {"ERR_CODE", kindU32, 0},
+	AttrErrMsg:         {"ERR_MSG", kindBytes, maxString},
+	AttrIP:             {"IP", kindIP, 0},
+	AttrName:           {"NAME", kindBytes, 255},
+	AttrHost:           {"HOST", kindBytes, 255},
+	AttrTenant:         {"TENANT", kindBytes, 255},
+	AttrContainerID:    {"CONTAINER_ID", kindBytes, 255},
+	AttrFound:          {"FOUND", kindU8, 0},
+	AttrLocal:          {"LOCAL", kindU8, 0},
+	AttrFreeFlow:       {"FREEFLOW", kindU8, 0},
+	AttrLibVersion:     {"LIB_VERSION", kindBytes, 64},
+	AttrAgentVersion:   {"AGENT_VERSION", kindBytes, 64},
+	AttrJSON:           {"JSON", kindBytes, 65000},
+	AttrLocalEndpoint:  {"LOCAL endpoint", kindEndpoint, 0},
+	AttrRemoteEndpoint: {"REMOTE", kindEndpoint, 0},
+	AttrPathKind:       {"PATH_KIND", kindU8, 0},
+	AttrReason:         {"REASON", kindBytes, 64},
+}
+
+func (a AttrType) String() string {
+	if s, ok := attrSpecs[a]; ok {
+		return s.name
+	}
+	return fmt.Sprintf("attribute %d", uint16(a))
+}
+
+// Attr is one attribute. Unknown types are kept so that a message re-encodes
+// to the same bytes.
+type Attr struct {
+	Type  AttrType
+	Value []byte
+}
+
+// Message is one decoded message; Attrs are in wire order.
+type Message struct {
+	Type  Type
+	Seq   uint32
+	Attrs []Attr
+}
+
+// New returns a message of type t with the given attributes.
+func New(t Type, seq uint32, attrs ...Attr) *Message {
+	return &Message{Type: t, Seq: seq, Attrs: attrs}
+}

@@ -1,0 +1,92 @@
+package protocol
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestVectors checks every line of docs/protocol-vectors.txt, the vectors
+// the C decoder checks too: ok vectors decode to their canonical form and
+// re-encode to the same bytes; bad vectors fail with exactly their code.
+func TestVectors(t *testing.T) {
+	f, err := os.Open("../../docs/protocol-vectors.txt")
+	if err != nil {
+		t.Fatalf("open shared test vectors: %v", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	n := 0
+	for line := 1; sc.Scan(); line++ {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		n++
+		checkVector(t, line, strings.Fields(text))
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n < 50 {
+		t.Fatalf("only %d vectors read; the file looks truncated", n)
+	}
+}
+
+func checkVector(t *testing.T, line int, f []string) {
+	t.Helper()
+	if len(f) < 4 {
+		t.Errorf("line %d: want <name> ok|bad <hex> <expect>, got %q", line, f)
+		return
+	}
+	name, kind, expect := f[0], f[1], strings.Join(f[3:], " ")
+	b, err := hex.DecodeString(f[2])
+	if err != nil {
+		t.Errorf("%s (line %d): bad hex: %v", name, line, err)
+		return
+	}
+	m, err := Decode(b)
+	switch kind {
+	case "ok":
+		if err != nil {
+			t.Errorf("%s: decode failed: %v", name, err)
+			return
+		}
+		if got := canonical(m); got != expect {
+			t.Errorf("%s: canonical form\n got %s\nwant %s", name, got, expect)
+		}
+		if re, err := Encode(m); err != nil || !bytes.Equal(re, b) {
+			t.Errorf("%s: re-encode gave %x, %v; want the original bytes", name, re, err)
+		}
+	case "bad":
+		var pe *Error
+		if !errors.As(err, &pe) {
+			t.Errorf("%s: decode gave %v, %v; want error %s", name, m, err, expect)
+			return
+		}
+		if pe.Code.String() != expect {
+			t.Errorf("%s: error %s (%v), want %s", name, pe.Code, pe, expect)
+		}
+	default:
+		t.Errorf("%s (line %d): kind %q is neither ok nor bad", name, line, kind)
+	}
+}
+
+// canonical is the canonical form of PROTOCOL.md, "Test vectors".
+func canonical(m *Message) string {
+	attrs := "-"
+	if len(m.Attrs) > 0 {
+		parts := make([]string, len(m.Attrs))
+		for i, a := range m.Attrs {
+			parts[i] = fmt.Sprintf("%d:%x", a.Type, a.Value)
+		}
+		attrs = strings.Join(parts, ",")
+	}
+	return fmt.Sprintf("type=0x%02x seq=%d attrs=%s", uint8(m.Type), m.Seq, attrs)
+}

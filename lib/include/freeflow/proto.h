@@ -1,0 +1,170 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The FreeFlow agent protocol, version 1: message codec.
+ *
+ * docs/PROTOCOL.md is the reference and docs/protocol-vectors.txt the test
+ * vectors; internal/protocol (Go) implements the same rules.
+ *
+ * The decoder never allocates: a decoded message points into the datagram,
+ * which must outlive it. The encoder writes into a caller's buffer. Nothing
+ * here sets errno.
+ */
+#ifndef FREEFLOW_PROTO_H
+#define FREEFLOW_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FF_PROTO_MAGIC		0x4646
+#define FF_PROTO_VERSION	1
+#define FF_HDR_LEN		12
+#define FF_ATTR_HDR_LEN		4
+#define FF_MAX_MESSAGE		65536
+#define FF_MAX_PAYLOAD		(FF_MAX_MESSAGE - FF_HDR_LEN)
+
+enum ff_msg_type {
+	FF_MSG_HELLO		= 0x01,
+	FF_MSG_HELLO_REPLY	= 0x02,
+	FF_MSG_LOOKUP		= 0x03,
+	FF_MSG_LOOKUP_REPLY	= 0x04,
+	/* Connection brokering (PROTOCOL.md, "Connection brokering"). */
+	FF_MSG_LISTEN		= 0x10,
+	FF_MSG_UNLISTEN		= 0x11,
+	FF_MSG_CONNECT		= 0x12,
+	FF_MSG_ACCEPT		= 0x13,
+	FF_MSG_PATH		= 0x14,
+	FF_MSG_CLOSED		= 0x15,
+	FF_MSG_REGISTER		= 0x40,
+	FF_MSG_UNREGISTER	= 0x41,
+	FF_MSG_LIST		= 0x42,
+	FF_MSG_STATUS		= 0x43,
+	FF_MSG_OK		= 0x44,
+	FF_MSG_ERROR		= 0x7f,
+};
+
+enum ff_attr_type {
+	FF_ATTR_ERR_CODE	= 1,	/* u32 */
+	FF_ATTR_ERR_MSG		= 2,	/* string <= 1024 */
+	FF_ATTR_IP		= 3,	/* 4 or 16 bytes, network order */
+	FF_ATTR_NAME		= 4,	/* string <= 255 */
+	FF_ATTR_HOST		= 5,	/* string <= 255 */
+	FF_ATTR_TENANT		= 6,	/* string <= 255 */
+	FF_ATTR_CONTAINER_ID	= 7,	/* string <= 255 */
+	FF_ATTR_FOUND		= 8,	/* u8 */
+	FF_ATTR_LOCAL		= 9,	/* u8 */
+	FF_ATTR_FREEFLOW	= 10,	/* u8 */
+	FF_ATTR_LIB_VERSION	= 11,	/* string <= 64 */
+	FF_ATTR_AGENT_VERSION	= 12,	/* string <= 64 */
+	FF_ATTR_JSON		= 13,	/* bytes <= 65000 */
+	/*
+	 * PROTOCOL.md calls 14 and 15 LOCAL and REMOTE; LOCAL is already the
+	 * name of the u8 attribute 9, hence the _EP (endpoint) suffix here.
+	 */
+	FF_ATTR_LOCAL_EP	= 14,	/* endpoint: 6 or 18 bytes */
+	FF_ATTR_REMOTE_EP	= 15,	/* endpoint: 6 or 18 bytes */
+	FF_ATTR_PATH_KIND	= 16,	/* u8, enum ff_path_kind */
+	FF_ATTR_REASON		= 17,	/* string <= 64 */
+	FF_ATTR__COUNT			/* one past the highest known type */
+};
+
+/* Values of PATH_KIND. */
+enum ff_path_kind {
+	FF_PATH_OVERLAY		= 0,
+	FF_PATH_UNIX		= 1,
+	FF_PATH_HOST_TCP	= 2,
+	FF_PATH_SHM		= 3,	/* reserved */
+};
+
+/* An endpoint: the address (4 or 16 bytes), then the port, network order. */
+#define FF_EP4_LEN		6
+#define FF_EP6_LEN		18
+
+/* Wire error codes: the value of ERR_CODE, and what ff_msg_decode returns. */
+enum ff_err {
+	FF_ERR_BADMSG		= 1,
+	FF_ERR_VERSION		= 2,
+	FF_ERR_UNKNOWN		= 3,
+	FF_ERR_SEQUENCE		= 4,
+	FF_ERR_DENIED		= 5,
+	FF_ERR_NOTFOUND		= 6,
+	FF_ERR_INVALID		= 7,
+	FF_ERR_UNAVAILABLE	= 8,
+	FF_ERR_INTERNAL		= 9,
+};
+
+/* One attribute; val points into the message it came from. */
+struct ff_attr {
+	uint16_t type;
+	uint16_t len;
+	const uint8_t *val;
+};
+
+/*
+ * A decoded message. attr[t] is valid only when bit t of present is set;
+ * unknown attributes are only reachable through ff_attr_next().
+ */
+struct ff_msg {
+	uint8_t type;
+	uint32_t seq;
+	const uint8_t *payload;
+	uint32_t payload_len;
+	uint32_t present;
+	struct ff_attr attr[FF_ATTR__COUNT];
+};
+
+/*
+ * Decode one datagram of n bytes, applying every rule of PROTOCOL.md in its
+ * order. Returns 0, or the error code a receiver replies with
+ * (FF_ERR_BADMSG, FF_ERR_VERSION or FF_ERR_UNKNOWN). A datagram over
+ * FF_MAX_MESSAGE fails the length check (BADMSG). Presence of required
+ * attributes is the handler's business, not the decoder's.
+ */
+int ff_msg_decode(const void *buf, size_t n, struct ff_msg *m);
+
+/* Returns the known attribute of this type, or NULL if absent or unknown. */
+const struct ff_attr *ff_msg_get(const struct ff_msg *m, uint16_t type);
+
+/*
+ * Iterate over all attributes of a decoded message in wire order, unknown
+ * ones included. Start with *off = 0. Returns 1 and fills *a, or 0 at the end.
+ */
+int ff_attr_next(const struct ff_msg *m, uint32_t *off, struct ff_attr *a);
+
+/* Value of a decoded u8 / u32 attribute (sizes are checked by the decoder). */
+static inline uint8_t ff_attr_u8(const struct ff_attr *a)
+{
+	return a->val[0];
+}
+
+static inline uint32_t ff_attr_u32(const struct ff_attr *a)
+{
+	return (uint32_t)a->val[0] | (uint32_t)a->val[1] << 8 |
+	       (uint32_t)a->val[2] << 16 | (uint32_t)a->val[3] << 24;
+}
+
+/*
+ * Encoder. Errors are sticky, so a caller adds every attribute and checks
+ * once, at ff_enc_finish(). It refuses to produce anything the decoder would
+ * reject: an unknown message type, a known attribute of the wrong size, too
+ * long or repeated (-EINVAL), or a message over the buffer or FF_MAX_MESSAGE
+ * (-EMSGSIZE). Unknown attribute types are written as given.
+ */
+struct ff_enc {
+	uint8_t *buf;
+	size_t cap;
+	size_t len;
+	uint32_t present;
+	int err;
+};
+
+void ff_enc_start(struct ff_enc *e, void *buf, size_t cap, uint8_t type,
+		  uint32_t seq);
+void ff_enc_attr(struct ff_enc *e, uint16_t type, const void *val, size_t len);
+void ff_enc_u8(struct ff_enc *e, uint16_t type, uint8_t v);
+void ff_enc_u32(struct ff_enc *e, uint16_t type, uint32_t v);
+void ff_enc_str(struct ff_enc *e, uint16_t type, const char *s);
+
+/* Returns the message size in bytes, or the first error as -errno. */
+int ff_enc_finish(struct ff_enc *e);
+
+#endif

@@ -1,0 +1,239 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Agent client: connect, one request/one reply with fds, HELLO and LOOKUP.
+ *
+ * The socket is non-blocking and every wait is a poll() against one
+ * monotonic deadline per call, so signals (EINTR) and partial progress never
+ * stretch the bound the caller asked for.
+ *
+ * When the shim interposes poll/sendmsg/recvmsg (issue 3), these calls must
+ * reach libc's real functions, not the shim's own wrappers.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent_client.h"
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Wait for ev on fd until deadline (ms, monotonic). */
+static int wait_fd(int fd, short ev, int64_t deadline)
+{
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = ev };
+		int64_t left = deadline - now_ms();
+		int n;
+
+		if (left <= 0)
+			return -ETIMEDOUT;
+		n = poll(&p, 1, (int)left);
+		if (n > 0)
+			return 0;	/* ready, or HUP/ERR: the next call reports it */
+		if (n < 0 && errno != EINTR)
+			return -errno;
+	}
+}
+
+/*
+ * A blocking AF_UNIX connect waits for room in the listener's backlog for at
+ * most SO_SNDTIMEO, so the kernel enforces our bound; a non-blocking one
+ * would fail at once with EAGAIN and give the agent no chance under load.
+ */
+static int connect_bounded(int fd, const struct sockaddr_un *sa, int64_t deadline)
+{
+	for (;;) {
+		int64_t left = deadline - now_ms();
+		struct timeval tv;
+
+		if (left <= 0)
+			return -ETIMEDOUT;
+		tv.tv_sec = left / 1000;
+		tv.tv_usec = (left % 1000) * 1000;
+		if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0)
+			return -errno;
+		if (connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) == 0)
+			return 0;
+		if (errno == EAGAIN)
+			return -ETIMEDOUT;
+		if (errno != EINTR)
+			return -errno;
+	}
+}
+
+int ff_agent_connect(struct ff_agent *a, const char *path, int timeout_ms)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int64_t deadline = now_ms() + timeout_ms;
+	int fd, ret;
+
+	a->fd = -1;
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	memcpy(sa.sun_path, path, strlen(path));
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	ret = connect_bounded(fd, &sa, deadline);
+	if (!ret)
+		ret = ff_agent_attach(a, fd, timeout_ms);
+	if (ret)
+		close(fd);
+	return ret;
+}
+
+int ff_agent_attach(struct ff_agent *a, int fd, int timeout_ms)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		return -errno;
+	*a = (struct ff_agent){ .fd = fd, .timeout_ms = timeout_ms };
+	return 0;
+}
+
+void ff_agent_close(struct ff_agent *a)
+{
+	if (a->fd >= 0)
+		close(a->fd);
+	a->fd = -1;
+}
+
+uint32_t ff_agent_next_seq(struct ff_agent *a)
+{
+	return ++a->seq;
+}
+
+void ff_reply_close_fds(struct ff_reply *r)
+{
+	for (unsigned int i = 0; i < r->nfds; i++)
+		close(r->fds[i]);
+	r->nfds = 0;
+}
+
+/* MSG_NOSIGNAL: a dead agent must not kill the application with SIGPIPE. */
+static int send_msg(int fd, const void *buf, int len, int64_t deadline)
+{
+	for (;;) {
+		ssize_t n = send(fd, buf, (size_t)len, MSG_NOSIGNAL | MSG_DONTWAIT);
+		int ret;
+
+		if (n == len)
+			return 0;
+		if (n >= 0)	/* SOCK_SEQPACKET sends whole datagrams */
+			return -EPROTO;
+		if (errno == EPIPE)
+			return -ECONNRESET;
+		if (errno != EAGAIN && errno != EINTR)
+			return -errno;
+		ret = wait_fd(fd, POLLOUT, deadline);
+		if (ret)
+			return ret;
+	}
+}
+
+/* Keep the fds of every SCM_RIGHTS header; say whether any was dropped. */
+static int take_fds(struct msghdr *mh, struct ff_reply *r)
+{
+	struct cmsghdr *c;
+
+	for (c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
+		size_t n;
+
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < n; i++) {
+			int fd;
+
+			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(fd));
+			if (r->nfds < FF_AGENT_MAX_FDS)
+				r->fds[r->nfds++] = fd;
+			else
+				close(fd);
+		}
+	}
+	return mh->msg_flags & MSG_CTRUNC ? -EPROTO : 0;
+}
+
+/*
+ * Receive one datagram. MSG_CMSG_CLOEXEC closes the window in which a
+ * concurrent fork+exec in the application could inherit a passed fd.
+ */
+static int recv_msg(int fd, struct ff_reply *r, int64_t deadline)
+{
+	union {
+		char buf[CMSG_SPACE(FF_AGENT_MAX_FDS * sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = { .iov_base = r->buf, .iov_len = sizeof(r->buf) };
+	struct msghdr mh = {
+		.msg_iov = &iov, .msg_iovlen = 1,
+		.msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf),
+	};
+
+	for (;;) {
+		ssize_t n = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		int ret;
+
+		if (n > 0) {
+			ret = take_fds(&mh, r);
+			if (!ret && (mh.msg_flags & MSG_TRUNC))
+				ret = -EMSGSIZE;
+			return ret ? ret : (int)n;
+		}
+		if (n == 0)	/* peer closed; a 0-byte datagram is malformed anyway */
+			return -ECONNRESET;
+		if (errno != EAGAIN && errno != EINTR)
+			return -errno;
+		ret = wait_fd(fd, POLLIN, deadline);
+		if (ret)
+			return ret;
+	}
+}
+
+static int check_reply(struct ff_reply *r, int n, uint32_t seq, uint8_t want)
+{
+	if (ff_msg_decode(r->buf, (size_t)n, &r->msg))
+		return -EPROTO;
+	if (r->msg.seq != seq)
+		return -EPROTO;
+	if (r->msg.type == FF_MSG_ERROR)
+		return ff_msg_get(&r->msg, FF_ATTR_ERR_CODE) ? 0 : -EPROTO;
+	return r->msg.type == want ? 0 : -EPROTO;
+}
+
+int ff_agent_request(struct ff_agent *a, const void *req, int len,
+		     uint8_t want, struct ff_reply *r)
+{
+	int64_t deadline = now_ms() + a->timeout_ms;
+	struct ff_msg q;
+	int ret;
+
+	r->nfds = 0;
+	if (a->fd < 0)
+		return -ENOTCONN;
+	if (len <= 0 || ff_msg_decode(req, (size_t)len, &q))
+		return -EINVAL;
+	ret = send_msg(a->fd, req, len, deadline);
+	if (!ret)
+		ret = recv_msg(a->fd, r, deadline);
+	if (ret > 0)
+		ret = check_reply(r, ret, q.seq, want);
+	if (ret < 0) {
+		ff_reply_close_fds(r);
+		ff_agent_close(a);
+	}
+	return ret;
+}

@@ -1,0 +1,106 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Client side of the agent's library socket (docs/PROTOCOL.md, "Session").
+ *
+ * Every wait is bounded by the timeout given at connect time: the library
+ * sits on the connect() path of unmodified programs, so an agent that is
+ * slow, wedged or gone must cost at most that bound before the program
+ * falls back to plain TCP.
+ *
+ * Return convention: 0 on success; a positive wire error code (enum ff_err)
+ * when the agent answered with ERROR, the connection staying usable; a
+ * negative errno when the transport or the reply failed, in which case the
+ * connection has been closed (a late reply must never be read as the answer
+ * to the next request). Nothing here sets errno.
+ *
+ * One struct ff_agent carries at most one outstanding request (the protocol
+ * allows no more), so callers serialize its use.
+ */
+#ifndef FREEFLOW_AGENT_CLIENT_H
+#define FREEFLOW_AGENT_CLIENT_H
+
+#include <stdint.h>
+
+#include "freeflow/proto.h"
+
+#define FF_AGENT_SOCK_PATH	"/run/freeflow/agent.sock"
+/* Sent as LIB_VERSION in HELLO unless the caller gives another. */
+#define FF_LIB_VERSION		"0.1.0"
+/* Fds one reply may carry; more is a protocol error. */
+#define FF_AGENT_MAX_FDS	4
+/*
+ * Largest reply on the library socket. The biggest defined one, an ERROR
+ * with a full ERR_MSG, is about 1 KiB; the rest is room for attributes of
+ * later minor versions. Kept small because it lives on the stack of
+ * whichever application thread called connect().
+ */
+#define FF_AGENT_REPLY_MAX	4096
+
+struct ff_agent {
+	int fd;
+	int timeout_ms;
+	uint32_t seq;
+};
+
+/* A reply: msg points into buf; fds are open, close-on-exec, owned by the caller. */
+struct ff_reply {
+	uint8_t buf[FF_AGENT_REPLY_MAX];
+	struct ff_msg msg;
+	int fds[FF_AGENT_MAX_FDS];
+	unsigned int nfds;
+};
+
+struct ff_hello_info {
+	char agent_version[65];
+	char container_id[256];
+	char name[256];
+	char tenant[256];
+	char host[256];
+	uint8_t ip[16];
+	uint8_t ip_len;
+};
+
+struct ff_lookup_info {
+	uint8_t found;
+	uint8_t local;
+	uint8_t freeflow;
+	char name[256];
+	char host[256];
+	char tenant[256];
+	uint8_t ip[16];
+	uint8_t ip_len;
+};
+
+/* Connect to the agent socket at path, waiting at most timeout_ms. */
+int ff_agent_connect(struct ff_agent *a, const char *path, int timeout_ms);
+
+/* Take over an already connected SOCK_SEQPACKET socket (it becomes non-blocking). */
+int ff_agent_attach(struct ff_agent *a, int fd, int timeout_ms);
+
+void ff_agent_close(struct ff_agent *a);
+
+/* Next seq for a request encoded by the caller. */
+uint32_t ff_agent_next_seq(struct ff_agent *a);
+
+/*
+ * Send one encoded request and wait for its reply, which must carry the
+ * request's seq and be of type want or ERROR. Returns 0 (the reply may be an
+ * ERROR; r->msg says) or a negative errno.
+ */
+int ff_agent_request(struct ff_agent *a, const void *req, int len,
+		     uint8_t want, struct ff_reply *r);
+
+/* Close the fds a reply carried and that the caller did not take. */
+void ff_reply_close_fds(struct ff_reply *r);
+
+/*
+ * HELLO / LOOKUP round trips; see the return convention above. HELLO is for
+ * the library socket: a reply without the caller's identity (as the admin
+ * socket gives) is a protocol error here.
+ */
+int ff_agent_hello(struct ff_agent *a, const char *lib_version,
+		   struct ff_hello_info *out);
+int ff_agent_lookup(struct ff_agent *a, const uint8_t *ip, int ip_len,
+		    struct ff_lookup_info *out);
+
+#endif

@@ -1,0 +1,164 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Each thread's own connection to the agent (PROTOCOL.md allows one request
+ * outstanding per connection, so sharing one would need a lock held across
+ * the agent's answer; one per thread needs none).
+ *
+ * - Opened on first use, HELLO done, marked FF_FD_CONTROL in the fd table so
+ *   the shim notices when the application closes or dup2()s over it.
+ * - fork: the child must not talk on its parent's sessions (replies would go
+ *   to whichever process reads first). The atfork child handler closes every
+ *   inherited control fd; the pid stored here tells this thread to reconnect.
+ * - A thread's session is closed when the thread exits (a pthread key).
+ * - After a timeout the thread leaves the agent alone for BACKOFF_MS, so a
+ *   wedged agent costs one bounded wait per second, not one per connection.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent_client.h"
+#include "shim.h"
+
+/*
+ * Must exceed the agent's 50 ms wait for the peer (PROTOCOL.md): if the
+ * library gave up exactly when the agent decides, one end could get the
+ * channel while the other stays on TCP. So 50 ms + margin for the agent to
+ * answer; a silent agent costs at most this.
+ */
+#define AGENT_TIMEOUT_MS	80
+#define BACKOFF_MS		1000
+
+struct control {
+	struct ff_agent agent;
+	pid_t pid;
+	int fd;			/* -1: no session */
+	int64_t backoff_until;	/* ms, monotonic */
+};
+
+static _Thread_local struct control ctl = { .fd = -1 };
+static pthread_key_t ctl_key;
+static const char *agent_path = FF_AGENT_SOCK_PATH;
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Drop the session; close its fd only if it is still ours to close. */
+static void drop(int close_fd)
+{
+	if (ctl.fd < 0)
+		return;
+	ff_fd_mark_control(ctl.fd, 0);
+	if (close_fd && ctl.agent.fd >= 0)
+		ff_real.close(ctl.agent.fd);
+	ctl.agent.fd = -1;
+	ctl.fd = -1;
+}
+
+static void thread_exit(void *p)
+{
+	(void)p;
+	ff_busy = 1;
+	if (ctl.pid == getpid())
+		drop(1);
+	ff_busy = 0;
+}
+
+void ff_control_init(void)
+{
+	const char *p = getenv("FREEFLOW_AGENT_SOCKET");
+
+	if (p && *p)
+		agent_path = p;
+	pthread_key_create(&ctl_key, thread_exit);
+}
+
+/* Still ours: same process, and the application has not closed it. */
+static int still_valid(void)
+{
+	struct ff_slot *s;
+
+	if (ctl.fd < 0)
+		return 0;
+	s = ff_fd_slot(ctl.fd);
+	if (ctl.pid != getpid() || !s || !(atomic_load(&s->flags) & FF_FD_CONTROL)) {
+		/* The fd number may already be someone else's: never close it here. */
+		ctl.fd = -1;
+		ctl.agent.fd = -1;
+		return 0;
+	}
+	return 1;
+}
+
+static int open_session(void)
+{
+	struct ff_hello_info hello;
+	int ret;
+
+	ret = ff_agent_connect(&ctl.agent, agent_path, AGENT_TIMEOUT_MS);
+	if (ret)
+		return ret;
+	ret = ff_agent_hello(&ctl.agent, NULL, &hello);
+	if (ret) {
+		ff_agent_close(&ctl.agent);
+		/* A positive code is the agent's ERROR (e.g. DENIED): not a container. */
+		return ret > 0 ? -EPERM : ret;
+	}
+	ctl.fd = ctl.agent.fd;
+	ctl.pid = getpid();
+	ff_fd_mark_control(ctl.fd, 1);
+	pthread_setspecific(ctl_key, &ctl);
+	return 0;
+}
+
+int ff_control_get(struct ff_agent **out)
+{
+	int ret;
+
+	if (still_valid()) {
+		*out = &ctl.agent;
+		return 0;
+	}
+	if (ctl.backoff_until && now_ms() < ctl.backoff_until)
+		return -ETIMEDOUT;
+	ret = open_session();
+	if (ret == -ETIMEDOUT)
+		ctl.backoff_until = now_ms() + BACKOFF_MS;
+	if (ret)
+		return ret;
+	ctl.backoff_until = 0;
+	*out = &ctl.agent;
+	return 0;
+}
+
+void ff_control_broken(int err)
+{
+	/* ff_agent_request closed agent.fd already on transport errors. */
+	if (ctl.agent.fd < 0 && ctl.fd >= 0) {
+		ff_fd_mark_control(ctl.fd, 0);
+		ctl.fd = -1;
+	}
+	if (err == -ETIMEDOUT)
+		ctl.backoff_until = now_ms() + BACKOFF_MS;
+}
+
+/* fork child: close every inherited session (under the table lock of fork.c). */
+void ff_control_atfork_child(void)
+{
+	int hw = ff_table_hiwater();
+
+	for (int fd = 0; fd <= hw; fd++) {
+		struct ff_slot *s = ff_fd_slot(fd);
+
+		if (s && (atomic_load(&s->flags) & FF_FD_CONTROL)) {
+			ff_real.close(fd);
+			atomic_store(&s->flags, 0);
+		}
+	}
+}

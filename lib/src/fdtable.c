@@ -1,0 +1,215 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The fd table: one slot per fd number, saying whether the shim tracks it
+ * and, if so, which connection object it refers to.
+ *
+ * The table is sized once from RLIMIT_NOFILE (the hard limit, so a program
+ * that raises its soft limit later is still covered), capped at FD_CAP
+ * slots; it is an anonymous mapping, so untouched pages cost nothing. An fd
+ * above the table is simply never tracked: it stays plain TCP.
+ */
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+
+#include "shim.h"
+
+#define FD_CAP		(1 << 20)
+#define FD_MIN		1024
+
+static struct ff_slot *table;
+static int table_size;
+static _Atomic int hiwater = -1;
+_Atomic int ff_pending_count;
+
+static pthread_mutex_t table_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t decided = PTHREAD_COND_INITIALIZER;
+
+void ff_table_init(void)
+{
+	struct rlimit rl;
+	rlim_t n = FD_MIN;
+	void *p;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
+		n = rl.rlim_max > rl.rlim_cur ? rl.rlim_max : rl.rlim_cur;
+	if (n > FD_CAP || n == RLIM_INFINITY)
+		n = FD_CAP;
+	if (n < FD_MIN)
+		n = FD_MIN;
+	p = mmap(NULL, (size_t)n * sizeof(struct ff_slot), PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED)
+		return;		/* table_size 0: nothing is tracked, all stays TCP */
+	table = p;
+	table_size = (int)n;
+}
+
+/*
+ * The one accessor. Locking rule:
+ *  - slot->flags may be read without any lock (atomic); the data path does
+ *    only that, so untracked and decided fds cost one load;
+ *  - slot->conn and everything in a struct ff_conn are read and written only
+ *    with the table lock held; a caller that needs conn data after
+ *    unlocking copies it first (a conn is freed when its last fd closes);
+ *  - flags are written only with the table lock held;
+ *  - the lock is never held across a call to the agent or any blocking
+ *    system call.
+ */
+struct ff_slot *ff_fd_slot(int fd)
+{
+	ff_init();
+	if (fd < 0 || fd >= table_size)
+		return NULL;
+	return &table[fd];
+}
+
+void ff_table_lock(void)
+{
+	pthread_mutex_lock(&table_mu);
+}
+
+void ff_table_unlock(void)
+{
+	pthread_mutex_unlock(&table_mu);
+}
+
+void ff_table_wait(void)
+{
+	pthread_cond_wait(&decided, &table_mu);
+}
+
+void ff_table_broadcast(void)
+{
+	pthread_cond_broadcast(&decided);
+}
+
+int ff_table_hiwater(void)
+{
+	return atomic_load(&hiwater);
+}
+
+struct ff_conn *ff_conn_new(int family)
+{
+	struct ff_conn *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->family = family;
+	c->kern_family = family;
+	c->pending_fd = -1;
+	return c;
+}
+
+static int is_pending(enum ff_state st)
+{
+	return st == FF_ST_PENDING || st == FF_ST_NEGOTIATING;
+}
+
+static void note_fd(int fd)
+{
+	int hw = atomic_load(&hiwater);
+
+	while (fd > hw && !atomic_compare_exchange_weak(&hiwater, &hw, fd))
+		;
+}
+
+void ff_fd_attach(int fd, struct ff_conn *c)
+{
+	struct ff_slot *s = ff_fd_slot(fd);
+
+	if (!s)
+		return;
+	c->refs++;
+	s->conn = c;
+	atomic_store(&s->flags, FF_FD_TRACKED | (is_pending(c->state) ? FF_FD_PENDING : 0));
+	note_fd(fd);
+}
+
+void ff_fd_mark_control(int fd, int on)
+{
+	struct ff_slot *s = ff_fd_slot(fd);
+
+	if (!s)
+		return;
+	ff_table_lock();
+	if (!s->conn) {
+		atomic_store(&s->flags, on ? FF_FD_CONTROL : 0);
+		note_fd(fd);
+	}
+	ff_table_unlock();
+}
+
+struct ff_conn *ff_fd_detach(int fd)
+{
+	struct ff_slot *s = ff_fd_slot(fd);
+	struct ff_conn *c;
+
+	if (!s)
+		return NULL;
+	c = s->conn;
+	s->conn = NULL;
+	atomic_store(&s->flags, 0);
+	return c;
+}
+
+/*
+ * Pending conns have exactly one fd (a dup before the decision opts the
+ * connection out, see socket_calls.c), so the PENDING bit lives in that
+ * one slot.
+ */
+void ff_conn_set_state(struct ff_conn *c, enum ff_state st)
+{
+	int was = is_pending(c->state), now = is_pending(st);
+	struct ff_slot *s = c->pending_fd >= 0 ? ff_fd_slot(c->pending_fd) : NULL;
+
+	c->state = st;
+	if (was == now)
+		return;
+	atomic_fetch_add(&ff_pending_count, now ? 1 : -1);
+	if (s && s->conn == c)
+		atomic_store(&s->flags, FF_FD_TRACKED | (now ? FF_FD_PENDING : 0));
+	if (!now)
+		c->pending_fd = -1;
+	ff_table_broadcast();
+}
+
+int ff_conn_unref(struct ff_conn *c)
+{
+	return --c->refs == 0;
+}
+
+void ff_conn_forget_epregs(struct ff_conn *c)
+{
+	while (c->epregs) {
+		struct ff_epreg *r = c->epregs;
+
+		c->epregs = r->next;
+		free(r);
+	}
+}
+
+void ff_conn_free(struct ff_conn *c)
+{
+	if (is_pending(c->state))
+		atomic_fetch_sub(&ff_pending_count, 1);
+	ff_conn_forget_epregs(c);
+	free(c);
+}
+
+/* fork child, table lock held (fork.c). */
+void ff_table_atfork_child(void)
+{
+	int hw = ff_table_hiwater();
+
+	pthread_cond_init(&decided, NULL);
+	for (int fd = 0; fd <= hw; fd++) {
+		struct ff_conn *c = table[fd].conn;
+
+		if (c && c->state == FF_ST_NEGOTIATING) {
+			ff_conn_set_state(c, FF_ST_OVERLAY);
+			/* The parent's negotiating thread held a reference. */
+			c->refs--;
+		}
+	}
+}

@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fork and exec.
+ *
+ * fork: both processes keep every connection. The kernel shares the
+ * sockets (swapped or not) between them, and the child inherits the fd
+ * table as memory. The handlers below hold the table lock across fork(),
+ * so the child's copy is consistent, then in the child:
+ *  - close the inherited agent sessions (control.c), so parent and child
+ *    never read each other's replies; each child thread reconnects;
+ *  - give up on negotiations that a parent thread was running: that thread
+ *    does not exist in the child, whose fd stays on the overlay socket;
+ *  - re-create the condition variable, which may count waiters that the
+ *    child does not have.
+ * vfork/posix_spawn children run no handlers; they only exec or _exit,
+ * which needs none.
+ *
+ * exec: nothing to do. FD_CLOEXEC was kept by the swap, so the kernel
+ * closes or keeps each channel as it would have the TCP socket, and
+ * LD_PRELOAD in the environment loads the shim into the new image, which
+ * starts with an empty table: a kept channel then works as a plain socket
+ * (data, poll, shutdown) but getpeername/getsockname show its real
+ * AF_UNIX names (a known limit).
+ */
+#include "shim.h"
+
+void ff_table_atfork_child(void);
+
+static void prepare(void)
+{
+	ff_table_lock();
+}
+
+static void parent(void)
+{
+	ff_table_unlock();
+}
+
+static void child(void)
+{
+	ff_table_atfork_child();
+	ff_control_atfork_child();
+	ff_table_unlock();
+}
+
+void ff_fork_init(void)
+{
+	pthread_atfork(prepare, parent, child);
+}

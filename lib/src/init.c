@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Library start-up: resolve libc's real socket functions once, read the
+ * environment, set up the fd table and the fork handlers.
+ *
+ * Nothing runs from a constructor: the first wrapped call of any thread runs
+ * ff_init() through pthread_once, so start-up order against other preloaded
+ * libraries (sanitizers) does not matter. ff_init() itself must call no
+ * wrapped function, or pthread_once would wait on itself.
+ */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "shim.h"
+
+struct ff_real ff_real;
+_Thread_local int ff_busy;
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+
+void ff_table_init(void);
+void ff_log_init(void);
+
+/*
+ * A missing libc function means this libc is not one the shim can work
+ * with; carrying on would call through NULL later, far from the cause.
+ */
+static void *resolve(const char *name, int required)
+{
+	void *p = dlsym(RTLD_NEXT, name);
+
+	if (!p && required) {
+		char msg[256];
+		int n = snprintf(msg, sizeof(msg),
+				 "libfreeflow: cannot find libc's %s (%s); remove libfreeflow.so from LD_PRELOAD\n",
+				 name, dlerror());
+
+		if (write(2, msg, (size_t)n) < 0)
+			abort();
+		abort();
+	}
+	return p;
+}
+
+#define NEED(fn)		(ff_real.fn = resolve(#fn, 1))
+#define MAYBE(fn, sym)		(ff_real.fn = resolve(sym, 0))
+
+static void resolve_all(void)
+{
+	NEED(socket); NEED(connect); NEED(listen); NEED(accept); NEED(accept4);
+	NEED(close); NEED(dup); NEED(dup2); NEED(dup3); NEED(fcntl);
+	NEED(shutdown); NEED(read); NEED(write); NEED(readv); NEED(writev);
+	NEED(recv); NEED(send); NEED(recvfrom); NEED(sendto); NEED(recvmsg);
+	NEED(sendmsg); NEED(sendfile); NEED(getsockname); NEED(getpeername);
+	NEED(getsockopt); NEED(setsockopt); NEED(poll); NEED(select);
+	NEED(epoll_ctl); NEED(epoll_wait); NEED(epoll_pwait);
+	/* Newer or fortify-only entry points: a program can only call them if libc has them. */
+	MAYBE(fcntl64, "fcntl64");
+	MAYBE(read_chk, "__read_chk");
+	MAYBE(recv_chk, "__recv_chk");
+	MAYBE(recvfrom_chk, "__recvfrom_chk");
+}
+
+static void init_once_fn(void)
+{
+	resolve_all();
+	ff_log_init();
+	ff_table_init();
+	ff_control_init();
+	ff_fork_init();
+}
+
+void ff_init(void)
+{
+	pthread_once(&init_once, init_once_fn);
+}

@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Fallback reporting. Falling back to the overlay is never an error for the
+ * application, so the shim is silent by default; FREEFLOW_DEBUG=1 makes each
+ * fallback print one line saying why, so "why is this not fast?" has an
+ * answer without a debugger.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "shim.h"
+
+int ff_debug_on;
+
+void ff_log_init(void)
+{
+	const char *v = getenv("FREEFLOW_DEBUG");
+
+	ff_debug_on = v && strcmp(v, "0") != 0 && v[0] != '\0';
+}
+
+void ff_fallback(int fd, const char *fmt, ...)
+{
+	char line[512];
+	va_list ap;
+	int n;
+
+	if (!ff_debug_on)
+		return;
+	n = snprintf(line, sizeof(line), "libfreeflow[%d]: fd %d stays on the overlay: ",
+		     (int)getpid(), fd);
+	va_start(ap, fmt);
+	n += vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+	va_end(ap);
+	if (n > (int)sizeof(line) - 2)
+		n = (int)sizeof(line) - 2;
+	line[n++] = '\n';
+	/* One write() per line, so lines of concurrent threads do not mix. */
+	if (ff_real.write(2, line, (size_t)n) < 0)
+		return;
+}

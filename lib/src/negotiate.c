@@ -1,0 +1,298 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Negotiation: ask the agent whether an established overlay TCP connection
+ * moves to a kernel channel, and swap it in.
+ *
+ * Design note.
+ * - The kernel channels (unix, host-tcp) are ordinary kernel stream sockets,
+ *   so after the swap every data call (read/write/send/recv/...msg, MSG_PEEK,
+ *   MSG_WAITALL, shutdown, poll/select, SIGPIPE, sendfile) works natively on
+ *   the application's fd. The shim wraps the data path only to hold a
+ *   connection that still waits for its decision: one atomic load per call.
+ * - The decision is made once a connection is established and before the
+ *   application can move a byte on it: inside connect() for a blocking
+ *   connect, inside accept()/accept4(), and for a non-blocking connect at
+ *   the first moment the application can observe completion:
+ *   getsockopt(SO_ERROR), any data call, poll/select reporting the fd, or
+ *   epoll_wait reporting it (epoll.c). Until then a pending fd is polled for
+ *   POLLOUT as well, so a program that waits only for the peer's first bytes
+ *   still wakes up when the connection completes.
+ * - The swap: the channel's O_NONBLOCK is set like the TCP socket's, the
+ *   socket options the application set are carried (sockopt.c), dup3()
+ *   puts the channel at the application's fd number with its FD_CLOEXEC
+ *   (closing the TCP socket in the same step), then epoll registrations
+ *   made before the decision are replayed on the new file.
+ * - Any failure (no agent, timeout, ERROR reply, PATH overlay, a reply we do
+ *   not understand) leaves the TCP connection untouched: no error reaches
+ *   the application, and FREEFLOW_DEBUG=1 says why.
+ * - The table lock is not held while the agent is asked; the conn is in
+ *   NEGOTIATING meanwhile and other threads wanting it wait for the
+ *   decision. The swap itself runs under the lock, after checking that the
+ *   fd still refers to this conn (the application may have closed it).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent_client.h"
+#include "shim.h"
+
+/*
+ * IPv4-mapped IPv6 addresses (a dual-stack listener) are sent as IPv4
+ * endpoints, so both ends name one connection with the same bytes.
+ */
+int ff_endpoint(const struct sockaddr_storage *sa, uint8_t out[18])
+{
+	const struct sockaddr_in *in = (const void *)sa;
+	const struct sockaddr_in6 *in6 = (const void *)sa;
+
+	if (sa->ss_family == AF_INET) {
+		memcpy(out, &in->sin_addr, 4);
+		memcpy(out + 4, &in->sin_port, 2);
+		return FF_EP4_LEN;
+	}
+	if (sa->ss_family != AF_INET6)
+		return -EAFNOSUPPORT;
+	if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) {
+		memcpy(out, &in6->sin6_addr.s6_addr[12], 4);
+		memcpy(out + 4, &in6->sin6_port, 2);
+		return FF_EP4_LEN;
+	}
+	memcpy(out, &in6->sin6_addr, 16);
+	memcpy(out + 16, &in6->sin6_port, 2);
+	return FF_EP6_LEN;
+}
+
+static void enc_endpoint(struct ff_enc *e, uint16_t type,
+			 const struct sockaddr_storage *sa)
+{
+	uint8_t ep[18];
+	int n = ff_endpoint(sa, ep);
+
+	if (n < 0)
+		e->err = n;
+	else
+		ff_enc_attr(e, type, ep, (size_t)n);
+}
+
+/* One request on this thread's session; ff_busy keeps the shim out of it. */
+static int request(uint8_t msg, const struct sockaddr_storage *local,
+		   const struct sockaddr_storage *remote, uint8_t want,
+		   struct ff_reply *r)
+{
+	struct ff_agent *a;
+	uint8_t buf[FF_HDR_LEN + 2 * (FF_ATTR_HDR_LEN + FF_EP6_LEN)];
+	struct ff_enc e;
+	int n, ret;
+
+	ff_busy = 1;
+	ret = ff_control_get(&a);
+	if (!ret) {
+		ff_enc_start(&e, buf, sizeof(buf), msg, ff_agent_next_seq(a));
+		enc_endpoint(&e, FF_ATTR_LOCAL_EP, local);
+		if (remote)
+			enc_endpoint(&e, FF_ATTR_REMOTE_EP, remote);
+		n = ff_enc_finish(&e);
+		ret = n < 0 ? n : ff_agent_request(a, buf, n, want, r);
+		if (ret < 0)
+			ff_control_broken(ret);
+	}
+	ff_busy = 0;
+	return ret;
+}
+
+int ff_announce(uint8_t msg, const struct sockaddr_storage *local,
+		const struct sockaddr_storage *remote)
+{
+	struct ff_reply r;
+	int ret = request(msg, local, remote, FF_MSG_OK, &r);
+
+	if (ret)
+		return ret;
+	ff_reply_close_fds(&r);
+	return r.msg.type == FF_MSG_OK ? 0 : -EPERM;
+}
+
+/* Say why a reply means overlay in why; returns the channel fd or -1. */
+static int read_path(struct ff_reply *r, char *why, size_t cap)
+{
+	const struct ff_attr *kind = ff_msg_get(&r->msg, FF_ATTR_PATH_KIND);
+	const struct ff_attr *reason = ff_msg_get(&r->msg, FF_ATTR_REASON);
+	int type = 0, chan;
+	socklen_t tl = sizeof(type);
+
+	if (r->msg.type == FF_MSG_ERROR) {
+		snprintf(why, cap, "agent answered ERROR %u",
+			 ff_attr_u32(ff_msg_get(&r->msg, FF_ATTR_ERR_CODE)));
+		return -1;
+	}
+	if (!kind) {
+		snprintf(why, cap, "agent's PATH has no PATH_KIND");
+		return -1;
+	}
+	if (ff_attr_u8(kind) == FF_PATH_OVERLAY) {
+		snprintf(why, cap, "agent chose overlay (%.*s)", reason ? reason->len : 4,
+			 reason ? (const char *)reason->val : "none");
+		return -1;
+	}
+	if (ff_attr_u8(kind) != FF_PATH_UNIX && ff_attr_u8(kind) != FF_PATH_HOST_TCP) {
+		snprintf(why, cap, "path kind %u is not supported", ff_attr_u8(kind));
+		return -1;
+	}
+	if (r->nfds != 1) {
+		snprintf(why, cap, "PATH carried %u fds, not 1", r->nfds);
+		return -1;
+	}
+	chan = r->fds[0];
+	if (ff_real.getsockopt(chan, SOL_SOCKET, SO_TYPE, &type, &tl) || type != SOCK_STREAM) {
+		snprintf(why, cap, "the handed fd is not a stream socket");
+		return -1;
+	}
+	r->nfds = 0;
+	return chan;
+}
+
+/* Put chan at fd keeping O_NONBLOCK and FD_CLOEXEC. Table lock held. */
+static int swap_in(int fd, int chan, struct ff_conn *c)
+{
+	int fl = ff_real.fcntl(fd, F_GETFL);
+	int fdfl = ff_real.fcntl(fd, F_GETFD);
+	int cfl = ff_real.fcntl(chan, F_GETFL);
+	int dom = 0;
+	socklen_t dl = sizeof(dom);
+
+	if (fl < 0 || fdfl < 0 || cfl < 0)
+		return -errno;
+	if (ff_real.fcntl(chan, F_SETFL, (cfl & ~O_NONBLOCK) | (fl & O_NONBLOCK)) < 0)
+		return -errno;
+	if (ff_real.getsockopt(chan, SOL_SOCKET, SO_DOMAIN, &dom, &dl) < 0)
+		return -errno;
+	c->kern_family = dom;
+	ff_sockopt_carry(fd, chan, c);
+	if (ff_real.dup3(chan, fd, fdfl & FD_CLOEXEC ? O_CLOEXEC : 0) < 0) {
+		c->kern_family = c->family;
+		return -errno;
+	}
+	return 0;
+}
+
+/* Record the outcome; table lock held. */
+static void decide(int fd, struct ff_conn *c, int chan)
+{
+	struct ff_slot *s = ff_fd_slot(fd);
+	struct ff_epreg *regs;
+	int ret = -EBADF;
+
+	if (s && s->conn == c && chan >= 0)
+		ret = swap_in(fd, chan, c);
+	if (chan >= 0 && ret)
+		ff_fallback(fd, "swap failed: %s", strerror(-ret));
+	regs = c->epregs;
+	ff_conn_set_state(c, ret ? FF_ST_OVERLAY : FF_ST_SWAPPED);
+	if (s && s->conn == c)
+		ff_epoll_replay(fd, regs, !ret);
+	ff_conn_forget_epregs(c);
+}
+
+void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
+{
+	struct sockaddr_storage local, remote;
+	socklen_t ll = sizeof(local), rl = sizeof(remote);
+	char why[160] = "";
+	struct ff_reply r;
+	int chan = -1, ret;
+
+	if (ff_real.getsockname(fd, (void *)&local, &ll) ||
+	    ff_real.getpeername(fd, (void *)&remote, &rl)) {
+		snprintf(why, sizeof(why), "not connected: %s", strerror(errno));
+	} else {
+		ret = request(msg, &local, &remote, FF_MSG_PATH, &r);
+		if (ret < 0)
+			snprintf(why, sizeof(why), "agent unreachable: %s", strerror(-ret));
+		else
+			chan = read_path(&r, why, sizeof(why));
+		if (ret >= 0)
+			ff_reply_close_fds(&r);
+	}
+	ff_table_lock();
+	c->local = local;
+	c->local_len = ll;
+	c->remote = remote;
+	c->remote_len = rl;
+	decide(fd, c, chan);
+	if (ff_conn_unref(c))
+		ff_conn_free(c);
+	ff_table_unlock();
+	if (chan >= 0)
+		ff_real.close(chan);
+	else
+		ff_fallback(fd, "%s", why);
+}
+
+static int tcp_state(int fd)
+{
+	struct tcp_info ti;
+	socklen_t len = sizeof(ti);
+
+	if (ff_real.getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) < 0)
+		return -1;
+	return ti.tcpi_state;
+}
+
+static int is_nonblocking(int fd)
+{
+	int fl = ff_real.fcntl(fd, F_GETFL);
+
+	return fl >= 0 && (fl & O_NONBLOCK);
+}
+
+/*
+ * A pending connection in one of three TCP states: still connecting (wait,
+ * or EAGAIN as the kernel would say), failed (the shim steps aside and the
+ * real call reports the error), or established (negotiate now).
+ */
+int ff_settle_slow(int fd, int nonblock)
+{
+	struct ff_slot *s = ff_fd_slot(fd);
+	struct ff_conn *c;
+	int st;
+
+	ff_table_lock();
+	for (;;) {
+		c = s->conn;
+		if (!c || (c->state != FF_ST_PENDING && c->state != FF_ST_NEGOTIATING))
+			break;
+		if (c->state == FF_ST_NEGOTIATING) {
+			ff_table_wait();
+			continue;
+		}
+		st = tcp_state(fd);
+		if (st == TCP_SYN_SENT) {
+			struct pollfd p = { .fd = fd, .events = POLLOUT };
+
+			ff_table_unlock();
+			if (nonblock || is_nonblocking(fd))
+				return -EAGAIN;
+			ff_real.poll(&p, 1, -1);
+			ff_table_lock();
+			continue;
+		}
+		if (st != TCP_ESTABLISHED && st != TCP_CLOSE_WAIT) {
+			ff_conn_set_state(c, FF_ST_OVERLAY);
+			ff_epoll_replay(fd, c->epregs, 0);
+			ff_conn_forget_epregs(c);
+			break;
+		}
+		ff_conn_set_state(c, FF_ST_NEGOTIATING);
+		c->refs++;
+		ff_table_unlock();
+		ff_negotiate(fd, c, FF_MSG_CONNECT);
+		return 0;
+	}
+	ff_table_unlock();
+	return 0;
+}

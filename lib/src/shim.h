@@ -1,0 +1,212 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Internal interface of the LD_PRELOAD shim (docs/ARCHITECTURE.md has the
+ * overview; the design note is at the top of negotiate.c).
+ *
+ * Conventions: internal functions return 0 or -errno and never touch errno;
+ * only the exported wrappers (the libc names) set errno. Everything here is
+ * hidden by libfreeflow.map.
+ */
+#ifndef FREEFLOW_SHIM_H
+#define FREEFLOW_SHIM_H
+
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+/* ---- init.c: libc's own functions, resolved once ---- */
+
+struct ff_real {
+	int (*socket)(int, int, int);
+	int (*connect)(int, const struct sockaddr *, socklen_t);
+	int (*listen)(int, int);
+	int (*accept)(int, struct sockaddr *, socklen_t *);
+	int (*accept4)(int, struct sockaddr *, socklen_t *, int);
+	int (*close)(int);
+	int (*dup)(int);
+	int (*dup2)(int, int);
+	int (*dup3)(int, int, int);
+	int (*fcntl)(int, int, ...);
+	int (*fcntl64)(int, int, ...);
+	int (*shutdown)(int, int);
+	ssize_t (*read)(int, void *, size_t);
+	ssize_t (*write)(int, const void *, size_t);
+	ssize_t (*readv)(int, const struct iovec *, int);
+	ssize_t (*writev)(int, const struct iovec *, int);
+	ssize_t (*recv)(int, void *, size_t, int);
+	ssize_t (*send)(int, const void *, size_t, int);
+	ssize_t (*recvfrom)(int, void *, size_t, int, struct sockaddr *, socklen_t *);
+	ssize_t (*sendto)(int, const void *, size_t, int, const struct sockaddr *, socklen_t);
+	ssize_t (*recvmsg)(int, struct msghdr *, int);
+	ssize_t (*sendmsg)(int, const struct msghdr *, int);
+	ssize_t (*sendfile)(int, int, off_t *, size_t);
+	ssize_t (*read_chk)(int, void *, size_t, size_t);
+	ssize_t (*recv_chk)(int, void *, size_t, size_t, int);
+	ssize_t (*recvfrom_chk)(int, void *, size_t, size_t, int, struct sockaddr *, socklen_t *);
+	int (*getsockname)(int, struct sockaddr *, socklen_t *);
+	int (*getpeername)(int, struct sockaddr *, socklen_t *);
+	int (*getsockopt)(int, int, int, void *, socklen_t *);
+	int (*setsockopt)(int, int, int, const void *, socklen_t);
+	int (*poll)(struct pollfd *, nfds_t, int);
+	int (*select)(int, fd_set *, fd_set *, fd_set *, struct timeval *);
+	int (*epoll_ctl)(int, int, int, struct epoll_event *);
+	int (*epoll_wait)(int, struct epoll_event *, int, int);
+	int (*epoll_pwait)(int, struct epoll_event *, int, int, const sigset_t *);
+};
+
+extern struct ff_real ff_real;
+
+/* Resolves ff_real and reads the environment, once; cheap after that. */
+void ff_init(void);
+
+/*
+ * Set while the shim itself calls socket functions (the agent client): the
+ * wrappers then go straight to libc, so the shim never tracks or negotiates
+ * its own control sockets.
+ */
+extern _Thread_local int ff_busy;
+
+#define REAL(fn) (ff_init(), ff_real.fn)
+
+/* ---- log.c ---- */
+
+extern int ff_debug_on;
+/* With FREEFLOW_DEBUG=1, one line on stderr saying why fd stays on the overlay. */
+void ff_fallback(int fd, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* ---- fdtable.c: what the shim knows about each fd ---- */
+
+enum ff_state {
+	FF_ST_SOCKET,		/* TCP socket, not connected yet */
+	FF_ST_LISTEN,		/* listening */
+	FF_ST_PENDING,		/* connect in progress or done, no decision yet */
+	FF_ST_NEGOTIATING,	/* one thread is asking the agent */
+	FF_ST_OVERLAY,		/* decided: plain TCP, the shim stays out of the way */
+	FF_ST_SWAPPED,		/* decided: a kernel channel sits at the fd */
+};
+
+/* An epoll registration made before the decision, replayed after the swap. */
+struct ff_epreg {
+	struct ff_epreg *next;
+	int epfd;
+	struct epoll_event ev;	/* as the application gave it */
+};
+
+#define FF_MAX_OPTS	16
+
+/* A socket option stored for a channel that lacks it (AF_UNIX has no TCP level). */
+struct ff_opt {
+	int level, name, value;
+};
+
+/* One connection, shared by every fd that refers to it (dup, fork). */
+struct ff_conn {
+	int refs;			/* fds in this process's table */
+	enum ff_state state;
+	int family;			/* AF_INET or AF_INET6, as the application sees it */
+	int kern_family;		/* the family of the socket really at the fd */
+	int registered;			/* listener: the agent acknowledged LISTEN */
+	int pending_fd;			/* PENDING/NEGOTIATING: the fd, for epoll matching */
+	struct sockaddr_storage local, remote;
+	socklen_t local_len, remote_len;
+	struct ff_epreg *epregs;
+	int nopts;
+	struct ff_opt opts[FF_MAX_OPTS];
+};
+
+/* Bits of ff_slot.flags. */
+#define FF_FD_TRACKED	1u	/* conn is set */
+#define FF_FD_PENDING	2u	/* data calls must wait for the decision */
+#define FF_FD_CONTROL	4u	/* a control connection to the agent */
+
+struct ff_slot {
+	_Atomic uint8_t flags;
+	struct ff_conn *conn;
+};
+
+struct ff_slot *ff_fd_slot(int fd);
+void ff_table_lock(void);
+void ff_table_unlock(void);
+/* Wait (table lock held) until some decision was made. */
+void ff_table_wait(void);
+void ff_table_broadcast(void);
+/* Highest fd ever tracked, for scans. */
+int ff_table_hiwater(void);
+/* Number of conns in PENDING/NEGOTIATING: poll/epoll_wait check it first. */
+extern _Atomic int ff_pending_count;
+
+/* Takes the table lock: mark fd as a control connection, or unmark it. */
+void ff_fd_mark_control(int fd, int on);
+
+/* Under the table lock. */
+struct ff_conn *ff_conn_new(int family);
+void ff_fd_attach(int fd, struct ff_conn *c);
+/* Clears the slot; returns its conn (the caller owns that reference) or NULL. */
+struct ff_conn *ff_fd_detach(int fd);
+void ff_conn_set_state(struct ff_conn *c, enum ff_state st);
+/* Drops one reference; returns 1 when it was the last (then call ff_conn_free). */
+int ff_conn_unref(struct ff_conn *c);
+void ff_conn_free(struct ff_conn *c);
+void ff_conn_forget_epregs(struct ff_conn *c);
+
+/* ---- control.c: this thread's connection to the agent ---- */
+
+struct ff_agent;
+/* Returns this thread's session (connected, HELLO done) or a -errno. */
+int ff_control_get(struct ff_agent **out);
+/* After a failed request (err < 0): forget the session if ff_agent closed it. */
+void ff_control_broken(int err);
+void ff_control_atfork_child(void);
+void ff_control_init(void);
+
+/* ---- negotiate.c ---- */
+
+/* An endpoint attribute (FF_EP4_LEN/FF_EP6_LEN bytes) from a sockaddr. */
+int ff_endpoint(const struct sockaddr_storage *sa, uint8_t out[18]);
+/* Negotiate fd (connected, its conn in NEGOTIATING) with msg CONNECT/ACCEPT. */
+void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg);
+/*
+ * A data call on fd is about to run. Returns 0 to go on (decision made or
+ * fd untracked), or -errno the call must fail with (e.g. -EAGAIN while a
+ * non-blocking connect is still in progress).
+ */
+int ff_settle_slow(int fd, int nonblock);
+
+static inline int ff_settle(int fd, int nonblock)
+{
+	struct ff_slot *s = ff_fd_slot(fd);
+
+	/*
+	 * Relaxed is enough: a data call racing with the connect() that sets
+	 * PENDING in another thread has no order to respect, and the slow path
+	 * re-checks under the table lock.
+	 */
+	if (!s || !(atomic_load_explicit(&s->flags, memory_order_relaxed) & FF_FD_PENDING))
+		return 0;
+	return ff_settle_slow(fd, nonblock);
+}
+
+/* Best-effort LISTEN / UNLISTEN / CLOSED; the result only says if the agent took it. */
+int ff_announce(uint8_t msg, const struct sockaddr_storage *local,
+		const struct sockaddr_storage *remote);
+
+/* ---- epoll.c (table lock held) ---- */
+void ff_epoll_arm_pending(int fd, struct ff_conn *c);
+void ff_epoll_replay(int fd, struct ff_epreg *regs, int swapped);
+
+/* ---- sockopt.c ---- */
+void ff_sockopt_carry(int oldfd, int newfd, struct ff_conn *c);
+int ff_sockopt_get(int fd, int level, int name, void *val, socklen_t *len);
+int ff_sockopt_set(int fd, int level, int name, const void *val, socklen_t len);
+
+/* ---- fork.c ---- */
+void ff_fork_init(void);
+
+#endif

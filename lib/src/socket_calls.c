@@ -1,0 +1,378 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Wrapped socket lifecycle calls: socket, connect, listen, accept(4), close,
+ * dup/dup2/dup3/fcntl(F_DUPFD*), getsockname/getpeername, shutdown.
+ *
+ * Only AF_INET/AF_INET6 SOCK_STREAM (TCP) sockets are tracked; every other
+ * fd goes straight to libc. Wrappers save errno from the real call and
+ * return it unchanged, whatever the shim did in between.
+ *
+ * dup of a connection that still waits for its decision opts it out (it
+ * stays on the overlay): a swap would have to replace every fd number at
+ * once, and duplicating a half-open socket is rare enough not to be worth
+ * it. The peer is not harmed: its agent sees no CONNECT and answers overlay
+ * within its 50 ms bound.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <string.h>
+
+#include "freeflow/proto.h"
+#include "shim.h"
+
+#define FF_EXPORT __attribute__((visibility("default")))
+
+static int is_tcp(int domain, int type, int protocol)
+{
+	type &= ~(SOCK_NONBLOCK | SOCK_CLOEXEC);
+	return (domain == AF_INET || domain == AF_INET6) && type == SOCK_STREAM &&
+	       (protocol == 0 || protocol == IPPROTO_TCP);
+}
+
+/* Table lock held: point fd at c, dropping a stale conn the slot still had. */
+static void put_slot(int fd, struct ff_conn *c)
+{
+	struct ff_conn *old = ff_fd_detach(fd);
+
+	if (old && ff_conn_unref(old))
+		ff_conn_free(old);
+	if (c)
+		ff_fd_attach(fd, c);
+}
+
+/* The tracked conn of fd with the lock held, or NULL (lock not held). */
+static struct ff_conn *lock_conn(int fd)
+{
+	struct ff_slot *s = ff_fd_slot(fd);
+
+	if (ff_busy || !s || !(atomic_load(&s->flags) & FF_FD_TRACKED))
+		return NULL;
+	ff_table_lock();
+	if (s->conn)
+		return s->conn;
+	ff_table_unlock();
+	return NULL;
+}
+
+FF_EXPORT int socket(int domain, int type, int protocol)
+{
+	int fd = REAL(socket)(domain, type, protocol);
+	struct ff_conn *c;
+
+	if (fd < 0 || ff_busy || !is_tcp(domain, type, protocol) || !ff_fd_slot(fd))
+		return fd;
+	c = ff_conn_new(domain);
+	ff_table_lock();
+	put_slot(fd, c);
+	ff_table_unlock();
+	return fd;
+}
+
+/* connect() just returned 0 or EINPROGRESS on a SOCKET-state conn. */
+static void connect_done(int fd, struct ff_conn *c, int ret, int err)
+{
+	if (ret == 0) {
+		c->pending_fd = fd;
+		ff_conn_set_state(c, FF_ST_NEGOTIATING);
+		c->refs++;
+		ff_table_unlock();
+		ff_negotiate(fd, c, FF_MSG_CONNECT);
+		return;
+	}
+	if (err == EINPROGRESS || err == EINTR || err == EAGAIN) {
+		c->pending_fd = fd;
+		ff_conn_set_state(c, FF_ST_PENDING);
+		ff_epoll_arm_pending(fd, c);
+	}
+	ff_table_unlock();
+}
+
+FF_EXPORT int connect(int fd, const struct sockaddr *sa, socklen_t len)
+{
+	struct ff_conn *c = lock_conn(fd);
+	enum ff_state st;
+	int ret, err;
+
+	if (!c)
+		return REAL(connect)(fd, sa, len);
+	st = c->state;
+	ff_table_unlock();
+	if (st == FF_ST_SWAPPED) {
+		errno = EISCONN;
+		return -1;
+	}
+	ret = ff_real.connect(fd, sa, len);
+	err = errno;
+	if (st == FF_ST_PENDING || st == FF_ST_NEGOTIATING) {
+		/* A repeated connect() is how some programs learn it completed. */
+		if (ret == 0 || err == EISCONN)
+			ff_settle(fd, 1);
+	} else if (st == FF_ST_SOCKET && sa &&
+		   (sa->sa_family == AF_INET || sa->sa_family == AF_INET6)) {
+		c = lock_conn(fd);
+		if (c && c->state == FF_ST_SOCKET)
+			connect_done(fd, c, ret, err);
+		else if (c)
+			ff_table_unlock();
+	}
+	errno = err;
+	return ret;
+}
+
+FF_EXPORT int listen(int fd, int backlog)
+{
+	int ret = REAL(listen)(fd, backlog), err = errno;
+	struct ff_conn *c = ret ? NULL : lock_conn(fd);
+	struct sockaddr_storage local;
+	socklen_t ll = sizeof(local);
+
+	if (!c)
+		return ret;
+	if (c->state != FF_ST_SOCKET) {
+		ff_table_unlock();
+		return ret;
+	}
+	c->state = FF_ST_LISTEN;
+	c->refs++;
+	ff_table_unlock();
+	if (ff_real.getsockname(fd, (void *)&local, &ll) == 0) {
+		int ok = ff_announce(FF_MSG_LISTEN, &local, NULL);
+
+		if (ok)
+			ff_fallback(fd, "listener not registered with the agent: %s", strerror(-ok));
+		ff_table_lock();
+		c->registered = ok == 0;
+		c->local = local;
+		c->local_len = ll;
+		if (ff_conn_unref(c))
+			ff_conn_free(c);
+		ff_table_unlock();
+	}
+	errno = err;
+	return ret;
+}
+
+/* A connection accepted on a registered listener is negotiated before the app sees it. */
+static int accepted(int lfd, int nfd)
+{
+	struct ff_conn *l = lock_conn(lfd), *c;
+	int family;
+
+	if (!l)
+		return nfd;
+	family = l->family;
+	if (l->state != FF_ST_LISTEN || !l->registered || !ff_fd_slot(nfd)) {
+		ff_table_unlock();
+		return nfd;
+	}
+	c = ff_conn_new(family);
+	if (!c) {
+		ff_table_unlock();
+		return nfd;
+	}
+	put_slot(nfd, c);
+	c->pending_fd = nfd;
+	ff_conn_set_state(c, FF_ST_NEGOTIATING);
+	c->refs++;
+	ff_table_unlock();
+	ff_negotiate(nfd, c, FF_MSG_ACCEPT);
+	return nfd;
+}
+
+FF_EXPORT int accept(int fd, struct sockaddr *sa, socklen_t *len)
+{
+	int nfd = REAL(accept)(fd, sa, len), err = errno;
+
+	if (nfd < 0 || ff_busy)
+		return nfd;
+	nfd = accepted(fd, nfd);
+	errno = err;
+	return nfd;
+}
+
+FF_EXPORT int accept4(int fd, struct sockaddr *sa, socklen_t *len, int flags)
+{
+	int nfd = REAL(accept4)(fd, sa, len, flags), err = errno;
+
+	if (nfd < 0 || ff_busy)
+		return nfd;
+	nfd = accepted(fd, nfd);
+	errno = err;
+	return nfd;
+}
+
+/* The last fd of a conn is gone: tell the agent what it keeps track of. */
+static void conn_closed(struct ff_conn *c)
+{
+	if (c->state == FF_ST_LISTEN && c->registered)
+		ff_announce(FF_MSG_UNLISTEN, &c->local, NULL);
+	else if (c->state == FF_ST_SWAPPED)
+		ff_announce(FF_MSG_CLOSED, &c->local, &c->remote);
+	ff_table_lock();
+	ff_conn_free(c);
+	ff_table_unlock();
+}
+
+FF_EXPORT int close(int fd)
+{
+	struct ff_slot *s = ff_fd_slot(fd);
+	struct ff_conn *c = NULL;
+	int last = 0, ret, err;
+
+	if (ff_busy || !s || !atomic_load(&s->flags))
+		return REAL(close)(fd);
+	/* Clear the slot first: once closed, the number may be reused at once. */
+	ff_table_lock();
+	c = ff_fd_detach(fd);
+	last = c && ff_conn_unref(c);
+	ff_table_unlock();
+	ret = ff_real.close(fd);
+	err = errno;
+	if (last)
+		conn_closed(c);
+	errno = err;
+	return ret;
+}
+
+/* newfd now refers to oldfd's file: make it share oldfd's conn. */
+static void dup_track(int oldfd, int newfd)
+{
+	struct ff_slot *s = ff_fd_slot(oldfd);
+	struct ff_conn *c;
+	int opted_out = 0;
+
+	if (!ff_fd_slot(newfd) || oldfd == newfd)
+		return;
+	ff_table_lock();
+	while ((c = s ? s->conn : NULL) && c->state == FF_ST_NEGOTIATING)
+		ff_table_wait();
+	if (c && c->state == FF_ST_PENDING) {
+		ff_conn_set_state(c, FF_ST_OVERLAY);
+		ff_epoll_replay(oldfd, c->epregs, 0);
+		ff_conn_forget_epregs(c);
+		opted_out = 1;
+	}
+	put_slot(newfd, c);
+	ff_table_unlock();
+	if (opted_out)
+		ff_fallback(oldfd, "duplicated (as fd %d) before the decision", newfd);
+}
+
+FF_EXPORT int dup(int fd)
+{
+	int nfd = REAL(dup)(fd), err = errno;
+
+	if (nfd >= 0 && !ff_busy)
+		dup_track(fd, nfd);
+	errno = err;
+	return nfd;
+}
+
+FF_EXPORT int dup2(int fd, int fd2)
+{
+	int ret = REAL(dup2)(fd, fd2), err = errno;
+
+	if (ret >= 0 && !ff_busy)
+		dup_track(fd, ret);
+	errno = err;
+	return ret;
+}
+
+FF_EXPORT int dup3(int fd, int fd2, int flags)
+{
+	int ret = REAL(dup3)(fd, fd2, flags), err = errno;
+
+	if (ret >= 0 && !ff_busy)
+		dup_track(fd, ret);
+	errno = err;
+	return ret;
+}
+
+/*
+ * fcntl's third argument is an int or a pointer depending on cmd; passing
+ * it on as a pointer-sized value is what the calling convention of every
+ * supported ABI makes safe (and what glibc's own wrappers do).
+ */
+static int fcntl_common(int (*real)(int, int, ...), int fd, int cmd, void *arg)
+{
+	int ret = real(fd, cmd, arg), err = errno;
+
+	if (ret >= 0 && !ff_busy && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC))
+		dup_track(fd, ret);
+	errno = err;
+	return ret;
+}
+
+FF_EXPORT int fcntl(int fd, int cmd, ...)
+{
+	va_list ap;
+	void *arg;
+
+	va_start(ap, cmd);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	return fcntl_common(REAL(fcntl), fd, cmd, arg);
+}
+
+FF_EXPORT int fcntl64(int fd, int cmd, ...)
+{
+	va_list ap;
+	void *arg;
+
+	va_start(ap, cmd);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	if (!REAL(fcntl64)) {
+		errno = ENOSYS;
+		return -1;
+	}
+	return fcntl_common(ff_real.fcntl64, fd, cmd, arg);
+}
+
+/* A swapped fd answers with the overlay addresses it had as TCP. */
+static int overlay_name(int fd, int peer, struct sockaddr *sa, socklen_t *len)
+{
+	struct ff_conn *c = lock_conn(fd);
+	const struct sockaddr_storage *a;
+	socklen_t n;
+
+	if (!c)
+		return 1;
+	if (c->state != FF_ST_SWAPPED) {
+		ff_table_unlock();
+		return 1;
+	}
+	a = peer ? &c->remote : &c->local;
+	n = peer ? c->remote_len : c->local_len;
+	memcpy(sa, a, n < *len ? n : *len);
+	*len = n;
+	ff_table_unlock();
+	return 0;
+}
+
+FF_EXPORT int getsockname(int fd, struct sockaddr *sa, socklen_t *len)
+{
+	if (sa && len && overlay_name(fd, 0, sa, len) == 0)
+		return 0;
+	return REAL(getsockname)(fd, sa, len);
+}
+
+FF_EXPORT int getpeername(int fd, struct sockaddr *sa, socklen_t *len)
+{
+	if (sa && len && overlay_name(fd, 1, sa, len) == 0)
+		return 0;
+	return REAL(getpeername)(fd, sa, len);
+}
+
+/*
+ * shutdown() sends a FIN, so an established pending connection is decided
+ * first; one still connecting is left to the kernel (which aborts it).
+ */
+FF_EXPORT int shutdown(int fd, int how)
+{
+	if (!ff_busy)
+		ff_settle(fd, 1);
+	return REAL(shutdown)(fd, how);
+}

@@ -1,0 +1,238 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Socket options on a swapped connection, so the application cannot tell.
+ *
+ * A host-tcp channel is a real TCP socket: its options are native, except
+ * that IP-level options of the other family are emulated when the
+ * application's connection was IPv6 and the fabric is IPv4 (or back).
+ * A unix channel has no TCP or IP level at all; there:
+ *  - SOL_SOCKET options are native (SO_RCVBUF/SO_SNDBUF, SO_KEEPALIVE,
+ *    SO_ERROR, SO_RCVTIMEO, SO_LINGER, ... all exist on AF_UNIX), except
+ *    SO_DOMAIN, which answers the overlay family, and SO_PROTOCOL, which
+ *    answers IPPROTO_TCP;
+ *  - IPPROTO_TCP / IPPROTO_IP / IPPROTO_IPV6 int options are stored on set
+ *    and returned on get (defaults: Linux's for a fresh connection), so
+ *    TCP_NODELAY, TCP_KEEPIDLE, IP_TOS and friends "stick" although they do
+ *    nothing (there is no Nagle, no keepalive probe, no TTL on AF_UNIX);
+ *  - TCP_INFO is synthesized: state ESTABLISHED, loopback-like sizes,
+ *    counters zero; TCP_CONGESTION answers "cubic".
+ * Options the application set on the TCP socket before the swap are carried
+ * over: SOL_SOCKET timeouts, linger, keepalive natively; TCP-level ints as
+ * stored values.
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include "shim.h"
+
+#define FF_EXPORT __attribute__((visibility("default")))
+
+static const int carried_tcp[] = {
+	TCP_NODELAY, TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT, TCP_USER_TIMEOUT,
+	TCP_CORK, TCP_QUICKACK,
+};
+
+static int default_value(int level, int name)
+{
+	if (level == IPPROTO_TCP) {
+		switch (name) {
+		case TCP_MAXSEG:	return 65483;	/* loopback MTU */
+		case TCP_KEEPIDLE:	return 7200;
+		case TCP_KEEPINTVL:	return 75;
+		case TCP_KEEPCNT:	return 9;
+		case TCP_SYNCNT:	return 6;
+		case TCP_QUICKACK:	return 1;
+		}
+	}
+	if ((level == IPPROTO_IP && name == IP_TTL) ||
+	    (level == IPPROTO_IPV6 && name == IPV6_UNICAST_HOPS))
+		return 64;
+	return 0;
+}
+
+/* Table lock held. */
+static struct ff_opt *find_opt(struct ff_conn *c, int level, int name, int add)
+{
+	for (int i = 0; i < c->nopts; i++)
+		if (c->opts[i].level == level && c->opts[i].name == name)
+			return &c->opts[i];
+	if (!add || c->nopts == FF_MAX_OPTS)
+		return NULL;
+	c->opts[c->nopts] = (struct ff_opt){ level, name, default_value(level, name) };
+	return &c->opts[c->nopts++];
+}
+
+/* Table lock held, before the dup3 of the swap. */
+void ff_sockopt_carry(int oldfd, int newfd, struct ff_conn *c)
+{
+	static const int sol[] = { SO_RCVTIMEO, SO_SNDTIMEO, SO_LINGER, SO_KEEPALIVE, SO_RCVLOWAT };
+	char v[32];
+	socklen_t len;
+
+	for (size_t i = 0; i < sizeof(sol) / sizeof(sol[0]); i++) {
+		len = sizeof(v);
+		if (ff_real.getsockopt(oldfd, SOL_SOCKET, sol[i], v, &len) == 0)
+			ff_real.setsockopt(newfd, SOL_SOCKET, sol[i], v, len);
+	}
+	for (size_t i = 0; i < sizeof(carried_tcp) / sizeof(carried_tcp[0]); i++) {
+		int val;
+		struct ff_opt *o;
+
+		len = sizeof(val);
+		if (ff_real.getsockopt(oldfd, IPPROTO_TCP, carried_tcp[i], &val, &len))
+			continue;
+		if (c->kern_family != AF_UNIX)
+			ff_real.setsockopt(newfd, IPPROTO_TCP, carried_tcp[i], &val, len);
+		else if (val != default_value(IPPROTO_TCP, carried_tcp[i]) &&
+			 (o = find_opt(c, IPPROTO_TCP, carried_tcp[i], 1)))
+			o->value = val;
+	}
+}
+
+/* Whether (level) is emulated for this conn. */
+static int emulated(const struct ff_conn *c, int level)
+{
+	if (level == IPPROTO_TCP)
+		return c->kern_family == AF_UNIX;
+	if (level == IPPROTO_IP || level == IPPROTO_IPV6)
+		return c->kern_family != c->family;
+	return 0;
+}
+
+static void fill_tcp_info(struct tcp_info *ti)
+{
+	memset(ti, 0, sizeof(*ti));
+	ti->tcpi_state = TCP_ESTABLISHED;
+	ti->tcpi_rto = 200000;
+	ti->tcpi_ato = 40000;
+	ti->tcpi_snd_mss = ti->tcpi_rcv_mss = ti->tcpi_advmss = 65483;
+	ti->tcpi_pmtu = 65535;
+	ti->tcpi_rtt = 10;
+	ti->tcpi_rttvar = 5;
+	ti->tcpi_snd_ssthresh = 0x7fffffff;
+	ti->tcpi_snd_cwnd = 10;
+	ti->tcpi_rcv_space = 65483;
+}
+
+static void put_out(void *val, socklen_t *len, const void *src, socklen_t n)
+{
+	memcpy(val, src, n < *len ? n : *len);
+	*len = n < *len ? n : *len;
+}
+
+/* Table lock held; returns 1 when the real call should answer. */
+static int get_locked(struct ff_conn *c, int level, int name, void *val, socklen_t *len)
+{
+	struct ff_opt *o;
+	int v;
+
+	if (level == SOL_SOCKET && (name == SO_DOMAIN || name == SO_PROTOCOL)) {
+		v = name == SO_DOMAIN ? c->family : IPPROTO_TCP;
+		put_out(val, len, &v, sizeof(v));
+		return 0;
+	}
+	if (!emulated(c, level))
+		return 1;
+	if (level == IPPROTO_TCP && name == TCP_INFO) {
+		struct tcp_info ti;
+
+		fill_tcp_info(&ti);
+		put_out(val, len, &ti, sizeof(ti));
+		return 0;
+	}
+	if (level == IPPROTO_TCP && name == TCP_CONGESTION) {
+		put_out(val, len, "cubic", 6);
+		return 0;
+	}
+	o = find_opt(c, level, name, 0);
+	v = o ? o->value : default_value(level, name);
+	put_out(val, len, &v, sizeof(v));
+	return 0;
+}
+
+int ff_sockopt_get(int fd, int level, int name, void *val, socklen_t *len)
+{
+	struct ff_slot *s = ff_fd_slot(fd);
+	int ret = 1;
+
+	if (!s || !(atomic_load(&s->flags) & FF_FD_TRACKED) || !val || !len)
+		return 1;
+	ff_table_lock();
+	if (s->conn && s->conn->state == FF_ST_SWAPPED)
+		ret = get_locked(s->conn, level, name, val, len);
+	ff_table_unlock();
+	return ret;
+}
+
+int ff_sockopt_set(int fd, int level, int name, const void *val, socklen_t len)
+{
+	struct ff_slot *s = ff_fd_slot(fd);
+	struct ff_conn *c;
+	struct ff_opt *o;
+	int ret = 1, v = 0;
+
+	if (!s || !(atomic_load(&s->flags) & FF_FD_TRACKED))
+		return 1;
+	ff_table_lock();
+	c = s->conn;
+	if (c && c->state == FF_ST_SWAPPED && emulated(c, level)) {
+		ret = 0;
+		if (val && len >= sizeof(int))
+			memcpy(&v, val, sizeof(v));
+		else if (val && len >= 1)
+			v = *(const unsigned char *)val;
+		else
+			ret = -EINVAL;
+		/* Non-int options (TCP_CONGESTION, ...) are accepted and ignored. */
+		if (!ret && (o = find_opt(c, level, name, 1)))
+			o->value = v;
+	}
+	ff_table_unlock();
+	return ret;
+}
+
+FF_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
+{
+	int ret;
+
+	if (ff_busy)
+		return REAL(getsockopt)(fd, level, name, val, len);
+	if (level == SOL_SOCKET && name == SO_ERROR) {
+		struct ff_slot *s = ff_fd_slot(fd);
+
+		/* The usual way to learn a non-blocking connect completed: decide now. */
+		if (s && (atomic_load(&s->flags) & FF_FD_PENDING)) {
+			ret = REAL(getsockopt)(fd, level, name, val, len);
+			if (ret == 0 && val && *(int *)val == 0)
+				ff_settle(fd, 1);
+			return ret;
+		}
+	}
+	ret = ff_sockopt_get(fd, level, name, val, len);
+	if (ret == 1)
+		return REAL(getsockopt)(fd, level, name, val, len);
+	if (ret < 0) {
+		errno = -ret;
+		return -1;
+	}
+	return 0;
+}
+
+FF_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
+{
+	int ret;
+
+	if (ff_busy)
+		return REAL(setsockopt)(fd, level, name, val, len);
+	ret = ff_sockopt_set(fd, level, name, val, len);
+	if (ret == 1)
+		return REAL(setsockopt)(fd, level, name, val, len);
+	if (ret < 0) {
+		errno = -ret;
+		return -1;
+	}
+	return 0;
+}

@@ -1,0 +1,164 @@
+/* SPDX-License-Identifier: MIT */
+/* Description: the C decoder passes every line of docs/protocol-vectors.txt, and ok vectors re-encode to the same bytes */
+#include <stdlib.h>
+
+#include "freeflow/proto.h"
+#include "testutil.h"
+
+static const char *const err_names[] = {
+	[FF_ERR_BADMSG] = "BADMSG",	[FF_ERR_VERSION] = "VERSION",
+	[FF_ERR_UNKNOWN] = "UNKNOWN",	[FF_ERR_SEQUENCE] = "SEQUENCE",
+	[FF_ERR_DENIED] = "DENIED",	[FF_ERR_NOTFOUND] = "NOTFOUND",
+	[FF_ERR_INVALID] = "INVALID",	[FF_ERR_UNAVAILABLE] = "UNAVAILABLE",
+	[FF_ERR_INTERNAL] = "INTERNAL",
+};
+
+static const uint8_t all_types[] = {
+	FF_MSG_HELLO, FF_MSG_HELLO_REPLY, FF_MSG_LOOKUP, FF_MSG_LOOKUP_REPLY,
+	FF_MSG_LISTEN, FF_MSG_UNLISTEN, FF_MSG_CONNECT, FF_MSG_ACCEPT,
+	FF_MSG_PATH, FF_MSG_CLOSED,
+	FF_MSG_REGISTER, FF_MSG_UNREGISTER, FF_MSG_LIST, FF_MSG_STATUS,
+	FF_MSG_OK, FF_MSG_ERROR,
+};
+
+struct seen {
+	int ok, bad;
+	int types[256];
+	int codes[FF_ERR_INTERNAL + 1];
+};
+
+/* The canonical form of PROTOCOL.md, "Test vectors". */
+static void canonical(const struct ff_msg *m, char *out)
+{
+	struct ff_attr a;
+	uint32_t off = 0;
+	int n = 0;
+
+	out += sprintf(out, "type=0x%02x seq=%u attrs=", m->type, m->seq);
+	while (ff_attr_next(m, &off, &a)) {
+		out += sprintf(out, "%s%u:", n++ ? "," : "", a.type);
+		out = t_hex(out, a.val, a.len);
+	}
+	if (!n)
+		strcpy(out, "-");
+}
+
+/* Build the message again from its decoded attributes, in wire order. */
+static void check_reencode(const char *name, const struct ff_msg *m,
+			   const uint8_t *wire, long n)
+{
+	static uint8_t buf[FF_MAX_MESSAGE];
+	struct ff_enc e;
+	struct ff_attr a;
+	uint32_t off = 0;
+	int len;
+
+	ff_enc_start(&e, buf, sizeof(buf), m->type, m->seq);
+	while (ff_attr_next(m, &off, &a))
+		ff_enc_attr(&e, a.type, a.val, a.len);
+	len = ff_enc_finish(&e);
+	CHECK(len == n && !memcmp(buf, wire, (size_t)n),
+	      "%s: re-encoding gives %d bytes that differ", name, len);
+}
+
+static void check_ok(const char *name, const uint8_t *wire, long n,
+		     const char *want, struct seen *s)
+{
+	struct ff_msg m;
+	char *got = malloc((size_t)n * 4 + 64);
+	int ret = ff_msg_decode(wire, (size_t)n, &m);
+
+	CHECK(got, "out of memory");
+	if (!got)
+		return;
+	CHECK(ret == 0, "%s: decode failed with %d, want %s", name, ret, want);
+	if (ret == 0) {
+		canonical(&m, got);
+		CHECK(!strcmp(got, want), "%s: decoded to\n  %s\nwant\n  %s",
+		      name, got, want);
+		check_reencode(name, &m, wire, n);
+		s->types[m.type]++;
+	}
+	s->ok++;
+	free(got);
+}
+
+static void check_bad(const char *name, const uint8_t *wire, long n,
+		      const char *want, struct seen *s)
+{
+	struct ff_msg m;
+	int ret = ff_msg_decode(wire, (size_t)n, &m);
+	const char *got = ret > 0 && ret <= FF_ERR_INTERNAL ? err_names[ret] : "ok";
+
+	CHECK(!strcmp(got, want), "%s: decode gave %s (%d), want %s",
+	      name, got, ret, want);
+	if (ret > 0 && ret <= FF_ERR_INTERNAL)
+		s->codes[ret]++;
+	s->bad++;
+}
+
+/* One line: "<name> ok <hex> <canonical>" or "<name> bad <hex> <CODE>". */
+static void check_line(char *line, int lineno, uint8_t *wire, struct seen *s)
+{
+	char *name = strtok(line, " "), *kind = strtok(NULL, " ");
+	char *hex = strtok(NULL, " "), *rest = strtok(NULL, "\n");
+	long n;
+
+	if (!name || !kind || !hex || !rest) {
+		CHECK(0, "line %d: want <name> <ok|bad> <hex> <expectation>", lineno);
+		return;
+	}
+	n = t_unhex(hex, strlen(hex), wire, FF_MAX_MESSAGE + 1);
+	CHECK(n >= 0, "line %d (%s): bad hex", lineno, name);
+	if (n < 0)
+		return;
+	if (!strcmp(kind, "ok"))
+		check_ok(name, wire, n, rest, s);
+	else if (!strcmp(kind, "bad"))
+		check_bad(name, wire, n, rest, s);
+	else
+		CHECK(0, "line %d (%s): kind %s is neither ok nor bad", lineno, name, kind);
+}
+
+/* A vectors file that lost its lines must not pass by checking nothing. */
+static void check_coverage(const struct seen *s)
+{
+	CHECK(s->ok >= 10 && s->bad >= 10, "only %d ok and %d bad vectors", s->ok, s->bad);
+	for (size_t i = 0; i < sizeof(all_types); i++)
+		CHECK(s->types[all_types[i]], "no ok vector of type 0x%02x", all_types[i]);
+	CHECK(s->codes[FF_ERR_BADMSG] && s->codes[FF_ERR_VERSION] &&
+	      s->codes[FF_ERR_UNKNOWN], "a rejection code has no vector");
+}
+
+int main(int argc, char **argv)
+{
+	const char *path = argc > 1 ? argv[1] : getenv("FF_VECTORS");
+	static uint8_t wire[FF_MAX_MESSAGE + 1];
+	struct seen s = { 0 };
+	char *line = NULL;
+	size_t cap = 0;
+	int lineno = 0;
+	FILE *f;
+
+	if (!path) {
+		fprintf(stderr, "give the vectors file as argument or in FF_VECTORS\n");
+		return T_EXIT_FAIL;
+	}
+	f = fopen(path, "r");
+	if (!f) {
+		perror(path);
+		return T_EXIT_FAIL;
+	}
+	while (getline(&line, &cap, f) > 0) {
+		lineno++;
+		line[strcspn(line, "\r\n")] = '\0';
+		if (line[0] == '#' || line[0] == '\0')
+			continue;
+		check_line(line, lineno, wire, &s);
+	}
+	free(line);
+	fclose(f);
+	check_coverage(&s);
+	printf("%d ok and %d bad vectors checked\n", s.ok, s.bad);
+	return t_exit_code();
+}

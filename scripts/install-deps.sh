@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs what FreeFlow needs on a Debian bookworm machine, and only what is
+# missing; says what it installs. Safe to run again (idempotent).
+set -euo pipefail
+
+# Debian packages: runtime parts (crun, CNI plugins, etcd, iproute2) and the
+# real programs the tests and benchmarks run inside containers.
+PACKAGES=(
+  crun containernetworking-plugins etcd-server etcd-client iproute2 util-linux procps
+  iperf3 sockperf netpipe-tcp python3
+)
+CNITOOL_VERSION=v1.2.3 # matches github.com/containernetworking/cni in go.mod
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps: must run as root (apt-get install); try: sudo $0" >&2
+  exit 1
+fi
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq -t bookworm "${missing[@]}" >/dev/null
+else
+  echo "install-deps: Debian packages present"
+fi
+
+# The etcd-server package may start a system etcd on 127.0.0.1:2379 where an
+# init system exists; FreeFlow runs its own etcd per cluster and needs no
+# system one. Nothing to do here when none runs.
+
+if ! command -v cnitool >/dev/null 2>&1; then
+  echo "install-deps: installing cnitool $CNITOOL_VERSION (go install) into /usr/local/bin"
+  GOBIN=/usr/local/bin go install "github.com/containernetworking/cni/cnitool@$CNITOOL_VERSION"
+fi
+
+echo "install-deps: downloading Go modules"
+go mod download
