@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/netip"
 	"net/url"
 	"os"
@@ -20,13 +21,15 @@ import (
 
 	"github.com/freeflow-net/freeflow/internal/agent"
 	"github.com/freeflow-net/freeflow/internal/directory"
+	"github.com/freeflow-net/freeflow/internal/netns"
 	"github.com/freeflow-net/freeflow/internal/state"
 )
 
 type options struct {
-	agent   agent.Config
-	etcd    []string
-	logFile string
+	agent     agent.Config
+	etcd      []string
+	etcdNetNS string // dial etcd from this network namespace ("" = our own)
+	logFile   string
 }
 
 func main() {
@@ -52,6 +55,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&etcd, "etcd", "", "etcd client `URL[,URL...]` (required)")
 	fs.StringVar(&o.agent.SockDir, "sock-dir", "", "library socket `dir`ectory (default: the cluster layout's)")
 	fs.StringVar(&o.agent.AdminSocket, "admin-socket", "", "admin socket `path` (default: the cluster layout's)")
+	fs.StringVar(&o.etcdNetNS, "etcd-netns", "", "dial etcd from the network namespace at `path` (default: the agent's own)")
 	fs.StringVar(&o.logFile, "log", "", "log `file` (default stderr)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -85,6 +89,11 @@ func (o *options) check() error {
 			return fmt.Errorf("--etcd %q is not an etcd client URL such as http://10.99.0.1:2379", e)
 		}
 	}
+	if o.etcdNetNS != "" {
+		if _, err := os.Stat(o.etcdNetNS); err != nil {
+			return fmt.Errorf("--etcd-netns: %w (it names the network namespace to dial etcd from)", err)
+		}
+	}
 	layout := state.NewLayout(a.Cluster)
 	if a.SockDir == "" {
 		a.SockDir = layout.AgentSockDir(a.Host)
@@ -112,6 +121,7 @@ func run(o options) error {
 	dir, err := directory.New(ctx, directory.Config{
 		Cluster:   o.agent.Cluster,
 		Endpoints: o.etcd,
+		Dialer:    etcdDialer(o.etcdNetNS),
 		Logf:      func(format string, a ...any) { logger.Info(fmt.Sprintf(format, a...)) },
 	})
 	if err != nil {
@@ -123,4 +133,15 @@ func run(o options) error {
 		return err
 	}
 	return a.Run(ctx)
+}
+
+// etcdDialer returns a dialer that creates etcd connections inside the
+// network namespace at path, or nil (dial from our own) when path is "".
+func etcdDialer(path string) directory.Dialer {
+	if path == "" {
+		return nil
+	}
+	return func(ctx context.Context, addr string) (net.Conn, error) {
+		return netns.Dial(ctx, path, "tcp", addr)
+	}
 }

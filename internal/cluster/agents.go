@@ -24,21 +24,35 @@ func agentLog(l state.Layout, h string) string {
 	return filepath.Join(l.LogDir(), "agent-"+h+".log")
 }
 
-// startAgent runs freeflowd for host h inside h's namespace.
-func startAgent(l state.Layout, binDir string, h state.Host, endpoints []string) (int, error) {
+// startAgent runs freeflowd for host h inside h's namespace. A managed etcd
+// is on the fabric, which the host reaches; an external one is reached from
+// the namespace the CLI runs in, which the agent inherits as fd 3 and dials
+// etcd through (no route from the cluster to the outside is ever made).
+func startAgent(l state.Layout, binDir string, h state.Host, etcd state.Etcd) (int, error) {
 	if err := os.MkdirAll(l.AgentSockDir(h.Name), 0o755); err != nil {
 		return 0, fmt.Errorf("create agent socket directory: %w", err)
 	}
-	return spawn(l.HostNetNS(h.Name), agentLog(l, h.Name), filepath.Join(binDir, AgentBinary),
+	args := []string{
 		"--cluster", l.Cluster,
 		"--host", h.Name,
 		"--fabric-ip", h.FabricIP,
 		"--subnet", h.Subnet,
-		"--etcd", strings.Join(endpoints, ","),
+		"--etcd", strings.Join(etcd.Endpoints, ","),
 		"--sock-dir", l.AgentSockDir(h.Name),
 		"--admin-socket", l.AdminSocket(h.Name),
 		"--log", agentLog(l, h.Name),
-	)
+	}
+	var extra []*os.File
+	if !etcd.Managed {
+		self, err := os.Open("/proc/self/ns/net")
+		if err != nil {
+			return 0, fmt.Errorf("open this process's network namespace for the agent's etcd client: %w", err)
+		}
+		defer self.Close()
+		extra = []*os.File{self}
+		args = append(args, "--etcd-netns", "/proc/self/fd/3")
+	}
+	return spawn(l.HostNetNS(h.Name), agentLog(l, h.Name), extra, filepath.Join(binDir, AgentBinary), args...)
 }
 
 // waitAgent waits until host h's agent answers on its admin socket.

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/freeflow-net/freeflow/internal/directory"
+	"github.com/freeflow-net/freeflow/internal/etcdproc"
 	"github.com/freeflow-net/freeflow/internal/netns"
 	"github.com/freeflow-net/freeflow/internal/state"
 )
@@ -24,14 +24,14 @@ var ManagedEtcdURL = fmt.Sprintf("http://%s:%d", state.FabricEtcd, state.EtcdPor
 // port listens on 127.0.0.1 of that namespace only: there are no peers.
 func startEtcd(l state.Layout) (pid int, logPath string, err error) {
 	logPath = etcdLog(l)
-	args := directory.EtcdArgs(directory.EtcdConfig{
+	args := etcdproc.Args(etcdproc.Config{
 		Name:      l.Cluster,
 		DataDir:   l.EtcdDir(),
 		ClientURL: ManagedEtcdURL,
 		PeerURL:   "http://127.0.0.1:2380",
 		Token:     "freeflow-" + l.Cluster,
 	})
-	pid, err = spawn(l.FabricNetNS(), logPath, args[0], args[1:]...)
+	pid, err = spawn(l.FabricNetNS(), logPath, nil, args[0], args[1:]...)
 	return pid, logPath, err
 }
 
@@ -41,8 +41,9 @@ func etcdLog(l state.Layout) string { return filepath.Join(l.LogDir(), "etcd.log
 var errExited = errors.New("process exited")
 
 // waitEtcd waits until etcd at url is healthy as seen from inside network
-// namespace ns (where its clients are), the process pid (0: not ours) dies,
-// or ctx ends; hint says where to look when it does not come up.
+// namespace ns (where its clients are; "" for the CLI's own namespace), the
+// process pid (0: not ours) dies, or ctx ends; hint says where to look when
+// it does not come up.
 func waitEtcd(ctx context.Context, ns, url string, pid int, hint string) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -54,10 +55,13 @@ func waitEtcd(ctx context.Context, ns, url string, pid int, hint string) error {
 			cancel(errExited)
 		}()
 	}
-	dial := func(ctx context.Context, addr string) (net.Conn, error) {
-		return netns.Dial(ctx, netns.Path(ns), "tcp", addr)
+	var dial etcdproc.Dialer
+	if ns != "" {
+		dial = func(ctx context.Context, addr string) (net.Conn, error) {
+			return netns.Dial(ctx, netns.Path(ns), "tcp", addr)
+		}
 	}
-	err := directory.WaitHealthy(ctx, url, dial)
+	err := etcdproc.WaitHealthy(ctx, url, dial)
 	if errors.Is(context.Cause(ctx), errExited) {
 		return fmt.Errorf("etcd (pid %d) exited during start-up; %s", pid, hint)
 	}

@@ -11,9 +11,9 @@ import (
 
 // spawn starts prog inside the network namespace ns, detached from the CLI:
 // its own session, stdin from /dev/null and output appended to logPath, so
-// it outlives the CLI and never writes to the user's terminal. It returns
-// the pid.
-func spawn(ns, logPath, prog string, args ...string) (int, error) {
+// it outlives the CLI and never writes to the user's terminal. extra files
+// become the child's fds 3, 4, ... It returns the pid.
+func spawn(ns, logPath string, extra []*os.File, prog string, args ...string) (int, error) {
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
 		return 0, fmt.Errorf("create log directory: %w", err)
 	}
@@ -24,6 +24,7 @@ func spawn(ns, logPath, prog string, args ...string) (int, error) {
 	defer logf.Close()
 	cmd := netns.Command(netns.Path(ns), prog, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.ExtraFiles = extra
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		return 0, fmt.Errorf("start %s in %s: %w", prog, ns, err)

@@ -17,8 +17,8 @@ import (
 type Options struct {
 	Hosts int
 	// Etcd lists external etcd client URLs; empty means start a managed
-	// single-node etcd in the fabric namespace. External URLs must be
-	// reachable from the host namespaces.
+	// single-node etcd in the fabric namespace. External URLs are dialed
+	// from the network namespace the CLI runs in (see startAgent).
 	Etcd []string
 	// BinDir holds freeflowd (normally the directory of the freeflow binary).
 	BinDir string
@@ -131,9 +131,9 @@ func bringUpEtcd(ctx context.Context, l state.Layout, c *state.Cluster) error {
 	ctx, cancel := context.WithTimeout(ctx, etcdTimeout)
 	defer cancel()
 	if !c.Etcd.Managed {
-		// Agents reach the directory from the host namespaces, so check it there.
-		hint := "check that --etcd is reachable from the host namespaces (e.g. an etcd listening in the fabric namespace)"
-		return waitEtcd(ctx, l.HostNetNS(c.Hosts[0].Name), c.Etcd.Endpoints[0], 0, hint)
+		// Agents dial an external etcd from the CLI's namespace, so check it here.
+		hint := "check that --etcd names a running etcd reachable from where freeflow runs"
+		return waitEtcd(ctx, "", c.Etcd.Endpoints[0], 0, hint)
 	}
 	if err := os.MkdirAll(l.EtcdDir(), 0o700); err != nil {
 		return fmt.Errorf("create etcd data directory: %w", err)
@@ -156,7 +156,7 @@ func bringUpAgents(ctx context.Context, l state.Layout, c *state.Cluster, binDir
 		return fmt.Errorf("agent binary: %w (build it with `make` or `go build -o bin/ ./cmd/...`)", err)
 	}
 	for i := range c.Hosts {
-		pid, err := startAgent(l, binDir, c.Hosts[i], c.Etcd.Endpoints)
+		pid, err := startAgent(l, binDir, c.Hosts[i], c.Etcd)
 		if err != nil {
 			return err
 		}

@@ -3,6 +3,8 @@ package directory
 import (
 	"context"
 	"fmt"
+	"github.com/freeflow-net/freeflow/internal/etcdproc"
+	"github.com/freeflow-net/freeflow/internal/testenv"
 	"net"
 	"slices"
 	"strings"
@@ -20,7 +22,7 @@ import (
 var topologies = []struct {
 	name       string
 	members    int
-	memberLoss func(t *testing.T, etcd *etcdCluster)
+	memberLoss func(t *testing.T, etcd *testenv.EtcdCluster)
 }{
 	{"single", 1, checkOutage},
 	{"three-member", 3, checkLeaderLoss},
@@ -29,11 +31,11 @@ var topologies = []struct {
 func TestDirectory(t *testing.T) {
 	for _, topo := range topologies {
 		t.Run(topo.name, func(t *testing.T) {
-			etcd := startEtcd(t, topo.members)
-			t.Run("put-lookup-delete", func(t *testing.T) { checkPutLookupDelete(t, etcd.endpoints()) })
-			t.Run("agent-restart-rebuilds", func(t *testing.T) { checkRestartRebuilds(t, etcd.endpoints()) })
-			t.Run("garbage-skipped", func(t *testing.T) { checkGarbage(t, etcd.endpoints()) })
-			t.Run("custom-dialer", func(t *testing.T) { checkDialer(t, etcd.endpoints()) })
+			etcd := testenv.StartEtcd(t, topo.members)
+			t.Run("put-lookup-delete", func(t *testing.T) { checkPutLookupDelete(t, etcd.Endpoints()) })
+			t.Run("agent-restart-rebuilds", func(t *testing.T) { checkRestartRebuilds(t, etcd.Endpoints()) })
+			t.Run("garbage-skipped", func(t *testing.T) { checkGarbage(t, etcd.Endpoints()) })
+			t.Run("custom-dialer", func(t *testing.T) { checkDialer(t, etcd.Endpoints()) })
 			if topo.members > 1 {
 				t.Run("compaction-relists", func(t *testing.T) { checkCompactionRelist(t, etcd) })
 			}
@@ -123,7 +125,7 @@ func lacksIP(d *Directory, ip string) func() bool {
 }
 
 func checkPutLookupDelete(t *testing.T, endpoints []string) {
-	cluster := randomName()
+	cluster := testenv.RandomName("t", 4)
 	d1 := newDir(t, cluster, endpoints, nil) // the agent on h1
 	d2 := newDir(t, cluster, endpoints, nil) // the agent on h2
 	waitConnected(t, d1, 5*time.Second)
@@ -190,7 +192,7 @@ func containerNames(cs []Container) string {
 }
 
 func checkRestartRebuilds(t *testing.T, endpoints []string) {
-	cluster := randomName()
+	cluster := testenv.RandomName("t", 4)
 	d1 := newDir(t, cluster, endpoints, nil)
 	for i := range 5 {
 		put(t, d1, testContainer(fmt.Sprintf("id%d", i), fmt.Sprintf("c%d", i), "h1", fmt.Sprintf("10.244.1.%d", 10+i)))
@@ -233,7 +235,7 @@ func rawClient(t *testing.T, endpoints []string) *clientv3.Client {
 }
 
 func checkGarbage(t *testing.T, endpoints []string) {
-	cluster := randomName()
+	cluster := testenv.RandomName("t", 4)
 	prefix := Prefix(cluster)
 	raw := rawClient(t, endpoints)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -294,10 +296,10 @@ func checkDialer(t *testing.T, endpoints []string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := WaitHealthy(ctx, endpoints[0], dial); err != nil {
+	if err := etcdproc.WaitHealthy(ctx, endpoints[0], dial); err != nil {
 		t.Fatalf("WaitHealthy through the dialer: %v", err)
 	}
-	d, err := New(ctx, Config{Cluster: randomName(), Endpoints: endpoints, Dialer: dial, Logf: t.Logf})
+	d, err := New(ctx, Config{Cluster: testenv.RandomName("t", 4), Endpoints: endpoints, Dialer: dial, Logf: t.Logf})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

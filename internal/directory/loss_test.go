@@ -2,6 +2,7 @@ package directory
 
 import (
 	"context"
+	"github.com/freeflow-net/freeflow/internal/testenv"
 	"net"
 	"strings"
 	"testing"
@@ -13,16 +14,16 @@ import (
 // checkOutage: the only etcd dies. The cache keeps serving, Health says
 // why, writes fail within the timeout; after a restart on the same data the
 // cache catches up with what changed meanwhile.
-func checkOutage(t *testing.T, etcd *etcdCluster) {
-	cluster := randomName()
-	eps := etcd.endpoints()
+func checkOutage(t *testing.T, etcd *testenv.EtcdCluster) {
+	cluster := testenv.RandomName("t", 4)
+	eps := etcd.Endpoints()
 	d := newDir(t, cluster, eps, nil)
 	waitConnected(t, d, 5*time.Second)
 	a := testContainer("c-a", "a", "h1", "10.244.1.2")
 	put(t, d, a)
 	eventually(t, time.Second, "container cached", hasIP(d, a.IP))
 
-	etcd.kill(0)
+	etcd.Kill(0)
 	took := eventually(t, 3*time.Second, "Health shows the outage", func() bool {
 		h := d.Health()
 		return !h.Connected && h.LastError != ""
@@ -44,7 +45,7 @@ func checkOutage(t *testing.T, etcd *etcdCluster) {
 		t.Fatalf("write error does not say what to do: %v", err)
 	}
 
-	etcd.restart(0)
+	etcd.Restart(0)
 	third := newDir(t, cluster, eps, nil)
 	put(t, third, b)
 	if err := third.DeleteContainer(context.Background(), a.ID); err != nil {
@@ -62,9 +63,9 @@ func checkOutage(t *testing.T, etcd *etcdCluster) {
 
 // checkLeaderLoss: one of three members (the leader, the hardest one) dies;
 // writes and the watch keep working and every directory check still passes.
-func checkLeaderLoss(t *testing.T, etcd *etcdCluster) {
-	cluster := randomName()
-	eps := etcd.endpoints()
+func checkLeaderLoss(t *testing.T, etcd *testenv.EtcdCluster) {
+	cluster := testenv.RandomName("t", 4)
+	eps := etcd.Endpoints()
 	d1 := newDir(t, cluster, eps, nil)
 	d2 := newDir(t, cluster, eps, nil)
 	waitConnected(t, d1, 5*time.Second)
@@ -73,8 +74,8 @@ func checkLeaderLoss(t *testing.T, etcd *etcdCluster) {
 	put(t, d1, a)
 	eventually(t, time.Second, "second agent sees a", hasIP(d2, a.IP))
 
-	leader := etcd.leader(t)
-	etcd.kill(leader)
+	leader := leader(t, etcd)
+	etcd.Kill(leader)
 	t.Logf("killed etcd member %d, the leader", leader)
 
 	b := testContainer("c-b", "b", "h2", "10.244.2.2")
@@ -91,18 +92,18 @@ func checkLeaderLoss(t *testing.T, etcd *etcdCluster) {
 }
 
 // leader returns the index of the member that leads the etcd cluster.
-func (c *etcdCluster) leader(t *testing.T) int {
+func leader(t *testing.T, c *testenv.EtcdCluster) int {
 	t.Helper()
-	raw := rawClient(t, c.endpoints())
-	for i, m := range c.members {
-		if m.cmd == nil {
+	raw := rawClient(t, c.Endpoints())
+	for i, m := range c.Members {
+		if !m.Running() {
 			continue // killed
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		st, err := raw.Status(ctx, m.cfg.ClientURL)
+		st, err := raw.Status(ctx, m.Config.ClientURL)
 		cancel()
 		if err != nil {
-			t.Fatalf("status of %s: %v", m.cfg.ClientURL, err)
+			t.Fatalf("status of %s: %v", m.Config.ClientURL, err)
 		}
 		if st.Leader == st.Header.MemberId {
 			return i
@@ -115,9 +116,9 @@ func (c *etcdCluster) leader(t *testing.T) int {
 // checkCompactionRelist: an agent whose only member was down while others
 // changed and compacted the history cannot resume its watch; it must
 // re-list, and subscribers learn the difference.
-func checkCompactionRelist(t *testing.T, etcd *etcdCluster) {
-	cluster := randomName()
-	eps := etcd.endpoints()
+func checkCompactionRelist(t *testing.T, etcd *testenv.EtcdCluster) {
+	cluster := testenv.RandomName("t", 4)
+	eps := etcd.Endpoints()
 	logs := &logBuffer{}
 	agent := newDir(t, cluster, eps[:1], logs)
 	writer := newDir(t, cluster, eps[1:], nil)
@@ -127,14 +128,14 @@ func checkCompactionRelist(t *testing.T, etcd *etcdCluster) {
 	events, stop := agent.Subscribe()
 	defer stop()
 
-	etcd.kill(0)
+	etcd.Kill(0)
 	y := testContainer("c-y", "y", "h2", "10.244.2.7")
 	put(t, writer, y)
 	if err := writer.DeleteContainer(context.Background(), x.ID); err != nil {
 		t.Fatalf("DeleteContainer: %v", err)
 	}
 	compactAll(t, eps[1:])
-	etcd.restart(0)
+	etcd.Restart(0)
 
 	eventually(t, 5*time.Second, "agent re-lists after compaction", func() bool {
 		return hasIP(agent, y.IP)() && lacksIP(agent, x.IP)()
@@ -170,7 +171,7 @@ func TestNewWithoutEtcd(t *testing.T) {
 	l.Close() // nothing listens there now
 
 	start := time.Now()
-	d, err := New(context.Background(), Config{Cluster: randomName(), Endpoints: []string{ep},
+	d, err := New(context.Background(), Config{Cluster: testenv.RandomName("t", 4), Endpoints: []string{ep},
 		RequestTimeout: 500 * time.Millisecond, Logf: t.Logf})
 	if err != nil {
 		t.Fatalf("New: %v", err)

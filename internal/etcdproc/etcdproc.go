@@ -1,4 +1,6 @@
-package directory
+// Package etcdproc runs etcd server processes (Debian's etcd-server) and
+// waits for them: the command line of one member and a health check.
+package etcdproc
 
 import (
 	"context"
@@ -11,11 +13,11 @@ import (
 	"time"
 )
 
-// EtcdBinary is Debian's etcd server (package etcd-server).
-const EtcdBinary = "/usr/bin/etcd"
+// Binary is Debian's etcd server (package etcd-server).
+const Binary = "/usr/bin/etcd"
 
-// EtcdConfig describes one member of an etcd cluster run from EtcdBinary.
-type EtcdConfig struct {
+// Config describes one member of an etcd cluster run from Binary.
+type Config struct {
 	Name           string // member name, unique within the etcd cluster
 	DataDir        string // kept across restarts: a member restarted on it rejoins with its data
 	ClientURL      string // listened on and advertised, e.g. http://10.99.0.2:2379
@@ -25,10 +27,10 @@ type EtcdConfig struct {
 	LogFile        string // etcd's own log (warnings and worse); empty: stderr
 }
 
-// EtcdArgs returns the command line (EtcdBinary first) that runs the member
+// Args returns the command line (Binary first) that runs the member
 // described by c. The initial-cluster flags only matter on first start; a
 // restart on the same DataDir ignores them.
-func EtcdArgs(c EtcdConfig) []string {
+func Args(c Config) []string {
 	initial := c.InitialCluster
 	if initial == "" {
 		initial = c.Name + "=" + c.PeerURL
@@ -42,7 +44,7 @@ func EtcdArgs(c EtcdConfig) []string {
 		logOut = "stderr"
 	}
 	return []string{
-		EtcdBinary,
+		Binary,
 		"--name=" + c.Name,
 		"--data-dir=" + c.DataDir,
 		"--listen-client-urls=" + c.ClientURL,
@@ -57,6 +59,10 @@ func EtcdArgs(c EtcdConfig) []string {
 		"--log-outputs=" + logOut,
 	}
 }
+
+// Dialer creates a connection to addr (host:port), e.g. inside another
+// network namespace.
+type Dialer = func(ctx context.Context, addr string) (net.Conn, error)
 
 // WaitHealthy polls the member's /health endpoint at endpoint (a client URL
 // or host:port) until it reports healthy, which needs a leader, or ctx

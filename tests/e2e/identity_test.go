@@ -1,0 +1,94 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/freeflow-net/freeflow/internal/agent"
+	"github.com/freeflow-net/freeflow/internal/directory"
+	"github.com/freeflow-net/freeflow/internal/state"
+)
+
+// agentClientPy speaks the agent protocol (docs/PROTOCOL.md) from inside a
+// container with nothing but python3, as a hostile program could:
+//
+//	hello                 prints the identity the agent gives the caller
+//	register JSON         sends REGISTER with JSON, prints the reply
+//	unregister ID         sends UNREGISTER, prints the reply
+const agentClientPy = `
+import socket, struct, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+s.connect("/run/freeflow/agent.sock")
+def msg(t, seq, attrs):
+    p = b"".join(struct.pack("<HH", a, len(v)) + v for a, v in attrs)
+    return struct.pack("<HBBII", 0x4646, 1, t, seq, len(p)) + p
+def call(t, seq, attrs):
+    s.send(msg(t, seq, attrs))
+    r = s.recv(65536)
+    _, _, rt, rseq, n = struct.unpack("<HBBII", r[:12])
+    out, p = {}, r[12:12 + n]
+    while p:
+        a, l = struct.unpack("<HH", p[:4]); out[a] = p[4:4 + l]; p = p[4 + l:]
+    return rt, out
+rt, a = call(0x01, 1, [])
+if sys.argv[1] == "hello":
+    print("type=%#x name=%s id=%s" % (rt, a.get(4, b"").decode(), a.get(7, b"").decode()))
+elif sys.argv[1] == "register":
+    rt, a = call(0x40, 2, [(13, sys.argv[2].encode())])
+    print("type=%#x code=%d" % (rt, struct.unpack("<I", a[1])[0] if 1 in a else 0))
+elif sys.argv[1] == "unregister":
+    rt, a = call(0x41, 2, [(7, sys.argv[2].encode())])
+    print("type=%#x code=%d" % (rt, struct.unpack("<I", a[1])[0] if 1 in a else 0))
+`
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// TestImpersonationRefused: a process in container A that asks the agent as
+// if it were container B is refused; the agent names it A whatever it sends,
+// and B's registration is untouched.
+func TestImpersonationRefused(t *testing.T) {
+	c := newCluster(t, 1)
+	l := state.NewLayout(c.Name)
+	runIdle(t, c, "h1", "alice", "blue")
+	runIdle(t, c, "h1", "bob", "red")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	bob := lookup(ctx, t, l, "bob")
+
+	if out := c.MustFF(t, "exec", "alice", "--", "python3", "-c", agentClientPy, "hello"); !contains(out, "name=alice") {
+		t.Fatalf("HELLO from alice: %q, want the agent to name the caller alice", out)
+	}
+	forged := bob
+	forged.Tenant = "blue" // what a thief would want: bob's address in alice's tenant
+	body, _ := json.Marshal(forged)
+	const denied = "type=0x7f code=5"
+	if out := c.MustFF(t, "exec", "alice", "--", "python3", "-c", agentClientPy, "register", string(body)); !contains(out, denied) {
+		t.Fatalf("REGISTER as bob from alice: %q, want %q (DENIED)", out, denied)
+	}
+	if out := c.MustFF(t, "exec", "alice", "--", "python3", "-c", agentClientPy, "unregister", bob.ID); !contains(out, denied) {
+		t.Fatalf("UNREGISTER bob from alice: %q, want %q (DENIED)", out, denied)
+	}
+	if after := lookup(ctx, t, l, "bob"); after != bob {
+		t.Fatalf("bob's record changed after alice's attempts: %+v, was %+v", after, bob)
+	}
+}
+
+// lookup returns the directory record of container name, via h1's agent.
+func lookup(ctx context.Context, t *testing.T, l state.Layout, name string) directory.Container {
+	t.Helper()
+	a, err := agent.DialAdmin(l.AdminSocket("h1"))
+	must(t, err, "dial h1's admin socket")
+	defer a.Close()
+	cs, err := a.List(ctx)
+	must(t, err, "list containers")
+	for _, c := range cs {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("container %q is not registered", name)
+	return directory.Container{}
+}
