@@ -13,6 +13,8 @@ ff cluster down >/dev/null 2>&1 || true # a previous demo killed halfway
 
 run cluster up --hosts 2
 run run --host h1 --name srv --tenant blue -d -- iperf3 -s
+# iperf3 needs a moment to listen; wait for it rather than guess.
+ff exec srv -- sh -c 'for i in $(seq 100); do ss -ltn | grep -q ":5201 " && exit 0; sleep 0.05; done; exit 1'
 run run --host h1 --name near --tenant blue --rm -- iperf3 -c srv -t 3
 run run --host h2 --name far --tenant blue --rm -- iperf3 -c srv -t 3
 run ps

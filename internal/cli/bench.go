@@ -11,7 +11,6 @@ import (
 	"syscall"
 
 	"github.com/freeflow-net/freeflow/internal/bench"
-	"github.com/freeflow-net/freeflow/internal/state"
 )
 
 func init() {
@@ -61,7 +60,7 @@ func measureBench(g *Global, o bench.Options, only, paths []string) error {
 	o.Bin, o.Only, o.Paths, o.Log = exe, only, paths, g.Err
 	// --cluster NAME measures that cluster; without it the bench makes its
 	// own, so it never disturbs the containers of the default cluster.
-	if g.Cluster != state.DefaultCluster {
+	if g.ClusterSet {
 		o.Cluster = g.Cluster
 	}
 	// Ctrl-C cancels the run; Run still removes everything it made.
@@ -95,9 +94,14 @@ func benchUsage(fs *flag.FlagSet) {
 		"Brings up its own 2-host cluster (unless --cluster names one), measures every path\n"+
 		"side by side and removes the cluster again.\n\noptions:\n")
 	fs.VisitAll(func(f *flag.Flag) {
-		if !hiddenBenchFlags[f.Name] {
-			fmt.Fprintf(fs.Output(), "  --%s\n    \t%s (default %q)\n", f.Name, f.Usage, f.DefValue)
+		if hiddenBenchFlags[f.Name] {
+			return
 		}
+		fmt.Fprintf(fs.Output(), "  --%s\n    \t%s", f.Name, f.Usage)
+		if f.DefValue != "" && f.DefValue != "false" {
+			fmt.Fprintf(fs.Output(), " (default %q)", f.DefValue)
+		}
+		fmt.Fprintln(fs.Output())
 	})
 }
 

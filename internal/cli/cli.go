@@ -30,9 +30,10 @@ func register(name string, c command) { commands[name] = c }
 
 // Global holds options accepted before or after any command.
 type Global struct {
-	Cluster string
-	Out     io.Writer
-	Err     io.Writer
+	Cluster    string
+	ClusterSet bool // --cluster was given (even if it names the default)
+	Out        io.Writer
+	Err        io.Writer
 }
 
 // Layout returns the state layout of the selected cluster.
@@ -104,10 +105,10 @@ func parseGlobal(g *Global, args []string) ([]string, error) {
 			if i+1 >= len(args) {
 				return nil, fmt.Errorf("--cluster needs a name")
 			}
-			g.Cluster = args[i+1]
+			g.Cluster, g.ClusterSet = args[i+1], true
 			i++
 		case strings.HasPrefix(a, "--cluster="):
-			g.Cluster = strings.TrimPrefix(a, "--cluster=")
+			g.Cluster, g.ClusterSet = strings.TrimPrefix(a, "--cluster="), true
 		default:
 			rest = append(rest, a)
 		}
