@@ -27,8 +27,6 @@
 
 #include "shim.h"
 
-#define FF_EXPORT __attribute__((visibility("default")))
-
 static uint32_t armed(const struct ff_conn *c, uint32_t events)
 {
 	return c->state == FF_ST_PENDING ? events | EPOLLOUT : events;

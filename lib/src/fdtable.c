@@ -5,11 +5,11 @@
  *
  * The table is sized once from RLIMIT_NOFILE (the hard limit, so a program
  * that raises its soft limit later is still covered), capped at FD_CAP
- * slots; it is an anonymous mapping, so untouched pages cost nothing. An fd
- * above the table is simply never tracked: it stays plain TCP.
+ * slots; calloc of this size maps fresh zero pages, so untouched slots cost
+ * nothing (and leak checkers still see the conns it points to). An fd above
+ * the table is simply never tracked: it stays plain TCP.
  */
 #include <stdlib.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 
 #include "shim.h"
@@ -37,9 +37,8 @@ void ff_table_init(void)
 		n = FD_CAP;
 	if (n < FD_MIN)
 		n = FD_MIN;
-	p = mmap(NULL, (size_t)n * sizeof(struct ff_slot), PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (p == MAP_FAILED)
+	p = calloc((size_t)n, sizeof(struct ff_slot));
+	if (!p)
 		return;		/* table_size 0: nothing is tracked, all stays TCP */
 	table = p;
 	table_size = (int)n;

@@ -14,8 +14,6 @@
 
 #include "shim.h"
 
-#define FF_EXPORT __attribute__((visibility("default")))
-
 #define HOLD(fd, nonblock) do {						\
 	int hold_ = ff_busy ? 0 : ff_settle((fd), (nonblock));		\
 	if (hold_) {							\

@@ -17,8 +17,6 @@
 
 #include "shim.h"
 
-#define FF_EXPORT __attribute__((visibility("default")))
-
 static int is_pending_fd(int fd)
 {
 	struct ff_slot *s = ff_fd_slot(fd);

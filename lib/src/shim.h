@@ -74,6 +74,9 @@ extern _Thread_local int ff_busy;
 
 #define REAL(fn) (ff_init(), ff_real.fn)
 
+/* The wrappers: the only symbols libfreeflow.map lets out. */
+#define FF_EXPORT __attribute__((visibility("default")))
+
 /* ---- log.c ---- */
 
 extern int ff_debug_on;

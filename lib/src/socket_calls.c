@@ -22,8 +22,6 @@
 #include "freeflow/proto.h"
 #include "shim.h"
 
-#define FF_EXPORT __attribute__((visibility("default")))
-
 static int is_tcp(int domain, int type, int protocol)
 {
 	type &= ~(SOCK_NONBLOCK | SOCK_CLOEXEC);

@@ -28,8 +28,6 @@
 
 #include "shim.h"
 
-#define FF_EXPORT __attribute__((visibility("default")))
-
 static const int carried_tcp[] = {
 	TCP_NODELAY, TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT, TCP_USER_TIMEOUT,
 	TCP_CORK, TCP_QUICKACK,

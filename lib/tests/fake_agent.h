@@ -1,0 +1,310 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A fake agent for the shim tests: the brokering rules of PROTOCOL.md
+ * ("Connection brokering") on a temporary SOCK_SEQPACKET socket, run in a
+ * forked child of the test.
+ *
+ * FA_BROKER: LISTEN/UNLISTEN/CLOSED get OK. A CONNECT/ACCEPT is keyed by
+ *   the connection's 4-tuple (connecting end first); the decision is made
+ *   once per tuple: CONNECT to a port no listener registered gets overlay
+ *   (listener-not-freeflow) at once; otherwise the first ask waits at most
+ *   FA_WAIT_MS for the other end, then both get one half of a
+ *   socketpair(AF_UNIX, SOCK_STREAM) with PATH unix, or the waiting one
+ *   gets overlay (peer-timeout). A late ask gets the recorded decision.
+ * FA_OVERLAY: every CONNECT/ACCEPT gets PATH overlay at once.
+ * FA_SILENT: accepts connections, never answers anything.
+ *
+ * Every event is one line in the log file ("swap", "overlay <reason>",
+ * "listen", "unlisten", "closed"), which the tests read to check what
+ * really happened. When its parent dies without stopping it (a crash, the
+ * runner's timeout), the agent removes the test's temporary directory.
+ */
+#ifndef FREEFLOW_FAKE_AGENT_H
+#define FREEFLOW_FAKE_AGENT_H
+
+#include <fcntl.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "freeflow/proto.h"
+
+#define FA_WAIT_MS	50
+#define FA_MAX_CLIENTS	64
+#define FA_MAX_TUPLES	512
+
+enum fa_mode { FA_BROKER, FA_OVERLAY, FA_SILENT };
+
+struct fa_tuple {
+	uint8_t key[36];
+	uint8_t keylen;
+	int8_t decided;		/* -1 waiting, else enum ff_path_kind */
+	int waiter;		/* waiting client fd, or -1 */
+	uint32_t seq;
+	int64_t deadline;
+};
+
+struct fa_state {
+	enum fa_mode mode;
+	int logfd;
+	struct pollfd p[FA_MAX_CLIENTS + 1];
+	int n;
+	struct fa_tuple t[FA_MAX_TUPLES];
+	int nt;
+	uint16_t ports[64];	/* registered listener ports, network order */
+	int nports;
+};
+
+static inline int64_t fa_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static inline void fa_log(struct fa_state *st, const char *fmt, ...)
+{
+	char line[256];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(line, sizeof(line) - 1, fmt, ap);
+	va_end(ap);
+	line[n++] = '\n';
+	if (write(st->logfd, line, (size_t)n) < 0)
+		_exit(3);
+}
+
+static inline void fa_send(int fd, uint8_t type, uint32_t seq, int kind, const char *reason,
+		    int passfd)
+{
+	union {
+		char b[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	uint8_t buf[256];
+	struct ff_enc e;
+	struct iovec iov = { .iov_base = buf };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+	ff_enc_start(&e, buf, sizeof(buf), type, seq);
+	if (type == FF_MSG_HELLO_REPLY) {
+		ff_enc_str(&e, FF_ATTR_AGENT_VERSION, "fake-agent");
+		ff_enc_str(&e, FF_ATTR_CONTAINER_ID, "c-test");
+		ff_enc_str(&e, FF_ATTR_NAME, "test");
+		ff_enc_attr(&e, FF_ATTR_IP, "\x7f\x00\x00\x01", 4);
+		ff_enc_str(&e, FF_ATTR_TENANT, "t");
+		ff_enc_str(&e, FF_ATTR_HOST, "h");
+	}
+	if (type == FF_MSG_PATH) {
+		ff_enc_u8(&e, FF_ATTR_PATH_KIND, (uint8_t)kind);
+		if (reason)
+			ff_enc_str(&e, FF_ATTR_REASON, reason);
+	}
+	iov.iov_len = (size_t)ff_enc_finish(&e);
+	if (passfd >= 0) {
+		struct cmsghdr *c;
+
+		mh.msg_control = ctl.b;
+		mh.msg_controllen = sizeof(ctl.b);
+		c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &passfd, sizeof(int));
+	}
+	sendmsg(fd, &mh, MSG_NOSIGNAL);
+}
+
+static inline struct fa_tuple *fa_find(struct fa_state *st, const uint8_t *key, int len)
+{
+	for (int i = 0; i < st->nt; i++)
+		if (st->t[i].keylen == len && !memcmp(st->t[i].key, key, (size_t)len))
+			return &st->t[i];
+	if (st->nt == FA_MAX_TUPLES)
+		return NULL;
+	st->t[st->nt] = (struct fa_tuple){ .keylen = (uint8_t)len, .decided = -1, .waiter = -1 };
+	memcpy(st->t[st->nt].key, key, (size_t)len);
+	return &st->t[st->nt++];
+}
+
+static inline int fa_port_registered(struct fa_state *st, const struct ff_attr *ep)
+{
+	uint16_t port;
+
+	memcpy(&port, ep->val + ep->len - 2, 2);
+	for (int i = 0; i < st->nports; i++)
+		if (st->ports[i] == port)
+			return 1;
+	return 0;
+}
+
+static inline void fa_decide(struct fa_state *st, struct fa_tuple *t, int fd, uint32_t seq,
+		      int kind, const char *reason)
+{
+	t->decided = (int8_t)kind;
+	if (kind == FF_PATH_OVERLAY) {
+		fa_log(st, "overlay %s", reason);
+		if (t->waiter >= 0)
+			fa_send(t->waiter, FF_MSG_PATH, t->seq, kind, reason, -1);
+		if (fd >= 0)
+			fa_send(fd, FF_MSG_PATH, seq, kind, reason, -1);
+	} else {
+		int sp[2];
+
+		if (socketpair(AF_UNIX, SOCK_STREAM, 0, sp))
+			_exit(3);
+		fa_log(st, "swap");
+		fa_send(t->waiter, FF_MSG_PATH, t->seq, kind, NULL, sp[0]);
+		fa_send(fd, FF_MSG_PATH, seq, kind, NULL, sp[1]);
+		close(sp[0]);
+		close(sp[1]);
+	}
+	t->waiter = -1;
+}
+
+/* CONNECT or ACCEPT: the brokering rules. */
+static inline void fa_broker(struct fa_state *st, int fd, const struct ff_msg *m)
+{
+	const struct ff_attr *l = ff_msg_get(m, FF_ATTR_LOCAL_EP);
+	const struct ff_attr *r = ff_msg_get(m, FF_ATTR_REMOTE_EP);
+	const struct ff_attr *first, *second;
+	uint8_t key[36];
+	struct fa_tuple *t;
+
+	if (!l || !r)
+		_exit(4);
+	first = m->type == FF_MSG_CONNECT ? l : r;
+	second = m->type == FF_MSG_CONNECT ? r : l;
+	memcpy(key, first->val, first->len);
+	memcpy(key + first->len, second->val, second->len);
+	t = fa_find(st, key, first->len + second->len);
+	if (!t || st->mode == FA_OVERLAY) {
+		fa_send(fd, FF_MSG_PATH, m->seq, FF_PATH_OVERLAY, "fake-says-overlay", -1);
+		fa_log(st, "overlay fake-says-overlay");
+	} else if (t->decided >= 0) {
+		fa_send(fd, FF_MSG_PATH, m->seq, FF_PATH_OVERLAY, "late", -1);
+	} else if (m->type == FF_MSG_CONNECT && !fa_port_registered(st, second)) {
+		fa_decide(st, t, fd, m->seq, FF_PATH_OVERLAY, "listener-not-freeflow");
+	} else if (t->waiter >= 0 && t->waiter != fd) {
+		fa_decide(st, t, fd, m->seq, FF_PATH_UNIX, NULL);
+	} else {
+		t->waiter = fd;
+		t->seq = m->seq;
+		t->deadline = fa_now() + FA_WAIT_MS;
+	}
+}
+
+static inline void fa_request(struct fa_state *st, int fd)
+{
+	static uint8_t in[FF_MAX_MESSAGE];
+	struct ff_msg m;
+	ssize_t n = recv(fd, in, sizeof(in), 0);
+	const struct ff_attr *l;
+	uint16_t port;
+
+	if (n <= 0 || ff_msg_decode(in, (size_t)n, &m)) {
+		close(fd);
+		for (int i = 0; i < st->nt; i++)
+			if (st->t[i].waiter == fd)
+				st->t[i].waiter = -1;
+		for (int i = 1; i < st->n; i++)
+			if (st->p[i].fd == fd)
+				st->p[i] = st->p[--st->n];
+		return;
+	}
+	if (st->mode == FA_SILENT)
+		return;
+	switch (m.type) {
+	case FF_MSG_HELLO:
+		fa_send(fd, FF_MSG_HELLO_REPLY, m.seq, 0, NULL, -1);
+		break;
+	case FF_MSG_LISTEN:
+		l = ff_msg_get(&m, FF_ATTR_LOCAL_EP);
+		memcpy(&port, l->val + l->len - 2, 2);
+		if (st->nports < 64)
+			st->ports[st->nports++] = port;
+		fa_log(st, "listen");
+		fa_send(fd, FF_MSG_OK, m.seq, 0, NULL, -1);
+		break;
+	case FF_MSG_UNLISTEN:
+	case FF_MSG_CLOSED:
+		fa_log(st, m.type == FF_MSG_CLOSED ? "closed" : "unlisten");
+		fa_send(fd, FF_MSG_OK, m.seq, 0, NULL, -1);
+		break;
+	case FF_MSG_CONNECT:
+	case FF_MSG_ACCEPT:
+		fa_broker(st, fd, &m);
+		break;
+	default:
+		_exit(5);
+	}
+}
+
+static inline int fa_expire(struct fa_state *st)
+{
+	int64_t now = fa_now(), next = 100;
+
+	for (int i = 0; i < st->nt; i++) {
+		struct fa_tuple *t = &st->t[i];
+
+		if (t->waiter < 0)
+			continue;
+		if (t->deadline <= now)
+			fa_decide(st, t, -1, 0, FF_PATH_OVERLAY, "peer-timeout");
+		else if (t->deadline - now < next)
+			next = t->deadline - now;
+	}
+	return (int)next;
+}
+
+static inline void fa_cleanup(const char *dir)
+{
+	char p[4200];
+
+	snprintf(p, sizeof(p), "%s/agent.sock", dir);
+	unlink(p);
+	snprintf(p, sizeof(p), "%s/agent.log", dir);
+	unlink(p);
+	rmdir(dir);
+}
+
+static inline void fa_run(int lfd, enum fa_mode mode, int logfd, pid_t parent,
+			  const char *dir)
+{
+	static struct fa_state st;
+
+	st.mode = mode;
+	st.logfd = logfd;
+	st.p[0] = (struct pollfd){ .fd = lfd, .events = POLLIN };
+	st.n = 1;
+	while (getppid() == parent) {
+		int timeout = fa_expire(&st);
+
+		if (poll(st.p, (nfds_t)st.n, timeout) <= 0)
+			continue;
+		if (st.p[0].revents) {
+			int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+
+			if (c >= 0 && st.n <= FA_MAX_CLIENTS)
+				st.p[st.n++] = (struct pollfd){ .fd = c, .events = POLLIN };
+			else if (c >= 0)
+				close(c);
+		}
+		for (int i = st.n - 1; i >= 1; i--)
+			if (st.p[i].revents)
+				fa_request(&st, st.p[i].fd);
+	}
+	fa_cleanup(dir);
+	_exit(0);
+}
+
+#endif

@@ -1,0 +1,301 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Harness for the shim tests. A test's main() calls t_shim_setup() first:
+ * the unpreloaded process starts the fake agent (fake_agent.h) on a
+ * temporary socket and re-executes itself with LD_PRELOAD=libfreeflow.so
+ * and FREEFLOW_AGENT_SOCKET set; setup returns in that preloaded image,
+ * where the test runs its client and server (forked, so both ends are real
+ * separate processes with the library). t_shim_finish() stops the agent,
+ * removes the temporary files and gives the exit code.
+ *
+ * The tests look behind the shim with raw system calls (t_real_domain), and
+ * at the agent's log (t_agent_count), to check that a swap really happened
+ * while the program itself sees no difference. All traffic is on loopback.
+ */
+#ifndef FREEFLOW_SHIMTEST_H
+#define FREEFLOW_SHIMTEST_H
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+#include "fake_agent.h"
+#include "testutil.h"
+
+/* Scheduling noise on a loaded 2-core machine, not a protocol allowance. */
+#define T_SLACK_MS	150
+/* Below the agent's 50 ms peer wait: a call this fast did not wait for anyone. */
+#define T_NO_WAIT_MS	45
+
+static char t_dir[PATH_MAX];
+
+static inline int64_t t_ms(void)
+{
+	return fa_now();
+}
+
+static inline void t_path(char *out, size_t cap, const char *name)
+{
+	snprintf(out, cap, "%s/%s", getenv("FF_TEST_DIR"), name);
+}
+
+static inline pid_t t_start_agent(const char *sock, const char *log, enum fa_mode mode)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	pid_t parent = getpid(), pid;
+	int lfd, logfd;
+
+	if (strlen(sock) >= sizeof(sa.sun_path))
+		exit(T_EXIT_FAIL);
+	memcpy(sa.sun_path, sock, strlen(sock));
+	lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	logfd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	if (lfd < 0 || logfd < 0 || bind(lfd, (void *)&sa, sizeof(sa)) || listen(lfd, 64)) {
+		perror("fake agent");
+		exit(T_EXIT_FAIL);
+	}
+	pid = fork();
+	if (pid == 0)
+		fa_run(lfd, mode, logfd, parent, t_dir);
+	close(lfd);
+	close(logfd);
+	return pid;
+}
+
+/*
+ * Stage 1 (no preload): agent up, environment set, exec self preloaded.
+ * mode -1: no agent at all (the socket path does not exist).
+ */
+static inline void t_shim_setup(char **argv, int mode)
+{
+	const char *lib = getenv("FF_LIBRARY"), *pre = getenv("FF_TEST_PRELOAD_EXTRA");
+	char abs[PATH_MAX], sock[PATH_MAX + 16], log[PATH_MAX + 16], env[3 * PATH_MAX];
+	pid_t agent = 0;
+
+	if (pre && !*pre)
+		pre = NULL;
+	if (getenv("FF_TEST_DIR")) {
+		snprintf(t_dir, sizeof(t_dir), "%s", getenv("FF_TEST_DIR"));
+		return;
+	}
+	if (!lib || !realpath(lib, abs)) {
+		printf("FF_LIBRARY must name the built libfreeflow.so\n");
+		exit(T_EXIT_SKIP);
+	}
+	snprintf(t_dir, sizeof(t_dir), "/tmp/fftest.XXXXXX");
+	if (!mkdtemp(t_dir)) {
+		perror("mkdtemp");
+		exit(T_EXIT_FAIL);
+	}
+	snprintf(sock, sizeof(sock), "%s/agent.sock", t_dir);
+	snprintf(log, sizeof(log), "%s/agent.log", t_dir);
+	close(open(log, O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+	if (mode >= 0)
+		agent = t_start_agent(sock, log, (enum fa_mode)mode);
+	snprintf(env, sizeof(env), "%d", (int)agent);
+	setenv("FF_TEST_AGENT_PID", env, 1);
+	setenv("FF_TEST_DIR", t_dir, 1);
+	setenv("FREEFLOW_AGENT_SOCKET", sock, 1);
+	snprintf(env, sizeof(env), "%s%s%s", pre ? pre : "", pre ? " " : "", abs);
+	setenv("LD_PRELOAD", env, 1);
+	execv("/proc/self/exe", argv);
+	perror("exec self");
+	exit(T_EXIT_FAIL);
+}
+
+static inline int t_shim_finish(void)
+{
+	pid_t agent = (pid_t)atoi(getenv("FF_TEST_AGENT_PID"));
+	char p[PATH_MAX + 16];
+
+	if (agent > 0) {
+		kill(agent, SIGKILL);
+		waitpid(agent, NULL, 0);
+	}
+	t_path(p, sizeof(p), "agent.sock");
+	unlink(p);
+	t_path(p, sizeof(p), "agent.log");
+	unlink(p);
+	rmdir(t_dir);
+	return t_exit_code();
+}
+
+/* Lines of the agent log that start with word. */
+static inline int t_agent_count(const char *word)
+{
+	char p[PATH_MAX + 16], line[256];
+	FILE *f;
+	int n = 0;
+
+	t_path(p, sizeof(p), "agent.log");
+	f = fopen(p, "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		n += !strncmp(line, word, strlen(word));
+	fclose(f);
+	return n;
+}
+
+/* The family of the socket really at fd, asked of the kernel past the shim. */
+static inline int t_real_domain(int fd)
+{
+	int d = -1;
+	socklen_t l = sizeof(d);
+
+	if (syscall(SYS_getsockopt, fd, SOL_SOCKET, SO_DOMAIN, &d, &l))
+		return -errno;
+	return d;
+}
+
+static inline socklen_t t_addr(int family, struct sockaddr_storage *ss, uint16_t port)
+{
+	memset(ss, 0, sizeof(*ss));
+	if (family == AF_INET6) {
+		struct sockaddr_in6 *a = (void *)ss;
+
+		a->sin6_family = AF_INET6;
+		a->sin6_addr = in6addr_loopback;
+		a->sin6_port = htons(port);
+		return sizeof(*a);
+	} else {
+		struct sockaddr_in *a = (void *)ss;
+
+		a->sin_family = AF_INET;
+		a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		a->sin_port = htons(port);
+		return sizeof(*a);
+	}
+}
+
+/* A listener on loopback, any free port. */
+static inline int t_listen(int family, uint16_t *port)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = t_addr(family, &ss, 0);
+	int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (fd < 0 || bind(fd, (void *)&ss, len) || listen(fd, 16)) {
+		perror("listen");
+		exit(T_EXIT_FAIL);
+	}
+	len = sizeof(ss);
+	getsockname(fd, (void *)&ss, &len);
+	*port = ntohs(family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+					 : ((struct sockaddr_in *)&ss)->sin_port);
+	return fd;
+}
+
+static inline int t_connect(int family, uint16_t port)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = t_addr(family, &ss, port);
+	int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0 || connect(fd, (void *)&ss, len)) {
+		perror("connect");
+		exit(T_EXIT_FAIL);
+	}
+	return fd;
+}
+
+/* The byte at offset i of a test stream: not periodic in any small power of two. */
+static inline uint8_t t_byte(uint64_t i, uint8_t seed)
+{
+	return (uint8_t)((i * 2654435761u) >> 13) ^ seed;
+}
+
+static inline int t_send_stream(int fd, size_t n, uint8_t seed)
+{
+	uint8_t buf[16384];
+	size_t off = 0;
+
+	while (off < n) {
+		size_t k = n - off < sizeof(buf) ? n - off : sizeof(buf);
+		ssize_t w;
+
+		for (size_t i = 0; i < k; i++)
+			buf[i] = t_byte(off + i, seed);
+		w = write(fd, buf, k);
+		if (w <= 0)
+			return -1;
+		off += (size_t)w;
+	}
+	return 0;
+}
+
+/* Read exactly n bytes and check each; returns 0 if all arrived intact. */
+static inline int t_recv_stream(int fd, size_t n, uint8_t seed)
+{
+	uint8_t buf[16384];
+	size_t off = 0;
+
+	while (off < n) {
+		size_t k = n - off < sizeof(buf) ? n - off : sizeof(buf);
+		ssize_t r = read(fd, buf, k);
+
+		if (r <= 0)
+			return -1;
+		for (ssize_t i = 0; i < r; i++)
+			if (buf[i] != t_byte(off + (size_t)i, seed))
+				return -2;
+		off += (size_t)r;
+	}
+	return 0;
+}
+
+/* Wait for a forked child; CHECKs it exited 0. */
+static inline void t_wait_child(pid_t pid, const char *what)
+{
+	int status = 0;
+
+	waitpid(pid, &status, 0);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s exited with status %#x",
+	      what, status);
+}
+
+
+struct t_conn_arg {
+	int family;
+	uint16_t port;
+	int fd;
+};
+
+static inline void *t_connect_thread(void *p)
+{
+	struct t_conn_arg *a = p;
+
+	a->fd = t_connect(a->family, a->port);
+	return NULL;
+}
+
+/*
+ * A connected pair in this process: a thread connects (blocking) while this
+ * one accepts, so the agent sees both ends within its wait.
+ */
+static inline void t_pair(int family, int *cfd, int *sfd)
+{
+	struct t_conn_arg a = { .family = family };
+	int lfd = t_listen(family, &a.port);
+	pthread_t th;
+
+	pthread_create(&th, NULL, t_connect_thread, &a);
+	*sfd = accept(lfd, NULL, NULL);
+	pthread_join(th, NULL);
+	*cfd = a.fd;
+	close(lfd);
+	if (*sfd < 0 || *cfd < 0) {
+		perror("t_pair");
+		exit(T_EXIT_FAIL);
+	}
+}
+
+#endif

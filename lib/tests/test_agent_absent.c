@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: MIT */
+/* Description: with no agent socket, connections stay on TCP with no error and no added delay, data flows, and FREEFLOW_DEBUG=1 prints one line per fallback saying why (silent otherwise) */
+#include "shimtest.h"
+
+/* "<self> pair": one connection pair; stderr is what the parent inspects. */
+static int pair_only(void)
+{
+	int cfd, sfd;
+	char c;
+
+	t_pair(AF_INET, &cfd, &sfd);
+	return write(cfd, "a", 1) == 1 && read(sfd, &c, 1) == 1 ? 0 : 1;
+}
+
+/* Run the pair role with FREEFLOW_DEBUG=debug; returns lines it printed, or -1. */
+static int stderr_lines(const char *debug, const char *must_contain)
+{
+	char path[PATH_MAX + 16], line[512];
+	int lines = 0, ok = 0;
+	pid_t pid;
+	FILE *f;
+
+	t_path(path, sizeof(path), "stderr.txt");
+	pid = fork();
+	if (pid == 0) {
+		int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+		dup2(fd, 2);
+		setenv("FREEFLOW_DEBUG", debug, 1);
+		execl("/proc/self/exe", "self", "pair", (char *)NULL);
+		_exit(127);
+	}
+	t_wait_child(pid, "pair role");
+	f = fopen(path, "r");
+	while (f && fgets(line, sizeof(line), f)) {
+		lines++;
+		ok += strstr(line, must_contain) != NULL;
+		fprintf(stderr, "pair role: %s", line);
+	}
+	if (f)
+		fclose(f);
+	unlink(path);
+	return ok == lines ? lines : -1;
+}
+
+int main(int argc, char **argv)
+{
+	int64_t t0;
+	int cfd, sfd, n;
+	char c;
+
+	if (argc == 2 && !strcmp(argv[1], "pair"))
+		return pair_only();
+	t_shim_setup(argv, -1);
+	t0 = t_ms();
+	t_pair(AF_INET, &cfd, &sfd);
+	CHECK(t_ms() - t0 < T_NO_WAIT_MS, "connect+accept took %lld ms without an agent",
+	      (long long)(t_ms() - t0));
+	CHECK(t_real_domain(cfd) == AF_INET && t_real_domain(sfd) == AF_INET, "swapped without an agent");
+	CHECK(write(cfd, "x", 1) == 1 && read(sfd, &c, 1) == 1 && c == 'x', "data");
+	close(cfd);
+	close(sfd);
+	n = stderr_lines("1", "stays on the overlay");
+	/* The listener and the connecting end each say why; the accepted end was never asked. */
+	CHECK(n == 2, "FREEFLOW_DEBUG=1 printed %d lines (-1: a line without the reason)", n);
+	n = stderr_lines("0", "");
+	CHECK(n == 0, "FREEFLOW_DEBUG=0 printed %d lines", n);
+	return t_shim_finish();
+}

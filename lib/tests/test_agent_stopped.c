@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: MIT */
+/* Description: when the agent dies, established swapped connections keep working, new ones take TCP at once with no error, and nothing hangs */
+#include "shimtest.h"
+
+int main(int argc, char **argv)
+{
+	pid_t agent;
+	int64_t t0;
+	int cfd, sfd, c2, s2;
+	char c;
+
+	(void)argc;
+	t_shim_setup(argv, FA_BROKER);
+	t_pair(AF_INET, &cfd, &sfd);
+	CHECK(t_real_domain(cfd) == AF_UNIX, "not swapped");
+	agent = (pid_t)atoi(getenv("FF_TEST_AGENT_PID"));
+	kill(agent, SIGKILL);
+	waitpid(agent, NULL, 0);
+	setenv("FF_TEST_AGENT_PID", "0", 1);	/* t_shim_finish must not kill a reused pid */
+	CHECK(write(cfd, "a", 1) == 1 && read(sfd, &c, 1) == 1 && c == 'a', "old connection");
+	t0 = t_ms();
+	t_pair(AF_INET, &c2, &s2);
+	CHECK(t_ms() - t0 < T_NO_WAIT_MS, "new connection took %lld ms", (long long)(t_ms() - t0));
+	CHECK(t_real_domain(c2) == AF_INET, "new connection swapped without an agent");
+	CHECK(write(c2, "b", 1) == 1 && read(s2, &c, 1) == 1 && c == 'b', "new connection");
+	close(c2);
+	close(s2);
+	close(cfd);	/* CLOSED to a dead agent: must not hang or fail */
+	close(sfd);
+	return t_shim_finish();
+}

@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: MIT */
+/* Description: on a swapped connection, peer close gives EOF (and POLLIN|POLLRDHUP), and a peer killed with SIGKILL gives EOF or ECONNRESET within a second, never a hang */
+#include "shimtest.h"
+
+static void case_close(void)
+{
+	struct pollfd p;
+	char buf[8];
+	int cfd, sfd;
+
+	t_pair(AF_INET, &cfd, &sfd);
+	CHECK(t_real_domain(cfd) == AF_UNIX, "not swapped");
+	CHECK(write(sfd, "bye", 3) == 3, "write");
+	close(sfd);
+	p = (struct pollfd){ .fd = cfd, .events = POLLIN | POLLRDHUP };
+	CHECK(poll(&p, 1, 1000) == 1 && (p.revents & POLLRDHUP), "revents %#x", p.revents);
+	CHECK(read(cfd, buf, sizeof(buf)) == 3, "data before EOF");
+	CHECK(read(cfd, buf, sizeof(buf)) == 0, "EOF");
+	close(cfd);
+}
+
+static void case_kill(void)
+{
+	uint16_t port;
+	int lfd = t_listen(AF_INET, &port), fd, r;
+	int64_t t0;
+	pid_t pid;
+	char c;
+
+	pid = fork();
+	if (pid == 0) {
+		int fd2 = t_connect(AF_INET, port);
+
+		if (write(fd2, "k", 1) != 1)
+			_exit(1);
+		pause();
+		_exit(0);
+	}
+	fd = accept(lfd, NULL, NULL);
+	CHECK(t_real_domain(fd) == AF_UNIX, "not swapped");
+	CHECK(read(fd, &c, 1) == 1, "first byte");
+	t0 = t_ms();
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	r = (int)read(fd, &c, 1);
+	CHECK(r == 0 || (r == -1 && errno == ECONNRESET), "read after peer crash: %d (%s)", r,
+	      strerror(errno));
+	CHECK(t_ms() - t0 < 1000, "took %lld ms", (long long)(t_ms() - t0));
+	close(fd);
+	close(lfd);
+}
+
+int main(int argc, char **argv)
+{
+	(void)argc;
+	t_shim_setup(argv, FA_BROKER);
+	case_close();
+	case_kill();
+	CHECK(t_agent_count("swap") == 2, "%d swaps", t_agent_count("swap"));
+	return t_shim_finish();
+}
