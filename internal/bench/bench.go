@@ -15,12 +15,13 @@ package bench
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/freeflow-net/freeflow/internal/state"
 )
 
 // Options configure a bench run.
@@ -107,7 +108,7 @@ func measure(ctx context.Context, o Options, c *benchCluster, raw *Raw, env tool
 	fmt.Fprintf(o.Log, "bench: starting servers and clients in cluster %s\n", c.cli.Cluster)
 	pin := defaultPinning()
 	servers := serverCommands(exps, env)
-	dep, err := Deploy(ctx, c.cli, c.state, "b"+randomWord(4), pin, servers, paths)
+	dep, err := Deploy(ctx, c.cli, c.state, state.RandomName("b", 4), pin, servers, paths)
 	if err != nil {
 		return err
 	}
@@ -176,17 +177,6 @@ func writeResults(dir string, raw *Raw) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, "report.md"), []byte(RenderMarkdown(raw)), 0o644)
-}
-
-// randomWord returns n random lower-case letters and digits.
-func randomWord(n int) string {
-	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
-	b := make([]byte, n)
-	rand.Read(b)
-	for i := range b {
-		b[i] = alphabet[int(b[i])%len(alphabet)]
-	}
-	return string(b)
 }
 
 // joinErr adds cleanup errors to err without hiding it.

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
+
+	"github.com/freeflow-net/freeflow/internal/container"
 )
 
 // CLI drives a cluster through the freeflow binary itself, the way a user
@@ -12,16 +14,6 @@ import (
 type CLI struct {
 	Bin     string // path of the freeflow binary
 	Cluster string
-}
-
-// PSEntry is one row of `freeflow ps -o json`.
-type PSEntry struct {
-	Name   string `json:"name"`
-	Host   string `json:"host"`
-	IP     string `json:"ip"`
-	Tenant string `json:"tenant"`
-	PID    int    `json:"pid"`
-	Status string `json:"status"`
 }
 
 func (c CLI) command(args ...string) *exec.Cmd {
@@ -68,12 +60,12 @@ func (c CLI) Exec(name string, argv []string) *exec.Cmd {
 }
 
 // PS lists the cluster's containers.
-func (c CLI) PS(ctx context.Context) ([]PSEntry, error) {
+func (c CLI) PS(ctx context.Context) ([]container.Info, error) {
 	out, err := c.run(ctx, "ps", "-o", "json")
 	if err != nil {
 		return nil, err
 	}
-	var ps []PSEntry
+	var ps []container.Info
 	if err := json.Unmarshal(out, &ps); err != nil {
 		return nil, fmt.Errorf("parse `freeflow ps -o json` output: %w", err)
 	}

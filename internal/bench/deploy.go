@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/freeflow-net/freeflow/internal/container"
 	"github.com/freeflow-net/freeflow/internal/netns"
 	"github.com/freeflow-net/freeflow/internal/state"
 )
@@ -124,7 +125,7 @@ func (d *Deployment) startContainers(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	byName := map[string]PSEntry{}
+	byName := map[string]container.Info{}
 	for _, c := range ps {
 		byName[c.Name] = c
 	}

@@ -128,28 +128,7 @@ var connRate = Experiment{
 // SelectExperiments returns the named experiments in table order; empty
 // names means all.
 func SelectExperiments(names []string) ([]Experiment, error) {
-	if len(names) == 0 {
-		return Experiments, nil
-	}
-	want := map[string]bool{}
-	for _, n := range names {
-		want[n] = true
-	}
-	var out []Experiment
-	for _, e := range Experiments {
-		if want[e.Info.Name] {
-			out = append(out, e)
-			delete(want, e.Info.Name)
-		}
-	}
-	if len(want) > 0 {
-		var known []string
-		for _, e := range Experiments {
-			known = append(known, e.Info.Name)
-		}
-		return nil, fmt.Errorf("unknown experiment(s) %s; known: %s", strings.Join(sortedKeys(want), ","), strings.Join(known, ","))
-	}
-	return out, nil
+	return selectNamed(Experiments, names, func(e Experiment) string { return e.Info.Name }, "experiment")
 }
 
 // sizeName writes a message size the way the report shows it.

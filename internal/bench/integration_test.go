@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/freeflow-net/freeflow/internal/netns"
+	"github.com/freeflow-net/freeflow/internal/testenv"
 )
 
 // buildFreeflow builds the project's binaries into a temporary bin dir
@@ -20,17 +21,14 @@ import (
 func buildFreeflow(t *testing.T) string {
 	t.Helper()
 	needTools(t)
-	for _, p := range []string{"crun", "etcd"} {
-		if _, err := exec.LookPath(p); err != nil {
-			t.Skipf("needs %s for a real cluster (scripts/install-deps.sh installs it)", p)
-		}
+	if why := testenv.Missing("crun", "etcd"); why != "" {
+		t.Skip(why)
 	}
-	dir := t.TempDir()
-	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/...")
-	build.Dir = "../.."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
+	dir, err := testenv.BuildBinaries()
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
 	bin := filepath.Join(dir, "freeflow")
 	help, _ := exec.Command(bin, "help").Output()
 	for _, c := range []string{"cluster", "run", "exec", "ps", "rm"} {

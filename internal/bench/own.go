@@ -26,7 +26,7 @@ func openCluster(ctx context.Context, o Options) (*benchCluster, error) {
 	logf := func(format string, a ...any) { fmt.Fprintf(o.Log, "bench: "+format+"\n", a...) }
 	c := &benchCluster{cli: CLI{Bin: o.Bin, Cluster: o.Cluster}, log: logf}
 	if o.Cluster == "" {
-		c.cli.Cluster, c.own = "bench"+randomWord(3), true
+		c.cli.Cluster, c.own = state.RandomName("bench", 3), true
 		logf("bringing up cluster %s (%d hosts); if the bench is killed, remove it with `freeflow --cluster %s cluster down`",
 			c.cli.Cluster, benchHosts, c.cli.Cluster)
 		if err := c.cli.Up(ctx, benchHosts); err != nil {

@@ -1,10 +1,5 @@
 package bench
 
-import (
-	"fmt"
-	"strings"
-)
-
 // Path groups: ratios are taken within a group, against its baseline.
 const (
 	SameHost  = "same host"
@@ -61,30 +56,5 @@ var Paths = []Path{
 
 // SelectPaths returns the named paths in table order; empty names means all.
 func SelectPaths(names []string) ([]Path, error) {
-	if len(names) == 0 {
-		return Paths, nil
-	}
-	want := map[string]bool{}
-	for _, n := range names {
-		want[n] = true
-	}
-	var out []Path
-	for _, p := range Paths {
-		if want[p.Name] {
-			out = append(out, p)
-			delete(want, p.Name)
-		}
-	}
-	if len(want) > 0 {
-		return nil, fmt.Errorf("unknown path(s) %s; known: %s", strings.Join(sortedKeys(want), ","), pathNames())
-	}
-	return out, nil
-}
-
-func pathNames() string {
-	var n []string
-	for _, p := range Paths {
-		n = append(n, p.Name)
-	}
-	return strings.Join(n, ",")
+	return selectNamed(Paths, names, func(p Path) string { return p.Name }, "path")
 }

@@ -2,32 +2,27 @@ package bench
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/freeflow-net/freeflow/internal/netns"
+	"github.com/freeflow-net/freeflow/internal/testenv"
 )
 
 // needTools skips unless root and every program the bench runs exists.
 func needTools(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates a network namespace")
-	}
-	for _, p := range []string{"sockperf", "iperf3", "/usr/bin/python3", "taskset", "nsenter", "ss", "sysctl", "ip"} {
-		if _, err := exec.LookPath(p); err != nil {
-			t.Skipf("needs %s (install it with scripts/install-deps.sh): %v", p, err)
-		}
+	if why := testenv.Missing("sockperf", "iperf3", "/usr/bin/python3", "taskset", "nsenter", "ss", "sysctl", "ip"); why != "" {
+		t.Skip(why)
 	}
 }
 
 // testNetNS makes a private network namespace with loopback up.
 func testNetNS(t *testing.T) string {
 	t.Helper()
-	name := "tb" + randomWord(6)
+	name := testenv.RandomName("tb", 6)
 	if err := netns.Create(name); err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 
 	"github.com/freeflow-net/freeflow/internal/bench"
@@ -103,15 +102,4 @@ func benchUsage(fs *flag.FlagSet) {
 		}
 		fmt.Fprintln(fs.Output())
 	})
-}
-
-// commaList splits "a,b" into words, dropping empty ones.
-func commaList(s string) []string {
-	var out []string
-	for _, w := range strings.Split(s, ",") {
-		if w = strings.TrimSpace(w); w != "" {
-			out = append(out, w)
-		}
-	}
-	return out
 }

@@ -123,6 +123,17 @@ func newFlags(g *Global, name string) *flag.FlagSet {
 	return fs
 }
 
+// commaList splits an option value "a,b" into words, dropping empty ones.
+func commaList(s string) []string {
+	var out []string
+	for _, w := range strings.Split(s, ",") {
+		if w = strings.TrimSpace(w); w != "" {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "freeflow: a container network with shared-memory and host-network fast paths")
 	fmt.Fprintln(w, "\nusage: freeflow [--cluster NAME] <command> [options]\n\ncommands:")

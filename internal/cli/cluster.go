@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -39,7 +38,7 @@ func runCluster(g *Global, args []string) error {
 func clusterUp(g *Global, args []string) error {
 	fs := newFlags(g, "cluster up")
 	hosts := fs.Int("hosts", 2, "number of simulated hosts")
-	etcd := fs.String("etcd", "", "use this external etcd (comma-separated client URLs reachable from the host namespaces) instead of starting one")
+	etcd := fs.String("etcd", "", "use this external etcd (comma-separated client URLs, dialed from the namespace freeflow runs in) instead of starting one")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -52,7 +51,7 @@ func clusterUp(g *Global, args []string) error {
 	}
 	opts := cluster.Options{
 		Hosts:    *hosts,
-		Etcd:     splitURLs(*etcd),
+		Etcd:     commaList(*etcd),
 		BinDir:   filepath.Dir(exe),
 		Progress: func(f string, a ...any) { fmt.Fprintf(g.Out, "  "+f+"\n", a...) },
 	}
@@ -84,16 +83,6 @@ func clusterDown(g *Global, args []string) error {
 	}
 	fmt.Fprintf(g.Out, "cluster %s down\n", g.Cluster)
 	return nil
-}
-
-func splitURLs(s string) []string {
-	var out []string
-	for _, u := range strings.Split(s, ",") {
-		if u = strings.TrimSpace(u); u != "" {
-			out = append(out, u)
-		}
-	}
-	return out
 }
 
 // plural returns word, with an "s" unless n is 1.

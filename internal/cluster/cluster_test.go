@@ -2,10 +2,10 @@ package cluster_test
 
 import (
 	"bytes"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,49 +17,39 @@ import (
 	"github.com/freeflow-net/freeflow/internal/cluster"
 	"github.com/freeflow-net/freeflow/internal/netns"
 	"github.com/freeflow-net/freeflow/internal/state"
+	"github.com/freeflow-net/freeflow/internal/testenv"
 )
 
-// binDir holds freeflow, freeflowd and freeflow-cni built from this tree by
-// TestMain.
-var binDir string
+// These tests drive the real CLI. TestMain builds the binaries once; every
+// test brings up its own uniquely named cluster.
+
+var (
+	binDir     string // freeflow, freeflowd and freeflow-cni built from this tree
+	skipReason string
+	setupErr   error
+)
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "ffclustertest")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+	skipReason = testenv.Missing("ip", "bridge", "nsenter", "/usr/bin/etcd")
+	if skipReason == "" {
+		// BuildBinaries makes the directory readable by everyone:
+		// TestNotRoot runs the CLI as nobody.
+		binDir, setupErr = testenv.BuildBinaries()
 	}
-	code := 1
-	os.Chmod(dir, 0o755) // TestNotRoot runs the CLI as nobody
-	if err := build(dir); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	} else {
-		binDir = dir
-		code = m.Run()
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
 	}
-	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-// build compiles the CLI, the agent and the CNI plugin from the module root into dir.
-func build(dir string) error {
-	cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/freeflow", "./cmd/freeflowd", "./cmd/freeflow-cni")
-	cmd.Dir = "../.."
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("build binaries: %w\n%s", err, out)
-	}
-	return nil
 }
 
 func needRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates network namespaces and processes")
+	if skipReason != "" {
+		t.Skip(skipReason)
 	}
-	for _, p := range []string{"ip", "bridge", "nsenter", "/usr/bin/etcd"} {
-		if _, err := exec.LookPath(p); err != nil {
-			t.Skipf("needs %s (iproute2, util-linux, etcd-server)", p)
-		}
+	if setupErr != nil {
+		t.Fatal(setupErr)
 	}
 }
 
@@ -67,30 +57,21 @@ func needRoot(t *testing.T) {
 // when the test ends, whatever happened.
 func uniqueCluster(t *testing.T) string {
 	t.Helper()
-	const chars = "abcdefghijklmnopqrstuvwxyz0123456789"
-	b := make([]byte, 4)
-	rand.Read(b)
-	name := []byte{'t'}
-	for _, c := range b {
-		name = append(name, chars[int(c)%len(chars)])
-	}
-	t.Cleanup(func() { freeflow(t, string(name), "cluster", "down") })
-	return string(name)
+	c := &testenv.Cluster{Name: testenv.RandomName("t", 4), BinDir: binDir}
+	t.Cleanup(func() {
+		if err := c.Down(); err != nil {
+			t.Errorf("cluster down %s: %v", c.Name, err)
+		}
+	})
+	return c.Name
 }
 
-// freeflow runs the CLI and returns its combined output and exit code.
+// freeflow runs the CLI on cluster and returns its output (stdout, then
+// stderr) and exit code.
 func freeflow(t *testing.T, cluster string, args ...string) (string, int) {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(binDir, "freeflow"), append([]string{"--cluster", cluster}, args...)...)
-	out, err := cmd.CombinedOutput()
-	var exit *exec.ExitError
-	if errors.As(err, &exit) {
-		return string(out), exit.ExitCode()
-	}
-	if err != nil {
-		t.Fatalf("run freeflow: %v", err)
-	}
-	return string(out), 0
+	r := (&testenv.Cluster{Name: cluster, BinDir: binDir}).FF(t, args...)
+	return r.Stdout + r.Stderr, r.Code
 }
 
 func mustUp(t *testing.T, cluster string, hosts int) *state.Cluster {
@@ -347,17 +328,31 @@ func TestNotRoot(t *testing.T) {
 	}
 }
 
-// TestUnreachableExternalEtcd gives `up` an etcd that nobody serves (an
-// unused fabric address, so nothing leaves the cluster's namespaces): it
-// must fail saying where etcd must be reachable from, and leave nothing.
+// TestUnreachableExternalEtcd gives `up` an etcd that nobody serves (a
+// closed loopback port: the CLI dials an external etcd from its own
+// namespace, so nothing may leave the machine): it must fail saying where
+// etcd must be reachable from, and leave nothing.
 func TestUnreachableExternalEtcd(t *testing.T) {
 	needRoot(t)
 	name := uniqueCluster(t)
-	out, code := freeflow(t, name, "cluster", "up", "--hosts", "1", "--etcd", "http://10.99.0.3:2379")
-	if code != 1 || !strings.Contains(out, "10.99.0.3") || !strings.Contains(out, "reachable from the host namespaces") {
+	url := "http://" + closedLoopbackAddr(t)
+	out, code := freeflow(t, name, "cluster", "up", "--hosts", "1", "--etcd", url)
+	if code != 1 || !strings.Contains(out, url) || !strings.Contains(out, "reachable from where freeflow runs") {
 		t.Errorf("up with an unreachable etcd: exit %d, %q", code, out)
 	}
 	assertGone(t, name, nil)
+}
+
+// closedLoopbackAddr returns a loopback address on which nothing listens.
+func closedLoopbackAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
 }
 
 // TestStatusReportsCacheOnly checks that status shows healthy agents and
@@ -418,8 +413,8 @@ func TestStatusOfMissingCluster(t *testing.T) {
 // stops it and removes its crun state and cgroups.
 func TestDownRemovesContainers(t *testing.T) {
 	needRoot(t)
-	if _, err := exec.LookPath("crun"); err != nil {
-		t.Skip("needs crun")
+	if why := testenv.Missing("crun"); why != "" {
+		t.Skip(why)
 	}
 	name := uniqueCluster(t)
 	c := mustUp(t, name, 1)

@@ -75,14 +75,15 @@ func etcdReport(ctx context.Context, l state.Layout, c *state.Cluster) EtcdRepor
 		e.Error = "not started"
 		return e
 	}
-	// Probe from a host, where the agents reach the directory from.
+	// Probe from where the agents dial it: a managed etcd from a host on
+	// the fabric, an external one from the CLI's own namespace.
 	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
 	defer cancel()
-	hint := "check that it is reachable from the host namespaces"
+	ns, hint := "", "check that it runs and is reachable from where freeflow runs"
 	if e.Managed {
-		hint = "see " + etcdLog(l)
+		ns, hint = l.HostNetNS(c.Hosts[0].Name), "see "+etcdLog(l)
 	}
-	if err := waitEtcd(ctx, l.HostNetNS(c.Hosts[0].Name), e.Endpoints[0], 0, hint); err != nil {
+	if err := waitEtcd(ctx, ns, e.Endpoints[0], 0, hint); err != nil {
 		e.Error = err.Error()
 	} else {
 		e.Healthy = true

@@ -41,23 +41,18 @@ func (p *Plugin) Funcs() skel.CNIFuncs {
 // Add registers the container with the host agent and passes prevResult on
 // unchanged.
 func (p *Plugin) Add(args *skel.CmdArgs) error {
-	conf, err := loadNetConf(args.StdinData)
+	conf, rec, err := p.load(args)
 	if err != nil {
 		return err
 	}
-	rec, err := p.record(conf, args)
+	err = p.withAgent(conf.AgentSocket, func(ctx context.Context, reg Registry) error {
+		if err := reg.Register(ctx, rec); err != nil {
+			return agentError(fmt.Sprintf("register container %s (%s, %s)", rec.Name, rec.ID, rec.IP), conf.AgentSocket, err)
+		}
+		return nil
+	})
 	if err != nil {
 		return err
-	}
-	reg, err := p.dial(conf.AgentSocket)
-	if err != nil {
-		return err
-	}
-	defer reg.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), agentTimeout)
-	defer cancel()
-	if err := reg.Register(ctx, rec); err != nil {
-		return agentError(fmt.Sprintf("register container %s (%s, %s)", rec.Name, rec.ID, rec.IP), conf.AgentSocket, err)
 	}
 	return printResult(p.Stdout, conf)
 }
@@ -69,42 +64,51 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	reg, err := p.dial(conf.AgentSocket)
-	if err != nil {
-		return err
-	}
-	defer reg.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), agentTimeout)
-	defer cancel()
-	if err := reg.Unregister(ctx, args.ContainerID); err != nil {
-		return agentError("unregister container "+args.ContainerID, conf.AgentSocket, err)
-	}
-	return nil
+	return p.withAgent(conf.AgentSocket, func(ctx context.Context, reg Registry) error {
+		if err := reg.Unregister(ctx, args.ContainerID); err != nil {
+			return agentError("unregister container "+args.ContainerID, conf.AgentSocket, err)
+		}
+		return nil
+	})
 }
 
 // Check verifies that the agent has the container registered with the IP
 // prevResult gave it.
 func (p *Plugin) Check(args *skel.CmdArgs) error {
+	conf, want, err := p.load(args)
+	if err != nil {
+		return err
+	}
+	return p.withAgent(conf.AgentSocket, func(ctx context.Context, reg Registry) error {
+		list, err := reg.List(ctx)
+		if err != nil {
+			return agentError("list containers", conf.AgentSocket, err)
+		}
+		return checkRegistered(list, want)
+	})
+}
+
+// load reads the netconf and builds the container's directory record.
+func (p *Plugin) load(args *skel.CmdArgs) (*NetConf, directory.Container, error) {
 	conf, err := loadNetConf(args.StdinData)
 	if err != nil {
-		return err
+		return nil, directory.Container{}, err
 	}
-	want, err := p.record(conf, args)
-	if err != nil {
-		return err
-	}
-	reg, err := p.dial(conf.AgentSocket)
+	rec, err := p.record(conf, args)
+	return conf, rec, err
+}
+
+// withAgent runs do with a connection to the agent at socket, bounded by
+// agentTimeout, and closes the connection after.
+func (p *Plugin) withAgent(socket string, do func(context.Context, Registry) error) error {
+	reg, err := p.dial(socket)
 	if err != nil {
 		return err
 	}
 	defer reg.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), agentTimeout)
 	defer cancel()
-	list, err := reg.List(ctx)
-	if err != nil {
-		return agentError("list containers", conf.AgentSocket, err)
-	}
-	return checkRegistered(list, want)
+	return do(ctx, reg)
 }
 
 func checkRegistered(list []directory.Container, want directory.Container) error {

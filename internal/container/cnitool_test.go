@@ -12,6 +12,7 @@ import (
 	"github.com/freeflow-net/freeflow/internal/directory"
 	"github.com/freeflow-net/freeflow/internal/netns"
 	"github.com/freeflow-net/freeflow/internal/state"
+	"github.com/freeflow-net/freeflow/internal/testenv"
 )
 
 // cnitool runs cnitool in host h's namespace against the generated
@@ -63,12 +64,7 @@ func etcdRecords(t *testing.T, l state.Layout, h string) []directory.Container {
 }
 
 func byName(recs []directory.Container, name string) *directory.Container {
-	for i := range recs {
-		if recs[i].Name == name {
-			return &recs[i]
-		}
-	}
-	return nil
+	return find(recs, func(r directory.Container) bool { return r.Name == name })
 }
 
 func TestCNIToolAddCheckDel(t *testing.T) {
@@ -82,7 +78,7 @@ func TestCNIToolAddCheckDel(t *testing.T) {
 		t.Fatal(err)
 	}
 	removeCacheLater(t)
-	name := "k" + randomSuffix(5)
+	name := testenv.RandomName("k", 5)
 	ns := l.ContainerNetNS(name) // carries the cluster's prefix, so `cluster down` would find a leftover
 	if err := netns.Create(ns); err != nil {
 		t.Fatal(err)

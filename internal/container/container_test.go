@@ -14,6 +14,7 @@ import (
 	"github.com/freeflow-net/freeflow/internal/directory"
 	"github.com/freeflow-net/freeflow/internal/netns"
 	"github.com/freeflow-net/freeflow/internal/state"
+	"github.com/freeflow-net/freeflow/internal/testenv"
 )
 
 // probeScript reports, one key=value per line, what a container sees.
@@ -40,7 +41,7 @@ func parseProbe(out string) map[string]string {
 
 func TestContainerIsolation(t *testing.T) {
 	needCluster(t)
-	mark := "m" + randomSuffix(6)
+	mark := testenv.RandomName("m", 6)
 	hostFile := "/tmp/host-" + mark
 	if err := os.WriteFile(hostFile, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -48,12 +49,12 @@ func TestContainerIsolation(t *testing.T) {
 	t.Cleanup(func() { os.Remove(hostFile) })
 
 	// Container a writes the marker into its /tmp and /dev/shm.
-	a := "a" + randomSuffix(5)
+	a := testenv.RandomName("a", 5)
 	startDetached(t, "h1", a, "sh", "-c", "touch /tmp/"+mark+" /dev/shm/"+mark+"; exec sleep 1000")
-	waitFor(t, "marker in "+a, func() bool { return ff(t, "exec", a, "--", "test", "-e", "/dev/shm/"+mark).code == 0 })
+	waitFor(t, "marker in "+a, func() bool { return ff(t, "exec", a, "--", "test", "-e", "/dev/shm/"+mark).Code == 0 })
 
-	b := "b" + randomSuffix(5)
-	out := mustFF(t, "run", "--host", "h1", "--name", b, "--rm", "--env", "CLUSTER="+cluster, "--env", "MARK="+mark,
+	b := testenv.RandomName("b", 5)
+	out := mustFF(t, "run", "--host", "h1", "--name", b, "--rm", "--env", "CLUSTER="+tc.Name, "--env", "MARK="+mark,
 		"--env", "GREETING=hi", "--", "sh", "-c", probeScript)
 	got := parseProbe(out)
 	want := map[string]string{"pid": "1", "hostname": b, "root": "ro", "agent": "yes", "state": "hidden",
@@ -93,20 +94,20 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 
 func TestExitCodes(t *testing.T) {
 	needCluster(t)
-	name := "x" + randomSuffix(5)
-	if r := ff(t, "run", "--host", "h2", "--name", name, "--rm", "--", "sh", "-c", "echo out; exit 7"); r.code != 7 || r.stdout != "out\n" {
-		t.Fatalf("run exit 7: got exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	name := testenv.RandomName("x", 5)
+	if r := ff(t, "run", "--host", "h2", "--name", name, "--rm", "--", "sh", "-c", "echo out; exit 7"); r.Code != 7 || r.Stdout != "out\n" {
+		t.Fatalf("run exit 7: got exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 	}
 	if info := psEntry(t, name); info != nil {
 		t.Fatalf("--rm left %+v", *info)
 	}
-	d := "e" + randomSuffix(5)
+	d := testenv.RandomName("e", 5)
 	startDetached(t, "h2", d, "sleep", "1000")
-	if r := ff(t, "exec", d, "--", "sh", "-c", "exit 5"); r.code != 5 {
-		t.Fatalf("exec exit 5: got %d (%s)", r.code, r.stderr)
+	if r := ff(t, "exec", d, "--", "sh", "-c", "exit 5"); r.Code != 5 {
+		t.Fatalf("exec exit 5: got %d (%s)", r.Code, r.Stderr)
 	}
 	// A detached container's output goes to its log; once it exits, ps says so.
-	l := "l" + randomSuffix(5)
+	l := testenv.RandomName("l", 5)
 	startDetached(t, "h1", l, "sh", "-c", "echo hello; exit 3")
 	waitFor(t, l+" to exit", func() bool { info := psEntry(t, l); return info != nil && info.Status == "exited" })
 	if out := mustFF(t, "logs", l); out != "hello\n" {
@@ -121,17 +122,12 @@ func psEntry(t *testing.T, name string) *container.Info {
 	if err := json.Unmarshal([]byte(mustFF(t, "ps", "-o", "json")), &list); err != nil {
 		t.Fatalf("ps -o json: %v", err)
 	}
-	for i := range list {
-		if list[i].Name == name {
-			return &list[i]
-		}
-	}
-	return nil
+	return find(list, func(c container.Info) bool { return c.Name == name })
 }
 
 func TestRemove(t *testing.T) {
 	l := needCluster(t)
-	name := "r" + randomSuffix(5)
+	name := testenv.RandomName("r", 5)
 	startDetached(t, "h1", name, "sleep", "1000")
 	info := psEntry(t, name)
 	if info == nil || info.Status != "running" || info.Host != "h1" || info.Tenant != "default" || info.PID <= 0 ||
@@ -148,12 +144,12 @@ func TestRemove(t *testing.T) {
 	if !registered(t, l, "h1", l.Cluster+"-"+name) {
 		t.Fatal("the agent does not list the container")
 	}
-	if r := ff(t, "rm", name); r.code == 0 || !strings.Contains(r.stderr, "rm -f") {
-		t.Fatalf("rm of a running container: exit %d, stderr %q; want an error pointing to rm -f", r.code, r.stderr)
+	if r := ff(t, "rm", name); r.Code == 0 || !strings.Contains(r.Stderr, "rm -f") {
+		t.Fatalf("rm of a running container: exit %d, stderr %q; want an error pointing to rm -f", r.Code, r.Stderr)
 	}
 	mustFF(t, "rm", "-f", name)
 	assertGone(t, l, name, "h1")
-	if r := ff(t, "rm", "-f", name); r.code == 0 {
+	if r := ff(t, "rm", "-f", name); r.Code == 0 {
 		t.Fatal("rm of a removed container succeeded")
 	}
 }
@@ -203,38 +199,33 @@ func findRegistered(t *testing.T, l state.Layout, host string, match func(direct
 	if err != nil {
 		t.Fatalf("list containers on %s: %v", host, err)
 	}
-	for i := range list {
-		if match(list[i]) {
-			return &list[i]
-		}
-	}
-	return nil
+	return find(list, match)
 }
 
 func TestErrors(t *testing.T) {
 	l := needCluster(t)
-	name := "d" + randomSuffix(5)
+	name := testenv.RandomName("d", 5)
 	startDetached(t, "h1", name, "sleep", "1000")
 	r := ff(t, "run", "--host", "h2", "--name", name, "-d", "--", "true")
-	if r.code == 0 || !strings.Contains(r.stderr, "container "+name+" already exists on h1") {
-		t.Errorf("duplicate name: exit %d, stderr %q", r.code, r.stderr)
+	if r.Code == 0 || !strings.Contains(r.Stderr, "container "+name+" already exists on h1") {
+		t.Errorf("duplicate name: exit %d, stderr %q", r.Code, r.Stderr)
 	}
 	if info := psEntry(t, name); info == nil || info.Status != "running" {
 		t.Errorf("the failed duplicate run disturbed the first container: %+v", info)
 	}
-	other := "u" + randomSuffix(5)
+	other := testenv.RandomName("u", 5)
 	r = ff(t, "run", "--host", "h9", "--name", other, "--", "true")
-	if r.code == 0 || !strings.Contains(r.stderr, `unknown host "h9"`) {
-		t.Errorf("unknown host: exit %d, stderr %q", r.code, r.stderr)
+	if r.Code == 0 || !strings.Contains(r.Stderr, `unknown host "h9"`) {
+		t.Errorf("unknown host: exit %d, stderr %q", r.Code, r.Stderr)
 	}
 	assertGone(t, l, other, "h1")
 	// crun fails after the network is attached: everything is rolled back.
 	r = ff(t, "run", "--host", "h2", "--name", other, "-d", "--", "/no/such/program")
-	if r.code == 0 || !strings.Contains(r.stderr, "/no/such/program") {
-		t.Errorf("missing program: exit %d, stderr %q", r.code, r.stderr)
+	if r.Code == 0 || !strings.Contains(r.Stderr, "/no/such/program") {
+		t.Errorf("missing program: exit %d, stderr %q", r.Code, r.Stderr)
 	}
 	assertGone(t, l, other, "h2")
-	if r := ff(t, "--cluster", "nosuch", "ps"); r.code == 0 || !strings.Contains(r.stderr, "cluster up") {
-		t.Errorf("ps on a missing cluster: exit %d, stderr %q", r.code, r.stderr)
+	if r := ff(t, "--cluster", "nosuch", "ps"); r.Code == 0 || !strings.Contains(r.Stderr, "cluster up") {
+		t.Errorf("ps on a missing cluster: exit %d, stderr %q", r.Code, r.Stderr)
 	}
 }

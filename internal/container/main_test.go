@@ -1,16 +1,13 @@
 package container_test
 
 import (
-	"bytes"
-	"crypto/rand"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/freeflow-net/freeflow/internal/state"
+	"github.com/freeflow-net/freeflow/internal/testenv"
 )
 
 // These tests drive the real CLI binary against a real 2-host cluster
@@ -18,10 +15,10 @@ import (
 // brings the cluster up once; every test removes its own containers.
 
 var (
-	binDir     string // freeflow, freeflowd, freeflow-cni
-	cluster    string // unique per run so parallel runs never collide
+	binDir     string           // freeflow, freeflowd, freeflow-cni
+	tc         *testenv.Cluster // unique per run so parallel runs never collide
 	skipReason string
-	setupErr   string // why the cluster could not be set up; its tests fail with it
+	setupErr   error // why the cluster could not be set up; its tests fail with it
 )
 
 func TestMain(m *testing.M) {
@@ -29,46 +26,22 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	if skipReason = prerequisites(); skipReason != "" {
+	if skipReason = testenv.Missing("crun", "ip", "unshare", "iperf3", "python3", "cnitool", "etcd", "etcdctl", "/usr/lib/cni/bridge"); skipReason != "" {
 		return m.Run()
 	}
-	dir, err := os.MkdirTemp("", "ffbin")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	binDir = dir
-	build := exec.Command("go", "build", "-o", binDir+"/", "./cmd/...")
-	build.Dir = "../.."
-	if out, err := build.CombinedOutput(); err != nil {
-		setupErr = fmt.Sprintf("build binaries: %v\n%s", err, out)
+	if binDir, setupErr = testenv.BuildBinaries(); setupErr != nil {
 		return m.Run()
 	}
-	cluster = "tc" + randomSuffix(4)
-	if out, err := exec.Command(binDir+"/freeflow", "--cluster", cluster, "cluster", "up", "--hosts", "2").CombinedOutput(); err != nil {
-		setupErr = fmt.Sprintf("cluster up: %v\n%s", err, out)
-		exec.Command(binDir+"/freeflow", "--cluster", cluster, "cluster", "down").Run()
+	defer os.RemoveAll(binDir)
+	if tc, setupErr = testenv.Up(binDir, "tc", 2); setupErr != nil {
 		return m.Run()
 	}
 	defer func() {
-		if out, err := exec.Command(binDir+"/freeflow", "--cluster", cluster, "cluster", "down").CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "cluster down: %v\n%s", err, out)
+		if err := tc.Down(); err != nil {
+			fmt.Fprintf(os.Stderr, "cluster down: %v\n", err)
 		}
 	}()
 	return m.Run()
-}
-
-func prerequisites() string {
-	if os.Geteuid() != 0 {
-		return "needs root: creates namespaces, mounts and containers"
-	}
-	for _, p := range []string{"crun", "ip", "unshare", "iperf3", "python3", "cnitool", "etcd", "etcdctl", "/usr/lib/cni/bridge"} {
-		if _, err := exec.LookPath(p); err != nil {
-			return "missing " + p
-		}
-	}
-	return ""
 }
 
 func needCluster(t *testing.T) state.Layout {
@@ -76,52 +49,22 @@ func needCluster(t *testing.T) state.Layout {
 	if skipReason != "" {
 		t.Skip(skipReason)
 	}
-	if setupErr != "" {
+	if setupErr != nil {
 		t.Fatal(setupErr)
 	}
-	return state.NewLayout(cluster)
-}
-
-func randomSuffix(n int) string {
-	const letters = "abcdefghijklmnopqrstuvwxyz0123456789"
-	b := make([]byte, n)
-	rand.Read(b)
-	for i := range b {
-		b[i] = letters[int(b[i])%len(letters)]
-	}
-	return string(b)
-}
-
-// result is one CLI run.
-type result struct {
-	stdout, stderr string
-	code           int
+	return state.NewLayout(tc.Name)
 }
 
 // ff runs the freeflow CLI on the test cluster.
-func ff(t *testing.T, args ...string) result {
+func ff(t *testing.T, args ...string) testenv.Result {
 	t.Helper()
-	var out, errb bytes.Buffer
-	cmd := exec.Command(filepath.Join(binDir, "freeflow"), append([]string{"--cluster", cluster}, args...)...)
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	r := result{stdout: out.String(), stderr: errb.String()}
-	if ee, ok := err.(*exec.ExitError); ok {
-		r.code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("freeflow %s: %v", strings.Join(args, " "), err)
-	}
-	return r
+	return tc.FF(t, args...)
 }
 
 // mustFF runs the CLI and fails the test unless it exits 0.
 func mustFF(t *testing.T, args ...string) string {
 	t.Helper()
-	r := ff(t, args...)
-	if r.code != 0 {
-		t.Fatalf("freeflow %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
-	}
-	return r.stdout
+	return tc.MustFF(t, args...)
 }
 
 // startDetached runs a detached container and removes it when the test ends.
@@ -132,7 +75,17 @@ func startDetached(t *testing.T, host, name string, argv ...string) {
 }
 
 func removeContainer(t *testing.T, name string) {
-	if r := ff(t, "rm", "-f", name); r.code != 0 && !strings.Contains(r.stderr, "no container") {
-		t.Errorf("rm -f %s: exit %d: %s", name, r.code, r.stderr)
+	if r := ff(t, "rm", "-f", name); r.Code != 0 && !strings.Contains(r.Stderr, "no container") {
+		t.Errorf("rm -f %s: exit %d: %s", name, r.Code, r.Stderr)
 	}
+}
+
+// find returns the first entry of list that match accepts, or nil.
+func find[T any](list []T, match func(T) bool) *T {
+	for i := range list {
+		if match(list[i]) {
+			return &list[i]
+		}
+	}
+	return nil
 }

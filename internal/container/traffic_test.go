@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/freeflow-net/freeflow/internal/testenv"
 )
 
 // transferSize is what moves each way: 100 MB.
@@ -65,9 +67,9 @@ else:
 
 func TestTrafficSameHostAndCrossHost(t *testing.T) {
 	needCluster(t)
-	srv := "s" + randomSuffix(5)
+	srv := testenv.RandomName("s", 5)
 	startDetached(t, "h1", srv, "iperf3", "-s")
-	sum := "m" + randomSuffix(5)
+	sum := testenv.RandomName("m", 5)
 	startDetached(t, "h1", sum, "python3", "-c", sumServer, fmt.Sprint(transferSize))
 	waitListening(t, srv, 5201)
 	waitListening(t, sum, 5001, 5002)
@@ -85,7 +87,7 @@ func TestTrafficSameHostAndCrossHost(t *testing.T) {
 // iperf moves transferSize with iperf3 from a client on host to server
 // (reverse: server to client), by container name.
 func iperf(t *testing.T, host, server string, reverse bool) {
-	args := []string{"run", "--host", host, "--name", "i" + randomSuffix(5), "--rm", "--",
+	args := []string{"run", "--host", host, "--name", testenv.RandomName("i", 5), "--rm", "--",
 		"iperf3", "-J", "-c", server, "-n", fmt.Sprint(transferSize)}
 	if reverse {
 		args = append(args, "-R")
@@ -111,7 +113,7 @@ func iperf(t *testing.T, host, server string, reverse bool) {
 // checksummed moves transferSize to (up) or from (down) the sum server and
 // compares the byte counts and sha256 digests both ends computed.
 func checksummed(t *testing.T, host, server, dir string) {
-	out := mustFF(t, "run", "--host", host, "--name", "c"+randomSuffix(5), "--rm", "--",
+	out := mustFF(t, "run", "--host", host, "--name", testenv.RandomName("c", 5), "--rm", "--",
 		"python3", "-c", sumClient, dir, server, fmt.Sprint(transferSize))
 	local, peer, ok := strings.Cut(strings.TrimSpace(out), " peer=")
 	local = strings.TrimPrefix(local, "local=")
@@ -127,7 +129,7 @@ func waitListening(t *testing.T, name string, ports ...int) {
 		// /proc/net/tcp{,6} lines: local address:port, remote (zero) address:port, state (0A = LISTEN).
 		pattern := fmt.Sprintf(":%04X [0-9A-F]+:0000 0A", p)
 		waitFor(t, fmt.Sprintf("%s to listen on %d", name, p), func() bool {
-			return ff(t, "exec", name, "--", "grep", "-qsE", pattern, "/proc/net/tcp", "/proc/net/tcp6").code == 0
+			return ff(t, "exec", name, "--", "grep", "-qsE", pattern, "/proc/net/tcp", "/proc/net/tcp6").Code == 0
 		})
 	}
 }

@@ -2,6 +2,7 @@ package directory
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 )
 
@@ -35,25 +36,23 @@ func (d *Directory) ContainerByName(name string) (Container, bool) {
 // Containers returns every container, sorted by name (then id).
 func (d *Directory) Containers() []Container {
 	d.cache.mu.RLock()
-	out := make([]Container, 0, len(d.cache.v.containers))
-	for _, c := range d.cache.v.containers {
-		out = append(out, c)
-	}
-	d.cache.mu.RUnlock()
-	slices.SortFunc(out, func(a, b Container) int {
+	defer d.cache.mu.RUnlock()
+	return sortedValues(d.cache.v.containers, func(a, b Container) int {
 		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.ID, b.ID))
 	})
-	return out
 }
 
 // Hosts returns every host, sorted by name.
 func (d *Directory) Hosts() []Host {
 	d.cache.mu.RLock()
-	out := make([]Host, 0, len(d.cache.v.hosts))
-	for _, h := range d.cache.v.hosts {
-		out = append(out, h)
-	}
-	d.cache.mu.RUnlock()
-	slices.SortFunc(out, func(a, b Host) int { return cmp.Compare(a.Name, b.Name) })
+	defer d.cache.mu.RUnlock()
+	return sortedValues(d.cache.v.hosts, func(a, b Host) int { return cmp.Compare(a.Name, b.Name) })
+}
+
+// sortedValues returns a copy of m's values (never nil, so an empty
+// listing encodes as []), sorted by compare.
+func sortedValues[V any](m map[string]V, compare func(a, b V) int) []V {
+	out := slices.AppendSeq(make([]V, 0, len(m)), maps.Values(m))
+	slices.SortFunc(out, compare)
 	return out
 }

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"io"
 	"net"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -18,21 +17,17 @@ import (
 
 	"github.com/freeflow-net/freeflow/internal/netns"
 	"github.com/freeflow-net/freeflow/internal/state"
+	"github.com/freeflow-net/freeflow/internal/testenv"
 )
 
 // testCluster builds the fabric and n hosts with the overlay under a unique
 // cluster name and removes every namespace when the test ends.
 func testCluster(t *testing.T, n int) (state.Layout, []state.Host) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create network namespaces")
+	if why := testenv.Missing("ip", "bridge", "nsenter"); why != "" {
+		t.Skip(why)
 	}
-	for _, prog := range []string{"ip", "bridge", "nsenter"} {
-		if _, err := exec.LookPath(prog); err != nil {
-			t.Skipf("needs %s (iproute2, util-linux)", prog)
-		}
-	}
-	l := state.NewLayout(uniqueName())
+	l := state.NewLayout(testenv.RandomName("t", 4))
 	t.Cleanup(func() { deleteAll(t, l) })
 	var hosts []state.Host
 	for i := 1; i <= n; i++ {
@@ -52,17 +47,6 @@ func testCluster(t *testing.T, n int) (state.Layout, []state.Host) {
 		}
 	}
 	return l, hosts
-}
-
-func uniqueName() string {
-	const chars = "abcdefghijklmnopqrstuvwxyz0123456789"
-	b := make([]byte, 4)
-	rand.Read(b)
-	name := []byte{'t'}
-	for _, c := range b {
-		name = append(name, chars[int(c)%len(chars)])
-	}
-	return string(name)
 }
 
 func deleteAll(t *testing.T, l state.Layout) {

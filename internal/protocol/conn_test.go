@@ -29,6 +29,17 @@ func pair(t *testing.T) (*Conn, *os.File) {
 	return c, raw
 }
 
+// pipe returns both ends of a pipe, closed when the test ends.
+func pipe(t *testing.T) (r, w *os.File) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close(); w.Close() })
+	return r, w
+}
+
 func sendRaw(t *testing.T, raw *os.File, b []byte, fds ...int) {
 	t.Helper()
 	var oob []byte
@@ -42,12 +53,7 @@ func sendRaw(t *testing.T, raw *os.File, b []byte, fds ...int) {
 
 func TestConnPassesFDs(t *testing.T) {
 	c, raw := pair(t)
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	defer w.Close()
+	r, w := pipe(t)
 	peer, err := net.FileConn(raw)
 	if err != nil {
 		t.Fatal(err)
@@ -86,11 +92,7 @@ func TestConnRejectsOversized(t *testing.T) {
 
 func TestConnRejectsTooManyFDs(t *testing.T) {
 	c, raw := pair(t)
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r, w := pipe(t)
 	fds := make([]int, MaxFDs+4)
 	for i := range fds {
 		fds[i] = int(w.Fd())
@@ -98,7 +100,7 @@ func TestConnRejectsTooManyFDs(t *testing.T) {
 	b, _ := Encode(New(TypeList, 1))
 	sendRaw(t, raw, b, fds...)
 	w.Close()
-	_, _, err = c.ReadMsg()
+	_, _, err := c.ReadMsg()
 	wantCode(t, err, CodeBadMsg)
 	// Every copy of the write end is closed again, so the pipe reads EOF.
 	r.SetReadDeadline(time.Now().Add(2 * time.Second))
