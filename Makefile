@@ -13,6 +13,7 @@ deps:
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
 	$(MAKE) -C lib
+	cp lib/build/libfreeflow.so $(BIN)/
 
 lib:
 	$(MAKE) -C lib

@@ -28,6 +28,8 @@ func (s *session) handleAdmin(m *protocol.Message) (*protocol.Message, error) {
 		return okReply(m.Seq, nil, s.a.unregister(s.ctx, id))
 	case protocol.TypeList:
 		return okReply(m.Seq, nonNil(s.a.dir.Containers()), nil)
+	case protocol.TypeConns:
+		return okReply(m.Seq, s.a.live.list(), nil)
 	default: // STATUS
 		return okReply(m.Seq, s.a.status(), nil)
 	}

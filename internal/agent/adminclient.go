@@ -67,6 +67,15 @@ func (a *AdminClient) Status(ctx context.Context) (Status, error) {
 	return st, err
 }
 
+// Conns returns the live connections the agent answered for.
+func (a *AdminClient) Conns(ctx context.Context) ([]ConnInfo, error) {
+	var cs []ConnInfo
+	if err := a.okJSON(ctx, protocol.TypeConns, &cs); err != nil {
+		return nil, err
+	}
+	return cs, nil
+}
+
 func (a *AdminClient) okJSON(ctx context.Context, t protocol.Type, v any) error {
 	r, err := a.c.call(ctx, protocol.New(t, 0), protocol.TypeOK)
 	if err != nil {

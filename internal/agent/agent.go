@@ -41,9 +41,11 @@ import (
 	"net/netip"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/freeflow-net/freeflow/internal/directory"
+	"github.com/freeflow-net/freeflow/internal/policy"
 )
 
 // Version is the agent version reported in HELLO_REPLY and STATUS.
@@ -66,6 +68,7 @@ type Config struct {
 	Subnet      string // this host's container subnet (CIDR)
 	SockDir     string // library socket directory; the socket is SockDir/agent.sock, mode 0666
 	AdminSocket string // admin socket path, mode 0600
+	BrokerPort  int    // TCP port for cross-host offers on FabricIP; the same on every host (default 7947)
 
 	HelloTimeout time.Duration // a new connection must say HELLO within this
 	IdleTimeout  time.Duration // a connection silent this long is closed
@@ -85,7 +88,12 @@ type Directory interface {
 	PutHost(ctx context.Context, h directory.Host) error
 	LookupIP(ip string) (directory.Container, bool)
 	Containers() []directory.Container
+	Hosts() []directory.Host
 	Health() directory.Health
+	// ClusterKey returns the cluster's broker key, creating it on first use.
+	ClusterKey(ctx context.Context) ([]byte, error)
+	// Policy returns the fast-path policy document (nil: the default).
+	Policy(ctx context.Context) ([]byte, error)
 }
 
 // Agent serves one host.
@@ -99,6 +107,15 @@ type Agent struct {
 	ids     *identities
 
 	lib, admin *net.UnixListener // set by Listen
+	broker     net.Listener      // cross-host offers; nil if it could not listen
+	brokerErr  string            // why broker is nil
+
+	rv        *rendezvous // connection brokering: one meeting per tuple
+	listeners *listeners  // library-enabled listeners of local containers
+	live      *connTable  // answered connections and counters
+	nonces    *nonces     // of recent offers, against replays
+	key       atomic.Pointer[[]byte]
+	pol       atomic.Pointer[policy.Policy]
 
 	mu      sync.Mutex // guards conns and closing
 	conns   map[*net.UnixConn]struct{}
@@ -126,6 +143,7 @@ func New(cfg Config, dir Directory) (*Agent, error) {
 	return &Agent{
 		cfg: cfg, subnet: subnet.Masked(), dir: dir, log: cfg.Logger, selfNS: self,
 		ids: newIdentities(), conns: map[*net.UnixConn]struct{}{},
+		rv: newRendezvous(), listeners: newListeners(), live: newConnTable(), nonces: newNonces(),
 	}, nil
 }
 
@@ -138,6 +156,9 @@ func withDefaults(cfg Config) Config {
 	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = DefaultWriteTimeout
+	}
+	if cfg.BrokerPort <= 0 {
+		cfg.BrokerPort = DefaultBrokerPort
 	}
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = DefaultMaxConns
@@ -166,6 +187,12 @@ func (a *Agent) Serve(ctx context.Context) error {
 	go a.registerHost(ctx)
 	if a.lib == nil || a.admin == nil {
 		return errors.New("agent: Serve called before Listen")
+	}
+	a.wg.Add(1)
+	go a.keepClusterData(ctx)
+	if a.broker != nil {
+		a.wg.Add(1)
+		go a.brokerLoop(ctx, a.broker)
 	}
 	a.wg.Add(2)
 	go a.acceptLoop(ctx, a.lib, false)

@@ -1,15 +1,111 @@
 package agent
 
-import "github.com/freeflow-net/freeflow/internal/protocol"
+// Design note: connection brokering (PROTOCOL.md, "Connection brokering").
+//
+// Every established overlay TCP connection whose ends run the library is
+// asked about twice: CONNECT by the connecting end, ACCEPT by the accepting
+// end, both naming it by its overlay 4-tuple. The agent decides once per
+// tuple (connector ip:port -> acceptor ip:port) and gives both ends the
+// same answer; the table of meetings (rendezvous.go) is where the two asks
+// meet.
+//
+// Overlay at once, with a reason, when a rule already says no: the peer is
+// no registered container (not-a-container), runs without the library
+// (peer-not-freeflow), policy refuses (tenant-differs, no-fast-path), or,
+// on the connecting side, no library-enabled process listens on the peer's
+// port (listener-not-freeflow). That answer is recorded for the tuple, so
+// the other end, whether it already waits or asks later, gets it at once.
+// Otherwise the first ask waits at most 50 ms for the second; then both get
+// the fast path, or, on timeout, both get overlay (peer-timeout). A decided
+// tuple is remembered for a few seconds, so a late ask gets the recorded
+// decision. Waiting happens in the asking connection's goroutine with no
+// table lock held; a meeting is decided exactly once, under the table lock.
+//
+// Same host: the second ask creates socketpair(AF_UNIX, SOCK_STREAM) and
+// each end gets one half in PATH unix; the agent closes its copies.
+//
+// Cross host (fastpath_remote.go): the connector's agent dials the
+// acceptor's agent on the fabric (broker port 7947 on the host's FabricIP)
+// and sends an OFFER authenticated with HMAC-SHA256 under the cluster key.
+// The acceptor's agent checks the MAC, the clock window, the nonce, the
+// sender and its own rules, then plays the connecting side of the local
+// meeting: once its local ACCEPT is there (at most 40 ms after the offer,
+// so the reply always beats the connector's 60 ms budget), it writes its
+// reply on that TCP connection and hands the very socket to the accepting
+// library; the connector's agent reads exactly the reply's bytes and hands
+// its end to the connecting library. The data then flows on a kernel TCP
+// connection between the two hosts' fabric addresses.
+//
+// Crash windows (where the two ends can disagree). All need an agent to
+// die or stall mid-decision; none can deliver bytes to the wrong peer, and
+// in each one both ends see their connection end (EOF or reset), so no
+// application hangs:
+//   - The acceptor's agent wrote "host-tcp" and handed the socket, but the
+//     connector's agent died (or passed its 60 ms budget) before handing
+//     its end. The connecting library keeps the overlay socket; the
+//     accepting library already closed its overlay socket, so the
+//     connector sees EOF; the acceptor's host-tcp socket sees EOF when the
+//     dead agent's copy is closed by the kernel.
+//   - Same host: an agent that dies between sending the two halves of a
+//     socketpair. The half it still held is closed with it: the end that
+//     got its half reads EOF, the other keeps its overlay socket whose
+//     peer is closed.
+//   - A library that dies after its ask: its end is gone anyway; the peer
+//     sees EOF on whichever socket it holds.
+// An agent that is merely stopped or restarted loses its meetings; asks to
+// a new agent find no record and decide afresh, and an ask that reached
+// the old one gets no reply, so its library keeps the overlay (its own
+// reply timeout) while the other end waits out peer-timeout: overlay too.
 
-// reasonNoFastPath is the PATH reason while the agent brokers no fast
-// paths: the overlay answer every library must accept.
-const reasonNoFastPath = "agent-no-fastpath"
+import (
+	"net/netip"
 
-// handleBrokering answers the connection-brokering requests of the
-// library. This version decides overlay for every connection, at once and
-// for both ends alike, so a library that asks is never kept waiting and
-// never swaps a connection; LISTEN, UNLISTEN and CLOSED are acknowledged.
+	"github.com/freeflow-net/freeflow/internal/directory"
+	"github.com/freeflow-net/freeflow/internal/protocol"
+)
+
+// Path kinds (PATH_KIND).
+const (
+	pathOverlay uint8 = 0
+	pathUnix    uint8 = 1
+	pathHostTCP uint8 = 2
+)
+
+// Reasons for an overlay decision (REASON). Policy adds its own.
+const (
+	reasonNotContainer  = "not-a-container"
+	reasonPeerNoLib     = "peer-not-freeflow"
+	reasonSelfNoLib     = "self-not-freeflow"
+	reasonNoListener    = "listener-not-freeflow"
+	reasonTimeout       = "peer-timeout"
+	reasonUnreachable   = "agent-unreachable"
+	reasonNoKey         = "no-cluster-key"
+	reasonBadReply      = "bad-offer-reply"
+	reasonDuplicate     = "duplicate-request"
+	reasonChannelFailed = "channel-failed"
+	reasonAgentStuck    = "agent-error"
+)
+
+// pathName is how a path kind is shown in `freeflow conns`.
+func pathName(kind uint8) string {
+	switch kind {
+	case pathUnix:
+		return "unix"
+	case pathHostTCP:
+		return "host-tcp"
+	}
+	return "overlay"
+}
+
+// decision is the answer for one connection.
+type decision struct {
+	kind   uint8
+	reason string // overlay only
+}
+
+func overlay(reason string) decision { return decision{kind: pathOverlay, reason: reason} }
+
+// handleBrokering answers LISTEN, UNLISTEN, CONNECT, ACCEPT and CLOSED.
 func (s *session) handleBrokering(m *protocol.Message) (*protocol.Message, error) {
 	if s.admin {
 		return nil, protocol.Errorf(protocol.CodeDenied, "%v is accepted only on the library socket", m.Type)
@@ -17,17 +113,115 @@ func (s *session) handleBrokering(m *protocol.Message) (*protocol.Message, error
 	if !s.a.ids.has(s.self.ID) {
 		return nil, protocol.Errorf(protocol.CodeDenied, "container %s has been unregistered from host %s", s.self.ID, s.a.cfg.Host)
 	}
-	if _, err := m.Endpoint(protocol.AttrLocalEndpoint); err != nil {
+	local, err := s.localEndpoint(m)
+	if err != nil {
 		return nil, err
 	}
-	if m.Type != protocol.TypeListen && m.Type != protocol.TypeUnlisten {
-		if _, err := m.Endpoint(protocol.AttrRemoteEndpoint); err != nil {
-			return nil, err
+	switch m.Type {
+	case protocol.TypeListen:
+		s.a.listeners.add(s, s.self.ID, local.Port())
+		return protocol.New(protocol.TypeOK, m.Seq), nil
+	case protocol.TypeUnlisten:
+		s.a.listeners.remove(s, s.self.ID, local.Port())
+		return protocol.New(protocol.TypeOK, m.Seq), nil
+	}
+	remote, err := m.Endpoint(protocol.AttrRemoteEndpoint)
+	if err != nil {
+		return nil, err
+	}
+	remote = unmapEP(remote)
+	if m.Type == protocol.TypeClosed {
+		s.a.live.remove(s.self.ID, local, remote)
+		return protocol.New(protocol.TypeOK, m.Seq), nil
+	}
+	return s.broker(m, local, remote), nil
+}
+
+// localEndpoint returns LOCAL_EP, refusing an address that is not the
+// caller's own: a container may speak only for its own connections. A
+// listener may also be bound to the unspecified address.
+func (s *session) localEndpoint(m *protocol.Message) (netip.AddrPort, error) {
+	ep, err := m.Endpoint(protocol.AttrLocalEndpoint)
+	if err != nil {
+		return ep, err
+	}
+	ep = unmapEP(ep)
+	listen := m.Type == protocol.TypeListen || m.Type == protocol.TypeUnlisten
+	if ep.Addr().String() == s.self.IP || (listen && ep.Addr().IsUnspecified()) {
+		return ep, nil
+	}
+	return ep, protocol.Errorf(protocol.CodeDenied, "%v names local address %s, but the caller is container %s with IP %s",
+		m.Type, ep.Addr(), s.self.Name, s.self.IP)
+}
+
+// broker decides CONNECT or ACCEPT and returns the PATH reply; a fast
+// path's descriptor is left in s.outFD for the reply to carry.
+func (s *session) broker(m *protocol.Message, local, remote netip.AddrPort) *protocol.Message {
+	side, k := sideConnector, tuple{conn: local, acc: remote}
+	if m.Type == protocol.TypeAccept {
+		side, k = sideAcceptor, tuple{conn: remote, acc: local}
+	}
+	peer, d, fd := s.a.decide(s.self, k, side)
+	if d.reason != reasonDuplicate {
+		s.a.live.add(s.self.ID, s.pid, local, remote, connInfo(s.self, peer, local, remote, d))
+	}
+	reply := protocol.New(protocol.TypePath, m.Seq, protocol.U8(protocol.AttrPathKind, d.kind))
+	if d.kind == pathOverlay {
+		reply.Attrs = append(reply.Attrs, protocol.String(protocol.AttrReason, d.reason))
+	}
+	s.outFD = fd
+	return reply
+}
+
+// decide returns the peer's record (empty if none), the decision for k
+// and, for a fast path, this side's descriptor (-1 otherwise).
+func (a *Agent) decide(self directory.Container, k tuple, side side) (directory.Container, decision, int) {
+	peerEP := k.acc
+	if side == sideAcceptor {
+		peerEP = k.conn
+	}
+	peer, reason := a.precheck(self, peerEP, side)
+	if reason != "" {
+		return peer, a.rv.decideNow(k, side, overlay(reason)), -1
+	}
+	if peer.Host != a.cfg.Host {
+		if side == sideConnector {
+			d, fd := a.offerRemote(self, peer, k)
+			return peer, d, fd
 		}
+		d, fd := a.meet(k, side, meetWait, nil) // the offer finishes the meeting
+		return peer, d, fd
 	}
-	if m.Type == protocol.TypeConnect || m.Type == protocol.TypeAccept {
-		return protocol.New(protocol.TypePath, m.Seq, protocol.U8(protocol.AttrPathKind, 0),
-			protocol.String(protocol.AttrReason, reasonNoFastPath)), nil
+	d, fd := a.meet(k, side, meetWait, a.finishLocal)
+	return peer, d, fd
+}
+
+// precheck applies the rules that decide overlay at once, from this side's
+// view; it returns the peer's record and the reason, or "" to go on.
+func (a *Agent) precheck(self directory.Container, peerEP netip.AddrPort, side side) (directory.Container, string) {
+	peer, ok := a.dir.LookupIP(peerEP.Addr().String())
+	switch {
+	case !ok:
+		return directory.Container{}, reasonNotContainer
+	case !self.FreeFlow:
+		return peer, reasonSelfNoLib
+	case !peer.FreeFlow:
+		return peer, reasonPeerNoLib
 	}
-	return protocol.New(protocol.TypeOK, m.Seq), nil
+	if ok, why := a.policy().Trust(self, peer); !ok {
+		return peer, why
+	}
+	if side == sideConnector && peer.Host == a.cfg.Host && !a.listeners.has(peer.ID, peerEP.Port()) {
+		return peer, reasonNoListener
+	}
+	return peer, ""
+}
+
+// connInfo describes one answered connection for `freeflow conns`.
+func connInfo(self, peer directory.Container, local, remote netip.AddrPort, d decision) ConnInfo {
+	return ConnInfo{
+		Local: local.String(), Remote: remote.String(),
+		LocalContainer: self.Name, RemoteContainer: peer.Name,
+		Path: pathName(d.kind), Reason: d.reason,
+	}
 }

@@ -28,6 +28,9 @@ const (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(envChild) == "ask" {
+		os.Exit(askChild())
+	}
 	if action := os.Getenv(envChild); action != "" {
 		res, err := runChild(action)
 		if err != nil {

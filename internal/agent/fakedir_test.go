@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"sort"
 	"sync"
@@ -18,6 +19,8 @@ type fakeDir struct {
 	hosts      map[string]directory.Host
 	failWrites bool
 	panicIP    string // LookupIP of this IP panics, to test recovery
+	key        []byte // the cluster key; nil until first asked for
+	policy     []byte
 }
 
 func newFakeDir(cs ...directory.Container) *fakeDir {
@@ -83,6 +86,50 @@ func (d *fakeDir) Containers() []directory.Container {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
+}
+
+func (d *fakeDir) Hosts() []directory.Host {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []directory.Host
+	for _, h := range d.hosts {
+		out = append(out, h)
+	}
+	return out
+}
+
+func (d *fakeDir) ClusterKey(context.Context) ([]byte, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.failWrites {
+		return nil, errEtcdDown
+	}
+	if d.key == nil {
+		d.key = make([]byte, directory.ClusterKeySize)
+		rand.Read(d.key)
+	}
+	return d.key, nil
+}
+
+func (d *fakeDir) Policy(context.Context) ([]byte, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.failWrites {
+		return nil, errEtcdDown
+	}
+	return d.policy, nil
+}
+
+func (d *fakeDir) setPolicy(doc string) {
+	d.mu.Lock()
+	d.policy = []byte(doc)
+	d.mu.Unlock()
+}
+
+func (d *fakeDir) putContainer(c directory.Container) {
+	d.mu.Lock()
+	d.containers[c.ID] = c
+	d.mu.Unlock()
 }
 
 func (d *fakeDir) Health() directory.Health {

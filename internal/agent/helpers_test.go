@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,7 +37,8 @@ var remoteContainer = directory.Container{
 
 type testAgent struct {
 	*Agent
-	dir *fakeDir
+	dir  *fakeDir
+	stop func() // stops the agent (also done when the test ends)
 }
 
 // startAgent runs an agent on temporary sockets until the test ends.
@@ -65,13 +67,17 @@ func startAgent(t testing.TB, dir *fakeDir, mod func(*Config)) *testAgent {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("agent: %v", err)
-		}
-	})
-	return &testAgent{Agent: a, dir: dir}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("agent: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return &testAgent{Agent: a, dir: dir, stop: stop}
 }
 
 func randName(n int) string {

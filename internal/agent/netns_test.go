@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -173,5 +174,49 @@ func TestAdminRegisterListStatusUnregister(t *testing.T) {
 	}
 	if got := runInNetns(t, ns, "hello", a, nil)["hello"]; got != "DENIED" {
 		t.Errorf("HELLO from an unregistered container's namespace: %s, want DENIED", got)
+	}
+}
+
+// Two separate processes in two containers' namespaces play the two
+// libraries of one same-host connection: each gets its half of one
+// socketpair, the bytes make the round trip, CONNS lists both ends over
+// the admin socket, and the entries go when the processes exit.
+func TestSameHostFastPathBetweenContainers(t *testing.T) {
+	nsA, nsB := makeNetns(t), makeNetns(t)
+	a := startAgent(t, newFakeDir(), nil)
+	admin := adminClient(t, a)
+	ca, cb := container("ca", "web", "10.244.1.2", nsA), container("cb", "db", "10.244.1.3", nsB)
+	for _, c := range []directory.Container{ca, cb} {
+		c.FreeFlow = true
+		if err := admin.Register(ctxT(t), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sock := a.cfg.LibrarySocket()
+	cc, cs, con, acc := askPair(t, nsA, nsB,
+		askSpec{Sock: sock, Ask: "connect", Local: "10.244.1.2:40000", Remote: "10.244.1.3:6379"},
+		askSpec{Sock: sock, Listen: "0.0.0.0:6379", Ask: "accept", Local: "10.244.1.3:6379", Remote: "10.244.1.2:40000"})
+	if con.Path != "unix" || acc.Path != "unix" || con.Data != "ok" || acc.Data != "ok" {
+		t.Fatalf("connector %+v, acceptor %+v; want unix with the bytes through", con, acc)
+	}
+	got, err := admin.Conns(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []ConnInfo{
+		{Local: "10.244.1.3:6379", Remote: "10.244.1.2:40000", LocalContainer: "db", RemoteContainer: "web", Path: "unix"},
+		{Local: "10.244.1.2:40000", Remote: "10.244.1.3:6379", LocalContainer: "web", RemoteContainer: "db", Path: "unix"},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("CONNS:\n got %+v\nwant %+v", got, want)
+	}
+	cc.finish()
+	cs.finish()
+	admin = adminClient(t, a) // the first may have idled out meanwhile
+	if got, err := admin.Conns(ctxT(t)); err != nil || len(got) != 0 {
+		t.Errorf("after both processes exited: %+v, %v; want none", got, err)
+	}
+	if st, err := admin.Status(ctxT(t)); err != nil || st.Connections.Unix != 2 || st.Connections.Live != 0 {
+		t.Errorf("STATUS connections: %+v, %v", st.Connections, err)
 	}
 }

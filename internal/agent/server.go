@@ -11,8 +11,9 @@ import (
 	"time"
 )
 
-// Listen creates both sockets. A socket file left by an agent that died is
-// replaced; one that still answers means another agent serves it.
+// Listen creates both sockets and the broker port (see listenBroker). A
+// socket file left by an agent that died is replaced; one that still
+// answers means another agent serves it.
 func (a *Agent) Listen() error {
 	if err := os.MkdirAll(a.cfg.SockDir, 0o755); err != nil {
 		return fmt.Errorf("agent: create socket directory: %w", err)
@@ -27,6 +28,7 @@ func (a *Agent) Listen() error {
 		return err
 	}
 	a.lib, a.admin = lib, admin
+	a.listenBroker()
 	return nil
 }
 
@@ -127,6 +129,9 @@ func (a *Agent) shutdown() {
 	a.mu.Unlock()
 	a.lib.Close() // a listener from ListenUnix unlinks its socket file on Close
 	a.admin.Close()
+	if a.broker != nil {
+		a.broker.Close()
+	}
 	a.wg.Wait()
 	a.log.Info("agent stopped", "host", a.cfg.Host)
 }

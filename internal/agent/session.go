@@ -29,11 +29,14 @@ type session struct {
 
 	hello bool                // HELLO was answered with HELLO_REPLY
 	self  directory.Container // library socket: the caller's container
+
+	outFD int // a descriptor the next reply carries (PATH), then closed; -1 for none
 }
 
 func (a *Agent) serveConn(ctx context.Context, uc *net.UnixConn, admin bool) {
 	defer a.untrack(uc)
-	s := &session{a: a, ctx: ctx, conn: protocol.NewConn(uc), admin: admin}
+	s := &session{a: a, ctx: ctx, conn: protocol.NewConn(uc), admin: admin, outFD: -1}
+	defer a.listeners.dropSession(s)
 	defer func() {
 		if r := recover(); r != nil {
 			a.log.Error("handler panicked; connection closed", "pid", s.pid, "panic", r, "stack", string(debug.Stack()))
@@ -96,7 +99,12 @@ func (s *session) replyError(m *protocol.Message, err error) bool {
 
 func (s *session) write(m *protocol.Message) bool {
 	s.conn.SetWriteDeadline(time.Now().Add(s.a.cfg.WriteTimeout))
-	err := s.conn.WriteMsg(m)
+	var fds []int
+	if s.outFD >= 0 {
+		fds = []int{s.outFD}
+		defer func() { closeFD(s.outFD); s.outFD = -1 }()
+	}
+	err := s.conn.WriteMsg(m, fds...)
 	var pe *protocol.Error
 	if errors.As(err, &pe) && m.Type != protocol.TypeError {
 		// The reply did not encode (a directory record over a wire limit).
@@ -129,7 +137,7 @@ func (s *session) handle(m *protocol.Message) (*protocol.Message, error) {
 		return s.handleLookup(m)
 	case protocol.TypeListen, protocol.TypeUnlisten, protocol.TypeConnect, protocol.TypeAccept, protocol.TypeClosed:
 		return s.handleBrokering(m)
-	case protocol.TypeRegister, protocol.TypeUnregister, protocol.TypeList, protocol.TypeStatus:
+	case protocol.TypeRegister, protocol.TypeUnregister, protocol.TypeList, protocol.TypeStatus, protocol.TypeConns:
 		if !s.admin {
 			return nil, protocol.Errorf(protocol.CodeDenied, "%v is accepted only on the admin socket", m.Type)
 		}

@@ -158,25 +158,24 @@ func TestConnectionLimit(t *testing.T) {
 	wantClosed(t, dialRaw(t, a.cfg.LibrarySocket()))
 }
 
-// Until fast paths exist the agent answers every brokering request at once
-// with the overlay, which the library must always accept.
-func TestBrokeringAnswersOverlay(t *testing.T) {
+// Brokering requests are checked like any other: a missing attribute is
+// INVALID, a reply type is not a request, and the admin socket refuses
+// them.
+func TestBrokeringRequestsChecked(t *testing.T) {
 	a := startAgent(t, newFakeDir(selfContainer), nil)
 	c := dialRaw(t, a.cfg.LibrarySocket())
 	local := protocol.Endpoint(protocol.AttrLocalEndpoint, netip.MustParseAddrPort("10.244.1.9:40000"))
-	remote := protocol.Endpoint(protocol.AttrRemoteEndpoint, netip.MustParseAddrPort("10.244.2.5:5201"))
 	steps := []struct {
 		m    *protocol.Message
 		want protocol.Type
 	}{
 		{protocol.New(protocol.TypeHello, 1), protocol.TypeHelloReply},
 		{protocol.New(protocol.TypeListen, 2, local), protocol.TypeOK},
-		{protocol.New(protocol.TypeConnect, 3, local, remote), protocol.TypePath},
-		{protocol.New(protocol.TypeAccept, 4, local, remote), protocol.TypePath},
-		{protocol.New(protocol.TypeClosed, 5, local, remote), protocol.TypeOK},
 		{protocol.New(protocol.TypeUnlisten, 6, local), protocol.TypeOK},
 		{protocol.New(protocol.TypeConnect, 7, local), protocol.TypeError},
 		{protocol.New(protocol.TypePath, 8, protocol.U8(protocol.AttrPathKind, 1)), protocol.TypeError},
+		{protocol.New(protocol.TypeOffer, 9, local), protocol.TypeError},
+		{protocol.New(protocol.TypeConns, 10), protocol.TypeError},
 	}
 	for _, st := range steps {
 		if err := c.WriteMsg(st.m); err != nil {
@@ -185,13 +184,6 @@ func TestBrokeringAnswersOverlay(t *testing.T) {
 		r, fds, err := c.ReadMsg()
 		if err != nil || r.Type != st.want || r.Seq != st.m.Seq || len(fds) != 0 {
 			t.Fatalf("%v: reply %v, %v fds, %v; want %v", st.m.Type, r, fds, err, st.want)
-		}
-		if r.Type == protocol.TypePath {
-			kind, _ := r.Get(protocol.AttrPathKind)
-			reason, _ := r.String(protocol.AttrReason)
-			if kind[0] != 0 || reason != reasonNoFastPath {
-				t.Errorf("%v: PATH kind %d reason %q, want overlay", st.m.Type, kind[0], reason)
-			}
 		}
 	}
 	// On the admin socket (an agent where this process is no container).

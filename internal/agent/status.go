@@ -18,6 +18,9 @@ type Status struct {
 	LocalContainers   int              `json:"local_containers"`
 	Containers        int              `json:"containers"`
 	ContainersPerHost map[string]int   `json:"containers_per_host"`
+	Connections       ConnCounters     `json:"connections"`
+	BrokerAddr        string           `json:"broker_addr,omitempty"`  // where cross-host offers are served
+	BrokerError       string           `json:"broker_error,omitempty"` // why they are not
 }
 
 func (a *Agent) status() Status {
@@ -36,5 +39,15 @@ func (a *Agent) status() Status {
 		LocalContainers:   per[a.cfg.Host],
 		Containers:        len(cs),
 		ContainersPerHost: per,
+		Connections:       a.live.counters(),
+		BrokerAddr:        a.brokerAddr(),
+		BrokerError:       a.brokerErr,
 	}
+}
+
+func (a *Agent) brokerAddr() string {
+	if a.broker == nil {
+		return ""
+	}
+	return a.broker.Addr().String()
 }

@@ -49,9 +49,14 @@ func (r runtime) run(id, bundle, pidFile string, detach bool) *exec.Cmd {
 	return r.command(filepath.Join(bundle, "rootfs"), append(args, id)...)
 }
 
-// exec returns the command that runs argv in container id.
-func (r runtime) exec(id string, argv []string) *exec.Cmd {
-	return r.command("", append([]string{"exec", id}, argv...)...)
+// exec returns the command that runs argv in container id, with env
+// (K=V) added to the container's environment.
+func (r runtime) exec(id string, env, argv []string) *exec.Cmd {
+	args := []string{"exec"}
+	for _, e := range env {
+		args = append(args, "--env", e)
+	}
+	return r.command("", append(append(args, id), argv...)...)
 }
 
 // crunState is what `crun state` reports.

@@ -17,7 +17,7 @@ func (m *Manager) Exec(name string, argv []string) (int, error) {
 	if st := m.status(c); st != StatusRunning {
 		return 0, fmt.Errorf("container %s is %s, not running", name, st)
 	}
-	cmd := m.runtime().exec(c.ID, argv)
+	cmd := m.runtime().exec(c.ID, m.execEnv(c), argv)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = m.Stdin, m.Stdout, m.Stderr
 	code, err := exitCode(cmd.Run())
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 type Manager struct {
 	Layout     state.Layout
 	PluginPath []string // CNI plugin directories; cni.DefaultPluginPath() when empty
+	LibPath    string   // libfreeflow.so on the host; next to the freeflow binary when empty
 	// Stdio of foreground containers and exec; nil means /dev/null.
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer

@@ -58,6 +58,12 @@ func (m *Manager) create(ctx context.Context, o RunOptions) (c *state.Container,
 	if o.Tenant == "" {
 		o.Tenant = cni.DefaultTenant
 	}
+	lib := ""
+	if o.FreeFlow {
+		if lib, err = m.checkLibrary(); err != nil {
+			return nil, err
+		}
+	}
 	c = &state.Container{Name: o.Name, ID: m.Layout.Cluster + "-" + o.Name, Host: o.Host, Tenant: o.Tenant,
 		FreeFlow: o.FreeFlow, Args: o.Args, Detached: o.Detach}
 	if err := m.Layout.SaveContainer(c); err != nil {
@@ -77,7 +83,11 @@ func (m *Manager) create(ctx context.Context, o RunOptions) (c *state.Container,
 	if err := os.MkdirAll(m.Layout.AgentSockDir(c.Host), 0o755); err != nil {
 		return nil, fmt.Errorf("create agent socket directory: %w", err)
 	}
-	return c, writeBundle(m.Layout.ContainerDir(c.Name), newSpec(m.Layout, c, o.Env))
+	spec := newSpec(m.Layout, c, o.Env)
+	if c.FreeFlow {
+		withLibrary(&spec, lib)
+	}
+	return c, writeBundle(m.Layout.ContainerDir(c.Name), spec)
 }
 
 // validate checks what the user can get wrong before anything is made.

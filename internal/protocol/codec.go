@@ -78,6 +78,8 @@ func checkAttr(t AttrType, n int, seen map[AttrType]bool) error {
 		ok = n == 6 || n == 18
 	case kindBytes:
 		ok = n <= spec.max
+	case kindFixed:
+		ok = n == spec.max
 	}
 	if !ok {
 		return Errorf(CodeBadMsg, "%v has a value of %d bytes, which its type does not allow", t, n)

@@ -35,11 +35,13 @@ const (
 	TypeAccept      Type = 0x13
 	TypePath        Type = 0x14
 	TypeClosed      Type = 0x15
+	TypeOffer       Type = 0x30 // agent to agent, on the broker port (see PROTOCOL.md)
 	TypeRegister    Type = 0x40
 	TypeUnregister  Type = 0x41
 	TypeList        Type = 0x42
 	TypeStatus      Type = 0x43
 	TypeOK          Type = 0x44
+	TypeConns       Type = 0x45
 	TypeError       Type = 0x7f
 )
 
@@ -47,12 +49,13 @@ var typeNames = map[Type]string{
 	TypeHello: "HELLO", TypeHelloReply: "HELLO_REPLY", TypeLookup: "LOOKUP",
 	TypeLookupReply: "LOOKUP_REPLY", TypeListen: "LISTEN", TypeUnlisten: "UNLISTEN",
 	TypeConnect: "CONNECT", TypeAccept: "ACCEPT", TypePath: "PATH", TypeClosed: "CLOSED",
+	TypeOffer: "OFFER", TypeConns: "CONNS",
 	TypeRegister: "REGISTER", TypeUnregister: "UNREGISTER",
 	TypeList: "LIST", TypeStatus: "STATUS", TypeOK: "OK", TypeError: "ERROR",
 }
 
-// Known reports whether t is a message type of version 1. The reserved
-// range 0x10-0x3f is not: it is defined together with the library.
+// Known reports whether t is a message type of version 1. The rest of the
+// range 0x16-0x3f is reserved.
 func (t Type) Known() bool { _, ok := typeNames[t]; return ok }
 
 func (t Type) String() string {
@@ -86,6 +89,9 @@ const (
 	AttrRemoteEndpoint AttrType = 15
 	AttrPathKind       AttrType = 16
 	AttrReason         AttrType = 17
+	AttrNonce          AttrType = 18 // OFFER: 16 random bytes; echoed in its reply
+	AttrTime           AttrType = 19 // OFFER: u64 little-endian, Unix milliseconds
+	AttrMAC            AttrType = 20 // OFFER and its reply: HMAC-SHA256, 32 bytes
 )
 
 // valueKind says how the decoder checks an attribute's value length.
@@ -97,6 +103,7 @@ const (
 	kindIP                        // 4 or 16 bytes
 	kindEndpoint                  // 6 or 18 bytes: address and port
 	kindBytes                     // 0..max bytes (strings, JSON)
+	kindFixed                     // exactly max bytes
 )
 
 type attrSpec struct {
@@ -126,6 +133,9 @@ var attrSpecs = map[AttrType]attrSpec{
 	AttrRemoteEndpoint: {"REMOTE", kindEndpoint, 0},
 	AttrPathKind:       {"PATH_KIND", kindU8, 0},
 	AttrReason:         {"REASON", kindBytes, 64},
+	AttrNonce:          {"NONCE", kindFixed, 16},
+	AttrTime:           {"TIME", kindFixed, 8},
+	AttrMAC:            {"MAC", kindFixed, 32},
 }
 
 func (a AttrType) String() string {

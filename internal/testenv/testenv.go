@@ -5,7 +5,6 @@ package testenv
 
 import (
 	"bytes"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"os"
@@ -13,18 +12,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/freeflow-net/freeflow/internal/state"
 )
 
 // RandomName returns prefix followed by n random lower-case letters or digits.
-func RandomName(prefix string, n int) string {
-	const chars = "abcdefghijklmnopqrstuvwxyz0123456789"
-	b := make([]byte, n)
-	rand.Read(b)
-	for i := range b {
-		b[i] = chars[int(b[i])%len(chars)]
-	}
-	return prefix + string(b)
-}
+func RandomName(prefix string, n int) string { return state.RandomName(prefix, n) }
 
 // Missing returns why the tests cannot run here ("" if they can): not root,
 // or a program missing (named with the Debian package that provides it).
@@ -58,9 +51,10 @@ func ModuleRoot() (string, error) {
 	}
 }
 
-// BuildBinaries compiles freeflow, freeflowd and freeflow-cni into a new
-// temporary directory (readable by everyone, so a test may run the CLI as an
-// unprivileged user) and returns it; the caller removes it.
+// BuildBinaries compiles freeflow, freeflowd and freeflow-cni, and builds
+// the network library (make -C lib) and copies libfreeflow.so next to them,
+// into a new temporary directory (readable by everyone, so a test may run
+// the CLI as an unprivileged user) and returns it; the caller removes it.
 func BuildBinaries() (string, error) {
 	root, err := ModuleRoot()
 	if err != nil {
@@ -71,11 +65,17 @@ func BuildBinaries() (string, error) {
 		return "", err
 	}
 	os.Chmod(dir, 0o755)
-	cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/...")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		os.RemoveAll(dir)
-		return "", fmt.Errorf("build binaries: %w\n%s", err, out)
+	for _, argv := range [][]string{
+		{"go", "build", "-o", dir + "/", "./cmd/..."},
+		{"make", "-s", "-C", "lib"},
+		{"cp", "lib/build/libfreeflow.so", dir + "/"},
+	} {
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			os.RemoveAll(dir)
+			return "", fmt.Errorf("build binaries (%s): %w\n%s", strings.Join(argv, " "), err, out)
+		}
 	}
 	return dir, nil
 }

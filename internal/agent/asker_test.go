@@ -1,0 +1,186 @@
+package agent
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/freeflow-net/freeflow/internal/protocol"
+)
+
+// An asker is a child process playing one end's library from inside a
+// container's network namespace: it opens a session (and LISTENs if told),
+// says "ready", asks CONNECT or ACCEPT when the parent says go, moves a
+// few bytes on a fast path, reports, and keeps its session (and so its
+// entries in the agent) until the parent closes its stdin.
+type askSpec struct {
+	Sock   string `json:"sock"`
+	Listen string `json:"listen,omitempty"`
+	Ask    string `json:"ask"` // connect or accept
+	Local  string `json:"local"`
+	Remote string `json:"remote"`
+}
+
+type askResult struct {
+	Path     string `json:"path"`
+	Reason   string `json:"reason"`
+	Data     string `json:"data"`      // "ok" when the bytes made the round trip
+	SockName string `json:"sock_name"` // the handed socket's own address
+	PeerName string `json:"peer_name"`
+	Err      string `json:"err,omitempty"`
+}
+
+const envAsk = "FF_AGENT_TEST_ASK"
+
+// askChild is the child's side; its exit code is 0 unless it could not run.
+func askChild() int {
+	var spec askSpec
+	if err := json.Unmarshal([]byte(os.Getenv(envAsk)), &spec); err != nil {
+		fmt.Fprintln(os.Stderr, "asker:", err)
+		return 2
+	}
+	in := bufio.NewReader(os.Stdin)
+	res := runAsk(spec, in)
+	json.NewEncoder(os.Stdout).Encode(res)
+	io.Copy(io.Discard, in) // hold the session until the parent is done
+	return 0
+}
+
+func runAsk(spec askSpec, in *bufio.Reader) (res askResult) {
+	l, err := dialLib(spec.Sock)
+	if err != nil {
+		return askResult{Err: err.Error()}
+	}
+	if spec.Listen != "" {
+		if err := l.listen(spec.Listen); err != nil {
+			return askResult{Err: "listen: " + err.Error()}
+		}
+	}
+	fmt.Println("ready")
+	if _, err := in.ReadString('\n'); err != nil {
+		return askResult{Err: "wait for go: " + err.Error()}
+	}
+	typ := protocol.TypeConnect
+	if spec.Ask == "accept" {
+		typ = protocol.TypeAccept
+	}
+	r, err := l.ask(typ, spec.Local, spec.Remote)
+	if err != nil {
+		return askResult{Err: err.Error()}
+	}
+	res = askResult{Path: pathName(r.Kind), Reason: r.Reason}
+	if r.FD >= 0 {
+		defer syscall.Close(r.FD)
+		res.SockName, res.PeerName = sockNames(r.FD)
+		res.Data = pingPong(r.FD, spec.Ask == "connect")
+	}
+	return res
+}
+
+// pingPong sends "ping" one way and "pong" back.
+func pingPong(fd int, first bool) string {
+	send, want := "pong", "ping"
+	if first {
+		send, want = "ping", "pong"
+		if _, err := syscall.Write(fd, []byte(send)); err != nil {
+			return err.Error()
+		}
+	}
+	got, err := readFull(fd, 4)
+	if err != nil || string(got) != want {
+		return fmt.Sprintf("read %q, %v; want %q", got, err, want)
+	}
+	if !first {
+		if _, err := syscall.Write(fd, []byte(send)); err != nil {
+			return err.Error()
+		}
+	}
+	return "ok"
+}
+
+func sockNames(fd int) (string, string) {
+	name := func(sa syscall.Sockaddr, err error) string {
+		switch v := sa.(type) {
+		case *syscall.SockaddrInet4:
+			return netip.AddrPortFrom(netip.AddrFrom4(v.Addr), uint16(v.Port)).String()
+		case *syscall.SockaddrUnix:
+			return "unix"
+		}
+		return fmt.Sprint(sa, err)
+	}
+	return name(syscall.Getsockname(fd)), name(syscall.Getpeername(fd))
+}
+
+// asker is the parent's handle on one child.
+type asker struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bufio.Reader
+}
+
+// startAsker runs an asker in network namespace ns and waits for "ready".
+func startAsker(t *testing.T, ns string, spec askSpec) *asker {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, _ := json.Marshal(spec)
+	cmd := exec.Command("ip", "netns", "exec", ns, exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), envChild+"=ask", envAsk+"="+string(j))
+	cmd.Stderr = os.Stderr
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	a := &asker{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout)}
+	t.Cleanup(a.finish)
+	if line, err := a.out.ReadString('\n'); strings.TrimSpace(line) != "ready" {
+		t.Fatalf("asker in %s: %q, %v", ns, line, err)
+	}
+	return a
+}
+
+func (a *asker) goAhead() { io.WriteString(a.stdin, "go\n") }
+
+func (a *asker) result(t *testing.T) askResult {
+	t.Helper()
+	line, err := a.out.ReadString('\n')
+	var r askResult
+	if err != nil || json.Unmarshal([]byte(line), &r) != nil {
+		t.Fatalf("asker result %q: %v", line, err)
+	}
+	return r
+}
+
+// finish ends the child and waits for it.
+func (a *asker) finish() {
+	a.stdin.Close()
+	done := make(chan struct{})
+	go func() { a.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		a.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// askPair runs a connector in nsC and an acceptor (which LISTENs first)
+// in nsA, lets both ask at once and returns their results.
+func askPair(t *testing.T, nsC, nsA string, con, acc askSpec) (*asker, *asker, askResult, askResult) {
+	t.Helper()
+	ca, cc := startAsker(t, nsA, acc), startAsker(t, nsC, con)
+	ca.goAhead()
+	cc.goAhead()
+	return cc, ca, cc.result(t), ca.result(t)
+}

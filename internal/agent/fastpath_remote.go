@@ -1,0 +1,198 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/freeflow-net/freeflow/internal/directory"
+	"github.com/freeflow-net/freeflow/internal/protocol"
+	"golang.org/x/sys/unix"
+)
+
+// offerRemote is the connecting side of a cross-host connection: the
+// whole exchange with the acceptor's agent, recorded once for k.
+func (a *Agent) offerRemote(self, peer directory.Container, k tuple) (decision, int) {
+	m, role := a.rv.join(k, sideConnector)
+	switch role {
+	case roleDuplicate:
+		return overlay(reasonDuplicate), -1
+	case roleDecided:
+		return a.rv.decision(m), -1
+	}
+	d, fd := a.exchange(self, peer, k)
+	a.rv.decide(m, d, [2]int{fd, -1})
+	return a.rv.take(m, sideConnector)
+}
+
+// exchange dials the peer host's agent, offers k and returns its answer
+// with, for host-tcp, a descriptor of the connection the answer came on.
+func (a *Agent) exchange(self, peer directory.Container, k tuple) (decision, int) {
+	key := a.clusterKey()
+	if key == nil {
+		return overlay(reasonNoKey), -1
+	}
+	host, ok := a.hostRecord(peer.Host)
+	if !ok {
+		return overlay(reasonUnreachable), -1
+	}
+	deadline := time.Now().Add(offerBudget)
+	c, err := a.dialBroker(host, deadline)
+	if err != nil {
+		a.log.Info("fast-path offer: peer agent unreachable; using the overlay", "host", peer.Host, "err", err)
+		return overlay(reasonUnreachable), -1
+	}
+	defer c.Close()
+	c.SetDeadline(deadline)
+	nonce := newNonce()
+	offer := protocol.New(protocol.TypeOffer, 1,
+		protocol.Endpoint(protocol.AttrLocalEndpoint, k.conn), protocol.Endpoint(protocol.AttrRemoteEndpoint, k.acc),
+		protocol.String(protocol.AttrHost, a.cfg.Host), nonce, timeAttr(time.Now()))
+	if err := sign(key, offer); err != nil {
+		return overlay(reasonChannelFailed), -1
+	}
+	if err := writeFrame(c, offer); err != nil {
+		a.log.Info("fast-path offer: send failed; using the overlay", "host", peer.Host, "err", err)
+		return overlay(reasonUnreachable), -1
+	}
+	reply, err := readFrame(c)
+	if err != nil {
+		a.log.Info("fast-path offer: no reply; using the overlay", "host", peer.Host, "err", err)
+		return overlay(reasonUnreachable), -1
+	}
+	return a.takeReply(c, key, nonce.Value, reply)
+}
+
+// takeReply checks the acceptor agent's reply and, for host-tcp, returns
+// a descriptor of c for the connecting library.
+func (a *Agent) takeReply(c *net.TCPConn, key, nonce []byte, reply *protocol.Message) (decision, int) {
+	if err := checkReply(key, nonce, reply); err != nil {
+		a.log.Warn("fast-path offer: reply refused; using the overlay", "peer", c.RemoteAddr().String(), "err", err)
+		return overlay(reasonBadReply), -1
+	}
+	kind, _ := reply.Get(protocol.AttrPathKind)
+	if kind[0] != pathHostTCP {
+		reason, _ := reply.String(protocol.AttrReason)
+		return overlay(reason), -1
+	}
+	fd, err := dupConn(c)
+	if err != nil {
+		a.log.Warn("fast-path offer: keep the connection; using the overlay", "err", err)
+		return overlay(reasonChannelFailed), -1
+	}
+	return decision{kind: pathHostTCP}, fd
+}
+
+// checkReply accepts only a PATH signed with key that echoes our nonce.
+func checkReply(key, nonce []byte, reply *protocol.Message) error {
+	if e := reply.Err(); e != nil {
+		return fmt.Errorf("the peer agent refused the offer: %w", e)
+	}
+	if reply.Type != protocol.TypePath {
+		return fmt.Errorf("reply is %v, want PATH", reply.Type)
+	}
+	if err := verify(key, reply); err != nil {
+		return err
+	}
+	if echo, _ := reply.Get(protocol.AttrNonce); !bytes.Equal(echo, nonce) {
+		return errors.New("reply does not echo the offer's nonce")
+	}
+	if kind, ok := reply.Get(protocol.AttrPathKind); !ok || len(kind) != 1 {
+		return errors.New("reply carries no PATH_KIND")
+	}
+	return nil
+}
+
+// dialBroker connects from this host's fabric address to the broker port
+// of host h.
+func (a *Agent) dialBroker(h directory.Host, deadline time.Time) (*net.TCPConn, error) {
+	local, err := netip.ParseAddr(a.cfg.FabricIP)
+	if err != nil {
+		return nil, fmt.Errorf("this host's fabric IP %q: %w", a.cfg.FabricIP, err)
+	}
+	d := net.Dialer{Deadline: deadline, KeepAlive: -1, LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(local, 0))}
+	c, err := d.Dial("tcp", net.JoinHostPort(h.FabricIP, strconv.Itoa(a.cfg.BrokerPort)))
+	if err != nil {
+		return nil, err
+	}
+	tc := c.(*net.TCPConn)
+	tc.SetNoDelay(false) // the kernel's default, as the application's own socket had; the library applies its options
+	return tc, nil
+}
+
+// dupConn returns a close-on-exec duplicate of c's socket; the caller
+// closes c, which leaves the socket open through the duplicate.
+func dupConn(c *net.TCPConn) (int, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd, derr := -1, error(nil)
+	if err := raw.Control(func(s uintptr) { fd, derr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return -1, err
+	}
+	return fd, derr
+}
+
+// hostRecord returns the directory record of host name.
+func (a *Agent) hostRecord(name string) (directory.Host, bool) {
+	for _, h := range a.dir.Hosts() {
+		if h.Name == name {
+			return h, true
+		}
+	}
+	return directory.Host{}, false
+}
+
+// listenBroker opens the broker port on this host's fabric address. An
+// agent that cannot still serves everything else: cross-host offers to it
+// fail and fall back to the overlay (agent-unreachable), and STATUS says
+// why.
+func (a *Agent) listenBroker() {
+	if a.cfg.FabricIP == "" {
+		a.brokerErr = "no fabric IP configured; cross-host fast paths to this host use the overlay"
+		return
+	}
+	addr := net.JoinHostPort(a.cfg.FabricIP, strconv.Itoa(a.cfg.BrokerPort))
+	lc := net.ListenConfig{KeepAlive: -1}
+	ln, err := lc.Listen(context.Background(), "tcp", addr)
+	if err != nil {
+		a.brokerErr = fmt.Sprintf("listen on broker port %s: %v; cross-host fast paths to this host use the overlay", addr, err)
+		a.log.Warn(a.brokerErr)
+		return
+	}
+	a.broker = ln
+}
+
+func (a *Agent) brokerLoop(ctx context.Context, ln net.Listener) {
+	defer a.wg.Done()
+	slots := make(chan struct{}, maxOffersInFlight)
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			a.log.Warn("broker accept failed", "err", err)
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		select {
+		case slots <- struct{}{}:
+		default:
+			a.log.Warn("too many fast-path offers in flight; refusing one", "from", c.RemoteAddr().String())
+			c.Close()
+			continue
+		}
+		a.wg.Add(1)
+		go func() {
+			defer func() { <-slots; a.wg.Done() }()
+			a.serveOffer(c.(*net.TCPConn))
+		}()
+	}
+}

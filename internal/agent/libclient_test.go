@@ -1,0 +1,162 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/freeflow-net/freeflow/internal/protocol"
+)
+
+// libClient plays the network library: one session on the library socket.
+type libClient struct {
+	conn *protocol.Conn
+	seq  uint32
+}
+
+// pathResult is a PATH answer as a library sees it.
+type pathResult struct {
+	Kind    uint8
+	Reason  string
+	FD      int // -1 without a descriptor
+	Elapsed time.Duration
+}
+
+func dialLib(path string) (*libClient, error) {
+	c, err := protocol.Dial(path)
+	if err != nil {
+		return nil, err
+	}
+	l := &libClient{conn: c}
+	if _, _, err := l.call(protocol.New(protocol.TypeHello, 0)); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// newLib opens a session of this process, closed when the test ends.
+func newLib(t testing.TB, a *testAgent) *libClient {
+	t.Helper()
+	l, err := dialLib(a.cfg.LibrarySocket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.conn.Close() })
+	return l
+}
+
+func (l *libClient) call(m *protocol.Message) (*protocol.Message, []int, error) {
+	l.seq++
+	m.Seq = l.seq
+	l.conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	l.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if err := l.conn.WriteMsg(m); err != nil {
+		return nil, nil, err
+	}
+	r, fds, err := l.conn.ReadMsg()
+	if err != nil {
+		return nil, nil, err
+	}
+	if e := r.Err(); e != nil {
+		closeFDs(fds)
+		return nil, nil, e
+	}
+	return r, fds, nil
+}
+
+func (l *libClient) listen(ep string) error {
+	_, _, err := l.call(protocol.New(protocol.TypeListen, 0, protocol.Endpoint(protocol.AttrLocalEndpoint, netip.MustParseAddrPort(ep))))
+	return err
+}
+
+func (l *libClient) closed(local, remote string) error {
+	_, _, err := l.call(protocol.New(protocol.TypeClosed, 0,
+		protocol.Endpoint(protocol.AttrLocalEndpoint, netip.MustParseAddrPort(local)),
+		protocol.Endpoint(protocol.AttrRemoteEndpoint, netip.MustParseAddrPort(remote))))
+	return err
+}
+
+// ask sends CONNECT or ACCEPT and returns the PATH answer.
+func (l *libClient) ask(t protocol.Type, local, remote string) (pathResult, error) {
+	start := time.Now()
+	r, fds, err := l.call(protocol.New(t, 0,
+		protocol.Endpoint(protocol.AttrLocalEndpoint, netip.MustParseAddrPort(local)),
+		protocol.Endpoint(protocol.AttrRemoteEndpoint, netip.MustParseAddrPort(remote))))
+	if err != nil {
+		return pathResult{}, err
+	}
+	res := pathResult{FD: -1, Elapsed: time.Since(start)}
+	if r.Type != protocol.TypePath {
+		closeFDs(fds)
+		return res, fmt.Errorf("%v answered with %v", t, r.Type)
+	}
+	kind, _ := r.Get(protocol.AttrPathKind)
+	res.Kind = kind[0]
+	res.Reason, _ = r.String(protocol.AttrReason)
+	switch {
+	case res.Kind == pathOverlay && len(fds) == 0:
+	case res.Kind != pathOverlay && len(fds) == 1:
+		res.FD = fds[0]
+	default:
+		closeFDs(fds)
+		return res, fmt.Errorf("PATH kind %d came with %d descriptors", res.Kind, len(fds))
+	}
+	return res, nil
+}
+
+func (l *libClient) connect(local, remote string) (pathResult, error) {
+	return l.ask(protocol.TypeConnect, local, remote)
+}
+
+func (l *libClient) accept(local, remote string) (pathResult, error) {
+	return l.ask(protocol.TypeAccept, local, remote)
+}
+
+// exchange checks that a and b are the two ends of one stream: bytes
+// written on each arrive on the other.
+func exchange(a, b int) error {
+	for _, dir := range [][2]int{{a, b}, {b, a}} {
+		msg := []byte(fmt.Sprintf("hello from fd %d", dir[0]))
+		if _, err := syscall.Write(dir[0], msg); err != nil {
+			return fmt.Errorf("write: %w", err)
+		}
+		got, err := readFull(dir[1], len(msg))
+		if err != nil {
+			return err
+		}
+		if string(got) != string(msg) {
+			return fmt.Errorf("read %q, want %q", got, msg)
+		}
+	}
+	return nil
+}
+
+// readFull reads n bytes from fd within 5 seconds. A handed TCP socket
+// may come non-blocking (the library sets the application's mode).
+func readFull(fd, n int) ([]byte, error) {
+	syscall.SetNonblock(fd, false)
+	tv := syscall.Timeval{Sec: 5}
+	syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &tv)
+	buf := make([]byte, n)
+	for got := 0; got < n; {
+		m, err := syscall.Read(fd, buf[got:])
+		if err != nil {
+			return nil, fmt.Errorf("read: %w", err)
+		}
+		if m == 0 {
+			return nil, errors.New("read: EOF")
+		}
+		got += m
+	}
+	return buf, nil
+}
+
+// socketDomain returns the address family of socket fd.
+func socketDomain(fd int) int {
+	d, _ := syscall.GetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_DOMAIN)
+	return d
+}

@@ -1,0 +1,158 @@
+package agent
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/freeflow-net/freeflow/internal/protocol"
+)
+
+// OFFER (PROTOCOL.md, "Cross-host offers") travels on a TCP stream, so
+// each message is framed by its own header: read 12 bytes, then exactly
+// the payload length, and never a byte more, because what follows the
+// reply on that connection is the application's data.
+
+// Bounds of the cross-host exchange.
+const (
+	DefaultBrokerPort = 7947
+	offerBudget       = 60 * time.Millisecond // the connector's agent: dial, offer, reply
+	offerWait         = 40 * time.Millisecond // the acceptor's agent: wait for its ACCEPT
+	offerReadLimit    = time.Second           // a peer that sends no offer is dropped
+	offerClockSkew    = 30 * time.Second      // TIME must be this close to our clock
+	maxOffersInFlight = 256
+)
+
+// writeFrame sends m on a stream.
+func writeFrame(w io.Writer, m *protocol.Message) error {
+	b, err := protocol.Encode(m)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(b)
+	return err
+}
+
+// readFrame reads exactly one message from a stream.
+func readFrame(r io.Reader) (*protocol.Message, error) {
+	buf := make([]byte, protocol.HeaderSize, protocol.MaxMessage)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return nil, fmt.Errorf("read message header: %w", err)
+	}
+	n := binary.LittleEndian.Uint32(buf[8:])
+	if n > protocol.MaxPayload {
+		return nil, protocol.Errorf(protocol.CodeBadMsg, "message length %d exceeds the limit", n)
+	}
+	buf = buf[:protocol.HeaderSize+int(n)]
+	if _, err := io.ReadFull(r, buf[protocol.HeaderSize:]); err != nil {
+		return nil, fmt.Errorf("read message payload: %w", err)
+	}
+	return protocol.Decode(buf)
+}
+
+// sign appends the MAC attribute: HMAC-SHA256 under key over the message
+// encoded without it.
+func sign(key []byte, m *protocol.Message) error {
+	mac, err := macOf(key, m)
+	if err != nil {
+		return err
+	}
+	m.Attrs = append(m.Attrs, protocol.Attr{Type: protocol.AttrMAC, Value: mac})
+	return nil
+}
+
+// verify checks and removes the MAC attribute of m.
+func verify(key []byte, m *protocol.Message) error {
+	got, ok := m.Get(protocol.AttrMAC)
+	if !ok {
+		return fmt.Errorf("%v carries no MAC", m.Type)
+	}
+	rest := *m
+	rest.Attrs = nil
+	for _, a := range m.Attrs {
+		if a.Type != protocol.AttrMAC {
+			rest.Attrs = append(rest.Attrs, a)
+		}
+	}
+	want, err := macOf(key, &rest)
+	if err != nil {
+		return err
+	}
+	if !hmac.Equal(got, want) {
+		return fmt.Errorf("%v MAC does not verify: the sender does not hold this cluster's key", m.Type)
+	}
+	*m = rest
+	return nil
+}
+
+func macOf(key []byte, m *protocol.Message) ([]byte, error) {
+	b, err := protocol.Encode(m)
+	if err != nil {
+		return nil, err
+	}
+	h := hmac.New(sha256.New, key)
+	h.Write(b)
+	return h.Sum(nil), nil
+}
+
+func newNonce() protocol.Attr {
+	n := make([]byte, 16)
+	rand.Read(n)
+	return protocol.Attr{Type: protocol.AttrNonce, Value: n}
+}
+
+func timeAttr(t time.Time) protocol.Attr {
+	return protocol.Attr{Type: protocol.AttrTime, Value: binary.LittleEndian.AppendUint64(nil, uint64(t.UnixMilli()))}
+}
+
+// checkTime refuses an offer whose TIME is missing or too far from now.
+func checkTime(m *protocol.Message, now time.Time) error {
+	v, ok := m.Get(protocol.AttrTime)
+	if !ok {
+		return fmt.Errorf("OFFER carries no TIME")
+	}
+	t := time.UnixMilli(int64(binary.LittleEndian.Uint64(v)))
+	if d := now.Sub(t); d > offerClockSkew || d < -offerClockSkew {
+		return fmt.Errorf("OFFER TIME is %v away from this host's clock (more than %v): a replay, or the clocks disagree", d.Round(time.Millisecond), offerClockSkew)
+	}
+	return nil
+}
+
+// nonces remembers the nonces of recent offers, so a recorded offer
+// replayed within the clock window is refused.
+type nonces struct {
+	mu        sync.Mutex
+	seen      map[[16]byte]time.Time
+	lastPrune time.Time
+}
+
+func newNonces() *nonces { return &nonces{seen: map[[16]byte]time.Time{}} }
+
+// fresh records nonce n and reports whether it was new.
+func (s *nonces) fresh(n []byte, now time.Time) bool {
+	var k [16]byte
+	if len(n) != len(k) {
+		return false
+	}
+	copy(k[:], n)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if now.Sub(s.lastPrune) > time.Second {
+		s.lastPrune = now
+		for old, at := range s.seen {
+			if now.Sub(at) > 2*offerClockSkew {
+				delete(s.seen, old)
+			}
+		}
+	}
+	if _, dup := s.seen[k]; dup {
+		return false
+	}
+	s.seen[k] = now
+	return true
+}

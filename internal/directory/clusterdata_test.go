@@ -1,0 +1,58 @@
+package directory
+
+import (
+	"bytes"
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/freeflow-net/freeflow/internal/testenv"
+)
+
+// Agents that ask for the cluster key at the same time all get the same
+// one, and it is not visible as a container or host; the policy document
+// round-trips and is absent by default.
+func TestClusterKeyAndPolicy(t *testing.T) {
+	etcd := testenv.StartEtcd(t, 1)
+	cluster := testenv.RandomName("t", 4)
+	dirs := []*Directory{newDir(t, cluster, etcd.Endpoints(), nil), newDir(t, cluster, etcd.Endpoints(), nil)}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	keys := make([][]byte, 8)
+	var wg sync.WaitGroup
+	for i := range keys {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			k, err := dirs[i%2].ClusterKey(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			keys[i] = k
+		}()
+	}
+	wg.Wait()
+	for i, k := range keys {
+		if len(k) != ClusterKeySize || !bytes.Equal(k, keys[0]) {
+			t.Fatalf("key %d = %x, key 0 = %x: concurrent first users disagree", i, k, keys[0])
+		}
+	}
+	if other, err := newDir(t, testenv.RandomName("t", 4), etcd.Endpoints(), nil).ClusterKey(ctx); err != nil || bytes.Equal(other, keys[0]) {
+		t.Errorf("another cluster's key: %x, %v; want a different one", other, err)
+	}
+	if doc, err := dirs[0].Policy(ctx); err != nil || doc != nil {
+		t.Errorf("policy by default: %q, %v; want none", doc, err)
+	}
+	want := []byte(`{"trusted_tenant_pairs":[["a","b"]]}`)
+	if err := dirs[0].PutPolicy(ctx, want); err != nil {
+		t.Fatal(err)
+	}
+	if doc, err := dirs[1].Policy(ctx); err != nil || !bytes.Equal(doc, want) {
+		t.Errorf("policy: %q, %v", doc, err)
+	}
+	waitConnected(t, dirs[1], 5*time.Second)
+	if n := len(dirs[1].Containers()) + len(dirs[1].Hosts()); n != 0 {
+		t.Errorf("key and policy show up as %d directory records", n)
+	}
+}
