@@ -14,7 +14,7 @@ import (
 
 func init() {
 	register("run", command{
-		summary:   "start a container: run --host H --name N [--tenant T] [-d] [--rm] [--no-freeflow] [--env K=V]... -- CMD ARGS...",
+		summary:   "start a container: run --host H --name N [--tenant T] [-d] [--rm] [--no-freeflow] [--env K=V]... [-v SRC:DST[:ro]]... -- CMD ARGS...",
 		run:       runContainer,
 		needsRoot: true,
 	})
@@ -52,6 +52,11 @@ func runContainer(g *Global, args []string) error {
 	noFF := fs.Bool("no-freeflow", false, "run without the FreeFlow library (overlay only)")
 	var env envList
 	fs.Var(&env, "env", "set an environment variable K=V (repeatable)")
+	fs.Func("v", "bind-mount a host path: SRC:DST[:ro] (repeatable; DST must exist or be under /tmp or /run)", func(s string) error {
+		v, err := container.ParseVolume(s)
+		o.Volumes = append(o.Volumes, v)
+		return err
+	})
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -82,15 +82,7 @@ func TestContainerIsolation(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if ok() {
-			return
-		}
-	}
-	t.Fatalf("timed out waiting for %s", what)
-}
+func waitFor(t *testing.T, what string, ok func() bool) { t.Helper(); testenv.WaitFor(t, what, ok) }
 
 func TestExitCodes(t *testing.T) {
 	needCluster(t)

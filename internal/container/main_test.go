@@ -3,7 +3,6 @@ package container_test
 import (
 	"fmt"
 	"os"
-	"strings"
 	"testing"
 
 	"github.com/freeflow-net/freeflow/internal/state"
@@ -70,14 +69,7 @@ func mustFF(t *testing.T, args ...string) string {
 // startDetached runs a detached container and removes it when the test ends.
 func startDetached(t *testing.T, host, name string, argv ...string) {
 	t.Helper()
-	mustFF(t, append([]string{"run", "--host", host, "--name", name, "-d", "--"}, argv...)...)
-	t.Cleanup(func() { removeContainer(t, name) })
-}
-
-func removeContainer(t *testing.T, name string) {
-	if r := ff(t, "rm", "-f", name); r.Code != 0 && !strings.Contains(r.Stderr, "no container") {
-		t.Errorf("rm -f %s: exit %d: %s", name, r.Code, r.Stderr)
-	}
+	tc.StartDetached(t, host, name, nil, argv...)
 }
 
 // find returns the first entry of list that match accepts, or nil.

@@ -21,6 +21,7 @@ type RunOptions struct {
 	Detach   bool     // return once it runs; output goes to LogFile
 	Remove   bool     // remove a foreground container when it exits
 	Env      []string // K=V added to the base environment
+	Volumes  []Volume // host paths bound into the container
 	Args     []string
 }
 
@@ -84,6 +85,9 @@ func (m *Manager) create(ctx context.Context, o RunOptions) (c *state.Container,
 		return nil, fmt.Errorf("create agent socket directory: %w", err)
 	}
 	spec := newSpec(m.Layout, c, o.Env)
+	for _, v := range o.Volumes {
+		spec.Mounts = append(spec.Mounts, v.mount())
+	}
 	if c.FreeFlow {
 		withLibrary(&spec, lib)
 	}

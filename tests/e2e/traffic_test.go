@@ -1,4 +1,4 @@
-package container_test
+package e2e
 
 import (
 	"encoding/json"
@@ -65,30 +65,53 @@ else:
     print(f"local={n} {h.hexdigest()} peer={N} {data.decode()}")
 `
 
-func TestTrafficSameHostAndCrossHost(t *testing.T) {
-	needCluster(t)
-	srv := testenv.RandomName("s", 5)
-	startDetached(t, "h1", srv, "iperf3", "-s")
-	sum := testenv.RandomName("m", 5)
-	startDetached(t, "h1", sum, "python3", "-c", sumServer, fmt.Sprint(transferSize))
-	waitListening(t, srv, 5201)
-	waitListening(t, sum, 5001, 5002)
+// A mode is how the containers of one run are started, and the path their
+// connections must take same host and cross host.
+type mode struct {
+	name            string
+	flags           []string
+	sameHost, cross string // expected pathCheck paths
+}
 
-	for _, host := range []string{"h1", "h2"} { // h1: through the bridge; h2: through VXLAN
-		for _, dir := range []string{"up", "down"} {
-			t.Run(host+"-"+dir, func(t *testing.T) {
-				iperf(t, host, srv, dir == "down")
-				checksummed(t, host, sum, dir)
-			})
+var modes = []mode{
+	{name: "overlay", flags: []string{"--no-freeflow"}, sameHost: "none", cross: "none"},
+	{name: "freeflow", sameHost: "unix", cross: "host-tcp"},
+}
+
+// TestTransfersIntactOnEveryPath moves 100 MB each way with iperf3 and with
+// a checksummed transfer, same host and cross host, by container name, on
+// the baseline overlay and on FreeFlow's fast paths, and checks the path
+// each connection took.
+func TestTransfersIntactOnEveryPath(t *testing.T) {
+	c := newCluster(t, 2)
+	for _, m := range modes {
+		srv, sum := testenv.RandomName("s", 5), testenv.RandomName("m", 5)
+		c.StartDetached(t, "h1", srv, m.flags, "iperf3", "-s")
+		c.StartDetached(t, "h1", sum, m.flags, "python3", "-c", sumServer, fmt.Sprint(transferSize))
+		c.WaitListening(t, srv, 5201)
+		c.WaitListening(t, sum, 5001, 5002)
+		for _, host := range []string{"h1", "h2"} {
+			want, involved := m.sameHost, []string{"h1"}
+			if host != "h1" {
+				want, involved = m.cross, []string{"h1", "h2"}
+			}
+			for _, dir := range []string{"up", "down"} {
+				t.Run(m.name+"-"+host+"-"+dir, func(t *testing.T) {
+					paths := watchPaths(t, c, involved...)
+					iperf(t, c, host, srv, m.flags, dir == "down")
+					checksummed(t, c, host, sum, m.flags, dir)
+					paths.expect(t, want, "")
+				})
+			}
 		}
 	}
 }
 
 // iperf moves transferSize with iperf3 from a client on host to server
 // (reverse: server to client), by container name.
-func iperf(t *testing.T, host, server string, reverse bool) {
-	args := []string{"run", "--host", host, "--name", testenv.RandomName("i", 5), "--rm", "--",
-		"iperf3", "-J", "-c", server, "-n", fmt.Sprint(transferSize)}
+func iperf(t *testing.T, c *testenv.Cluster, host, server string, flags []string, reverse bool) {
+	args := append([]string{"run", "--host", host, "--name", testenv.RandomName("i", 5), "--rm"}, flags...)
+	args = append(args, "--", "iperf3", "-J", "-c", server, "-n", fmt.Sprint(transferSize))
 	if reverse {
 		args = append(args, "-R")
 	}
@@ -99,7 +122,7 @@ func iperf(t *testing.T, host, server string, reverse bool) {
 		} `json:"end"`
 		Error string `json:"error"`
 	}
-	out := mustFF(t, args...)
+	out := c.MustFF(t, args...)
 	if err := json.Unmarshal([]byte(out), &res); err != nil || res.Error != "" {
 		t.Fatalf("iperf3: %v %s\n%s", err, res.Error, out)
 	}
@@ -112,24 +135,13 @@ func iperf(t *testing.T, host, server string, reverse bool) {
 
 // checksummed moves transferSize to (up) or from (down) the sum server and
 // compares the byte counts and sha256 digests both ends computed.
-func checksummed(t *testing.T, host, server, dir string) {
-	out := mustFF(t, "run", "--host", host, "--name", testenv.RandomName("c", 5), "--rm", "--",
-		"python3", "-c", sumClient, dir, server, fmt.Sprint(transferSize))
+func checksummed(t *testing.T, c *testenv.Cluster, host, server string, flags []string, dir string) {
+	args := append([]string{"run", "--host", host, "--name", testenv.RandomName("c", 5), "--rm"}, flags...)
+	out := c.MustFF(t, append(args, "--", "python3", "-c", sumClient, dir, server, fmt.Sprint(transferSize))...)
 	local, peer, ok := strings.Cut(strings.TrimSpace(out), " peer=")
 	local = strings.TrimPrefix(local, "local=")
 	want := fmt.Sprintf("%d ", transferSize)
 	if !ok || local != peer || !strings.HasPrefix(local, want) || len(local) != len(want)+64 {
 		t.Fatalf("checksummed %s transfer from %s: this end %q, the other end %q", dir, host, local, peer)
-	}
-}
-
-// waitListening waits until container name listens on every port.
-func waitListening(t *testing.T, name string, ports ...int) {
-	for _, p := range ports {
-		// /proc/net/tcp{,6} lines: local address:port, remote (zero) address:port, state (0A = LISTEN).
-		pattern := fmt.Sprintf(":%04X [0-9A-F]+:0000 0A", p)
-		waitFor(t, fmt.Sprintf("%s to listen on %d", name, p), func() bool {
-			return ff(t, "exec", name, "--", "grep", "-qsE", pattern, "/proc/net/tcp", "/proc/net/tcp6").Code == 0
-		})
 	}
 }

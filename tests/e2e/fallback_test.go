@@ -1,0 +1,134 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/freeflow-net/freeflow/internal/netns"
+	"github.com/freeflow-net/freeflow/internal/state"
+	"github.com/freeflow-net/freeflow/internal/testenv"
+)
+
+// echoPy is an echo server (serve PORT) and a checking client (send HOST
+// PORT N) in python3, a library-enabled (dynamically linked) program.
+const echoPy = `
+import hashlib, os, socket, sys, threading
+if sys.argv[1] == "serve":
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", int(sys.argv[2]))); s.listen(16)
+    def echo(c):
+        while True:
+            b = c.recv(65536)
+            if not b: break
+            c.sendall(b)
+        c.close()
+    while True:
+        c, _ = s.accept(); threading.Thread(target=echo, args=(c,)).start()
+else:
+    n = int(sys.argv[4]); data = os.urandom(n)
+    c = socket.create_connection((sys.argv[2], int(sys.argv[3])))
+    threading.Thread(target=lambda: (c.sendall(data), c.shutdown(socket.SHUT_WR))).start()
+    got = b""
+    while True:
+        b = c.recv(65536)
+        if not b: break
+        got += b
+    assert got == data, "sent %d bytes, got %d back, not the same" % (n, len(got))
+    print("OK", n)
+`
+
+// staticEcho builds tests/e2e/testdata/echo as a static binary.
+func staticEcho(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := exec.Command("go", "build", "-o", dir, "./testdata/echo")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build static echo: %v\n%s", err, out)
+	}
+	return filepath.Join(dir, "echo")
+}
+
+// echoOK fails the test unless out is the client's "OK <n>".
+func echoOK(t *testing.T, out string, n int) {
+	t.Helper()
+	if strings.TrimSpace(out) != fmt.Sprintf("OK %d", n) {
+		t.Fatalf("echo client: %q, want OK %d", out, n)
+	}
+}
+
+const echoBytes = 4 << 20
+
+// TestStaticGoBinaryPeers: a static Go binary (which the library cannot
+// enter) works as server and as client of library-enabled programs, same
+// host and cross host, with every connection on the overlay.
+func TestStaticGoBinaryPeers(t *testing.T) {
+	c := newCluster(t, 2)
+	bin := staticEcho(t)
+	vol := []string{"-v", bin + ":/run/bin/echo:ro"}
+	c.StartDetached(t, "h1", "gosrv", vol, "/run/bin/echo", "serve", "7000")
+	c.StartDetached(t, "h1", "pysrv", nil, "python3", "-c", echoPy, "serve", "7001")
+	c.WaitListening(t, "gosrv", 7000)
+	c.WaitListening(t, "pysrv", 7001)
+	for _, host := range []string{"h1", "h2"} {
+		t.Run("python-client-go-server-"+host, func(t *testing.T) {
+			paths := watchPaths(t, c, host)
+			echoOK(t, c.MustFF(t, "run", "--host", host, "--name", testenv.RandomName("p", 4), "--rm", "--",
+				"python3", "-c", echoPy, "send", "gosrv", "7000", fmt.Sprint(echoBytes)), echoBytes)
+			paths.expect(t, "overlay", "listener-not-freeflow")
+		})
+		t.Run("go-client-python-server-"+host, func(t *testing.T) {
+			paths := watchPaths(t, c, "h1")
+			echoOK(t, c.MustFF(t, append(append([]string{"run", "--host", host, "--name", testenv.RandomName("g", 4), "--rm"}, vol...),
+				"--", "/run/bin/echo", "send", "pysrv", "7001", fmt.Sprint(echoBytes))...), echoBytes)
+			paths.expect(t, "overlay", "peer-timeout")
+		})
+	}
+}
+
+// TestDifferentTenantsStayOnOverlay: containers of tenants that do not
+// trust each other talk over the overlay, intact.
+func TestDifferentTenantsStayOnOverlay(t *testing.T) {
+	c := newCluster(t, 2)
+	c.StartDetached(t, "h1", "redsrv", []string{"--tenant", "red"}, "python3", "-c", echoPy, "serve", "7001")
+	c.WaitListening(t, "redsrv", 7001)
+	for _, host := range []string{"h1", "h2"} {
+		t.Run(host, func(t *testing.T) {
+			paths := watchPaths(t, c, host)
+			echoOK(t, c.MustFF(t, "run", "--host", host, "--name", testenv.RandomName("b", 4), "--tenant", "blue", "--rm", "--",
+				"python3", "-c", echoPy, "send", "redsrv", "7001", fmt.Sprint(echoBytes)), echoBytes)
+			paths.expect(t, "overlay", "tenant-differs")
+		})
+	}
+}
+
+// TestHostProcessStaysOnOverlay: a process in a host's namespace, outside
+// any container, talks to a container over the overlay, intact.
+func TestHostProcessStaysOnOverlay(t *testing.T) {
+	c := newCluster(t, 1)
+	c.StartDetached(t, "h1", "srv", nil, "python3", "-c", echoPy, "serve", "7001")
+	c.WaitListening(t, "srv", 7001)
+	ip := containerIP(t, c, "srv")
+	paths := watchPaths(t, c, "h1")
+	cmd := netns.Command(state.NetNSPath(state.NewLayout(c.Name).HostNetNS("h1")), "python3", "-c", echoPy, "send", ip, "7001", fmt.Sprint(echoBytes))
+	out, err := cmd.CombinedOutput()
+	must(t, err, "client in h1's namespace: %s", out)
+	echoOK(t, string(out), echoBytes)
+	paths.expect(t, "overlay", "not-a-container")
+}
+
+// containerIP returns the overlay IP of container name.
+func containerIP(t *testing.T, c *testenv.Cluster, name string) string {
+	t.Helper()
+	for _, line := range strings.Split(c.MustFF(t, "ps"), "\n") {
+		if f := strings.Fields(line); len(f) > 2 && f[0] == name {
+			return f[2]
+		}
+	}
+	t.Fatalf("container %s not in `freeflow ps`", name)
+	return ""
+}
