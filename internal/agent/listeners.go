@@ -10,59 +10,58 @@ type listenerKey struct {
 	port uint16
 }
 
-// listeners is the table LISTEN and UNLISTEN keep. A registration belongs
-// to the session that made it and ends with it: a process that exits
-// without UNLISTEN leaves nothing behind that would make connectors wait
-// for an ACCEPT that never comes.
+// listeners is the table LISTEN and UNLISTEN keep: for each port, the
+// processes that registered it. A registration outlives the control
+// connection that made it (the library opens one per thread and drops it
+// after a timeout, while the listening socket lives on) and ends with
+// UNLISTEN or with its process, checked when the table is read: a process
+// that exits without UNLISTEN leaves nothing behind that would make
+// connectors wait for an ACCEPT that never comes. After an agent restart
+// the table is empty until the libraries register their listeners again.
 type listeners struct {
 	mu sync.Mutex
-	m  map[listenerKey]map[*session]int // how many sockets each session registered
+	m  map[listenerKey]map[int32]nsKey // pid -> its network namespace at LISTEN
 }
 
-func newListeners() *listeners { return &listeners{m: map[listenerKey]map[*session]int{}} }
+func newListeners() *listeners { return &listeners{m: map[listenerKey]map[int32]nsKey{}} }
 
 func (l *listeners) add(s *session, id string, port uint16) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	k := listenerKey{id, port}
 	if l.m[k] == nil {
-		l.m[k] = map[*session]int{}
+		l.m[k] = map[int32]nsKey{}
 	}
-	l.m[k][s]++
+	l.m[k][s.pid] = s.ns
 }
 
-// remove withdraws one registration of s; an unknown one is ignored
-// (UNLISTEN is best effort on the library's side).
+// remove withdraws the registration of s's process; an unknown one is
+// ignored (UNLISTEN is best effort on the library's side).
 func (l *listeners) remove(s *session, id string, port uint16) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	k := listenerKey{id, port}
-	if l.m[k][s] <= 1 {
-		delete(l.m[k], s)
-	} else {
-		l.m[k][s]--
-	}
+	delete(l.m[k], s.pid)
 	if len(l.m[k]) == 0 {
 		delete(l.m, k)
 	}
 }
 
-// dropSession withdraws every registration of s.
-func (l *listeners) dropSession(s *session) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for k, owners := range l.m {
-		delete(owners, s)
-		if len(owners) == 0 {
-			delete(l.m, k)
-		}
-	}
-}
-
 // has reports whether a library-enabled process of container id listens
-// on port.
+// on port, forgetting registrations whose process is gone (or whose pid
+// now names a process in another namespace).
 func (l *listeners) has(id string, port uint16) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.m[listenerKey{id, port}]) > 0
+	k := listenerKey{id, port}
+	for pid, ns := range l.m[k] {
+		if now, err := nsOfPid(pid); err != nil || now != ns {
+			delete(l.m[k], pid)
+		}
+	}
+	if len(l.m[k]) == 0 {
+		delete(l.m, k)
+		return false
+	}
+	return true
 }

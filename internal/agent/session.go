@@ -36,7 +36,6 @@ type session struct {
 func (a *Agent) serveConn(ctx context.Context, uc *net.UnixConn, admin bool) {
 	defer a.untrack(uc)
 	s := &session{a: a, ctx: ctx, conn: protocol.NewConn(uc), admin: admin, outFD: -1}
-	defer a.listeners.dropSession(s)
 	defer func() {
 		if r := recover(); r != nil {
 			a.log.Error("handler panicked; connection closed", "pid", s.pid, "panic", r, "stack", string(debug.Stack()))
