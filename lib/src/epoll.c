@@ -140,41 +140,78 @@ static int settle_reported(int epfd, struct epoll_event *evs, int n)
 	return kept;
 }
 
-static int wait_common(int epfd, struct epoll_event *evs, int max, int timeout,
-		       const sigset_t *sigmask)
+/* One epoll_pwait2 (ts) or epoll_pwait (ms) call; now: do not wait at all. */
+struct ff_ewait {
+	int epfd, max, ms, use_ts;
+	struct epoll_event *evs;
+	const struct timespec *ts;
+	const sigset_t *mask;
+};
+
+static int wait_once(const struct ff_ewait *w, int now)
 {
-	int n, left, t = timeout;
+	static const struct timespec zero;
+
+	if (w->use_ts)
+		return ff_real.epoll_pwait2(w->epfd, w->evs, w->max, now ? &zero : w->ts, w->mask);
+	return ff_real.epoll_pwait(w->epfd, w->evs, w->max, now ? 0 : w->ms, w->mask);
+}
+
+static int wait_common(const struct ff_ewait *w)
+{
+	int n, left, now = 0;
 
 	for (;;) {
-		n = ff_real.epoll_pwait(epfd, evs, max, t, sigmask);
+		n = wait_once(w, now);
 		if (n < 0)
 			return n;
 		if (n == 0) {
-			if (t == timeout)
+			if (!now)
 				return 0;
-			t = timeout;	/* nothing re-queued after all: wait as asked */
+			now = 0;	/* nothing re-queued after all: wait as asked */
 			continue;
 		}
 		if (!atomic_load(&ff_pending_count))
 			return n;
-		left = settle_reported(epfd, evs, n);
+		left = settle_reported(w->epfd, w->evs, n);
 		if (left)
 			return left;
-		t = 0;	/* all were decisions; the replay re-queued their readiness */
+		now = 1;	/* all were decisions; the replay re-queued their readiness */
 	}
 }
 
 FF_EXPORT int epoll_wait(int epfd, struct epoll_event *evs, int max, int timeout)
 {
+	struct ff_ewait w = { .epfd = epfd, .evs = evs, .max = max, .ms = timeout };
+
 	if (ff_busy || !atomic_load(&ff_pending_count))
 		return REAL(epoll_wait)(epfd, evs, max, timeout);
-	return wait_common(epfd, evs, max, timeout, NULL);
+	return wait_common(&w);
 }
 
 FF_EXPORT int epoll_pwait(int epfd, struct epoll_event *evs, int max, int timeout,
 			  const sigset_t *sigmask)
 {
+	struct ff_ewait w = { .epfd = epfd, .evs = evs, .max = max, .ms = timeout,
+			      .mask = sigmask };
+
 	if (ff_busy || !atomic_load(&ff_pending_count))
 		return REAL(epoll_pwait)(epfd, evs, max, timeout, sigmask);
-	return wait_common(epfd, evs, max, timeout, sigmask);
+	return wait_common(&w);
+}
+
+/* Linux 5.11 / glibc 2.35; a program can only call it if libc has it. */
+FF_EXPORT int epoll_pwait2(int epfd, struct epoll_event *evs, int max,
+			   const struct timespec *timeout, const sigset_t *sigmask)
+{
+	struct ff_ewait w = { .epfd = epfd, .evs = evs, .max = max, .ts = timeout,
+			      .use_ts = 1, .mask = sigmask };
+
+	if (!REAL(epoll_pwait2)) {
+		errno = ENOSYS;
+		return -1;
+	}
+	if (ff_busy || !atomic_load(&ff_pending_count))
+		return ff_real.epoll_pwait2(epfd, evs, max, timeout, sigmask);
+	return wait_common(&w);
 }

@@ -58,6 +58,12 @@ void ff_table_init(void)
 struct ff_slot *ff_fd_slot(int fd)
 {
 	ff_init();
+	return ff_fd_slot_at_init(fd);
+}
+
+/* The same without ff_init(): for code that runs inside it (exec.c). */
+struct ff_slot *ff_fd_slot_at_init(int fd)
+{
 	if (fd < 0 || fd >= table_size)
 		return NULL;
 	return &table[fd];
@@ -115,7 +121,7 @@ static void note_fd(int fd)
 
 void ff_fd_attach(int fd, struct ff_conn *c)
 {
-	struct ff_slot *s = ff_fd_slot(fd);
+	struct ff_slot *s = ff_fd_slot_at_init(fd);
 
 	if (!s)
 		return;

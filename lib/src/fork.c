@@ -12,15 +12,15 @@
  *    does not exist in the child, whose fd stays on the overlay socket;
  *  - re-create the condition variable, which may count waiters that the
  *    child does not have.
- * vfork/posix_spawn children run no handlers; they only exec or _exit,
- * which needs none.
+ * vfork/posix_spawn children run no handlers and change nothing the parent
+ * sees: they only exec (exec.c, which reads the table and allocates
+ * nothing) or _exit.
  *
- * exec: nothing to do. FD_CLOEXEC was kept by the swap, so the kernel
- * closes or keeps each channel as it would have the TCP socket, and
- * LD_PRELOAD in the environment loads the shim into the new image, which
- * starts with an empty table: a kept channel then works as a plain socket
- * (data, poll, shutdown) but getpeername/getsockname show its real
- * AF_UNIX names (a known limit).
+ * exec: FD_CLOEXEC was kept by the swap, so the kernel closes or keeps each
+ * channel as it would have the TCP socket, and LD_PRELOAD in the
+ * environment loads the shim into the new image; exec.c hands it the
+ * description of the kept swapped fds, so they keep their overlay names
+ * and emulated options there.
  */
 #include "shim.h"
 

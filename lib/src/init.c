@@ -56,12 +56,17 @@ static void resolve_all(void)
 	NEED(recv); NEED(send); NEED(recvfrom); NEED(sendto); NEED(recvmsg);
 	NEED(sendmsg); NEED(sendfile); NEED(getsockname); NEED(getpeername);
 	NEED(getsockopt); NEED(setsockopt); NEED(poll); NEED(select);
-	NEED(epoll_ctl); NEED(epoll_wait); NEED(epoll_pwait);
+	NEED(epoll_ctl); NEED(epoll_wait); NEED(epoll_pwait); NEED(ppoll);
+	NEED(pselect); NEED(recvmmsg); NEED(sendmmsg); NEED(splice);
+	NEED(execve); NEED(execvpe); NEED(fexecve); NEED(posix_spawn); NEED(posix_spawnp);
 	/* Newer or fortify-only entry points: a program can only call them if libc has them. */
 	MAYBE(fcntl64, "fcntl64");
 	MAYBE(read_chk, "__read_chk");
 	MAYBE(recv_chk, "__recv_chk");
 	MAYBE(recvfrom_chk, "__recvfrom_chk");
+	MAYBE(poll_chk, "__poll_chk");
+	MAYBE(ppoll_chk, "__ppoll_chk");
+	MAYBE(epoll_pwait2, "epoll_pwait2");
 }
 
 static void init_once_fn(void)
@@ -69,6 +74,7 @@ static void init_once_fn(void)
 	resolve_all();
 	ff_log_init();
 	ff_table_init();
+	ff_exec_restore();
 	ff_control_init();
 	ff_fork_init();
 }

@@ -10,6 +10,7 @@
  * SYN_SENT fails with EAGAIN, as the kernel itself would answer.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/sendfile.h>
 
 #include "shim.h"
@@ -89,6 +90,28 @@ FF_EXPORT ssize_t sendfile(int out, int in, off_t *off, size_t n)
 	HOLD(out, 0);
 	HOLD(in, 0);
 	return REAL(sendfile)(out, in, off, n);
+}
+
+FF_EXPORT int recvmmsg(int fd, struct mmsghdr *v, unsigned int n, int flags,
+		       struct timespec *timeout)
+{
+	HOLD(fd, flags & MSG_DONTWAIT);
+	return REAL(recvmmsg)(fd, v, n, flags, timeout);
+}
+
+FF_EXPORT int sendmmsg(int fd, struct mmsghdr *v, unsigned int n, int flags)
+{
+	HOLD(fd, flags & MSG_DONTWAIT);
+	return REAL(sendmmsg)(fd, v, n, flags);
+}
+
+/* SPLICE_F_NONBLOCK makes the socket side non-blocking too (sock_splice_read). */
+FF_EXPORT ssize_t splice(int in, loff_t *off_in, int out, loff_t *off_out, size_t n,
+			 unsigned int flags)
+{
+	HOLD(in, flags & SPLICE_F_NONBLOCK);
+	HOLD(out, flags & SPLICE_F_NONBLOCK);
+	return REAL(splice)(in, off_in, out, off_out, n, flags);
 }
 
 /* glibc's LFS name; off_t is 64 bits on every ABI the shim supports. */

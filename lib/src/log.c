@@ -42,3 +42,22 @@ void ff_fallback(int fd, const char *fmt, ...)
 	if (ff_real.write(2, line, (size_t)n) < 0)
 		return;
 }
+
+void ff_debug(const char *fmt, ...)
+{
+	char line[512];
+	va_list ap;
+	int n;
+
+	if (!ff_debug_on)
+		return;
+	n = snprintf(line, sizeof(line), "libfreeflow[%d]: ", (int)getpid());
+	va_start(ap, fmt);
+	n += vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+	va_end(ap);
+	if (n > (int)sizeof(line) - 2)
+		n = (int)sizeof(line) - 2;
+	line[n++] = '\n';
+	if (ff_real.write(2, line, (size_t)n) < 0)
+		return;
+}

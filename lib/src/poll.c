@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * poll() and select() while a non-blocking connect is pending.
+ * poll(), ppoll(), select() and pselect() while a non-blocking connect is
+ * pending. All four share one path built on libc's ppoll(), so the signal
+ * mask of ppoll/pselect is applied atomically, as the caller asked.
  *
  * With no pending connection in the process (the usual case) both go
  * straight to libc after one atomic load. Otherwise each pending fd in the
@@ -24,20 +26,21 @@ static int is_pending_fd(int fd)
 	return s && (atomic_load(&s->flags) & FF_FD_PENDING);
 }
 
-/* Returns the number of ready entries, or -1 with errno set. */
-static int poll_pending(struct pollfd *fds, nfds_t n, int timeout)
+/* Returns the number of ready entries, or -1 with errno set; ts NULL waits forever. */
+static int poll_pending(struct pollfd *fds, nfds_t n, const struct timespec *ts,
+			const sigset_t *mask)
 {
 	struct pollfd *k = malloc(n * sizeof(*k));
 	int ret, ready;
 
 	if (!k)
-		return ff_real.poll(fds, n, timeout);
+		return ff_real.ppoll(fds, n, ts, mask);
 	for (;;) {
 		memcpy(k, fds, n * sizeof(*k));
 		for (nfds_t i = 0; i < n; i++)
 			if (is_pending_fd(k[i].fd))
 				k[i].events |= POLLOUT;
-		ret = ff_real.poll(k, n, timeout);
+		ret = ff_real.ppoll(k, n, ts, mask);
 		if (ret <= 0)
 			break;
 		ready = 0;
@@ -63,11 +66,52 @@ static int poll_pending(struct pollfd *fds, nfds_t n, int timeout)
 	return ret;
 }
 
+/* A poll() timeout in ms as ppoll's timespec; NULL (forever) when negative. */
+static const struct timespec *ms_timespec(int ms, struct timespec *ts)
+{
+	if (ms < 0)
+		return NULL;
+	ts->tv_sec = ms / 1000;
+	ts->tv_nsec = (long)(ms % 1000) * 1000000;
+	return ts;
+}
+
 FF_EXPORT int poll(struct pollfd *fds, nfds_t n, int timeout)
 {
+	struct timespec ts;
+
 	if (ff_busy || !atomic_load(&ff_pending_count))
 		return REAL(poll)(fds, n, timeout);
-	return poll_pending(fds, n, timeout);
+	return poll_pending(fds, n, ms_timespec(timeout, &ts), NULL);
+}
+
+FF_EXPORT int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts,
+		    const sigset_t *mask)
+{
+	if (ff_busy || !atomic_load(&ff_pending_count))
+		return REAL(ppoll)(fds, n, ts, mask);
+	return poll_pending(fds, n, ts, mask);
+}
+
+/*
+ * _FORTIFY_SOURCE builds call these; libc's own checks the array size and
+ * aborts on overflow, so an undersized array still goes to it.
+ */
+FF_EXPORT int __poll_chk(struct pollfd *fds, nfds_t n, int timeout, size_t fdslen)
+{
+	if (!REAL(poll_chk) || (!ff_busy && atomic_load(&ff_pending_count) &&
+				fdslen / sizeof(*fds) >= n))
+		return poll(fds, n, timeout);
+	return ff_real.poll_chk(fds, n, timeout, fdslen);
+}
+
+FF_EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t n, const struct timespec *ts,
+			  const sigset_t *mask, size_t fdslen)
+{
+	if (!REAL(ppoll_chk) || (!ff_busy && atomic_load(&ff_pending_count) &&
+				 fdslen / sizeof(*fds) >= n))
+		return ppoll(fds, n, ts, mask);
+	return ff_real.ppoll_chk(fds, n, ts, mask, fdslen);
 }
 
 static int select_has_pending(int nfds, fd_set *r, fd_set *w, fd_set *e)
@@ -80,10 +124,11 @@ static int select_has_pending(int nfds, fd_set *r, fd_set *w, fd_set *e)
 }
 
 /* select() in terms of poll_pending(); nfds <= FD_SETSIZE by select's contract. */
-static int select_pending(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv)
+static int select_pending(int nfds, fd_set *r, fd_set *w, fd_set *e,
+			  const struct timespec *ts, const sigset_t *mask)
 {
 	struct pollfd p[FD_SETSIZE];
-	int n = 0, ret, timeout = -1;
+	int n = 0, ret;
 
 	for (int fd = 0; fd < nfds; fd++) {
 		short ev = (short)((r && FD_ISSET(fd, r) ? POLLIN : 0) |
@@ -93,9 +138,7 @@ static int select_pending(int nfds, fd_set *r, fd_set *w, fd_set *e, struct time
 		if (ev)
 			p[n++] = (struct pollfd){ .fd = fd, .events = ev };
 	}
-	if (tv)
-		timeout = (int)(tv->tv_sec * 1000 + (tv->tv_usec + 999) / 1000);
-	ret = poll_pending(p, (nfds_t)n, timeout);
+	ret = poll_pending(p, (nfds_t)n, ts, mask);
 	if (ret < 0)
 		return ret;
 	if (r) FD_ZERO(r);
@@ -121,8 +164,23 @@ static int select_pending(int nfds, fd_set *r, fd_set *w, fd_set *e, struct time
 
 FF_EXPORT int select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv)
 {
+	struct timespec ts;
+
 	if (ff_busy || !atomic_load(&ff_pending_count) || nfds > FD_SETSIZE ||
 	    !select_has_pending(nfds, r, w, e))
 		return REAL(select)(nfds, r, w, e, tv);
-	return select_pending(nfds, r, w, e, tv);
+	if (tv) {
+		ts.tv_sec = tv->tv_sec;
+		ts.tv_nsec = tv->tv_usec * 1000;
+	}
+	return select_pending(nfds, r, w, e, tv ? &ts : NULL, NULL);
+}
+
+FF_EXPORT int pselect(int nfds, fd_set *r, fd_set *w, fd_set *e, const struct timespec *ts,
+		      const sigset_t *mask)
+{
+	if (ff_busy || !atomic_load(&ff_pending_count) || nfds > FD_SETSIZE ||
+	    !select_has_pending(nfds, r, w, e))
+		return REAL(pselect)(nfds, r, w, e, ts, mask);
+	return select_pending(nfds, r, w, e, ts, mask);
 }

@@ -12,6 +12,7 @@
 
 #include <poll.h>
 #include <pthread.h>
+#include <spawn.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/epoll.h>
@@ -58,6 +59,24 @@ struct ff_real {
 	int (*epoll_ctl)(int, int, int, struct epoll_event *);
 	int (*epoll_wait)(int, struct epoll_event *, int, int);
 	int (*epoll_pwait)(int, struct epoll_event *, int, int, const sigset_t *);
+	int (*epoll_pwait2)(int, struct epoll_event *, int, const struct timespec *,
+			    const sigset_t *);
+	int (*ppoll)(struct pollfd *, nfds_t, const struct timespec *, const sigset_t *);
+	int (*poll_chk)(struct pollfd *, nfds_t, int, size_t);
+	int (*ppoll_chk)(struct pollfd *, nfds_t, const struct timespec *, const sigset_t *,
+			 size_t);
+	int (*pselect)(int, fd_set *, fd_set *, fd_set *, const struct timespec *,
+		       const sigset_t *);
+	int (*recvmmsg)(int, struct mmsghdr *, unsigned int, int, struct timespec *);
+	int (*sendmmsg)(int, struct mmsghdr *, unsigned int, int);
+	ssize_t (*splice)(int, loff_t *, int, loff_t *, size_t, unsigned int);
+	int (*execve)(const char *, char *const[], char *const[]);
+	int (*execvpe)(const char *, char *const[], char *const[]);
+	int (*fexecve)(int, char *const[], char *const[]);
+	int (*posix_spawn)(pid_t *, const char *, const posix_spawn_file_actions_t *,
+			   const posix_spawnattr_t *, char *const[], char *const[]);
+	int (*posix_spawnp)(pid_t *, const char *, const posix_spawn_file_actions_t *,
+			    const posix_spawnattr_t *, char *const[], char *const[]);
 };
 
 extern struct ff_real ff_real;
@@ -83,6 +102,8 @@ extern int ff_debug_on;
 /* With FREEFLOW_DEBUG=1, one line on stderr saying why fd stays on the overlay. */
 void ff_fallback(int fd, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+/* With FREEFLOW_DEBUG=1, one line on stderr (for what is not about one fd). */
+void ff_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---- fdtable.c: what the shim knows about each fd ---- */
 
@@ -135,6 +156,7 @@ struct ff_slot {
 };
 
 struct ff_slot *ff_fd_slot(int fd);
+struct ff_slot *ff_fd_slot_at_init(int fd);
 void ff_table_lock(void);
 void ff_table_unlock(void);
 /* Wait (table lock held) until some decision was made. */
@@ -206,10 +228,15 @@ void ff_epoll_replay(int fd, struct ff_epreg *regs, int swapped);
 
 /* ---- sockopt.c ---- */
 void ff_sockopt_carry(int oldfd, int newfd, struct ff_conn *c);
+void ff_sockopt_inherit(struct ff_conn *c, const struct ff_conn *l);
 int ff_sockopt_get(int fd, int level, int name, void *val, socklen_t *len);
 int ff_sockopt_set(int fd, int level, int name, const void *val, socklen_t len);
 
 /* ---- fork.c ---- */
 void ff_fork_init(void);
+
+/* ---- exec.c: swapped connections carried across exec ---- */
+/* In the new image, at init (table ready): adopt what the old image described. */
+void ff_exec_restore(void);
 
 #endif

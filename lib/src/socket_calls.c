@@ -170,6 +170,7 @@ static int accepted(int lfd, int nfd)
 		ff_table_unlock();
 		return nfd;
 	}
+	ff_sockopt_inherit(c, l);
 	put_slot(nfd, c);
 	c->pending_fd = nfd;
 	ff_conn_set_state(c, FF_ST_NEGOTIATING);

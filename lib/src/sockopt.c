@@ -18,7 +18,17 @@
  *    counters zero; TCP_CONGESTION answers "cubic".
  * Options the application set on the TCP socket before the swap are carried
  * over: SOL_SOCKET timeouts, linger, keepalive natively; TCP-level ints as
- * stored values.
+ * stored values on a unix channel, natively on a host-tcp one. TCP_NODELAY
+ * and the keepalive settings are always copied, whatever their value: the
+ * agent's own choice on a host-tcp socket (Go sets TCP_NODELAY and
+ * keepalive by default) must not change how the application's connection
+ * behaves. SO_RCVBUF/SO_SNDBUF are copied only when the application set
+ * them (on the socket, or on the listener an accepted one inherits them
+ * from, as TCP does): setting one locks the size and turns off the
+ * kernel's autotuning, which a copy of a default value would do silently.
+ * They are remembered at setsockopt time, as "app-set" entries in the
+ * conn's option list, because the kernel cannot say whether a size was
+ * set or is the default.
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -63,6 +73,14 @@ static struct ff_opt *find_opt(struct ff_conn *c, int level, int name, int add)
 	return &c->opts[c->nopts++];
 }
 
+/* Table lock held: c was accepted on listener l; TCP copies l's buffer sizes. */
+void ff_sockopt_inherit(struct ff_conn *c, const struct ff_conn *l)
+{
+	for (int i = 0; i < l->nopts && c->nopts < FF_MAX_OPTS; i++)
+		if (l->opts[i].level == SOL_SOCKET)
+			c->opts[c->nopts++] = l->opts[i];
+}
+
 /* Table lock held, before the dup3 of the swap. */
 void ff_sockopt_carry(int oldfd, int newfd, struct ff_conn *c)
 {
@@ -88,6 +106,18 @@ void ff_sockopt_carry(int oldfd, int newfd, struct ff_conn *c)
 			 (o = find_opt(c, IPPROTO_TCP, carried_tcp[i], 1)))
 			o->value = val;
 	}
+	for (int i = 0; i < c->nopts; i++)
+		if (c->opts[i].level == SOL_SOCKET)
+			ff_real.setsockopt(newfd, SOL_SOCKET, c->opts[i].name, &c->opts[i].value,
+					   sizeof(int));
+}
+
+/* Before the decision: the buffer sizes the application chose (see the top). */
+static int app_set_size(const struct ff_conn *c, int level, int name)
+{
+	return (c->state == FF_ST_SOCKET || c->state == FF_ST_PENDING ||
+		c->state == FF_ST_LISTEN) && level == SOL_SOCKET &&
+	       (name == SO_RCVBUF || name == SO_SNDBUF);
 }
 
 /* Whether (level) is emulated for this conn. */
@@ -176,6 +206,9 @@ int ff_sockopt_set(int fd, int level, int name, const void *val, socklen_t len)
 		return 1;
 	ff_table_lock();
 	c = s->conn;
+	if (c && app_set_size(c, level, name) && val && len >= sizeof(int) &&
+	    (o = find_opt(c, level, name, 1)))
+		memcpy(&o->value, val, sizeof(int));	/* and the real call sets it */
 	if (c && c->state == FF_ST_SWAPPED && emulated(c, level)) {
 		ret = 0;
 		if (val && len >= sizeof(int))

@@ -8,22 +8,36 @@
  *   the connection's 4-tuple (connecting end first); the decision is made
  *   once per tuple: CONNECT to a port no listener registered gets overlay
  *   (listener-not-freeflow) at once; otherwise the first ask waits at most
- *   FA_WAIT_MS for the other end, then both get one half of a
- *   socketpair(AF_UNIX, SOCK_STREAM) with PATH unix, or the waiting one
- *   gets overlay (peer-timeout). A late ask gets the recorded decision.
+ *   FA_WAIT_MS for the other end, then both get one end of a new channel,
+ *   or the waiting one gets overlay (peer-timeout). A late ask gets the
+ *   recorded decision.
  * FA_OVERLAY: every CONNECT/ACCEPT gets PATH overlay at once.
  * FA_SILENT: accepts connections, never answers anything.
+ * FA_HOSTILE: every CONNECT/ACCEPT gets a broken PATH at once; the k-th
+ *   tuple gets case k % FA_HOSTILE_CASES (enum fa_hostile), both of its
+ *   ends the same one.
  *
- * Every event is one line in the log file ("swap", "overlay <reason>",
- * "listen", "unlisten", "closed"), which the tests read to check what
- * really happened. When its parent dies without stopping it (a crash, the
+ * The channel (FF_TEST_CHANNEL in the environment, as the test runner sets
+ * it): "unix" (default) hands the two ends of a socketpair(AF_UNIX,
+ * SOCK_STREAM) with PATH unix, as an agent does on one host; "host-tcp"
+ * hands the two ends of a real TCP connection on 127.0.0.1 with PATH
+ * host-tcp, as two agents do across hosts; like the real agent (Go), the
+ * fake sets TCP_NODELAY on them, so the tests see whether the library
+ * restores the application's choice.
+ *
+ * Every event is one line in the log file ("ask", "swap", "overlay
+ * <reason>", "hostile <case>", "listen", "unlisten", "closed"), which the
+ * tests read to check what really happened. When its parent dies without stopping it (a crash, the
  * runner's timeout), the agent removes the test's temporary directory.
  */
 #ifndef FREEFLOW_FAKE_AGENT_H
 #define FREEFLOW_FAKE_AGENT_H
 
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
+#include <stdlib.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -39,7 +53,23 @@
 #define FA_MAX_CLIENTS	64
 #define FA_MAX_TUPLES	512
 
-enum fa_mode { FA_BROKER, FA_OVERLAY, FA_SILENT };
+enum fa_mode { FA_BROKER, FA_OVERLAY, FA_SILENT, FA_HOSTILE };
+
+/* What FA_HOSTILE gets wrong; every one must leave the connection on TCP. */
+enum fa_hostile {
+	FA_WRONG_SEQ,		/* PATH unix with a good fd, for another seq */
+	FA_NO_FD,		/* PATH unix without an fd */
+	FA_NOT_STREAM,		/* PATH unix with a UDP socket */
+	FA_TWO_FDS,		/* PATH unix with two stream sockets */
+	FA_KIND_RANGE,		/* PATH_KIND 9 with a stream socket */
+	FA_KIND_SHM,		/* PATH_KIND shm (reserved) with a stream socket */
+	FA_OVERLAY_FD,		/* PATH overlay, yet with a stream socket */
+	FA_HOSTILE_CASES
+};
+
+static const char *const fa_hostile_name[FA_HOSTILE_CASES] = {
+	"wrong-seq", "no-fd", "not-stream", "two-fds", "kind-range", "kind-shm", "overlay-fd",
+};
 
 struct fa_tuple {
 	uint8_t key[36];
@@ -83,11 +113,12 @@ static inline void fa_log(struct fa_state *st, const char *fmt, ...)
 		_exit(3);
 }
 
-static inline void fa_send(int fd, uint8_t type, uint32_t seq, int kind, const char *reason,
-		    int passfd)
+/* Send a reply with nfd fds (0, 1 or 2) from passfd. */
+static inline void fa_send_fds(int fd, uint8_t type, uint32_t seq, int kind,
+			       const char *reason, const int *passfd, int nfd)
 {
 	union {
-		char b[CMSG_SPACE(sizeof(int))];
+		char b[CMSG_SPACE(2 * sizeof(int))];
 		struct cmsghdr align;
 	} ctl;
 	uint8_t buf[256];
@@ -110,18 +141,65 @@ static inline void fa_send(int fd, uint8_t type, uint32_t seq, int kind, const c
 			ff_enc_str(&e, FF_ATTR_REASON, reason);
 	}
 	iov.iov_len = (size_t)ff_enc_finish(&e);
-	if (passfd >= 0) {
+	if (nfd > 0) {
 		struct cmsghdr *c;
 
 		mh.msg_control = ctl.b;
-		mh.msg_controllen = sizeof(ctl.b);
+		mh.msg_controllen = CMSG_SPACE((size_t)nfd * sizeof(int));
 		c = CMSG_FIRSTHDR(&mh);
 		c->cmsg_level = SOL_SOCKET;
 		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &passfd, sizeof(int));
+		c->cmsg_len = CMSG_LEN((size_t)nfd * sizeof(int));
+		memcpy(CMSG_DATA(c), passfd, (size_t)nfd * sizeof(int));
 	}
 	sendmsg(fd, &mh, MSG_NOSIGNAL);
+}
+
+static inline void fa_send(int fd, uint8_t type, uint32_t seq, int kind, const char *reason,
+			   int passfd)
+{
+	fa_send_fds(fd, type, seq, kind, reason, &passfd, passfd >= 0);
+}
+
+static inline int fa_host_tcp(void)
+{
+	const char *c = getenv("FF_TEST_CHANNEL");
+
+	return c && !strcmp(c, "host-tcp");
+}
+
+/*
+ * The two ends of a TCP connection on 127.0.0.1, as two agents would make
+ * between their hosts' fabric addresses; TCP_NODELAY on, as Go sets it.
+ */
+static inline int fa_tcp_pair(int sp[2])
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t al = sizeof(a);
+	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (l < 0 || bind(l, (void *)&a, sizeof(a)) || listen(l, 1) ||
+	    getsockname(l, (void *)&a, &al))
+		return -1;
+	sp[0] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (sp[0] < 0 || connect(sp[0], (void *)&a, sizeof(a)))
+		return -1;
+	sp[1] = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+	close(l);
+	if (sp[1] < 0)
+		return -1;
+	setsockopt(sp[0], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	setsockopt(sp[1], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return 0;
+}
+
+/* A new channel for one connection: its two ends and its PATH_KIND. */
+static inline int fa_channel(int sp[2])
+{
+	if (fa_host_tcp())
+		return fa_tcp_pair(sp) ? -1 : FF_PATH_HOST_TCP;
+	return socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) ? -1 : FF_PATH_UNIX;
 }
 
 static inline struct fa_tuple *fa_find(struct fa_state *st, const uint8_t *key, int len)
@@ -160,7 +238,8 @@ static inline void fa_decide(struct fa_state *st, struct fa_tuple *t, int fd, ui
 	} else {
 		int sp[2];
 
-		if (socketpair(AF_UNIX, SOCK_STREAM, 0, sp))
+		kind = fa_channel(sp);
+		if (kind < 0)
 			_exit(3);
 		fa_log(st, "swap");
 		fa_send(t->waiter, FF_MSG_PATH, t->seq, kind, NULL, sp[0]);
@@ -169,6 +248,33 @@ static inline void fa_decide(struct fa_state *st, struct fa_tuple *t, int fd, ui
 		close(sp[1]);
 	}
 	t->waiter = -1;
+}
+
+/* FA_HOSTILE: the broken reply of case h to one ask. */
+static inline void fa_hostile(struct fa_state *st, int fd, uint32_t seq, enum fa_hostile h)
+{
+	int sp[2], fds[2], kind = FF_PATH_UNIX, nfd = 1;
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp))
+		_exit(3);
+	fds[0] = sp[0];
+	fds[1] = sp[1];
+	switch (h) {
+	case FA_WRONG_SEQ:	seq++; break;
+	case FA_NO_FD:		nfd = 0; break;
+	case FA_NOT_STREAM:	fds[0] = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0); break;
+	case FA_TWO_FDS:	nfd = 2; break;
+	case FA_KIND_RANGE:	kind = 9; break;
+	case FA_KIND_SHM:	kind = FF_PATH_SHM; break;
+	case FA_OVERLAY_FD:	kind = FF_PATH_OVERLAY; break;
+	default:		_exit(3);
+	}
+	fa_log(st, "hostile %s", fa_hostile_name[h]);
+	fa_send_fds(fd, FF_MSG_PATH, seq, kind, NULL, fds, nfd);
+	if (fds[0] != sp[0])
+		close(fds[0]);
+	close(sp[0]);
+	close(sp[1]);
 }
 
 /* CONNECT or ACCEPT: the brokering rules. */
@@ -187,7 +293,10 @@ static inline void fa_broker(struct fa_state *st, int fd, const struct ff_msg *m
 	memcpy(key, first->val, first->len);
 	memcpy(key + first->len, second->val, second->len);
 	t = fa_find(st, key, first->len + second->len);
-	if (!t || st->mode == FA_OVERLAY) {
+	fa_log(st, "ask");
+	if (t && st->mode == FA_HOSTILE) {
+		fa_hostile(st, fd, m->seq, (enum fa_hostile)((t - st->t) % FA_HOSTILE_CASES));
+	} else if (!t || st->mode == FA_OVERLAY) {
 		fa_send(fd, FF_MSG_PATH, m->seq, FF_PATH_OVERLAY, "fake-says-overlay", -1);
 		fa_log(st, "overlay fake-says-overlay");
 	} else if (t->decided >= 0) {
@@ -236,6 +345,14 @@ static inline void fa_request(struct fa_state *st, int fd)
 		fa_send(fd, FF_MSG_OK, m.seq, 0, NULL, -1);
 		break;
 	case FF_MSG_UNLISTEN:
+		l = ff_msg_get(&m, FF_ATTR_LOCAL_EP);
+		memcpy(&port, l->val + l->len - 2, 2);
+		for (int i = 0; i < st->nports; i++)
+			if (st->ports[i] == port) {
+				st->ports[i] = st->ports[--st->nports];
+				break;
+			}
+		/* fall through */
 	case FF_MSG_CLOSED:
 		fa_log(st, m.type == FF_MSG_CLOSED ? "closed" : "unlisten");
 		fa_send(fd, FF_MSG_OK, m.seq, 0, NULL, -1);
@@ -282,6 +399,11 @@ static inline void fa_run(int lfd, enum fa_mode mode, int logfd, pid_t parent,
 {
 	static struct fa_state st;
 
+	/*
+	 * Out of the test's process group: `timeout` kills that group, and the
+	 * agent must outlive the test to remove its directory.
+	 */
+	setpgid(0, 0);
 	st.mode = mode;
 	st.logfd = logfd;
 	st.p[0] = (struct pollfd){ .fd = lfd, .events = POLLIN };

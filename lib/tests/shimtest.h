@@ -155,6 +155,54 @@ static inline int t_real_domain(int fd)
 	return d;
 }
 
+/* The family a channel of this run has: AF_UNIX, or AF_INET for host-tcp. */
+static inline int t_channel_domain(void)
+{
+	return fa_host_tcp() ? AF_INET : AF_UNIX;
+}
+
+/*
+ * Whether the socket really at fd is a channel the agent handed over, not
+ * the overlay TCP socket: the kernel's family is the channel's and the
+ * kernel's own name of the socket differs from the one the program sees
+ * (for host-tcp both are AF_INET, but the channel's port is another).
+ */
+static inline int t_swapped(int fd)
+{
+	struct sockaddr_storage k, a;
+	socklen_t kl = sizeof(k), al = sizeof(a);
+
+	if (t_real_domain(fd) != t_channel_domain())
+		return 0;
+	if (syscall(SYS_getsockname, fd, &k, &kl) || getsockname(fd, (void *)&a, &al))
+		return 0;
+	return kl != al || memcmp(&k, &a, kl) != 0;
+}
+
+/* The real value of an int socket option at fd, past the shim (-12345 on error). */
+static inline int t_real_sockopt(int fd, int level, int name)
+{
+	int v = -12345;
+	socklen_t l = sizeof(v);
+
+	if (syscall(SYS_getsockopt, fd, level, name, &v, &l))
+		return -12345;
+	return v;
+}
+
+/* Open fds of this process, from /proc/self/fd (minus the one reading it). */
+static inline int t_count_fds(void)
+{
+	char p[64];
+	int n = 0;
+
+	for (int fd = 0; fd < 1024; fd++) {
+		snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
+		n += access(p, F_OK) == 0;
+	}
+	return n;
+}
+
 static inline socklen_t t_addr(int family, struct sockaddr_storage *ss, uint16_t port)
 {
 	memset(ss, 0, sizeof(*ss));

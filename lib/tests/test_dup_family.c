@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: dup, dup2, dup3 and fcntl(F_DUPFD, F_DUPFD_CLOEXEC) of a swapped fd share the connection (overlay names included); it lives until the last copy closes, and only then is CLOSED sent */
+/* Channels: unix host-tcp */
 #include "shimtest.h"
 
 static void check_copy(int fd, int sfd, const char *how)
@@ -21,7 +22,7 @@ int main(int argc, char **argv)
 	(void)argc;
 	t_shim_setup(argv, FA_BROKER);
 	t_pair(AF_INET, &cfd, &sfd);
-	CHECK(t_real_domain(cfd) == AF_UNIX, "not swapped");
+	CHECK(t_swapped(cfd), "not swapped");
 	d1 = dup(cfd);
 	check_copy(d1, sfd, "dup");
 	d2 = dup2(cfd, 100);

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: fork after the swap: parent and child both write on the inherited connection and the peer gets every record intact; a connection made in the child after fork is swapped too (the child reopens its agent session) */
+/* Channels: unix host-tcp */
 #include "shimtest.h"
 
 #define RECS	200
@@ -12,7 +13,7 @@ static void write_records(int fd, char tag)
 	for (int i = 0; i < RECS; i++) {
 		memset(rec, tag, sizeof(rec));
 		rec[0] = (char)i;
-		/* One write of 64 bytes on an AF_UNIX stream is not split. */
+		/* One write of 64 bytes on a stream socket (AF_UNIX or TCP) is not split. */
 		if (write(fd, rec, sizeof(rec)) != sizeof(rec))
 			_exit(1);
 	}
@@ -57,7 +58,7 @@ int main(int argc, char **argv)
 	(void)argc;
 	t_shim_setup(argv, FA_BROKER);
 	t_pair(AF_INET, &cfd, &r.fd);
-	CHECK(t_real_domain(cfd) == AF_UNIX, "not swapped");
+	CHECK(t_swapped(cfd), "not swapped");
 	lfd = t_listen(AF_INET, &port);
 	pid = fork();
 	if (pid == 0) {
@@ -67,12 +68,12 @@ int main(int argc, char **argv)
 		write_records(cfd, 'c');
 		/* A new connection from the child needs its own agent session. */
 		fd2 = t_connect(AF_INET, port);
-		_exit(t_real_domain(fd2) == AF_UNIX ? 0 : 2);
+		_exit(t_swapped(fd2) ? 0 : 2);
 	}
 	pthread_create(&th, NULL, read_records, &r);
 	write_records(cfd, 'p');
 	afd = accept(lfd, NULL, NULL);
-	CHECK(t_real_domain(afd) == AF_UNIX, "connection from the child not swapped");
+	CHECK(t_swapped(afd), "connection from the child not swapped");
 	close(afd);
 	t_wait_child(pid, "child");
 	close(cfd);

@@ -14,6 +14,10 @@ static const char *const wrapped[] = {
 	"recvmsg", "sendmsg", "sendfile", "sendfile64",
 	"__read_chk", "__recv_chk", "__recvfrom_chk",
 	"poll", "select", "epoll_ctl", "epoll_wait", "epoll_pwait",
+	"ppoll", "pselect", "epoll_pwait2", "__poll_chk", "__ppoll_chk",
+	"recvmmsg", "sendmmsg", "splice",
+	"execve", "execv", "execvp", "execvpe", "execl", "execlp", "execle", "fexecve",
+	"posix_spawn", "posix_spawnp",
 };
 #define NWRAPPED (sizeof(wrapped) / sizeof(wrapped[0]))
 

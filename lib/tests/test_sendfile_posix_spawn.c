@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: sendfile from a file into a swapped connection delivers the file; a posix_spawn'ed child inherits the connection (no FD_CLOEXEC) and writes on it */
+/* Channels: unix host-tcp */
 #include <spawn.h>
 #include <sys/sendfile.h>
 
@@ -49,7 +50,7 @@ int main(int argc, char **argv)
 		return write(atoi(argv[2]), "spwn", 4) == 4 ? 0 : 1;
 	t_shim_setup(argv, FA_BROKER);
 	t_pair(AF_INET, &cfd, &sfd);
-	CHECK(t_real_domain(cfd) == AF_UNIX, "not swapped");
+	CHECK(t_swapped(cfd), "not swapped");
 	pthread_create(&th, NULL, reader, &sfd);
 	case_sendfile(cfd, sfd);
 	pthread_join(th, &rr);
