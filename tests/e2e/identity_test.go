@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -91,4 +92,34 @@ func lookup(ctx context.Context, t *testing.T, l state.Layout, name string) dire
 	}
 	t.Fatalf("container %q is not registered", name)
 	return directory.Container{}
+}
+
+// reachPy tries a TCP connection to each host:port argument (1 s each) and
+// prints "<addr> open" or "<addr> closed <error>".
+const reachPy = `
+import socket, sys
+for a in sys.argv[1:]:
+    h, p = a.rsplit(":", 1)
+    try:
+        socket.create_connection((h, int(p)), timeout=1).close(); print(a, "open")
+    except OSError as e:
+        print(a, "closed", e)
+`
+
+// TestContainerCannotReachControlPlane: containers have no route to the
+// fabric, so neither the directory (etcd) nor the agents' offer port can
+// be reached from inside one, whatever its tenant.
+func TestContainerCannotReachControlPlane(t *testing.T) {
+	c := newCluster(t, 2)
+	runIdle(t, c, "h1", "probe", "blue")
+	targets := []string{
+		fmt.Sprintf("%s:%d", state.FabricEtcd, state.EtcdPort),
+		state.NewHost(1).FabricIP + ":7947", state.NewHost(2).FabricIP + ":7947",
+	}
+	out := c.MustFF(t, append([]string{"exec", "probe", "--", "python3", "-c", reachPy}, targets...)...)
+	for _, a := range targets {
+		if !strings.Contains(out, a+" closed") {
+			t.Errorf("a container reached %s:\n%s", a, out)
+		}
+	}
 }
