@@ -1,0 +1,118 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/freeflow-net/freeflow/internal/netns"
+	"github.com/freeflow-net/freeflow/internal/state"
+	"github.com/freeflow-net/freeflow/internal/testenv"
+)
+
+// mpiRshAgent is Open MPI's launch agent ("AGENT HOST COMMAND...", where
+// COMMAND is shell words, as for rsh): it runs COMMAND in the container
+// named HOST. Every orted checks that the agent exists at the same path,
+// as on a cluster with a shared filesystem, so the containers mount its
+// directory at its own path.
+const mpiRshAgent = `#!/bin/sh
+host=$1; shift
+exec %s --cluster %s exec "$host" -- sh -c "$*"
+`
+
+// mpiLaunch runs mpirun in h1's host namespace (outside any container,
+// like a job launcher on a login node) for ranks in containers c1 and c2,
+// over Open MPI's TCP transport on the overlay addresses. mpirun launches
+// every orted itself (no tree spawn: the orteds could not run freeflow),
+// and ranks yield when idle, since the machine has 2 cores.
+func mpiLaunch(c *testenv.Cluster, agent, c1, c2 string, argv ...string) ([]byte, error) {
+	args := []string{"60", "mpirun", "--allow-run-as-root", "--host", c1 + "," + c2, "-np", "2", "-wdir", "/tmp",
+		"--mca", "plm_rsh_agent", agent, "--mca", "plm_rsh_no_tree_spawn", "1",
+		"--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", state.OverlayCIDR,
+		"--mca", "oob_tcp_if_include", state.OverlayCIDR, "--mca", "mpi_yield_when_idle", "1"}
+	host := state.NetNSPath(state.NewLayout(c.Name).HostNetNS("h1"))
+	return netns.Command(host, "timeout", append(args, argv...)...).CombinedOutput()
+}
+
+// TestOpenMPI: NetPIPE's MPI build checks the integrity of messages of up
+// to 1 MiB between two ranks in containers, same host and cross host, on
+// the overlay and on the fast paths.
+func TestOpenMPI(t *testing.T) {
+	if m := testenv.Missing("mpirun", "NPopenmpi", "timeout"); m != "" {
+		t.Skip(m)
+	}
+	c := newCluster(t, 2)
+	dir := filepath.Dir(hostFile(t, "rsh", []byte(fmt.Sprintf(mpiRshAgent, filepath.Join(c.BinDir, "freeflow"), c.Name))))
+	agent := filepath.Join(dir, "rsh")
+	must(t, os.Chmod(agent, 0o755), "make %s executable", agent)
+	for _, m := range modes {
+		for _, host := range []string{"h1", "h2"} {
+			t.Run(m.name+"-"+host, func(t *testing.T) {
+				flags := append([]string{"-v", dir + ":" + dir + ":ro"}, m.flags...)
+				c1, c2 := testenv.RandomName("r", 4), testenv.RandomName("r", 4)
+				c.StartDetached(t, "h1", c1, flags, "sleep", "3600")
+				c.StartDetached(t, host, c2, flags, "sleep", "3600")
+				want, involved := m.sameHost, []string{"h1"}
+				if host != "h1" {
+					want, involved = m.cross, []string{"h1", "h2"}
+				}
+				paths := watchPaths(t, c, involved...)
+				out, err := mpiLaunch(c, agent, c1, c2, "NPopenmpi", "-i", "-n", "20", "-p", "0", "-u", "1048576", "-o", "/tmp/np.out")
+				must(t, err, "mpirun NPopenmpi: %s", out)
+				netpipeIntact(t, string(out))
+				if want == "none" {
+					paths.expect(t, want, "")
+				} else {
+					paths.expectMPI(t, want)
+				}
+			})
+		}
+	}
+}
+
+// expectMPI fails the test unless, on every watched host, the ranks'
+// connections to each other all took the fast path fast ("unix" or
+// "host-tcp") and only connections to mpirun took the overlay. Each orted
+// connects to mpirun, which runs outside any container (overlay,
+// not-a-container); the ranks connect to each other, both at once
+// (Open MPI's TCP transport opens a connection from each side and keeps
+// one). The counters tell these apart only by reason, so: at least one
+// connection on fast, none on the other fast path, and every overlay one
+// for not-a-container, at least one (its host's orted).
+func (p *pathCheck) expectMPI(t *testing.T, fast string) {
+	t.Helper()
+	for _, h := range p.hosts {
+		b, a := p.before[h], counters(t, p.c, h)
+		onFast, onOther := a.Unix-b.Unix, a.HostTCP-b.HostTCP
+		if fast == "host-tcp" {
+			onFast, onOther = onOther, onFast
+		}
+		toMpirun := a.FallbackReasons["not-a-container"] - b.FallbackReasons["not-a-container"]
+		if onFast == 0 || onOther != 0 || toMpirun == 0 || a.Fallback-b.Fallback != toMpirun {
+			t.Errorf("%s's agent: want rank-to-rank connections on %s and only orted-to-mpirun ones on the overlay (not-a-container); got unix +%d, host-tcp +%d, overlay +%d (reasons now %v, before %v)",
+				h, fast, a.Unix-b.Unix, a.HostTCP-b.HostTCP, a.Fallback-b.Fallback, a.FallbackReasons, b.FallbackReasons)
+		}
+	}
+}
+
+var netpipeLine = regexp.MustCompile(`(?m)^\s*\d+:\s+(\d+) bytes\s+\d+ times -->\s+(.*)$`)
+
+// netpipeIntact checks NetPIPE's integrity mode output: a line per message
+// size, each "Integrity check passed", up to at least 512 KiB.
+func netpipeIntact(t *testing.T, out string) {
+	t.Helper()
+	lines := netpipeLine.FindAllStringSubmatch(out, -1)
+	largest := 0
+	for _, l := range lines {
+		if l[2] != "Integrity check passed" {
+			t.Fatalf("NPopenmpi: %s bytes: %s\n%s", l[1], l[2], out)
+		}
+		largest, _ = strconv.Atoi(l[1])
+	}
+	if largest < 512<<10 {
+		t.Fatalf("NPopenmpi stopped at %d bytes, want at least 512 KiB:\n%s", largest, out)
+	}
+}
