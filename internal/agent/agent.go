@@ -75,6 +75,8 @@ type Config struct {
 	WriteTimeout time.Duration // a reply not taken within this closes the connection
 	MaxConns     int           // open connections over both sockets
 	Logger       *slog.Logger
+
+	keepDecided time.Duration // how long decisions and parked halves are kept; tests shorten it
 }
 
 // LibrarySocket is the path of the library socket.
@@ -143,7 +145,7 @@ func New(cfg Config, dir Directory) (*Agent, error) {
 	return &Agent{
 		cfg: cfg, subnet: subnet.Masked(), dir: dir, log: cfg.Logger, selfNS: self,
 		ids: newIdentities(), conns: map[*net.UnixConn]struct{}{},
-		rv: newRendezvous(), listeners: newListeners(), live: newConnTable(), nonces: newNonces(),
+		rv: newRendezvous(cfg.keepDecided), listeners: newListeners(), live: newConnTable(), nonces: newNonces(),
 	}, nil
 }
 
@@ -165,6 +167,9 @@ func withDefaults(cfg Config) Config {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.keepDecided <= 0 {
+		cfg.keepDecided = keepDecided
 	}
 	return cfg
 }

@@ -16,9 +16,9 @@ package agent
 // port (listener-not-freeflow). That answer is recorded for the tuple, so
 // the other end, whether it already waits or asks later, gets it at once.
 // Otherwise the first ask waits at most 50 ms for the second; then both get
-// the fast path, or, on timeout, both get overlay (peer-timeout). A decided
-// tuple is remembered for a few seconds, so a late ask gets the recorded
-// decision. Waiting happens in the asking connection's goroutine with no
+// the fast path, or, on timeout, both get overlay (peer-timeout), unless
+// the meeting is parked (below). A decided tuple is remembered for a few
+// seconds, so a late ask gets the recorded decision, or its parked half. Waiting happens in the asking connection's goroutine with no
 // table lock held; a meeting is decided exactly once, under the table lock.
 //
 // Same host: the second ask creates socketpair(AF_UNIX, SOCK_STREAM) and
@@ -35,6 +35,38 @@ package agent
 // library; the connector's agent reads exactly the reply's bytes and hands
 // its end to the connecting library. The data then flows on a kernel TCP
 // connection between the two hosts' fabric addresses.
+//
+// Simultaneous connects (parked.go). Two single-threaded processes A and
+// B, each listening, connect to each other at once (Open MPI's TCP
+// transport does this). A blocks in its CONNECT for A->B, waiting for B's
+// ACCEPT, but B accepts only after its own CONNECT for B->A returns, which
+// waits for A's ACCEPT: without a rule both would wait out peer-timeout.
+// So the agent tracks which local processes wait in a CONNECT right now
+// (the session's pid, from the kernel; a count per tuple), and an
+// acceptor whose listener's registering process (any of them,
+// listeners.go) is itself waiting in a CONNECT for another tuple is not
+// waited for: the meeting is "parked". Its connector completes it at once
+// as if the acceptor had asked (same host: a socketpair; cross host, on
+// the acceptor's agent handling the OFFER: the host-tcp reply is written
+// on the offer connection), takes its own half, and the acceptor's half
+// stays in the meeting until that side's ACCEPT claims it, with PATH fast,
+// or until keepDecided passes: then the half is closed and the connector
+// reads EOF, as it would see a reset had the connection been dropped from
+// the accept queue. The rule fires in both orders, each check and its
+// bookkeeping in one locked step of the CONNECT's (or OFFER's) join: a
+// connector that finds the listener's process already in a CONNECT parks
+// its own meeting; a CONNECT from pid X parks every meeting that waits for
+// an ACCEPT on a listener X registered. A process's CONNECT for the very
+// tuple does not count (a process connecting to itself is treated as
+// today). Only the acceptor side of the tuple can claim a parked half: an
+// ACCEPT naming it, from the acceptor's container (LOCAL_EP must be the
+// caller's address). Once a meeting is parked, only its connector
+// completes it, and an acceptor that asks meanwhile, or whose own checks
+// would say overlay, takes the connector's decision, so both ends still
+// agree. Across hosts the rule works per agent on its own processes: the
+// first of two crossed CONNECTs is parked on the peer's agent for sure;
+// the second is parked too if the first process is still in its CONNECT
+// there, and otherwise meets that process's ACCEPT, which it can now send.
 //
 // Crash windows (where the two ends can disagree). All need an agent to
 // die or stall mid-decision; none can deliver bytes to the wrong peer, and
@@ -161,7 +193,7 @@ func (s *session) broker(m *protocol.Message, local, remote netip.AddrPort) *pro
 	if m.Type == protocol.TypeAccept {
 		side, k = sideAcceptor, tuple{conn: remote, acc: local}
 	}
-	peer, d, fd := s.a.decide(s.self, k, side)
+	peer, d, fd := s.a.decide(s, k, side)
 	if d.reason != reasonDuplicate {
 		s.a.live.add(s.self.ID, s.pid, local, remote, connInfo(s.self, peer, local, remote, d))
 	}
@@ -175,24 +207,36 @@ func (s *session) broker(m *protocol.Message, local, remote netip.AddrPort) *pro
 
 // decide returns the peer's record (empty if none), the decision for k
 // and, for a fast path, this side's descriptor (-1 otherwise).
-func (a *Agent) decide(self directory.Container, k tuple, side side) (directory.Container, decision, int) {
+func (a *Agent) decide(s *session, k tuple, side side) (directory.Container, decision, int) {
 	peerEP := k.acc
 	if side == sideAcceptor {
 		peerEP = k.conn
 	}
-	peer, reason := a.precheck(self, peerEP, side)
+	peer, reason := a.precheck(s.self, peerEP, side)
 	if reason != "" {
-		return peer, a.rv.decideNow(k, side, overlay(reason)), -1
-	}
-	if peer.Host != a.cfg.Host {
-		if side == sideConnector {
-			d, fd := a.offerRemote(self, peer, k)
+		d, parked := a.rv.decideNow(k, side, overlay(reason))
+		if parked != nil { // decided fast without us: take our half, as the connector has its own
+			d, fd := a.rv.take(parked, side)
 			return peer, d, fd
 		}
-		d, fd := a.meet(k, side, meetWait, nil) // the offer finishes the meeting
+		return peer, d, -1
+	}
+	if side == sideAcceptor {
+		finish := a.finishLocal
+		if peer.Host != a.cfg.Host {
+			finish = nil // the offer finishes the meeting
+		}
+		d, fd := a.meet(k, side, nil, nil, finish)
 		return peer, d, fd
 	}
-	d, fd := a.meet(k, side, meetWait, a.finishLocal)
+	c := &connector{pid: s.pid, mine: a.listeners.keysOf(s.pid, s.ns)}
+	defer a.rv.endConnect(c, k)
+	if peer.Host != a.cfg.Host {
+		d, fd := a.offerRemote(s.self, peer, k, c)
+		return peer, d, fd
+	}
+	lis := listenerKey{peer.ID, k.acc.Port()}
+	d, fd := a.meet(k, side, &listenerInfo{key: lis, pids: a.listeners.pids(lis.id, lis.port)}, c, a.finishLocal)
 	return peer, d, fd
 }
 

@@ -32,14 +32,23 @@ type twoHosts struct {
 	dir    *fakeDir
 }
 
-// startTwoHosts starts both agents on random loopback fabric addresses.
-func startTwoHosts(t *testing.T) twoHosts {
+// startTwoHosts starts both agents on random loopback fabric addresses;
+// mod, if not nil, changes both configurations.
+func startTwoHosts(t *testing.T, mod func(*Config)) twoHosts {
 	t.Helper()
 	dir := newFakeDir(ffSelf, ffSelf2)
 	base := fmt.Sprintf("127.%d.%d.", 1+rand.IntN(250), 1+rand.IntN(250))
-	h1 := startAgent(t, dir, func(c *Config) { c.FabricIP = base + "1" })
+	h1 := startAgent(t, dir, func(c *Config) {
+		c.FabricIP = base + "1"
+		if mod != nil {
+			mod(c)
+		}
+	})
 	h2 := startAgent(t, dir, func(c *Config) {
 		c.Host, c.Subnet, c.FabricIP = "h2", "10.244.2.0/24", base+"2"
+		if mod != nil {
+			mod(c)
+		}
 	})
 	for _, a := range []*testAgent{h1, h2} {
 		if a.broker == nil {
@@ -83,7 +92,7 @@ func bothAsk(t *testing.T, hs twoHosts, cport int) (con, acc pathResult) {
 }
 
 func TestCrossHostHostTCP(t *testing.T) {
-	hs := startTwoHosts(t)
+	hs := startTwoHosts(t, nil)
 	if err := newLib(t, hs.h2).listen("0.0.0.0:5201"); err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +135,7 @@ func sockAddrs(t *testing.T, fd int) (local, remote netip.AddrPort) {
 // Overlay reasons across hosts: the acceptor's agent decides and both ends
 // agree; one side alone is bounded; a stopped peer agent costs nothing.
 func TestCrossHostFallbacks(t *testing.T) {
-	hs := startTwoHosts(t)
+	hs := startTwoHosts(t, nil)
 	// No listener registered on h2: the connector learns it from h2's
 	// reply, the acceptor from the recorded decision.
 	con, acc := bothAsk(t, hs, 43100)
@@ -157,7 +166,7 @@ func TestCrossHostFallbacks(t *testing.T) {
 // An OFFER that does not carry a valid MAC under the cluster key gets
 // ERROR DENIED and the connection closed; a replayed one too.
 func TestForgedOfferRefused(t *testing.T) {
-	hs := startTwoHosts(t)
+	hs := startTwoHosts(t, nil)
 	if err := newLib(t, hs.h2).listen(srv2); err != nil {
 		t.Fatal(err)
 	}

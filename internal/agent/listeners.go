@@ -48,20 +48,39 @@ func (l *listeners) remove(s *session, id string, port uint16) {
 }
 
 // has reports whether a library-enabled process of container id listens
-// on port, forgetting registrations whose process is gone (or whose pid
-// now names a process in another namespace).
-func (l *listeners) has(id string, port uint16) bool {
+// on port.
+func (l *listeners) has(id string, port uint16) bool { return len(l.pids(id, port)) > 0 }
+
+// pids returns the processes that registered container id's port,
+// forgetting registrations whose process is gone (or whose pid now names
+// a process in another namespace).
+func (l *listeners) pids(id string, port uint16) []int32 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	k := listenerKey{id, port}
+	var live []int32
 	for pid, ns := range l.m[k] {
 		if now, err := nsOfPid(pid); err != nil || now != ns {
 			delete(l.m[k], pid)
+			continue
+		}
+		live = append(live, pid)
+	}
+	if len(live) == 0 {
+		delete(l.m, k)
+	}
+	return live
+}
+
+// keysOf returns the listeners process pid (in namespace ns) registered.
+func (l *listeners) keysOf(pid int32, ns nsKey) map[listenerKey]bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	mine := map[listenerKey]bool{}
+	for k, pids := range l.m {
+		if at, ok := pids[pid]; ok && at == ns {
+			mine[k] = true
 		}
 	}
-	if len(l.m[k]) == 0 {
-		delete(l.m, k)
-		return false
-	}
-	return true
+	return mine
 }

@@ -39,11 +39,13 @@ func (a *Agent) serveOffer(c *net.TCPConn) {
 		}
 		return writeFrame(c, r)
 	}
-	if reason := a.offerPrecheck(k, sender); reason != "" {
-		reply(a.rv.decideNow(k, sideConnector, overlay(reason)))
+	li, reason := a.offerPrecheck(k, sender)
+	if reason != "" {
+		d, _ := a.rv.decideNow(k, sideConnector, overlay(reason)) // only an acceptor takes a parked half
+		reply(d)
 		return
 	}
-	a.meetOffer(c, k, reply)
+	a.meetOffer(c, k, li, reply)
 }
 
 // checkOffer authenticates m and returns the tuple it offers, the sending
@@ -95,33 +97,37 @@ func (a *Agent) offerSender(c *net.TCPConn, m *protocol.Message) (directory.Host
 }
 
 // offerPrecheck applies this agent's rules to an authenticated offer, from
-// the view of the connecting side (the reason goes to its library).
-func (a *Agent) offerPrecheck(k tuple, sender directory.Host) string {
+// the view of the connecting side (the reason goes to its library). If
+// they pass, it returns the listener the offer waits on.
+func (a *Agent) offerPrecheck(k tuple, sender directory.Host) (*listenerInfo, string) {
 	conn, okc := a.dir.LookupIP(k.conn.Addr().String())
 	acc, oka := a.dir.LookupIP(k.acc.Addr().String())
 	switch {
 	case !okc || conn.Host != sender.Name || !oka || acc.Host != a.cfg.Host:
-		return reasonNotContainer
+		return nil, reasonNotContainer
 	case !conn.FreeFlow:
-		return reasonSelfNoLib
+		return nil, reasonSelfNoLib
 	case !acc.FreeFlow:
-		return reasonPeerNoLib
+		return nil, reasonPeerNoLib
 	}
 	if ok, why := a.policy().Trust(conn, acc); !ok {
-		return why
+		return nil, why
 	}
-	if !a.listeners.has(acc.ID, k.acc.Port()) {
-		return reasonNoListener
+	li := &listenerInfo{key: listenerKey{acc.ID, k.acc.Port()}}
+	if li.pids = a.listeners.pids(li.key.id, li.key.port); len(li.pids) == 0 {
+		return nil, reasonNoListener
 	}
-	return ""
+	return li, ""
 }
 
 // meetOffer plays the connecting side of k's meeting on this host. Once
-// the local ACCEPT is there it writes the host-tcp reply and only then
-// gives the accepting library the connection, so the application's first
-// byte always follows the reply on the wire.
-func (a *Agent) meetOffer(c *net.TCPConn, k tuple, reply func(decision) error) {
-	m, role := a.rv.join(k, sideConnector)
+// the local ACCEPT is there, or the meeting is parked (its acceptor's
+// process waits in a CONNECT of its own), it writes the host-tcp reply and
+// only then gives the accepting library the connection (at once, or when
+// a parked half is claimed), so the application's first byte always
+// follows the reply on the wire.
+func (a *Agent) meetOffer(c *net.TCPConn, k tuple, li *listenerInfo, reply func(decision) error) {
+	m, role := a.rv.join(k, sideConnector, li, nil)
 	switch role {
 	case roleDuplicate:
 		reply(overlay(reasonDuplicate))
@@ -130,7 +136,7 @@ func (a *Agent) meetOffer(c *net.TCPConn, k tuple, reply func(decision) error) {
 		reply(a.rv.decision(m))
 		return
 	case roleFirst:
-		if !a.rv.await(m, offerWait) {
+		if a.rv.await(m, offerWait) == turnDecided {
 			reply(a.rv.decision(m))
 			return
 		}

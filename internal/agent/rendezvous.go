@@ -30,8 +30,12 @@ const (
 // meeting is where the two asks about one tuple meet. Its fields are
 // guarded by rendezvous.mu; arrived and done are closed under it.
 type meeting struct {
+	k       tuple
+	lis     listenerKey // a waiting connector's: the listener whose ACCEPT it needs
 	present [2]bool
-	arrived chan struct{} // closed when both sides have asked
+	arrived chan struct{} // closed when both sides have asked, or m is parked
+	woken   bool          // arrived is closed
+	park    bool          // decide without the acceptor's ask (parked.go)
 	done    chan struct{} // closed once dec is final
 	decided bool
 	dec     decision
@@ -46,6 +50,7 @@ const (
 	roleSecond                // the other side waits: complete the meeting
 	roleDecided               // already decided: the recorded decision applies
 	roleDuplicate             // this side already asked about this tuple
+	roleTake                  // the other side decides (or decided) without this one: take this side's half
 )
 
 // rendezvous is the table of meetings of one agent. Its lock is held only
@@ -53,56 +58,94 @@ const (
 type rendezvous struct {
 	mu        sync.Mutex
 	m         map[tuple]*meeting
+	keep      time.Duration // how long a decided tuple is remembered (keepDecided)
 	lastPrune time.Time
+	// connecting and waitingAccept drive parking (parked.go).
+	connecting    map[int32]map[tuple]int // pid -> the CONNECTs it waits in now (a count per tuple)
+	waitingAccept map[tuple]*meeting      // undecided: the connector waits for an ACCEPT
 }
 
-func newRendezvous() *rendezvous { return &rendezvous{m: map[tuple]*meeting{}} }
-
-func newMeeting() *meeting {
-	return &meeting{arrived: make(chan struct{}), done: make(chan struct{}), fds: [2]int{-1, -1}}
+func newRendezvous(keep time.Duration) *rendezvous {
+	return &rendezvous{
+		m: map[tuple]*meeting{}, keep: keep,
+		connecting: map[int32]map[tuple]int{}, waitingAccept: map[tuple]*meeting{},
+	}
 }
 
-// join records that side s asked about k.
-func (r *rendezvous) join(k tuple, s side) (*meeting, role) {
+func newMeeting(k tuple) *meeting {
+	return &meeting{k: k, arrived: make(chan struct{}), done: make(chan struct{}), fds: [2]int{-1, -1}}
+}
+
+// join records that side s asked about k. li is set for a connector that
+// waits on this agent for a local ACCEPT (nil otherwise): the meeting may
+// then be parked at once, or later. c is set for a local process's
+// CONNECT, which the caller ends with endConnect (parked.go).
+func (r *rendezvous) join(k tuple, s side, li *listenerInfo, c *connector) (*meeting, role) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.pruneLocked(time.Now())
+	if c != nil {
+		r.beginConnectLocked(c, k)
+	}
 	m := r.m[k]
 	switch {
 	case m == nil:
-		m = newMeeting()
+		m = newMeeting(k)
 		m.present[s] = true
 		r.m[k] = m
+		if li != nil {
+			r.awaitAcceptLocked(m, li)
+		}
 		return m, roleFirst
+	case m.decided && m.parkedFor(s):
+		m.present[s] = true
+		return m, roleTake
 	case m.decided:
 		return m, roleDecided
 	case m.present[s]:
 		return m, roleDuplicate
+	case m.park:
+		m.present[s] = true
+		return m, roleTake
 	}
 	m.present[s] = true
-	close(m.arrived)
+	delete(r.waitingAccept, k)
+	m.wakeLocked()
 	return m, roleSecond
+}
+
+// wakeLocked wakes the side waiting in await.
+func (m *meeting) wakeLocked() {
+	if !m.woken {
+		m.woken = true
+		close(m.arrived)
+	}
 }
 
 // decideNow records an at-once decision d of side s for k, unless the
 // tuple is decided already, and returns the decision s gets. A side
-// waiting for s gets d too.
-func (r *rendezvous) decideNow(k tuple, s side, d decision) decision {
+// waiting for s gets d too. If s is the acceptor of a parked meeting
+// (decided or being completed without it), s gets its half instead: the
+// meeting is returned, and the caller takes the half from it.
+func (r *rendezvous) decideNow(k tuple, s side, d decision) (decision, *meeting) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	m := r.m[k]
 	switch {
 	case m == nil:
-		m = newMeeting()
+		m = newMeeting(k)
 		r.m[k] = m
+	case m.decided && m.parkedFor(s), !m.decided && m.park && !m.present[s]:
+		m.present[s] = true
+		return d, m
 	case m.decided:
-		return m.recordedLocked()
+		return m.recordedLocked(), nil
 	case m.present[s]:
-		return overlay(reasonDuplicate)
+		return overlay(reasonDuplicate), nil
 	}
 	m.present[s] = true
 	r.decideLocked(m, d, [2]int{-1, -1})
-	return d
+	return d, nil
 }
 
 // recordedLocked is the answer to a late ask: the recorded overlay, or for
@@ -129,14 +172,26 @@ func (r *rendezvous) decide(m *meeting, d decision, fds [2]int) bool {
 
 func (r *rendezvous) decideLocked(m *meeting, d decision, fds [2]int) {
 	m.decided, m.dec, m.fds, m.at = true, d, fds, time.Now()
+	delete(r.waitingAccept, m.k)
 	close(m.done)
+	if !m.present[sideAcceptor] && fds[sideAcceptor] >= 0 {
+		time.AfterFunc(r.keep, func() { r.expire(m) })
+	}
 }
 
-// await waits until the other side asks, m is decided, or wait passes; on
-// timeout it decides overlay (peer-timeout) unless the other side arrived
-// meanwhile. It reports whether both sides are present and m is still
-// undecided: the completing side's turn.
-func (r *rendezvous) await(m *meeting, wait time.Duration) bool {
+// turn is what a first side finds when its wait in await ends.
+type turn int
+
+const (
+	turnDecided turn = iota // m is decided (perhaps just now: peer-timeout)
+	turnBoth                // both sides asked; the second completes m
+	turnParked              // the connector completes m without the acceptor
+)
+
+// await waits until the other side asks, m is parked or decided, or wait
+// passes; on timeout it decides overlay (peer-timeout) unless the other
+// side arrived or m was parked meanwhile.
+func (r *rendezvous) await(m *meeting, wait time.Duration) turn {
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
@@ -146,11 +201,16 @@ func (r *rendezvous) await(m *meeting, wait time.Duration) bool {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	both := m.present[0] && m.present[1]
-	if !both && !m.decided {
-		r.decideLocked(m, overlay(reasonTimeout), [2]int{-1, -1})
+	switch {
+	case m.decided:
+		return turnDecided
+	case m.park:
+		return turnParked
+	case m.present[0] && m.present[1]:
+		return turnBoth
 	}
-	return both && !m.decided
+	r.decideLocked(m, overlay(reasonTimeout), [2]int{-1, -1})
+	return turnDecided
 }
 
 // take waits for m's decision and returns it with side s's descriptor,
@@ -177,16 +237,17 @@ func (r *rendezvous) decision(m *meeting) decision {
 	return d
 }
 
-// pruneLocked forgets tuples decided more than keepDecided ago, at most
-// once a second, closing halves nobody took.
+// pruneLocked forgets tuples decided more than r.keep ago, at most once a
+// second, closing halves nobody took.
 func (r *rendezvous) pruneLocked(now time.Time) {
 	if now.Sub(r.lastPrune) < time.Second {
 		return
 	}
 	r.lastPrune = now
 	for k, m := range r.m {
-		if m.decided && now.Sub(m.at) > keepDecided {
+		if m.decided && now.Sub(m.at) > r.keep {
 			closeHalves(m.fds)
+			m.fds = [2]int{-1, -1} // expire may still run for m
 			delete(r.m, k)
 		}
 	}
@@ -194,9 +255,11 @@ func (r *rendezvous) pruneLocked(now time.Time) {
 
 // meet is one side's whole rendezvous on this agent: join, wait for the
 // other side or the bound, and take the decision. finish completes the
-// meeting when this side asks second (nil: the other side completes it).
-func (a *Agent) meet(k tuple, s side, wait time.Duration, finish func(*meeting)) (decision, int) {
-	m, role := a.rv.join(k, s)
+// meeting when this side asks second, or when it is a connector whose
+// meeting was parked (nil: the other side completes it). li and c are as
+// for join.
+func (a *Agent) meet(k tuple, s side, li *listenerInfo, c *connector, finish func(*meeting)) (decision, int) {
+	m, role := a.rv.join(k, s, li, c)
 	switch role {
 	case roleDuplicate:
 		return overlay(reasonDuplicate), -1
@@ -205,7 +268,9 @@ func (a *Agent) meet(k tuple, s side, wait time.Duration, finish func(*meeting))
 		defer a.rv.mu.Unlock()
 		return m.recordedLocked(), -1
 	case roleFirst:
-		a.rv.await(m, wait)
+		if a.rv.await(m, meetWait) == turnParked && finish != nil {
+			finish(m)
+		}
 	case roleSecond:
 		if finish != nil {
 			finish(m)

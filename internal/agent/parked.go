@@ -1,0 +1,88 @@
+package agent
+
+// Parking: the fast path of a connection decided before its acceptor
+// asks, because the acceptor's process is itself blocked in a CONNECT (see
+// "Simultaneous connects" in the design note in broker.go).
+
+// listenerInfo names the listener a connector waits on and the processes
+// that registered it.
+type listenerInfo struct {
+	key  listenerKey
+	pids []int32
+}
+
+// awaitAcceptLocked records that m's connector waits on this agent for an
+// ACCEPT on li's listener, and parks m at once if a process that
+// registered it is waiting in a CONNECT for another tuple: its ACCEPT
+// cannot come before that CONNECT is answered.
+func (r *rendezvous) awaitAcceptLocked(m *meeting, li *listenerInfo) {
+	m.lis = li.key
+	for _, pid := range li.pids {
+		for k := range r.connecting[pid] {
+			if k != m.k {
+				r.parkLocked(m)
+				return
+			}
+		}
+	}
+	r.waitingAccept[m.k] = m
+}
+
+// connector is the caller of a CONNECT: its process and the listeners
+// that process registered.
+type connector struct {
+	pid  int32
+	mine map[listenerKey]bool
+}
+
+// beginConnectLocked records that c's process waits in a CONNECT for k,
+// and parks every other meeting that waits for an ACCEPT on a listener it
+// registered: the process cannot accept while it waits here. It runs in
+// the same locked step as the CONNECT's join, so two crossed CONNECTs
+// always see each other, whichever comes first.
+func (r *rendezvous) beginConnectLocked(c *connector, k tuple) {
+	if r.connecting[c.pid] == nil {
+		r.connecting[c.pid] = map[tuple]int{}
+	}
+	r.connecting[c.pid][k]++
+	for wk, m := range r.waitingAccept {
+		if wk != k && c.mine[m.lis] {
+			r.parkLocked(m)
+		}
+	}
+}
+
+// endConnect records that c's CONNECT for k was answered.
+func (r *rendezvous) endConnect(c *connector, k tuple) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.connecting[c.pid][k]--; r.connecting[c.pid][k] <= 0 {
+		delete(r.connecting[c.pid], k)
+	}
+	if len(r.connecting[c.pid]) == 0 {
+		delete(r.connecting, c.pid)
+	}
+}
+
+// parkLocked tells m's waiting connector to complete m without the
+// acceptor: its half stays in m.fds until its ACCEPT claims it (join,
+// decideNow) or r.keep passes (expire).
+func (r *rendezvous) parkLocked(m *meeting) {
+	m.park = true
+	delete(r.waitingAccept, m.k)
+	m.wakeLocked()
+}
+
+// parkedFor reports whether m, decided, holds a half for side s that s
+// has not asked for: a parked acceptor's half.
+func (m *meeting) parkedFor(s side) bool { return !m.present[s] && m.fds[s] >= 0 }
+
+// expire closes a parked half nobody claimed within r.keep. The
+// connector then reads EOF on its half, as it would see a reset had the
+// connection been dropped from the accept queue.
+func (r *rendezvous) expire(m *meeting) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	closeFD(m.fds[sideAcceptor])
+	m.fds[sideAcceptor] = -1
+}

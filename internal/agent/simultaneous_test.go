@@ -1,0 +1,219 @@
+package agent
+
+import (
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Two single-threaded processes, each listening, connect to each other at
+// the same moment (Open MPI's TCP transport does this): each blocks in its
+// CONNECT and cannot ACCEPT before that is answered. The agent decides the
+// fast path without the acceptor and parks its half until its ACCEPT. In
+// process, "A" and "B" are two sessions of the test process.
+
+// crossConnect sends A's CONNECT, and a moment later B's, and returns
+// both answers.
+func crossConnect(t *testing.T, procA, procB *libClient, aLocal, aRemote, bLocal, bRemote string) (fromA, fromB pathResult) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		var err error
+		fromA, err = procA.connect(aLocal, aRemote)
+		done <- err
+	}()
+	time.Sleep(5 * time.Millisecond) // A's CONNECT usually waits first: both rules fire
+	fromB, err := procB.connect(bLocal, bRemote)
+	if aerr := <-done; err != nil || aerr != nil {
+		t.Fatalf("A's connect: %v; B's connect: %v", aerr, err)
+	}
+	t.Cleanup(func() { closeFD(fromA.FD); closeFD(fromB.FD) })
+	return fromA, fromB
+}
+
+// wantPrompt checks r is the fast path kind, answered well before the
+// rendezvous bound that a timeout would take.
+func wantPrompt(t *testing.T, what string, r pathResult, kind uint8) {
+	t.Helper()
+	if r.Kind != kind || r.FD < 0 || r.Elapsed >= meetWait {
+		t.Errorf("%s: %+v, want %s with a descriptor within %v", what, r, pathName(kind), meetWait)
+	}
+}
+
+func TestSimultaneousConnectsBothFast(t *testing.T) {
+	a := startAgent(t, newFakeDir(ffSelf), nil)
+	procA, procB := newLib(t, a), newLib(t, a)
+	lisA, lisB, aCli, bCli := selfIP+":7001", selfIP+":7002", selfCli(44001), selfCli(44002)
+	if err := procA.listen(lisA); err != nil {
+		t.Fatal(err)
+	}
+	if err := procB.listen(lisB); err != nil {
+		t.Fatal(err)
+	}
+	ca, cb := crossConnect(t, procA, procB, aCli, lisB, bCli, lisA)
+	wantPrompt(t, "A's connect", ca, pathUnix)
+	wantPrompt(t, "B's connect", cb, pathUnix)
+
+	// Nobody but the acceptor side of the tuple gets a parked half: not a
+	// repeated CONNECT, not an ACCEPT of another connection to the listener.
+	if r, err := procB.connect(bCli, lisA); err != nil || r.Kind != pathOverlay || r.FD >= 0 {
+		t.Errorf("a repeated CONNECT of a parked tuple: %+v, %v; want overlay without a descriptor", r, err)
+	}
+	if r, err := procA.accept(lisA, selfCli(44003)); err != nil || r.Reason != reasonTimeout {
+		t.Errorf("ACCEPT of another connection: %+v, %v; want overlay %s", r, err, reasonTimeout)
+	}
+
+	// The ACCEPTs that come later claim the halves, joined to the right peers.
+	aa, err := procA.accept(lisA, bCli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFD(aa.FD)
+	ba, err := procB.accept(lisB, aCli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFD(ba.FD)
+	wantPrompt(t, "A's accept", aa, pathUnix)
+	wantPrompt(t, "B's accept", ba, pathUnix)
+	if err := exchange(cb.FD, aa.FD); err != nil {
+		t.Errorf("B's connect and A's accept are not one channel: %v", err)
+	}
+	if err := exchange(ca.FD, ba.FD); err != nil {
+		t.Errorf("A's connect and B's accept are not one channel: %v", err)
+	}
+	if r, err := procA.accept(lisA, bCli); err != nil || r.Reason != reasonDuplicate || r.FD >= 0 {
+		t.Errorf("a second ACCEPT of a claimed half: %+v, %v; want overlay %s", r, err, reasonDuplicate)
+	}
+}
+
+// A parked half that no ACCEPT claims is closed after keepDecided: the
+// connector reads EOF; a later ACCEPT gets no half.
+func TestParkedHalfClosedAfterKeep(t *testing.T) {
+	const keep = 300 * time.Millisecond
+	a := startAgent(t, newFakeDir(ffSelf), func(c *Config) { c.keepDecided = keep })
+	procA, procB := newLib(t, a), newLib(t, a)
+	lisA, lisB, aCli, bCli := selfIP+":7001", selfIP+":7002", selfCli(44011), selfCli(44012)
+	procA.listen(lisA)
+	procB.listen(lisB)
+	ca, cb := crossConnect(t, procA, procB, aCli, lisB, bCli, lisA)
+	wantPrompt(t, "A's connect", ca, pathUnix)
+	wantPrompt(t, "B's connect", cb, pathUnix)
+	start := time.Now()
+	for name, fd := range map[string]int{"A's connect": ca.FD, "B's connect": cb.FD} {
+		if err := wantEOF(fd, keep+time.Second); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if waited := time.Since(start); waited < keep-50*time.Millisecond {
+		t.Errorf("the parked halves were closed after %v, before keepDecided (%v)", waited, keep)
+	}
+	if r, err := procA.accept(lisA, bCli); err != nil || r.Kind != pathOverlay || r.FD >= 0 {
+		t.Errorf("ACCEPT after the half was closed: %+v, %v; want overlay without a descriptor", r, err)
+	}
+}
+
+// wantEOF waits up to limit for fd to read end-of-file.
+func wantEOF(fd int, limit time.Duration) error {
+	syscall.SetNonblock(fd, false)
+	tv := syscall.NsecToTimeval(limit.Nanoseconds())
+	syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &tv)
+	n, err := syscall.Read(fd, make([]byte, 16))
+	if n != 0 || err != nil {
+		return fmt.Errorf("read %d bytes, %v; want EOF within %v", n, err, limit)
+	}
+	return nil
+}
+
+// Only the acceptor's container can claim a parked half: a process in
+// another container naming the tuple is DENIED, and its own tuple is
+// another connection.
+func TestParkedHalfOnlyForItsAcceptor(t *testing.T) {
+	ns := makeNetns(t)
+	other := container("co", "other", "10.244.1.40", ns)
+	other.FreeFlow = true
+	a := startAgent(t, newFakeDir(ffSelf, other), nil)
+	procA, procB := newLib(t, a), newLib(t, a)
+	lisA, lisB, aCli, bCli := selfIP+":7001", selfIP+":7002", selfCli(44021), selfCli(44022)
+	procA.listen(lisA)
+	procB.listen(lisB)
+	_, cb := crossConnect(t, procA, procB, aCli, lisB, bCli, lisA)
+	wantPrompt(t, "B's connect", cb, pathUnix)
+	for local, want := range map[string]string{lisA: "DENIED", other.IP + ":7001": reasonTimeout} {
+		thief := startAsker(t, ns, askSpec{Sock: a.cfg.LibrarySocket(), Ask: "accept", Local: local, Remote: bCli})
+		thief.goAhead()
+		r := thief.result(t)
+		if got := r.Reason + r.Err; r.Data != "" || !strings.Contains(got, want) {
+			t.Errorf("ACCEPT %s <- %s from container other: %+v; want %s", local, bCli, r, want)
+		}
+	}
+	aa, err := procA.accept(lisA, bCli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFD(aa.FD)
+	wantPrompt(t, "A's accept", aa, pathUnix)
+	if err := exchange(cb.FD, aa.FD); err != nil {
+		t.Errorf("B's connect and A's accept are not one channel: %v", err)
+	}
+}
+
+// Across hosts: A on h1 and B on h2, single-threaded processes, each
+// connect to the other and then accept. The acceptor's agent of the first
+// CONNECT parks the offered TCP connection for its local ACCEPT; the
+// second is parked too or met by the first process's prompt ACCEPT.
+// Either way all four answers are fast and prompt.
+func TestSimultaneousConnectsBothFastCrossHost(t *testing.T) {
+	const keep = 500 * time.Millisecond
+	hs := startTwoHosts(t, func(c *Config) { c.keepDecided = keep })
+	procA, procB := newLib(t, hs.h1), newLib(t, hs.h2)
+	lisA, lisB := selfIP+":7001", ffSelf2.IP+":7002"
+	if err := procA.listen(lisA); err != nil {
+		t.Fatal(err)
+	}
+	if err := procB.listen(lisB); err != nil {
+		t.Fatal(err)
+	}
+	aCli, bCli := selfCli(44031), ffSelf2.IP+":44032"
+	type process struct {
+		con, acc pathResult
+		err      error
+	}
+	run := func(p *process, l *libClient, local, remote, lis, peer string) {
+		if p.con, p.err = l.connect(local, remote); p.err == nil {
+			p.acc, p.err = l.accept(lis, peer)
+		}
+	}
+	var pa, pb process
+	done := make(chan struct{})
+	go func() { run(&pa, procA, aCli, lisB, lisA, bCli); close(done) }()
+	time.Sleep(5 * time.Millisecond)
+	run(&pb, procB, bCli, lisA, lisB, aCli)
+	<-done
+	if pa.err != nil || pb.err != nil {
+		t.Fatalf("process A: %v; process B: %v", pa.err, pb.err)
+	}
+	for _, r := range []pathResult{pa.con, pa.acc, pb.con, pb.acc} {
+		defer closeFD(r.FD)
+	}
+	wantPrompt(t, "A's connect", pa.con, pathHostTCP)
+	wantPrompt(t, "B's connect", pb.con, pathHostTCP)
+	wantPrompt(t, "A's accept", pa.acc, pathHostTCP)
+	wantPrompt(t, "B's accept", pb.acc, pathHostTCP)
+	if err := exchange(pb.con.FD, pa.acc.FD); err != nil {
+		t.Errorf("B's connect and A's accept are not one connection: %v", err)
+	}
+	if err := exchange(pa.con.FD, pb.acc.FD); err != nil {
+		t.Errorf("A's connect and B's accept are not one connection: %v", err)
+	}
+
+	// Unclaimed: A's connection, parked on h2 while B waits in its own
+	// CONNECT, reads EOF once keepDecided has passed.
+	ca, _ := crossConnect(t, procA, procB, selfCli(44033), lisB, ffSelf2.IP+":44034", lisA)
+	wantPrompt(t, "A's second connect", ca, pathHostTCP)
+	if err := wantEOF(ca.FD, keep+time.Second); err != nil {
+		t.Errorf("A's second connect: %v", err)
+	}
+}
