@@ -12,6 +12,9 @@
  * - A thread's session is closed when the thread exits (a pthread key).
  * - After a timeout the thread leaves the agent alone for BACKOFF_MS, so a
  *   wedged agent costs one bounded wait per second, not one per connection.
+ * - A session that breaks, or an agent that cannot be reached, may mean the
+ *   agent restarted with an empty listener table: listeners.c is told, and
+ *   the next session opened (by any thread) re-sends LISTEN first.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -105,6 +108,8 @@ static int open_session(void)
 	if (ret)
 		return ret;
 	ret = ff_agent_hello(&ctl.agent, NULL, &hello);
+	if (!ret)
+		ret = ff_listeners_resync(&ctl.agent);
 	if (ret) {
 		ff_agent_close(&ctl.agent);
 		/* A positive code is the agent's ERROR (e.g. DENIED): not a container. */
@@ -130,11 +135,13 @@ int ff_control_get(struct ff_agent **out)
 	ret = open_session();
 	if (ret == -ETIMEDOUT)
 		ctl.backoff_until = now_ms() + BACKOFF_MS;
-	if (ret)
+	if (ret) {
+		ff_listeners_lost();
 		return ret;
+	}
 	ctl.backoff_until = 0;
 	*out = &ctl.agent;
-	return 0;
+	return 1;
 }
 
 void ff_control_broken(int err)
@@ -143,6 +150,7 @@ void ff_control_broken(int err)
 	if (ctl.agent.fd < 0 && ctl.fd >= 0) {
 		ff_fd_mark_control(ctl.fd, 0);
 		ctl.fd = -1;
+		ff_listeners_lost();
 	}
 	if (err == -ETIMEDOUT)
 		ctl.backoff_until = now_ms() + BACKOFF_MS;

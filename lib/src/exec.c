@@ -18,6 +18,8 @@
  * Format: entries joined by ';', each
  *	<fd>,<inode hex>,<kernel family>,<local sockaddr hex>,<remote sockaddr hex>,<opts>
  * opts: the emulated socket options, "<level>.<name>.<value>" joined by '/'.
+ * A registered listener is carried as well, its remote field being
+ * "L<pid that registered it>" (see carried_state).
  * The inode is the socket's st_ino: the new image adopts an fd only if the
  * socket there is still that one, so a stale or forged variable (a
  * program that kept it in a custom envp, a posix_spawn file action that
@@ -112,6 +114,17 @@ static void put_hex(struct out *o, const void *p, size_t n)
 	}
 }
 
+/*
+ * Swapped connections, and registered listeners: the agent keeps the
+ * registration (exec keeps the pid; a forked child's parent has it), so
+ * the new image must go on negotiating what it accepts, or every
+ * connector would wait for an ACCEPT that never comes.
+ */
+static int carried_state(const struct ff_conn *c)
+{
+	return c->state == FF_ST_SWAPPED || (c->state == FF_ST_LISTEN && c->registered);
+}
+
 /* Table lock held: append fd's entry, or nothing if it does not fit. */
 static int put_entry(struct out *o, int fd, const struct ff_conn *c, unsigned long long ino)
 {
@@ -127,7 +140,12 @@ static int put_entry(struct out *o, int fd, const struct ff_conn *c, unsigned lo
 	put_c(o, ',');
 	put_hex(o, &c->local, c->local_len);
 	put_c(o, ',');
-	put_hex(o, &c->remote, c->remote_len);
+	if (c->state == FF_ST_SWAPPED) {
+		put_hex(o, &c->remote, c->remote_len);
+	} else {
+		put_c(o, 'L');
+		put_u(o, (unsigned int)c->reg_pid, 10);
+	}
 	put_c(o, ',');
 	for (int i = 0; i < c->nopts; i++) {
 		if (i)
@@ -163,7 +181,7 @@ static int describe(char *buf, size_t cap, int all)
 		int fl;
 
 		if (!(atomic_load_explicit(&s->flags, memory_order_relaxed) & FF_FD_TRACKED) ||
-		    !s->conn || s->conn->state != FF_ST_SWAPPED)
+		    !s->conn || !carried_state(s->conn))
 			continue;
 		fl = ff_real.fcntl(fd, F_GETFD);
 		if (fl < 0 || (!all && (fl & FD_CLOEXEC)) || fstat(fd, &st))
@@ -459,6 +477,40 @@ static int parse_opts(char *p, struct ff_conn *c)
 	return 0;
 }
 
+/*
+ * A listener's entry: "L<pid that registered it>". Registered by another
+ * process (exec after fork), the new image's first agent session registers
+ * it in this one's name too (listeners.c).
+ */
+static void parse_listener(char **p, struct ff_conn *c)
+{
+	c->state = FF_ST_LISTEN;
+	c->registered = 1;
+	c->reg_pid = (pid_t)strtol(*p + 1, p, 10);
+	if (c->reg_pid != getpid())
+		ff_listeners_lost();
+}
+
+/* The names and options of an entry into c; 0 on success. */
+static int parse_conn(char *p, struct ff_conn *c)
+{
+	int listener;
+
+	if (parse_addr(&p, &c->local, &c->local_len) || *p++ != ',')
+		return -1;
+	listener = *p == 'L';
+	if (listener)
+		parse_listener(&p, c);
+	else if (parse_addr(&p, &c->remote, &c->remote_len) ||
+		 c->local.ss_family != c->remote.ss_family)
+		return -1;
+	else
+		c->state = FF_ST_SWAPPED;
+	if (*p++ != ',')
+		return -1;
+	return parse_opts(p, c);
+}
+
 /* One entry (NUL-terminated) into d with a new conn; 0 on success. */
 static int parse_entry(char *e, struct desc *d)
 {
@@ -477,15 +529,12 @@ static int parse_entry(char *e, struct desc *d)
 	c = ff_conn_new(AF_INET);
 	if (!c)
 		return -1;
-	if (parse_addr(&p, &c->local, &c->local_len) || *p++ != ',' ||
-	    parse_addr(&p, &c->remote, &c->remote_len) || *p++ != ',' ||
-	    c->local.ss_family != c->remote.ss_family || parse_opts(p, c)) {
+	if (parse_conn(p, c)) {
 		ff_conn_free(c);
 		return -1;
 	}
 	c->family = c->local.ss_family;
 	c->kern_family = d->kern;
-	c->state = FF_ST_SWAPPED;
 	d->conn = c;
 	return 0;
 }

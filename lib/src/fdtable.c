@@ -111,6 +111,13 @@ static int is_pending(enum ff_state st)
 	return st == FF_ST_PENDING || st == FF_ST_NEGOTIATING;
 }
 
+/* The slot flags of an fd referring to a conn in state st. */
+static uint8_t slot_flags(enum ff_state st)
+{
+	return FF_FD_TRACKED | (is_pending(st) ? FF_FD_PENDING : 0) |
+	       (st == FF_ST_SWAPPED ? FF_FD_SWAPPED : 0);
+}
+
 static void note_fd(int fd)
 {
 	int hw = atomic_load(&hiwater);
@@ -127,7 +134,7 @@ void ff_fd_attach(int fd, struct ff_conn *c)
 		return;
 	c->refs++;
 	s->conn = c;
-	atomic_store(&s->flags, FF_FD_TRACKED | (is_pending(c->state) ? FF_FD_PENDING : 0));
+	atomic_store(&s->flags, slot_flags(c->state));
 	note_fd(fd);
 }
 
@@ -161,7 +168,8 @@ struct ff_conn *ff_fd_detach(int fd)
 /*
  * Pending conns have exactly one fd (a dup before the decision opts the
  * connection out, see socket_calls.c), so the PENDING bit lives in that
- * one slot.
+ * one slot, and so does the SWAPPED bit that the decision sets; later fds
+ * of a swapped conn get it from ff_fd_attach.
  */
 void ff_conn_set_state(struct ff_conn *c, enum ff_state st)
 {
@@ -173,7 +181,7 @@ void ff_conn_set_state(struct ff_conn *c, enum ff_state st)
 		return;
 	atomic_fetch_add(&ff_pending_count, now ? 1 : -1);
 	if (s && s->conn == c)
-		atomic_store(&s->flags, FF_FD_TRACKED | (now ? FF_FD_PENDING : 0));
+		atomic_store(&s->flags, slot_flags(st));
 	if (!now)
 		c->pending_fd = -1;
 	ff_table_broadcast();

@@ -11,7 +11,10 @@
  *  - give up on negotiations that a parent thread was running: that thread
  *    does not exist in the child, whose fd stays on the overlay socket;
  *  - re-create the condition variable, which may count waiters that the
- *    child does not have.
+ *    child does not have;
+ *  - have its first agent session register the inherited listeners in
+ *    the child's own name (listeners.c), so they stay known to the agent
+ *    if the parent exits (a daemon forking after listen()).
  * vfork/posix_spawn children run no handlers and change nothing the parent
  * sees: they only exec (exec.c, which reads the table and allocates
  * nothing) or _exit.
@@ -40,6 +43,7 @@ static void child(void)
 {
 	ff_table_atfork_child();
 	ff_control_atfork_child();
+	ff_listeners_lost();
 	ff_table_unlock();
 }
 

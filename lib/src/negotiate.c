@@ -79,42 +79,68 @@ static void enc_endpoint(struct ff_enc *e, uint16_t type,
 		ff_enc_attr(e, type, ep, (size_t)n);
 }
 
-/* One request on this thread's session; ff_busy keeps the shim out of it. */
+/* One request on session a. */
+static int request_on(struct ff_agent *a, uint8_t msg, const struct sockaddr_storage *local,
+		      const struct sockaddr_storage *remote, uint8_t want, struct ff_reply *r)
+{
+	uint8_t buf[FF_HDR_LEN + 2 * (FF_ATTR_HDR_LEN + FF_EP6_LEN)];
+	struct ff_enc e;
+	int n;
+
+	ff_enc_start(&e, buf, sizeof(buf), msg, ff_agent_next_seq(a));
+	enc_endpoint(&e, FF_ATTR_LOCAL_EP, local);
+	if (remote)
+		enc_endpoint(&e, FF_ATTR_REMOTE_EP, remote);
+	n = ff_enc_finish(&e);
+	return n < 0 ? n : ff_agent_request(a, buf, n, want, r);
+}
+
+/*
+ * One request on this thread's session; ff_busy keeps the shim out of it.
+ * A session that was open already may lead to an agent that has gone (it
+ * was restarted: EOF at once, no wait); then the request is made once more
+ * on a new session, which re-registers the listeners first (listeners.c).
+ */
 static int request(uint8_t msg, const struct sockaddr_storage *local,
 		   const struct sockaddr_storage *remote, uint8_t want,
 		   struct ff_reply *r)
 {
 	struct ff_agent *a;
-	uint8_t buf[FF_HDR_LEN + 2 * (FF_ATTR_HDR_LEN + FF_EP6_LEN)];
-	struct ff_enc e;
-	int n, ret;
+	int ret, fresh;
 
 	ff_busy = 1;
-	ret = ff_control_get(&a);
-	if (!ret) {
-		ff_enc_start(&e, buf, sizeof(buf), msg, ff_agent_next_seq(a));
-		enc_endpoint(&e, FF_ATTR_LOCAL_EP, local);
-		if (remote)
-			enc_endpoint(&e, FF_ATTR_REMOTE_EP, remote);
-		n = ff_enc_finish(&e);
-		ret = n < 0 ? n : ff_agent_request(a, buf, n, want, r);
-		if (ret < 0)
+	do {
+		fresh = ff_control_get(&a);
+		ret = fresh < 0 ? fresh : request_on(a, msg, local, remote, want, r);
+		if (ret < 0 && fresh >= 0)
 			ff_control_broken(ret);
-	}
+	} while (ret == -ECONNRESET && fresh == 0);
 	ff_busy = 0;
 	return ret;
+}
+
+static int announce_reply(int ret, struct ff_reply *r)
+{
+	if (ret)
+		return ret;
+	ff_reply_close_fds(r);
+	return r->msg.type == FF_MSG_OK ? 0 : -EPERM;
 }
 
 int ff_announce(uint8_t msg, const struct sockaddr_storage *local,
 		const struct sockaddr_storage *remote)
 {
 	struct ff_reply r;
-	int ret = request(msg, local, remote, FF_MSG_OK, &r);
 
-	if (ret)
-		return ret;
-	ff_reply_close_fds(&r);
-	return r.msg.type == FF_MSG_OK ? 0 : -EPERM;
+	return announce_reply(request(msg, local, remote, FF_MSG_OK, &r), &r);
+}
+
+int ff_announce_on(struct ff_agent *a, uint8_t msg, const struct sockaddr_storage *local,
+		   const struct sockaddr_storage *remote)
+{
+	struct ff_reply r;
+
+	return announce_reply(request_on(a, msg, local, remote, FF_MSG_OK, &r), &r);
 }
 
 /* Say why a reply means overlay in why; returns the channel fd or -1. */
@@ -204,7 +230,7 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 	socklen_t ll = sizeof(local), rl = sizeof(remote);
 	char why[160] = "";
 	struct ff_reply r;
-	int chan = -1, ret;
+	int chan = -1, answered = 0, ret;
 
 	if (ff_real.getsockname(fd, (void *)&local, &ll) ||
 	    ff_real.getpeername(fd, (void *)&remote, &rl)) {
@@ -215,10 +241,14 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 			snprintf(why, sizeof(why), "agent unreachable: %s", strerror(-ret));
 		else
 			chan = read_path(&r, why, sizeof(why));
-		if (ret >= 0)
+		if (ret >= 0) {
+			/* A PATH, whatever it says, is listed by the agent until CLOSED. */
+			answered = r.msg.type == FF_MSG_PATH;
 			ff_reply_close_fds(&r);
+		}
 	}
 	ff_table_lock();
+	c->answered = answered;
 	c->local = local;
 	c->local_len = ll;
 	c->remote = remote;

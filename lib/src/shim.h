@@ -137,6 +137,8 @@ struct ff_conn {
 	int family;			/* AF_INET or AF_INET6, as the application sees it */
 	int kern_family;		/* the family of the socket really at the fd */
 	int registered;			/* listener: the agent acknowledged LISTEN */
+	pid_t reg_pid;			/* listener: the process that LISTEN registered */
+	int answered;			/* the agent answered CONNECT/ACCEPT with a PATH */
 	int pending_fd;			/* PENDING/NEGOTIATING: the fd, for epoll matching */
 	struct sockaddr_storage local, remote;
 	socklen_t local_len, remote_len;
@@ -149,6 +151,7 @@ struct ff_conn {
 #define FF_FD_TRACKED	1u	/* conn is set */
 #define FF_FD_PENDING	2u	/* data calls must wait for the decision */
 #define FF_FD_CONTROL	4u	/* a control connection to the agent */
+#define FF_FD_SWAPPED	8u	/* conn is SWAPPED: a kernel channel sits at the fd */
 
 struct ff_slot {
 	_Atomic uint8_t flags;
@@ -184,7 +187,11 @@ void ff_conn_forget_epregs(struct ff_conn *c);
 /* ---- control.c: this thread's connection to the agent ---- */
 
 struct ff_agent;
-/* Returns this thread's session (connected, HELLO done) or a -errno. */
+/*
+ * This thread's session (connected, HELLO done, listeners re-sent if the
+ * agent may have lost them): 0 if it was open already, 1 if just opened,
+ * or a -errno.
+ */
 int ff_control_get(struct ff_agent **out);
 /* After a failed request (err < 0): forget the session if ff_agent closed it. */
 void ff_control_broken(int err);
@@ -221,6 +228,18 @@ static inline int ff_settle(int fd, int nonblock)
 /* Best-effort LISTEN / UNLISTEN / CLOSED; the result only says if the agent took it. */
 int ff_announce(uint8_t msg, const struct sockaddr_storage *local,
 		const struct sockaddr_storage *remote);
+/* The same on a given session (the one being opened). */
+int ff_announce_on(struct ff_agent *a, uint8_t msg, const struct sockaddr_storage *local,
+		   const struct sockaddr_storage *remote);
+
+/* ---- listeners.c: keeping the agent's listener table in step ---- */
+
+/* The agent may have forgotten this process's listeners (session broke, fork). */
+void ff_listeners_lost(void);
+/* On a session just opened: re-send LISTEN if something was lost. 0 or -errno. */
+int ff_listeners_resync(struct ff_agent *a);
+/* LISTEN took: note who registered c (table lock held). */
+void ff_listener_registered(struct ff_conn *c, int ok);
 
 /* ---- epoll.c (table lock held) ---- */
 void ff_epoll_arm_pending(int fd, struct ff_conn *c);

@@ -18,6 +18,7 @@
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "freeflow/proto.h"
 #include "shim.h"
@@ -54,13 +55,34 @@ static struct ff_conn *lock_conn(int fd)
 	return NULL;
 }
 
+/*
+ * fd is a new file the shim does not track. Its slot can still describe a
+ * socket closed behind the shim's back (close_range, fclose of an
+ * fdopen'ed socket: libc-internal closes); forget it, or this fd would
+ * answer with another connection's names and lose sendto's address.
+ */
+static void untracked(int fd)
+{
+	struct ff_slot *s = ff_fd_slot(fd);
+
+	if (!s || !(atomic_load_explicit(&s->flags, memory_order_relaxed) & FF_FD_TRACKED))
+		return;
+	ff_table_lock();
+	put_slot(fd, NULL);
+	ff_table_unlock();
+}
+
 FF_EXPORT int socket(int domain, int type, int protocol)
 {
 	int fd = REAL(socket)(domain, type, protocol);
 	struct ff_conn *c;
 
-	if (fd < 0 || ff_busy || !is_tcp(domain, type, protocol) || !ff_fd_slot(fd))
+	if (fd < 0 || ff_busy || !ff_fd_slot(fd))
 		return fd;
+	if (!is_tcp(domain, type, protocol)) {
+		untracked(fd);
+		return fd;
+	}
 	c = ff_conn_new(domain);
 	ff_table_lock();
 	put_slot(fd, c);
@@ -121,11 +143,14 @@ FF_EXPORT int connect(int fd, const struct sockaddr *sa, socklen_t len)
 
 FF_EXPORT int listen(int fd, int backlog)
 {
-	int ret = REAL(listen)(fd, backlog), err = errno;
-	struct ff_conn *c = ret ? NULL : lock_conn(fd);
+	int ret = REAL(listen)(fd, backlog), err = errno, ok;
 	struct sockaddr_storage local;
 	socklen_t ll = sizeof(local);
+	struct ff_conn *c;
 
+	if (ret || ff_real.getsockname(fd, (void *)&local, &ll))
+		return ret;
+	c = lock_conn(fd);
 	if (!c)
 		return ret;
 	if (c->state != FF_ST_SOCKET) {
@@ -133,21 +158,18 @@ FF_EXPORT int listen(int fd, int backlog)
 		return ret;
 	}
 	c->state = FF_ST_LISTEN;
+	c->local = local;
+	c->local_len = ll;
 	c->refs++;
 	ff_table_unlock();
-	if (ff_real.getsockname(fd, (void *)&local, &ll) == 0) {
-		int ok = ff_announce(FF_MSG_LISTEN, &local, NULL);
-
-		if (ok)
-			ff_fallback(fd, "listener not registered with the agent: %s", strerror(-ok));
-		ff_table_lock();
-		c->registered = ok == 0;
-		c->local = local;
-		c->local_len = ll;
-		if (ff_conn_unref(c))
-			ff_conn_free(c);
-		ff_table_unlock();
-	}
+	ok = ff_announce(FF_MSG_LISTEN, &local, NULL);
+	if (ok)
+		ff_fallback(fd, "listener not registered with the agent: %s", strerror(-ok));
+	ff_table_lock();
+	ff_listener_registered(c, ok == 0);
+	if (ff_conn_unref(c))
+		ff_conn_free(c);
+	ff_table_unlock();
 	errno = err;
 	return ret;
 }
@@ -155,19 +177,14 @@ FF_EXPORT int listen(int fd, int backlog)
 /* A connection accepted on a registered listener is negotiated before the app sees it. */
 static int accepted(int lfd, int nfd)
 {
-	struct ff_conn *l = lock_conn(lfd), *c;
-	int family;
+	struct ff_conn *l = lock_conn(lfd), *c = NULL;
 
-	if (!l)
-		return nfd;
-	family = l->family;
-	if (l->state != FF_ST_LISTEN || !l->registered || !ff_fd_slot(nfd)) {
-		ff_table_unlock();
-		return nfd;
-	}
-	c = ff_conn_new(family);
+	if (l && l->state == FF_ST_LISTEN && l->registered && ff_fd_slot(nfd))
+		c = ff_conn_new(l->family);
 	if (!c) {
-		ff_table_unlock();
+		if (l)
+			ff_table_unlock();
+		untracked(nfd);
 		return nfd;
 	}
 	ff_sockopt_inherit(c, l);
@@ -202,12 +219,17 @@ FF_EXPORT int accept4(int fd, struct sockaddr *sa, socklen_t *len, int flags)
 	return nfd;
 }
 
-/* The last fd of a conn is gone: tell the agent what it keeps track of. */
+/*
+ * The last fd of a conn is gone: tell the agent what it keeps track of,
+ * its registration of the listener (only the registering process's own,
+ * listeners.c) and every connection it answered, fast or overlay (it lists
+ * them until CLOSED). Bounded: one request on this thread's session.
+ */
 static void conn_closed(struct ff_conn *c)
 {
-	if (c->state == FF_ST_LISTEN && c->registered)
+	if (c->state == FF_ST_LISTEN && c->registered && c->reg_pid == getpid())
 		ff_announce(FF_MSG_UNLISTEN, &c->local, NULL);
-	else if (c->state == FF_ST_SWAPPED)
+	else if (c->answered && (c->state == FF_ST_SWAPPED || c->state == FF_ST_OVERLAY))
 		ff_announce(FF_MSG_CLOSED, &c->local, &c->remote);
 	ff_table_lock();
 	ff_conn_free(c);

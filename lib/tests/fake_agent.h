@@ -26,7 +26,7 @@
  * restores the application's choice.
  *
  * Every event is one line in the log file ("ask", "swap", "overlay
- * <reason>", "hostile <case>", "listen", "unlisten", "closed"), which the
+ * <reason>", "hostile <case>", "listen <pid>", "unlisten", "closed"), which the
  * tests read to check what really happened. When its parent dies without stopping it (a crash, the
  * runner's timeout), the agent removes the test's temporary directory.
  */
@@ -312,6 +312,16 @@ static inline void fa_broker(struct fa_state *st, int fd, const struct ff_msg *m
 	}
 }
 
+/* The pid that opened client connection fd (the real agent keys listeners by it). */
+static inline int fa_peer_pid(int fd)
+{
+	struct ucred cr = { .pid = -1 };
+	socklen_t len = sizeof(cr);
+
+	getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len);
+	return (int)cr.pid;
+}
+
 static inline void fa_request(struct fa_state *st, int fd)
 {
 	static uint8_t in[FF_MAX_MESSAGE];
@@ -341,7 +351,7 @@ static inline void fa_request(struct fa_state *st, int fd)
 		memcpy(&port, l->val + l->len - 2, 2);
 		if (st->nports < 64)
 			st->ports[st->nports++] = port;
-		fa_log(st, "listen");
+		fa_log(st, "listen %d", fa_peer_pid(fd));
 		fa_send(fd, FF_MSG_OK, m.seq, 0, NULL, -1);
 		break;
 	case FF_MSG_UNLISTEN:

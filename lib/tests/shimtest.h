@@ -69,6 +69,25 @@ static inline pid_t t_start_agent(const char *sock, const char *log, enum fa_mod
 	return pid;
 }
 
+/* A restarted agent (t_restart_agent): this image runs only the agent. */
+static inline void t_agent_only(const char *mode)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char log[PATH_MAX + 16];
+	int lfd, logfd;
+
+	snprintf(t_dir, sizeof(t_dir), "%s", getenv("FF_TEST_DIR"));
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", getenv("FREEFLOW_AGENT_SOCKET"));
+	t_path(log, sizeof(log), "agent.log");
+	lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	logfd = open(log, O_WRONLY | O_APPEND | O_CLOEXEC);
+	if (lfd < 0 || logfd < 0 || bind(lfd, (void *)&sa, sizeof(sa)) || listen(lfd, 64)) {
+		perror("restarted fake agent");
+		_exit(T_EXIT_FAIL);
+	}
+	fa_run(lfd, (enum fa_mode)atoi(mode), logfd, getppid(), t_dir);
+}
+
 /*
  * Stage 1 (no preload): agent up, environment set, exec self preloaded.
  * mode -1: no agent at all (the socket path does not exist).
@@ -81,6 +100,8 @@ static inline void t_shim_setup(char **argv, int mode)
 
 	if (pre && !*pre)
 		pre = NULL;
+	if (getenv("FF_TEST_AGENT_ONLY"))
+		t_agent_only(getenv("FF_TEST_AGENT_ONLY"));
 	if (getenv("FF_TEST_DIR")) {
 		snprintf(t_dir, sizeof(t_dir), "%s", getenv("FF_TEST_DIR"));
 		return;
@@ -125,6 +146,47 @@ static inline int t_shim_finish(void)
 	unlink(p);
 	rmdir(t_dir);
 	return t_exit_code();
+}
+
+/*
+ * Kill the agent and start a new one on the same socket, with an empty
+ * state as a restarted agent has. It is this test program again, exec'd
+ * without the library (the fake agent must not run preloaded), and a child
+ * of this process like the first one. Returns once it accepts connections.
+ */
+static inline void t_restart_agent(char **argv, enum fa_mode mode)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	pid_t old = (pid_t)atoi(getenv("FF_TEST_AGENT_PID")), pid;
+	char env[32];
+
+	if (old > 0) {
+		kill(old, SIGKILL);
+		waitpid(old, NULL, 0);
+	}
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", getenv("FREEFLOW_AGENT_SOCKET"));
+	unlink(sa.sun_path);
+	pid = fork();
+	if (pid == 0) {
+		snprintf(env, sizeof(env), "%d", (int)mode);
+		setenv("FF_TEST_AGENT_ONLY", env, 1);
+		unsetenv("LD_PRELOAD");
+		execv("/proc/self/exe", argv);
+		_exit(T_EXIT_FAIL);
+	}
+	snprintf(env, sizeof(env), "%d", (int)pid);
+	setenv("FF_TEST_AGENT_PID", env, 1);
+	for (int i = 0; i < 200; i++) {
+		int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		int ok = fd >= 0 && connect(fd, (void *)&sa, sizeof(sa)) == 0;
+
+		close(fd);
+		if (ok)
+			return;
+		usleep(10000);
+	}
+	printf("the restarted fake agent never came up\n");
+	exit(T_EXIT_FAIL);
 }
 
 /* Lines of the agent log that start with word. */
