@@ -77,6 +77,7 @@ type Config struct {
 	Logger       *slog.Logger
 
 	keepDecided time.Duration // how long decisions and parked halves are kept; tests shorten it
+	commitWait  time.Duration // how long a fast PATH on an offer waits for its COMMIT; tests shorten it
 }
 
 // LibrarySocket is the path of the library socket.
@@ -170,6 +171,9 @@ func withDefaults(cfg Config) Config {
 	}
 	if cfg.keepDecided <= 0 {
 		cfg.keepDecided = keepDecided
+	}
+	if cfg.commitWait <= 0 {
+		cfg.commitWait = commitWait
 	}
 	return cfg
 }

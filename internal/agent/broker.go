@@ -18,23 +18,36 @@ package agent
 // Otherwise the first ask waits at most 50 ms for the second; then both get
 // the fast path, or, on timeout, both get overlay (peer-timeout), unless
 // the meeting is parked (below). A decided tuple is remembered for a few
-// seconds, so a late ask gets the recorded decision, or its parked half. Waiting happens in the asking connection's goroutine with no
-// table lock held; a meeting is decided exactly once, under the table lock.
+// seconds, so a late ask gets the recorded decision, or its parked half.
+// Waiting happens in the asking connection's goroutine with no table lock
+// held; a meeting is decided exactly once, under the table lock.
 //
 // Same host: the second ask creates socketpair(AF_UNIX, SOCK_STREAM) and
 // each end gets one half in PATH unix; the agent closes its copies.
 //
-// Cross host (fastpath_remote.go): the connector's agent dials the
-// acceptor's agent on the fabric (broker port 7947 on the host's FabricIP)
-// and sends an OFFER authenticated with HMAC-SHA256 under the cluster key.
-// The acceptor's agent checks the MAC, the clock window, the nonce, the
-// sender and its own rules, then plays the connecting side of the local
-// meeting: once its local ACCEPT is there (at most 40 ms after the offer,
-// so the reply always beats the connector's 60 ms budget), it writes its
-// reply on that TCP connection and hands the very socket to the accepting
-// library; the connector's agent reads exactly the reply's bytes and hands
-// its end to the connecting library. The data then flows on a kernel TCP
-// connection between the two hosts' fabric addresses.
+// Cross host (fastpath_remote.go, offer_accept.go): the connector's agent
+// dials the acceptor's agent on the fabric (broker port 7947 on the host's
+// FabricIP) and sends an OFFER authenticated with HMAC-SHA256 under the
+// cluster key. The acceptor's agent checks the MAC, the clock window, the
+// nonce, the sender and its own rules, then plays the connecting side of
+// the local meeting: once its local ACCEPT is there (at most 40 ms after
+// the offer) it writes PATH host-tcp on that TCP connection. That is a
+// proposal, not yet the decision: two agents decide, each under its own
+// clock, and the connector's agent gives up when its budget (150 ms from
+// its CONNECT) passes, which a busy host can make it do just after the
+// acceptor's agent wrote host-tcp. So the connector's agent, having read
+// a valid fast PATH within its budget, writes a COMMIT (signed, carrying
+// the offer's nonce) and only then hands its end to the connecting
+// library; past its budget it writes nothing and closes. The acceptor's
+// agent hands (or parks) its end only after reading that COMMIT, within
+// commitWait (1 s); EOF, a timeout or anything but a valid COMMIT makes
+// its decision overlay (no-commit) and closes the connection. Each agent
+// reads exactly the bytes of the other's messages, so the application's
+// data, which follows on the wire, is left for the libraries. The data
+// then flows on a kernel TCP connection between the two hosts' fabric
+// addresses. The library waits 250 ms for any answer (lib/src/control.c),
+// well beyond the connector's 150 ms budget, and the acceptor's ACCEPT is
+// answered at most 50 ms (its peer wait) plus that budget after it asks.
 //
 // Simultaneous connects (parked.go). Two single-threaded processes A and
 // B, each listening, connect to each other at once (Open MPI's TCP
@@ -48,7 +61,8 @@ package agent
 // waited for: the meeting is "parked". Its connector completes it at once
 // as if the acceptor had asked (same host: a socketpair; cross host, on
 // the acceptor's agent handling the OFFER: the host-tcp reply is written
-// on the offer connection), takes its own half, and the acceptor's half
+// on the offer connection, and the half is parked only once the COMMIT
+// has come), takes its own half, and the acceptor's half
 // stays in the meeting until that side's ACCEPT claims it, with PATH fast,
 // or until keepDecided passes: then the half is closed and the connector
 // reads EOF, as it would see a reset had the connection been dropped from
@@ -68,22 +82,34 @@ package agent
 // the second is parked too if the first process is still in its CONNECT
 // there, and otherwise meets that process's ACCEPT, which it can now send.
 //
-// Crash windows (where the two ends can disagree). All need an agent to
-// die or stall mid-decision; none can deliver bytes to the wrong peer, and
-// in each one both ends see their connection end (EOF or reset), so no
-// application hangs:
-//   - The acceptor's agent wrote "host-tcp" and handed the socket, but the
-//     connector's agent died (or passed its 60 ms budget) before handing
-//     its end. The connecting library keeps the overlay socket; the
-//     accepting library already closed its overlay socket, so the
-//     connector sees EOF; the acceptor's host-tcp socket sees EOF when the
-//     dead agent's copy is closed by the kernel.
+// Windows where the two ends can disagree. All need an agent (or a
+// library) to die or stall far beyond the bounds above; none can deliver
+// bytes to the wrong peer, and in each one both ends see their connection
+// end (EOF or reset), so no application hangs in a read:
+//   - Cross host, the connector's agent wrote COMMIT but died before its
+//     fd reached the connecting library (or that library had given up
+//     waiting, so the PATH found no reader and its fd was closed). The
+//     accepting library got host-tcp and reads EOF there once the dead
+//     agent's copy is closed; the connecting library keeps the overlay
+//     socket, whose peer (the accepting library) has closed it: EOF.
+//   - Cross host, a COMMIT that takes longer than commitWait to cross the
+//     fabric although it was written within the budget: the acceptor's
+//     agent closed the connection (overlay), so the connecting library's
+//     host-tcp socket reads EOF or a reset, and the accepting library's
+//     overlay socket reads EOF when the connector closes its overlay one.
+//   - The accepting library gave up (its 250 ms) before its agent got the
+//     COMMIT (a scheduling stall of more than ~50 ms on top of the full
+//     budget): the agent's PATH finds no reader, its fd is closed, and
+//     the connector's host-tcp socket reads EOF; the accepting library
+//     keeps the overlay, whose peer the connector closed: EOF.
 //   - Same host: an agent that dies between sending the two halves of a
 //     socketpair. The half it still held is closed with it: the end that
 //     got its half reads EOF, the other keeps its overlay socket whose
 //     peer is closed.
 //   - A library that dies after its ask: its end is gone anyway; the peer
 //     sees EOF on whichever socket it holds.
+// A connector's agent that merely passes its budget is no window any
+// more: it writes no COMMIT, so both ends keep the overlay.
 // An agent that is merely stopped or restarted loses its meetings; asks to
 // a new agent find no record and decide afresh, and an ask that reached
 // the old one gets no reply, so its library keeps the overlay (its own
@@ -113,6 +139,7 @@ const (
 	reasonUnreachable   = "agent-unreachable"
 	reasonNoKey         = "no-cluster-key"
 	reasonBadReply      = "bad-offer-reply"
+	reasonNoCommit      = "no-commit"
 	reasonDuplicate     = "duplicate-request"
 	reasonChannelFailed = "channel-failed"
 	reasonAgentStuck    = "agent-error"

@@ -68,8 +68,8 @@ func (a *Agent) exchange(self, peer directory.Container, k tuple) (decision, int
 	return a.takeReply(c, key, nonce.Value, reply)
 }
 
-// takeReply checks the acceptor agent's reply and, for host-tcp, returns
-// a descriptor of c for the connecting library.
+// takeReply checks the acceptor agent's reply and, for host-tcp, commits
+// to it and returns a descriptor of c for the connecting library.
 func (a *Agent) takeReply(c *net.TCPConn, key, nonce []byte, reply *protocol.Message) (decision, int) {
 	if err := checkReply(key, nonce, reply); err != nil {
 		a.log.Warn("fast-path offer: reply refused; using the overlay", "peer", c.RemoteAddr().String(), "err", err)
@@ -85,7 +85,24 @@ func (a *Agent) takeReply(c *net.TCPConn, key, nonce []byte, reply *protocol.Mes
 		a.log.Warn("fast-path offer: keep the connection; using the overlay", "err", err)
 		return overlay(reasonChannelFailed), -1
 	}
+	if err := commit(c, key, nonce, reply.Seq); err != nil {
+		a.log.Info("fast-path offer: COMMIT not sent within the budget; using the overlay", "peer", c.RemoteAddr().String(), "err", err)
+		closeFD(fd)
+		return overlay(reasonUnreachable), -1
+	}
 	return decision{kind: pathHostTCP}, fd
+}
+
+// commit sends the COMMIT that makes the acceptor's agent hand its end to
+// the accepting library. c's deadline is the end of the budget: past it
+// the write fails without sending a byte, and the caller's close tells the
+// acceptor's agent to use the overlay.
+func commit(c *net.TCPConn, key, nonce []byte, seq uint32) error {
+	m, err := commitMessage(key, nonce, seq)
+	if err != nil {
+		return err
+	}
+	return writeFrame(c, m)
 }
 
 // checkReply accepts only a PATH signed with key that echoes our nonce.

@@ -13,18 +13,24 @@ import (
 	"github.com/freeflow-net/freeflow/internal/protocol"
 )
 
-// OFFER (PROTOCOL.md, "Cross-host offers") travels on a TCP stream, so
-// each message is framed by its own header: read 12 bytes, then exactly
-// the payload length, and never a byte more, because what follows the
-// reply on that connection is the application's data.
+// OFFER, its PATH reply and the COMMIT (PROTOCOL.md, "Cross-host offers")
+// travel on a TCP stream, so each message is framed by its own header:
+// read 12 bytes, then exactly the payload length, and never a byte more,
+// because what follows the reply and the COMMIT on that connection is the
+// application's data.
 
-// Bounds of the cross-host exchange.
+// Bounds of the cross-host exchange. The connector's agent has offerBudget
+// from its CONNECT to its COMMIT; the acceptor's agent waits at most
+// offerWait for its local ACCEPT inside it, and the library waits longer
+// than both for any answer (lib/src/control.c), so a scheduling delay
+// under load costs margin, not agreement.
 const (
 	DefaultBrokerPort = 7947
-	offerBudget       = 60 * time.Millisecond // the connector's agent: dial, offer, reply
-	offerWait         = 40 * time.Millisecond // the acceptor's agent: wait for its ACCEPT
-	offerReadLimit    = time.Second           // a peer that sends no offer is dropped
-	offerClockSkew    = 30 * time.Second      // TIME must be this close to our clock
+	offerBudget       = 150 * time.Millisecond // the connector's agent: dial, offer, reply, COMMIT
+	offerWait         = 40 * time.Millisecond  // the acceptor's agent: wait for its ACCEPT
+	commitWait        = time.Second            // the acceptor's agent: wait for COMMIT after a fast PATH
+	offerReadLimit    = time.Second            // a peer that sends no offer is dropped
+	offerClockSkew    = 30 * time.Second       // TIME must be this close to our clock
 	maxOffersInFlight = 256
 )
 
@@ -53,6 +59,28 @@ func readFrame(r io.Reader) (*protocol.Message, error) {
 		return nil, fmt.Errorf("read message payload: %w", err)
 	}
 	return protocol.Decode(buf)
+}
+
+// commitMessage is the connector agent's COMMIT of the offer with nonce:
+// its fast PATH is taken, the connection goes to the connecting library.
+func commitMessage(key, nonce []byte, seq uint32) (*protocol.Message, error) {
+	m := protocol.New(protocol.TypeCommit, seq, protocol.Attr{Type: protocol.AttrNonce, Value: nonce})
+	return m, sign(key, m)
+}
+
+// checkCommit accepts only a COMMIT signed with key that carries the
+// offer's nonce.
+func checkCommit(key, nonce []byte, m *protocol.Message) error {
+	if m.Type != protocol.TypeCommit {
+		return fmt.Errorf("%v after a fast PATH, want COMMIT", m.Type)
+	}
+	if err := verify(key, m); err != nil {
+		return err
+	}
+	if got, _ := m.Get(protocol.AttrNonce); !hmac.Equal(got, nonce) {
+		return fmt.Errorf("COMMIT does not carry the offer's nonce")
+	}
+	return nil
 }
 
 // sign appends the MAC attribute: HMAC-SHA256 under key over the message

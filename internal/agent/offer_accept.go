@@ -12,7 +12,8 @@ import (
 
 // serveOffer is the accepting side of a cross-host connection: one OFFER
 // on a fresh TCP connection from another agent, one reply, and for
-// host-tcp the connection itself goes to the accepting library.
+// host-tcp, once the connector's agent has sent its COMMIT, the connection
+// itself goes to the accepting library.
 func (a *Agent) serveOffer(c *net.TCPConn) {
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(offerReadLimit))
@@ -28,24 +29,46 @@ func (a *Agent) serveOffer(c *net.TCPConn) {
 		return
 	}
 	nonce, _ := m.Get(protocol.AttrNonce)
-	reply := func(d decision) error {
-		r := protocol.New(protocol.TypePath, m.Seq, protocol.U8(protocol.AttrPathKind, d.kind))
-		if d.kind == pathOverlay {
-			r.Attrs = append(r.Attrs, protocol.String(protocol.AttrReason, d.reason))
-		}
-		r.Attrs = append(r.Attrs, protocol.Attr{Type: protocol.AttrNonce, Value: nonce})
-		if err := sign(key, r); err != nil {
-			return err
-		}
-		return writeFrame(c, r)
-	}
+	p := &offerPeer{c: c, key: key, seq: m.Seq, nonce: nonce}
 	li, reason := a.offerPrecheck(k, sender)
 	if reason != "" {
 		d, _ := a.rv.decideNow(k, sideConnector, overlay(reason)) // only an acceptor takes a parked half
-		reply(d)
+		p.reply(d)
 		return
 	}
-	a.meetOffer(c, k, li, reply)
+	a.meetOffer(p, k, li)
+}
+
+// offerPeer is the acceptor's end of one authenticated offer exchange.
+type offerPeer struct {
+	c     *net.TCPConn
+	key   []byte
+	seq   uint32
+	nonce []byte // the offer's; its reply and COMMIT carry it
+}
+
+// reply writes the signed PATH answering the offer.
+func (p *offerPeer) reply(d decision) error {
+	r := protocol.New(protocol.TypePath, p.seq, protocol.U8(protocol.AttrPathKind, d.kind))
+	if d.kind == pathOverlay {
+		r.Attrs = append(r.Attrs, protocol.String(protocol.AttrReason, d.reason))
+	}
+	r.Attrs = append(r.Attrs, protocol.Attr{Type: protocol.AttrNonce, Value: p.nonce})
+	if err := sign(p.key, r); err != nil {
+		return err
+	}
+	return writeFrame(p.c, r)
+}
+
+// awaitCommit reads exactly one message within wait and checks it is the
+// COMMIT of this offer; the bytes after it are the application's.
+func (p *offerPeer) awaitCommit(wait time.Duration) error {
+	p.c.SetReadDeadline(time.Now().Add(wait))
+	m, err := readFrame(p.c)
+	if err != nil {
+		return fmt.Errorf("no COMMIT within %v: %w", wait, err)
+	}
+	return checkCommit(p.key, p.nonce, m)
 }
 
 // checkOffer authenticates m and returns the tuple it offers, the sending
@@ -122,40 +145,54 @@ func (a *Agent) offerPrecheck(k tuple, sender directory.Host) (*listenerInfo, st
 
 // meetOffer plays the connecting side of k's meeting on this host. Once
 // the local ACCEPT is there, or the meeting is parked (its acceptor's
-// process waits in a CONNECT of its own), it writes the host-tcp reply and
-// only then gives the accepting library the connection (at once, or when
-// a parked half is claimed), so the application's first byte always
-// follows the reply on the wire.
-func (a *Agent) meetOffer(c *net.TCPConn, k tuple, li *listenerInfo, reply func(decision) error) {
+// process waits in a CONNECT of its own), it completes the meeting with
+// commitOffer: the accepting library gets the connection (at once, or
+// when a parked half is claimed) only after the connector's agent has
+// committed to it, and always after the reply on the wire.
+func (a *Agent) meetOffer(p *offerPeer, k tuple, li *listenerInfo) {
 	m, role := a.rv.join(k, sideConnector, li, nil)
 	switch role {
 	case roleDuplicate:
-		reply(overlay(reasonDuplicate))
+		p.reply(overlay(reasonDuplicate))
 		return
 	case roleDecided:
-		reply(a.rv.decision(m))
+		p.reply(a.rv.decision(m))
 		return
 	case roleFirst:
 		if a.rv.await(m, offerWait) == turnDecided {
-			reply(a.rv.decision(m))
+			p.reply(a.rv.decision(m))
 			return
 		}
 	}
-	fd, err := dupConn(c)
+	d, fd := a.commitOffer(p)
+	a.rv.decide(m, d, [2]int{-1, fd})
+}
+
+// commitOffer writes the host-tcp reply and waits for the connector's
+// agent to COMMIT it. It returns host-tcp with a descriptor of the
+// connection for the accepting library, or overlay if the connection
+// cannot be kept, the reply cannot be written, or no valid COMMIT comes
+// within the bound: the connector's agent passed its budget (and then
+// closes the connection without a word), died, or is not who it claims.
+func (a *Agent) commitOffer(p *offerPeer) (decision, int) {
+	fd, err := dupConn(p.c)
 	if err != nil {
 		a.log.Warn("keep an offered connection; using the overlay", "err", err)
-		a.rv.decide(m, overlay(reasonChannelFailed), [2]int{-1, -1})
-		reply(overlay(reasonChannelFailed))
-		return
+		p.reply(overlay(reasonChannelFailed))
+		return overlay(reasonChannelFailed), -1
 	}
-	c.SetNoDelay(false)
-	if err := reply(decision{kind: pathHostTCP}); err != nil {
-		a.log.Info("reply to a fast-path offer failed; using the overlay", "peer", c.RemoteAddr().String(), "err", err)
+	p.c.SetNoDelay(false)
+	if err := p.reply(decision{kind: pathHostTCP}); err != nil {
+		a.log.Info("reply to a fast-path offer failed; using the overlay", "peer", p.c.RemoteAddr().String(), "err", err)
 		closeFD(fd)
-		a.rv.decide(m, overlay(reasonUnreachable), [2]int{-1, -1})
-		return
+		return overlay(reasonUnreachable), -1
 	}
-	a.rv.decide(m, decision{kind: pathHostTCP}, [2]int{-1, fd})
+	if err := p.awaitCommit(a.cfg.commitWait); err != nil {
+		a.log.Info("fast path not committed by the connector's agent; using the overlay", "peer", p.c.RemoteAddr().String(), "err", err)
+		closeFD(fd)
+		return overlay(reasonNoCommit), -1
+	}
+	return decision{kind: pathHostTCP}, fd
 }
 
 func unmapEP(ep netip.AddrPort) netip.AddrPort {

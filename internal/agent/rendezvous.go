@@ -12,8 +12,9 @@ const (
 	meetWait    = 50 * time.Millisecond // the first ask waits this long for the second
 	keepDecided = 5 * time.Second       // a decided tuple answers late asks this long
 	// finishLimit bounds the wait for the side that completes a meeting
-	// (a socketpair, or one framed write on a fresh TCP connection); it is
-	// a guard against a bug, never reached in normal operation.
+	// (a socketpair, or a framed PATH and the wait for its COMMIT, at most
+	// commitWait, on a fresh TCP connection); it is a guard against a bug,
+	// never reached in normal operation.
 	finishLimit = 2 * time.Second
 )
 

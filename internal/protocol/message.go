@@ -36,6 +36,7 @@ const (
 	TypePath        Type = 0x14
 	TypeClosed      Type = 0x15
 	TypeOffer       Type = 0x30 // agent to agent, on the broker port (see PROTOCOL.md)
+	TypeCommit      Type = 0x31 // agent to agent: the connector's agent takes a fast PATH
 	TypeRegister    Type = 0x40
 	TypeUnregister  Type = 0x41
 	TypeList        Type = 0x42
@@ -49,13 +50,13 @@ var typeNames = map[Type]string{
 	TypeHello: "HELLO", TypeHelloReply: "HELLO_REPLY", TypeLookup: "LOOKUP",
 	TypeLookupReply: "LOOKUP_REPLY", TypeListen: "LISTEN", TypeUnlisten: "UNLISTEN",
 	TypeConnect: "CONNECT", TypeAccept: "ACCEPT", TypePath: "PATH", TypeClosed: "CLOSED",
-	TypeOffer: "OFFER", TypeConns: "CONNS",
+	TypeOffer: "OFFER", TypeCommit: "COMMIT", TypeConns: "CONNS",
 	TypeRegister: "REGISTER", TypeUnregister: "UNREGISTER",
 	TypeList: "LIST", TypeStatus: "STATUS", TypeOK: "OK", TypeError: "ERROR",
 }
 
-// Known reports whether t is a message type of version 1. The rest of the
-// range 0x16-0x3f is reserved.
+// Known reports whether t is a message type of version 1. The ranges
+// 0x16-0x2f and 0x32-0x3f are reserved.
 func (t Type) Known() bool { _, ok := typeNames[t]; return ok }
 
 func (t Type) String() string {

@@ -25,6 +25,12 @@
  * - Any failure (no agent, timeout, ERROR reply, PATH overlay, a reply we do
  *   not understand) leaves the TCP connection untouched: no error reaches
  *   the application, and FREEFLOW_DEBUG=1 says why.
+ * - Loopback (127.0.0.0/8, ::1) is never asked about: it stays in the
+ *   container's own kernel, and the agent refuses it (DENIED), so asking
+ *   would cost a round trip per connection for nothing; Open MPI and
+ *   PostgreSQL talk to themselves over loopback a lot. A connection whose
+ *   local address is loopback stays TCP, and a listener bound to loopback
+ *   is not announced (so what it accepts is not negotiated either).
  * - The table lock is not held while the agent is asked; the conn is in
  *   NEGOTIATING meanwhile and other threads wanting it wait for the
  *   decision. The swap itself runs under the lock, after checking that the
@@ -34,7 +40,9 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -65,6 +73,41 @@ int ff_endpoint(const struct sockaddr_storage *sa, uint8_t out[18])
 	memcpy(out, &in6->sin6_addr, 16);
 	memcpy(out + 16, &in6->sin6_port, 2);
 	return FF_EP6_LEN;
+}
+
+/*
+ * FREEFLOW_NEGOTIATE_LOOPBACK=1 asks about loopback too: the library's own
+ * tests run their fake agent on loopback. Read once, at the first ask.
+ */
+static pthread_once_t loopback_once = PTHREAD_ONCE_INIT;
+static int negotiate_loopback;
+
+static void loopback_init(void)
+{
+	const char *v = getenv("FREEFLOW_NEGOTIATE_LOOPBACK");
+
+	negotiate_loopback = v && !strcmp(v, "1");
+}
+
+static int is_loopback(const struct sockaddr_storage *sa)
+{
+	const struct sockaddr_in *in = (const void *)sa;
+	const struct sockaddr_in6 *in6 = (const void *)sa;
+
+	if (sa->ss_family == AF_INET)
+		return ((const uint8_t *)&in->sin_addr)[0] == 127;
+	if (sa->ss_family != AF_INET6)
+		return 0;
+	if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr))
+		return in6->sin6_addr.s6_addr[12] == 127;
+	return IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr);
+}
+
+/* Whether nothing about local is asked: see the design note. */
+static int skip_loopback(const struct sockaddr_storage *local)
+{
+	pthread_once(&loopback_once, loopback_init);
+	return !negotiate_loopback && is_loopback(local);
 }
 
 static void enc_endpoint(struct ff_enc *e, uint16_t type,
@@ -108,6 +151,8 @@ static int request(uint8_t msg, const struct sockaddr_storage *local,
 	struct ff_agent *a;
 	int ret, fresh;
 
+	if (skip_loopback(local))
+		return -EADDRNOTAVAIL;	/* before a session is even opened */
 	ff_busy = 1;
 	do {
 		fresh = ff_control_get(&a);
@@ -140,6 +185,8 @@ int ff_announce_on(struct ff_agent *a, uint8_t msg, const struct sockaddr_storag
 {
 	struct ff_reply r;
 
+	if (skip_loopback(local))
+		return -EADDRNOTAVAIL;
 	return announce_reply(request_on(a, msg, local, remote, FF_MSG_OK, &r), &r);
 }
 
@@ -235,6 +282,8 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 	if (ff_real.getsockname(fd, (void *)&local, &ll) ||
 	    ff_real.getpeername(fd, (void *)&remote, &rl)) {
 		snprintf(why, sizeof(why), "not connected: %s", strerror(errno));
+	} else if (skip_loopback(&local)) {
+		snprintf(why, sizeof(why), "loopback connection: not negotiated");
 	} else {
 		ret = request(msg, &local, &remote, FF_MSG_PATH, &r);
 		if (ret < 0)
