@@ -345,60 +345,62 @@ static void fill_args(char **argv, size_t n, const char *arg, va_list *ap)
 	argv[n] = NULL;
 }
 
-FF_EXPORT int execl(const char *path, const char *arg, ...)
+/* execl, execlp, execle: which exec the built argv goes to, and which envp. */
+enum list_how { L_PATH, L_SEARCH, L_ENV };
+
+/* The arguments at *ap are counted on a copy, then consumed into the argv. */
+static int exec_list(enum list_how how, const char *file, const char *arg, va_list *ap)
 {
-	va_list ap;
+	char *const *envp = environ;
+	va_list count;
 	size_t n;
 
-	va_start(ap, arg);
-	n = count_args(arg, &ap);
-	va_end(ap);
+	va_copy(count, *ap);
+	n = count_args(arg, &count);
+	va_end(count);
 	{
 		char *argv[n + 1];
 
-		va_start(ap, arg);
-		fill_args(argv, n, arg, &ap);
-		va_end(ap);
-		return execve(path, argv, environ);
+		fill_args(argv, n, arg, ap);
+		if (how == L_ENV)
+			envp = va_arg(*ap, char *const *);
+		if (how == L_SEARCH)
+			return execvpe(file, argv, envp);
+		return execve(file, argv, envp);
 	}
+}
+
+FF_EXPORT int execl(const char *path, const char *arg, ...)
+{
+	va_list ap;
+	int ret;
+
+	va_start(ap, arg);
+	ret = exec_list(L_PATH, path, arg, &ap);
+	va_end(ap);
+	return ret;
 }
 
 FF_EXPORT int execlp(const char *file, const char *arg, ...)
 {
 	va_list ap;
-	size_t n;
+	int ret;
 
 	va_start(ap, arg);
-	n = count_args(arg, &ap);
+	ret = exec_list(L_SEARCH, file, arg, &ap);
 	va_end(ap);
-	{
-		char *argv[n + 1];
-
-		va_start(ap, arg);
-		fill_args(argv, n, arg, &ap);
-		va_end(ap);
-		return execvpe(file, argv, environ);
-	}
+	return ret;
 }
 
 FF_EXPORT int execle(const char *path, const char *arg, ...)
 {
-	char *const *envp;
 	va_list ap;
-	size_t n;
+	int ret;
 
 	va_start(ap, arg);
-	n = count_args(arg, &ap);
+	ret = exec_list(L_ENV, path, arg, &ap);
 	va_end(ap);
-	{
-		char *argv[n + 1];
-
-		va_start(ap, arg);
-		fill_args(argv, n, arg, &ap);
-		envp = va_arg(ap, char *const *);
-		va_end(ap);
-		return execve(path, argv, envp);
-	}
+	return ret;
 }
 
 /* ---- the new image: adopt ---- */

@@ -22,6 +22,18 @@ void ff_log_init(void)
 	ff_debug_on = v && strcmp(v, "0") != 0 && v[0] != '\0';
 }
 
+/* Append fmt to the prefix in line[0..n) and write it as one line to stderr. */
+static void write_line(char *line, size_t cap, int n, const char *fmt, va_list ap)
+{
+	n += vsnprintf(line + n, cap - (size_t)n - 1, fmt, ap);
+	if (n > (int)cap - 2)
+		n = (int)cap - 2;
+	line[n++] = '\n';
+	/* One write() per line, so lines of concurrent threads do not mix. */
+	if (ff_real.write(2, line, (size_t)n) < 0)
+		return;
+}
+
 void ff_fallback(int fd, const char *fmt, ...)
 {
 	char line[512];
@@ -33,14 +45,8 @@ void ff_fallback(int fd, const char *fmt, ...)
 	n = snprintf(line, sizeof(line), "libfreeflow[%d]: fd %d stays on the overlay: ",
 		     (int)getpid(), fd);
 	va_start(ap, fmt);
-	n += vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+	write_line(line, sizeof(line), n, fmt, ap);
 	va_end(ap);
-	if (n > (int)sizeof(line) - 2)
-		n = (int)sizeof(line) - 2;
-	line[n++] = '\n';
-	/* One write() per line, so lines of concurrent threads do not mix. */
-	if (ff_real.write(2, line, (size_t)n) < 0)
-		return;
 }
 
 void ff_debug(const char *fmt, ...)
@@ -53,11 +59,6 @@ void ff_debug(const char *fmt, ...)
 		return;
 	n = snprintf(line, sizeof(line), "libfreeflow[%d]: ", (int)getpid());
 	va_start(ap, fmt);
-	n += vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+	write_line(line, sizeof(line), n, fmt, ap);
 	va_end(ap);
-	if (n > (int)sizeof(line) - 2)
-		n = (int)sizeof(line) - 2;
-	line[n++] = '\n';
-	if (ff_real.write(2, line, (size_t)n) < 0)
-		return;
 }

@@ -25,7 +25,7 @@
  * fake sets TCP_NODELAY on them, so the tests see whether the library
  * restores the application's choice.
  *
- * Every event is one line in the log file ("ask", "swap", "overlay
+ * Every event is one line in the log file ("hello", "ask", "swap", "overlay
  * <reason>", "hostile <case>", "listen <pid>", "unlisten", "closed"), which the
  * tests read to check what really happened. When its parent dies without stopping it (a crash, the
  * runner's timeout), the agent removes the test's temporary directory.
@@ -48,6 +48,7 @@
 #include <unistd.h>
 
 #include "freeflow/proto.h"
+#include "testutil.h"
 
 #define FA_WAIT_MS	50
 #define FA_MAX_CLIENTS	64
@@ -117,14 +118,8 @@ static inline void fa_log(struct fa_state *st, const char *fmt, ...)
 static inline void fa_send_fds(int fd, uint8_t type, uint32_t seq, int kind,
 			       const char *reason, const int *passfd, int nfd)
 {
-	union {
-		char b[CMSG_SPACE(2 * sizeof(int))];
-		struct cmsghdr align;
-	} ctl;
 	uint8_t buf[256];
 	struct ff_enc e;
-	struct iovec iov = { .iov_base = buf };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
 
 	ff_enc_start(&e, buf, sizeof(buf), type, seq);
 	if (type == FF_MSG_HELLO_REPLY) {
@@ -140,19 +135,7 @@ static inline void fa_send_fds(int fd, uint8_t type, uint32_t seq, int kind,
 		if (reason)
 			ff_enc_str(&e, FF_ATTR_REASON, reason);
 	}
-	iov.iov_len = (size_t)ff_enc_finish(&e);
-	if (nfd > 0) {
-		struct cmsghdr *c;
-
-		mh.msg_control = ctl.b;
-		mh.msg_controllen = CMSG_SPACE((size_t)nfd * sizeof(int));
-		c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN((size_t)nfd * sizeof(int));
-		memcpy(CMSG_DATA(c), passfd, (size_t)nfd * sizeof(int));
-	}
-	sendmsg(fd, &mh, MSG_NOSIGNAL);
+	t_send_fds(fd, buf, (size_t)ff_enc_finish(&e), passfd, nfd);
 }
 
 static inline void fa_send(int fd, uint8_t type, uint32_t seq, int kind, const char *reason,
@@ -344,6 +327,7 @@ static inline void fa_request(struct fa_state *st, int fd)
 		return;
 	switch (m.type) {
 	case FF_MSG_HELLO:
+		fa_log(st, "hello");
 		fa_send(fd, FF_MSG_HELLO_REPLY, m.seq, 0, NULL, -1);
 		break;
 	case FF_MSG_LISTEN:

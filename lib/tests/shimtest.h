@@ -124,6 +124,8 @@ static inline void t_shim_setup(char **argv, int mode)
 	setenv("FF_TEST_AGENT_PID", env, 1);
 	setenv("FF_TEST_DIR", t_dir, 1);
 	setenv("FREEFLOW_AGENT_SOCKET", sock, 1);
+	/* The fake agent runs on loopback; a test about loopback itself sets "0" first. */
+	setenv("FREEFLOW_NEGOTIATE_LOOPBACK", "1", 0);
 	snprintf(env, sizeof(env), "%s%s%s", pre ? pre : "", pre ? " " : "", abs);
 	setenv("LD_PRELOAD", env, 1);
 	execv("/proc/self/exe", argv);
@@ -372,6 +374,29 @@ static inline void t_wait_child(pid_t pid, const char *what)
 	      what, status);
 }
 
+/*
+ * main() of a test whose cases connect from here to a loopback listener
+ * that a forked process serves: server(lfd) returns its failures as its
+ * exit status, and after the cases the agent must have logged swaps swaps.
+ */
+static inline int t_run_served(char **argv, int (*server)(int lfd),
+			       void (*cases)(uint16_t port), int swaps)
+{
+	uint16_t port;
+	int lfd;
+	pid_t pid;
+
+	t_shim_setup(argv, FA_BROKER);
+	lfd = t_listen(AF_INET, &port);
+	pid = fork();
+	if (pid == 0)
+		_exit(server(lfd));
+	cases(port);
+	t_wait_child(pid, "server (status = failures)");
+	close(lfd);
+	CHECK(t_agent_count("swap") == swaps, "%d swaps", t_agent_count("swap"));
+	return t_shim_finish();
+}
 
 struct t_conn_arg {
 	int family;

@@ -32,28 +32,11 @@ static int agent_recv(int fd, uint8_t *buf, struct ff_msg *m)
 
 static void agent_send(int fd, struct ff_enc *e, const int *fds, int nfds)
 {
-	union {
-		char b[CMSG_SPACE(8 * sizeof(int))];
-		struct cmsghdr align;
-	} ctl;
 	int n = ff_enc_finish(e);
-	struct iovec iov = { .iov_base = e->buf, .iov_len = (size_t)n };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
 
 	if (n < 0)
 		_exit(3);
-	if (nfds) {
-		struct cmsghdr *c;
-
-		mh.msg_control = ctl.b;
-		mh.msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));
-		c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
-		memcpy(CMSG_DATA(c), fds, (size_t)nfds * sizeof(int));
-	}
-	sendmsg(fd, &mh, MSG_NOSIGNAL);
+	t_send_fds(fd, e->buf, (size_t)n, fds, nfds);
 }
 
 static void reply_hello(int fd, uint8_t *out, uint32_t seq)

@@ -3,12 +3,14 @@
 /* Channels: unix host-tcp */
 #include "shimtest.h"
 
-/* Another process: accept n, greet each, close after the client's reply. */
-static int server(int lfd, int n)
+#define CASES	2
+
+/* Another process: accept CASES, greet each, close after the client's reply. */
+static int server(int lfd)
 {
 	int bad = 0;
 
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; i < CASES; i++) {
 		int fd = accept(lfd, NULL, NULL);
 		char c;
 
@@ -88,22 +90,14 @@ static void case_blocking(uint16_t port)
 	close(ep);
 }
 
-int main(int argc, char **argv)
+static void cases(uint16_t port)
 {
-	uint16_t port;
-	int lfd;
-	pid_t pid;
-
-	(void)argc;
-	t_shim_setup(argv, FA_BROKER);
-	lfd = t_listen(AF_INET, &port);
-	pid = fork();
-	if (pid == 0)
-		_exit(server(lfd, 2));
 	case_nonblocking(port);
 	case_blocking(port);
-	t_wait_child(pid, "server (status = failures)");
-	close(lfd);
-	CHECK(t_agent_count("swap") == 2, "%d swaps", t_agent_count("swap"));
-	return t_shim_finish();
+}
+
+int main(int argc, char **argv)
+{
+	(void)argc;
+	return t_run_served(argv, server, cases, CASES);
 }

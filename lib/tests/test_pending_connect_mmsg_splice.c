@@ -1,42 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: recvmmsg, sendmmsg and splice (both directions) called on a non-blocking connect that is still undecided decide it first (EAGAIN while connecting), so their bytes travel on the channel and none is lost on the overlay */
 /* Channels: unix host-tcp */
-#include "shimtest.h"
-
-#define CASES	3
-
-/* Server (another process): greet, echo 4 bytes; exit status = failures. */
-static int server(int lfd)
-{
-	int bad = 0;
-
-	for (int i = 0; i < CASES; i++) {
-		int fd = accept(lfd, NULL, NULL);
-		char buf[4];
-
-		bad += !t_swapped(fd);
-		if (write(fd, "hello", 5) != 5 || recv(fd, buf, 4, MSG_WAITALL) != 4 ||
-		    write(fd, buf, 4) != 4)
-			bad++;
-		close(fd);
-	}
-	return bad;
-}
-
-/* Non-blocking connect, then nothing that could decide it. */
-static int start_connect(uint16_t port)
-{
-	struct sockaddr_storage ss;
-	socklen_t len = t_addr(AF_INET, &ss, port);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-	int ret = connect(fd, (void *)&ss, len);
-
-	CHECK(ret == -1 && errno == EINPROGRESS, "connect gave %d (%s)", ret, strerror(errno));
-	return fd;
-}
+#include "pending_connect.h"
 
 /* Blocking read of exactly strlen(want) bytes (the fd made blocking first). */
-static void expect(int fd, const char *want, const char *how)
+static void expect_blocking(int fd, const char *want, const char *how)
 {
 	size_t n = strlen(want);
 	char buf[16];
@@ -59,7 +27,7 @@ static void expect(int fd, const char *want, const char *how)
 
 static void case_recvmmsg(uint16_t port)
 {
-	int fd = start_connect(port), r;
+	int fd = pc_start_connect(port), r;
 	char buf[5];
 	struct iovec iov = { .iov_base = buf, .iov_len = 5 };
 	struct mmsghdr mm = { .msg_hdr = { .msg_iov = &iov, .msg_iovlen = 1 } };
@@ -69,14 +37,14 @@ static void case_recvmmsg(uint16_t port)
 	      "recvmmsg: %d (%s), %u bytes", r, strerror(errno), mm.msg_len);
 	CHECK(t_swapped(fd), "recvmmsg: not swapped");
 	CHECK(write(fd, "ping", 4) == 4, "recvmmsg: write");
-	expect(fd, "hello" + (r == 1 ? mm.msg_len : 0), "recvmmsg: rest of greeting");
-	expect(fd, "ping", "recvmmsg");
+	expect_blocking(fd, "hello" + (r == 1 ? mm.msg_len : 0), "recvmmsg: rest of greeting");
+	expect_blocking(fd, "ping", "recvmmsg");
 	close(fd);
 }
 
 static void case_sendmmsg(uint16_t port)
 {
-	int fd = start_connect(port), r;
+	int fd = pc_start_connect(port), r;
 	char ping[] = "ping";
 	struct iovec iov = { .iov_base = ping, .iov_len = 4 };
 	struct mmsghdr mm = { .msg_hdr = { .msg_iov = &iov, .msg_iovlen = 1 } };
@@ -84,13 +52,13 @@ static void case_sendmmsg(uint16_t port)
 	RETRY(r, sendmmsg(fd, &mm, 1, MSG_DONTWAIT));
 	CHECK(r == 1 && mm.msg_len == 4, "sendmmsg: %d (%s)", r, strerror(errno));
 	CHECK(t_swapped(fd), "sendmmsg: not swapped");
-	expect(fd, "helloping", "sendmmsg");
+	expect_blocking(fd, "helloping", "sendmmsg");
 	close(fd);
 }
 
 static void case_splice(uint16_t port)
 {
-	int fd = start_connect(port), in[2], out[2];
+	int fd = pc_start_connect(port), in[2], out[2];
 	char buf[16];
 	ssize_t r;
 
@@ -114,23 +82,15 @@ static void case_splice(uint16_t port)
 	close(fd);
 }
 
-int main(int argc, char **argv)
+static void cases(uint16_t port)
 {
-	uint16_t port;
-	int lfd;
-	pid_t pid;
-
-	(void)argc;
-	t_shim_setup(argv, FA_BROKER);
-	lfd = t_listen(AF_INET, &port);
-	pid = fork();
-	if (pid == 0)
-		_exit(server(lfd));
 	case_recvmmsg(port);
 	case_sendmmsg(port);
 	case_splice(port);
-	t_wait_child(pid, "server (status = failures)");
-	close(lfd);
-	CHECK(t_agent_count("swap") == CASES, "%d swaps", t_agent_count("swap"));
-	return t_shim_finish();
+}
+
+int main(int argc, char **argv)
+{
+	(void)argc;
+	return pc_main(argv, cases);
 }

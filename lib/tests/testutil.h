@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Shared by the tests: failure reporting that keeps going, so one run shows
- * every broken case, and hex helpers for protocol bytes.
+ * every broken case, hex helpers for protocol bytes, and sending a message
+ * with fds as the agent does.
  */
 #ifndef FREEFLOW_TESTUTIL_H
 #define FREEFLOW_TESTUTIL_H
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #define T_EXIT_PASS	0
 #define T_EXIT_FAIL	1
@@ -62,6 +64,40 @@ static inline char *t_hex(char *out, const uint8_t *buf, size_t n)
 		out += sprintf(out, "%02x", buf[i]);
 	*out = '\0';
 	return out;
+}
+
+/* Most fds t_send_fds passes in one message. */
+#define T_MAX_SEND_FDS	8
+
+/*
+ * One message of n bytes with nfd fds from fds (SCM_RIGHTS), as the agent
+ * sends a reply; a send error is left to the receiving side's checks.
+ */
+static inline void t_send_fds(int fd, const void *buf, size_t n, const int *fds, int nfd)
+{
+	union {
+		char b[CMSG_SPACE(T_MAX_SEND_FDS * sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = { .iov_base = (void *)buf, .iov_len = n };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+	if (nfd > T_MAX_SEND_FDS) {
+		fprintf(stderr, "t_send_fds: %d fds, at most %d\n", nfd, T_MAX_SEND_FDS);
+		return;
+	}
+	if (nfd > 0) {
+		struct cmsghdr *c;
+
+		mh.msg_control = ctl.b;
+		mh.msg_controllen = CMSG_SPACE((size_t)nfd * sizeof(int));
+		c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN((size_t)nfd * sizeof(int));
+		memcpy(CMSG_DATA(c), fds, (size_t)nfd * sizeof(int));
+	}
+	sendmsg(fd, &mh, MSG_NOSIGNAL);
 }
 
 #endif
