@@ -8,6 +8,8 @@ set -euo pipefail
 PACKAGES=(
   crun containernetworking-plugins etcd-server etcd-client iproute2 util-linux procps
   iperf3 sockperf netpipe-tcp python3
+  # applications `freeflow bench` runs as server + client containers
+  redis-server redis-tools nginx-light wrk memcached libmemcached-tools postgresql
 )
 CNITOOL_VERSION=v1.2.3 # matches github.com/containernetworking/cni in go.mod
 
@@ -23,6 +25,17 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "install-deps: installing Debian packages: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
+  # The bench runs redis, nginx, memcached and PostgreSQL itself, inside
+  # containers; none of them may start as a machine service on install.
+  # policy-rc.d exiting 101 tells invoke-rc.d so. Only a file made here is
+  # removed again.
+  made_policy=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\n# made by freeflow install-deps for the install only\nexit 101\n' >/usr/sbin/policy-rc.d
+    chmod 755 /usr/sbin/policy-rc.d
+    made_policy=/usr/sbin/policy-rc.d
+    trap 'rm -f "$made_policy"' EXIT
+  fi
   apt-get update -qq
   apt-get install -y -qq -t bookworm "${missing[@]}" >/dev/null
 else

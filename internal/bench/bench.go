@@ -49,15 +49,16 @@ func (o *Options) defaults() {
 	if o.Duration == 0 {
 		o.Duration = 1 * time.Second
 		if !o.Quick {
-			o.Duration = 3 * time.Second
+			o.Duration = 2 * time.Second
 		}
 	}
 	if o.Reps == 0 {
 		// sockperf sleeps 2 s after connecting, so a 1 s latency run costs
-		// over 3 s: two rounds is what fits the quick run in 2 minutes.
+		// over 3 s: two rounds is what fits the quick run in 2 minutes, and
+		// three the full run's ten experiments in 20.
 		o.Reps = 2
 		if !o.Quick {
-			o.Reps = 5
+			o.Reps = 3
 		}
 	}
 	if o.Out == "" {
@@ -74,7 +75,7 @@ func (o *Options) defaults() {
 // Run measures every selected experiment on every selected path.
 func Run(ctx context.Context, o Options) (res *Result, err error) {
 	o.defaults()
-	exps, err := SelectExperiments(o.Only)
+	exps, err := SelectExperiments(o.Only, o.Quick)
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +97,7 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	if err := measure(ctx, o, c, raw, toolEnv{Script: string(connrateScript)}, exps, paths); err != nil {
 		return nil, err
 	}
-	if err := writeResults(dir, raw); err != nil {
+	if err := WriteReport(dir, raw); err != nil {
 		return nil, err
 	}
 	return &Result{Dir: dir, Raw: raw}, nil
@@ -106,36 +107,43 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 // the schedule, filling raw.
 func measure(ctx context.Context, o Options, c *benchCluster, raw *Raw, env toolEnv, exps []Experiment, paths []Path) (err error) {
 	fmt.Fprintf(o.Log, "bench: starting servers and clients in cluster %s\n", c.cli.Cluster)
-	pin := defaultPinning()
-	servers := serverCommands(exps, env)
-	dep, err := Deploy(ctx, c.cli, c.state, state.RandomName("b", 4), pin, servers, paths)
+	r := &runner{cli: c.cli, env: env, pin: defaultPinning(), seconds: max(1, int(o.Duration.Round(time.Second)/time.Second))}
+	pl := plan(exps, paths, env, !o.Quick)
+	dep, err := Deploy(ctx, c.cli, c.state, state.RandomName("b", 4), r.pin, pl)
 	if err != nil {
 		return err
 	}
-	for _, s := range servers {
-		raw.Setup.Servers = append(raw.Setup.Servers, displayCommand(pin.server(s), env.Script))
-	}
+	r.dep = dep
 	defer func() { err = joinErr(err, dep.Teardown()...) }()
-	used, cc, err := SetCC(ctx, dep.NetNSPaths(), o.CC)
+	for _, s := range pl.Servers {
+		raw.Setup.Servers = append(raw.Setup.Servers, displayServer(r.pin, s, env.Script))
+	}
+	if err := r.shapeIfNeeded(ctx, c, exps, paths); err != nil {
+		return err
+	}
+	if r.shaper != nil {
+		defer func() { err = joinErr(err, r.shaper.Clear(context.Background())) }()
+	}
+	cc, err := setCC(ctx, raw, dep, o.CC, &r.env)
 	defer func() { err = joinErr(err, cc.Restore(context.Background())) }()
 	if err != nil {
 		return err
 	}
-	if note := cc.AllowedChange(); note != "" {
-		raw.Setup.CCAllowed = note
+	r.conns = hasConns(ctx, c.cli)
+	if !r.conns {
+		raw.Notes = append(raw.Notes, "this freeflow has no `conns` command: the paths FreeFlow connections took were NOT checked")
 	}
-	env.CC = uniformCC(used)
-	if env.CC == "" {
-		raw.Notes = append(raw.Notes, "namespaces use different congestion control algorithms: see setup")
-	}
-	raw.Setup.CCUsed, raw.Setup.Pinning = used, pin.String()
+	raw.Setup.Pinning = r.pin.String()
 	for _, p := range paths {
 		raw.Paths = append(raw.Paths, dep.Describe(p))
 	}
-	jobs := Schedule(exps, paths, o.Reps, !o.Quick, true)
-	seconds := max(1, int(o.Duration.Round(time.Second)/time.Second))
+	return runSchedule(ctx, o, r, raw, Schedule(exps, paths, o.Reps, !o.Quick, !o.Quick))
+}
+
+// runSchedule runs the jobs in order, logging each result.
+func runSchedule(ctx context.Context, o Options, r *runner, raw *Raw, jobs []Job) error {
 	for i, j := range jobs {
-		s := runJob(ctx, dep, env, j, seconds)
+		s := r.run(ctx, j)
 		if ctx.Err() != nil {
 			return fmt.Errorf("bench interrupted: %w", ctx.Err())
 		}
@@ -146,13 +154,56 @@ func measure(ctx context.Context, o Options, c *benchCluster, raw *Raw, env tool
 	return nil
 }
 
-// serverCommands are the servers of the selected experiments.
-func serverCommands(exps []Experiment, env toolEnv) [][]string {
-	var out [][]string
-	for _, e := range exps {
-		out = append(out, e.Server(env))
+// setCC sets the run's congestion control in every namespace and records
+// what each one uses.
+func setCC(ctx context.Context, raw *Raw, dep *Deployment, algo string, env *toolEnv) (*ccState, error) {
+	used, cc, err := SetCC(ctx, dep.NetNSPaths(), algo)
+	if err != nil {
+		return cc, err
 	}
-	return out
+	if note := cc.AllowedChange(); note != "" {
+		raw.Setup.CCAllowed = note
+	}
+	env.CC = uniformCC(used)
+	if env.CC == "" {
+		raw.Notes = append(raw.Notes, "namespaces use different congestion control algorithms: see setup")
+	}
+	raw.Setup.CCUsed = used
+	return cc, nil
+}
+
+// shapeIfNeeded prepares the fabric shaper when a shaped experiment runs
+// on some path.
+func (r *runner) shapeIfNeeded(ctx context.Context, c *benchCluster, exps []Experiment, paths []Path) error {
+	for _, e := range exps {
+		for _, p := range paths {
+			if e.Shaped && e.applies(p) {
+				sh, err := newFabricShaper(ctx, c.state)
+				r.shaper = sh
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// plan lists the servers of the selected experiments (each once, by port)
+// and how many pairs each path needs.
+func plan(exps []Experiment, paths []Path, env toolEnv, full bool) Plan {
+	pl := Plan{Paths: paths, Pairs: pairsPerPath(exps, paths, full)}
+	seen, seenScaled := map[int]bool{}, map[int]bool{}
+	for _, e := range exps {
+		s := e.Server(env)
+		if !seen[s.Port] {
+			seen[s.Port] = true
+			pl.Servers = append(pl.Servers, s)
+		}
+		if e.Combine != nil && !seenScaled[s.Port] {
+			seenScaled[s.Port] = true
+			pl.Scaled = append(pl.Scaled, s)
+		}
+	}
+	return pl
 }
 
 // prepareOut makes the run's result directory and puts connrate.py there,
@@ -169,14 +220,6 @@ func prepareOut(out string) (string, error) {
 		return "", fmt.Errorf("write connrate.py: %w", err)
 	}
 	return dir, nil
-}
-
-// writeResults saves raw.json and report.md rendered from it.
-func writeResults(dir string, raw *Raw) error {
-	if err := SaveRaw(filepath.Join(dir, "raw.json"), raw); err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, "report.md"), []byte(RenderMarkdown(raw)), 0o644)
 }
 
 // joinErr adds cleanup errors to err without hiding it.

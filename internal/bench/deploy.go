@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"sort"
 	"strings"
@@ -14,10 +15,12 @@ import (
 	"github.com/freeflow-net/freeflow/internal/state"
 )
 
-// endpoint is one end of a path: a placement in the server or client role.
+// endpoint is one end of a path: a placement in the server or client role,
+// for one of the path's concurrent pairs (always 0 on a host namespace).
 type endpoint struct {
 	Placement
 	Server bool
+	Pair   int
 }
 
 // site is where an endpoint runs: a bench container, or a host namespace
@@ -27,38 +30,56 @@ type site struct {
 	Container string // container name; "" for a host namespace
 	NSPath    string // its network namespace
 	IP        string // address the server listens on (not loopback)
+	Dir       string // the servers' $D; a host site's is made and removed here
 }
 
+// containerDir is $D in a container: its /tmp is private to it.
+const containerDir = "/tmp/ffbench"
+
 // Deployment is the bench's footprint in a cluster: an idle client
-// container and a server container on each host that needs them, and
-// server processes in the host namespaces that host paths use.
+// container and a server container on each host that needs them (one per
+// concurrent pair), and server processes in the host namespaces that host
+// paths use.
 type Deployment struct {
 	cli      CLI
 	cluster  *state.Cluster
-	prefix   string     // container name prefix, unique per run
-	pin      pinning    // CPU pinning of clients and servers
-	servers  [][]string // server programs, run in every server site
+	prefix   string   // container name prefix, unique per run
+	pin      pinning  // CPU pinning of clients and servers
+	servers  []Server // run in every pair-0 server site
+	scaled   []Server // run in the server sites of further pairs
 	sites    map[endpoint]*site
 	hostSrvs []*exec.Cmd // server process groups in host namespaces
 	made     []string    // containers created, for teardown
+	dirs     []string    // host directories made for $D, for teardown
 }
 
 // tenant is the tenant of every bench container: all of them trust each
-// other, so fast paths (when they exist) are allowed between them.
+// other, so fast paths are allowed between them.
 const tenant = "bench"
 
-// Deploy starts what paths need. On error it removes what it made.
-func Deploy(ctx context.Context, cli CLI, cluster *state.Cluster, prefix string, pin pinning, servers [][]string, paths []Path) (d *Deployment, err error) {
-	d = &Deployment{cli: cli, cluster: cluster, prefix: prefix, pin: pin, servers: servers, sites: map[endpoint]*site{}}
+// Plan is what a run deploys: the paths with their number of concurrent
+// pairs, and the servers of the selected experiments.
+type Plan struct {
+	Paths   []Path
+	Pairs   map[string]int // path name -> pairs (1 when absent)
+	Servers []Server       // every server, in every pair-0 server site
+	Scaled  []Server       // servers the pairs beyond the first need
+}
+
+// Deploy starts what the plan needs. On error it removes what it made.
+func Deploy(ctx context.Context, cli CLI, cluster *state.Cluster, prefix string, pin pinning, pl Plan) (d *Deployment, err error) {
+	d = &Deployment{cli: cli, cluster: cluster, prefix: prefix, pin: pin, servers: pl.Servers, scaled: pl.Scaled, sites: map[endpoint]*site{}}
 	defer func() {
 		if err != nil {
 			d.Teardown()
 		}
 	}()
-	for _, p := range paths {
-		for _, e := range []endpoint{{p.Server, true}, {p.Client, false}} {
-			if err := d.plan(e); err != nil {
-				return nil, fmt.Errorf("path %s: %w", p.Name, err)
+	for _, p := range pl.Paths {
+		for pair := range max(1, pl.Pairs[p.Name]) {
+			for _, e := range []endpoint{{p.Server, true, pair}, {p.Client, false, pair}} {
+				if err := d.plan(e); err != nil {
+					return nil, fmt.Errorf("path %s: %w", p.Name, err)
+				}
 			}
 		}
 	}
@@ -73,6 +94,12 @@ func Deploy(ctx context.Context, cli CLI, cluster *state.Cluster, prefix string,
 
 // plan decides the site of e without starting anything yet.
 func (d *Deployment) plan(e endpoint) error {
+	if !e.Container {
+		e.Pair = 0 // a host namespace serves every pair
+	}
+	if _, ok := d.sites[e]; ok {
+		return nil
+	}
 	h, err := d.cluster.Host(e.Host)
 	if err != nil {
 		return err
@@ -90,15 +117,37 @@ func (d *Deployment) plan(e endpoint) error {
 	if e.FreeFlow {
 		name += "-ff"
 	}
-	d.sites[e] = &site{Label: "container " + name, Container: name}
+	if e.Pair > 0 {
+		name += fmt.Sprintf("-p%d", e.Pair)
+	}
+	d.sites[e] = &site{Label: "container " + name, Container: name, Dir: containerDir}
 	return nil
 }
 
-// serverScript runs every server in the background, pinned, and waits.
-func (d *Deployment) serverScript() string {
+// site returns the site of one end of p for pair; a host namespace serves
+// every pair.
+func (d *Deployment) site(pl Placement, server bool, pair int) *site {
+	if !pl.Container {
+		pair = 0
+	}
+	return d.sites[endpoint{pl, server, pair}]
+}
+
+// serversOf are the servers a server site runs.
+func (d *Deployment) serversOf(e endpoint) []Server {
+	if e.Pair > 0 {
+		return d.scaled
+	}
+	return d.servers
+}
+
+// serverScript runs every server in the background, pinned, each logging
+// to $D, and waits.
+func (d *Deployment) serverScript(dir string, servers []Server) string {
 	var b strings.Builder
-	for _, s := range d.servers {
-		fmt.Fprintf(&b, "%s >/dev/null 2>&1 & ", commandLine(d.pin.server(s)))
+	fmt.Fprintf(&b, "export D=%s; mkdir -p \"$D\"; ", commandLine([]string{dir}))
+	for _, s := range servers {
+		fmt.Fprintf(&b, "%s >\"$D/server-%d.log\" 2>&1 & ", commandLine(d.pin.server([]string{"sh", "-c", s.Shell})), s.Port)
 	}
 	b.WriteString("wait")
 	return b.String()
@@ -114,7 +163,7 @@ func (d *Deployment) startContainers(ctx context.Context) error {
 		}
 		argv := []string{"sleep", "infinity"}
 		if e.Server {
-			argv = []string{"sh", "-c", d.serverScript()}
+			argv = []string{"sh", "-c", d.serverScript(s.Dir, d.serversOf(e))}
 		}
 		d.made = append(d.made, s.Container)
 		if err := d.cli.RunDetached(ctx, e.Host, s.Container, tenant, e.FreeFlow, argv); err != nil {
@@ -143,14 +192,26 @@ func (d *Deployment) startContainers(ctx context.Context) error {
 }
 
 // startHostServers starts the servers once in each host namespace that is
-// a server site, in their own process group so Teardown can kill them all.
+// a server site, in their own process group so Teardown can stop them all,
+// with $D a fresh directory on the host.
 func (d *Deployment) startHostServers() error {
 	for _, e := range d.endpoints() {
 		s := d.sites[e]
 		if !e.Server || s.Container != "" {
 			continue
 		}
-		cmd := netns.Command(s.NSPath, "sh", "-c", d.serverScript())
+		dir, err := os.MkdirTemp("", "ffbench-"+d.prefix+"-")
+		if err != nil {
+			return fmt.Errorf("make the servers' directory for %s: %w", s.Label, err)
+		}
+		d.dirs = append(d.dirs, dir)
+		// Servers that drop root (PostgreSQL) make their own subdirectory
+		// and must be able to reach it.
+		if err := os.Chmod(dir, 0o711); err != nil {
+			return fmt.Errorf("open the servers' directory for %s: %w", s.Label, err)
+		}
+		s.Dir = dir
+		cmd := netns.Command(s.NSPath, "sh", "-c", d.serverScript(dir, d.serversOf(e)))
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		if err := cmd.Start(); err != nil {
 			return fmt.Errorf("start bench servers in %s: %w", s.Label, err)
@@ -162,10 +223,13 @@ func (d *Deployment) startHostServers() error {
 
 // waitServers waits until every server listens in every server site.
 func (d *Deployment) waitServers(ctx context.Context) error {
-	ports := serverPorts(d.servers)
 	for _, e := range d.endpoints() {
 		if !e.Server {
 			continue
+		}
+		var ports []int
+		for _, s := range d.serversOf(e) {
+			ports = append(ports, s.Port)
 		}
 		if err := waitListening(ctx, d.sites[e], ports); err != nil {
 			return err
@@ -182,32 +246,33 @@ func (d *Deployment) endpoints() []endpoint {
 	}
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i], out[j]
-		if a.Host != b.Host {
+		switch {
+		case a.Host != b.Host:
 			return a.Host < b.Host
-		}
-		if a.Container != b.Container {
+		case a.Container != b.Container:
 			return !a.Container
-		}
-		if a.FreeFlow != b.FreeFlow {
+		case a.FreeFlow != b.FreeFlow:
 			return !a.FreeFlow
+		case a.Pair != b.Pair:
+			return a.Pair < b.Pair
 		}
 		return a.Server && !b.Server
 	})
 	return out
 }
 
-// Target is the address the client of p dials.
-func (d *Deployment) Target(p Path) string {
+// Target is the address the client of p's pair dials.
+func (d *Deployment) Target(p Path, pair int) string {
 	if p.Loopback {
 		return "127.0.0.1"
 	}
-	return d.sites[endpoint{p.Server, true}].IP
+	return d.site(p.Server, true, pair).IP
 }
 
 // ClientCmd returns the command that runs argv, pinned, at the client end
-// of p.
-func (d *Deployment) ClientCmd(p Path, argv []string) *exec.Cmd {
-	s := d.sites[endpoint{p.Client, false}]
+// of p's pair.
+func (d *Deployment) ClientCmd(p Path, pair int, argv []string) *exec.Cmd {
+	s := d.site(p.Client, false, pair)
 	argv = d.pin.client(argv)
 	if s.Container != "" {
 		return d.cli.Exec(s.Container, argv)
@@ -215,10 +280,16 @@ func (d *Deployment) ClientCmd(p Path, argv []string) *exec.Cmd {
 	return netns.Command(s.NSPath, argv[0], argv[1:]...)
 }
 
+// Containers names the client and server containers of p's pair ("" for
+// a host namespace).
+func (d *Deployment) Containers(p Path, pair int) (client, server string) {
+	return d.site(p.Client, false, pair).Container, d.site(p.Server, true, pair).Container
+}
+
 // Describe names the sites of p for the report.
 func (d *Deployment) Describe(p Path) PathInfo {
-	return PathInfo{Name: p.Name, Group: p.Group, Role: p.Role, About: p.About, Target: d.Target(p),
-		Server: d.sites[endpoint{p.Server, true}].Label, Client: d.sites[endpoint{p.Client, false}].Label}
+	return PathInfo{Name: p.Name, Group: p.Group, Role: p.Role, About: p.About, Target: d.Target(p, 0), Expect: p.Expect,
+		Server: d.site(p.Server, true, 0).Label, Client: d.site(p.Client, false, 0).Label}
 }
 
 // NetNSPaths returns every endpoint's network namespace, by site label.
@@ -230,16 +301,20 @@ func (d *Deployment) NetNSPaths() map[string]string {
 	return out
 }
 
-// Teardown stops the host-namespace servers and removes the containers.
-// It uses its own deadline: it also runs after the run's context ended.
+// stopGrace is how long host-namespace servers get to exit on SIGINT
+// (PostgreSQL's fast shutdown removes its shared memory) before SIGKILL.
+const stopGrace = 3 * time.Second
+
+// Teardown stops the host-namespace servers, removes the containers and
+// the host directories. It uses its own deadline: it also runs after the
+// run's context ended.
 func (d *Deployment) Teardown() []error {
 	var errs []error
 	for _, cmd := range d.hostSrvs {
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		cmd.Wait()
+		stopGroup(cmd, stopGrace)
 	}
 	d.hostSrvs = nil
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for _, name := range d.made {
 		if err := d.cli.Remove(ctx, name); err != nil {
@@ -247,5 +322,28 @@ func (d *Deployment) Teardown() []error {
 		}
 	}
 	d.made = nil
+	for _, dir := range d.dirs {
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, fmt.Errorf("remove the servers' directory: %w", err))
+		}
+	}
+	d.dirs = nil
 	return errs
+}
+
+// stopGroup interrupts cmd's process group, waits for every member to
+// exit (the shell goes first, its servers may take a moment), and kills
+// what is left after grace.
+func stopGroup(cmd *exec.Cmd, grace time.Duration) {
+	pgid := cmd.Process.Pid
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }() // reaps the shell, so it does not count below
+	syscall.Kill(-pgid, syscall.SIGINT)
+	for end := time.Now().Add(grace); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if syscall.Kill(-pgid, 0) != nil {
+			break
+		}
+	}
+	syscall.Kill(-pgid, syscall.SIGKILL)
+	<-done
 }

@@ -2,21 +2,31 @@ package bench
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 )
 
-// Ports the bench servers listen on, in every server placement.
-const (
-	portSockperf = 19111
-	portIperf    = 19201
-	portConnRate = 19300
-)
-
-// Case is one variant of an experiment, e.g. one message size.
+// Case is one variant of an experiment: a message size, a bandwidth cap,
+// a number of concurrent pairs, or just the one way the tool runs.
 type Case struct {
-	Name string
-	Size int
+	Name  string
+	X     float64 // position on the plot's x axis; 0 = not plotted
+	Size  int     // message size in bytes, where the tool takes one
+	Cap   float64 // fabric bandwidth cap in Gbit/s (the cap experiment)
+	Pairs int     // concurrent container pairs; 0 means 1
+}
+
+// pairs is how many client/server pairs the case runs at once.
+func (c Case) pairs() int { return max(1, c.Pairs) }
+
+// Server is one server program, started once in every server site and left
+// running for the whole run.
+type Server struct {
+	Port int
+	// Shell is one shell command. $D is a private, writable directory of
+	// the site (a container's private /tmp, or a temporary directory made
+	// for a host namespace) for config files and data. Daemons run in the
+	// foreground.
+	Shell string
 }
 
 // toolEnv is what commands and parsers need to know about the run.
@@ -29,106 +39,71 @@ type toolEnv struct {
 }
 
 // Experiment is one kind of measurement: a server started once per server
-// placement, and a client run per case, path and repetition.
+// site, and a client run per case, path and repetition.
 type Experiment struct {
 	Info ExperimentInfo
+	// Quick experiments are part of --quick (with their first case only
+	// when full is false: Cases decides).
+	Quick bool
 	// SelfWarming experiments warm up on their own (sockperf discards its
 	// first 400 ms), so the warm-up round skips them.
 	SelfWarming bool
-	Server      func(e toolEnv) []string
+	Server      func(e toolEnv) Server
 	Cases       func(full bool) []Case
 	Client      func(e toolEnv, target string, c Case, seconds int) []string
-	// Parse turns the client's output into metrics and the reasons, if
+	// Parse turns one client's output into metrics and the reasons, if
 	// any, to distrust them.
 	Parse func(e toolEnv, out []byte) (map[string]float64, []string, error)
+	// Combine merges the metrics of concurrent pairs (scaling); nil for
+	// experiments that run one pair.
+	Combine func(per []map[string]float64) map[string]float64
+	// OnPath says whether the experiment applies to a path; nil = all.
+	OnPath func(p Path) bool
+	// Shaped experiments cap the fabric with tbf at Case.Cap while a
+	// client runs.
+	Shaped bool
+	// MaxSeconds caps the run's seconds per client (0 = no cap): what
+	// converges fast runs shorter, so the full run fits in 20 minutes.
+	MaxSeconds int
 }
+
+// seconds is how long e's clients run when the run says base.
+func (e Experiment) seconds(base int) int {
+	if e.MaxSeconds > 0 {
+		return min(base, e.MaxSeconds)
+	}
+	return base
+}
+
+// applies reports whether e runs on p.
+func (e Experiment) applies(p Path) bool { return e.OnPath == nil || e.OnPath(p) }
 
 // Experiments are the experiments the bench knows, in the order shown.
-var Experiments = []Experiment{latency, throughput, connRate}
-
-var latency = Experiment{
-	Info: ExperimentInfo{Name: "latency", Better: "lower",
-		Title: "Latency: sockperf ping-pong over TCP, one-way µs (half the round trip)",
-		Metrics: []MetricInfo{
-			{Key: mP50, Label: "p50 µs", Headline: true},
-			{Key: mP99, Label: "p99 µs", Headline: true},
-			{Key: mObs, Label: "round trips"},
-		}},
-	SelfWarming: true,
-	Server:      func(toolEnv) []string { return split("sockperf sr --tcp -p %d", portSockperf) },
-	Cases: func(full bool) []Case {
-		sizes := []int{16, 1024, 16384}
-		if full {
-			sizes = []int{16, 64, 256, 1024, 4096, 16384, 65536}
-		}
-		cs := make([]Case, len(sizes))
-		for i, s := range sizes {
-			cs[i] = Case{Name: sizeName(s), Size: s}
-		}
-		return cs
-	},
-	Client: func(_ toolEnv, target string, c Case, seconds int) []string {
-		return split("sockperf pp --tcp -i %s -p %d -m %d -t %d", target, portSockperf, c.Size, seconds)
-	},
-	Parse: func(_ toolEnv, out []byte) (map[string]float64, []string, error) {
-		m, err := ParseSockperf(string(out))
-		if err != nil {
-			return nil, nil, err
-		}
-		return m, sockperfSuspect(m), nil
-	},
-}
-
-var throughput = Experiment{
-	Info: ExperimentInfo{Name: "throughput", Better: "higher",
-		Title: "Throughput: iperf3, one TCP stream, Gbit/s received",
-		Metrics: []MetricInfo{
-			{Key: mGbps, Label: "Gbit/s", Headline: true},
-			{Key: mRetrans, Label: "retransmits", Sum: true},
-			{Key: mCPUSender, Label: "sender CPU %"},
-			{Key: mCPUReceiver, Label: "receiver CPU %"},
-		}},
-	Server: func(toolEnv) []string { return split("iperf3 -s -p %d", portIperf) },
-	Cases:  func(bool) []Case { return []Case{{Name: "1 stream"}} },
-	Client: func(_ toolEnv, target string, _ Case, seconds int) []string {
-		return split("iperf3 -c %s -p %d -t %d -J", target, portIperf, seconds)
-	},
-	Parse: func(e toolEnv, out []byte) (map[string]float64, []string, error) {
-		r, err := ParseIperf3(out)
-		if err != nil {
-			return nil, nil, err
-		}
-		return r.Metrics, r.suspect(e.CC), nil
-	},
-}
-
-var connRate = Experiment{
-	Info: ExperimentInfo{Name: "connrate", Better: "higher",
-		Title: "Connection setup rate: connrate.py (connect, 1-byte request, 1-byte reply, close), connections/s",
-		Metrics: []MetricInfo{
-			{Key: mConnRate, Label: "conn/s", Headline: true},
-			{Key: mConnErrors, Label: "failed", Sum: true},
-		}},
-	Server: func(e toolEnv) []string {
-		return []string{"/usr/bin/python3", "-c", e.Script, "server", "0.0.0.0", strconv.Itoa(portConnRate)}
-	},
-	Cases: func(bool) []Case { return []Case{{Name: "1 client"}} },
-	Client: func(e toolEnv, target string, _ Case, seconds int) []string {
-		return []string{"/usr/bin/python3", "-c", e.Script, "client", target, strconv.Itoa(portConnRate), strconv.Itoa(seconds)}
-	},
-	Parse: func(_ toolEnv, out []byte) (map[string]float64, []string, error) {
-		m, last, err := ParseConnRate(string(out))
-		if err != nil {
-			return nil, nil, err
-		}
-		return m, connrateSuspect(m, last), nil
-	},
-}
+var Experiments = []Experiment{latency, throughput, capped, connRate, scaleThroughput, scaleLatency,
+	redisBench, nginxBench, memcachedBench, pgBench}
 
 // SelectExperiments returns the named experiments in table order; empty
-// names means all.
-func SelectExperiments(names []string) ([]Experiment, error) {
+// names means all, or the quick ones when quick is set.
+func SelectExperiments(names []string, quick bool) ([]Experiment, error) {
+	if len(names) == 0 && quick {
+		var out []Experiment
+		for _, e := range Experiments {
+			if e.Quick {
+				out = append(out, e)
+			}
+		}
+		return out, nil
+	}
 	return selectNamed(Experiments, names, func(e Experiment) string { return e.Info.Name }, "experiment")
+}
+
+// sizeCases makes one case per message size.
+func sizeCases(sizes []int) []Case {
+	cs := make([]Case, len(sizes))
+	for i, s := range sizes {
+		cs[i] = Case{Name: sizeName(s), Size: s, X: float64(s)}
+	}
+	return cs
 }
 
 // sizeName writes a message size the way the report shows it.

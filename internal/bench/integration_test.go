@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -77,6 +78,7 @@ func TestQuickBenchOnRealCluster(t *testing.T) {
 		t.Errorf("congestion control used: %v, want cubic everywhere", raw.Setup.CCUsed)
 	}
 	checkEveryFigure(t, raw)
+	checkFreeFlowPaths(t, bin, raw)
 	for _, p := range Paths {
 		if !strings.Contains(stdout.String(), p.Name) {
 			t.Errorf("printed table lacks path %s:\n%s", p.Name, stdout.String())
@@ -88,17 +90,40 @@ func TestQuickBenchOnRealCluster(t *testing.T) {
 }
 
 // checkEveryFigure asserts each path has a positive headline figure for
-// every case of every experiment.
+// every case of every quick experiment.
 func checkEveryFigure(t *testing.T, raw *Raw) {
 	t.Helper()
 	rows := SummarizeRaw(raw)
-	if len(rows) != len(Paths)*(3+1+1) {
-		t.Errorf("%d rows, want %d paths x 5 cases", len(rows), len(Paths))
+	if len(rows) != len(Paths)*3 {
+		t.Errorf("%d rows, want %d paths x 3 quick cases", len(rows), len(Paths))
 	}
 	for _, r := range rows {
+		if m, ok := r.Stats[mCPUPerGB]; ok && r.Exp.Name == "throughput" && m.N > 0 && m.Median <= 0 {
+			t.Errorf("throughput on %s: no CPU per GB", r.Path.Name)
+		}
 		for _, m := range r.Exp.Metrics {
 			if st := r.Stats[m.Key]; m.Headline && (st.N != 1 || st.Median <= 0) {
 				t.Errorf("%s %s on %s: %s = %+v; notes %q", r.Exp.Name, r.Case, r.Path.Name, m.Label, st, r.Notes)
+			}
+		}
+	}
+}
+
+// checkFreeFlowPaths asserts every FreeFlow row was checked with
+// `freeflow conns` and really took the path it claims: no row of a path
+// with an expected path carries a note about the path.
+func checkFreeFlowPaths(t *testing.T, bin string, raw *Raw) {
+	t.Helper()
+	if !hasConns(context.Background(), CLI{Bin: bin}) {
+		t.Skip("freeflow has no `conns` command yet: the FreeFlow paths cannot be checked (the rows are marked in the report)")
+	}
+	for _, r := range SummarizeRaw(raw) {
+		if r.Path.Expect == "" {
+			continue
+		}
+		for _, n := range r.Notes {
+			if strings.Contains(n, "expected "+r.Path.Expect) || strings.Contains(n, "path not checked") || strings.Contains(n, "counters not read") {
+				t.Errorf("%s %s on %s did not take path %s: %s", r.Exp.Name, r.Case, r.Path.Name, r.Path.Expect, n)
 			}
 		}
 	}

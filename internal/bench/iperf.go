@@ -9,7 +9,8 @@ import (
 const (
 	mGbps        = "gbit_s"         // received, as the receiver counted it
 	mRetrans     = "retransmits"    // sender side
-	mCPUSender   = "cpu_sender_pct" // whole-process CPU, % of one core
+	mBytes       = "bytes"          // received
+	mCPUSender   = "cpu_sender_pct" // iperf3's own process CPU, % of one core (kept in raw.json)
 	mCPUReceiver = "cpu_receiver_pct"
 )
 
@@ -59,6 +60,7 @@ func ParseIperf3(out []byte) (*iperfResult, error) {
 		Metrics: map[string]float64{
 			mGbps:        j.End.SumReceived.BitsPerSecond / 1e9,
 			mRetrans:     j.End.SumSent.Retransmits,
+			mBytes:       j.End.SumReceived.Bytes,
 			mCPUSender:   j.End.CPU.HostTotal,
 			mCPUReceiver: j.End.CPU.RemoteTotal,
 		},
@@ -75,6 +77,12 @@ func (r *iperfResult) suspect(wantCC string) []string {
 	if n := r.Metrics[mRetrans]; n > 0 {
 		s = append(s, fmt.Sprintf("%.0f retransmits", n))
 	}
+	return append(s, r.ccSuspect(wantCC)...)
+}
+
+// ccSuspect names a congestion control other than the one the run set.
+func (r *iperfResult) ccSuspect(wantCC string) []string {
+	var s []string
 	if wantCC != "" && (r.SenderCC != wantCC || r.ReceiverCC != wantCC) {
 		s = append(s, fmt.Sprintf("congestion control %s/%s, not %s", r.SenderCC, r.ReceiverCC, wantCC))
 	}

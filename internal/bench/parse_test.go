@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -66,6 +67,9 @@ func TestParseIperf3(t *testing.T) {
 	if got := r.Metrics[mGbps]; got < 37.23 || got > 37.24 {
 		t.Errorf("Gbit/s = %v, want 37.23 (receiver side)", got)
 	}
+	if r.Metrics[mBytes] <= 0 {
+		t.Errorf("bytes received = %v; CPU per GB needs it", r.Metrics[mBytes])
+	}
 	if r.Metrics[mRetrans] != 1 || r.SenderCC != "bbr" || r.ReceiverCC != "bbr" {
 		t.Errorf("retransmits %v, cc %s/%s; want 1, bbr/bbr", r.Metrics[mRetrans], r.SenderCC, r.ReceiverCC)
 	}
@@ -120,8 +124,24 @@ func TestMissingPorts(t *testing.T) {
 	if len(got) != 1 || got[0] != 19300 {
 		t.Fatalf("missing = %v, want [19300]", got)
 	}
-	ports := serverPorts(serverCommands(Experiments, toolEnv{Script: "print()"}))
-	if len(ports) != 3 || ports[0] != portSockperf || ports[1] != portIperf || ports[2] != portConnRate {
-		t.Fatalf("server ports = %v", ports)
+}
+
+// TestPlanServers checks each server runs once per site, and that the
+// pairs beyond the first run only what scaling needs.
+func TestPlanServers(t *testing.T) {
+	pl := plan(Experiments, Paths, toolEnv{Script: "print()"}, true)
+	var ports []int
+	for _, s := range pl.Servers {
+		ports = append(ports, s.Port)
+	}
+	want := []int{portSockperf, portIperf, portConnRate, portRedis, portNginx, portMemcached, portPostgres}
+	if fmt.Sprint(ports) != fmt.Sprint(want) {
+		t.Errorf("server ports = %v, want %v", ports, want)
+	}
+	if len(pl.Scaled) != 2 || pl.Scaled[0].Port != portIperf || pl.Scaled[1].Port != portSockperf {
+		t.Errorf("scaled servers = %+v", pl.Scaled)
+	}
+	if pl.Pairs["bridge"] != 16 || pl.Pairs["host"] != 1 || pl.Pairs["freeflow-x"] != 16 {
+		t.Errorf("pairs = %v", pl.Pairs)
 	}
 }

@@ -36,6 +36,10 @@ type Path struct {
 	// namespace); otherwise it dials the server placement's own address.
 	Loopback bool
 	About    string
+	// Expect is the path `freeflow conns` must show for the connections a
+	// FreeFlow path's clients make (unix, host-tcp); a row whose
+	// connections took another path is marked suspect, never assumed.
+	Expect string
 }
 
 // Paths are the paths the bench knows, in the order they are run and shown.
@@ -52,6 +56,12 @@ var Paths = []Path{
 	{Name: "hostnet", Group: CrossHost, Role: RoleReference,
 		Server: Placement{Host: "h2"}, Client: Placement{Host: "h1"},
 		About: "host namespace to host namespace over the fabric (host networking)"},
+	{Name: "freeflow", Group: SameHost, Role: RoleCandidate, Expect: "unix",
+		Server: Placement{Host: "h1", Container: true, FreeFlow: true}, Client: Placement{Host: "h1", Container: true, FreeFlow: true},
+		About: "two FreeFlow containers on one host: the library swaps the overlay connection for a Unix socket"},
+	{Name: "freeflow-x", Group: CrossHost, Role: RoleCandidate, Expect: "host-tcp",
+		Server: Placement{Host: "h2", Container: true, FreeFlow: true}, Client: Placement{Host: "h1", Container: true, FreeFlow: true},
+		About: "FreeFlow containers on two hosts: the library swaps the overlay connection for a host-network TCP connection"},
 }
 
 // SelectPaths returns the named paths in table order; empty names means all.

@@ -61,6 +61,17 @@ func displayCommand(argv []string, script string) string {
 	return strings.Join(q, " ")
 }
 
+// displayServer writes a server's command as its site runs it, with
+// connrate.py's text shown as scriptArg (which the server's own shell
+// expands, in the directory that keeps connrate.py).
+func displayServer(pin pinning, s Server, script string) string {
+	shell := s.Shell
+	if script != "" {
+		shell = strings.ReplaceAll(shell, commandLine([]string{script}), scriptArg)
+	}
+	return commandLine(pin.server([]string{"sh", "-c", shell}))
+}
+
 // commandLine writes argv the way a shell user would type it.
 func commandLine(argv []string) string {
 	q := make([]string, len(argv))

@@ -57,6 +57,9 @@ type PathInfo struct {
 	Client string `json:"client"`
 	Target string `json:"target"`
 	About  string `json:"about"`
+	// Expect is the path `freeflow conns` must show for this path's
+	// connections (FreeFlow paths); "" = not checked.
+	Expect string `json:"expect,omitempty"`
 }
 
 // ExperimentInfo says how to present an experiment's samples.
@@ -65,6 +68,9 @@ type ExperimentInfo struct {
 	Title   string       `json:"title"`
 	Better  string       `json:"better"` // "lower" or "higher"
 	Metrics []MetricInfo `json:"metrics"`
+	// X names the plots' x axis (the cases' Sample.X); "" = no plot.
+	X    string `json:"x,omitempty"`
+	LogY bool   `json:"log_y,omitempty"`
 }
 
 // MetricInfo names one number a sample carries.
@@ -77,12 +83,25 @@ type MetricInfo struct {
 	// Sum makes the table show the total over the repetitions (counts of
 	// bad events) rather than the median.
 	Sum bool `json:"sum,omitempty"`
+	// Better overrides the experiment's direction for this metric.
+	Better string `json:"better,omitempty"`
+	// Plot draws the metric against the experiment's x axis.
+	Plot bool `json:"plot,omitempty"`
+}
+
+// better is the metric's direction: "lower" or "higher".
+func (m MetricInfo) better(e ExperimentInfo) string {
+	if m.Better != "" {
+		return m.Better
+	}
+	return e.Better
 }
 
 // Sample is one run of one tool on one path.
 type Sample struct {
 	Experiment string             `json:"experiment"`
 	Case       string             `json:"case,omitempty"` // e.g. the message size
+	X          float64            `json:"x,omitempty"`    // the case on the plot's x axis
 	Path       string             `json:"path"`
 	Rep        int                `json:"rep"` // 1-based; 0 for warm-up runs
 	Warmup     bool               `json:"warmup,omitempty"`

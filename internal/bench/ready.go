@@ -10,32 +10,15 @@ import (
 	"github.com/freeflow-net/freeflow/internal/netns"
 )
 
-// serverPorts finds the port argument of each server command line.
-func serverPorts(servers [][]string) []int {
-	var ports []int
-	for _, s := range servers {
-		for i, a := range s {
-			if a == "-p" && i+1 < len(s) {
-				if n, err := strconv.Atoi(s[i+1]); err == nil {
-					ports = append(ports, n)
-				}
-			}
-		}
-		// connrate.py takes "server HOST PORT": the port is last.
-		if len(s) >= 3 && s[len(s)-3] == "server" {
-			if n, err := strconv.Atoi(s[len(s)-1]); err == nil {
-				ports = append(ports, n)
-			}
-		}
-	}
-	return ports
-}
+// serverStartLimit bounds the servers' start-up: PostgreSQL's initdb and
+// pgbench's table load take a few seconds on a busy machine.
+const serverStartLimit = 60 * time.Second
 
 // waitListening polls `ss` inside the site's namespace until every port
 // has a listening TCP socket. Listening is checked from outside rather
 // than by connecting, so the servers never see a stray connection.
 func waitListening(ctx context.Context, s *site, ports []int) error {
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(serverStartLimit)
 	for {
 		out, err := runCmd(ctx, netns.Command(s.NSPath, "ss", "-Hltn"))
 		if err != nil {
@@ -46,7 +29,7 @@ func waitListening(ctx context.Context, s *site, ports []int) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("bench servers in %s not listening on port(s) %v after 20 s; is sockperf/iperf3/python3 installed?", s.Label, missing)
+			return fmt.Errorf("bench servers in %s not listening on port(s) %v after %s; see server-PORT.log in its $D; are the tools installed (scripts/install-deps.sh)?", s.Label, missing, serverStartLimit)
 		}
 		select {
 		case <-ctx.Done():

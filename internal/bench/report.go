@@ -3,8 +3,30 @@ package bench
 import (
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 )
+
+// WriteReport saves raw.json in dir and renders report.md and the plots
+// from it; `bench --report` calls it again on a kept raw.json.
+func WriteReport(dir string, raw *Raw) error {
+	if err := SaveRaw(filepath.Join(dir, "raw.json"), raw); err != nil {
+		return err
+	}
+	return RenderReport(dir, raw)
+}
+
+// RenderReport writes report.md and the PNG plots into dir.
+func RenderReport(dir string, raw *Raw) error {
+	if _, err := RenderPlots(raw, dir); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(RenderMarkdown(raw)), 0o644); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	return nil
+}
 
 // RenderMarkdown renders report.md from raw.json alone: machine, set-up,
 // paths, then one table per experiment with the median, min–max and the
@@ -15,9 +37,11 @@ func RenderMarkdown(raw *Raw) string {
 	writeMachine(&b, raw)
 	writePaths(&b, raw)
 	rows := SummarizeRaw(raw)
+	writeHeadlines(&b, raw, rows)
 	for _, e := range raw.Experiments {
 		writeExperiment(&b, raw, e, rows)
 	}
+	writePlots(&b, raw, rows)
 	writeSuspects(&b, raw, rows)
 	return b.String()
 }
@@ -36,16 +60,20 @@ func writeMachine(b *strings.Builder, raw *Raw) {
 		fmt.Fprintf(b, "| allowed congestion control | %s |\n", s.CCAllowed)
 	}
 	fmt.Fprintf(b, "| CPU pinning | %s |\n", s.Pinning)
-	for _, srv := range s.Servers {
-		fmt.Fprintf(b, "| server, in every server site | `%s` |\n", srv)
-	}
 	own := "given with --cluster"
 	if s.OwnCluster {
 		own = "brought up and removed by the bench"
 	}
 	fmt.Fprintf(b, "| cluster | %s (%s) |\n", s.Cluster, own)
 	fmt.Fprintf(b, "| connection rate program | %s |\n", s.ConnRate)
-	fmt.Fprintf(b, "| ratios | path median / baseline median within each group (%s) |\n\n", baselines(raw.Paths))
+	fmt.Fprintf(b, "| ratios | path median / baseline median within each group (%s); × ref: / the group's host-network reference |\n\n", baselines(raw.Paths))
+	if len(s.Servers) > 0 {
+		b.WriteString("Servers, started once in every server site with `$D` a private directory, and left running:\n\n```sh\n")
+		for _, srv := range s.Servers {
+			fmt.Fprintf(b, "%s\n", srv)
+		}
+		b.WriteString("```\n\n")
+	}
 }
 
 // ccSummary says which algorithm was used, or lists them if they differ.
@@ -73,7 +101,7 @@ func writeExperiment(b *strings.Builder, raw *Raw, e ExperimentInfo, rows []Row)
 	head := []string{"case", "path"}
 	for _, m := range e.Metrics {
 		if m.Headline {
-			head = append(head, m.Label+" median (min–max)", "× baseline")
+			head = append(head, m.Label+" median (min–max)", "× baseline", "× ref")
 		} else if m.Sum {
 			head = append(head, m.Label+" (total)")
 		} else {
@@ -83,7 +111,7 @@ func writeExperiment(b *strings.Builder, raw *Raw, e ExperimentInfo, rows []Row)
 	head = append(head, "runs", "notes", "command")
 	fmt.Fprintf(b, "| %s |\n|%s\n", strings.Join(head, " | "), strings.Repeat("---|", len(head)))
 	for _, r := range rows {
-		if r.Exp.Name == e.Name {
+		if r.Exp.Name == e.Name && r.ran() {
 			fmt.Fprintf(b, "| %s |\n", strings.Join(markdownCells(r), " | "))
 		}
 	}
@@ -98,11 +126,11 @@ func markdownCells(r Row) []string {
 		case st.N == 0:
 			cells = append(cells, "–")
 			if m.Headline {
-				cells = append(cells, "–")
+				cells = append(cells, "–", "–")
 			}
 		case m.Headline:
 			cells = append(cells, fmt.Sprintf("%s (%s–%s)", formatValue(st.Median), formatValue(st.Min), formatValue(st.Max)),
-				ratioText(r, m.Key))
+				ratioText(r, m.Key), refText(r, m.Key))
 		case m.Sum:
 			cells = append(cells, fmt.Sprintf("%.0f", st.Sum))
 		default:
@@ -137,6 +165,102 @@ func ratioText(r Row, key string) string {
 		return "–"
 	}
 	return fmt.Sprintf("%.2f", v)
+}
+
+func refText(r Row, key string) string {
+	if r.Path.Role == RoleReference {
+		return "1 (ref)"
+	}
+	v, ok := r.RefRat[key]
+	if !ok || math.IsNaN(v) {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+// writePlots embeds the plots RenderPlots draws.
+func writePlots(b *strings.Builder, raw *Raw, rows []Row) {
+	ps := plotted(raw, rows)
+	if len(ps) == 0 {
+		return
+	}
+	b.WriteString("## Plots\n\nMedian per case, bars from min to max over the repetitions.\n\n")
+	for _, p := range ps {
+		fmt.Fprintf(b, "![%s: %s](%s)\n\n", p.Exp.Name, p.Metric.Label, PlotFile(p.Exp, p.Metric))
+	}
+}
+
+// writeHeadlines is the report's summary: each candidate path (FreeFlow)
+// against its group's baseline overlay and host-network reference, for
+// every headline figure, measured side by side in this run.
+func writeHeadlines(b *strings.Builder, raw *Raw, rows []Row) {
+	var cands []PathInfo
+	for _, p := range raw.Paths {
+		if p.Role == RoleCandidate {
+			cands = append(cands, p)
+		}
+	}
+	if len(cands) == 0 {
+		return
+	}
+	b.WriteString("## Headline ratios\n\nMedian of the candidate path / median of the compared path, same run. ")
+	b.WriteString("`!` marks a figure with a note in \"Suspect figures\".\n\n| figure | better |")
+	for _, c := range cands {
+		base, ref := groupPath(raw.Paths, c.Group, RoleBaseline), groupPath(raw.Paths, c.Group, RoleReference)
+		fmt.Fprintf(b, " %s / %s | %s / %s |", c.Name, dash(base), c.Name, dash(ref))
+	}
+	fmt.Fprintf(b, "\n|---|---|%s\n", strings.Repeat("---|---|", len(cands)))
+	for _, e := range raw.Experiments {
+		for _, c := range casesOf(raw, e.Name) {
+			for _, m := range e.Metrics {
+				if m.Headline {
+					writeHeadline(b, rows, e, c, m, cands)
+				}
+			}
+		}
+	}
+	b.WriteString("\n")
+}
+
+func writeHeadline(b *strings.Builder, rows []Row, e ExperimentInfo, c string, m MetricInfo, cands []PathInfo) {
+	cells := ""
+	any := false
+	for _, p := range cands {
+		r, ok := findRow(rows, e.Name, c, p.Name)
+		if !ok || !r.ran() {
+			cells += " – | – |"
+			continue
+		}
+		any = true
+		cells += fmt.Sprintf(" %s | %s |", flagged(r, ratioText(r, m.Key)), flagged(r, refText(r, m.Key)))
+	}
+	if any {
+		fmt.Fprintf(b, "| %s %s %s | %s |%s\n", e.Name, c, m.Label, m.better(e), cells)
+	}
+}
+
+// flagged marks a ratio whose row has notes.
+func flagged(r Row, ratio string) string {
+	if len(r.Notes) > 0 && ratio != "–" {
+		return ratio + " !"
+	}
+	return ratio
+}
+
+func findRow(rows []Row, exp, c, path string) (Row, bool) {
+	for _, r := range rows {
+		if r.Exp.Name == exp && r.Case == c && r.Path.Name == path {
+			return r, true
+		}
+	}
+	return Row{}, false
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }
 
 // writeSuspects lists, in one place, everything that makes a figure doubtful.

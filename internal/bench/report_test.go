@@ -43,12 +43,12 @@ func TestRenderMarkdown(t *testing.T) {
 	for _, want := range []string{
 		"Machine: Test CPU @ 1.00GHz, 2 cores, Linux 6.1.0-test; load average 1.50 0.70 0.20 when the run started.",
 		"| congestion control | cubic (asked: cubic; set per network namespace, machine default: bbr) |",
-		"| 16 B | host (reference) | 6.00 (5.00–7.00) | 0.50 | 5000 | 3 |",
+		"| 16 B | host (reference) | 6.00 (5.00–7.00) | 0.50 | 1 (ref) | 5000 | 3 |",
 		"| 16 B | bridge (baseline) | 12.0 (10.0–14.0) | 1 (baseline) |",
 		"`freeflow exec b1-cli-h1 -- sockperf pp -m 16`",
 		// hostnet's group has no baseline in this run: no ratio, not 0 or Inf.
 		"| 16 B | hostnet (reference) | 20.0 (20.0–20.0) | – |",
-		"| 1 stream | bridge (baseline) | 20.0 (20.0–20.0) | 1 (baseline) | 3 | 1 (+1 failed) |",
+		"| 1 stream | bridge (baseline) | 20.0 (20.0–20.0) | 1 (baseline) | 0.50 | 3 | 1 (+1 failed) |",
 		"- throughput 1 stream on bridge: rep 2 failed: iperf3 failed: unable to connect to server: Connection refused",
 		"- latency 16 B on bridge: p50 µs spread 33% of the median",
 	} {
@@ -102,5 +102,27 @@ func TestRawRoundTrip(t *testing.T) {
 	}
 	if RenderMarkdown(again) != RenderMarkdown(raw) {
 		t.Error("a saved and reloaded raw.json renders differently")
+	}
+}
+
+// TestHeadlineRatios: a candidate path is compared to its group's baseline
+// and reference in the report's summary table, and its notes are flagged.
+func TestHeadlineRatios(t *testing.T) {
+	raw := loadSmall(t)
+	raw.Paths = append(raw.Paths, PathInfo{Name: "freeflow", Group: SameHost, Role: RoleCandidate, Expect: "unix"})
+	raw.Samples = append(raw.Samples,
+		Sample{Experiment: "latency", Case: "16 B", Path: "freeflow", Rep: 1, Metrics: map[string]float64{mP50: 3, mObs: 5000}},
+		Sample{Experiment: "latency", Case: "16 B", Path: "freeflow", Rep: 2, Metrics: map[string]float64{mP50: 3, mObs: 5000},
+			Suspect: []string{"connections took path overlay (policy) ×1, expected unix"}})
+	md := RenderMarkdown(raw)
+	for _, want := range []string{
+		"| figure | better | freeflow / bridge | freeflow / host |",
+		// 3 µs against bridge's 12 and host's 6.
+		"| latency 16 B p50 µs | lower | 0.25 ! | 0.50 ! |",
+		"- latency 16 B on freeflow: rep 2: connections took path overlay (policy) ×1, expected unix",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q\n%s", want, md)
+		}
 	}
 }

@@ -8,21 +8,21 @@ type Job struct {
 	Rep  int // 0 for warm-up
 }
 
-// Schedule orders the runs: an optional warm-up round (the first case of
-// every experiment that does not warm up by itself, once per path,
-// discarded), then reps rounds in which
-// every case visits every path in turn (A B C D, A B C D, ...), so slow
-// drift of a shared, noisy machine hits every path alike instead of
-// whichever path happened to run last.
+// Schedule orders the runs: an optional warm-up round (one discarded run
+// per path: the first case of the first experiment on it that does not
+// warm up by itself), then reps rounds in which every case visits every path it
+// applies to in turn (A B C D, A B C D, ...), so slow drift of a shared,
+// noisy machine hits every path alike instead of whichever path happened
+// to run last.
 func Schedule(exps []Experiment, paths []Path, reps int, full, warmup bool) []Job {
 	var jobs []Job
 	if warmup {
-		for _, e := range exps {
-			for _, p := range paths {
-				if e.SelfWarming {
+		for _, p := range paths {
+			for _, e := range exps {
+				if !e.SelfWarming && e.applies(p) {
+					jobs = append(jobs, Job{Exp: e, Case: e.Cases(full)[0], Path: p})
 					break
 				}
-				jobs = append(jobs, Job{Exp: e, Case: e.Cases(full)[0], Path: p})
 			}
 		}
 	}
@@ -30,10 +30,37 @@ func Schedule(exps []Experiment, paths []Path, reps int, full, warmup bool) []Jo
 		for _, e := range exps {
 			for _, c := range e.Cases(full) {
 				for _, p := range paths {
-					jobs = append(jobs, Job{Exp: e, Case: c, Path: p, Rep: r})
+					if e.applies(p) {
+						jobs = append(jobs, Job{Exp: e, Case: c, Path: p, Rep: r})
+					}
 				}
 			}
 		}
 	}
 	return jobs
+}
+
+// warmupNote says how the run warms up, for the report.
+func warmupNote(quick bool) string {
+	if quick {
+		return "sockperf discards its own first 400 ms; the quick run has no other warm-up"
+	}
+	return "sockperf discards its own first 400 ms; every path gets one discarded run (the first case of its first other experiment) before the first round"
+}
+
+// pairsPerPath is, per path, the most concurrent pairs any selected
+// experiment runs on it.
+func pairsPerPath(exps []Experiment, paths []Path, full bool) map[string]int {
+	out := map[string]int{}
+	for _, p := range paths {
+		for _, e := range exps {
+			if !e.applies(p) {
+				continue
+			}
+			for _, c := range e.Cases(full) {
+				out[p.Name] = max(out[p.Name], c.pairs())
+			}
+		}
+	}
+	return out
 }

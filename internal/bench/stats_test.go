@@ -50,21 +50,21 @@ func TestRatio(t *testing.T) {
 
 func TestSchedule(t *testing.T) {
 	paths, _ := SelectPaths([]string{"bridge", "host"})
-	exps, _ := SelectExperiments([]string{"latency", "throughput"})
+	exps, _ := SelectExperiments([]string{"latency", "throughput", "cap"}, false)
 	jobs := Schedule(exps, paths, 2, false, true)
-	// warm-up: throughput on each path (sockperf warms up by itself); then
-	// 2 rounds of (3 sizes + 1 throughput case) x 2 paths.
-	if len(jobs) != 2+2*4*2 {
+	// warm-up: throughput on each path (sockperf warms up by itself; the
+	// cap runs cross host only); then 2 rounds of (1 size + 1 throughput
+	// case) x 2 paths.
+	if len(jobs) != 2+2*2*2 {
 		t.Fatalf("%d jobs", len(jobs))
 	}
 	var got []string
 	for _, j := range jobs {
 		got = append(got, j.Path.Name+"/"+j.Case.Name+"/"+string(rune('0'+j.Rep)))
 	}
-	want := []string{"host/1 stream/0", "bridge/1 stream/0",
-		"host/16 B/1", "bridge/16 B/1", "host/1 KiB/1", "bridge/1 KiB/1", "host/16 KiB/1", "bridge/16 KiB/1",
-		"host/1 stream/1", "bridge/1 stream/1",
-		"host/16 B/2", "bridge/16 B/2", "host/1 KiB/2", "bridge/1 KiB/2", "host/16 KiB/2", "bridge/16 KiB/2"}
+	want := []string{"host/128 KiB/0", "bridge/128 KiB/0",
+		"host/16 B/1", "bridge/16 B/1", "host/128 KiB/1", "bridge/128 KiB/1",
+		"host/16 B/2", "bridge/16 B/2", "host/128 KiB/2", "bridge/128 KiB/2"}
 	for i := range want {
 		if got[i] != want[i] {
 			t.Fatalf("order:\n got %v\nwant %v", got, want)
@@ -76,12 +76,16 @@ func TestSelect(t *testing.T) {
 	if _, err := SelectPaths([]string{"bridge", "rdma"}); err == nil {
 		t.Error("unknown path accepted")
 	}
-	if _, err := SelectExperiments([]string{"redis"}); err == nil {
+	if _, err := SelectExperiments([]string{"mpi"}, false); err == nil {
 		t.Error("unknown experiment accepted")
 	}
 	ps, err := SelectPaths([]string{"vxlan", "host"})
 	if err != nil || len(ps) != 2 || ps[0].Name != "host" {
 		t.Errorf("SelectPaths keeps table order: %v %v", ps, err)
+	}
+	quick, _ := SelectExperiments(nil, true)
+	if len(quick) != 3 || quick[2].Info.Name != "connrate" {
+		t.Errorf("quick experiments: %d, want latency, throughput, connrate", len(quick))
 	}
 	for _, g := range []string{SameHost, CrossHost} {
 		n := 0

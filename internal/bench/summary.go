@@ -13,12 +13,17 @@ type Row struct {
 	Case    string
 	Path    PathInfo
 	Stats   map[string]Summary // every metric, over the successful runs
+	X       float64            // the case on the plots' x axis
 	Ratios  map[string]float64 // headline metrics: median / the group baseline's median
+	RefRat  map[string]float64 // headline metrics: median / the group reference's median
 	Runs    int                // successful runs
 	Failed  int
 	Command string
 	Notes   []string
 }
+
+// ran reports whether the experiment ran this case on this path at all.
+func (r Row) ran() bool { return r.Runs+r.Failed > 0 }
 
 // spreadLimit is the (max-min)/median above which a figure is flagged.
 const spreadLimit = 0.3
@@ -34,7 +39,8 @@ func SummarizeRaw(raw *Raw) []Row {
 		}
 	}
 	for i := range rows {
-		rows[i].Ratios = ratios(rows, rows[i], raw.Paths)
+		rows[i].Ratios = ratios(rows, rows[i], groupPath(raw.Paths, rows[i].Path.Group, RoleBaseline))
+		rows[i].RefRat = ratios(rows, rows[i], groupPath(raw.Paths, rows[i].Path.Group, RoleReference))
 	}
 	return rows
 }
@@ -60,7 +66,7 @@ func summarizeRow(raw *Raw, e ExperimentInfo, c string, p PathInfo) Row {
 			continue
 		}
 		if r.Command == "" {
-			r.Command = s.Command
+			r.Command, r.X = s.Command, s.X
 		}
 		if s.Error != "" {
 			r.Failed++
@@ -84,9 +90,8 @@ func summarizeRow(raw *Raw, e ExperimentInfo, c string, p PathInfo) Row {
 	return r
 }
 
-// ratios compares r's headline medians to its group's baseline path.
-func ratios(rows []Row, r Row, paths []PathInfo) map[string]float64 {
-	base := baselineOf(paths, r.Path.Group)
+// ratios compares r's headline medians to those of path base.
+func ratios(rows []Row, r Row, base string) map[string]float64 {
 	out := map[string]float64{}
 	for _, b := range rows {
 		if b.Exp.Name != r.Exp.Name || b.Case != r.Case || b.Path.Name != base {
@@ -101,10 +106,10 @@ func ratios(rows []Row, r Row, paths []PathInfo) map[string]float64 {
 	return out
 }
 
-// baselineOf names the baseline path of a group, or "" if none was run.
-func baselineOf(paths []PathInfo, group string) string {
+// groupPath names the path of a group with role, or "" if none was run.
+func groupPath(paths []PathInfo, group, role string) string {
 	for _, p := range paths {
-		if p.Group == group && p.Role == RoleBaseline {
+		if p.Group == group && p.Role == role {
 			return p.Name
 		}
 	}

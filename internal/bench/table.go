@@ -43,7 +43,7 @@ func RenderTable(raw *Raw) string {
 }
 
 func tableLine(rows []Row, e ExperimentInfo, c string, m MetricInfo) string {
-	line := fmt.Sprintf("%s %s %s (%s better)\t", e.Name, c, m.Label, e.Better)
+	line := fmt.Sprintf("%s %s %s (%s better)\t", e.Name, c, m.Label, m.better(e))
 	for _, r := range rows {
 		if r.Exp.Name != e.Name || r.Case != c {
 			continue

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/freeflow-net/freeflow/internal/bench"
@@ -28,11 +29,11 @@ func runBench(g *Global, args []string) error {
 	fs := newFlags(g, "bench")
 	var o bench.Options
 	fs.BoolVar(&o.Quick, "quick", false, "the short run (< 2 min) `make demo` ends with")
-	only := fs.String("only", "", "comma-separated experiments: latency,throughput,connrate (default all)")
-	paths := fs.String("paths", "", "comma-separated paths: host,bridge,vxlan,hostnet (default all)")
-	fs.StringVar(&o.Out, "out", "results", "results go to DIR/<UTC time>/{raw.json,report.md}")
+	only := fs.String("only", "", "comma-separated experiments: "+benchNames(bench.Experiments, func(e bench.Experiment) string { return e.Info.Name })+" (default all; --quick: latency,throughput,connrate)")
+	paths := fs.String("paths", "", "comma-separated paths: "+benchNames(bench.Paths, func(p bench.Path) string { return p.Name })+" (default all)")
+	fs.StringVar(&o.Out, "out", "results", "results go to DIR/<UTC time>/{raw.json,report.md,*.png}")
 	fs.StringVar(&o.CC, "cc", "cubic", "TCP congestion control set in the cluster's namespaces, or \"default\" to leave them as they are")
-	report := fs.String("report", "", "re-render report.md next to this raw.json and print the table; measures nothing")
+	report := fs.String("report", "", "re-render report.md and the plots next to this raw.json and print the table; measures nothing")
 	fs.DurationVar(&o.Duration, "duration", 0, "seconds per client run (whole seconds)")
 	fs.IntVar(&o.Reps, "reps", 0, "interleaved repetitions")
 	fs.Usage = func() { benchUsage(fs) }
@@ -73,19 +74,28 @@ func measureBench(g *Global, o bench.Options, only, paths []string) error {
 	return nil
 }
 
-// rerender rebuilds report.md from raw.json, e.g. after the report format
-// changed, and prints the table.
+// rerender rebuilds report.md and the plots from raw.json, e.g. after the
+// report format changed, and prints the table.
 func rerender(g *Global, rawPath string) error {
 	raw, err := bench.LoadRaw(rawPath)
 	if err != nil {
 		return err
 	}
-	out := filepath.Join(filepath.Dir(rawPath), "report.md")
-	if err := os.WriteFile(out, []byte(bench.RenderMarkdown(raw)), 0o644); err != nil {
-		return fmt.Errorf("write report: %w", err)
+	dir := filepath.Dir(rawPath)
+	if err := bench.RenderReport(dir, raw); err != nil {
+		return err
 	}
-	fmt.Fprintf(g.Out, "%s\nreport: %s\n", bench.RenderTable(raw), out)
+	fmt.Fprintf(g.Out, "%s\nreport: %s\n", bench.RenderTable(raw), filepath.Join(dir, "report.md"))
 	return nil
+}
+
+// benchNames joins the names of a bench table for the usage text.
+func benchNames[T any](table []T, name func(T) string) string {
+	var out []string
+	for _, e := range table {
+		out = append(out, name(e))
+	}
+	return strings.Join(out, ",")
 }
 
 func benchUsage(fs *flag.FlagSet) {

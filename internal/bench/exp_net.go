@@ -1,0 +1,157 @@
+package bench
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// Ports the bench servers listen on, in every server site.
+const (
+	portSockperf  = 19111
+	portIperf     = 19201
+	portConnRate  = 19300
+	portRedis     = 19401
+	portNginx     = 19402
+	portMemcached = 19403
+	portPostgres  = 19404
+)
+
+// sockperfSeconds is every sockperf run's length, whatever --duration
+// says: sockperf sleeps 2 s after connecting, so each run costs 3 s more
+// than this, and 600 ms measured after its own 400 ms warm-up already
+// holds tens of thousands of round trips, enough for a stable p99.
+const sockperfSeconds = 1
+
+var sockperfServer = func(toolEnv) Server {
+	return Server{Port: portSockperf, Shell: fmt.Sprintf("exec sockperf sr --tcp -p %d", portSockperf)}
+}
+
+var iperfServer = func(toolEnv) Server {
+	return Server{Port: portIperf, Shell: fmt.Sprintf("exec iperf3 -s -p %d", portIperf)}
+}
+
+var latency = Experiment{
+	Info: ExperimentInfo{Name: "latency", Better: "lower", X: "message size", LogY: true,
+		Title: "Latency: sockperf ping-pong over TCP, one-way µs (half the round trip)",
+		Metrics: []MetricInfo{
+			{Key: mP50, Label: "p50 µs", Headline: true, Plot: true},
+			{Key: mP99, Label: "p99 µs", Headline: true, Plot: true},
+			{Key: mObs, Label: "round trips"},
+		}},
+	Quick:       true,
+	SelfWarming: true,
+	Server:      sockperfServer,
+	// sockperf takes TCP messages of 14 B to 65507 B.
+	Cases: func(full bool) []Case {
+		if full {
+			return sizeCases([]int{16, 1024, 16384, 65000})
+		}
+		return sizeCases([]int{16})
+	},
+	Client: func(_ toolEnv, target string, c Case, _ int) []string {
+		return split("sockperf pp --tcp -i %s -p %d -m %d -t %d", target, portSockperf, c.Size, sockperfSeconds)
+	},
+	Parse: func(_ toolEnv, out []byte) (map[string]float64, []string, error) {
+		m, err := ParseSockperf(string(out))
+		if err != nil {
+			return nil, nil, err
+		}
+		return m, sockperfSuspect(m), nil
+	},
+}
+
+// cpuMetrics are the /proc/stat figures every throughput-like experiment
+// shows (see cpu.go).
+var cpuMetrics = []MetricInfo{
+	{Key: mCPUPerGB, Label: "CPU s/GB", Headline: true, Better: "lower", Plot: true},
+	{Key: mCPUClient, Label: "client CPU %"},
+	{Key: mCPUServer, Label: "server CPU %"},
+}
+
+var throughput = Experiment{
+	Info: ExperimentInfo{Name: "throughput", Better: "higher", X: "write size (iperf3 -l)",
+		Title: "Throughput: iperf3, one TCP stream, Gbit/s received, by write size; CPU from /proc/stat",
+		Metrics: append([]MetricInfo{
+			{Key: mGbps, Label: "Gbit/s", Headline: true, Plot: true},
+			{Key: mRetrans, Label: "retransmits", Sum: true},
+		}, cpuMetrics...)},
+	Quick:  true,
+	Server: iperfServer,
+	Cases: func(full bool) []Case {
+		if full {
+			return sizeCases([]int{1024, 16384, 131072, 1 << 20})
+		}
+		return sizeCases([]int{131072}) // iperf3's default write size
+	},
+	Client: func(_ toolEnv, target string, c Case, seconds int) []string {
+		return split("iperf3 -c %s -p %d -t %d -l %d -J", target, portIperf, seconds, c.Size)
+	},
+	Parse: parseIperfSample,
+}
+
+// capped is FreeFlow's figure 3: one stream's throughput and CPU when the
+// fabric between the hosts is capped with tbf. Only cross-host paths use
+// the fabric.
+var capped = Experiment{
+	Info: ExperimentInfo{Name: "cap", Better: "higher", X: "fabric cap, Gbit/s",
+		Title: "Throughput under a bandwidth cap on the fabric (tbf on both hosts' fabric interfaces): iperf3, one stream, Gbit/s",
+		Metrics: append([]MetricInfo{
+			{Key: mGbps, Label: "Gbit/s", Headline: true, Plot: true},
+			{Key: mRetrans, Label: "retransmits", Sum: true},
+		}, cpuMetrics...)},
+	Server: iperfServer,
+	Cases: func(bool) []Case {
+		var cs []Case
+		for _, c := range []float64{1, 2, 5, 10} {
+			cs = append(cs, Case{Name: strconv.FormatFloat(c, 'g', -1, 64) + " Gbit/s", Cap: c, X: c})
+		}
+		return cs
+	},
+	Client: func(_ toolEnv, target string, _ Case, seconds int) []string {
+		return split("iperf3 -c %s -p %d -t %d -J", target, portIperf, seconds)
+	},
+	// Retransmits are what a cap does to TCP, not a measuring error.
+	Parse: func(e toolEnv, out []byte) (map[string]float64, []string, error) {
+		r, err := ParseIperf3(out)
+		if err != nil {
+			return nil, nil, err
+		}
+		return r.Metrics, r.ccSuspect(e.CC), nil
+	},
+	OnPath: func(p Path) bool { return p.Group == CrossHost },
+	Shaped: true,
+	// Under a cap TCP settles within a fraction of a second.
+	MaxSeconds: 1,
+}
+
+func parseIperfSample(e toolEnv, out []byte) (map[string]float64, []string, error) {
+	r, err := ParseIperf3(out)
+	if err != nil {
+		return nil, nil, err
+	}
+	return r.Metrics, r.suspect(e.CC), nil
+}
+
+var connRate = Experiment{
+	Info: ExperimentInfo{Name: "connrate", Better: "higher",
+		Title: "Connection setup rate: connrate.py (connect, 1-byte request, 1-byte reply, close), connections/s",
+		Metrics: []MetricInfo{
+			{Key: mConnRate, Label: "conn/s", Headline: true},
+			{Key: mConnErrors, Label: "failed", Sum: true},
+		}},
+	Quick: true,
+	Server: func(e toolEnv) Server {
+		return Server{Port: portConnRate, Shell: commandLine([]string{"exec", "/usr/bin/python3", "-c", e.Script, "server", "0.0.0.0", strconv.Itoa(portConnRate)})}
+	},
+	Cases: func(bool) []Case { return []Case{{Name: "1 client"}} },
+	Client: func(e toolEnv, target string, _ Case, seconds int) []string {
+		return []string{"/usr/bin/python3", "-c", e.Script, "client", target, strconv.Itoa(portConnRate), strconv.Itoa(seconds)}
+	},
+	Parse: func(_ toolEnv, out []byte) (map[string]float64, []string, error) {
+		m, last, err := ParseConnRate(string(out))
+		if err != nil {
+			return nil, nil, err
+		}
+		return m, connrateSuspect(m, last), nil
+	},
+}
