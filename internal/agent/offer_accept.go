@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"syscall"
 	"time"
 
 	"github.com/freeflow-net/freeflow/internal/directory"
@@ -192,9 +193,23 @@ func (a *Agent) commitOffer(p *offerPeer) (decision, int) {
 		closeFD(fd)
 		return overlay(reasonNoCommit), -1
 	}
+	quickAck(p.c)
 	return decision{kind: pathHostTCP}, fd
 }
 
 func unmapEP(ep netip.AddrPort) netip.AddrPort {
 	return netip.AddrPortFrom(ep.Addr().Unmap(), ep.Port())
+}
+
+// quickAck acknowledges what c received at once. COMMIT is the last
+// agent byte on the connection and nothing answers it, so its ACK would
+// wait for the delayed-ACK timer; meanwhile the connecting application's
+// first small write, with Nagle on as on its own socket, would wait for
+// that ACK: a 40 ms stall on new connections.
+func quickAck(c *net.TCPConn) {
+	if rc, err := c.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) {
+			syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_QUICKACK, 1)
+		})
+	}
 }
