@@ -10,6 +10,8 @@ PACKAGES=(
   iperf3 sockperf netpipe-tcp python3
   # applications `freeflow bench` runs as server + client containers
   redis-server redis-tools nginx-light wrk memcached libmemcached-tools postgresql
+  # Open MPI between containers (tests/e2e), curl for nginx checks
+  openmpi-bin netpipe-openmpi curl
 )
 CNITOOL_VERSION=v1.2.3 # matches github.com/containernetworking/cni in go.mod
 
