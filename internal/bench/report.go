@@ -156,22 +156,24 @@ func pathLabel(p PathInfo) string {
 	return fmt.Sprintf("%s (%s)", p.Name, p.Role)
 }
 
+// ratioText is the row's ratio to its group's baseline.
 func ratioText(r Row, key string) string {
-	if r.Path.Role == RoleBaseline {
-		return "1 (baseline)"
-	}
 	v, ok := r.Ratios[key]
-	if !ok || math.IsNaN(v) {
-		return "–"
-	}
-	return fmt.Sprintf("%.2f", v)
+	return ratioCell(r, RoleBaseline, "1 (baseline)", v, ok)
 }
 
+// refText is the row's ratio to its group's host-network reference.
 func refText(r Row, key string) string {
-	if r.Path.Role == RoleReference {
-		return "1 (ref)"
-	}
 	v, ok := r.RefRat[key]
+	return ratioCell(r, RoleReference, "1 (ref)", v, ok)
+}
+
+// ratioCell formats ratio v, or self on the row the ratio is taken against;
+// a missing ratio (!ok or NaN) shows as a dash.
+func ratioCell(r Row, role, self string, v float64, ok bool) string {
+	if r.Path.Role == role {
+		return self
+	}
 	if !ok || math.IsNaN(v) {
 		return "–"
 	}

@@ -2,10 +2,12 @@ package e2e
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/freeflow-net/freeflow/internal/agent"
+	"github.com/freeflow-net/freeflow/internal/directory"
 	"github.com/freeflow-net/freeflow/internal/state"
 )
 
@@ -25,21 +27,27 @@ func seen(ctx context.Context, l state.Layout, host, name string) (time.Time, er
 
 // lists reports whether host's agent lists container name.
 func lists(ctx context.Context, l state.Layout, host, name string) (bool, error) {
+	_, found, err := listed(ctx, l, host, name)
+	return found, err
+}
+
+// listed returns the record of container name as host's agent lists it.
+func listed(ctx context.Context, l state.Layout, host, name string) (directory.Container, bool, error) {
 	a, err := agent.DialAdmin(l.AdminSocket(host))
 	if err != nil {
-		return false, err
+		return directory.Container{}, false, err
 	}
 	defer a.Close()
 	cs, err := a.List(ctx)
 	if err != nil {
-		return false, err
+		return directory.Container{}, false, err
 	}
 	for _, c := range cs {
 		if c.Name == name {
-			return true, nil
+			return c, true, nil
 		}
 	}
-	return false, nil
+	return directory.Container{}, false, nil
 }
 
 // TestAgentSeesRemoteContainerWithin1s: a container started on h2 is known
@@ -88,7 +96,7 @@ func TestAgentRestartRebuildsView(t *testing.T) {
 	}
 	// The local container can still talk to its agent as itself.
 	out := c.MustFF(t, "exec", "local", "--", "python3", "-c", agentClientPy, "hello")
-	if want := "name=local"; !contains(out, want) {
+	if want := "name=local"; !strings.Contains(out, want) {
 		t.Fatalf("HELLO from container 'local' after agent restart: got %q, want %q", out, want)
 	}
 }

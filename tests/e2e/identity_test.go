@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/freeflow-net/freeflow/internal/agent"
 	"github.com/freeflow-net/freeflow/internal/directory"
 	"github.com/freeflow-net/freeflow/internal/state"
 )
@@ -45,8 +44,6 @@ elif sys.argv[1] == "unregister":
     print("type=%#x code=%d" % (rt, struct.unpack("<I", a[1])[0] if 1 in a else 0))
 `
 
-func contains(s, sub string) bool { return strings.Contains(s, sub) }
-
 // TestImpersonationRefused: a process in container A that asks the agent as
 // if it were container B is refused; the agent names it A whatever it sends,
 // and B's registration is untouched.
@@ -59,17 +56,17 @@ func TestImpersonationRefused(t *testing.T) {
 	defer cancel()
 	bob := lookup(ctx, t, l, "bob")
 
-	if out := c.MustFF(t, "exec", "alice", "--", "python3", "-c", agentClientPy, "hello"); !contains(out, "name=alice") {
+	if out := c.MustFF(t, "exec", "alice", "--", "python3", "-c", agentClientPy, "hello"); !strings.Contains(out, "name=alice") {
 		t.Fatalf("HELLO from alice: %q, want the agent to name the caller alice", out)
 	}
 	forged := bob
 	forged.Tenant = "blue" // what a thief would want: bob's address in alice's tenant
 	body, _ := json.Marshal(forged)
 	const denied = "type=0x7f code=5"
-	if out := c.MustFF(t, "exec", "alice", "--", "python3", "-c", agentClientPy, "register", string(body)); !contains(out, denied) {
+	if out := c.MustFF(t, "exec", "alice", "--", "python3", "-c", agentClientPy, "register", string(body)); !strings.Contains(out, denied) {
 		t.Fatalf("REGISTER as bob from alice: %q, want %q (DENIED)", out, denied)
 	}
-	if out := c.MustFF(t, "exec", "alice", "--", "python3", "-c", agentClientPy, "unregister", bob.ID); !contains(out, denied) {
+	if out := c.MustFF(t, "exec", "alice", "--", "python3", "-c", agentClientPy, "unregister", bob.ID); !strings.Contains(out, denied) {
 		t.Fatalf("UNREGISTER bob from alice: %q, want %q (DENIED)", out, denied)
 	}
 	if after := lookup(ctx, t, l, "bob"); after != bob {
@@ -80,18 +77,12 @@ func TestImpersonationRefused(t *testing.T) {
 // lookup returns the directory record of container name, via h1's agent.
 func lookup(ctx context.Context, t *testing.T, l state.Layout, name string) directory.Container {
 	t.Helper()
-	a, err := agent.DialAdmin(l.AdminSocket("h1"))
-	must(t, err, "dial h1's admin socket")
-	defer a.Close()
-	cs, err := a.List(ctx)
-	must(t, err, "list containers")
-	for _, c := range cs {
-		if c.Name == name {
-			return c
-		}
+	c, found, err := listed(ctx, l, "h1", name)
+	must(t, err, "list containers on h1")
+	if !found {
+		t.Fatalf("container %q is not registered", name)
 	}
-	t.Fatalf("container %q is not registered", name)
-	return directory.Container{}
+	return c
 }
 
 // reachPy tries a TCP connection to each host:port argument (1 s each) and
