@@ -145,6 +145,7 @@ struct ff_conn {
 	struct ff_epreg *epregs;
 	int nopts;
 	struct ff_opt opts[FF_MAX_OPTS];
+	struct ff_shm *shm;		/* SWAPPED onto the shared-memory channel (shm.h) */
 };
 
 /* Bits of ff_slot.flags. */
@@ -152,6 +153,7 @@ struct ff_conn {
 #define FF_FD_PENDING	2u	/* data calls must wait for the decision */
 #define FF_FD_CONTROL	4u	/* a control connection to the agent */
 #define FF_FD_SWAPPED	8u	/* conn is SWAPPED: a kernel channel sits at the fd */
+#define FF_FD_SHM	16u	/* conn->shm is set: the data path goes through shm.c */
 
 struct ff_slot {
 	_Atomic uint8_t flags;
