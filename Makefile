@@ -14,6 +14,8 @@ build:
 	$(GO) build -o $(BIN)/ ./cmd/...
 	$(MAKE) -C lib
 	cp lib/build/libfreeflow.so $(BIN)/
+	$(MAKE) -C tools/ffmem
+	cp tools/ffmem/build/ffmem $(BIN)/
 
 lib:
 	$(MAKE) -C lib
@@ -28,6 +30,7 @@ test: deps build vet test-lib fuzz test-go
 
 test-lib:
 	$(MAKE) -C lib test
+	$(MAKE) -C tools/ffmem check
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 15s ./internal/protocol
@@ -46,3 +49,4 @@ bench: build
 clean:
 	rm -rf $(BIN)
 	$(MAKE) -C lib clean
+	$(MAKE) -C tools/ffmem clean

@@ -97,6 +97,8 @@ type Directory interface {
 	ClusterKey(ctx context.Context) ([]byte, error)
 	// Policy returns the fast-path policy document (nil: the default).
 	Policy(ctx context.Context) ([]byte, error)
+	// Settings returns the cluster settings document (nil: the default).
+	Settings(ctx context.Context) ([]byte, error)
 }
 
 // Agent serves one host.
@@ -116,9 +118,13 @@ type Agent struct {
 	rv        *rendezvous // connection brokering: one meeting per tuple
 	listeners *listeners  // library-enabled listeners of local containers
 	live      *connTable  // answered connections and counters
+	shm       *shmBudget  // what each container's shm channels are charged
 	nonces    *nonces     // of recent offers, against replays
+	pool      *offerPool  // connections to peer agents, ready for offers (offerpool.go)
+	standbys  *standbys   // pooled connections of peer agents waiting here
 	key       atomic.Pointer[[]byte]
 	pol       atomic.Pointer[policy.Policy]
+	set       atomic.Pointer[directory.Settings] // nil until first read
 
 	mu      sync.Mutex // guards conns and closing
 	conns   map[*net.UnixConn]struct{}
@@ -143,11 +149,14 @@ func New(cfg Config, dir Directory) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent: read own network namespace: %w", err)
 	}
-	return &Agent{
+	a := &Agent{
 		cfg: cfg, subnet: subnet.Masked(), dir: dir, log: cfg.Logger, selfNS: self,
 		ids: newIdentities(), conns: map[*net.UnixConn]struct{}{},
 		rv: newRendezvous(cfg.keepDecided), listeners: newListeners(), live: newConnTable(), nonces: newNonces(),
-	}, nil
+		shm: newShmBudget(), standbys: newStandbys(),
+	}
+	a.pool = newOfferPool(a)
+	return a, nil
 }
 
 func withDefaults(cfg Config) Config {
@@ -203,6 +212,8 @@ func (a *Agent) Serve(ctx context.Context) error {
 		a.wg.Add(1)
 		go a.brokerLoop(ctx, a.broker)
 	}
+	a.wg.Add(1)
+	go a.pool.run(ctx)
 	a.wg.Add(2)
 	go a.acceptLoop(ctx, a.lib, false)
 	go a.acceptLoop(ctx, a.admin, true)

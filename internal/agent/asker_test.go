@@ -27,6 +27,7 @@ type askSpec struct {
 	Ask    string `json:"ask"` // connect or accept
 	Local  string `json:"local"`
 	Remote string `json:"remote"`
+	Caps   uint32 `json:"caps,omitempty"` // CAPS of the session's HELLO
 }
 
 type askResult struct {
@@ -55,7 +56,7 @@ func askChild() int {
 }
 
 func runAsk(spec askSpec, in *bufio.Reader) (res askResult) {
-	l, err := dialLib(spec.Sock)
+	l, err := dialLibCaps(spec.Sock, spec.Caps)
 	if err != nil {
 		return askResult{Err: err.Error()}
 	}
@@ -78,9 +79,13 @@ func runAsk(spec askSpec, in *bufio.Reader) (res askResult) {
 	}
 	res = askResult{Path: pathName(r.Kind), Reason: r.Reason}
 	if r.FD >= 0 {
-		defer syscall.Close(r.FD)
+		defer closeResult(r)
 		res.SockName, res.PeerName = sockNames(r.FD)
-		res.Data = pingPong(r.FD, spec.Ask == "connect")
+		if r.Mem >= 0 {
+			res.Data = shmPingPong(r.FD, r.Mem, spec.Ask == "connect")
+		} else {
+			res.Data = pingPong(r.FD, spec.Ask == "connect")
+		}
 	}
 	return res
 }

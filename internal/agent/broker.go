@@ -22,13 +22,15 @@ package agent
 // Waiting happens in the asking connection's goroutine with no table lock
 // held; a meeting is decided exactly once, under the table lock.
 //
-// Same host: the second ask creates socketpair(AF_UNIX, SOCK_STREAM) and
-// each end gets one half in PATH unix; the agent closes its copies.
+// Same host: the second ask creates the channel and each end gets one
+// half: an shm channel (shm.go) in PATH shm, or, when either end cannot
+// take one, socketpair(AF_UNIX, SOCK_STREAM) in PATH unix, with the reason
+// why not shm; the agent closes its copies.
 //
 // Cross host (fastpath_remote.go, offer_accept.go): the connector's agent
 // dials the acceptor's agent on the fabric (broker port 7947 on the host's
-// FabricIP) and sends an OFFER authenticated with HMAC-SHA256 under the
-// cluster key. The acceptor's agent checks the MAC, the clock window, the
+// FabricIP), or takes a connection it dialed ahead (offerpool.go), and
+// sends an OFFER authenticated with HMAC-SHA256 under the cluster key. The acceptor's agent checks the MAC, the clock window, the
 // nonce, the sender and its own rules, then plays the connecting side of
 // the local meeting: once its local ACCEPT is there (at most 40 ms after
 // the offer) it writes PATH host-tcp on that TCP connection. That is a
@@ -127,6 +129,7 @@ const (
 	pathOverlay uint8 = 0
 	pathUnix    uint8 = 1
 	pathHostTCP uint8 = 2
+	pathShm     uint8 = 3
 )
 
 // Reasons for an overlay decision (REASON). Policy adds its own.
@@ -152,6 +155,8 @@ func pathName(kind uint8) string {
 		return "unix"
 	case pathHostTCP:
 		return "host-tcp"
+	case pathShm:
+		return "shm"
 	}
 	return "overlay"
 }
@@ -159,12 +164,13 @@ func pathName(kind uint8) string {
 // decision is the answer for one connection.
 type decision struct {
 	kind   uint8
-	reason string // overlay only
+	reason string // why overlay, or for unix why not shm; "" otherwise
 }
 
 func overlay(reason string) decision { return decision{kind: pathOverlay, reason: reason} }
 
-// handleBrokering answers LISTEN, UNLISTEN, CONNECT, ACCEPT and CLOSED.
+// handleBrokering answers LISTEN, UNLISTEN, CONNECT and ACCEPT, and applies
+// CLOSED (a notification: nil reply).
 func (s *session) handleBrokering(m *protocol.Message) (*protocol.Message, error) {
 	if s.admin {
 		return nil, protocol.Errorf(protocol.CodeDenied, "%v is accepted only on the library socket", m.Type)
@@ -189,9 +195,9 @@ func (s *session) handleBrokering(m *protocol.Message) (*protocol.Message, error
 		return nil, err
 	}
 	remote = unmapEP(remote)
-	if m.Type == protocol.TypeClosed {
+	if m.Type == protocol.TypeClosed { // a notification: no reply (session.notified)
 		s.a.live.remove(s.self.ID, local, remote)
-		return protocol.New(protocol.TypeOK, m.Seq), nil
+		return nil, nil
 	}
 	return s.broker(m, local, remote), nil
 }
@@ -220,21 +226,21 @@ func (s *session) broker(m *protocol.Message, local, remote netip.AddrPort) *pro
 	if m.Type == protocol.TypeAccept {
 		side, k = sideAcceptor, tuple{conn: remote, acc: local}
 	}
-	peer, d, fd := s.a.decide(s, k, side)
+	peer, d, h := s.a.decide(s, k, side)
 	if d.reason != reasonDuplicate {
-		s.a.live.add(s.self.ID, s.pid, local, remote, connInfo(s.self, peer, local, remote, d))
+		s.a.live.add(s.self.ID, s.pid, local, remote, connInfo(s.self, peer, local, remote, d), h.charge)
 	}
 	reply := protocol.New(protocol.TypePath, m.Seq, protocol.U8(protocol.AttrPathKind, d.kind))
-	if d.kind == pathOverlay {
+	if d.reason != "" {
 		reply.Attrs = append(reply.Attrs, protocol.String(protocol.AttrReason, d.reason))
 	}
-	s.outFD = fd
+	s.outFDs = h.fds()
 	return reply
 }
 
 // decide returns the peer's record (empty if none), the decision for k
-// and, for a fast path, this side's descriptor (-1 otherwise).
-func (a *Agent) decide(s *session, k tuple, side side) (directory.Container, decision, int) {
+// and, for a fast path, this side's half of the channel (noHalf otherwise).
+func (a *Agent) decide(s *session, k tuple, side side) (directory.Container, decision, half) {
 	peerEP := k.acc
 	if side == sideAcceptor {
 		peerEP = k.conn
@@ -243,28 +249,30 @@ func (a *Agent) decide(s *session, k tuple, side side) (directory.Container, dec
 	if reason != "" {
 		d, parked := a.rv.decideNow(k, side, overlay(reason))
 		if parked != nil { // decided fast without us: take our half, as the connector has its own
-			d, fd := a.rv.take(parked, side)
-			return peer, d, fd
+			d, h := a.rv.takeHalf(parked, side)
+			return peer, d, h
 		}
-		return peer, d, -1
+		return peer, d, noHalf
 	}
+	canShm := s.caps&protocol.CapShm != 0
 	if side == sideAcceptor {
 		finish := a.finishLocal
 		if peer.Host != a.cfg.Host {
 			finish = nil // the offer finishes the meeting
 		}
-		d, fd := a.meet(k, side, nil, nil, finish)
-		return peer, d, fd
+		d, h := a.meet(k, side, nil, nil, canShm, finish)
+		return peer, d, h
 	}
 	c := &connector{pid: s.pid, mine: a.listeners.keysOf(s.pid, s.ns)}
 	defer a.rv.endConnect(c, k)
 	if peer.Host != a.cfg.Host {
 		d, fd := a.offerRemote(s.self, peer, k, c)
-		return peer, d, fd
+		return peer, d, sockHalf(fd)
 	}
 	lis := listenerKey{peer.ID, k.acc.Port()}
-	d, fd := a.meet(k, side, &listenerInfo{key: lis, pids: a.listeners.pids(lis.id, lis.port)}, c, a.finishLocal)
-	return peer, d, fd
+	pids, lisShm := a.listeners.live(lis.id, lis.port)
+	d, h := a.meet(k, side, &listenerInfo{key: lis, pids: pids, shm: lisShm}, c, canShm, a.finishLocal)
+	return peer, d, h
 }
 
 // precheck applies the rules that decide overlay at once, from this side's

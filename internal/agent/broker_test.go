@@ -259,14 +259,17 @@ func TestConnsListingAndClosed(t *testing.T) {
 	// read the tables directly (TestConnsOverAdminSocket goes over the wire).
 	got := a.live.list()
 	want := []ConnInfo{ // sorted by container, then local address as text
-		{Local: selfCli(40001), Remote: selfSrv, LocalContainer: "self", RemoteContainer: "self", Path: "unix"},
+		{Local: selfCli(40001), Remote: selfSrv, LocalContainer: "self", RemoteContainer: "self", Path: "unix", Reason: reasonLibNoShm},
 		{Local: selfCli(40002), Remote: "10.1.2.3:443", LocalContainer: "self", Path: "overlay", Reason: reasonNotContainer},
-		{Local: selfSrv, Remote: selfCli(40001), LocalContainer: "self", RemoteContainer: "self", Path: "unix"},
+		{Local: selfSrv, Remote: selfCli(40001), LocalContainer: "self", RemoteContainer: "self", Path: "unix", Reason: reasonLibNoShm},
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("conns:\n got %+v\nwant %+v", got, want)
 	}
 	if err := cli.closed(selfCli(40001), selfSrv); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.lookup(selfIP); err != nil { // CLOSED is applied before it
 		t.Fatal(err)
 	}
 	if got := a.live.list(); len(got) != 2 || got[0].Local == selfCli(40001) {

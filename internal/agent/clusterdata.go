@@ -4,20 +4,23 @@ import (
 	"context"
 	"time"
 
+	"github.com/freeflow-net/freeflow/internal/directory"
 	"github.com/freeflow-net/freeflow/internal/policy"
 )
 
-// refreshEvery is how often the agent re-reads the policy document: a
-// policy change reaches every agent within it. The key is read once.
+// refreshEvery is how often the agent re-reads the policy and settings
+// documents: a change reaches every agent within it. The key is read once.
 const refreshEvery = 2 * time.Second
 
 // keepClusterData loads the cluster key (creating it if this is the
-// cluster's first agent to ask) and keeps the policy current until ctx
-// ends. While the directory is unreachable the last good policy stays in
-// force; without a key, cross-host offers fall back (no-cluster-key).
+// cluster's first agent to ask) and keeps the policy and settings current
+// until ctx ends. While the directory is unreachable the last good policy
+// and settings stay in force; without a key, cross-host offers fall back
+// (no-cluster-key); until the settings are first read, same-host fast
+// paths are unix (no-cluster-settings).
 func (a *Agent) keepClusterData(ctx context.Context) {
 	defer a.wg.Done()
-	var keyErr, policyErr string
+	var keyErr, policyErr, settingsErr string
 	for {
 		if a.key.Load() == nil {
 			if k, err := a.dir.ClusterKey(ctx); err == nil {
@@ -34,8 +37,15 @@ func (a *Agent) keepClusterData(ctx context.Context) {
 			policyErr = err.Error()
 			a.log.Warn("the cluster policy document is invalid; keeping the previous policy", "err", err)
 		}
+		switch err := a.refreshSettings(ctx); {
+		case err == nil:
+			settingsErr = ""
+		case err.Error() != settingsErr:
+			settingsErr = err.Error()
+			a.log.Warn("the cluster settings document is invalid; keeping the previous settings", "err", err)
+		}
 		wait := refreshEvery
-		if a.key.Load() == nil {
+		if a.key.Load() == nil || a.set.Load() == nil {
 			wait = 200 * time.Millisecond
 		}
 		select {
@@ -60,6 +70,30 @@ func (a *Agent) refreshPolicy(ctx context.Context) error {
 	}
 	a.pol.Store(&p)
 	return nil
+}
+
+// refreshSettings reads the settings document, as refreshPolicy the
+// policy.
+func (a *Agent) refreshSettings(ctx context.Context) error {
+	doc, err := a.dir.Settings(ctx)
+	if err != nil {
+		return nil
+	}
+	s, err := directory.ParseSettings(doc)
+	if err != nil {
+		return err
+	}
+	a.set.Store(&s)
+	return nil
+}
+
+// settings returns the cluster settings in force, and false until they
+// have been read once.
+func (a *Agent) settings() (directory.Settings, bool) {
+	if s := a.set.Load(); s != nil {
+		return *s, true
+	}
+	return directory.Settings{}, false
 }
 
 // clusterKey returns the broker key, or nil while it is not known.

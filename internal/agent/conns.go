@@ -3,6 +3,7 @@ package agent
 import (
 	"cmp"
 	"errors"
+	"maps"
 	"net/netip"
 	"slices"
 	"sync"
@@ -16,22 +17,27 @@ type ConnInfo struct {
 	Remote          string `json:"remote"`           // overlay address of the peer
 	LocalContainer  string `json:"local_container"`  // name of this end's container
 	RemoteContainer string `json:"remote_container"` // the peer's container; "" if it is none
-	Path            string `json:"path"`             // overlay, unix or host-tcp
-	Reason          string `json:"reason"`           // why overlay; "" for a fast path
+	Path            string `json:"path"`             // overlay, shm, unix or host-tcp
+	Reason          string `json:"reason"`           // why overlay, or for unix why not shm; "" otherwise
 }
 
 // ConnCounters counts the connection ends this agent answered since it
 // started (a same-host connection has two ends here, a cross-host one has
-// one on each agent). Bytes are not counted: after the swap the data never
-// passes through the agent, and it keeps no reference to the channels
-// (one would keep a peer from seeing EOF).
+// one on each agent). Bytes moved are not counted: after the swap the data
+// never passes through the agent, and it keeps no reference to the
+// channels (one would keep a peer from seeing EOF, or keep shm memory).
+// ShmBytes is memory, not traffic: what the live shm channels are charged
+// now (each channel once per end).
 type ConnCounters struct {
-	FastPath        uint64            `json:"fast_path"`
+	FastPath        uint64            `json:"fast_path"` // shm + unix + host_tcp
+	Shm             uint64            `json:"shm"`
 	Unix            uint64            `json:"unix"`
 	HostTCP         uint64            `json:"host_tcp"`
 	Fallback        uint64            `json:"fallback"`
 	FallbackReasons map[string]uint64 `json:"fallback_reasons"`
+	NotShmReasons   map[string]uint64 `json:"not_shm_reasons"` // why unix ends were not shm
 	Live            int               `json:"live"`
+	ShmBytes        uint64            `json:"shm_bytes"`
 }
 
 type connKey struct {
@@ -40,8 +46,9 @@ type connKey struct {
 }
 
 type connEntry struct {
-	info ConnInfo
-	pid  int32 // the library process that asked; the entry goes when it does
+	info   ConnInfo
+	pid    int32      // the library process that asked; the entry goes when it does
+	charge *shmCharge // an shm end's charge, released with the entry
 }
 
 // maxConnEntries bounds the table: overlay connections of a process that lives
@@ -57,21 +64,31 @@ type connTable struct {
 }
 
 func newConnTable() *connTable {
-	return &connTable{m: map[connKey]connEntry{}, count: ConnCounters{FallbackReasons: map[string]uint64{}}}
+	return &connTable{m: map[connKey]connEntry{}, count: ConnCounters{
+		FallbackReasons: map[string]uint64{}, NotShmReasons: map[string]uint64{}}}
 }
 
-// add records an answered ask of container id's process pid.
-func (t *connTable) add(id string, pid int32, local, remote netip.AddrPort, info ConnInfo) {
+// add records an answered ask of container id's process pid; the entry
+// takes over charge (nil for anything but shm).
+func (t *connTable) add(id string, pid int32, local, remote netip.AddrPort, info ConnInfo, charge *shmCharge) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(t.m) >= maxConnEntries {
 		t.evictLocked()
 	}
-	t.m[connKey{id, local, remote}] = connEntry{info: info, pid: pid}
+	k := connKey{id, local, remote}
+	t.m[k].charge.release() // a reused 4-tuple whose CLOSED never came
+	t.m[k] = connEntry{info: info, pid: pid, charge: charge}
 	switch info.Path {
+	case "shm":
+		t.count.FastPath++
+		t.count.Shm++
 	case "unix":
 		t.count.FastPath++
 		t.count.Unix++
+		if info.Reason != "" {
+			t.count.NotShmReasons[info.Reason]++
+		}
 	case "host-tcp":
 		t.count.FastPath++
 		t.count.HostTCP++
@@ -91,15 +108,21 @@ func (t *connTable) evictLocked() {
 		}
 	}
 	if victim != nil {
-		delete(t.m, *victim)
+		t.deleteLocked(*victim)
 	}
+}
+
+// deleteLocked forgets an entry and releases its charge.
+func (t *connTable) deleteLocked(k connKey) {
+	t.m[k].charge.release()
+	delete(t.m, k)
 }
 
 // remove forgets a closed connection of container id (CLOSED).
 func (t *connTable) remove(id string, local, remote netip.AddrPort) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	delete(t.m, connKey{id, local, remote})
+	t.deleteLocked(connKey{id, local, remote})
 }
 
 // list prunes the entries whose process is gone and returns the others,
@@ -124,10 +147,8 @@ func (t *connTable) counters() ConnCounters {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	c := t.count
-	c.FallbackReasons = make(map[string]uint64, len(t.count.FallbackReasons))
-	for k, v := range t.count.FallbackReasons {
-		c.FallbackReasons[k] = v
-	}
+	c.FallbackReasons = maps.Clone(t.count.FallbackReasons)
+	c.NotShmReasons = maps.Clone(t.count.NotShmReasons)
 	c.Live = len(t.m)
 	return c
 }
@@ -149,7 +170,7 @@ func (t *connTable) prune() {
 	defer t.mu.Unlock()
 	for k, e := range t.m {
 		if known, ok := pids[e.pid]; ok && !known {
-			delete(t.m, k)
+			t.deleteLocked(k)
 		}
 	}
 }

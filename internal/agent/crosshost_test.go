@@ -215,6 +215,13 @@ func sendOffer(t *testing.T, hs twoHosts, m *protocol.Message) string {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	return sendOfferOn(t, c, m)
+}
+
+// sendOfferOn sends m on c, to h2's broker port, and describes the answer
+// as sendOffer does.
+func sendOfferOn(t *testing.T, c *net.TCPConn, m *protocol.Message) string {
+	t.Helper()
 	c.SetDeadline(time.Now().Add(2 * time.Second))
 	if err := writeFrame(c, m); err != nil {
 		t.Fatal(err)

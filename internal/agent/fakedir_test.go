@@ -21,6 +21,7 @@ type fakeDir struct {
 	panicIP    string // LookupIP of this IP panics, to test recovery
 	key        []byte // the cluster key; nil until first asked for
 	policy     []byte
+	settings   []byte
 }
 
 func newFakeDir(cs ...directory.Container) *fakeDir {
@@ -118,6 +119,21 @@ func (d *fakeDir) Policy(context.Context) ([]byte, error) {
 		return nil, errEtcdDown
 	}
 	return d.policy, nil
+}
+
+func (d *fakeDir) Settings(context.Context) ([]byte, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.failWrites {
+		return nil, errEtcdDown
+	}
+	return d.settings, nil
+}
+
+func (d *fakeDir) setSettings(doc string) {
+	d.mu.Lock()
+	d.settings = []byte(doc)
+	d.mu.Unlock()
 }
 
 func (d *fakeDir) setPolicy(doc string) {

@@ -5,9 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"strconv"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/freeflow-net/freeflow/internal/directory"
@@ -30,8 +33,9 @@ func (a *Agent) offerRemote(self, peer directory.Container, k tuple, c *connecto
 	return a.rv.take(m, sideConnector)
 }
 
-// exchange dials the peer host's agent, offers k and returns its answer
-// with, for host-tcp, a descriptor of the connection the answer came on.
+// exchange offers k to the peer host's agent, on a pooled connection or
+// else a fresh one, and returns its answer with, for host-tcp, a
+// descriptor of the connection the answer came on.
 func (a *Agent) exchange(self, peer directory.Container, k tuple) (decision, int) {
 	key := a.clusterKey()
 	if key == nil {
@@ -42,11 +46,26 @@ func (a *Agent) exchange(self, peer directory.Container, k tuple) (decision, int
 		return overlay(reasonUnreachable), -1
 	}
 	deadline := time.Now().Add(offerBudget)
+	if c := a.pool.take(host); c != nil {
+		if d, fd, dead := a.offerOn(c, key, k, peer.Host, deadline, true); !dead {
+			return d, fd
+		}
+		a.log.Debug("fast-path offer: the pooled connection was closed by the peer agent; dialing", "host", peer.Host)
+	}
 	c, err := a.dialBroker(host, deadline)
 	if err != nil {
 		a.log.Info("fast-path offer: peer agent unreachable; using the overlay", "host", peer.Host, "err", err)
 		return overlay(reasonUnreachable), -1
 	}
+	d, fd, _ := a.offerOn(c, key, k, peer.Host, deadline, false)
+	return d, fd
+}
+
+// offerOn offers k on c and takes the answer; it closes c. For a pooled
+// connection that turns out dead before the peer said a word (it reset
+// or closed it: a restarted agent), it reports dead, and the caller may
+// offer again on a fresh connection: the peer never saw this offer.
+func (a *Agent) offerOn(c *net.TCPConn, key []byte, k tuple, host string, deadline time.Time, pooled bool) (d decision, fd int, dead bool) {
 	defer c.Close()
 	c.SetDeadline(deadline)
 	nonce := newNonce()
@@ -54,18 +73,25 @@ func (a *Agent) exchange(self, peer directory.Container, k tuple) (decision, int
 		protocol.Endpoint(protocol.AttrLocalEndpoint, k.conn), protocol.Endpoint(protocol.AttrRemoteEndpoint, k.acc),
 		protocol.String(protocol.AttrHost, a.cfg.Host), nonce, timeAttr(time.Now()))
 	if err := sign(key, offer); err != nil {
-		return overlay(reasonChannelFailed), -1
+		return overlay(reasonChannelFailed), -1, false
 	}
 	if err := writeFrame(c, offer); err != nil {
-		a.log.Info("fast-path offer: send failed; using the overlay", "host", peer.Host, "err", err)
-		return overlay(reasonUnreachable), -1
+		if pooled {
+			return overlay(reasonUnreachable), -1, true
+		}
+		a.log.Info("fast-path offer: send failed; using the overlay", "host", host, "err", err)
+		return overlay(reasonUnreachable), -1, false
 	}
 	reply, err := readFrame(c)
 	if err != nil {
-		a.log.Info("fast-path offer: no reply; using the overlay", "host", peer.Host, "err", err)
-		return overlay(reasonUnreachable), -1
+		if pooled && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) {
+			return overlay(reasonUnreachable), -1, true
+		}
+		a.log.Info("fast-path offer: no reply; using the overlay", "host", host, "err", err)
+		return overlay(reasonUnreachable), -1, false
 	}
-	return a.takeReply(c, key, nonce.Value, reply)
+	d, fd = a.takeReply(c, key, nonce.Value, reply)
+	return d, fd, false
 }
 
 // takeReply checks the acceptor agent's reply and, for host-tcp, commits
@@ -208,8 +234,10 @@ func (a *Agent) brokerLoop(ctx context.Context, ln net.Listener) {
 		}
 		a.wg.Add(1)
 		go func() {
-			defer func() { <-slots; a.wg.Done() }()
-			a.serveOffer(c.(*net.TCPConn))
+			var once sync.Once
+			release := func() { once.Do(func() { <-slots }) }
+			defer func() { release(); a.wg.Done() }()
+			a.serveOffer(ctx, c.(*net.TCPConn), release)
 		}()
 	}
 }

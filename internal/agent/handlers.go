@@ -25,6 +25,9 @@ func (s *session) handleHello(m *protocol.Message) (*protocol.Message, error) {
 	if err != nil {
 		return nil, err
 	}
+	if caps, err := m.U32(protocol.AttrCaps); err == nil {
+		s.caps = caps // optional; bits the agent does not know are ignored
+	}
 	s.self, s.hello = c, true
 	ip, _ := netip.ParseAddr(c.IP)
 	reply.Attrs = append(reply.Attrs,

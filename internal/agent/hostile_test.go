@@ -138,7 +138,8 @@ func TestRandomDatagrams(t *testing.T) {
 }
 
 // driveDatagram sends one datagram (after HELLO if hello) and reads until
-// the reply; a reply must be ERROR or a well-formed answer with the seq.
+// the reply; a reply must be ERROR or a well-formed answer with the seq. A
+// datagram whose header says CLOSED gets no reply at all.
 func driveDatagram(t testing.TB, a *testAgent, hello bool, data []byte) {
 	c, err := protocol.Dial(a.cfg.LibrarySocket())
 	if err != nil {
@@ -158,12 +159,19 @@ func driveDatagram(t testing.TB, a *testAgent, hello bool, data []byte) {
 	if _, err := c.Unix().Write(data); err != nil {
 		return
 	}
+	notification := len(data) >= protocol.HeaderSize && protocol.Type(data[3]) == protocol.TypeClosed
+	if notification { // never answered: the next reply must be the next request's
+		c.WriteMsg(protocol.New(protocol.TypeLookup, 99, protocol.IP(netip.MustParseAddr(selfContainer.IP))))
+	}
 	m, _, err := c.ReadMsg()
 	if err != nil {
 		if isTimeout(err) {
 			t.Fatalf("no reply to %x within 2 s", data)
 		}
 		return
+	}
+	if notification && m.Seq != 99 {
+		t.Fatalf("%x, a CLOSED, was answered with %v seq %d", data, m.Type, m.Seq)
 	}
 	if e := m.Err(); e != nil && e.Code.Closes() {
 		if _, _, err := c.ReadMsg(); err == nil {
@@ -181,6 +189,7 @@ func FuzzAgent(f *testing.F) {
 	f.Add(true, []byte{0x46, 0x46, 2, 1, 1, 0, 0, 0, 0, 0, 0, 0})
 	f.Add(true, []byte{0x46, 0x46, 1, 0x41, 1, 0, 0, 0, 9, 0, 0, 0, 7, 0, 5, 0, 's', 'e', 'l', 'f', '0'})
 	f.Add(false, []byte{0x46})
+	f.Add(true, []byte{0x46, 0x46, 1, 0x15, 1, 0, 0, 0, 20, 0, 0, 0, 14, 0, 6, 0, 10, 244, 1, 9, 0x9c, 0x40, 15, 0, 6, 0, 10, 244, 1, 2, 0x1f, 0x90})
 	f.Fuzz(func(t *testing.T, hello bool, data []byte) {
 		driveDatagram(t, a, hello, data)
 		checkGoodClient(t, a)

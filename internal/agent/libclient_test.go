@@ -22,16 +22,25 @@ type pathResult struct {
 	Kind    uint8
 	Reason  string
 	FD      int // -1 without a descriptor
+	Mem     int // shm: the memfd; -1 otherwise
 	Elapsed time.Duration
 }
 
-func dialLib(path string) (*libClient, error) {
+// dialLib opens a session of a library that sends HELLO without CAPS.
+func dialLib(path string) (*libClient, error) { return dialLibCaps(path, 0) }
+
+// dialLibCaps opens a session whose HELLO says CAPS caps (none if 0).
+func dialLibCaps(path string, caps uint32) (*libClient, error) {
 	c, err := protocol.Dial(path)
 	if err != nil {
 		return nil, err
 	}
 	l := &libClient{conn: c}
-	if _, _, err := l.call(protocol.New(protocol.TypeHello, 0)); err != nil {
+	hello := protocol.New(protocol.TypeHello, 0)
+	if caps != 0 {
+		hello.Attrs = append(hello.Attrs, protocol.U32(protocol.AttrCaps, caps))
+	}
+	if _, _, err := l.call(hello); err != nil {
 		c.Close()
 		return nil, err
 	}
@@ -39,9 +48,12 @@ func dialLib(path string) (*libClient, error) {
 }
 
 // newLib opens a session of this process, closed when the test ends.
-func newLib(t testing.TB, a *testAgent) *libClient {
+func newLib(t testing.TB, a *testAgent) *libClient { return newLibCaps(t, a, 0) }
+
+// newLibCaps is newLib for a library that says CAPS caps.
+func newLibCaps(t testing.TB, a *testAgent, caps uint32) *libClient {
 	t.Helper()
-	l, err := dialLib(a.cfg.LibrarySocket())
+	l, err := dialLibCaps(a.cfg.LibrarySocket(), caps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,6 +73,10 @@ func (l *libClient) call(m *protocol.Message) (*protocol.Message, []int, error) 
 	if err != nil {
 		return nil, nil, err
 	}
+	if r.Seq != m.Seq {
+		closeFDs(fds)
+		return nil, nil, fmt.Errorf("%v answered with %v of seq %d, want seq %d", m.Type, r.Type, r.Seq, m.Seq)
+	}
 	if e := r.Err(); e != nil {
 		closeFDs(fds)
 		return nil, nil, e
@@ -73,11 +89,20 @@ func (l *libClient) listen(ep string) error {
 	return err
 }
 
+// closed sends CLOSED, a notification: the agent does not answer it.
 func (l *libClient) closed(local, remote string) error {
-	_, _, err := l.call(protocol.New(protocol.TypeClosed, 0,
+	l.seq++
+	l.conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	return l.conn.WriteMsg(protocol.New(protocol.TypeClosed, l.seq,
 		protocol.Endpoint(protocol.AttrLocalEndpoint, netip.MustParseAddrPort(local)),
 		protocol.Endpoint(protocol.AttrRemoteEndpoint, netip.MustParseAddrPort(remote))))
-	return err
+}
+
+// lookup asks about ip; its reply also shows that every notification sent
+// before it on this session has been applied (one session is served in order).
+func (l *libClient) lookup(ip string) (*protocol.Message, error) {
+	r, _, err := l.call(protocol.New(protocol.TypeLookup, 0, protocol.IP(netip.MustParseAddr(ip))))
+	return r, err
 }
 
 // ask sends CONNECT or ACCEPT and returns the PATH answer.
@@ -89,7 +114,7 @@ func (l *libClient) ask(t protocol.Type, local, remote string) (pathResult, erro
 	if err != nil {
 		return pathResult{}, err
 	}
-	res := pathResult{FD: -1, Elapsed: time.Since(start)}
+	res := pathResult{FD: -1, Mem: -1, Elapsed: time.Since(start)}
 	if r.Type != protocol.TypePath {
 		closeFDs(fds)
 		return res, fmt.Errorf("%v answered with %v", t, r.Type)
@@ -99,7 +124,9 @@ func (l *libClient) ask(t protocol.Type, local, remote string) (pathResult, erro
 	res.Reason, _ = r.String(protocol.AttrReason)
 	switch {
 	case res.Kind == pathOverlay && len(fds) == 0:
-	case res.Kind != pathOverlay && len(fds) == 1:
+	case res.Kind == pathShm && len(fds) == 2:
+		res.FD, res.Mem = fds[0], fds[1]
+	case res.Kind != pathOverlay && res.Kind != pathShm && len(fds) == 1:
 		res.FD = fds[0]
 	default:
 		closeFDs(fds)

@@ -1,6 +1,11 @@
 package agent
 
-import "sync"
+import (
+	"sync"
+	"time"
+
+	"github.com/freeflow-net/freeflow/internal/protocol"
+)
 
 // listenerKey is a library-enabled listening port of a local container.
 // A container has one overlay address, so a listener bound to it and one
@@ -20,19 +25,49 @@ type listenerKey struct {
 // the table is empty until the libraries register their listeners again.
 type listeners struct {
 	mu sync.Mutex
-	m  map[listenerKey]map[int32]nsKey // pid -> its network namespace at LISTEN
+	m  map[listenerKey]map[int32]registration // by pid
 }
 
-func newListeners() *listeners { return &listeners{m: map[listenerKey]map[int32]nsKey{}} }
+// registration is one process's LISTEN.
+type registration struct {
+	ns      nsKey     // the process's network namespace at LISTEN
+	shm     bool      // its library can take shm channels (CAPS of the session)
+	checked time.Time // when ns was last found current
+}
+
+// nsCheckEvery bounds how often a registration's namespace is read again:
+// a stat of /proc/<pid>/ns/net costs more than the rest of a CONNECT. In
+// between, kill(pid, 0) still catches a process that exited; only a pid
+// that exits and is reused by a process of another namespace within this
+// time can outlive its check, and then a connector waits its 50 ms for an
+// ACCEPT and takes the overlay.
+const nsCheckEvery = time.Second
+
+// current reports whether pid still runs in the namespace it registered from.
+func (r *registration) current(pid int32, now time.Time) bool {
+	if !alive(pid) {
+		return false
+	}
+	if now.Sub(r.checked) < nsCheckEvery {
+		return true
+	}
+	if ns, err := nsOfPid(pid); err != nil || ns != r.ns {
+		return false
+	}
+	r.checked = now
+	return true
+}
+
+func newListeners() *listeners { return &listeners{m: map[listenerKey]map[int32]registration{}} }
 
 func (l *listeners) add(s *session, id string, port uint16) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	k := listenerKey{id, port}
 	if l.m[k] == nil {
-		l.m[k] = map[int32]nsKey{}
+		l.m[k] = map[int32]registration{}
 	}
-	l.m[k][s.pid] = s.ns
+	l.m[k][s.pid] = registration{ns: s.ns, shm: s.caps&protocol.CapShm != 0}
 }
 
 // remove withdraws the registration of s's process; an unknown one is
@@ -51,25 +86,35 @@ func (l *listeners) remove(s *session, id string, port uint16) {
 // on port.
 func (l *listeners) has(id string, port uint16) bool { return len(l.pids(id, port)) > 0 }
 
-// pids returns the processes that registered container id's port,
-// forgetting registrations whose process is gone (or whose pid now names
-// a process in another namespace).
+// pids returns the processes that registered container id's port.
 func (l *listeners) pids(id string, port uint16) []int32 {
+	pids, _ := l.live(id, port)
+	return pids
+}
+
+// live returns the processes that registered container id's port, and
+// whether all of them can take shm channels, forgetting registrations
+// whose process is gone (or whose pid now names a process in another
+// namespace).
+func (l *listeners) live(id string, port uint16) (pids []int32, shm bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	k := listenerKey{id, port}
-	var live []int32
-	for pid, ns := range l.m[k] {
-		if now, err := nsOfPid(pid); err != nil || now != ns {
+	shm = true
+	now := time.Now()
+	for pid, reg := range l.m[k] {
+		if !reg.current(pid, now) {
 			delete(l.m[k], pid)
 			continue
 		}
-		live = append(live, pid)
+		l.m[k][pid] = reg
+		pids = append(pids, pid)
+		shm = shm && reg.shm
 	}
-	if len(live) == 0 {
+	if len(pids) == 0 {
 		delete(l.m, k)
 	}
-	return live
+	return pids, shm && len(pids) > 0
 }
 
 // keysOf returns the listeners process pid (in namespace ns) registered.
@@ -78,7 +123,7 @@ func (l *listeners) keysOf(pid int32, ns nsKey) map[listenerKey]bool {
 	defer l.mu.Unlock()
 	mine := map[listenerKey]bool{}
 	for k, pids := range l.m {
-		if at, ok := pids[pid]; ok && at == ns {
+		if reg, ok := pids[pid]; ok && reg.ns == ns {
 			mine[k] = true
 		}
 	}

@@ -204,8 +204,8 @@ func TestSameHostFastPathBetweenContainers(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []ConnInfo{
-		{Local: "10.244.1.3:6379", Remote: "10.244.1.2:40000", LocalContainer: "db", RemoteContainer: "web", Path: "unix"},
-		{Local: "10.244.1.2:40000", Remote: "10.244.1.3:6379", LocalContainer: "web", RemoteContainer: "db", Path: "unix"},
+		{Local: "10.244.1.3:6379", Remote: "10.244.1.2:40000", LocalContainer: "db", RemoteContainer: "web", Path: "unix", Reason: reasonLibNoShm},
+		{Local: "10.244.1.2:40000", Remote: "10.244.1.3:6379", LocalContainer: "web", RemoteContainer: "db", Path: "unix", Reason: reasonLibNoShm},
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("CONNS:\n got %+v\nwant %+v", got, want)

@@ -44,17 +44,21 @@ func writeFrame(w io.Writer, m *protocol.Message) error {
 	return err
 }
 
-// readFrame reads exactly one message from a stream.
+// readFrame reads exactly one message from a stream. The buffer is sized
+// to the message (about 100 bytes), not to MaxMessage: a 64 KiB buffer per
+// frame made the garbage collector the agent's largest cost under a high
+// connection rate.
 func readFrame(r io.Reader) (*protocol.Message, error) {
-	buf := make([]byte, protocol.HeaderSize, protocol.MaxMessage)
-	if _, err := io.ReadFull(r, buf); err != nil {
+	var hdr [protocol.HeaderSize]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return nil, fmt.Errorf("read message header: %w", err)
 	}
-	n := binary.LittleEndian.Uint32(buf[8:])
+	n := binary.LittleEndian.Uint32(hdr[8:])
 	if n > protocol.MaxPayload {
 		return nil, protocol.Errorf(protocol.CodeBadMsg, "message length %d exceeds the limit", n)
 	}
-	buf = buf[:protocol.HeaderSize+int(n)]
+	buf := make([]byte, protocol.HeaderSize+int(n))
+	copy(buf, hdr[:])
 	if _, err := io.ReadFull(r, buf[protocol.HeaderSize:]); err != nil {
 		return nil, fmt.Errorf("read message payload: %w", err)
 	}

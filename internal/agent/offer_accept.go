@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/netip"
@@ -12,15 +13,19 @@ import (
 )
 
 // serveOffer is the accepting side of a cross-host connection: one OFFER
-// on a fresh TCP connection from another agent, one reply, and for
-// host-tcp, once the connector's agent has sent its COMMIT, the connection
-// itself goes to the accepting library.
-func (a *Agent) serveOffer(c *net.TCPConn) {
+// on a TCP connection from another agent, fresh or pooled (a HELLO first,
+// see offerpool.go), one reply, and for host-tcp, once the connector's
+// agent has sent its COMMIT, the connection itself goes to the accepting
+// library. release ends the connection's count among the offers in flight.
+func (a *Agent) serveOffer(ctx context.Context, c *net.TCPConn, release func()) {
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(offerReadLimit))
 	m, err := readFrame(c)
+	if err == nil && m.Type == protocol.TypeHello {
+		m, err = a.standby(ctx, c, m, release)
+	}
 	if err != nil {
-		a.log.Debug("fast-path offer unreadable; dropped", "from", c.RemoteAddr().String(), "err", err)
+		a.log.Debug("no fast-path offer on a broker connection; dropped", "from", c.RemoteAddr().String(), "err", err)
 		return
 	}
 	k, sender, key, err := a.checkOffer(c, m)
@@ -75,25 +80,7 @@ func (p *offerPeer) awaitCommit(wait time.Duration) error {
 // checkOffer authenticates m and returns the tuple it offers, the sending
 // host and the key. Nothing about an offer is used before this passes.
 func (a *Agent) checkOffer(c *net.TCPConn, m *protocol.Message) (tuple, directory.Host, []byte, error) {
-	if m.Type != protocol.TypeOffer {
-		return tuple{}, directory.Host{}, nil, fmt.Errorf("%v on the broker port, which serves only OFFER", m.Type)
-	}
-	key := a.clusterKey()
-	if key == nil {
-		return tuple{}, directory.Host{}, nil, fmt.Errorf("this agent has no cluster key yet (directory unreachable)")
-	}
-	if err := verify(key, m); err != nil {
-		return tuple{}, directory.Host{}, nil, err
-	}
-	now := time.Now()
-	if err := checkTime(m, now); err != nil {
-		return tuple{}, directory.Host{}, nil, err
-	}
-	nonce, _ := m.Get(protocol.AttrNonce)
-	if !a.nonces.fresh(nonce, now) {
-		return tuple{}, directory.Host{}, nil, fmt.Errorf("OFFER nonce seen before: a replay")
-	}
-	sender, err := a.offerSender(c, m)
+	sender, key, err := a.checkSigned(c, m, protocol.TypeOffer)
 	if err != nil {
 		return tuple{}, directory.Host{}, nil, err
 	}
@@ -103,6 +90,36 @@ func (a *Agent) checkOffer(c *net.TCPConn, m *protocol.Message) (tuple, director
 		return tuple{}, directory.Host{}, nil, fmt.Errorf("OFFER lacks its endpoints")
 	}
 	return tuple{conn: unmapEP(conn), acc: unmapEP(acc)}, sender, key, nil
+}
+
+// checkSigned authenticates m, which must be of type want, as sent by
+// another agent of the cluster: its MAC under the cluster key, its TIME,
+// a nonce not seen before, and the sending host. It returns that host and
+// the key.
+func (a *Agent) checkSigned(c *net.TCPConn, m *protocol.Message, want protocol.Type) (directory.Host, []byte, error) {
+	if m.Type != want {
+		return directory.Host{}, nil, fmt.Errorf("%v on the broker port here, which takes only %v", m.Type, want)
+	}
+	key := a.clusterKey()
+	if key == nil {
+		return directory.Host{}, nil, fmt.Errorf("this agent has no cluster key yet (directory unreachable)")
+	}
+	if err := verify(key, m); err != nil {
+		return directory.Host{}, nil, err
+	}
+	now := time.Now()
+	if err := checkTime(m, now); err != nil {
+		return directory.Host{}, nil, err
+	}
+	nonce, _ := m.Get(protocol.AttrNonce)
+	if !a.nonces.fresh(nonce, now) {
+		return directory.Host{}, nil, fmt.Errorf("%v nonce seen before: a replay", m.Type)
+	}
+	sender, err := a.offerSender(c, m)
+	if err != nil {
+		return directory.Host{}, nil, err
+	}
+	return sender, key, nil
 }
 
 // offerSender returns the host the offer names, which must be the host
@@ -115,7 +132,7 @@ func (a *Agent) offerSender(c *net.TCPConn, m *protocol.Message) (directory.Host
 	h, ok := a.hostRecord(name)
 	from := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
 	if !ok || h.FabricIP != from.String() {
-		return directory.Host{}, fmt.Errorf("OFFER says it is from host %q, but came from %s", name, from)
+		return directory.Host{}, fmt.Errorf("%v says it is from host %q, but came from %s", m.Type, name, from)
 	}
 	return h, nil
 }

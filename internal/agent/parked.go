@@ -5,10 +5,12 @@ package agent
 // "Simultaneous connects" in the design note in broker.go).
 
 // listenerInfo names the listener a connector waits on and the processes
-// that registered it.
+// that registered it; shm says whether all of them can take an shm
+// channel, which a parked meeting decides for its acceptor.
 type listenerInfo struct {
 	key  listenerKey
 	pids []int32
+	shm  bool
 }
 
 // awaitAcceptLocked records that m's connector waits on this agent for an
@@ -65,7 +67,7 @@ func (r *rendezvous) endConnect(c *connector, k tuple) {
 }
 
 // parkLocked tells m's waiting connector to complete m without the
-// acceptor: its half stays in m.fds until its ACCEPT claims it (join,
+// acceptor: its half stays in m.halves until its ACCEPT claims it (join,
 // decideNow) or r.keep passes (expire).
 func (r *rendezvous) parkLocked(m *meeting) {
 	m.park = true
@@ -75,7 +77,7 @@ func (r *rendezvous) parkLocked(m *meeting) {
 
 // parkedFor reports whether m, decided, holds a half for side s that s
 // has not asked for: a parked acceptor's half.
-func (m *meeting) parkedFor(s side) bool { return !m.present[s] && m.fds[s] >= 0 }
+func (m *meeting) parkedFor(s side) bool { return !m.present[s] && m.halves[s].fd >= 0 }
 
 // expire closes a parked half nobody claimed within r.keep. The
 // connector then reads EOF on its half, as it would see a reset had the
@@ -83,6 +85,6 @@ func (m *meeting) parkedFor(s side) bool { return !m.present[s] && m.fds[s] >= 0
 func (r *rendezvous) expire(m *meeting) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	closeFD(m.fds[sideAcceptor])
-	m.fds[sideAcceptor] = -1
+	m.halves[sideAcceptor].close()
+	m.halves[sideAcceptor] = noHalf
 }

@@ -37,11 +37,48 @@ type meeting struct {
 	arrived chan struct{} // closed when both sides have asked, or m is parked
 	woken   bool          // arrived is closed
 	park    bool          // decide without the acceptor's ask (parked.go)
+	shm     [2]bool       // each side's library can take an shm channel (shm.go)
 	done    chan struct{} // closed once dec is final
 	decided bool
 	dec     decision
-	fds     [2]int // each side's half of the channel; -1 once taken or if none
+	halves  [2]half // each side's half of the channel; noHalf once taken or if none
 	at      time.Time
+}
+
+// half is one side's share of a fast path's channel.
+type half struct {
+	fd     int        // the channel's socket (for shm, the bell socket); -1 for none
+	mem    int        // shm: this side's copy of the memfd; -1 otherwise
+	charge *shmCharge // shm: the budget charged to this side's container
+}
+
+var (
+	noHalf   = half{fd: -1, mem: -1}
+	noHalves = [2]half{noHalf, noHalf}
+)
+
+// sockHalf is the half of a channel that is one socket per side.
+func sockHalf(fd int) half { return half{fd: fd, mem: -1} }
+
+func sockHalves(fds [2]int) [2]half { return [2]half{sockHalf(fds[0]), sockHalf(fds[1])} }
+
+// fds returns the descriptors PATH carries, in the order PROTOCOL.md gives.
+func (h half) fds() []int {
+	var out []int
+	for _, fd := range []int{h.fd, h.mem} {
+		if fd >= 0 {
+			out = append(out, fd)
+		}
+	}
+	return out
+}
+
+// close closes the descriptors of a half nobody will get and releases its
+// charge.
+func (h half) close() {
+	closeFD(h.fd)
+	closeFD(h.mem)
+	h.charge.release()
 }
 
 type role int
@@ -74,7 +111,7 @@ func newRendezvous(keep time.Duration) *rendezvous {
 }
 
 func newMeeting(k tuple) *meeting {
-	return &meeting{k: k, arrived: make(chan struct{}), done: make(chan struct{}), fds: [2]int{-1, -1}}
+	return &meeting{k: k, arrived: make(chan struct{}), done: make(chan struct{}), halves: noHalves}
 }
 
 // join records that side s asked about k. li is set for a connector that
@@ -82,6 +119,13 @@ func newMeeting(k tuple) *meeting {
 // then be parked at once, or later. c is set for a local process's
 // CONNECT, which the caller ends with endConnect (parked.go).
 func (r *rendezvous) join(k tuple, s side, li *listenerInfo, c *connector) (*meeting, role) {
+	return r.joinShm(k, s, li, c, false)
+}
+
+// joinShm is join for a same-host ask; canShm says whether the asking
+// library can take an shm channel. A waiting connector also records, for
+// a meeting that may be parked, whether its listener's processes can.
+func (r *rendezvous) joinShm(k tuple, s side, li *listenerInfo, c *connector, canShm bool) (*meeting, role) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.pruneLocked(time.Now())
@@ -92,9 +136,10 @@ func (r *rendezvous) join(k tuple, s side, li *listenerInfo, c *connector) (*mee
 	switch {
 	case m == nil:
 		m = newMeeting(k)
-		m.present[s] = true
+		m.present[s], m.shm[s] = true, canShm
 		r.m[k] = m
 		if li != nil {
+			m.shm[sideAcceptor] = li.shm
 			r.awaitAcceptLocked(m, li)
 		}
 		return m, roleFirst
@@ -109,7 +154,7 @@ func (r *rendezvous) join(k tuple, s side, li *listenerInfo, c *connector) (*mee
 		m.present[s] = true
 		return m, roleTake
 	}
-	m.present[s] = true
+	m.present[s], m.shm[s] = true, canShm
 	delete(r.waitingAccept, k)
 	m.wakeLocked()
 	return m, roleSecond
@@ -145,7 +190,7 @@ func (r *rendezvous) decideNow(k tuple, s side, d decision) (decision, *meeting)
 		return overlay(reasonDuplicate), nil
 	}
 	m.present[s] = true
-	r.decideLocked(m, d, [2]int{-1, -1})
+	r.decideLocked(m, d, noHalves)
 	return d, nil
 }
 
@@ -158,24 +203,30 @@ func (m *meeting) recordedLocked() decision {
 	return m.dec
 }
 
-// decide makes d with the channel halves fds the decision of m. It reports
-// false, and closes fds, if m was decided already.
+// decide makes d with the channel's sockets fds, one per side, the
+// decision of m. It reports false, and closes fds, if m was decided
+// already.
 func (r *rendezvous) decide(m *meeting, d decision, fds [2]int) bool {
+	return r.decideHalves(m, d, sockHalves(fds))
+}
+
+// decideHalves is decide for any channel; it closes hs if m was decided.
+func (r *rendezvous) decideHalves(m *meeting, d decision, hs [2]half) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if m.decided {
-		closeHalves(fds)
+		closeHalves(hs)
 		return false
 	}
-	r.decideLocked(m, d, fds)
+	r.decideLocked(m, d, hs)
 	return true
 }
 
-func (r *rendezvous) decideLocked(m *meeting, d decision, fds [2]int) {
-	m.decided, m.dec, m.fds, m.at = true, d, fds, time.Now()
+func (r *rendezvous) decideLocked(m *meeting, d decision, hs [2]half) {
+	m.decided, m.dec, m.halves, m.at = true, d, hs, time.Now()
 	delete(r.waitingAccept, m.k)
 	close(m.done)
-	if !m.present[sideAcceptor] && fds[sideAcceptor] >= 0 {
+	if !m.present[sideAcceptor] && hs[sideAcceptor].fd >= 0 {
 		time.AfterFunc(r.keep, func() { r.expire(m) })
 	}
 }
@@ -210,13 +261,13 @@ func (r *rendezvous) await(m *meeting, wait time.Duration) turn {
 	case m.present[0] && m.present[1]:
 		return turnBoth
 	}
-	r.decideLocked(m, overlay(reasonTimeout), [2]int{-1, -1})
+	r.decideLocked(m, overlay(reasonTimeout), noHalves)
 	return turnDecided
 }
 
-// take waits for m's decision and returns it with side s's descriptor,
+// takeHalf waits for m's decision and returns it with side s's half,
 // which the caller then owns.
-func (r *rendezvous) take(m *meeting, s side) (decision, int) {
+func (r *rendezvous) takeHalf(m *meeting, s side) (decision, half) {
 	t := time.NewTimer(finishLimit)
 	defer t.Stop()
 	select {
@@ -226,15 +277,22 @@ func (r *rendezvous) take(m *meeting, s side) (decision, int) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	fd := m.fds[s]
-	m.fds[s] = -1
-	return m.dec, fd
+	h := m.halves[s]
+	m.halves[s] = noHalf
+	return m.dec, h
+}
+
+// take is takeHalf for a channel that is one socket per side (cross
+// host): it returns that socket's descriptor.
+func (r *rendezvous) take(m *meeting, s side) (decision, int) {
+	d, h := r.takeHalf(m, s)
+	return d, h.fd
 }
 
 // decision returns m's decision once it is final.
 func (r *rendezvous) decision(m *meeting) decision {
-	d, fd := r.take(m, sideConnector)
-	closeFD(fd)
+	d, h := r.takeHalf(m, sideConnector)
+	h.close()
 	return d
 }
 
@@ -247,8 +305,8 @@ func (r *rendezvous) pruneLocked(now time.Time) {
 	r.lastPrune = now
 	for k, m := range r.m {
 		if m.decided && now.Sub(m.at) > r.keep {
-			closeHalves(m.fds)
-			m.fds = [2]int{-1, -1} // expire may still run for m
+			closeHalves(m.halves)
+			m.halves = noHalves // expire may still run for m
 			delete(r.m, k)
 		}
 	}
@@ -257,17 +315,17 @@ func (r *rendezvous) pruneLocked(now time.Time) {
 // meet is one side's whole rendezvous on this agent: join, wait for the
 // other side or the bound, and take the decision. finish completes the
 // meeting when this side asks second, or when it is a connector whose
-// meeting was parked (nil: the other side completes it). li and c are as
-// for join.
-func (a *Agent) meet(k tuple, s side, li *listenerInfo, c *connector, finish func(*meeting)) (decision, int) {
-	m, role := a.rv.join(k, s, li, c)
+// meeting was parked (nil: the other side completes it). li, c and canShm
+// are as for joinShm.
+func (a *Agent) meet(k tuple, s side, li *listenerInfo, c *connector, canShm bool, finish func(*meeting)) (decision, half) {
+	m, role := a.rv.joinShm(k, s, li, c, canShm)
 	switch role {
 	case roleDuplicate:
-		return overlay(reasonDuplicate), -1
+		return overlay(reasonDuplicate), noHalf
 	case roleDecided:
 		a.rv.mu.Lock()
 		defer a.rv.mu.Unlock()
-		return m.recordedLocked(), -1
+		return m.recordedLocked(), noHalf
 	case roleFirst:
 		if a.rv.await(m, meetWait) == turnParked && finish != nil {
 			finish(m)
@@ -277,24 +335,30 @@ func (a *Agent) meet(k tuple, s side, li *listenerInfo, c *connector, finish fun
 			finish(m)
 		}
 	}
-	return a.rv.take(m, s)
+	return a.rv.takeHalf(m, s)
 }
 
-// finishLocal completes a same-host meeting with a socketpair, one half
-// for each end.
+// finishLocal completes a same-host meeting: with an shm channel when both
+// ends can take one (shm.go), else with a socketpair, whose reason then
+// says why not shm; one half for each end.
 func (a *Agent) finishLocal(m *meeting) {
+	hs, why := a.shmChannel(m)
+	if why == "" {
+		a.rv.decideHalves(m, decision{kind: pathShm}, hs)
+		return
+	}
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		a.log.Warn("create socketpair for a fast path; using the overlay", "err", err)
 		a.rv.decide(m, overlay(reasonChannelFailed), [2]int{-1, -1})
 		return
 	}
-	a.rv.decide(m, decision{kind: pathUnix}, [2]int{fds[0], fds[1]})
+	a.rv.decide(m, decision{kind: pathUnix, reason: why}, [2]int{fds[0], fds[1]})
 }
 
-func closeHalves(fds [2]int) {
-	for _, fd := range fds {
-		closeFD(fd)
+func closeHalves(hs [2]half) {
+	for _, h := range hs {
+		h.close()
 	}
 }
 

@@ -29,13 +29,14 @@ type session struct {
 
 	hello bool                // HELLO was answered with HELLO_REPLY
 	self  directory.Container // library socket: the caller's container
+	caps  uint32              // CAPS of the caller's HELLO (protocol.Cap*)
 
-	outFD int // a descriptor the next reply carries (PATH), then closed; -1 for none
+	outFDs []int // descriptors the next reply carries (PATH), then closed
 }
 
 func (a *Agent) serveConn(ctx context.Context, uc *net.UnixConn, admin bool) {
 	defer a.untrack(uc)
-	s := &session{a: a, ctx: ctx, conn: protocol.NewConn(uc), admin: admin, outFD: -1}
+	s := &session{a: a, ctx: ctx, conn: protocol.NewConn(uc), admin: admin}
 	defer func() {
 		if r := recover(); r != nil {
 			a.log.Error("handler panicked; connection closed", "pid", s.pid, "panic", r, "stack", string(debug.Stack()))
@@ -58,8 +59,8 @@ func (s *session) identifyPeer(uc *net.UnixConn) {
 	s.ns, s.peerErr = nsOfPid(cred.Pid)
 }
 
-// serveOne reads one request and writes its reply; it reports whether the
-// connection stays open.
+// serveOne reads one request and writes its reply (none for a
+// notification); it reports whether the connection stays open.
 func (s *session) serveOne() bool {
 	timeout := s.a.cfg.IdleTimeout
 	if !s.hello {
@@ -76,10 +77,26 @@ func (s *session) serveOne() bool {
 		s.a.log.Debug("connection closed", "pid", s.pid, "reason", err)
 		return false
 	}
+	if m != nil && m.Type == protocol.TypeClosed {
+		return s.notified(m, err)
+	}
 	if err != nil {
 		return s.replyError(m, err)
 	}
 	return s.write(reply)
+}
+
+// notified finishes a notification (CLOSED), which is never answered, not
+// even with ERROR: the library sent it without waiting, so a reply would
+// be read as the answer to its next request. A refusal is only logged; one
+// that closes the connection (BADMSG, VERSION, SEQUENCE) closes it.
+func (s *session) notified(m *protocol.Message, err error) bool {
+	if err == nil {
+		return true
+	}
+	code := protocol.CodeOf(err)
+	s.a.log.Debug("notification refused", "type", m.Type.String(), "pid", s.pid, "code", code.String(), "err", err)
+	return !code.Closes()
 }
 
 func (s *session) replyError(m *protocol.Message, err error) bool {
@@ -98,11 +115,8 @@ func (s *session) replyError(m *protocol.Message, err error) bool {
 
 func (s *session) write(m *protocol.Message) bool {
 	s.conn.SetWriteDeadline(time.Now().Add(s.a.cfg.WriteTimeout))
-	var fds []int
-	if s.outFD >= 0 {
-		fds = []int{s.outFD}
-		defer func() { closeFD(s.outFD); s.outFD = -1 }()
-	}
+	fds := s.outFDs
+	defer func() { closeFDs(fds); s.outFDs = nil }()
 	err := s.conn.WriteMsg(m, fds...)
 	var pe *protocol.Error
 	if errors.As(err, &pe) && m.Type != protocol.TypeError {

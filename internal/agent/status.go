@@ -39,10 +39,18 @@ func (a *Agent) status() Status {
 		LocalContainers:   per[a.cfg.Host],
 		Containers:        len(cs),
 		ContainersPerHost: per,
-		Connections:       a.live.counters(),
+		Connections:       a.connCounters(),
 		BrokerAddr:        a.brokerAddr(),
 		BrokerError:       a.brokerErr,
 	}
+}
+
+// connCounters returns the connection counters with the shm memory
+// charged now.
+func (a *Agent) connCounters() ConnCounters {
+	c := a.live.counters()
+	_, c.ShmBytes = a.shm.charged("")
+	return c
 }
 
 func (a *Agent) brokerAddr() string {

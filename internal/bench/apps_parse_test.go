@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -104,6 +105,11 @@ func TestPathCheck(t *testing.T) {
 	if v := c.verdict(); v != "" {
 		t.Errorf("all unix: verdict %q", v)
 	}
+	// A fast path with a reason (why not a faster one) is still that path.
+	c.add([]connEntry{{LocalContainer: "b-cli-h1-ff", RemoteContainer: "b-srv-h1-ff", Path: "unix", Reason: "shm-off"}})
+	if v := c.verdict(); v != "" {
+		t.Errorf("unix with a reason: verdict %q", v)
+	}
 	c.add([]connEntry{{LocalContainer: "b-cli-h1-ff", RemoteContainer: "b-srv-h1-ff", Path: "overlay", Reason: "policy denies"}})
 	if v := c.verdict(); v != "connections took path overlay (policy denies) ×1, expected unix" {
 		t.Errorf("fallback verdict %q", v)
@@ -111,23 +117,55 @@ func TestPathCheck(t *testing.T) {
 }
 
 func TestCounterVerdict(t *testing.T) {
-	a, err := ParseStatusCounters([]byte(`{"hosts":[{"name":"h1","agent":{"connections":{"unix":4,"host_tcp":1,"fallback":0,"fallback_reasons":{}}}},
+	a, err := ParseStatusCounters([]byte(`{"hosts":[{"name":"h1","agent":{"connections":{"fast_path":5,"unix":4,"host_tcp":1,"fallback":0,"fallback_reasons":{},"live":3}}},
 	  {"name":"h2","agent":{"connections":{"unix":0,"host_tcp":1,"fallback":1,"fallback_reasons":{"policy":1}}}}]}`))
-	if err != nil || a.Unix != 4 || a.HostTCP != 2 || a.Fallback != 1 {
+	if err != nil || a.Paths["unix"] != 4 || a.Paths["host-tcp"] != 2 || a.Fallback != 1 || len(a.Paths) != 2 {
 		t.Fatalf("sum %+v %v", a, err)
 	}
-	b := connCounters{Unix: 10, HostTCP: 2, Fallback: 1, Reasons: map[string]uint64{"policy": 1}}
-	if v := counterVerdict(a, b, "unix"); v != "" {
+	b := connCounters{Paths: map[string]uint64{"unix": 10, "host-tcp": 2}, Fallback: 1, Reasons: map[string]uint64{"policy": 1}}
+	if v := counterVerdict(a, b, "unix", ""); v != "" {
 		t.Errorf("unix gained, no fallback: %q", v)
 	}
-	if v := counterVerdict(a, b, "host-tcp"); !strings.Contains(v, "no host-tcp connection") {
+	if v := counterVerdict(a, b, "host-tcp", ""); !strings.Contains(v, "no host-tcp connection") || !strings.Contains(v, "unix +6") {
 		t.Errorf("host-tcp not gained: %q", v)
 	}
 	b.Fallback, b.Reasons = 3, map[string]uint64{"policy": 3}
-	if v := counterVerdict(a, b, "unix"); v != "2 connection ends fell back to the overlay (policy ×2), expected unix" {
+	if v := counterVerdict(a, b, "unix", ""); v != "2 connection ends fell back to the overlay (policy ×2), expected unix" {
 		t.Errorf("fallback: %q", v)
+	}
+	// Connections to a launcher outside the containers (mpirun) are
+	// expected on the overlay; any other fallback is not.
+	b.Reasons["not-a-container"] = 2
+	b.Fallback = 5
+	if v := counterVerdict(a, b, "unix", "not-a-container"); v != "2 connection ends fell back to the overlay (policy ×2), expected unix" {
+		t.Errorf("launcher fallbacks counted: %q", v)
+	}
+	b.Fallback, b.Reasons["policy"] = 3, 1
+	if v := counterVerdict(a, b, "unix", "not-a-container"); v != "" {
+		t.Errorf("only launcher fallbacks: %q", v)
 	}
 	if _, err := ParseStatusCounters([]byte(`{"hosts":[{"name":"h1"}]}`)); err == nil {
 		t.Error("a host without agent answer passed")
+	}
+}
+
+// TestCounterVerdictShm: a path the agent adds (shm) is counted without a
+// change to the bench.
+func TestCounterVerdictShm(t *testing.T) {
+	st := func(shm, unix int) []byte {
+		return []byte(fmt.Sprintf(`{"hosts":[{"name":"h1","agent":{"connections":{"fast_path":%[1]d,"shm":%[1]d,"unix":%[2]d,"host_tcp":0,
+		  "fallback":0,"fallback_reasons":{},"not_shm_reasons":{"shm-off":%[2]d},"live":0,"shm_bytes":2113536}}}]}`, shm, unix))
+	}
+	a, _ := ParseStatusCounters(st(0, 0))
+	b, err := ParseStatusCounters(st(2, 0))
+	if err != nil || len(b.Paths) != 3 {
+		t.Fatalf("paths %v (want shm, unix, host-tcp), %v", b.Paths, err)
+	}
+	if v := counterVerdict(a, b, "shm", ""); v != "" {
+		t.Errorf("shm gained: %q", v)
+	}
+	c, _ := ParseStatusCounters(st(0, 2))
+	if v := counterVerdict(a, c, "shm", ""); !strings.Contains(v, "no shm connection") || !strings.Contains(v, "unix +2") {
+		t.Errorf("unix instead of shm: %q", v)
 	}
 }

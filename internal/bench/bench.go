@@ -5,7 +5,10 @@
 // and ratios between paths measured in the same run mean much. Every path
 // is a table entry (path.go) saying where the server and the client run;
 // every experiment (experiment.go) is a real tool with a server started
-// once per server site and a client run per case, path and repetition.
+// once per server site and a client run per case, path and repetition (or
+// once per path and repetition for a sweep that measures every case, as
+// NetPIPE does). What no packaged tool measures (the physical limits, a
+// Unix socket) ffmem does, the bench's own C program (tools/ffmem).
 // Repetitions are interleaved (schedule.go), every sample is kept in
 // raw.json with the exact command that produced it, and the report is
 // rendered from raw.json alone (report.go), so it can be re-rendered.
@@ -19,6 +22,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/freeflow-net/freeflow/internal/state"
@@ -47,15 +51,14 @@ type Result struct {
 // mode holds the per-mode defaults.
 func (o *Options) defaults() {
 	if o.Duration == 0 {
+		// One second of iperf3, connrate or an application load tool
+		// settles on these virtual paths (slow start takes milliseconds);
+		// repetitions, not longer runs, are what the spread needs.
 		o.Duration = 1 * time.Second
-		if !o.Quick {
-			o.Duration = 2 * time.Second
-		}
 	}
 	if o.Reps == 0 {
-		// sockperf sleeps 2 s after connecting, so a 1 s latency run costs
-		// over 3 s: two rounds is what fits the quick run in 2 minutes, and
-		// three the full run's ten experiments in 20.
+		// Two rounds is what fits the quick run in 2 minutes, and three
+		// the full run's seventeen experiments in 20.
 		o.Reps = 2
 		if !o.Quick {
 			o.Reps = 3
@@ -83,6 +86,13 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if paths = pathsFor(exps, paths); len(paths) == 0 {
+		return nil, fmt.Errorf("none of the selected experiments runs on the selected paths")
+	}
+	ffmem, err := findFFMem(o.Bin, exps)
+	if err != nil {
+		return nil, err
+	}
 	dir, err := prepareOut(o.Out)
 	if err != nil {
 		return nil, err
@@ -92,9 +102,15 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 		return nil, err
 	}
 	defer func() { err = joinErr(err, c.close()) }()
+	t, err := makeTools(ffmem, o.Bin, c.cli.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = joinErr(err, t.remove()) }()
 
 	raw := newRaw(o, c, exps)
-	if err := measure(ctx, o, c, raw, toolEnv{Script: string(connrateScript)}, exps, paths); err != nil {
+	env := toolEnv{Script: string(connrateScript), Tools: t.dir, Full: !o.Quick}
+	if err := measure(ctx, o, c, raw, env, exps, paths); err != nil {
 		return nil, err
 	}
 	if err := WriteReport(dir, raw); err != nil {
@@ -103,12 +119,28 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	return &Result{Dir: dir, Raw: raw}, nil
 }
 
+// pathsFor keeps the paths at least one experiment runs on.
+func pathsFor(exps []Experiment, paths []Path) []Path {
+	var out []Path
+	for _, p := range paths {
+		if slices.ContainsFunc(exps, func(e Experiment) bool { return e.applies(p) }) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // measure deploys the servers and clients, sets congestion control and runs
 // the schedule, filling raw.
 func measure(ctx context.Context, o Options, c *benchCluster, raw *Raw, env toolEnv, exps []Experiment, paths []Path) (err error) {
+	cp := detectCaps(ctx, c.cli)
+	run, skipped := adaptPaths(paths, cp)
+	raw.Notes = append(raw.Notes, cp.notes()...)
 	fmt.Fprintf(o.Log, "bench: starting servers and clients in cluster %s\n", c.cli.Cluster)
-	r := &runner{cli: c.cli, env: env, pin: defaultPinning(), seconds: max(1, int(o.Duration.Round(time.Second)/time.Second))}
-	pl := plan(exps, paths, env, !o.Quick)
+	r := &runner{cli: c.cli, env: env, pin: defaultPinning(), seconds: max(1, int(o.Duration.Round(time.Second)/time.Second)),
+		conns: cp.conns, runCC: o.CC, machCC: raw.Machine.DefaultCC}
+	pl := plan(exps, run, env, !o.Quick)
+	pl.Volumes = []string{env.Tools}
 	dep, err := Deploy(ctx, c.cli, c.state, state.RandomName("b", 4), r.pin, pl)
 	if err != nil {
 		return err
@@ -118,37 +150,39 @@ func measure(ctx context.Context, o Options, c *benchCluster, raw *Raw, env tool
 	for _, s := range pl.Servers {
 		raw.Setup.Servers = append(raw.Setup.Servers, displayServer(r.pin, s, env.Script))
 	}
-	if err := r.shapeIfNeeded(ctx, c, exps, paths); err != nil {
+	if err := r.shapeIfNeeded(ctx, c, exps, run); err != nil {
 		return err
 	}
 	if r.shaper != nil {
 		defer func() { err = joinErr(err, r.shaper.Clear(context.Background())) }()
 	}
-	cc, err := setCC(ctx, raw, dep, o.CC, &r.env)
-	defer func() { err = joinErr(err, cc.Restore(context.Background())) }()
-	if err != nil {
+	r.cc = newCCSwitch(dep.NetNSPaths())
+	defer func() { err = joinErr(err, r.cc.Restore(context.Background())) }()
+	if err := setCC(ctx, raw, r.cc, o.CC); err != nil {
 		return err
 	}
-	r.conns = hasConns(ctx, c.cli)
-	if !r.conns {
-		raw.Notes = append(raw.Notes, "this freeflow has no `conns` command: the paths FreeFlow connections took were NOT checked")
-	}
+	r.env.CC = uniformCC(raw.Setup.CCUsed)
 	raw.Setup.Pinning = r.pin.String()
 	for _, p := range paths {
-		raw.Paths = append(raw.Paths, dep.Describe(p))
+		info := PathInfo{Name: p.Name, Group: p.Group, Role: p.Role, About: p.About, Skipped: skipped[p.Name]}
+		if info.Skipped == "" {
+			info = dep.Describe(adapted(run, p))
+		}
+		raw.Paths = append(raw.Paths, info)
 	}
-	return runSchedule(ctx, o, r, raw, Schedule(exps, paths, o.Reps, !o.Quick, !o.Quick))
+	return runSchedule(ctx, o, r, raw, Schedule(exps, run, o.Reps, !o.Quick, !o.Quick))
 }
 
 // runSchedule runs the jobs in order, logging each result.
 func runSchedule(ctx context.Context, o Options, r *runner, raw *Raw, jobs []Job) error {
+	start := time.Now()
 	for i, j := range jobs {
 		s := r.run(ctx, j)
 		if ctx.Err() != nil {
 			return fmt.Errorf("bench interrupted: %w", ctx.Err())
 		}
-		fmt.Fprintf(o.Log, "bench: [%d/%d] %s\n", i+1, len(jobs), progressLine(s))
-		raw.Samples = append(raw.Samples, s)
+		fmt.Fprintf(o.Log, "bench: [%d/%d %3.0fs] %s\n", i+1, len(jobs), time.Since(start).Seconds(), progressLine(s))
+		raw.Samples = append(raw.Samples, s...)
 	}
 	raw.Finished = time.Now().UTC()
 	return nil
@@ -156,20 +190,19 @@ func runSchedule(ctx context.Context, o Options, r *runner, raw *Raw, jobs []Job
 
 // setCC sets the run's congestion control in every namespace and records
 // what each one uses.
-func setCC(ctx context.Context, raw *Raw, dep *Deployment, algo string, env *toolEnv) (*ccState, error) {
-	used, cc, err := SetCC(ctx, dep.NetNSPaths(), algo)
+func setCC(ctx context.Context, raw *Raw, cc *ccSwitch, algo string) error {
+	used, err := cc.set(ctx, algo)
 	if err != nil {
-		return cc, err
+		return err
 	}
 	if note := cc.AllowedChange(); note != "" {
 		raw.Setup.CCAllowed = note
 	}
-	env.CC = uniformCC(used)
-	if env.CC == "" {
+	if uniformCC(used) == "" {
 		raw.Notes = append(raw.Notes, "namespaces use different congestion control algorithms: see setup")
 	}
 	raw.Setup.CCUsed = used
-	return cc, nil
+	return nil
 }
 
 // shapeIfNeeded prepares the fabric shaper when a shaped experiment runs
@@ -191,7 +224,7 @@ func (r *runner) shapeIfNeeded(ctx context.Context, c *benchCluster, exps []Expe
 // and how many pairs each path needs.
 func plan(exps []Experiment, paths []Path, env toolEnv, full bool) Plan {
 	pl := Plan{Paths: paths, Pairs: pairsPerPath(exps, paths, full)}
-	seen, seenScaled := map[int]bool{}, map[int]bool{}
+	seen, seenScaled := map[int]bool{0: true}, map[int]bool{}
 	for _, e := range exps {
 		s := e.Server(env)
 		if !seen[s.Port] {

@@ -34,30 +34,78 @@ type ccState struct {
 // algo "default" changes nothing and only reads.
 func SetCC(ctx context.Context, nsPaths map[string]string, algo string) (map[string]string, *ccState, error) {
 	st := &ccState{before: map[string]string{}}
+	used, err := st.set(ctx, nsPaths, algo)
+	return used, st, err
+}
+
+// set is SetCC on a state that remembers, across calls, what each
+// namespace had before the first.
+func (s *ccState) set(ctx context.Context, nsPaths map[string]string, algo string) (map[string]string, error) {
 	used := map[string]string{}
 	if algo != "default" {
-		if err := st.allow(algo); err != nil {
-			return nil, st, err
+		if err := s.allow(algo); err != nil {
+			return nil, err
 		}
 	}
 	for _, label := range sortedKeys(nsPaths) {
 		path := nsPaths[label]
 		cur, err := readCC(ctx, path)
 		if err != nil {
-			return nil, st, fmt.Errorf("%s: %w", label, err)
+			return nil, fmt.Errorf("%s: %w", label, err)
 		}
 		if algo != "default" && cur != algo {
-			if _, ok := st.before[path]; !ok {
-				st.before[path] = cur
+			if _, ok := s.before[path]; !ok {
+				s.before[path] = cur
 			}
 			if err := writeCC(ctx, path, algo); err != nil {
-				return nil, st, fmt.Errorf("%s: %w", label, err)
+				return nil, fmt.Errorf("%s: %w", label, err)
 			}
 			cur = algo
 		}
 		used[label] = cur
 	}
-	return used, st, nil
+	return used, nil
+}
+
+// ccSwitch moves the cluster's namespaces between the run's congestion
+// control and the machine's default as experiments need (a new socket
+// takes its namespace's default when it is created, an accepted one
+// when it is accepted), and restores them at the end.
+type ccSwitch struct {
+	*ccState
+	ns  map[string]string
+	cur string // what every namespace uses now ("default": as they were)
+}
+
+func newCCSwitch(ns map[string]string) *ccSwitch {
+	return &ccSwitch{ccState: &ccState{before: map[string]string{}}, ns: ns}
+}
+
+// set sets algo everywhere and returns what each namespace uses.
+func (c *ccSwitch) set(ctx context.Context, algo string) (map[string]string, error) {
+	used, err := c.ccState.set(ctx, c.ns, algo)
+	if err == nil {
+		c.cur = algo
+	}
+	return used, err
+}
+
+// use makes every namespace use algo, unless it already does.
+func (c *ccSwitch) use(ctx context.Context, algo string) error {
+	if algo == c.cur {
+		return nil
+	}
+	if algo == "default" {
+		for path, was := range c.before {
+			if err := writeCC(ctx, path, was); err != nil {
+				return err
+			}
+		}
+		c.cur = algo
+		return nil
+	}
+	_, err := c.set(ctx, algo)
+	return err
 }
 
 // allow puts algo on the machine's allowed list if it is not there yet.

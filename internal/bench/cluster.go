@@ -36,12 +36,24 @@ func (c CLI) Down(ctx context.Context) error {
 	return err
 }
 
-// RunDetached starts a detached container, with the FreeFlow library or
-// without it (overlay only).
-func (c CLI) RunDetached(ctx context.Context, host, name, tenant string, freeflow bool, argv []string) error {
+// runOpts are how the bench runs a container.
+type runOpts struct {
+	FreeFlow bool     // with the FreeFlow library; without it, overlay only
+	NoShm    bool     // FreeFlow, but same-host connections stay on the kernel channel
+	Volumes  []string // host directories mounted read-only at the same path
+}
+
+// RunDetached starts a detached container.
+func (c CLI) RunDetached(ctx context.Context, host, name, tenant string, o runOpts, argv []string) error {
 	args := []string{"run", "--host", host, "--name", name, "--tenant", tenant, "-d"}
-	if !freeflow {
+	if !o.FreeFlow {
 		args = append(args, "--no-freeflow")
+	}
+	if o.NoShm {
+		args = append(args, "--no-shm")
+	}
+	for _, v := range o.Volumes {
+		args = append(args, "-v", v+":"+v+":ro")
 	}
 	args = append(append(args, "--"), argv...)
 	_, err := c.run(ctx, args...)

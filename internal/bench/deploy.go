@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -47,6 +48,7 @@ type Deployment struct {
 	pin      pinning  // CPU pinning of clients and servers
 	servers  []Server // run in every pair-0 server site
 	scaled   []Server // run in the server sites of further pairs
+	volumes  []string // host directories every container mounts at the same path
 	sites    map[endpoint]*site
 	hostSrvs []*exec.Cmd // server process groups in host namespaces
 	made     []string    // containers created, for teardown
@@ -64,11 +66,13 @@ type Plan struct {
 	Pairs   map[string]int // path name -> pairs (1 when absent)
 	Servers []Server       // every server, in every pair-0 server site
 	Scaled  []Server       // servers the pairs beyond the first need
+	Volumes []string       // host directories mounted in every container at the same path
 }
 
 // Deploy starts what the plan needs. On error it removes what it made.
 func Deploy(ctx context.Context, cli CLI, cluster *state.Cluster, prefix string, pin pinning, pl Plan) (d *Deployment, err error) {
-	d = &Deployment{cli: cli, cluster: cluster, prefix: prefix, pin: pin, servers: pl.Servers, scaled: pl.Scaled, sites: map[endpoint]*site{}}
+	d = &Deployment{cli: cli, cluster: cluster, prefix: prefix, pin: pin, servers: pl.Servers, scaled: pl.Scaled,
+		volumes: pl.Volumes, sites: map[endpoint]*site{}}
 	defer func() {
 		if err != nil {
 			d.Teardown()
@@ -116,6 +120,9 @@ func (d *Deployment) plan(e endpoint) error {
 	name := fmt.Sprintf("%s-%s-%s", d.prefix, role, h.Name)
 	if e.FreeFlow {
 		name += "-ff"
+	}
+	if e.NoShm {
+		name += "-noshm"
 	}
 	if e.Pair > 0 {
 		name += fmt.Sprintf("-p%d", e.Pair)
@@ -166,7 +173,8 @@ func (d *Deployment) startContainers(ctx context.Context) error {
 			argv = []string{"sh", "-c", d.serverScript(s.Dir, d.serversOf(e))}
 		}
 		d.made = append(d.made, s.Container)
-		if err := d.cli.RunDetached(ctx, e.Host, s.Container, tenant, e.FreeFlow, argv); err != nil {
+		opts := runOpts{FreeFlow: e.FreeFlow, NoShm: e.NoShm, Volumes: d.volumes}
+		if err := d.cli.RunDetached(ctx, e.Host, s.Container, tenant, opts, argv); err != nil {
 			return fmt.Errorf("start bench container %s on %s: %w", s.Container, e.Host, err)
 		}
 	}
@@ -269,15 +277,40 @@ func (d *Deployment) Target(p Path, pair int) string {
 	return d.site(p.Server, true, pair).IP
 }
 
+// Dial is how the client of p's pair reaches its server.
+func (d *Deployment) Dial(p Path, pair int) dial {
+	cli, srv := d.Containers(p, pair)
+	switch p.Transport {
+	case TransportUnix:
+		return dial{Addr: ffmemSocket(d.site(p.Server, true, pair).Dir), Transport: p.Transport}
+	case TransportMemory:
+		return dial{Transport: p.Transport}
+	case TransportMPIShm:
+		return dial{Transport: p.Transport, Hosts: []string{cli}}
+	}
+	return dial{Addr: d.Target(p, pair), Transport: p.Transport, Hosts: []string{cli, srv}}
+}
+
 // ClientCmd returns the command that runs argv, pinned, at the client end
-// of p's pair.
-func (d *Deployment) ClientCmd(p Path, pair int, argv []string) *exec.Cmd {
+// of p's pair, for at most limit. In a container the client is killed
+// there when its time is up: killing `freeflow exec` outside would leave
+// it running.
+func (d *Deployment) ClientCmd(p Path, pair int, argv []string, limit time.Duration) *exec.Cmd {
 	s := d.site(p.Client, false, pair)
 	argv = d.pin.client(argv)
 	if s.Container != "" {
-		return d.cli.Exec(s.Container, argv)
+		secs := strconv.Itoa(int(limit.Round(time.Second) / time.Second))
+		return d.cli.Exec(s.Container, append([]string{"timeout", "-s", "KILL", secs}, argv...))
 	}
 	return netns.Command(s.NSPath, argv[0], argv[1:]...)
+}
+
+// LauncherCmd returns the command that runs argv, unpinned, in the host
+// namespace of p's client host (mpirun, outside the containers it
+// starts ranks in).
+func (d *Deployment) LauncherCmd(p Path, argv []string) *exec.Cmd {
+	ns := netns.Path(state.NewLayout(d.cluster.Name).HostNetNS(p.Client.Host))
+	return netns.Command(ns, argv[0], argv[1:]...)
 }
 
 // Containers names the client and server containers of p's pair ("" for
@@ -288,13 +321,27 @@ func (d *Deployment) Containers(p Path, pair int) (client, server string) {
 
 // Describe names the sites of p for the report.
 func (d *Deployment) Describe(p Path) PathInfo {
-	return PathInfo{Name: p.Name, Group: p.Group, Role: p.Role, About: p.About, Target: d.Target(p, 0), Expect: p.Expect,
+	info := PathInfo{Name: p.Name, Group: p.Group, Role: p.Role, About: p.About, Expect: p.Expect,
 		Server: d.site(p.Server, true, 0).Label, Client: d.site(p.Client, false, 0).Label}
+	switch dl := d.Dial(p, 0); p.Transport {
+	case TransportMemory:
+		info.Server, info.Client, info.Target = "–", "two CPUs of the host", "–"
+	case TransportMPIShm:
+		info.Server, info.Target = "(both ranks in the client's container)", "shared memory"
+	default:
+		info.Target = dl.Addr
+	}
+	return info
 }
 
-// NetNSPaths returns every endpoint's network namespace, by site label.
+// NetNSPaths returns every endpoint's network namespace, by site label,
+// and every host namespace (where the agents' host-tcp connections live).
 func (d *Deployment) NetNSPaths() map[string]string {
 	out := map[string]string{}
+	for _, h := range d.cluster.Hosts {
+		ns := state.NewLayout(d.cluster.Name).HostNetNS(h.Name)
+		out["namespace "+ns] = netns.Path(ns)
+	}
 	for _, s := range d.sites {
 		out[s.Label] = s.NSPath
 	}

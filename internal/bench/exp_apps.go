@@ -28,8 +28,8 @@ var redisBench = Experiment{
 	MaxSeconds: 1,
 	// redis-benchmark counts requests, not seconds: ~50k requests/s per
 	// test on a container path, so this lasts about the run's seconds.
-	Client: func(_ toolEnv, target string, _ Case, seconds int) []string {
-		return split("redis-benchmark -h %s -p %d -c 20 -t set,get -n %d --csv", target, portRedis, 25000*seconds)
+	Client: func(_ toolEnv, d dial, _ Case, seconds int) []string {
+		return split("redis-benchmark -h %s -p %d -c 20 -t set,get -n %d --csv", d.Addr, portRedis, 25000*seconds)
 	},
 	Parse: func(_ toolEnv, out []byte) (map[string]float64, []string, error) {
 		m, err := ParseRedisBenchmark(string(out))
@@ -66,8 +66,8 @@ var nginxBench = Experiment{
 	},
 	Cases:      func(bool) []Case { return []Case{{Name: "16 conns"}} },
 	MaxSeconds: 1,
-	Client: func(_ toolEnv, target string, _ Case, seconds int) []string {
-		return split("wrk -t1 -c16 -d%ds --latency http://%s:%d/", seconds, target, portNginx)
+	Client: func(_ toolEnv, d dial, _ Case, seconds int) []string {
+		return split("wrk -t1 -c16 -d%ds --latency http://%s:%d/", seconds, d.Addr, portNginx)
 	},
 	Parse: func(_ toolEnv, out []byte) (map[string]float64, []string, error) {
 		m, err := ParseWrk(string(out))
@@ -93,8 +93,8 @@ var memcachedBench = Experiment{
 	},
 	Cases:      func(bool) []Case { return []Case{{Name: "16 conns"}} },
 	MaxSeconds: 1,
-	Client: func(_ toolEnv, target string, _ Case, seconds int) []string {
-		return split("memcaslap -s %s:%d -T 1 -c 16 -t %ds", target, portMemcached, seconds)
+	Client: func(_ toolEnv, d dial, _ Case, seconds int) []string {
+		return split("memcaslap -s %s:%d -T 1 -c 16 -t %ds", d.Addr, portMemcached, seconds)
 	},
 	Parse: func(_ toolEnv, out []byte) (map[string]float64, []string, error) {
 		m, err := ParseMemaslap(string(out))
@@ -143,8 +143,8 @@ var pgBench = Experiment{
 	},
 	Cases:      func(bool) []Case { return []Case{{Name: "4 clients"}} },
 	MaxSeconds: 1,
-	Client: func(_ toolEnv, target string, _ Case, seconds int) []string {
-		return split("pgbench -h %s -p %d -U postgres -S -c 4 -j 1 -T %d postgres", target, portPostgres, seconds)
+	Client: func(_ toolEnv, d dial, _ Case, seconds int) []string {
+		return split("pgbench -h %s -p %d -U postgres -S -c 4 -j 1 -T %d postgres", d.Addr, portPostgres, seconds)
 	},
 	Parse: func(_ toolEnv, out []byte) (map[string]float64, []string, error) {
 		m, err := ParsePgbench(string(out))

@@ -3,11 +3,14 @@ package bench
 import (
 	"fmt"
 	"strconv"
+	"time"
 )
 
 // Ports the bench servers listen on, in every server site.
 const (
 	portSockperf  = 19111
+	portFFMem     = 19151
+	portNetPIPE   = 19161
 	portIperf     = 19201
 	portConnRate  = 19300
 	portRedis     = 19401
@@ -38,18 +41,14 @@ var latency = Experiment{
 			{Key: mP99, Label: "p99 µs", Headline: true, Plot: true},
 			{Key: mObs, Label: "round trips"},
 		}},
-	Quick:       true,
 	SelfWarming: true,
 	Server:      sockperfServer,
-	// sockperf takes TCP messages of 14 B to 65507 B.
-	Cases: func(full bool) []Case {
-		if full {
-			return sizeCases([]int{16, 1024, 16384, 65000})
-		}
-		return sizeCases([]int{16})
-	},
-	Client: func(_ toolEnv, target string, c Case, _ int) []string {
-		return split("sockperf pp --tcp -i %s -p %d -m %d -t %d", target, portSockperf, c.Size, sockperfSeconds)
+	// sockperf's runs cost 3 s more than they measure, so it measures
+	// one size, the well-known cross-check of pingpong, which covers 1 B
+	// to 1 MiB (sockperf takes 14 B to 64 KiB).
+	Cases: func(bool) []Case { return sizeCases([]int{16}) },
+	Client: func(_ toolEnv, d dial, c Case, _ int) []string {
+		return split("sockperf pp --tcp -i %s -p %d -m %d -t %d", d.Addr, portSockperf, c.Size, sockperfSeconds)
 	},
 	Parse: func(_ toolEnv, out []byte) (map[string]float64, []string, error) {
 		m, err := ParseSockperf(string(out))
@@ -70,11 +69,8 @@ var cpuMetrics = []MetricInfo{
 
 var throughput = Experiment{
 	Info: ExperimentInfo{Name: "throughput", Better: "higher", X: "write size (iperf3 -l)",
-		Title: "Throughput: iperf3, one TCP stream, Gbit/s received, by write size; CPU from /proc/stat",
-		Metrics: append([]MetricInfo{
-			{Key: mGbps, Label: "Gbit/s", Headline: true, Plot: true},
-			{Key: mRetrans, Label: "retransmits", Sum: true},
-		}, cpuMetrics...)},
+		Title:   "Throughput: iperf3, one TCP stream, Gbit/s received, by write size; CPU from /proc/stat",
+		Metrics: throughputMetrics},
 	Quick:  true,
 	Server: iperfServer,
 	Cases: func(full bool) []Case {
@@ -83,10 +79,37 @@ var throughput = Experiment{
 		}
 		return sizeCases([]int{131072}) // iperf3's default write size
 	},
-	Client: func(_ toolEnv, target string, c Case, seconds int) []string {
-		return split("iperf3 -c %s -p %d -t %d -l %d -J", target, portIperf, seconds, c.Size)
-	},
-	Parse: parseIperfSample,
+	Client: iperfClient,
+	Parse:  parseIperfSample,
+	Limit:  iperfLimit,
+}
+
+// iperfLimit bounds an iperf3 client run (1 to 2 s): a stalled data path
+// leaves it waiting forever.
+const iperfLimit = 12 * time.Second
+
+// throughputDefaultCC is throughput again under the machine's default
+// congestion control (bbr here), which the run otherwise replaces with
+// --cc (cubic): bbr reads veth reordering as loss and halves some paths.
+var throughputDefaultCC = Experiment{
+	Info: ExperimentInfo{Name: "throughput-default-cc", Better: "higher", X: "write size (iperf3 -l)",
+		Title:   "Throughput under the machine's default congestion control: iperf3, one TCP stream, Gbit/s received; CPU from /proc/stat",
+		Metrics: throughputMetrics},
+	Server:    iperfServer,
+	Cases:     func(bool) []Case { return sizeCases([]int{131072, 1 << 20}) },
+	Client:    iperfClient,
+	Parse:     parseIperfSample,
+	Limit:     iperfLimit,
+	DefaultCC: true,
+}
+
+var throughputMetrics = append([]MetricInfo{
+	{Key: mGbps, Label: "Gbit/s", Headline: true, Plot: true},
+	{Key: mRetrans, Label: "retransmits", Sum: true},
+}, cpuMetrics...)
+
+func iperfClient(_ toolEnv, d dial, c Case, seconds int) []string {
+	return split("iperf3 -c %s -p %d -t %d -l %d -J", d.Addr, portIperf, seconds, c.Size)
 }
 
 // capped is FreeFlow's figure 3: one stream's throughput and CPU when the
@@ -107,8 +130,8 @@ var capped = Experiment{
 		}
 		return cs
 	},
-	Client: func(_ toolEnv, target string, _ Case, seconds int) []string {
-		return split("iperf3 -c %s -p %d -t %d -J", target, portIperf, seconds)
+	Client: func(_ toolEnv, d dial, _ Case, seconds int) []string {
+		return split("iperf3 -c %s -p %d -t %d -J", d.Addr, portIperf, seconds)
 	},
 	// Retransmits are what a cap does to TCP, not a measuring error.
 	Parse: func(e toolEnv, out []byte) (map[string]float64, []string, error) {
@@ -144,8 +167,8 @@ var connRate = Experiment{
 		return Server{Port: portConnRate, Shell: commandLine([]string{"exec", "/usr/bin/python3", "-c", e.Script, "server", "0.0.0.0", strconv.Itoa(portConnRate)})}
 	},
 	Cases: func(bool) []Case { return []Case{{Name: "1 client"}} },
-	Client: func(e toolEnv, target string, _ Case, seconds int) []string {
-		return []string{"/usr/bin/python3", "-c", e.Script, "client", target, strconv.Itoa(portConnRate), strconv.Itoa(seconds)}
+	Client: func(e toolEnv, d dial, _ Case, seconds int) []string {
+		return []string{"/usr/bin/python3", "-c", e.Script, "client", d.Addr, strconv.Itoa(portConnRate), strconv.Itoa(seconds)}
 	},
 	Parse: func(_ toolEnv, out []byte) (map[string]float64, []string, error) {
 		m, last, err := ParseConnRate(string(out))

@@ -2,7 +2,9 @@ package bench
 
 import (
 	"fmt"
+	"slices"
 	"strings"
+	"time"
 )
 
 // Case is one variant of an experiment: a message size, a bandwidth cap,
@@ -36,6 +38,23 @@ type toolEnv struct {
 	// that works on the host may not exist inside them.
 	Script string
 	CC     string // congestion control every sample should use; "" = unchecked
+	// Tools is the run's tools directory (tools.go), at the same path on
+	// the host and in every bench container: ffmem and the Open MPI
+	// launch agent.
+	Tools string
+	Full  bool // the full run, not --quick
+}
+
+// ffmem is the path of the bench's own measuring program.
+func (e toolEnv) ffmem() string { return e.Tools + "/ffmem" }
+
+// dial is how a client reaches its server.
+type dial struct {
+	Addr      string // TCP: the server's IP; unix: the socket path
+	Transport string
+	// Hosts are the containers an Open MPI job's ranks run in, the
+	// client's first (one for mpi-shm).
+	Hosts []string
 }
 
 // Experiment is one kind of measurement: a server started once per server
@@ -48,16 +67,26 @@ type Experiment struct {
 	// SelfWarming experiments warm up on their own (sockperf discards its
 	// first 400 ms), so the warm-up round skips them.
 	SelfWarming bool
-	Server      func(e toolEnv) Server
-	Cases       func(full bool) []Case
-	Client      func(e toolEnv, target string, c Case, seconds int) []string
+	// Server is the experiment's server; Port 0 = it needs none.
+	Server func(e toolEnv) Server
+	Cases  func(full bool) []Case
+	Client func(e toolEnv, d dial, c Case, seconds int) []string
 	// Parse turns one client's output into metrics and the reasons, if
 	// any, to distrust them.
 	Parse func(e toolEnv, out []byte) (map[string]float64, []string, error)
+	// ParseSweep replaces Parse for sweeps: one client run measures every
+	// case (NetPIPE's whole curve), so the run is scheduled once per path
+	// and repetition, and its output gives metrics per case name. Cases
+	// lists the cases kept (a NetPIPE run measures more sizes than the
+	// report shows).
+	ParseSweep func(e toolEnv, out []byte) (map[string]map[string]float64, []string, error)
 	// Combine merges the metrics of concurrent pairs (scaling); nil for
 	// experiments that run one pair.
 	Combine func(per []map[string]float64) map[string]float64
-	// OnPath says whether the experiment applies to a path; nil = all.
+	// Transports the experiment can measure; nil = TCP only.
+	Transports []string
+	// OnPath says whether the experiment applies to a path of a transport
+	// it measures; nil = all of them.
 	OnPath func(p Path) bool
 	// Shaped experiments cap the fabric with tbf at Case.Cap while a
 	// client runs.
@@ -65,6 +94,28 @@ type Experiment struct {
 	// MaxSeconds caps the run's seconds per client (0 = no cap): what
 	// converges fast runs shorter, so the full run fits in 20 minutes.
 	MaxSeconds int
+	// Limit is how long a client may run before it is killed and its
+	// sample failed; 0 = its seconds and clientMargin.
+	Limit time.Duration
+	// Reps caps the run's repetitions (0 = no cap), for long runs whose
+	// figure barely varies (an idle connection's CPU).
+	Reps int
+	// DefaultCC runs the experiment under the machine's own default
+	// congestion control instead of the run's (--cc).
+	DefaultCC bool
+	// Launcher runs the client command in the client host's namespace
+	// rather than in the client container (mpirun, which starts the
+	// ranks in the containers itself), unpinned: it pins each rank.
+	Launcher bool
+	// UsesFFMem experiments need bin/ffmem next to the freeflow binary.
+	UsesFFMem bool
+	// Restarts: the server serves one client, then its site's loop starts
+	// it again; each client waits until it listens.
+	Restarts bool
+	// LauncherFallback is the overlay reason expected for connections
+	// between the containers and a launcher outside them; the path check
+	// ignores those.
+	LauncherFallback string
 }
 
 // seconds is how long e's clients run when the run says base.
@@ -75,12 +126,52 @@ func (e Experiment) seconds(base int) int {
 	return base
 }
 
+// limit is how long e's client may run when the run says seconds.
+func (e Experiment) limit(seconds int) time.Duration {
+	if e.Limit > 0 {
+		return e.Limit
+	}
+	return time.Duration(e.seconds(seconds))*time.Second + clientMargin
+}
+
 // applies reports whether e runs on p.
-func (e Experiment) applies(p Path) bool { return e.OnPath == nil || e.OnPath(p) }
+func (e Experiment) applies(p Path) bool {
+	return slices.Contains(e.transports(), p.Transport) && (e.OnPath == nil || e.OnPath(p))
+}
+
+func (e Experiment) transports() []string {
+	if e.Transports == nil {
+		return []string{TransportTCP}
+	}
+	return e.Transports
+}
+
+// sweep reports whether one client run measures every case.
+func (e Experiment) sweep() bool { return e.ParseSweep != nil }
+
+// sweepCase stands for all of a sweep's cases in the schedule.
+var sweepCase = Case{Name: "all cases"}
+
+// jobCases are the cases the schedule runs: every case, or for a sweep
+// one run that measures them all.
+func (e Experiment) jobCases(full bool) []Case {
+	if e.sweep() {
+		return []Case{sweepCase}
+	}
+	return e.Cases(full)
+}
+
+// reps is how many repetitions e gets when the run says base.
+func (e Experiment) reps(base int) int {
+	if e.Reps > 0 {
+		return min(base, e.Reps)
+	}
+	return base
+}
 
 // Experiments are the experiments the bench knows, in the order shown.
-var Experiments = []Experiment{latency, throughput, capped, connRate, scaleThroughput, scaleLatency,
-	redisBench, nginxBench, memcachedBench, pgBench}
+var Experiments = []Experiment{limits, pingpong, latency, netpipe, throughput, throughputDefaultCC, stream,
+	capped, connRate, idle, scaleThroughput, scaleLatency, redisBench, nginxBench, memcachedBench, pgBench, mpiBench}
 
 // SelectExperiments returns the named experiments in table order; empty
 // names means all, or the quick ones when quick is set.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -31,7 +32,14 @@ func newRaw(o Options, c *benchCluster, exps []Experiment) *Raw {
 		},
 	}
 	for _, e := range exps {
-		raw.Experiments = append(raw.Experiments, e.Info)
+		info := e.Info
+		switch {
+		case e.DefaultCC:
+			info.CC = raw.Machine.DefaultCC + " (the machine's default)"
+		case slices.Contains(e.transports(), TransportTCP) && o.CC != "default":
+			info.CC = o.CC + " (the run's, --cc)"
+		}
+		raw.Experiments = append(raw.Experiments, info)
 	}
 	if l := raw.Machine.Load; l[0] > busyLoad {
 		raw.Notes = append(raw.Notes, fmt.Sprintf("the machine was busy before the run (load average %.2f %.2f %.2f on %d cores): other work skews every figure",
@@ -48,41 +56,48 @@ type runner struct {
 	pin     pinning
 	seconds int
 	shaper  *fabricShaper // nil unless a shaped experiment runs
-	conns   bool          // `freeflow conns` exists: FreeFlow paths are checked
+	cc      *ccSwitch
+	runCC   string // the run's congestion control (--cc)
+	machCC  string // the machine's default, for DefaultCC experiments
+	conns   bool   // `freeflow conns` exists: FreeFlow paths are checked
 }
 
 // run runs one job's clients (one per concurrent pair) and turns their
-// output into a sample. A failed run is a sample too: it is reported,
-// never silently dropped.
-func (r *runner) run(ctx context.Context, j Job) Sample {
+// output into samples: one, or one per case for a sweep. A failed run is
+// a sample too: it is reported, never silently dropped.
+func (r *runner) run(ctx context.Context, j Job) []Sample {
 	s := Sample{Experiment: j.Exp.Info.Name, Case: j.Case.Name, X: j.Case.X, Path: j.Path.Name, Rep: j.Rep, Warmup: j.Rep == 0}
+	env, err := r.prepare(ctx, j)
 	if j.Exp.Shaped {
-		if err := r.shaper.Set(ctx, j.Case.Cap); err != nil {
-			s.Error = err.Error()
-			return s
-		}
 		defer r.shaper.Clear(context.Background())
 	}
-	cmds := r.clientCmds(j)
+	if err != nil {
+		s.Error = err.Error()
+		return failedSamples(env, j, s)
+	}
+	cmds := r.clientCmds(env, j)
 	s.Command = displayCommand(cmds[0].Args, r.env.Script)
 	if len(cmds) > 1 {
 		s.Command += fmt.Sprintf(" (and the same in %d more pairs at once, each to its own server)", len(cmds)-1)
 	}
 	// A client that hangs (server gone, path broken) costs a bounded time.
-	jctx, cancel := context.WithTimeout(ctx, time.Duration(j.Exp.seconds(r.seconds))*time.Second+30*time.Second)
+	jctx, cancel := context.WithTimeout(ctx, j.Exp.limit(r.seconds))
 	defer cancel()
 	check := r.startCheck(jctx, j)
 	before, cpuErr := readCPUTimes()
 	outs, err := runAll(jctx, cmds)
 	after, _ := readCPUTimes()
 	verdict := check.finish()
-	if err == nil {
-		s.Metrics, s.Suspect, err = parseAll(r.env, j.Exp, outs)
-	}
 	if err != nil {
-		s.Error = err.Error()
-		s.Output = lastLines(string(outs[0]), 20)
-		return s
+		s.Error, s.Output = displayError(err, r.env.Script), lastLines(string(outs[0]), 20)
+		return failedSamples(env, j, s)
+	}
+	if j.Exp.sweep() {
+		return sweepSamples(env, j, s, outs[0], verdict)
+	}
+	if s.Metrics, s.Suspect, err = parseAll(env, j.Exp, outs); err != nil {
+		s.Error, s.Output = err.Error(), lastLines(string(outs[0]), 20)
+		return []Sample{s}
 	}
 	if cpuErr == nil {
 		for k, v := range cpuMetricsBetween(before, after, r.pin, s.Metrics[mBytes]) {
@@ -92,15 +107,102 @@ func (r *runner) run(ctx context.Context, j Job) Sample {
 	if verdict != "" {
 		s.Suspect = append(s.Suspect, verdict)
 	}
-	return s
+	return []Sample{s}
+}
+
+// clientMargin is how much longer than its seconds a client may take
+// (start-up, sockperf's 2 s pause, a sweep's sizes) before it is killed.
+const clientMargin = 40 * time.Second
+
+// prepare readies the cluster for j: the congestion control it runs
+// under, the fabric cap, a restarted server. It returns the tools'
+// environment for j.
+func (r *runner) prepare(ctx context.Context, j Job) (toolEnv, error) {
+	env, algo := r.env, r.runCC
+	if j.Exp.DefaultCC {
+		algo = r.machCC
+	}
+	if err := r.cc.use(ctx, algo); err != nil {
+		return env, err
+	}
+	switch {
+	case j.Path.Expect == "unix" || j.Path.Expect == "shm":
+		// No TCP under the channel: the library answers TCP_CONGESTION
+		// with a stand-in, so there is nothing to check.
+		env.CC = ""
+	case algo != "default":
+		env.CC = algo
+	}
+	if j.Exp.Shaped {
+		if err := r.shaper.Set(ctx, j.Case.Cap); err != nil {
+			return env, err
+		}
+	}
+	if j.Exp.Restarts {
+		for pair := range j.Case.pairs() {
+			if err := waitListening(ctx, r.dep.site(j.Path.Server, true, pair), []int{j.Exp.Server(env).Port}); err != nil {
+				return env, err
+			}
+		}
+	}
+	return env, nil
+}
+
+// failedSamples are the samples of a run that produced no figure: one,
+// or one per case of a sweep, so every row of the table says it failed.
+func failedSamples(env toolEnv, j Job, s Sample) []Sample {
+	if !j.Exp.sweep() {
+		return []Sample{s}
+	}
+	var out []Sample
+	for _, c := range j.Exp.Cases(env.Full) {
+		cs := s
+		cs.Case, cs.X = c.Name, c.X
+		out = append(out, cs)
+	}
+	return out
+}
+
+// sweepSamples turns one sweep run's output into a sample per case; a
+// case missing from the output is a failed sample.
+func sweepSamples(env toolEnv, j Job, s Sample, out []byte, verdict string) []Sample {
+	per, suspect, err := j.Exp.ParseSweep(env, out)
+	var samples []Sample
+	for _, c := range j.Exp.Cases(env.Full) {
+		cs := s
+		cs.Case, cs.X = c.Name, c.X
+		m, ok := per[c.Name]
+		switch {
+		case err != nil:
+			cs.Error, cs.Output = err.Error(), lastLines(string(out), 20)
+		case !ok:
+			cs.Error = fmt.Sprintf("the output has no figure for %s", c.Name)
+		default:
+			cs.Metrics = m
+		}
+		for _, why := range suspect {
+			if rest, ok := strings.CutPrefix(why, c.Name+": "); ok {
+				cs.Suspect = append(cs.Suspect, rest)
+			}
+		}
+		if verdict != "" {
+			cs.Suspect = append(cs.Suspect, verdict)
+		}
+		samples = append(samples, cs)
+	}
+	return samples
 }
 
 // clientCmds are the job's client commands, one per pair.
-func (r *runner) clientCmds(j Job) []*exec.Cmd {
+func (r *runner) clientCmds(env toolEnv, j Job) []*exec.Cmd {
 	cmds := make([]*exec.Cmd, j.Case.pairs())
 	for i := range cmds {
-		argv := j.Exp.Client(r.env, r.dep.Target(j.Path, i), j.Case, j.Exp.seconds(r.seconds))
-		cmds[i] = r.dep.ClientCmd(j.Path, i, argv)
+		argv := j.Exp.Client(env, r.dep.Dial(j.Path, i), j.Case, j.Exp.seconds(r.seconds))
+		if j.Exp.Launcher {
+			cmds[i] = r.dep.LauncherCmd(j.Path, argv)
+		} else {
+			cmds[i] = r.dep.ClientCmd(j.Path, i, argv, j.Exp.limit(r.seconds))
+		}
 	}
 	return cmds
 }
@@ -163,6 +265,7 @@ func (r *runner) startCheck(ctx context.Context, j Job) *checkRun {
 		return nil
 	}
 	c := newPathCheck(j.Path.Expect)
+	c.launcher = j.Exp.LauncherFallback
 	for i := range j.Case.pairs() {
 		cli, srv := r.dep.Containers(j.Path, i)
 		c.pairs[[2]string{cli, srv}] = true
@@ -191,7 +294,7 @@ func (run *checkRun) finish() string {
 	if err = errors.Join(run.berr, err); err != nil {
 		return joinVerdicts(v, "agent counters not read: "+err.Error())
 	}
-	cv := counterVerdict(run.before, after, run.c.want)
+	cv := counterVerdict(run.before, after, run.c.want, run.c.launcher)
 	if len(run.c.seen) == 0 && run.c.err == nil && cv == "" {
 		return "" // conns missed them, the counters confirm them
 	}
@@ -211,9 +314,14 @@ func joinVerdicts(a, b string) string {
 	return a + "; " + b
 }
 
-// progressLine says what a sample measured, for the log.
-func progressLine(s Sample) string {
+// progressLine says what a job measured, for the log: its sample, or
+// for a sweep its first and last case.
+func progressLine(samples []Sample) string {
+	s := samples[0]
 	what := fmt.Sprintf("%-10s %-8s %-7s", s.Experiment, s.Case, s.Path)
+	if len(samples) > 1 {
+		what = fmt.Sprintf("%-10s %-8s %-7s", s.Experiment, fmt.Sprintf("(%d cases)", len(samples)), s.Path)
+	}
 	if s.Warmup {
 		what += " (warm-up)"
 	} else {
@@ -226,12 +334,25 @@ func progressLine(s Sample) string {
 	if !ok {
 		return what
 	}
+	if len(samples) > 1 {
+		return what + "  " + firstFigure(e, s) + " ... " + firstFigure(e, samples[len(samples)-1])
+	}
 	for _, m := range e.Info.Metrics {
 		if m.Headline {
 			what += fmt.Sprintf("  %s %s", formatValue(s.Metrics[m.Key]), m.Label)
 		}
 	}
 	return what
+}
+
+// firstFigure is a sample's first figure, with its case and label.
+func firstFigure(e Experiment, s Sample) string {
+	for _, m := range e.Info.Metrics {
+		if v, ok := s.Metrics[m.Key]; ok {
+			return fmt.Sprintf("%s: %s %s", s.Case, formatValue(v), m.Label)
+		}
+	}
+	return s.Case + ": " + firstLine(s.Error)
 }
 
 func experimentByName(name string) (Experiment, bool) {

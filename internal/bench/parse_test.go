@@ -134,14 +134,16 @@ func TestPlanServers(t *testing.T) {
 	for _, s := range pl.Servers {
 		ports = append(ports, s.Port)
 	}
-	want := []int{portSockperf, portIperf, portConnRate, portRedis, portNginx, portMemcached, portPostgres}
+	// limits and mpi need no server; pingpong, stream, idle and
+	// scale-latency share ffmem's.
+	want := []int{portFFMem, portSockperf, portNetPIPE, portIperf, portConnRate, portRedis, portNginx, portMemcached, portPostgres}
 	if fmt.Sprint(ports) != fmt.Sprint(want) {
 		t.Errorf("server ports = %v, want %v", ports, want)
 	}
-	if len(pl.Scaled) != 2 || pl.Scaled[0].Port != portIperf || pl.Scaled[1].Port != portSockperf {
+	if len(pl.Scaled) != 2 || pl.Scaled[0].Port != portIperf || pl.Scaled[1].Port != portFFMem {
 		t.Errorf("scaled servers = %+v", pl.Scaled)
 	}
-	if pl.Pairs["bridge"] != 16 || pl.Pairs["host"] != 1 || pl.Pairs["freeflow-x"] != 16 {
+	if pl.Pairs["bridge"] != 16 || pl.Pairs["host"] != 1 || pl.Pairs["freeflow-x"] != 16 || pl.Pairs["freeflow-unix"] != 1 {
 		t.Errorf("pairs = %v", pl.Pairs)
 	}
 }

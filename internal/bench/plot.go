@@ -5,6 +5,7 @@ import (
 	"math"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -82,7 +83,7 @@ func linePlot(raw *Raw, rows []Row, ps plotSpec) (*plot.Plot, error) {
 	p.Title.Text = fmt.Sprintf("%s: %s (%s is better)", ps.Exp.Name, ps.Metric.Label, ps.Metric.better(ps.Exp))
 	p.X.Label.Text = ps.Exp.X
 	p.Y.Label.Text = ps.Metric.Label
-	p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, xTicker{exp: ps.Exp.Name}
+	p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, xTicker{x: ps.Exp.X}
 	if ps.Exp.LogY {
 		p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
 	}
@@ -138,20 +139,24 @@ func pathPoints(rows []Row, ps plotSpec, path string) (plotter.XYs, spreadPoints
 	return pts, sp
 }
 
-// xTicker labels the x axis: sizes in B/KiB/MiB at powers of 4, other
-// axes (cap, pairs) at 1-2-5 or powers of 2.
-type xTicker struct{ exp string }
+// xTicker labels the x axis, named x: sizes in B/KiB/MiB at powers of 4
+// or 16, other axes (cap, pairs) at 1-2-5 or powers of 2.
+type xTicker struct{ x string }
 
 func (t xTicker) Ticks(lo, hi float64) []plot.Tick {
 	var ticks []plot.Tick
-	switch t.exp {
-	case "latency", "throughput":
-		for v := 1.0; v <= hi*1.01; v *= 4 {
+	switch {
+	case strings.Contains(t.x, "size"):
+		step := 4.0
+		if hi/lo > 1<<12 { // 1 B to 1 MiB: every fourth power of 2 would crowd the axis
+			step = 16
+		}
+		for v := 1.0; v <= hi*1.01; v *= step {
 			if v >= lo/1.01 {
 				ticks = append(ticks, plot.Tick{Value: v, Label: sizeName(int(v))})
 			}
 		}
-	case "cap":
+	case t.x == capped.Info.X:
 		for _, v := range []float64{0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100} {
 			if v >= lo/1.01 && v <= hi*1.01 {
 				ticks = append(ticks, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'g', -1, 64)})

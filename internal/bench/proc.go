@@ -7,7 +7,12 @@ import (
 	"os/exec"
 	"strings"
 	"syscall"
+	"time"
 )
+
+// pipeGrace is how long runCmd waits for the output pipes to close after
+// the command exited.
+const pipeGrace = 5 * time.Second
 
 // runCmd runs cmd in its own process group and returns its stdout. When ctx
 // ends (timeout, Ctrl-C) the whole group is killed, so no tool outlives the
@@ -17,6 +22,10 @@ func runCmd(ctx context.Context, cmd *exec.Cmd) ([]byte, error) {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// A process outside the group may hold the output pipes (a client
+	// inside a container, when `freeflow exec` was killed): Wait must
+	// not wait for it forever.
+	cmd.WaitDelay = pipeGrace
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", cmd.Args[0], err)
 	}
@@ -59,6 +68,15 @@ func displayCommand(argv []string, script string) string {
 		}
 	}
 	return strings.Join(q, " ")
+}
+
+// displayError is err with connrate.py's text (if any) shown as
+// scriptArg, as in the displayed commands.
+func displayError(err error, script string) string {
+	if script == "" {
+		return err.Error()
+	}
+	return strings.ReplaceAll(err.Error(), commandLine([]string{script}), scriptArg)
 }
 
 // displayServer writes a server's command as its site runs it, with

@@ -60,6 +60,8 @@ type PathInfo struct {
 	// Expect is the path `freeflow conns` must show for this path's
 	// connections (FreeFlow paths); "" = not checked.
 	Expect string `json:"expect,omitempty"`
+	// Skipped says why the path was not measured in this run.
+	Skipped string `json:"skipped,omitempty"`
 }
 
 // ExperimentInfo says how to present an experiment's samples.
@@ -71,6 +73,12 @@ type ExperimentInfo struct {
 	// X names the plots' x axis (the cases' Sample.X); "" = no plot.
 	X    string `json:"x,omitempty"`
 	LogY bool   `json:"log_y,omitempty"`
+	// NoRatios: the table has no ratio columns (the physical limits are
+	// compared with nothing).
+	NoRatios bool `json:"no_ratios,omitempty"`
+	// CC is the congestion control the experiment ran under, when it is
+	// not the run's (throughput-default-cc).
+	CC string `json:"cc,omitempty"`
 }
 
 // MetricInfo names one number a sample carries.

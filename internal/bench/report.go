@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -38,6 +39,7 @@ func RenderMarkdown(raw *Raw) string {
 	writePaths(&b, raw)
 	rows := SummarizeRaw(raw)
 	writeHeadlines(&b, raw, rows)
+	writeCeilings(&b, raw, rows)
 	for _, e := range raw.Experiments {
 		writeExperiment(&b, raw, e, rows)
 	}
@@ -66,7 +68,7 @@ func writeMachine(b *strings.Builder, raw *Raw) {
 	}
 	fmt.Fprintf(b, "| cluster | %s (%s) |\n", s.Cluster, own)
 	fmt.Fprintf(b, "| connection rate program | %s |\n", s.ConnRate)
-	fmt.Fprintf(b, "| ratios | path median / baseline median within each group (%s); × ref: / the group's host-network reference |\n\n", baselines(raw.Paths))
+	fmt.Fprintf(b, "| ratios | path median / baseline median within each group (%s); × ref: / the group's first reference path with a figure for the case (host networking for the TCP tools, mpi-shm for mpi) |\n\n", baselines(raw.Paths))
 	if len(s.Servers) > 0 {
 		b.WriteString("Servers, started once in every server site with `$D` a private directory, and left running:\n\n```sh\n")
 		for _, srv := range s.Servers {
@@ -89,18 +91,28 @@ func ccSummary(used map[string]string) string {
 }
 
 func writePaths(b *strings.Builder, raw *Raw) {
-	fmt.Fprintf(b, "## Paths\n\n| path | group | role | server | client | client dials | what |\n|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(b, "## Paths\n\n| path | group | role | server | client | client dials | checked path | what |\n|---|---|---|---|---|---|---|---|\n")
 	for _, p := range raw.Paths {
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s |\n", p.Name, p.Group, p.Role, p.Server, p.Client, p.Target, p.About)
+		if p.Skipped != "" {
+			fmt.Fprintf(b, "| %s | %s | %s | – | – | – | – | **%s** — %s |\n", p.Name, p.Group, p.Role, p.Skipped, p.About)
+			continue
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", p.Name, p.Group, p.Role, p.Server, p.Client, p.Target, dash(p.Expect), p.About)
 	}
 	b.WriteString("\n")
 }
 
 func writeExperiment(b *strings.Builder, raw *Raw, e ExperimentInfo, rows []Row) {
-	fmt.Fprintf(b, "## %s\n\n%s is better.\n\n", e.Title, capitalize(e.Better))
+	fmt.Fprintf(b, "## %s\n\n%s", e.Title, betterText(e))
+	if e.CC != "" {
+		fmt.Fprintf(b, "; TCP congestion control: %s", e.CC)
+	}
+	b.WriteString(".\n\n")
 	head := []string{"case", "path"}
 	for _, m := range e.Metrics {
-		if m.Headline {
+		if m.Headline && e.NoRatios {
+			head = append(head, m.Label+" median (min–max)")
+		} else if m.Headline {
 			head = append(head, m.Label+" median (min–max)", "× baseline", "× ref")
 		} else if m.Sum {
 			head = append(head, m.Label+" (total)")
@@ -120,14 +132,17 @@ func writeExperiment(b *strings.Builder, raw *Raw, e ExperimentInfo, rows []Row)
 
 func markdownCells(r Row) []string {
 	cells := []string{r.Case, pathLabel(r.Path)}
+	ratioCols := !r.Exp.NoRatios
 	for _, m := range r.Exp.Metrics {
 		st := r.Stats[m.Key]
 		switch {
 		case st.N == 0:
 			cells = append(cells, "–")
-			if m.Headline {
+			if m.Headline && ratioCols {
 				cells = append(cells, "–", "–")
 			}
+		case m.Headline && !ratioCols:
+			cells = append(cells, fmt.Sprintf("%s (%s–%s)", formatValue(st.Median), formatValue(st.Min), formatValue(st.Max)))
 		case m.Headline:
 			cells = append(cells, fmt.Sprintf("%s (%s–%s)", formatValue(st.Median), formatValue(st.Min), formatValue(st.Max)),
 				ratioText(r, m.Key), refText(r, m.Key))
@@ -159,25 +174,25 @@ func pathLabel(p PathInfo) string {
 // ratioText is the row's ratio to its group's baseline.
 func ratioText(r Row, key string) string {
 	v, ok := r.Ratios[key]
-	return ratioCell(r, RoleBaseline, "1 (baseline)", v, ok)
+	return ratioCell(r.Path.Role == RoleBaseline, "1 (baseline)", v, ok)
 }
 
-// refText is the row's ratio to its group's host-network reference.
+// refText is the row's ratio to its reference (see refPath).
 func refText(r Row, key string) string {
 	v, ok := r.RefRat[key]
-	return ratioCell(r, RoleReference, "1 (ref)", v, ok)
+	return ratioCell(r.Path.Name == r.Ref, "1 (ref)", v, ok)
 }
 
 // ratioCell formats ratio v, or self on the row the ratio is taken against;
 // a missing ratio (!ok or NaN) shows as a dash.
-func ratioCell(r Row, role, self string, v float64, ok bool) string {
-	if r.Path.Role == role {
+func ratioCell(isSelf bool, self string, v float64, ok bool) string {
+	if isSelf {
 		return self
 	}
 	if !ok || math.IsNaN(v) {
 		return "–"
 	}
-	return fmt.Sprintf("%.2f", v)
+	return formatRatio(v)
 }
 
 // writePlots embeds the plots RenderPlots draws.
@@ -193,12 +208,12 @@ func writePlots(b *strings.Builder, raw *Raw, rows []Row) {
 }
 
 // writeHeadlines is the report's summary: each candidate path (FreeFlow)
-// against its group's baseline overlay and host-network reference, for
-// every headline figure, measured side by side in this run.
+// against its group's baseline overlay and reference, for every headline
+// figure, measured side by side in this run.
 func writeHeadlines(b *strings.Builder, raw *Raw, rows []Row) {
 	var cands []PathInfo
 	for _, p := range raw.Paths {
-		if p.Role == RoleCandidate {
+		if p.Role == RoleCandidate && p.Skipped == "" {
 			cands = append(cands, p)
 		}
 	}
@@ -208,11 +223,13 @@ func writeHeadlines(b *strings.Builder, raw *Raw, rows []Row) {
 	b.WriteString("## Headline ratios\n\nMedian of the candidate path / median of the compared path, same run. ")
 	b.WriteString("`!` marks a figure with a note in \"Suspect figures\".\n\n| figure | better |")
 	for _, c := range cands {
-		base, ref := groupPath(raw.Paths, c.Group, RoleBaseline), groupPath(raw.Paths, c.Group, RoleReference)
-		fmt.Fprintf(b, " %s / %s | %s / %s |", c.Name, dash(base), c.Name, dash(ref))
+		fmt.Fprintf(b, " %s / %s | %s / %s |", c.Name, dash(groupPath(raw.Paths, c.Group, RoleBaseline)), c.Name, refsOf(rows, c))
 	}
 	fmt.Fprintf(b, "\n|---|---|%s\n", strings.Repeat("---|---|", len(cands)))
 	for _, e := range raw.Experiments {
+		if e.NoRatios {
+			continue
+		}
 		for _, c := range casesOf(raw, e.Name) {
 			for _, m := range e.Metrics {
 				if m.Headline {
@@ -221,7 +238,21 @@ func writeHeadlines(b *strings.Builder, raw *Raw, rows []Row) {
 			}
 		}
 	}
-	b.WriteString("\n")
+	b.WriteString("\nref: the group's first reference path (in the paths table's order) with a figure for the case: host networking for the TCP tools, Open MPI's shared memory for mpi.\n\n")
+}
+
+// refsOf names the references a candidate's rows were compared to.
+func refsOf(rows []Row, c PathInfo) string {
+	var refs []string
+	for _, r := range rows {
+		if r.Path.Name == c.Name && r.Ref != "" && !slices.Contains(refs, r.Ref) {
+			refs = append(refs, r.Ref)
+		}
+	}
+	if len(refs) == 0 {
+		return "ref"
+	}
+	return strings.Join(refs, " or ")
 }
 
 func writeHeadline(b *strings.Builder, rows []Row, e ExperimentInfo, c string, m MetricInfo, cands []PathInfo) {
@@ -282,6 +313,22 @@ func writeSuspects(b *strings.Builder, raw *Raw, rows []Row) {
 	for _, l := range lines {
 		fmt.Fprintf(b, "- %s\n", l)
 	}
+}
+
+// betterText says which way is better, per metric when they differ.
+func betterText(e ExperimentInfo) string {
+	var per []string
+	mixed := false
+	for _, m := range e.Metrics {
+		if m.Headline {
+			per = append(per, m.Label+": "+m.better(e))
+			mixed = mixed || m.better(e) != e.Better
+		}
+	}
+	if mixed {
+		return "Better: " + strings.Join(per, ", ")
+	}
+	return capitalize(e.Better) + " is better"
 }
 
 func capitalize(s string) string {

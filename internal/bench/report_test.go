@@ -38,6 +38,20 @@ func TestSummarizeRawRatios(t *testing.T) {
 	}
 }
 
+// TestSummarizeAbsentMetric: a metric a sample does not carry is not
+// counted as 0 (a limits case has a round trip or a bandwidth, not both).
+func TestSummarizeAbsentMetric(t *testing.T) {
+	raw := loadSmall(t)
+	raw.Samples = append(raw.Samples, Sample{Experiment: "latency", Case: "16 B", Path: "host", Rep: 4, Metrics: map[string]float64{mObs: 5000}})
+	for _, r := range SummarizeRaw(raw) {
+		if r.Exp.Name == "latency" && r.Path.Name == "host" {
+			if st := r.Stats[mP50]; st.N != 3 || st.Min != 5 || r.Stats[mObs].N != 4 {
+				t.Errorf("p50 %+v, round trips %+v: want the 3 samples that have a p50, 4 with round trips", st, r.Stats[mObs])
+			}
+		}
+	}
+}
+
 func TestRenderMarkdown(t *testing.T) {
 	md := RenderMarkdown(loadSmall(t))
 	for _, want := range []string{
@@ -117,6 +131,7 @@ func TestHeadlineRatios(t *testing.T) {
 	md := RenderMarkdown(raw)
 	for _, want := range []string{
 		"| figure | better | freeflow / bridge | freeflow / host |",
+		"ref: the group's first reference path",
 		// 3 µs against bridge's 12 and host's 6.
 		"| latency 16 B p50 µs | lower | 0.25 ! | 0.50 ! |",
 		"- latency 16 B on freeflow: rep 2: connections took path overlay (policy) ×1, expected unix",

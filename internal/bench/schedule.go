@@ -20,7 +20,7 @@ func Schedule(exps []Experiment, paths []Path, reps int, full, warmup bool) []Jo
 		for _, p := range paths {
 			for _, e := range exps {
 				if !e.SelfWarming && e.applies(p) {
-					jobs = append(jobs, Job{Exp: e, Case: e.Cases(full)[0], Path: p})
+					jobs = append(jobs, Job{Exp: e, Case: e.jobCases(full)[0], Path: p})
 					break
 				}
 			}
@@ -28,7 +28,10 @@ func Schedule(exps []Experiment, paths []Path, reps int, full, warmup bool) []Jo
 	}
 	for r := 1; r <= reps; r++ {
 		for _, e := range exps {
-			for _, c := range e.Cases(full) {
+			if r > e.reps(reps) {
+				continue
+			}
+			for _, c := range e.jobCases(full) {
 				for _, p := range paths {
 					if e.applies(p) {
 						jobs = append(jobs, Job{Exp: e, Case: c, Path: p, Rep: r})
@@ -43,9 +46,9 @@ func Schedule(exps []Experiment, paths []Path, reps int, full, warmup bool) []Jo
 // warmupNote says how the run warms up, for the report.
 func warmupNote(quick bool) string {
 	if quick {
-		return "sockperf discards its own first 400 ms; the quick run has no other warm-up"
+		return "sockperf discards its own first 400 ms, ffmem pingpong a tenth of its time; the quick run has no other warm-up"
 	}
-	return "sockperf discards its own first 400 ms; every path gets one discarded run (the first case of its first other experiment) before the first round"
+	return "sockperf discards its own first 400 ms, ffmem pingpong a tenth of its time; every path gets one discarded run (the first case of its first other experiment) before the first round"
 }
 
 // pairsPerPath is, per path, the most concurrent pairs any selected

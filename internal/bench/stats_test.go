@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"fmt"
 	"math"
 	"testing"
 )
@@ -72,11 +73,36 @@ func TestSchedule(t *testing.T) {
 	}
 }
 
+// TestScheduleSweepsAndTransports: a sweep runs once per path and round
+// for all its cases; an experiment runs only on the transports it can
+// measure; a capped experiment stops at its repetitions.
+func TestScheduleSweepsAndTransports(t *testing.T) {
+	paths, _ := SelectPaths([]string{"host", "unix", "bridge", "freeflow", "mpi-shm", "machine"})
+	exps, _ := SelectExperiments([]string{"limits", "pingpong", "netpipe", "idle", "mpi"}, true)
+	count := map[string]int{}
+	for _, j := range Schedule(exps, paths, 3, true, false) {
+		if j.Exp.sweep() && j.Case.Name != sweepCase.Name {
+			t.Errorf("%s scheduled per case (%s)", j.Exp.Info.Name, j.Case.Name)
+		}
+		count[j.Exp.Info.Name+"/"+j.Path.Name]++
+	}
+	want := map[string]int{
+		"limits/machine": 3,
+		"pingpong/host":  3, "pingpong/unix": 3, "pingpong/bridge": 3, "pingpong/freeflow": 3,
+		"netpipe/host": 3, "netpipe/bridge": 3, "netpipe/freeflow": 3, // NPtcp speaks TCP only
+		"idle/bridge": 1, "idle/freeflow": 1, // same-host containers, one repetition
+		"mpi/bridge": 3, "mpi/freeflow": 3, "mpi/mpi-shm": 3,
+	}
+	if fmt.Sprint(count) != fmt.Sprint(want) {
+		t.Errorf("jobs per experiment/path:\n got %v\nwant %v", count, want)
+	}
+}
+
 func TestSelect(t *testing.T) {
 	if _, err := SelectPaths([]string{"bridge", "rdma"}); err == nil {
 		t.Error("unknown path accepted")
 	}
-	if _, err := SelectExperiments([]string{"mpi"}, false); err == nil {
+	if _, err := SelectExperiments([]string{"nas"}, false); err == nil {
 		t.Error("unknown experiment accepted")
 	}
 	ps, err := SelectPaths([]string{"vxlan", "host"})
@@ -84,8 +110,12 @@ func TestSelect(t *testing.T) {
 		t.Errorf("SelectPaths keeps table order: %v %v", ps, err)
 	}
 	quick, _ := SelectExperiments(nil, true)
-	if len(quick) != 3 || quick[2].Info.Name != "connrate" {
-		t.Errorf("quick experiments: %d, want latency, throughput, connrate", len(quick))
+	var names []string
+	for _, e := range quick {
+		names = append(names, e.Info.Name)
+	}
+	if fmt.Sprint(names) != "[limits pingpong throughput connrate]" {
+		t.Errorf("quick experiments: %v", names)
 	}
 	for _, g := range []string{SameHost, CrossHost} {
 		n := 0

@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -15,7 +16,8 @@ type Row struct {
 	Stats   map[string]Summary // every metric, over the successful runs
 	X       float64            // the case on the plots' x axis
 	Ratios  map[string]float64 // headline metrics: median / the group baseline's median
-	RefRat  map[string]float64 // headline metrics: median / the group reference's median
+	RefRat  map[string]float64 // headline metrics: median / the reference's median
+	Ref     string             // the reference path RefRat compares to; "" = none
 	Runs    int                // successful runs
 	Failed  int
 	Command string
@@ -40,9 +42,25 @@ func SummarizeRaw(raw *Raw) []Row {
 	}
 	for i := range rows {
 		rows[i].Ratios = ratios(rows, rows[i], groupPath(raw.Paths, rows[i].Path.Group, RoleBaseline))
-		rows[i].RefRat = ratios(rows, rows[i], groupPath(raw.Paths, rows[i].Path.Group, RoleReference))
+		rows[i].Ref = refPath(raw.Paths, rows, rows[i])
+		rows[i].RefRat = ratios(rows, rows[i], rows[i].Ref)
 	}
 	return rows
+}
+
+// refPath is the reference r is compared to: the first reference path of
+// its group, in table order, with a figure for r's case (host networking
+// for the TCP tools, Open MPI's shared memory for mpi), or "".
+func refPath(paths []PathInfo, rows []Row, r Row) string {
+	for _, p := range paths {
+		if p.Group != r.Path.Group || p.Role != RoleReference {
+			continue
+		}
+		if ref, ok := findRow(rows, r.Exp.Name, r.Case, p.Name); ok && ref.Runs > 0 {
+			return p.Name
+		}
+	}
+	return ""
 }
 
 // casesOf lists an experiment's cases in the order they were first run.
@@ -75,7 +93,9 @@ func summarizeRow(raw *Raw, e ExperimentInfo, c string, p PathInfo) Row {
 		}
 		r.Runs++
 		for _, m := range e.Metrics {
-			values[m.Key] = append(values[m.Key], s.Metrics[m.Key])
+			if v, ok := s.Metrics[m.Key]; ok { // a limits case has one of the two figures
+				values[m.Key] = append(values[m.Key], v)
+			}
 		}
 		for _, why := range s.Suspect {
 			r.Notes = append(r.Notes, fmt.Sprintf("rep %d: %s", s.Rep, why))
@@ -130,7 +150,9 @@ func baselines(paths []PathInfo) string {
 	}
 	names := make([]string, 0, len(groups))
 	for g := range groups {
-		names = append(names, g)
+		if g != OneMachine { // the limits have no baseline to speak of
+			names = append(names, g)
+		}
 	}
 	sort.Sort(sort.Reverse(sort.StringSlice(names))) // "same host" before "cross host"
 	var parts []string
@@ -145,13 +167,29 @@ func firstLine(s string) string {
 	return line
 }
 
-// formatValue shows about three significant digits.
+// formatValue shows about three significant digits, and two of a small
+// figure (1 B at 0.0012 Gbit/s), which must not read as 0.
 func formatValue(v float64) string {
 	switch {
 	case v >= 100 || v <= -100:
 		return fmt.Sprintf("%.0f", v)
 	case v >= 10 || v <= -10:
 		return fmt.Sprintf("%.1f", v)
+	case v != 0 && v > -0.01 && v < 0.01:
+		return strconv.FormatFloat(v, 'g', 2, 64)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+// formatRatio shows a ratio with two decimals; two significant digits
+// when it is below 0.1 (a 70 times faster path is 0.014, not 0.01), and
+// about three when it is 10 or more.
+func formatRatio(v float64) string {
+	switch {
+	case v > 0 && v < 0.1:
+		return strconv.FormatFloat(v, 'g', 2, 64)
+	case v >= 10:
+		return formatValue(v)
 	}
 	return fmt.Sprintf("%.2f", v)
 }

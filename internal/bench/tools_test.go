@@ -17,7 +17,7 @@ import (
 // needTools skips unless root and every program the bench runs exists.
 func needTools(t *testing.T) {
 	t.Helper()
-	if why := testenv.Missing("sockperf", "iperf3", "/usr/bin/python3", "taskset", "nsenter", "ss", "sysctl", "ip"); why != "" {
+	if why := testenv.Missing("sockperf", "iperf3", "NPtcp", "make", "cc", "/usr/bin/python3", "taskset", "nsenter", "ss", "sysctl", "ip"); why != "" {
 		t.Skip(why)
 	}
 }
@@ -41,10 +41,11 @@ func testNetNS(t *testing.T) string {
 }
 
 // TestExperimentsOnLoopback runs every experiment's real server and client
-// (the first case) in a private namespace with cubic set there, and checks
+// (the quick cases) in a private namespace with cubic set there, and checks
 // the parsed figures: the commands, parsers and congestion-control setting
-// the bench relies on, without a cluster. Applications need their Debian
-// packages (scripts/install-deps.sh); the fabric cap needs a cluster.
+// the bench relies on, without a cluster; ffmem's experiments also over a
+// Unix socket. Applications need their Debian packages
+// (scripts/install-deps.sh); the fabric cap and Open MPI need a cluster.
 func TestExperimentsOnLoopback(t *testing.T) {
 	needTools(t)
 	ns := testNetNS(t)
@@ -59,38 +60,101 @@ func TestExperimentsOnLoopback(t *testing.T) {
 	if err != nil || used["test"] != "cubic" {
 		t.Fatalf("SetCC: %v %v", used, err)
 	}
-	env := toolEnv{Script: string(connrateScript), CC: "cubic"}
+	env := toolEnv{Script: string(connrateScript), CC: "cubic", Tools: testTools(t)}
 	for _, e := range Experiments {
 		t.Run(e.Info.Name, func(t *testing.T) {
-			if e.Shaped {
+			switch {
+			case e.Shaped:
 				t.Skip("the fabric cap needs a cluster: see TestQuickBenchOnRealCluster and the full run")
+			case e.Launcher:
+				t.Skip("Open MPI between containers needs a cluster: see the full run and tests/e2e TestOpenMPI")
 			}
 			if why := testenv.Missing(appTools[e.Info.Name]...); why != "" {
 				t.Skip(why + " (scripts/install-deps.sh installs it)")
 			}
-			startServer(t, ctx, ns, e.Server(env))
-			argv := e.Client(env, "127.0.0.1", e.Cases(false)[0], 1)
-			out, err := runCmd(ctx, netns.Command(ns, argv[0], argv[1:]...))
-			if err != nil {
-				t.Fatal(err)
+			env := env
+			if e.DefaultCC {
+				env.CC = "" // the namespace has the run's, not the machine's
 			}
-			m, suspect, err := parseAll(env, e, [][]byte{out})
-			if err != nil {
-				t.Fatal(err)
+			var dir string
+			if srv := e.Server(env); srv.Port != 0 {
+				dir = startServer(t, ctx, ns, srv)
 			}
-			for _, mi := range e.Info.Metrics {
-				if mi.Headline && mi.Key != mCPUPerGB && m[mi.Key] <= 0 {
-					t.Errorf("%s = %v", mi.Key, m[mi.Key])
+			for _, tr := range e.transports() {
+				d := dial{Addr: "127.0.0.1", Transport: tr}
+				if tr == TransportUnix {
+					d.Addr = ffmemSocket(dir)
 				}
-			}
-			for _, s := range suspect {
-				// Loopback may retransmit now and then; a wrong CC may not.
-				if strings.HasPrefix(s, "congestion control") {
-					t.Errorf("suspect: %s", s)
+				argv := e.Client(env, d, e.jobCases(false)[0], 1)
+				if e.Info.Name == idle.Info.Name {
+					argv[len(argv)-1] = "1" // --seconds: one is enough to see it work
 				}
+				out, err := runCmd(ctx, netns.Command(ns, argv[0], argv[1:]...))
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkLoopbackFigures(t, env, e, out)
 			}
 		})
 	}
+}
+
+// checkLoopbackFigures parses one client's output: every headline figure
+// positive (an idle connection's CPU and a CPU per GB may be 0), and no
+// congestion control other than the one set.
+func checkLoopbackFigures(t *testing.T, env toolEnv, e Experiment, out []byte) {
+	t.Helper()
+	per := map[string]map[string]float64{}
+	var suspect []string
+	var err error
+	if e.sweep() {
+		per, suspect, err = e.ParseSweep(env, out)
+	} else {
+		per[""], suspect, err = parseAll(env, e, [][]byte{out})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for c, m := range per {
+		n := 0
+		for _, mi := range e.Info.Metrics {
+			v, ok := m[mi.Key]
+			if !mi.Headline || !ok {
+				continue
+			}
+			n++
+			if v <= 0 && mi.Key != mCPUPerGB && mi.Key != mIdleCPU {
+				t.Errorf("%s %s = %v", c, mi.Key, v)
+			}
+		}
+		if n == 0 {
+			t.Errorf("%s: no headline figure in %v", c, m)
+		}
+	}
+	for _, s := range suspect {
+		// Loopback may retransmit now and then; a wrong CC may not.
+		if strings.HasPrefix(s, "congestion control") {
+			t.Errorf("suspect: %s", s)
+		}
+	}
+}
+
+// testTools builds ffmem and fills a tools directory, as a run does.
+func testTools(t *testing.T) string {
+	t.Helper()
+	root, err := testenv.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("make", "-s", "-C", root+"/tools/ffmem").CombinedOutput(); err != nil {
+		t.Fatalf("build ffmem: %v\n%s", err, out)
+	}
+	tl, err := makeTools(root+"/tools/ffmem/build/ffmem", "/nonexistent/freeflow", "none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tl.remove() })
+	return tl.dir
 }
 
 // appTools are the programs an application experiment needs beyond the
@@ -103,8 +167,9 @@ var appTools = map[string][]string{
 }
 
 // startServer runs srv in ns the way a host-namespace site does, with $D a
-// directory the postgres user can reach, and waits until it listens.
-func startServer(t *testing.T, ctx context.Context, ns string, srv Server) {
+// directory the postgres user can reach, waits until it listens, and
+// returns $D.
+func startServer(t *testing.T, ctx context.Context, ns string, srv Server) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "ffbench-test-")
 	if err != nil {
@@ -125,4 +190,5 @@ func startServer(t *testing.T, ctx context.Context, ns string, srv Server) {
 	if err := waitListening(ctx, &site{Label: "test", NSPath: ns}, []int{srv.Port}); err != nil {
 		t.Fatalf("%v\nserver output:\n%s", err, log.String())
 	}
+	return dir
 }

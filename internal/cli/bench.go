@@ -29,10 +29,11 @@ func runBench(g *Global, args []string) error {
 	fs := newFlags(g, "bench")
 	var o bench.Options
 	fs.BoolVar(&o.Quick, "quick", false, "the short run (< 2 min) `make demo` ends with")
-	only := fs.String("only", "", "comma-separated experiments: "+benchNames(bench.Experiments, func(e bench.Experiment) string { return e.Info.Name })+" (default all; --quick: latency,throughput,connrate)")
+	only := fs.String("only", "", "comma-separated experiments: "+benchNames(bench.Experiments, func(e bench.Experiment) string { return e.Info.Name })+
+		" (default all; --quick: "+benchNames(quickExperiments(), func(e bench.Experiment) string { return e.Info.Name })+")")
 	paths := fs.String("paths", "", "comma-separated paths: "+benchNames(bench.Paths, func(p bench.Path) string { return p.Name })+" (default all)")
 	fs.StringVar(&o.Out, "out", "results", "results go to DIR/<UTC time>/{raw.json,report.md,*.png}")
-	fs.StringVar(&o.CC, "cc", "cubic", "TCP congestion control set in the cluster's namespaces, or \"default\" to leave them as they are")
+	fs.StringVar(&o.CC, "cc", "cubic", "TCP congestion control set in the cluster's namespaces, or \"default\" to leave them as they are (throughput-default-cc always runs under the machine's default)")
 	report := fs.String("report", "", "re-render report.md and the plots next to this raw.json and print the table; measures nothing")
 	fs.DurationVar(&o.Duration, "duration", 0, "seconds per client run (whole seconds)")
 	fs.IntVar(&o.Reps, "reps", 0, "interleaved repetitions")
@@ -87,6 +88,11 @@ func rerender(g *Global, rawPath string) error {
 	}
 	fmt.Fprintf(g.Out, "%s\nreport: %s\n", bench.RenderTable(raw), filepath.Join(dir, "report.md"))
 	return nil
+}
+
+func quickExperiments() []bench.Experiment {
+	exps, _ := bench.SelectExperiments(nil, true)
+	return exps
 }
 
 // benchNames joins the names of a bench table for the usage text.

@@ -4,18 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/freeflow-net/freeflow/internal/cluster"
+	"github.com/freeflow-net/freeflow/internal/directory"
 )
 
 func init() {
 	register("cluster", command{
-		summary:   "bring a local cluster up or down: cluster up --hosts N [--etcd URLS] | cluster down",
+		summary:   "bring a local cluster up or down: cluster up --hosts N [--etcd URLS] [--no-shm] [--shm-budget SIZE] | cluster down",
 		run:       runCluster,
 		needsRoot: true,
 	})
@@ -23,7 +27,7 @@ func init() {
 
 func runCluster(g *Global, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("%w: freeflow cluster up --hosts N [--etcd URL[,URL...]] | freeflow cluster down", errUsage)
+		return fmt.Errorf("%w: freeflow cluster up --hosts N [--etcd URL[,URL...]] [--no-shm] [--shm-budget SIZE] | freeflow cluster down", errUsage)
 	}
 	switch args[0] {
 	case "up":
@@ -39,6 +43,13 @@ func clusterUp(g *Global, args []string) error {
 	fs := newFlags(g, "cluster up")
 	hosts := fs.Int("hosts", 2, "number of simulated hosts")
 	etcd := fs.String("etcd", "", "use this external etcd (comma-separated client URLs, dialed from the namespace freeflow runs in) instead of starting one")
+	var set directory.Settings
+	fs.BoolVar(&set.NoShm, "no-shm", false, "same-host fast paths use kernel socket pairs, never shared memory")
+	fs.Func("shm-budget", "shared memory each container may hold in channels, e.g. 2G or 512M (default 8G)", func(s string) error {
+		var err error
+		set.ShmBudget, err = parseSize(s)
+		return err
+	})
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -53,6 +64,7 @@ func clusterUp(g *Global, args []string) error {
 		Hosts:    *hosts,
 		Etcd:     commaList(*etcd),
 		BinDir:   filepath.Dir(exe),
+		Settings: set,
 		Progress: func(f string, a ...any) { fmt.Fprintf(g.Out, "  "+f+"\n", a...) },
 	}
 	// Ctrl-C cancels the waits; Up then tears down what it made.
@@ -83,6 +95,19 @@ func clusterDown(g *Global, args []string) error {
 	}
 	fmt.Fprintf(g.Out, "cluster %s down\n", g.Cluster)
 	return nil
+}
+
+// parseSize reads a byte count with an optional binary suffix K, M or G.
+func parseSize(s string) (uint64, error) {
+	digits, mult := s, uint64(1)
+	if i := strings.IndexAny(s, "KMG"); i >= 0 && i == len(s)-1 {
+		digits, mult = s[:i], 1<<(10*(strings.IndexByte("KMG", s[i])+1))
+	}
+	n, err := strconv.ParseUint(digits, 10, 64)
+	if err != nil || n == 0 || n > math.MaxUint64/mult {
+		return 0, fmt.Errorf("%q is not a positive size such as 8G, 512M or 1048576", s)
+	}
+	return n * mult, nil
 }
 
 // plural returns word, with an "s" unless n is 1.

@@ -14,7 +14,7 @@ import (
 
 func init() {
 	register("conns", command{
-		summary:   "list live connections, their path (overlay, unix, host-tcp) and why not faster: conns [--host H] [-o json]",
+		summary:   "list live connections, their path (overlay, shm, unix, host-tcp) and why not faster: conns [--host H] [-o json]",
 		run:       runConns,
 		needsRoot: true,
 	})

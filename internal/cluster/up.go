@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/freeflow-net/freeflow/internal/directory"
 	"github.com/freeflow-net/freeflow/internal/netns"
 	"github.com/freeflow-net/freeflow/internal/overlay"
 	"github.com/freeflow-net/freeflow/internal/state"
@@ -22,6 +23,8 @@ type Options struct {
 	Etcd []string
 	// BinDir holds freeflowd (normally the directory of the freeflow binary).
 	BinDir string
+	// Settings are stored in the directory for the agents (shm off, budget).
+	Settings directory.Settings
 	// Progress, if set, is told about each part as it comes up.
 	Progress func(format string, args ...any)
 }
@@ -99,6 +102,9 @@ func build(ctx context.Context, l state.Layout, c *state.Cluster, opts Options) 
 	}
 	progress("network: fabric, %d host namespaces, VXLAN overlay", len(c.Hosts))
 	if err := bringUpEtcd(ctx, l, c); err != nil {
+		return err
+	}
+	if err := putSettings(ctx, l, c, opts.Settings); err != nil {
 		return err
 	}
 	progress("directory: etcd at %v", c.Etcd.Endpoints)

@@ -42,6 +42,7 @@ type Attachment struct {
 	Name        string
 	Tenant      string
 	FreeFlow    bool
+	NoShm       bool // no shared-memory channels (`freeflow run --no-shm`)
 }
 
 // ContainerIfName is the container's interface on the overlay.
@@ -111,6 +112,7 @@ func (n Network) runtimeConf(a Attachment) *libcni.RuntimeConf {
 			{"FF_NAME", a.Name},
 			{"FF_TENANT", a.Tenant},
 			{"FF_FREEFLOW", strconv.FormatBool(a.FreeFlow)},
+			{"FF_SHM", strconv.FormatBool(!a.NoShm)},
 		},
 	}
 }

@@ -10,6 +10,7 @@
 //	FF_NAME=<name>          container name (default: CNI_CONTAINERID)
 //	FF_TENANT=<tenant>      tenant (default "default")
 //	FF_FREEFLOW=true|false  the container runs with libfreeflow (default true)
+//	FF_SHM=true|false       its same-host fast paths may be shared memory (default true)
 //
 // Unknown keys are an error unless CNI_ARGS also holds IgnoreUnknown=1, as
 // for every CNI plugin; host-local parses the same CNI_ARGS, so runtimes
@@ -37,6 +38,7 @@ type Args struct {
 	FF_NAME     types.UnmarshallableString //nolint:revive // names are the CNI_ARGS keys
 	FF_TENANT   types.UnmarshallableString
 	FF_FREEFLOW *types.UnmarshallableBool
+	FF_SHM      *types.UnmarshallableBool
 }
 
 // DefaultTenant is used when CNI_ARGS has no FF_TENANT.
@@ -67,6 +69,7 @@ type containerArgs struct {
 	Name     string
 	Tenant   string
 	FreeFlow bool
+	NoShm    bool
 }
 
 // parseArgs parses CNI_ARGS; containerID is the default name.
@@ -85,6 +88,9 @@ func parseArgs(cniArgs, containerID string) (containerArgs, error) {
 	}
 	if a.FF_FREEFLOW != nil {
 		out.FreeFlow = bool(*a.FF_FREEFLOW)
+	}
+	if a.FF_SHM != nil {
+		out.NoShm = !bool(*a.FF_SHM)
 	}
 	return out, nil
 }

@@ -139,7 +139,7 @@ func (p *Plugin) record(conf *NetConf, args *skel.CmdArgs) (directory.Container,
 	}
 	return directory.Container{
 		ID: args.ContainerID, Name: a.Name, Host: conf.Host, IP: ip.String(), Tenant: a.Tenant,
-		NetNS: args.Netns, FreeFlow: a.FreeFlow, Created: p.Now().UTC(),
+		NetNS: args.Netns, FreeFlow: a.FreeFlow, NoShm: a.NoShm, Created: p.Now().UTC(),
 	}, nil
 }
 

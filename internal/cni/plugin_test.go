@@ -84,12 +84,12 @@ func TestAddRegistersAndPassesResultOn(t *testing.T) {
 	f := &fakeAgent{byID: map[string]directory.Container{}}
 	var out bytes.Buffer
 	p := newTestPlugin(f, &out)
-	err := p.Add(cmdArgs(t, "1.0.0", prevResult, "IgnoreUnknown=1;FF_NAME=srv;FF_TENANT=blue;FF_FREEFLOW=false;K8S_POD_NAME=x"))
+	err := p.Add(cmdArgs(t, "1.0.0", prevResult, "IgnoreUnknown=1;FF_NAME=srv;FF_TENANT=blue;FF_FREEFLOW=false;FF_SHM=false;K8S_POD_NAME=x"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := directory.Container{ID: "t-srv", Name: "srv", Host: "h1", IP: "10.244.1.7", Tenant: "blue",
-		NetNS: "/run/netns/t-c-srv", FreeFlow: false, Created: created}
+		NetNS: "/run/netns/t-c-srv", FreeFlow: false, NoShm: true, Created: created}
 	if got := f.byID["t-srv"]; got != want {
 		t.Fatalf("registered %+v, want %+v", got, want)
 	}
@@ -118,8 +118,8 @@ func TestAddOldVersionsAndDefaults(t *testing.T) {
 			t.Fatalf("version %s: %v", v, err)
 		}
 		got := f.byID["t-srv"]
-		if got.IP != "10.244.2.9" || got.Name != "t-srv" || got.Tenant != DefaultTenant || !got.FreeFlow {
-			t.Fatalf("version %s: registered %+v; want IP 10.244.2.9, name = container id, tenant default, freeflow", v, got)
+		if got.IP != "10.244.2.9" || got.Name != "t-srv" || got.Tenant != DefaultTenant || !got.FreeFlow || got.NoShm {
+			t.Fatalf("version %s: registered %+v; want IP 10.244.2.9, name = container id, tenant default, freeflow, shm allowed", v, got)
 		}
 		if !strings.Contains(out.String(), `"cniVersion": "`+v+`"`) {
 			t.Fatalf("version %s: output not in that version:\n%s", v, out.String())

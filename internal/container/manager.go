@@ -45,7 +45,7 @@ func (m *Manager) network(host string) cni.Network {
 
 func (m *Manager) attachment(c *state.Container) cni.Attachment {
 	return cni.Attachment{ContainerID: c.ID, NetNSPath: state.NetNSPath(m.Layout.ContainerNetNS(c.Name)),
-		Name: c.Name, Tenant: c.Tenant, FreeFlow: c.FreeFlow}
+		Name: c.Name, Tenant: c.Tenant, FreeFlow: c.FreeFlow, NoShm: c.NoShm}
 }
 
 // LogFile is where a detached container's output goes.

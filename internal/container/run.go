@@ -18,6 +18,7 @@ type RunOptions struct {
 	Host     string
 	Tenant   string   // cni.DefaultTenant when empty
 	FreeFlow bool     // the container runs with libfreeflow
+	NoShm    bool     // its same-host fast paths are never shared memory
 	Detach   bool     // return once it runs; output goes to LogFile
 	Remove   bool     // remove a foreground container when it exits
 	Env      []string // K=V added to the base environment
@@ -66,7 +67,7 @@ func (m *Manager) create(ctx context.Context, o RunOptions) (c *state.Container,
 		}
 	}
 	c = &state.Container{Name: o.Name, ID: m.Layout.Cluster + "-" + o.Name, Host: o.Host, Tenant: o.Tenant,
-		FreeFlow: o.FreeFlow, Args: o.Args, Detached: o.Detach}
+		FreeFlow: o.FreeFlow, NoShm: o.NoShm, Args: o.Args, Detached: o.Detach}
 	if err := m.Layout.SaveContainer(c); err != nil {
 		return nil, fmt.Errorf("record container %s: %w", c.Name, err)
 	}

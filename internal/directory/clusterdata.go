@@ -1,21 +1,25 @@
 package directory
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Two cluster-wide documents live next to the records, outside the cache
+// Three cluster-wide documents live next to the records, outside the cache
 // (they are read rarely and must not appear in LookupIP or Containers):
 //
-//	/freeflow/<cluster>/key      the agents' broker key, 32 random bytes
-//	/freeflow/<cluster>/policy   the fast-path policy, JSON (internal/policy)
+//	/freeflow/<cluster>/key       the agents' broker key, 32 random bytes
+//	/freeflow/<cluster>/policy    the fast-path policy, JSON (internal/policy)
+//	/freeflow/<cluster>/settings  the cluster's settings, JSON (Settings)
 const (
-	keyName    = "key"
-	policyName = "policy"
+	keyName      = "key"
+	policyName   = "policy"
+	settingsName = "settings"
 	// ClusterKeySize is the length of the broker key.
 	ClusterKeySize = 32
 )
@@ -53,12 +57,23 @@ func (d *Directory) ClusterKey(ctx context.Context) ([]byte, error) {
 // Policy returns the cluster's fast-path policy document, or nil when none
 // is set (the default policy applies).
 func (d *Directory) Policy(ctx context.Context) ([]byte, error) {
-	key := d.prefix + policyName
+	return d.document(ctx, policyName)
+}
+
+// Settings returns the cluster's settings document, or nil when none is
+// set (the default settings apply); ParseSettings reads it.
+func (d *Directory) Settings(ctx context.Context) ([]byte, error) {
+	return d.document(ctx, settingsName)
+}
+
+// document returns the cluster-wide document name, or nil if it is absent.
+func (d *Directory) document(ctx context.Context, name string) ([]byte, error) {
+	key := d.prefix + name
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.RequestTimeout)
 	defer cancel()
 	resp, err := d.client.Get(ctx, key)
 	if err != nil {
-		return nil, fmt.Errorf("directory: read policy %s from etcd at %v: %w", key, d.cfg.Endpoints, err)
+		return nil, fmt.Errorf("directory: read %s from etcd at %v: %w", key, d.cfg.Endpoints, err)
 	}
 	if len(resp.Kvs) == 0 {
 		return nil, nil
@@ -77,4 +92,36 @@ func (d *Directory) PutPolicy(ctx context.Context, doc []byte) error {
 		_, err := d.client.Put(ctx, key, string(doc))
 		return err
 	})
+}
+
+// Settings are the cluster's settings, chosen at `freeflow cluster up`. The
+// zero value, also what an absent document means, is the default.
+type Settings struct {
+	// NoShm turns shared-memory channels off in the whole cluster: same-host
+	// fast paths are AF_UNIX socket pairs (`cluster up --no-shm`).
+	NoShm bool `json:"no_shm,omitempty"`
+	// ShmBudget is how many bytes of shared-memory channels one container
+	// may be charged for at once; 0 means the agents' default.
+	ShmBudget uint64 `json:"shm_budget,omitempty"`
+}
+
+// ParseSettings reads a settings document; nil or empty input is the
+// default. Unknown fields are refused, so a misspelt setting is an error
+// rather than a setting silently not applied.
+func ParseSettings(doc []byte) (Settings, error) {
+	var s Settings
+	if len(doc) == 0 {
+		return s, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return Settings{}, fmt.Errorf("directory: cluster settings: %w (want {\"no_shm\": true, \"shm_budget\": <bytes>})", err)
+	}
+	return s, nil
+}
+
+// PutSettings stores the cluster's settings.
+func (d *Directory) PutSettings(ctx context.Context, s Settings) error {
+	return d.put(ctx, d.prefix+settingsName, s)
 }

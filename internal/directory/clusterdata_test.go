@@ -56,3 +56,32 @@ func TestClusterKeyAndPolicy(t *testing.T) {
 		t.Errorf("key and policy show up as %d directory records", n)
 	}
 }
+
+// The cluster settings round-trip, are absent by default (the default
+// settings), and a misspelt setting is refused rather than ignored.
+func TestClusterSettings(t *testing.T) {
+	etcd := testenv.StartEtcd(t, 1)
+	d := newDir(t, testenv.RandomName("t", 4), etcd.Endpoints(), nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if doc, err := d.Settings(ctx); err != nil || doc != nil {
+		t.Fatalf("settings by default: %q, %v; want none", doc, err)
+	}
+	if s, err := ParseSettings(nil); err != nil || s != (Settings{}) {
+		t.Fatalf("no document parses to %+v, %v; want the defaults", s, err)
+	}
+	want := Settings{NoShm: true, ShmBudget: 1 << 20}
+	if err := d.PutSettings(ctx, want); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := d.Settings(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ParseSettings(doc); err != nil || got != want {
+		t.Errorf("settings read back: %+v, %v; want %+v", got, err, want)
+	}
+	if _, err := ParseSettings([]byte(`{"noshm": true}`)); err == nil {
+		t.Error("a misspelt setting was accepted")
+	}
+}

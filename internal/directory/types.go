@@ -16,8 +16,9 @@ type Container struct {
 	Host     string    `json:"host"`
 	IP       string    `json:"ip"`
 	Tenant   string    `json:"tenant"`
-	NetNS    string    `json:"netns"`    // path of its network namespace on its host
-	FreeFlow bool      `json:"freeflow"` // runs with libfreeflow preloaded
+	NetNS    string    `json:"netns"`            // path of its network namespace on its host
+	FreeFlow bool      `json:"freeflow"`         // runs with libfreeflow preloaded
+	NoShm    bool      `json:"no_shm,omitempty"` // never gets a shared-memory channel (`freeflow run --no-shm`)
 	Created  time.Time `json:"created"`
 }
 

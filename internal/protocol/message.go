@@ -93,6 +93,12 @@ const (
 	AttrNonce          AttrType = 18 // OFFER: 16 random bytes; echoed in its reply
 	AttrTime           AttrType = 19 // OFFER: u64 little-endian, Unix milliseconds
 	AttrMAC            AttrType = 20 // OFFER and its reply: HMAC-SHA256, 32 bytes
+	AttrCaps           AttrType = 21 // HELLO: u32 bitmask of what the library can do (Cap*)
+)
+
+// Bits of CAPS.
+const (
+	CapShm uint32 = 1 << 0 // the library can take a shared-memory channel (PATH_KIND 3)
 )
 
 // valueKind says how the decoder checks an attribute's value length.
@@ -137,6 +143,7 @@ var attrSpecs = map[AttrType]attrSpec{
 	AttrNonce:          {"NONCE", kindFixed, 16},
 	AttrTime:           {"TIME", kindFixed, 8},
 	AttrMAC:            {"MAC", kindFixed, 32},
+	AttrCaps:           {"CAPS", kindU32, 0},
 }
 
 func (a AttrType) String() string {

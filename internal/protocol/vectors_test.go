@@ -22,20 +22,24 @@ func TestVectors(t *testing.T) {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	n := 0
+	n, shm := 0, 0
 	for line := 1; sc.Scan(); line++ {
 		text := strings.TrimSpace(sc.Text())
 		if text == "" || strings.HasPrefix(text, "#") {
 			continue
 		}
 		n++
-		checkVector(t, line, strings.Fields(text))
+		f := strings.Fields(text)
+		if len(f) > 1 && f[1] == "shm" {
+			shm++
+		}
+		checkVector(t, line, f)
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if n < 50 {
-		t.Fatalf("only %d vectors read; the file looks truncated", n)
+	if n < 50 || shm == 0 {
+		t.Fatalf("only %d vectors read, %d of them shm headers; the file looks truncated", n, shm)
 	}
 }
 
@@ -64,6 +68,8 @@ func checkVector(t *testing.T, line int, f []string) {
 		if re, err := Encode(m); err != nil || !bytes.Equal(re, b) {
 			t.Errorf("%s: re-encode gave %x, %v; want the original bytes", name, re, err)
 		}
+	case "shm":
+		checkShmHeader(t, name, b, expect)
 	case "bad":
 		var pe *Error
 		if !errors.As(err, &pe) {
@@ -74,7 +80,22 @@ func checkVector(t *testing.T, line int, f []string) {
 			t.Errorf("%s: error %s (%v), want %s", name, pe.Code, pe, expect)
 		}
 	default:
-		t.Errorf("%s (line %d): kind %q is neither ok nor bad", name, line, kind)
+		t.Errorf("%s (line %d): kind %q is not ok, bad or shm", name, line, kind)
+	}
+}
+
+// checkShmHeader checks a shm vector: ShmHeader, which the agent writes
+// into every memfd, gives exactly its bytes.
+func checkShmHeader(t *testing.T, name string, want []byte, expect string) {
+	t.Helper()
+	var ring uint32
+	if _, err := fmt.Sscanf(expect, "ring_size=%d", &ring); err != nil {
+		t.Errorf("%s: want ring_size=<n>, got %q", name, expect)
+		return
+	}
+	got, err := ShmHeader(ring)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Errorf("%s: ShmHeader(%d) = %x, %v; want %x", name, ring, got, err, want)
 	}
 }
 

@@ -56,6 +56,7 @@ type Container struct {
 	Tenant   string   `json:"tenant"`
 	PID      int      `json:"pid"`
 	FreeFlow bool     `json:"freeflow"`
+	NoShm    bool     `json:"no_shm,omitempty"` // --no-shm
 	Args     []string `json:"args"`
 	Detached bool     `json:"detached"`
 }

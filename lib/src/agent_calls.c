@@ -102,7 +102,7 @@ static int hello_fill(const struct ff_msg *m, struct ff_hello_info *out)
 int ff_agent_hello(struct ff_agent *a, const char *lib_version,
 		   struct ff_hello_info *out)
 {
-	uint8_t buf[FF_HDR_LEN + FF_ATTR_HDR_LEN + 64];
+	uint8_t buf[FF_HDR_LEN + 2 * FF_ATTR_HDR_LEN + 64 + 4];
 	struct ff_reply r;
 	struct ff_enc e;
 	int ret;
@@ -110,6 +110,8 @@ int ff_agent_hello(struct ff_agent *a, const char *lib_version,
 	ff_enc_start(&e, buf, sizeof(buf), FF_MSG_HELLO, ff_agent_next_seq(a));
 	ff_enc_str(&e, FF_ATTR_LIB_VERSION,
 		   lib_version ? lib_version : FF_LIB_VERSION);
+	/* The agent offers PATH shm only when both ends' libraries said so. */
+	ff_enc_u32(&e, FF_ATTR_CAPS, FF_CAP_SHM);
 	ret = round_trip(a, &e, FF_MSG_HELLO_REPLY, &r);
 	if (ret)
 		return ret;

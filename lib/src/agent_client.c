@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Agent client: connect, one request/one reply with fds, HELLO and LOOKUP.
+ * Agent client: connect, one request/one reply with fds, notifications,
+ * HELLO and LOOKUP.
  *
  * The socket is non-blocking and every wait is a poll() against one
  * monotonic deadline per call, so signals (EINTR) and partial progress never
@@ -203,15 +204,50 @@ static int recv_msg(int fd, struct ff_reply *r, int64_t deadline)
 	}
 }
 
-static int check_reply(struct ff_reply *r, int n, uint32_t seq, uint8_t want)
+static int check_reply(struct ff_reply *r, uint32_t seq, uint8_t want)
 {
-	if (ff_msg_decode(r->buf, (size_t)n, &r->msg))
-		return -EPROTO;
 	if (r->msg.seq != seq)
 		return -EPROTO;
 	if (r->msg.type == FF_MSG_ERROR)
 		return ff_msg_get(&r->msg, FF_ATTR_ERR_CODE) ? 0 : -EPROTO;
 	return r->msg.type == want ? 0 : -EPROTO;
+}
+
+/*
+ * Receive the reply to the request with seq. A reply older than it (serial
+ * order: seq wraps) can only answer a notification, since a request that
+ * got no reply closes the session: an agent from before CLOSED became a
+ * notification answers it with OK. Such a reply is dropped, so the request
+ * still reads its own.
+ */
+static int recv_reply(int fd, struct ff_reply *r, uint32_t seq, uint8_t want, int64_t deadline)
+{
+	for (;;) {
+		int n = recv_msg(fd, r, deadline);
+
+		if (n < 0)
+			return n;
+		if (ff_msg_decode(r->buf, (size_t)n, &r->msg))
+			return -EPROTO;
+		if ((int32_t)(r->msg.seq - seq) >= 0)
+			return check_reply(r, seq, want);
+		ff_reply_close_fds(r);
+	}
+}
+
+int ff_agent_notify(struct ff_agent *a, const void *msg, int len)
+{
+	struct ff_msg q;
+	int ret;
+
+	if (a->fd < 0)
+		return -ENOTCONN;
+	if (len <= 0 || ff_msg_decode(msg, (size_t)len, &q))
+		return -EINVAL;
+	ret = send_msg(a->fd, msg, len, now_ms() + a->timeout_ms);
+	if (ret)
+		ff_agent_close(a);
+	return ret;
 }
 
 int ff_agent_request(struct ff_agent *a, const void *req, int len,
@@ -228,9 +264,7 @@ int ff_agent_request(struct ff_agent *a, const void *req, int len,
 		return -EINVAL;
 	ret = send_msg(a->fd, req, len, deadline);
 	if (!ret)
-		ret = recv_msg(a->fd, r, deadline);
-	if (ret > 0)
-		ret = check_reply(r, ret, q.seq, want);
+		ret = recv_reply(a->fd, r, q.seq, want, deadline);
 	if (ret < 0) {
 		ff_reply_close_fds(r);
 		ff_agent_close(a);

@@ -90,6 +90,13 @@ uint32_t ff_agent_next_seq(struct ff_agent *a);
 int ff_agent_request(struct ff_agent *a, const void *req, int len,
 		     uint8_t want, struct ff_reply *r);
 
+/*
+ * Send one encoded notification (CLOSED), which the agent never answers, so
+ * there is no reply to wait for and none that a later request could read
+ * as its own. Returns 0 or a negative errno (the connection then closed).
+ */
+int ff_agent_notify(struct ff_agent *a, const void *msg, int len);
+
 /* Close the fds a reply carried and that the caller did not take. */
 void ff_reply_close_fds(struct ff_reply *r);
 

@@ -1,31 +1,101 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * epoll across the swap.
+ * epoll for the connections the kernel cannot judge alone: here the
+ * design note, epoll_create/epoll_ctl and the replay after a decision;
+ * the shm registrations in epoll_shm.c, the waits in epoll_wait.c.
  *
- * The kernel keys an epoll registration by (file, fd); the swap replaces
- * the file behind the fd, and closing the TCP file drops its
- * registrations. So epoll_ctl on a tracked, undecided fd (a socket before
- * or during a non-blocking connect) is remembered, and after the decision:
+ * Design note.
+ *
+ * Pending connects. The kernel keys an epoll registration by (file, fd);
+ * the swap replaces the file behind the fd, and closing the TCP file drops
+ * its registrations. So epoll_ctl on a tracked, undecided fd (a socket
+ * before or during a non-blocking connect) is remembered, and after the
+ * decision:
  *  - swapped: each registration is added again on the new file, with the
  *    application's events and data (EPOLL_CTL_ADD re-checks readiness, so
- *    an edge-triggered waiter gets the edge it would have seen);
+ *    an edge-triggered waiter gets the edge it would have seen); onto the
+ *    shared-memory channel, each becomes an shm registration (below);
  *  - overlay: each is modified back to the application's events.
  * While a connect is pending, its registrations also ask for EPOLLOUT, so
  * completion wakes epoll_wait even for a program that waits only for
- * EPOLLIN. epoll_wait then decides every pending connection it reports,
- * drops that event (the replay re-queues the real readiness) and, if
- * nothing else is left, waits again.
+ * EPOLLIN. epoll_wait then decides every pending connection it reports and
+ * drops that event (the replay re-queues the real readiness). It knows
+ * only the data word of an event, so it matches it against the
+ * registrations of pending fds (a scan of the table up to the highest
+ * tracked fd, done only while some connection is pending).
  *
- * epoll_wait only knows the data word of an event, so it is matched against
- * the registrations of pending fds (a scan of the table up to the highest
- * tracked fd, done only while some connection is pending). Known limit:
- * a registration in an epoll set whose fd the application later closed and
- * reused for another epoll set would be replayed into the new set.
+ * Shared-memory connections (docs/SHM.md). The fd is the bell socket, which
+ * carries only doorbells; readiness lives in the rings.
+ *  - epoll_ctl: the kernel gets the bell socket, registered by the shim as
+ *    EPOLLIN|EPOLLET with the data TAG_HI:fd, which the program never sees
+ *    (every event with TAG_HI in its upper half is the shim's). The
+ *    program's registration (events, EPOLLET, EPOLLONESHOT, EPOLLRDHUP,
+ *    EPOLLEXCLUSIVE, data) is kept here per (epoll fd, fd, connection),
+ *    as the kernel keys by (epoll file, fd, file); the kernel's answer to
+ *    the shim's own call (EEXIST, ENOENT, EBADF, EPERM, ELOOP, ...) is the
+ *    program's. Its bell registration being edge-triggered, a bell nobody
+ *    drains, or the bell socket's EOF, wakes a waiter once, not forever.
+ *  - epoll_wait on a set with shm registrations reports the ready ones
+ *    (from the rings) and the kernel's events for the other fds in one
+ *    array: at most maxevents, each registration once per call. When both
+ *    have more than fits they share the array, the odd half alternating,
+ *    and the shm registrations are looked at from a rotating start, so
+ *    neither side nor any connection starves.
+ *    Level-triggered: reported while ready. Edge-triggered: reported when
+ *    something new appeared since its last report, as the kernel's socket
+ *    wake-ups would: bytes arrived, a condition (EPOLLRDHUP, EPOLLHUP,
+ *    EPOLLERR, readable, writable) appeared, or room was made after the
+ *    program wrote. EPOLLONESHOT: off after a report until EPOLL_CTL_MOD.
+ *    A registration is looked at fully only if ff_shm_maybe (no lock, no
+ *    system call) or its bell says it may have news, so a set of many idle
+ *    connections costs a few loads each.
+ *  - Nothing ready: spin (ff_shm_spin_until) on the rings, and on the epoll
+ *    fd itself every FF_SPIN_KERNEL_EVERY rounds (poll() of an epoll fd
+ *    consumes no event); then arm every registration that is on
+ *    (ff_shm_arm: the peer will ring), sleep in the kernel's epoll_wait with
+ *    the time left, disarm, and look again. An idle set costs one spin.
+ *  - A registration added or re-enabled while another thread sleeps in the
+ *    set is not armed by that thread. So EPOLL_CTL_ADD, EPOLL_CTL_MOD and
+ *    the replay then also register the bell for EPOLLOUT ("kick"): a bell
+ *    socket is writable, so the kernel queues the event at once and wakes
+ *    a sleeper, which looks again and arms it. Whoever receives the kick
+ *    takes EPOLLOUT off again, or every doorbell the peer drains would wake
+ *    this side. The same covers a thread that entered epoll_wait before the
+ *    set had any shm registration (it is in libc's epoll_wait).
+ *  - Lifetime: a registration holds a reference on the connection's shared
+ *    memory. It goes with EPOLL_CTL_DEL, when the connection's last fd
+ *    closes (as the kernel drops a registration when the file's last fd
+ *    closes; noticed at the next look at the set), and when the connection
+ *    moves down to a kernel socket: ff_epoll_replay, called by the move
+ *    (shm_switch.c) once the fd no longer has FF_FD_SHM, registers it
+ *    natively with the program's events and data (an EPOLLONESHOT one that
+ *    had fired, disabled, as the kernel keeps it). epoll_create reusing
+ *    the number of an epoll fd the program closed starts with nothing.
+ *
+ * Locks: the table lock, then a set's mu. A set's mu guards the set's list
+ * and the registrations' fields; it is never held while calling into shm.c
+ * (which takes the table lock, and may move a connection down and so call
+ * ff_epoll_replay), nor across a sleep, only around list work and the
+ * shim's own epoll_ctl calls on bells.
+ *
+ * Known limits: lib/README.md, "Known limits" (shm, poll/epoll): an epoll
+ * fd nested in another set or in poll, dup()ed or shared across fork; the
+ * cost of a look growing with the set; EPOLLEXCLUSIVE waking every set;
+ * spurious edge-triggered EPOLLOUT; a registration whose fd was closed while
+ * a dup keeps the connection reports nothing more ("orphan"). And for
+ * pending connects: a registration in an epoll set whose fd the application
+ * later closed and reused for another epoll set is replayed into the new
+ * set.
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "epoll_shm.h"
 #include "shim.h"
+#include "shm.h"
+
+/* ---- pending connects ---- */
 
 static uint32_t armed(const struct ff_conn *c, uint32_t events)
 {
@@ -66,25 +136,68 @@ void ff_epoll_arm_pending(int fd, struct ff_conn *c)
 	}
 }
 
-/* Table lock held: the decision is made. */
+/* ---- the replay, and the wrappers (epoll_wait.c has the waits) ---- */
+
+/*
+ * Table lock held: the decision is made (swapped, or overlay), or an shm
+ * connection moved down. In the last case the fd no longer has FF_FD_SHM
+ * while its conn still holds the memory (shm_switch.c, swap_fds): the shm
+ * registrations of that memory at fd become kernel registrations.
+ */
 void ff_epoll_replay(int fd, struct ff_epreg *regs, int swapped)
 {
+	struct ff_slot *s = ff_fd_slot(fd);
+	struct ff_shm *sh = s && s->conn ? s->conn->shm : NULL;
+
+	if (swapped && sh && (atomic_load(&s->flags) & FF_FD_SHM)) {
+		ff_epset_adopt(fd, sh, regs);
+		return;
+	}
 	for (struct ff_epreg *r = regs; r; r = r->next) {
 		struct epoll_event ev = r->ev;
 
 		ff_real.epoll_ctl(r->epfd, swapped ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, fd, &ev);
 	}
+	if (sh)
+		ff_epset_moved(fd, sh);
+}
+
+FF_EXPORT int epoll_create(int size)
+{
+	int fd = REAL(epoll_create)(size), err = errno;
+
+	ff_epset_new(fd);
+	errno = err;
+	return fd;
+}
+
+FF_EXPORT int epoll_create1(int flags)
+{
+	int fd = REAL(epoll_create1)(flags), err = errno;
+
+	ff_epset_new(fd);
+	errno = err;
+	return fd;
 }
 
 FF_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 {
 	struct ff_slot *s = ff_fd_slot(fd);
+	uint8_t fl = s && !ff_busy ? atomic_load(&s->flags) : 0;
 	struct epoll_event kev;
 	struct ff_conn *c;
 	int ret, err;
 
-	if (ff_busy || !s || !(atomic_load(&s->flags) & FF_FD_TRACKED))
+	if (!(fl & FF_FD_TRACKED))
 		return REAL(epoll_ctl)(epfd, op, fd, ev);
+	if (fl & FF_FD_SHM) {
+		ret = ff_epset_ctl(epfd, op, fd, ev);
+		if (ret != FF_SHM_MOVED) {
+			if (ret < 0)
+				errno = -ret;
+			return ret < 0 ? -1 : 0;
+		}
+	}
 	ff_table_lock();
 	while ((c = s->conn) && c->state == FF_ST_NEGOTIATING)
 		ff_table_wait();
@@ -104,114 +217,4 @@ FF_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 	ff_table_unlock();
 	errno = err;
 	return ret;
-}
-
-/* Table lock held: the pending fd whose registration in epfd carries data. */
-static int match_pending(int epfd, uint64_t data)
-{
-	int hw = ff_table_hiwater();
-
-	for (int fd = 0; fd <= hw; fd++) {
-		struct ff_slot *s = ff_fd_slot(fd);
-
-		if (!(atomic_load_explicit(&s->flags, memory_order_relaxed) & FF_FD_PENDING))
-			continue;
-		for (struct ff_epreg *r = s->conn->epregs; r; r = r->next)
-			if (r->epfd == epfd && r->ev.data.u64 == data)
-				return fd;
-	}
-	return -1;
-}
-
-/* Decide the pending fds among evs[0..n); returns how many events are left. */
-static int settle_reported(int epfd, struct epoll_event *evs, int n)
-{
-	int kept = 0;
-
-	for (int i = 0; i < n; i++) {
-		int fd;
-
-		ff_table_lock();
-		fd = match_pending(epfd, evs[i].data.u64);
-		ff_table_unlock();
-		if (fd < 0 || ff_settle(fd, 1) == -EAGAIN)
-			evs[kept++] = evs[i];
-	}
-	return kept;
-}
-
-/* One epoll_pwait2 (ts) or epoll_pwait (ms) call; now: do not wait at all. */
-struct ff_ewait {
-	int epfd, max, ms, use_ts;
-	struct epoll_event *evs;
-	const struct timespec *ts;
-	const sigset_t *mask;
-};
-
-static int wait_once(const struct ff_ewait *w, int now)
-{
-	static const struct timespec zero;
-
-	if (w->use_ts)
-		return ff_real.epoll_pwait2(w->epfd, w->evs, w->max, now ? &zero : w->ts, w->mask);
-	return ff_real.epoll_pwait(w->epfd, w->evs, w->max, now ? 0 : w->ms, w->mask);
-}
-
-static int wait_common(const struct ff_ewait *w)
-{
-	int n, left, now = 0;
-
-	for (;;) {
-		n = wait_once(w, now);
-		if (n < 0)
-			return n;
-		if (n == 0) {
-			if (!now)
-				return 0;
-			now = 0;	/* nothing re-queued after all: wait as asked */
-			continue;
-		}
-		if (!atomic_load(&ff_pending_count))
-			return n;
-		left = settle_reported(w->epfd, w->evs, n);
-		if (left)
-			return left;
-		now = 1;	/* all were decisions; the replay re-queued their readiness */
-	}
-}
-
-FF_EXPORT int epoll_wait(int epfd, struct epoll_event *evs, int max, int timeout)
-{
-	struct ff_ewait w = { .epfd = epfd, .evs = evs, .max = max, .ms = timeout };
-
-	if (ff_busy || !atomic_load(&ff_pending_count))
-		return REAL(epoll_wait)(epfd, evs, max, timeout);
-	return wait_common(&w);
-}
-
-FF_EXPORT int epoll_pwait(int epfd, struct epoll_event *evs, int max, int timeout,
-			  const sigset_t *sigmask)
-{
-	struct ff_ewait w = { .epfd = epfd, .evs = evs, .max = max, .ms = timeout,
-			      .mask = sigmask };
-
-	if (ff_busy || !atomic_load(&ff_pending_count))
-		return REAL(epoll_pwait)(epfd, evs, max, timeout, sigmask);
-	return wait_common(&w);
-}
-
-/* Linux 5.11 / glibc 2.35; a program can only call it if libc has it. */
-FF_EXPORT int epoll_pwait2(int epfd, struct epoll_event *evs, int max,
-			   const struct timespec *timeout, const sigset_t *sigmask)
-{
-	struct ff_ewait w = { .epfd = epfd, .evs = evs, .max = max, .ts = timeout,
-			      .use_ts = 1, .mask = sigmask };
-
-	if (!REAL(epoll_pwait2)) {
-		errno = ENOSYS;
-		return -1;
-	}
-	if (ff_busy || !atomic_load(&ff_pending_count))
-		return ff_real.epoll_pwait2(epfd, evs, max, timeout, sigmask);
-	return wait_common(&w);
 }

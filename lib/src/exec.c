@@ -31,6 +31,13 @@
  * actions, every swapped fd (a dup2 action clears FD_CLOEXEC on its
  * target; the inode check drops whatever did not survive).
  *
+ * Shared-memory connections are never shared between processes: the same
+ * fds are moved down to a kernel channel first (shm_switch.c), in the
+ * calling process, so they are described as unix channels; if the exec
+ * fails they simply stay there. Not in a vfork child, which must change
+ * nothing its parent sees: vfork moved every one down before (fork.c), and
+ * one that another parent thread finished since stays shm and undescribed.
+ *
  * vfork: exec is what a vfork child does, and it shares the parent's
  * memory, so the exec wrappers allocate nothing: the variable and the new
  * envp live on the stack (at most FF_EXEC_VAR_MAX + 8 * FF_EXEC_ENV_MAX
@@ -58,6 +65,7 @@
 #include <unistd.h>
 
 #include "shim.h"
+#include "shm.h"
 
 #define VAR		"FREEFLOW_EXEC_FDS"
 #define FF_EXEC_VAR_MAX	8192
@@ -122,7 +130,9 @@ static void put_hex(struct out *o, const void *p, size_t n)
  */
 static int carried_state(const struct ff_conn *c)
 {
-	return c->state == FF_ST_SWAPPED || (c->state == FF_ST_LISTEN && c->registered);
+	/* Still on shm: broken, or in a vfork child, where nothing may move down. */
+	return (c->state == FF_ST_SWAPPED && !c->shm) ||
+	       (c->state == FF_ST_LISTEN && c->registered);
 }
 
 /* Table lock held: append fd's entry, or nothing if it does not fit. */
@@ -258,6 +268,9 @@ static int run_carrying(const struct call *c, char *const envp[])
 	size_t n = env_count(envp);
 	int all = (c->how == SPAWN || c->how == SPAWNP) && c->fa;
 
+	ff_init();
+	if (!ff_busy && !ff_vforked())
+		ff_shm_switch_all(all ? 0 : FF_SHM_SWITCH_KEPT);
 	if (ff_busy || !describe(var, sizeof(var), all))
 		return run(c, envp);
 	if (n >= FF_EXEC_ENV_MAX) {

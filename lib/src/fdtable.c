@@ -13,6 +13,7 @@
 #include <sys/resource.h>
 
 #include "shim.h"
+#include "shm.h"
 
 #define FD_CAP		(1 << 20)
 #define FD_MIN		1024
@@ -111,11 +112,11 @@ static int is_pending(enum ff_state st)
 	return st == FF_ST_PENDING || st == FF_ST_NEGOTIATING;
 }
 
-/* The slot flags of an fd referring to a conn in state st. */
-static uint8_t slot_flags(enum ff_state st)
+/* The slot flags of an fd referring to c. */
+static uint8_t slot_flags(const struct ff_conn *c)
 {
-	return FF_FD_TRACKED | (is_pending(st) ? FF_FD_PENDING : 0) |
-	       (st == FF_ST_SWAPPED ? FF_FD_SWAPPED : 0);
+	return FF_FD_TRACKED | (is_pending(c->state) ? FF_FD_PENDING : 0) |
+	       (c->state == FF_ST_SWAPPED ? FF_FD_SWAPPED : 0) | (c->shm ? FF_FD_SHM : 0);
 }
 
 static void note_fd(int fd)
@@ -134,7 +135,7 @@ void ff_fd_attach(int fd, struct ff_conn *c)
 		return;
 	c->refs++;
 	s->conn = c;
-	atomic_store(&s->flags, slot_flags(c->state));
+	atomic_store(&s->flags, slot_flags(c));
 	note_fd(fd);
 }
 
@@ -181,7 +182,7 @@ void ff_conn_set_state(struct ff_conn *c, enum ff_state st)
 		return;
 	atomic_fetch_add(&ff_pending_count, now ? 1 : -1);
 	if (s && s->conn == c)
-		atomic_store(&s->flags, slot_flags(st));
+		atomic_store(&s->flags, slot_flags(c));
 	if (!now)
 		c->pending_fd = -1;
 	ff_table_broadcast();
@@ -206,6 +207,8 @@ void ff_conn_free(struct ff_conn *c)
 {
 	if (is_pending(c->state))
 		atomic_fetch_sub(&ff_pending_count, 1);
+	if (c->shm)
+		ff_shm_release(c);
 	ff_conn_forget_epregs(c);
 	free(c);
 }

@@ -1,11 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fork and exec.
+ * fork, vfork and exec.
  *
- * fork: both processes keep every connection. The kernel shares the
- * sockets (swapped or not) between them, and the child inherits the fd
- * table as memory. The handlers below hold the table lock across fork(),
- * so the child's copy is consistent, then in the child:
+ * fork: both processes keep every connection. A shared-memory connection
+ * must never be shared between processes (docs/SHM.md, "Moving down"), so
+ * the prepare handler first moves every one down to a kernel channel, then
+ * takes the table lock, checking under it that no new one appeared
+ * meanwhile (ff_shm_switch_all). The kernel then shares the sockets between
+ * the two processes, and the child inherits the fd table as memory. The
+ * table lock is held across fork(), so the child's copy is consistent; then
+ * in the child:
  *  - close the inherited agent sessions (control.c), so parent and child
  *    never read each other's replies; each child thread reconnects;
  *  - give up on negotiations that a parent thread was running: that thread
@@ -15,23 +19,41 @@
  *  - have its first agent session register the inherited listeners in
  *    the child's own name (listeners.c), so they stay known to the agent
  *    if the parent exits (a daemon forking after listen()).
- * vfork/posix_spawn children run no handlers and change nothing the parent
- * sees: they only exec (exec.c, which reads the table and allocates
- * nothing) or _exit.
+ *
+ * vfork runs no fork handlers, and its child shares the parent's memory:
+ * nothing done there may change what the parent sees. So vfork is wrapped
+ * to move every shm connection down in the parent first, then enter the
+ * real vfork as if the program had called it (a tail jump: a vfork child
+ * must not return through a frame the parent still needs). In the child,
+ * the exec wrappers move nothing down (ff_vforked): a connection another
+ * parent thread finished in between stays shm in the parent, and is not
+ * described to the new image (exec.c). Where no tail jump is written
+ * (architectures other than x86-64 and AArch64), vfork is fork, which
+ * POSIX allows. posix_spawn's own child (a vfork-like clone) calls libc's
+ * internal execve: the posix_spawn wrapper moves down in the parent.
+ * libc-internal spawns (system, popen) and _Fork or clone go past the
+ * wrappers: an shm fd they pass on stays shm in the parent, and the child
+ * gets a bell socket it cannot use (a documented limit).
  *
  * exec: FD_CLOEXEC was kept by the swap, so the kernel closes or keeps each
  * channel as it would have the TCP socket, and LD_PRELOAD in the
- * environment loads the shim into the new image; exec.c hands it the
- * description of the kept swapped fds, so they keep their overlay names
- * and emulated options there.
+ * environment loads the shim into the new image; exec.c moves down the shm
+ * connections the new image keeps and hands it the description of the kept
+ * swapped fds, so they keep their overlay names and emulated options there.
  */
+#include <unistd.h>
+
 #include "shim.h"
+#include "shm.h"
 
 void ff_table_atfork_child(void);
 
+/* This process, as the fork handlers know it: a vfork child is another pid. */
+static pid_t self;
+
 static void prepare(void)
 {
-	ff_table_lock();
+	ff_shm_switch_all(FF_SHM_SWITCH_LOCK);
 }
 
 static void parent(void)
@@ -41,6 +63,7 @@ static void parent(void)
 
 static void child(void)
 {
+	self = getpid();
 	ff_table_atfork_child();
 	ff_control_atfork_child();
 	ff_listeners_lost();
@@ -49,5 +72,63 @@ static void child(void)
 
 void ff_fork_init(void)
 {
+	self = getpid();
 	pthread_atfork(prepare, parent, child);
 }
+
+int ff_vforked(void)
+{
+	return getpid() != self;
+}
+
+/* The vfork entry's first step (below): returns libc's vfork to jump to. */
+__attribute__((used)) void *ff_vfork_prepare(void)
+{
+	ff_init();
+	ff_shm_switch_all(0);
+	return (void *)ff_real.vfork;
+}
+
+#if defined(__x86_64__)
+__asm__(".text\n"
+	".globl vfork\n"
+	".type vfork, @function\n"
+	"vfork:\n"
+	".cfi_startproc\n"
+	"	endbr64\n"
+	"	subq $8, %rsp\n"		/* the ABI's 16-byte alignment at the call */
+	".cfi_adjust_cfa_offset 8\n"
+	"	call ff_vfork_prepare\n"
+	"	addq $8, %rsp\n"
+	".cfi_adjust_cfa_offset -8\n"
+	"	jmp *%rax\n"
+	".cfi_endproc\n"
+	".size vfork, .-vfork\n");
+#elif defined(__aarch64__)
+__asm__(".text\n"
+	".globl vfork\n"
+	".type vfork, %function\n"
+	"vfork:\n"
+	".cfi_startproc\n"
+	"	hint 34\n"			/* bti c */
+	"	stp x29, x30, [sp, #-16]!\n"
+	".cfi_def_cfa_offset 16\n"
+	".cfi_offset 29, -16\n"
+	".cfi_offset 30, -8\n"
+	"	mov x29, sp\n"
+	"	bl ff_vfork_prepare\n"
+	"	ldp x29, x30, [sp], #16\n"
+	".cfi_restore 29\n"
+	".cfi_restore 30\n"
+	".cfi_def_cfa_offset 0\n"
+	"	mov x16, x0\n"			/* a call-like branch, as BTI wants */
+	"	br x16\n"
+	".cfi_endproc\n"
+	".size vfork, .-vfork\n");
+#else
+FF_EXPORT pid_t vfork(void)
+{
+	ff_vfork_prepare();
+	return fork();
+}
+#endif

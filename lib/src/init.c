@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "shim.h"
+#include "shm.h"
 
 struct ff_real ff_real;
 _Thread_local int ff_busy;
@@ -52,13 +53,15 @@ static void resolve_all(void)
 {
 	NEED(socket); NEED(connect); NEED(listen); NEED(accept); NEED(accept4);
 	NEED(close); NEED(dup); NEED(dup2); NEED(dup3); NEED(fcntl);
-	NEED(shutdown); NEED(read); NEED(write); NEED(readv); NEED(writev);
+	NEED(shutdown); NEED(ioctl); NEED(read); NEED(write); NEED(readv); NEED(writev);
 	NEED(recv); NEED(send); NEED(recvfrom); NEED(sendto); NEED(recvmsg);
 	NEED(sendmsg); NEED(sendfile); NEED(getsockname); NEED(getpeername);
 	NEED(getsockopt); NEED(setsockopt); NEED(poll); NEED(select);
-	NEED(epoll_ctl); NEED(epoll_wait); NEED(epoll_pwait); NEED(ppoll);
+	NEED(epoll_create); NEED(epoll_create1); NEED(epoll_ctl); NEED(epoll_wait);
+	NEED(epoll_pwait); NEED(ppoll);
 	NEED(pselect); NEED(recvmmsg); NEED(sendmmsg); NEED(splice);
 	NEED(execve); NEED(execvpe); NEED(fexecve); NEED(posix_spawn); NEED(posix_spawnp);
+	NEED(vfork);
 	/* Newer or fortify-only entry points: a program can only call them if libc has them. */
 	MAYBE(fcntl64, "fcntl64");
 	MAYBE(read_chk, "__read_chk");
@@ -73,6 +76,7 @@ static void init_once_fn(void)
 {
 	resolve_all();
 	ff_log_init();
+	ff_shm_init();
 	ff_table_init();
 	ff_exec_restore();
 	ff_control_init();

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The data path. After a swap the fd is a kernel stream socket, so these
- * wrappers do nothing but hold back a call on a connection whose decision is
- * still pending (non-blocking connect): no byte may cross the overlay TCP
- * connection before the agent has decided. For every other fd the cost is
- * ff_settle()'s one relaxed load.
+ * The data path. After a swap onto a kernel channel the fd is a kernel
+ * stream socket, so these wrappers do nothing but hold back a call on a
+ * connection whose decision is still pending (non-blocking connect): no
+ * byte may cross the overlay TCP connection before the agent has decided.
+ * On a shared-memory connection (FF_FD_SHM) the bytes move through the
+ * rings instead (shm.c). For every other fd the cost is one relaxed load of
+ * the fd's slot.
  *
  * A call that cannot block (MSG_DONTWAIT) on a connection still in
  * SYN_SENT fails with EAGAIN, as the kernel itself would answer.
@@ -16,26 +18,81 @@
  * name, so on a swapped fd the calls that carry an address go to the
  * kernel without it and report a zero length, as TCP would. Only calls
  * that carry an address pay for the check: one more load of the fd's slot.
+ *
+ * An shm connection is never shared with another process (docs/SHM.md,
+ * "Moving down"): sendmsg passing one with SCM_RIGHTS, and splice, which
+ * needs a kernel socket, move it down first.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <string.h>
 #include <sys/sendfile.h>
+#include <time.h>
 
 #include "shim.h"
+#include "shm.h"
 
 /* mmsghdr entries rewritten per call on a swapped fd (4 KiB of stack). */
 #define MMSG_CHUNK	64
 
-#define HOLD(fd, nonblock) do {						\
-	int hold_ = ff_busy ? 0 : ff_settle((fd), (nonblock));		\
-	if (hold_) {							\
-		errno = -hold_;						\
+/*
+ * Where a data call on fd goes, once its decision is made: 0 the kernel,
+ * 1 shm, or -errno the call fails with.
+ */
+static int route(int fd, int nonblock)
+{
+	struct ff_slot *s;
+	unsigned fl;
+	int hold;
+
+	if (ff_busy || !(s = ff_fd_slot(fd)))
+		return 0;
+	/*
+	 * Relaxed is enough: a call racing with the connect() or the swap in
+	 * another thread has no order to respect, and slow paths re-check
+	 * under the table lock.
+	 */
+	fl = atomic_load_explicit(&s->flags, memory_order_relaxed);
+	if (fl & FF_FD_PENDING) {
+		hold = ff_settle_slow(fd, nonblock);
+		if (hold)
+			return hold;
+		fl = atomic_load_explicit(&s->flags, memory_order_relaxed);
+	}
+	return (fl & FF_FD_SHM) != 0;
+}
+
+/* The result of an shm call for the program: errno as it was unless it failed. */
+static ssize_t shm_result(ssize_t r, int saved)
+{
+	if (r < 0 && r != FF_SHM_MOVED) {
+		errno = (int)-r;
+		return -1;
+	}
+	errno = saved;
+	return r;
+}
+
+/*
+ * Route fd: fail, or make the shm call (unless the connection moved off
+ * shm meanwhile, then fall through to the kernel call that follows).
+ */
+#define ROUTE(fd, nonblock, shm_call) do {				\
+	int route_ = route((fd), (nonblock));				\
+	if (route_ < 0) {						\
+		errno = -route_;					\
 		return -1;						\
+	}								\
+	if (route_) {							\
+		int errno_ = errno;					\
+		ssize_t ret_ = shm_result((shm_call), errno_);		\
+		if (ret_ != FF_SHM_MOVED)				\
+			return ret_;					\
 	}								\
 } while (0)
 
-/* Whether fd is a swapped connection (its decision made: call after HOLD). */
+/* Whether fd is a swapped connection (its decision made: call after ROUTE). */
 static int swapped(int fd)
 {
 	struct ff_slot *s = ff_fd_slot(fd);
@@ -50,39 +107,82 @@ static void no_source(socklen_t *len)
 		*len = 0;
 }
 
+/* recvfrom on shm: no source address, as TCP. */
+static ssize_t shm_recvfrom(int fd, void *buf, size_t n, int flags, socklen_t *len)
+{
+	struct iovec v = { buf, n };
+	ssize_t r = ff_shm_recv(fd, &v, 1, flags);
+
+	if (r >= 0)
+		no_source(len);
+	return r;
+}
+
+/* recvmsg on shm: TCP reports no address and no control data. */
+static ssize_t shm_recvmsg(int fd, struct msghdr *mh, int flags)
+{
+	ssize_t r;
+
+	if (mh->msg_iovlen > IOV_MAX)
+		return -EMSGSIZE;
+	r = ff_shm_recv(fd, mh->msg_iov, (int)mh->msg_iovlen, flags);
+	if (r >= 0) {
+		mh->msg_namelen = 0;
+		mh->msg_controllen = 0;
+		mh->msg_flags = 0;
+	}
+	return r;
+}
+
+/* sendmsg on shm: an address is ignored as TCP does, and so is control data. */
+static ssize_t shm_sendmsg(int fd, const struct msghdr *mh, int flags)
+{
+	if (mh->msg_iovlen > IOV_MAX)
+		return -EMSGSIZE;
+	return ff_shm_send(fd, mh->msg_iov, (int)mh->msg_iovlen, flags);
+}
+
 FF_EXPORT ssize_t read(int fd, void *buf, size_t n)
 {
-	HOLD(fd, 0);
+	struct iovec v = { buf, n };
+
+	ROUTE(fd, 0, ff_shm_recv(fd, &v, 1, 0));
 	return REAL(read)(fd, buf, n);
 }
 
 FF_EXPORT ssize_t write(int fd, const void *buf, size_t n)
 {
-	HOLD(fd, 0);
+	struct iovec v = { (void *)buf, n };
+
+	ROUTE(fd, 0, ff_shm_send(fd, &v, 1, 0));
 	return REAL(write)(fd, buf, n);
 }
 
 FF_EXPORT ssize_t readv(int fd, const struct iovec *iov, int cnt)
 {
-	HOLD(fd, 0);
+	ROUTE(fd, 0, ff_shm_recv(fd, iov, cnt, 0));
 	return REAL(readv)(fd, iov, cnt);
 }
 
 FF_EXPORT ssize_t writev(int fd, const struct iovec *iov, int cnt)
 {
-	HOLD(fd, 0);
+	ROUTE(fd, 0, ff_shm_send(fd, iov, cnt, 0));
 	return REAL(writev)(fd, iov, cnt);
 }
 
 FF_EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags)
 {
-	HOLD(fd, flags & MSG_DONTWAIT);
+	struct iovec v = { buf, n };
+
+	ROUTE(fd, flags & MSG_DONTWAIT, ff_shm_recv(fd, &v, 1, flags));
 	return REAL(recv)(fd, buf, n, flags);
 }
 
 FF_EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags)
 {
-	HOLD(fd, flags & MSG_DONTWAIT);
+	struct iovec v = { (void *)buf, n };
+
+	ROUTE(fd, flags & MSG_DONTWAIT, ff_shm_send(fd, &v, 1, flags));
 	return REAL(send)(fd, buf, n, flags);
 }
 
@@ -91,7 +191,7 @@ FF_EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags,
 {
 	ssize_t ret;
 
-	HOLD(fd, flags & MSG_DONTWAIT);
+	ROUTE(fd, flags & MSG_DONTWAIT, shm_recvfrom(fd, buf, n, flags, len));
 	if (!sa || !len || !swapped(fd))
 		return REAL(recvfrom)(fd, buf, n, flags, sa, len);
 	ret = ff_real.recvfrom(fd, buf, n, flags, NULL, NULL);
@@ -103,7 +203,9 @@ FF_EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags,
 FF_EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags,
 			 const struct sockaddr *sa, socklen_t len)
 {
-	HOLD(fd, flags & MSG_DONTWAIT);
+	struct iovec v = { (void *)buf, n };
+
+	ROUTE(fd, flags & MSG_DONTWAIT, ff_shm_send(fd, &v, 1, flags));
 	if ((sa || len) && swapped(fd))
 		return ff_real.sendto(fd, buf, n, flags, NULL, 0);
 	return REAL(sendto)(fd, buf, n, flags, sa, len);
@@ -114,7 +216,7 @@ FF_EXPORT ssize_t recvmsg(int fd, struct msghdr *mh, int flags)
 	struct msghdr m;
 	ssize_t ret;
 
-	HOLD(fd, flags & MSG_DONTWAIT);
+	ROUTE(fd, flags & MSG_DONTWAIT, mh ? shm_recvmsg(fd, mh, flags) : -EFAULT);
 	if (!mh || !mh->msg_name || !swapped(fd))
 		return REAL(recvmsg)(fd, mh, flags);
 	m = *mh;
@@ -133,7 +235,9 @@ FF_EXPORT ssize_t sendmsg(int fd, const struct msghdr *mh, int flags)
 {
 	struct msghdr m;
 
-	HOLD(fd, flags & MSG_DONTWAIT);
+	if (mh && mh->msg_controllen && !ff_busy)
+		ff_shm_switch_passed(mh);
+	ROUTE(fd, flags & MSG_DONTWAIT, mh ? shm_sendmsg(fd, mh, flags) : -EFAULT);
 	if (!mh || (!mh->msg_name && !mh->msg_namelen) || !swapped(fd))
 		return REAL(sendmsg)(fd, mh, flags);
 	m = *mh;
@@ -142,11 +246,71 @@ FF_EXPORT ssize_t sendmsg(int fd, const struct msghdr *mh, int flags)
 	return ff_real.sendmsg(fd, &m, flags);
 }
 
+/* From an shm connection the kernel would read the bell socket: the shim reads the ring. */
 FF_EXPORT ssize_t sendfile(int out, int in, off_t *off, size_t n)
 {
-	HOLD(out, 0);
-	HOLD(in, 0);
+	ROUTE(in, 0, ff_shm_sendfile_from(out, in, off, n));
+	ROUTE(out, 0, ff_shm_sendfile(out, in, off, n));
 	return REAL(sendfile)(out, in, off, n);
+}
+
+/* recvmmsg on shm: one receive per entry, by the rules of the kernel's loop. */
+static ssize_t shm_recvmmsg(int fd, struct mmsghdr *v, unsigned int n, int flags,
+			    struct timespec *timeout)
+{
+	struct timespec now, end = { 0 };
+	unsigned int i = 0;
+	ssize_t r = 0;
+
+	if (timeout) {
+		if (timeout->tv_sec < 0 || timeout->tv_nsec < 0 || timeout->tv_nsec >= 1000000000L)
+			return -EINVAL;
+		clock_gettime(CLOCK_MONOTONIC, &end);
+		end.tv_sec += timeout->tv_sec;
+		end.tv_nsec += timeout->tv_nsec;
+		if (end.tv_nsec >= 1000000000L) {
+			end.tv_sec++;
+			end.tv_nsec -= 1000000000L;
+		}
+	}
+	while (i < n) {
+		r = shm_recvmsg(fd, &v[i].msg_hdr, flags & ~MSG_WAITFORONE);
+		if (r < 0)
+			break;
+		v[i++].msg_len = (unsigned int)r;
+		if (flags & MSG_WAITFORONE)
+			flags |= MSG_DONTWAIT;
+		if (!timeout)
+			continue;
+		/* As the kernel: the time left is written back, checked after each message. */
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		timeout->tv_sec = end.tv_sec - now.tv_sec;
+		timeout->tv_nsec = end.tv_nsec - now.tv_nsec;
+		if (timeout->tv_nsec < 0) {
+			timeout->tv_sec--;
+			timeout->tv_nsec += 1000000000L;
+		}
+		if (timeout->tv_sec < 0) {
+			*timeout = (struct timespec){ 0 };
+			break;
+		}
+	}
+	return i ? (ssize_t)i : r;
+}
+
+/* sendmmsg on shm: one send per entry until one fails, as the kernel's loop. */
+static ssize_t shm_sendmmsg(int fd, struct mmsghdr *v, unsigned int n, int flags)
+{
+	unsigned int i = 0;
+	ssize_t r = 0;
+
+	while (i < n) {
+		r = shm_sendmsg(fd, &v[i].msg_hdr, flags);
+		if (r < 0)
+			break;
+		v[i++].msg_len = (unsigned int)r;
+	}
+	return i ? (ssize_t)i : r;
 }
 
 static int any_name(const struct mmsghdr *v, unsigned int n)
@@ -181,7 +345,7 @@ FF_EXPORT int recvmmsg(int fd, struct mmsghdr *v, unsigned int n, int flags,
 	struct mmsghdr m[MMSG_CHUNK];
 	int ret;
 
-	HOLD(fd, flags & MSG_DONTWAIT);
+	ROUTE(fd, flags & MSG_DONTWAIT, v ? shm_recvmmsg(fd, v, n, flags, timeout) : -EFAULT);
 	if (!v || !any_name(v, n) || !swapped(fd))
 		return REAL(recvmmsg)(fd, v, n, flags, timeout);
 	ret = ff_real.recvmmsg(fd, m, strip_names(m, v, n), flags, timeout);
@@ -200,7 +364,10 @@ FF_EXPORT int sendmmsg(int fd, struct mmsghdr *v, unsigned int n, int flags)
 	struct mmsghdr m[MMSG_CHUNK];
 	unsigned int done = 0;
 
-	HOLD(fd, flags & MSG_DONTWAIT);
+	for (unsigned int i = 0; v && i < n && !ff_busy; i++)
+		if (v[i].msg_hdr.msg_controllen)
+			ff_shm_switch_passed(&v[i].msg_hdr);
+	ROUTE(fd, flags & MSG_DONTWAIT, v ? shm_sendmmsg(fd, v, n, flags) : -EFAULT);
 	if (!v || !any_name(v, n) || !swapped(fd))
 		return REAL(sendmmsg)(fd, v, n, flags);
 	while (done < n) {
@@ -218,12 +385,28 @@ FF_EXPORT int sendmmsg(int fd, struct mmsghdr *v, unsigned int n, int flags)
 	return (int)done;
 }
 
+/* splice needs a kernel socket: an shm connection is moved down first. 0 or -errno. */
+static int kernel_socket(int fd, int nonblock)
+{
+	int r = route(fd, nonblock);
+
+	if (r <= 0)
+		return r;
+	return ff_shm_switch(fd) < 0 ? -ECONNRESET : 0;
+}
+
 /* SPLICE_F_NONBLOCK makes the socket side non-blocking too (sock_splice_read). */
 FF_EXPORT ssize_t splice(int in, loff_t *off_in, int out, loff_t *off_out, size_t n,
 			 unsigned int flags)
 {
-	HOLD(in, flags & SPLICE_F_NONBLOCK);
-	HOLD(out, flags & SPLICE_F_NONBLOCK);
+	int r = kernel_socket(in, flags & SPLICE_F_NONBLOCK);
+
+	if (!r)
+		r = kernel_socket(out, flags & SPLICE_F_NONBLOCK);
+	if (r) {
+		errno = -r;
+		return -1;
+	}
 	return REAL(splice)(in, off_in, out, off_out, n, flags);
 }
 
@@ -234,15 +417,22 @@ FF_EXPORT ssize_t sendfile64(int out, int in, off_t *off, size_t n)
 }
 
 /* _FORTIFY_SOURCE builds (Debian's default) call these instead. */
+/* n over buflen: libc's own aborts, as it should. */
 FF_EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
 {
-	HOLD(fd, 0);
+	struct iovec v = { buf, n };
+
+	if (n <= buflen)
+		ROUTE(fd, 0, ff_shm_recv(fd, &v, 1, 0));
 	return REAL(read_chk)(fd, buf, n, buflen);
 }
 
 FF_EXPORT ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags)
 {
-	HOLD(fd, flags & MSG_DONTWAIT);
+	struct iovec v = { buf, n };
+
+	if (n <= buflen)
+		ROUTE(fd, flags & MSG_DONTWAIT, ff_shm_recv(fd, &v, 1, flags));
 	return REAL(recv_chk)(fd, buf, n, buflen, flags);
 }
 
@@ -251,7 +441,8 @@ FF_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen,
 {
 	ssize_t ret;
 
-	HOLD(fd, flags & MSG_DONTWAIT);
+	if (n <= buflen)
+		ROUTE(fd, flags & MSG_DONTWAIT, shm_recvfrom(fd, buf, n, flags, len));
 	if (!sa || !len || !swapped(fd))
 		return REAL(recvfrom_chk)(fd, buf, n, buflen, flags, sa, len);
 	ret = ff_real.recvfrom_chk(fd, buf, n, buflen, flags, NULL, NULL);

@@ -9,6 +9,12 @@
  *   MSG_WAITALL, shutdown, poll/select, SIGPIPE, sendfile) works natively on
  *   the application's fd. The shim wraps the data path only to hold a
  *   connection that still waits for its decision: one atomic load per call.
+ * - The shared-memory channel (PATH shm, docs/SHM.md) puts a kernel socket
+ *   at the fd as well, the bell socket, so flags, options, fstat and
+ *   FD_CLOEXEC stay real; its bytes move through rings mapped from the
+ *   memfd, which is checked and mapped before the swap (a bad one leaves
+ *   the connection on the overlay), and the data path sends calls on such
+ *   fds to shm.c.
  * - The decision is made once a connection is established and before the
  *   application can move a byte on it: inside connect() for a blocking
  *   connect, inside accept()/accept4(), and for a non-blocking connect at
@@ -48,6 +54,7 @@
 
 #include "agent_client.h"
 #include "shim.h"
+#include "shm.h"
 
 /*
  * IPv4-mapped IPv6 addresses (a dual-stack listener) are sent as IPv4
@@ -122,7 +129,7 @@ static void enc_endpoint(struct ff_enc *e, uint16_t type,
 		ff_enc_attr(e, type, ep, (size_t)n);
 }
 
-/* One request on session a. */
+/* One request on session a; want 0: a notification, no reply (r unused). */
 static int request_on(struct ff_agent *a, uint8_t msg, const struct sockaddr_storage *local,
 		      const struct sockaddr_storage *remote, uint8_t want, struct ff_reply *r)
 {
@@ -135,7 +142,9 @@ static int request_on(struct ff_agent *a, uint8_t msg, const struct sockaddr_sto
 	if (remote)
 		enc_endpoint(&e, FF_ATTR_REMOTE_EP, remote);
 	n = ff_enc_finish(&e);
-	return n < 0 ? n : ff_agent_request(a, buf, n, want, r);
+	if (n < 0)
+		return n;
+	return want ? ff_agent_request(a, buf, n, want, r) : ff_agent_notify(a, buf, n);
 }
 
 /*
@@ -177,6 +186,8 @@ int ff_announce(uint8_t msg, const struct sockaddr_storage *local,
 {
 	struct ff_reply r;
 
+	if (msg == FF_MSG_CLOSED)	/* a notification: sent, never answered */
+		return request(msg, local, remote, 0, NULL);
 	return announce_reply(request(msg, local, remote, FF_MSG_OK, &r), &r);
 }
 
@@ -190,13 +201,34 @@ int ff_announce_on(struct ff_agent *a, uint8_t msg, const struct sockaddr_storag
 	return announce_reply(request_on(a, msg, local, remote, FF_MSG_OK, &r), &r);
 }
 
-/* Say why a reply means overlay in why; returns the channel fd or -1. */
-static int read_path(struct ff_reply *r, char *why, size_t cap)
+/* What a fast PATH handed over: the channel, and for shm its mapped memory. */
+struct handover {
+	int chan;		/* the socket to put at the fd (shm: the bell socket) */
+	struct ff_shm *shm;	/* NULL unless PATH_KIND shm */
+};
+
+static int is_stream(int fd, int must_be_unix)
+{
+	int type = 0, dom = 0;
+	socklen_t tl = sizeof(type), dl = sizeof(dom);
+
+	if (ff_real.getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) || type != SOCK_STREAM)
+		return 0;
+	return !must_be_unix ||
+	       (ff_real.getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &dl) == 0 && dom == AF_UNIX);
+}
+
+/*
+ * Say why a reply means overlay in why and return -1, or fill h and return
+ * 0. shm (docs/SHM.md): exactly [bell socket, memfd]; the memfd is mapped
+ * (msg says our role) and closed here, the mapping keeps the memory.
+ */
+static int read_path(struct ff_reply *r, uint8_t msg, struct handover *h, char *why, size_t cap)
 {
 	const struct ff_attr *kind = ff_msg_get(&r->msg, FF_ATTR_PATH_KIND);
 	const struct ff_attr *reason = ff_msg_get(&r->msg, FF_ATTR_REASON);
-	int type = 0, chan;
-	socklen_t tl = sizeof(type);
+	const char *what = "";
+	unsigned k, nfds;
 
 	if (r->msg.type == FF_MSG_ERROR) {
 		snprintf(why, cap, "agent answered ERROR %u",
@@ -207,31 +239,57 @@ static int read_path(struct ff_reply *r, char *why, size_t cap)
 		snprintf(why, cap, "agent's PATH has no PATH_KIND");
 		return -1;
 	}
-	if (ff_attr_u8(kind) == FF_PATH_OVERLAY) {
+	k = ff_attr_u8(kind);
+	if (k == FF_PATH_OVERLAY) {
 		snprintf(why, cap, "agent chose overlay (%.*s)", reason ? reason->len : 4,
 			 reason ? (const char *)reason->val : "none");
 		return -1;
 	}
-	if (ff_attr_u8(kind) != FF_PATH_UNIX && ff_attr_u8(kind) != FF_PATH_HOST_TCP) {
-		snprintf(why, cap, "path kind %u is not supported", ff_attr_u8(kind));
+	if (k != FF_PATH_UNIX && k != FF_PATH_HOST_TCP && k != FF_PATH_SHM) {
+		snprintf(why, cap, "path kind %u is not supported", k);
 		return -1;
 	}
-	if (r->nfds != 1) {
-		snprintf(why, cap, "PATH carried %u fds, not 1", r->nfds);
+	nfds = k == FF_PATH_SHM ? 2 : 1;
+	if (r->nfds != nfds) {
+		snprintf(why, cap, "PATH kind %u carried %u fds, not %u", k, r->nfds, nfds);
 		return -1;
 	}
-	chan = r->fds[0];
-	if (ff_real.getsockopt(chan, SOL_SOCKET, SO_TYPE, &type, &tl) || type != SOCK_STREAM) {
-		snprintf(why, cap, "the handed fd is not a stream socket");
+	if (!is_stream(r->fds[0], k == FF_PATH_SHM)) {
+		snprintf(why, cap, "the handed fd is not a%s stream socket",
+			 k == FF_PATH_SHM ? "n AF_UNIX" : "");
 		return -1;
 	}
+	h->shm = NULL;
+	if (k == FF_PATH_SHM &&
+	    ff_shm_open(r->fds[1], msg == FF_MSG_CONNECT ? FF_SHM_CONNECTOR : FF_SHM_ACCEPTOR,
+			&h->shm, &what) < 0) {
+		snprintf(why, cap, "shared memory refused: %s", what);
+		return -1;
+	}
+	if (k == FF_PATH_SHM)
+		ff_real.close(r->fds[1]);
+	h->chan = r->fds[0];
 	r->nfds = 0;
-	return chan;
+	return 0;
 }
 
 /* Put chan at fd keeping O_NONBLOCK and FD_CLOEXEC. Table lock held. */
-static int swap_in(int fd, int chan, struct ff_conn *c)
+/*
+ * The accepting end resets the overlay connection as it drops it (SO_LINGER
+ * 0, set after the options were carried): otherwise the end that happens
+ * to close it first keeps it in TIME_WAIT for a minute, and when that is
+ * the connecting end, every new connection to the same server searches
+ * past those ports (or runs out of them) in connect(). Its peer has asked
+ * already (no fast path without both asks), so the reset reaches a socket
+ * that nobody reads any more. The connecting end must not reset: a parked
+ * acceptor's connection still waits in the accept queue, and a reset one
+ * would fail its getpeername.
+ */
+static int swap_in(int fd, int chan, struct ff_conn *c, int accepting)
 {
+	static const struct linger rst = { .l_onoff = 1, .l_linger = 0 };
+	struct linger app = { 0 };
+	socklen_t al = sizeof(app);
 	int fl = ff_real.fcntl(fd, F_GETFL);
 	int fdfl = ff_real.fcntl(fd, F_GETFD);
 	int cfl = ff_real.fcntl(chan, F_GETFL);
@@ -246,24 +304,36 @@ static int swap_in(int fd, int chan, struct ff_conn *c)
 		return -errno;
 	c->kern_family = dom;
 	ff_sockopt_carry(fd, chan, c);
+	accepting = accepting && !ff_real.getsockopt(fd, SOL_SOCKET, SO_LINGER, &app, &al) &&
+		    !ff_real.setsockopt(fd, SOL_SOCKET, SO_LINGER, &rst, sizeof(rst));
 	if (ff_real.dup3(chan, fd, fdfl & FD_CLOEXEC ? O_CLOEXEC : 0) < 0) {
+		int err = errno;
+
+		if (accepting)	/* the application keeps its socket, and its close */
+			ff_real.setsockopt(fd, SOL_SOCKET, SO_LINGER, &app, al);
 		c->kern_family = c->family;
-		return -errno;
+		return -err;
 	}
 	return 0;
 }
 
-/* Record the outcome; table lock held. */
-static void decide(int fd, struct ff_conn *c, int chan)
+/* Record the outcome; table lock held. h NULL: overlay. */
+static void decide(int fd, struct ff_conn *c, struct handover *h, int accepting)
 {
 	struct ff_slot *s = ff_fd_slot(fd);
 	struct ff_epreg *regs;
 	int ret = -EBADF;
 
-	if (s && s->conn == c && chan >= 0)
-		ret = swap_in(fd, chan, c);
-	if (chan >= 0 && ret)
+	if (s && s->conn == c && h)
+		ret = swap_in(fd, h->chan, c, accepting);
+	if (h && ret)
 		ff_fallback(fd, "swap failed: %s", strerror(-ret));
+	if (h && h->shm && !ret) {
+		int fl = ff_real.fcntl(fd, F_GETFL);
+
+		ff_shm_attach(c, h->shm, fl >= 0 && (fl & O_NONBLOCK));
+		h->shm = NULL;
+	}
 	regs = c->epregs;
 	ff_conn_set_state(c, ret ? FF_ST_OVERLAY : FF_ST_SWAPPED);
 	if (s && s->conn == c)
@@ -275,9 +345,10 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 {
 	struct sockaddr_storage local, remote;
 	socklen_t ll = sizeof(local), rl = sizeof(remote);
+	struct handover h = { .chan = -1 }, *fast = NULL;
 	char why[160] = "";
 	struct ff_reply r;
-	int chan = -1, answered = 0, ret;
+	int answered = 0, ret;
 
 	if (ff_real.getsockname(fd, (void *)&local, &ll) ||
 	    ff_real.getpeername(fd, (void *)&remote, &rl)) {
@@ -288,8 +359,8 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 		ret = request(msg, &local, &remote, FF_MSG_PATH, &r);
 		if (ret < 0)
 			snprintf(why, sizeof(why), "agent unreachable: %s", strerror(-ret));
-		else
-			chan = read_path(&r, why, sizeof(why));
+		else if (read_path(&r, msg, &h, why, sizeof(why)) == 0)
+			fast = &h;
 		if (ret >= 0) {
 			/* A PATH, whatever it says, is listed by the agent until CLOSED. */
 			answered = r.msg.type == FF_MSG_PATH;
@@ -302,12 +373,14 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 	c->local_len = ll;
 	c->remote = remote;
 	c->remote_len = rl;
-	decide(fd, c, chan);
+	decide(fd, c, fast, msg == FF_MSG_ACCEPT);
+	if (h.shm)
+		ff_shm_put(h.shm);	/* the swap failed: not attached */
 	if (ff_conn_unref(c))
 		ff_conn_free(c);
 	ff_table_unlock();
-	if (chan >= 0)
-		ff_real.close(chan);
+	if (fast)
+		ff_real.close(h.chan);
 	else
 		ff_fallback(fd, "%s", why);
 }

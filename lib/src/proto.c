@@ -40,6 +40,7 @@ static const struct {
 	[FF_ATTR_REMOTE_EP]	= { KIND_EP, 0 },
 	[FF_ATTR_PATH_KIND]	= { KIND_FIXED, 1 },
 	[FF_ATTR_REASON]	= { KIND_STR, 64 },
+	[FF_ATTR_CAPS]		= { KIND_FIXED, 4 },
 };
 
 /* The present bitmask needs one bit per known type. */

@@ -36,6 +36,7 @@ struct ff_real {
 	int (*fcntl)(int, int, ...);
 	int (*fcntl64)(int, int, ...);
 	int (*shutdown)(int, int);
+	int (*ioctl)(int, unsigned long, ...);
 	ssize_t (*read)(int, void *, size_t);
 	ssize_t (*write)(int, const void *, size_t);
 	ssize_t (*readv)(int, const struct iovec *, int);
@@ -56,6 +57,8 @@ struct ff_real {
 	int (*setsockopt)(int, int, int, const void *, socklen_t);
 	int (*poll)(struct pollfd *, nfds_t, int);
 	int (*select)(int, fd_set *, fd_set *, fd_set *, struct timeval *);
+	int (*epoll_create)(int);
+	int (*epoll_create1)(int);
 	int (*epoll_ctl)(int, int, int, struct epoll_event *);
 	int (*epoll_wait)(int, struct epoll_event *, int, int);
 	int (*epoll_pwait)(int, struct epoll_event *, int, int, const sigset_t *);
@@ -77,6 +80,7 @@ struct ff_real {
 			   const posix_spawnattr_t *, char *const[], char *const[]);
 	int (*posix_spawnp)(pid_t *, const char *, const posix_spawn_file_actions_t *,
 			    const posix_spawnattr_t *, char *const[], char *const[]);
+	pid_t (*vfork)(void);
 };
 
 extern struct ff_real ff_real;
@@ -227,7 +231,10 @@ static inline int ff_settle(int fd, int nonblock)
 	return ff_settle_slow(fd, nonblock);
 }
 
-/* Best-effort LISTEN / UNLISTEN / CLOSED; the result only says if the agent took it. */
+/*
+ * Best-effort LISTEN / UNLISTEN / CLOSED; the result only says if the agent
+ * took it (for CLOSED, a notification never answered: that it was sent).
+ */
 int ff_announce(uint8_t msg, const struct sockaddr_storage *local,
 		const struct sockaddr_storage *remote);
 /* The same on a given session (the one being opened). */
@@ -255,6 +262,8 @@ int ff_sockopt_set(int fd, int level, int name, const void *val, socklen_t len);
 
 /* ---- fork.c ---- */
 void ff_fork_init(void);
+/* Whether this is a vfork child, which shares the parent's memory: change nothing. */
+int ff_vforked(void);
 
 /* ---- exec.c: swapped connections carried across exec ---- */
 /* In the new image, at init (table ready): adopt what the old image described. */

@@ -5,7 +5,19 @@
  *
  * Conventions as in shim.h: 0 or -errno, errno untouched. A conn with
  * c->shm set has FF_FD_SHM in the flags of every slot that refers to it;
- * the data path tests that bit with one relaxed load.
+ * the data path tests that bit with one relaxed load, so fds that are not
+ * on shm pay nothing more.
+ *
+ * Lifetime: struct ff_shm is counted. The conn holds one reference while
+ * c->shm points to it; every call working on it holds another (ff_shm_get),
+ * taken under the table lock, so a close() or a move down in another thread
+ * never unmaps memory a call is still using. The last ff_shm_put unmaps.
+ *
+ * Locks, in this order: rx.mu, then tx.mu (a thread needing both takes rx
+ * first), then wait_mu, then the table lock (only a move down takes it
+ * after ring locks, to put the new socket in place; nothing takes a ring
+ * lock while holding the table lock). None is held across a sleep, except
+ * the ring locks by a move down across its bounded waits (shm_switch.c).
  */
 #ifndef FREEFLOW_SHM_H
 #define FREEFLOW_SHM_H
@@ -42,51 +54,197 @@
 /* Roles: which ring is tx. The connector produces into ring 0. */
 enum ff_shm_role { FF_SHM_CONNECTOR = 1, FF_SHM_ACCEPTOR = 2 };
 
-/*
- * Validate memfd (seals, size, header) and map it for conn c, whose
- * channel (the bell socket) is already at fd. Closes nothing. Table lock
- * held. 0 or -errno (then c is untouched and the caller falls back).
- */
-int ff_shm_attach(struct ff_conn *c, int memfd, enum ff_shm_role role);
+/* Bits of ff_shm.state (process-local, sticky). */
+#define FF_SHM_BROKEN		1u	/* the peer broke the contract: ECONNRESET */
+#define FF_SHM_PEER_GONE	2u	/* the bell socket is at EOF */
+#define FF_SHM_SHUT_WR		4u	/* this process shut down writing */
+#define FF_SHM_SHUT_RD		8u	/* this process shut down reading */
+#define FF_SHM_CLOSED		16u	/* the conn let go of it (close, or moved down) */
+#define FF_SHM_DOWN		32u	/* this end moved it down (then CLOSED too) */
 
-/* The data path (no table lock held; fd's slot has FF_FD_SHM). */
+/* One direction as this end sees it: it produces into tx, consumes rx. */
+struct ff_shm_ring {
+	/* Fields in the shared control block (untrusted: the peer writes them too). */
+	_Atomic uint64_t *head, *tail;
+	_Atomic uint32_t *cons_wait, *prod_wait, *cons_busy, *prod_shut, *cons_closed;
+	uint8_t *data;
+	pthread_mutex_t mu;		/* one thread of this process at a time moves bytes */
+	/*
+	 * Our own index (tx: head, rx: tail), the only copy we trust, and the
+	 * peer's index as last validated. Written under mu; atomic so that a
+	 * lockless "anything new?" check (the spin) may read them.
+	 */
+	_Atomic uint64_t mine, theirs;
+	int waiters;			/* armed waiters of this process (wait_mu) */
+};
+
+struct ff_shm {
+	_Atomic int refs;
+	_Atomic unsigned state;		/* FF_SHM_* bits */
+	_Atomic int nonblock;		/* O_NONBLOCK of the bell socket's file, as last set */
+	uint8_t *base;			/* the mapping */
+	size_t len;
+	uint64_t size;			/* ring_size, read once at attach */
+	uint32_t role;			/* enum ff_shm_role */
+	_Atomic uint32_t *switch_by;
+	struct ff_shm_ring tx, rx;
+	pthread_mutex_t wait_mu;	/* cons_wait/prod_wait, waiters, draining */
+	pthread_cond_t drained;		/* broadcast after each drain of the bell */
+};
+
+/*
+ * Validate memfd (seals, size, header) and map it for a connection where
+ * this end has role. No lock needed; closes nothing. 0 with *out set (one
+ * reference, for the conn), or -errno with *why saying what was wrong
+ * (then the caller falls back).
+ */
+int ff_shm_open(int memfd, enum ff_shm_role role, struct ff_shm **out, const char **why);
+/*
+ * Table lock held: c, whose bell socket was just put at its fd (O_NONBLOCK
+ * as nonblock), takes sh.
+ */
+void ff_shm_attach(struct ff_conn *c, struct ff_shm *sh, int nonblock);
+/* fcntl(F_SETFL)/ioctl(FIONBIO) changed O_NONBLOCK of fd's file. */
+void ff_shm_set_nonblock(int fd, int on);
+/*
+ * The last reference of this process to c is going away (table lock held):
+ * tells the peer both directions are closed (prod_shut, cons_closed), then
+ * drops c's reference. A move down must not call it (the peer would read
+ * EOF): it clears c->shm and drops the reference with ff_shm_put.
+ */
+void ff_shm_release(struct ff_conn *c);
+
+/* fd's shm with a reference (takes the table lock), or NULL if fd is not on shm. */
+struct ff_shm *ff_shm_get(int fd);
+void ff_shm_put(struct ff_shm *sh);
+
+/*
+ * The data path (no table lock held). Each returns FF_SHM_MOVED when fd is
+ * not, or no longer, on shm (closed meanwhile, or moved down): the caller
+ * then makes the kernel call on fd instead.
+ */
+#define FF_SHM_MOVED		(-4096 - 1)	/* outside the errno range */
 ssize_t ff_shm_recv(int fd, const struct iovec *iov, int cnt, int flags);
 ssize_t ff_shm_send(int fd, const struct iovec *iov, int cnt, int flags);
+/* sendfile with out_fd on shm: the file is read straight into the ring. */
 ssize_t ff_shm_sendfile(int out_fd, int in_fd, off_t *off, size_t n);
-/* ioctl FIONREAD/SIOCINQ, SIOCOUTQ: 0 with *val set, or -errno. */
-int ff_shm_ioctl_queue(int fd, unsigned long req, int *val);
+/* sendfile with in_fd on shm (to any out_fd): what out_fd took is consumed. */
+ssize_t ff_shm_sendfile_from(int out_fd, int in_fd, off_t *off, size_t n);
+/* ioctl FIONREAD/SIOCINQ, SIOCOUTQ, SIOCOUTQNSD, SIOCATMARK: 0 with *val set. */
+int ff_shm_ioctl(int fd, unsigned long req, int *val);
 int ff_shm_shutdown(int fd, int how);
-/* The last reference of this process to c is going away (table lock held). */
-void ff_shm_release(struct ff_conn *c);
 
 /*
  * Readiness, for poll/select/epoll (POLLIN/POLLOUT/POLLRDHUP/POLLHUP/
  * POLLERR bits; EPOLL* have the same values). No table lock held.
+ * A result with FF_SHM_READY_MOVED means fd is not (or no longer) on shm:
+ * poll it natively, for what the program asked.
  *
- * ff_shm_ready: what is ready now, without sleeping; reads the bell socket
- *   (non-blocking) first if it has bytes, so a switch message or EOF is seen.
+ * ff_shm_ready: what poll would report now for want (POLLERR/POLLHUP
+ *   always), without sleeping. Reads the shared indices; only when nothing
+ *   wanted is ready does it look at the bell socket (one non-blocking
+ *   read), so that the peer's exit or switch is seen. A switch by the peer
+ *   is adopted here (ff_shm_switch), and then the result is MOVED.
  * ff_shm_arm: about to sleep in the kernel on the bell socket (POLLIN) for
  *   want: announce the wait (cons_wait / prod_wait), full fence, and return
- *   what became ready meanwhile (nonzero: do not sleep, call ff_shm_disarm).
+ *   what became ready meanwhile (nonzero: do not sleep). w keeps a
+ *   reference until ff_shm_disarm, which must follow in every case (also
+ *   for a nonzero result; a MOVED result leaves w empty).
  * ff_shm_disarm: after the sleep (or instead of it): withdraw the
- *   announcement, drain bells.
- * While more than one thread of the process waits on c, ff_shm_arm's
- * *max_sleep_ms is lowered to 1 (docs/SHM.md, "Waiting and waking").
+ *   announcement and drop w's reference. The last armed waiter of the
+ *   process drains the bell (docs/SHM.md, "Waiting and waking"), so a
+ *   caller that finds nothing ready after its sleep simply arms again.
  */
+#define FF_SHM_READY_MOVED	0x80000000u
+struct ff_shm_waiter {
+	struct ff_shm *sh;
+	unsigned want;
+};
 unsigned ff_shm_ready(int fd, unsigned want);
-unsigned ff_shm_arm(int fd, unsigned want, int *max_sleep_ms);
-void ff_shm_disarm(int fd, unsigned want);
+unsigned ff_shm_arm(int fd, unsigned want, struct ff_shm_waiter *w);
+void ff_shm_disarm(int fd, struct ff_shm_waiter *w);
+/*
+ * For poll.c and epoll.c, which hold a reference across a call or an
+ * epoll registration and look at many connections in turn:
+ * ff_shm_ready_held: ff_shm_ready on sh, which sits at fd; look 0 leaves
+ *   the bell socket alone (for a first look, before a sleep on the bell
+ *   socket, which its EOF or a switch message would end at once).
+ * ff_shm_maybe: no lock, no system call, possibly spurious: 0 means
+ *   ff_shm_ready would report nothing of want now, save what only the
+ *   bell socket can tell (the peer's exit, which wakes a poll of it).
+ * ff_shm_spin_until: spin as ff_shm_spin does, until check(arg) returns
+ *   nonzero (returned) or the budget is spent (0).
+ * ff_shm_conns: attached and not yet released (ff_shm_release), so never
+ *   below the shm connections of this process (one moved down stays
+ *   counted): while 0, poll and select need not look at their fds.
+ */
+unsigned ff_shm_ready_held(int fd, struct ff_shm *sh, unsigned want, int look);
+int ff_shm_maybe(struct ff_shm *sh, unsigned want);
+int ff_shm_spin_until(int (*check)(void *arg), void *arg);
+extern _Atomic int ff_shm_conns;
+
+/* ---- shm_ring.c: the rings themselves, for shm.c and shm_switch.c ---- */
+
+/*
+ * The peer's index, loaded (acquire) and validated against ours: bytes
+ * readable in rx / free room in tx, or -ECONNRESET (the peer broke the
+ * contract; sh is then marked broken). The ring's mu held.
+ */
+int64_t ff_shm_rx_avail(struct ff_shm *sh);
+int64_t ff_shm_tx_room(struct ff_shm *sh);
+/* The contiguous bytes of r's data from stream index i, at most n: their length, *p set. */
+static inline size_t ff_shm_seg(const struct ff_shm *sh, const struct ff_shm_ring *r,
+				uint64_t i, size_t n, uint8_t **p)
+{
+	uint64_t o = i & (sh->size - 1);
+
+	*p = r->data + o;
+	return n < sh->size - o ? n : (size_t)(sh->size - o);
+}
+/* Publish n more bytes consumed (rx) / produced (tx), waking the peer if it waits. mu held. */
+void ff_shm_rx_consumed(int fd, struct ff_shm *sh, uint64_t n);
+void ff_shm_tx_produced(int fd, struct ff_shm *sh, uint64_t n);
+/* Mark sh broken (once, with a debug line saying why); returns -ECONNRESET. */
+int ff_shm_broken(struct ff_shm *sh, const char *why);
+/* The peer has shut its sending side (prod_shut seen, or gone): rx ends once empty. */
+int ff_shm_rx_shut(struct ff_shm *sh);
+/*
+ * Who moved the connection down: 0 nobody (yet), the role of the end that
+ * did (switch_by), or -ECONNRESET for a value no end may write there.
+ */
+int ff_shm_switched_by(struct ff_shm *sh);
+
+/*
+ * Blocking waits of the data path, for dir POLLIN (data, end of stream) or
+ * POLLOUT (room). ff_shm_spin: spin up to ff_shm_spin_ns for a change;
+ * 1 if one came (the caller re-checks). ff_shm_wait: sleep on the bell
+ * socket for up to ms (< 0: no timeout); 0 when something may have
+ * changed, -ETIMEDOUT, -EINTR or -EBADF.
+ */
+int ff_shm_spin(struct ff_shm *sh, unsigned dir);
+int ff_shm_wait(int fd, struct ff_shm *sh, unsigned dir, int ms);
 
 /* Spin budget in nanoseconds (FREEFLOW_SHM_SPIN_US), read at init. */
 extern long ff_shm_spin_ns;
+void ff_shm_init(void);
 
 /*
- * Moving down (docs/SHM.md, "Moving down"): make fd's connection a plain
- * kernel channel now. 0 (also when it was not shm), or -errno (the
- * connection then fails with ECONNRESET). No table lock held.
+ * Moving down (docs/SHM.md, "Moving down"; shm_switch.c): make fd's
+ * connection a plain kernel channel now. 0 (also when it was not shm), or
+ * -errno (the connection then fails with ECONNRESET). No table lock held,
+ * none of sh's locks held.
  */
 int ff_shm_switch(int fd);
-/* Move down every shm connection of this process (before fork/exec/spawn). */
-void ff_shm_switch_all(void);
+/*
+ * Move down every shm connection of this process (before fork, vfork,
+ * exec, posix_spawn): with FF_SHM_SWITCH_KEPT only those at an fd without
+ * FD_CLOEXEC (exec keeps them); with FF_SHM_SWITCH_LOCK return holding the
+ * table lock, no working shm connection left (fork). No lock held.
+ */
+#define FF_SHM_SWITCH_KEPT	1u
+#define FF_SHM_SWITCH_LOCK	2u
+void ff_shm_switch_all(unsigned how);
+/* sendmsg/sendmmsg is about to pass fds with SCM_RIGHTS: move down those on shm. */
+void ff_shm_switch_passed(const struct msghdr *mh);
 
 #endif

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Wrapped socket lifecycle calls: socket, connect, listen, accept(4), close,
- * dup/dup2/dup3/fcntl(F_DUPFD*), getsockname/getpeername, shutdown.
+ * dup/dup2/dup3/fcntl(F_DUPFD*), getsockname/getpeername, shutdown, ioctl.
  *
  * Only AF_INET/AF_INET6 SOCK_STREAM (TCP) sockets are tracked; every other
  * fd goes straight to libc. Wrappers save errno from the real call and
@@ -15,13 +15,16 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "freeflow/proto.h"
 #include "shim.h"
+#include "shm.h"
 
 static int is_tcp(int domain, int type, int protocol)
 {
@@ -223,7 +226,8 @@ FF_EXPORT int accept4(int fd, struct sockaddr *sa, socklen_t *len, int flags)
  * The last fd of a conn is gone: tell the agent what it keeps track of,
  * its registration of the listener (only the registering process's own,
  * listeners.c) and every connection it answered, fast or overlay (it lists
- * them until CLOSED). Bounded: one request on this thread's session.
+ * them until CLOSED), on this thread's session: UNLISTEN waits for the
+ * agent's OK (bounded), CLOSED is a notification sent without waiting.
  */
 static void conn_closed(struct ff_conn *c)
 {
@@ -316,12 +320,23 @@ FF_EXPORT int dup3(int fd, int fd2, int flags)
  * it on as a pointer-sized value is what the calling convention of every
  * supported ABI makes safe (and what glibc's own wrappers do).
  */
+/* Whether fd is on shared memory (one relaxed load). */
+static int on_shm(int fd)
+{
+	struct ff_slot *s = ff_fd_slot(fd);
+
+	return !ff_busy && s && (atomic_load_explicit(&s->flags, memory_order_relaxed) & FF_FD_SHM);
+}
+
+/* O_NONBLOCK of an shm connection is cached for its data path (shm.c). */
 static int fcntl_common(int (*real)(int, int, ...), int fd, int cmd, void *arg)
 {
 	int ret = real(fd, cmd, arg), err = errno;
 
 	if (ret >= 0 && !ff_busy && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC))
 		dup_track(fd, ret);
+	if (ret >= 0 && cmd == F_SETFL && on_shm(fd))
+		ff_shm_set_nonblock(fd, ((int)(intptr_t)arg & O_NONBLOCK) != 0);
 	errno = err;
 	return ret;
 }
@@ -389,11 +404,57 @@ FF_EXPORT int getpeername(int fd, struct sockaddr *sa, socklen_t *len)
 
 /*
  * shutdown() sends a FIN, so an established pending connection is decided
- * first; one still connecting is left to the kernel (which aborts it).
+ * first; one still connecting is left to the kernel (which aborts it). On
+ * shm the bell socket is left alone: its EOF means the peer is gone.
  */
 FF_EXPORT int shutdown(int fd, int how)
 {
+	int ret;
+
 	if (!ff_busy)
 		ff_settle(fd, 1);
+	if (on_shm(fd)) {
+		ret = ff_shm_shutdown(fd, how);
+		if (ret != FF_SHM_MOVED) {
+			if (ret < 0)
+				errno = -ret;
+			return ret < 0 ? -1 : 0;
+		}
+	}
 	return REAL(shutdown)(fd, how);
+}
+
+/*
+ * ioctl: on shm the queue sizes come from the rings; FIONBIO sets
+ * O_NONBLOCK on the bell socket's file (the kernel does it), and the data
+ * path's cached copy follows. The third argument is passed on as a pointer,
+ * as with fcntl.
+ */
+FF_EXPORT int ioctl(int fd, unsigned long req, ...)
+{
+	va_list ap;
+	void *arg;
+	int ret, val, err;
+
+	va_start(ap, req);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	if (arg && on_shm(fd) && (req == FIONREAD || req == SIOCOUTQ || req == SIOCOUTQNSD ||
+				  req == SIOCATMARK)) {
+		ret = ff_shm_ioctl(fd, req, &val);
+		if (ret == 0) {
+			memcpy(arg, &val, sizeof(val));
+			return 0;
+		}
+		if (ret != FF_SHM_MOVED) {
+			errno = -ret;
+			return -1;
+		}
+	}
+	ret = REAL(ioctl)(fd, req, arg);
+	err = errno;
+	if (ret == 0 && req == FIONBIO && arg && on_shm(fd))
+		ff_shm_set_nonblock(fd, *(int *)arg != 0);
+	errno = err;
+	return ret;
 }

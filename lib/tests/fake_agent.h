@@ -4,8 +4,9 @@
  * ("Connection brokering") on a temporary SOCK_SEQPACKET socket, run in a
  * forked child of the test.
  *
- * FA_BROKER: LISTEN/UNLISTEN/CLOSED get OK. A CONNECT/ACCEPT is keyed by
- *   the connection's 4-tuple (connecting end first); the decision is made
+ * FA_BROKER: LISTEN/UNLISTEN get OK, CLOSED nothing (a notification). A
+ *   CONNECT/ACCEPT is keyed by the connection's 4-tuple (connecting end
+ *   first); the decision is made
  *   once per tuple: CONNECT to a port no listener registered gets overlay
  *   (listener-not-freeflow) at once; otherwise the first ask waits at most
  *   FA_WAIT_MS for the other end, then both get one end of a new channel,
@@ -23,7 +24,11 @@
  * hands the two ends of a real TCP connection on 127.0.0.1 with PATH
  * host-tcp, as two agents do across hosts; like the real agent (Go), the
  * fake sets TCP_NODELAY on them, so the tests see whether the library
- * restores the application's choice.
+ * restores the application's choice; "shm" hands each end [one end of a
+ * socketpair (the bell socket), a sealed memfd laid out as docs/SHM.md
+ * says] with PATH shm, if both ends' HELLO said CAPS bit 0 (as the agent
+ * requires), else a unix channel. Rings are FF_TEST_SHM_RING bytes (default
+ * 256 KiB); the memfd is named "ff-shm", which t_swapped looks for.
  *
  * Every event is one line in the log file ("hello", "ask", "swap", "overlay
  * <reason>", "hostile <case>", "listen <pid>", "unlisten", "closed"), which the
@@ -42,6 +47,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -53,6 +59,9 @@
 #define FA_WAIT_MS	50
 #define FA_MAX_CLIENTS	64
 #define FA_MAX_TUPLES	512
+/* Client fds of the agent whose HELLO is remembered. */
+#define FA_MAX_FD	1024
+#define FA_SHM_RING_DEFAULT	(256u << 10)
 
 enum fa_mode { FA_BROKER, FA_OVERLAY, FA_SILENT, FA_HOSTILE };
 
@@ -63,13 +72,20 @@ enum fa_hostile {
 	FA_NOT_STREAM,		/* PATH unix with a UDP socket */
 	FA_TWO_FDS,		/* PATH unix with two stream sockets */
 	FA_KIND_RANGE,		/* PATH_KIND 9 with a stream socket */
-	FA_KIND_SHM,		/* PATH_KIND shm (reserved) with a stream socket */
+	FA_KIND_SHM,		/* PATH shm with a stream socket only, no memfd */
 	FA_OVERLAY_FD,		/* PATH overlay, yet with a stream socket */
+	FA_SHM_UNSEALED,	/* PATH shm whose memfd has no seals */
+	FA_SHM_SIZE,		/* PATH shm whose memfd is a page larger than the header says */
+	FA_SHM_MAGIC,		/* PATH shm whose memfd's magic is wrong */
+	FA_SHM_RING,		/* PATH shm with ring_size 12 KiB, not a power of two */
+	FA_SHM_ORDER,		/* PATH shm with [memfd, bell socket] */
+	FA_SHM_NOT_MEMFD,	/* PATH shm with [bell socket, another socket] */
 	FA_HOSTILE_CASES
 };
 
 static const char *const fa_hostile_name[FA_HOSTILE_CASES] = {
 	"wrong-seq", "no-fd", "not-stream", "two-fds", "kind-range", "kind-shm", "overlay-fd",
+	"shm-unsealed", "shm-size", "shm-magic", "shm-ring", "shm-order", "shm-not-memfd",
 };
 
 struct fa_tuple {
@@ -90,6 +106,7 @@ struct fa_state {
 	int nt;
 	uint16_t ports[64];	/* registered listener ports, network order */
 	int nports;
+	uint8_t shm_caps[FA_MAX_FD];	/* the client's HELLO said CAPS bit 0 */
 };
 
 static inline int64_t fa_now(void)
@@ -177,24 +194,88 @@ static inline int fa_tcp_pair(int sp[2])
 	return 0;
 }
 
-/* A new channel for one connection: its two ends and its PATH_KIND. */
-static inline int fa_channel(int sp[2])
+static inline int fa_shm(void)
 {
+	const char *c = getenv("FF_TEST_CHANNEL");
+
+	return c && !strcmp(c, "shm");
+}
+
+static inline uint32_t fa_shm_ring(void)
+{
+	const char *v = getenv("FF_TEST_SHM_RING");
+
+	return v ? (uint32_t)strtoul(v, NULL, 0) : FA_SHM_RING_DEFAULT;
+}
+
+static inline void fa_put_le32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/*
+ * A memfd as docs/SHM.md lays it out: the header ("FFSM", version 1,
+ * ring_size), size bytes in all, with seals. The hostile cases pass what
+ * to get wrong; a good one is fa_memfd(ring, "FFSM", 4096 + 2 * ring,
+ * F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL).
+ */
+static inline int fa_memfd(uint32_t ring, const char *magic, uint64_t size, int seals)
+{
+	int fd = memfd_create("ff-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	uint8_t hdr[16] = { 0 };
+
+	memcpy(hdr, magic, 4);
+	fa_put_le32(hdr + 4, 1);
+	fa_put_le32(hdr + 8, ring);
+	if (fd < 0 || ftruncate(fd, (off_t)size) || pwrite(fd, hdr, sizeof(hdr), 0) != sizeof(hdr) ||
+	    (seals && fcntl(fd, F_ADD_SEALS, seals)))
+		_exit(3);
+	return fd;
+}
+
+#define FA_SEALS	(F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+
+/*
+ * A new channel for one connection: its two ends, its memfd (shm only,
+ * else -1) and its PATH_KIND. shm_ok: both ends can take shm.
+ */
+static inline int fa_channel(int sp[2], int *memfd, int shm_ok)
+{
+	*memfd = -1;
 	if (fa_host_tcp())
 		return fa_tcp_pair(sp) ? -1 : FF_PATH_HOST_TCP;
-	return socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) ? -1 : FF_PATH_UNIX;
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp))
+		return -1;
+	if (!fa_shm() || !shm_ok)
+		return FF_PATH_UNIX;
+	*memfd = fa_memfd(fa_shm_ring(), "FFSM", 4096 + 2 * (uint64_t)fa_shm_ring(), FA_SEALS);
+	return FF_PATH_SHM;
+}
+
+static inline int fa_can_shm(struct fa_state *st, int fd)
+{
+	return fd >= 0 && fd < FA_MAX_FD && st->shm_caps[fd];
 }
 
 static inline struct fa_tuple *fa_find(struct fa_state *st, const uint8_t *key, int len)
 {
+	struct fa_tuple *t = NULL;
+
 	for (int i = 0; i < st->nt; i++)
 		if (st->t[i].keylen == len && !memcmp(st->t[i].key, key, (size_t)len))
 			return &st->t[i];
-	if (st->nt == FA_MAX_TUPLES)
+	if (st->nt < FA_MAX_TUPLES)
+		t = &st->t[st->nt++];
+	else	/* full: forget a decided tuple, as the agent forgets them in time */
+		for (int i = 0; i < st->nt && !t; i++)
+			if (st->t[i].decided >= 0)
+				t = &st->t[i];
+	if (!t)
 		return NULL;
-	st->t[st->nt] = (struct fa_tuple){ .keylen = (uint8_t)len, .decided = -1, .waiter = -1 };
-	memcpy(st->t[st->nt].key, key, (size_t)len);
-	return &st->t[st->nt++];
+	*t = (struct fa_tuple){ .keylen = (uint8_t)len, .decided = -1, .waiter = -1 };
+	memcpy(t->key, key, (size_t)len);
+	return t;
 }
 
 static inline int fa_port_registered(struct fa_state *st, const struct ff_attr *ep)
@@ -219,16 +300,21 @@ static inline void fa_decide(struct fa_state *st, struct fa_tuple *t, int fd, ui
 		if (fd >= 0)
 			fa_send(fd, FF_MSG_PATH, seq, kind, reason, -1);
 	} else {
-		int sp[2];
+		int sp[2], memfd, a[2], b[2];
 
-		kind = fa_channel(sp);
+		kind = fa_channel(sp, &memfd, fa_can_shm(st, t->waiter) && fa_can_shm(st, fd));
 		if (kind < 0)
 			_exit(3);
-		fa_log(st, "swap");
-		fa_send(t->waiter, FF_MSG_PATH, t->seq, kind, NULL, sp[0]);
-		fa_send(fd, FF_MSG_PATH, seq, kind, NULL, sp[1]);
+		fa_log(st, kind == FF_PATH_SHM ? "swap shm" : "swap");
+		a[0] = sp[0];
+		b[0] = sp[1];
+		a[1] = b[1] = memfd;
+		fa_send_fds(t->waiter, FF_MSG_PATH, t->seq, kind, NULL, a, memfd >= 0 ? 2 : 1);
+		fa_send_fds(fd, FF_MSG_PATH, seq, kind, NULL, b, memfd >= 0 ? 2 : 1);
 		close(sp[0]);
 		close(sp[1]);
+		if (memfd >= 0)
+			close(memfd);
 	}
 	t->waiter = -1;
 }
@@ -236,7 +322,9 @@ static inline void fa_decide(struct fa_state *st, struct fa_tuple *t, int fd, ui
 /* FA_HOSTILE: the broken reply of case h to one ask. */
 static inline void fa_hostile(struct fa_state *st, int fd, uint32_t seq, enum fa_hostile h)
 {
-	int sp[2], fds[2], kind = FF_PATH_UNIX, nfd = 1;
+	const uint32_t ring = 4096;
+	const uint64_t size = 4096 + 2 * ring;
+	int sp[2], fds[2], kind = FF_PATH_UNIX, nfd = 1, memfd = -1;
 
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp))
 		_exit(3);
@@ -250,12 +338,30 @@ static inline void fa_hostile(struct fa_state *st, int fd, uint32_t seq, enum fa
 	case FA_KIND_RANGE:	kind = 9; break;
 	case FA_KIND_SHM:	kind = FF_PATH_SHM; break;
 	case FA_OVERLAY_FD:	kind = FF_PATH_OVERLAY; break;
+	case FA_SHM_UNSEALED:	memfd = fa_memfd(ring, "FFSM", size, 0); break;
+	case FA_SHM_SIZE:	memfd = fa_memfd(ring, "FFSM", size + 4096, FA_SEALS); break;
+	case FA_SHM_MAGIC:	memfd = fa_memfd(ring, "FFSN", size, FA_SEALS); break;
+	case FA_SHM_RING:	memfd = fa_memfd(3 * ring, "FFSM", 4096 + 6 * ring, FA_SEALS); break;
+	case FA_SHM_ORDER:	memfd = fa_memfd(ring, "FFSM", size, FA_SEALS); break;
+	case FA_SHM_NOT_MEMFD:	break;
 	default:		_exit(3);
+	}
+	if (h >= FA_SHM_UNSEALED) {
+		kind = FF_PATH_SHM;
+		nfd = 2;
+		if (memfd >= 0)
+			fds[1] = memfd;
+		if (h == FA_SHM_ORDER) {
+			fds[0] = memfd;
+			fds[1] = sp[0];
+		}
 	}
 	fa_log(st, "hostile %s", fa_hostile_name[h]);
 	fa_send_fds(fd, FF_MSG_PATH, seq, kind, NULL, fds, nfd);
-	if (fds[0] != sp[0])
+	if (fds[0] != sp[0] && fds[0] != memfd)
 		close(fds[0]);
+	if (memfd >= 0)
+		close(memfd);
 	close(sp[0]);
 	close(sp[1]);
 }
@@ -315,6 +421,8 @@ static inline void fa_request(struct fa_state *st, int fd)
 
 	if (n <= 0 || ff_msg_decode(in, (size_t)n, &m)) {
 		close(fd);
+		if (fd < FA_MAX_FD)
+			st->shm_caps[fd] = 0;
 		for (int i = 0; i < st->nt; i++)
 			if (st->t[i].waiter == fd)
 				st->t[i].waiter = -1;
@@ -326,10 +434,15 @@ static inline void fa_request(struct fa_state *st, int fd)
 	if (st->mode == FA_SILENT)
 		return;
 	switch (m.type) {
-	case FF_MSG_HELLO:
+	case FF_MSG_HELLO: {
+		const struct ff_attr *caps = ff_msg_get(&m, FF_ATTR_CAPS);
+
+		if (fd < FA_MAX_FD)
+			st->shm_caps[fd] = caps && (ff_attr_u32(caps) & FF_CAP_SHM);
 		fa_log(st, "hello");
 		fa_send(fd, FF_MSG_HELLO_REPLY, m.seq, 0, NULL, -1);
 		break;
+	}
 	case FF_MSG_LISTEN:
 		l = ff_msg_get(&m, FF_ATTR_LOCAL_EP);
 		memcpy(&port, l->val + l->len - 2, 2);
@@ -346,10 +459,11 @@ static inline void fa_request(struct fa_state *st, int fd)
 				st->ports[i] = st->ports[--st->nports];
 				break;
 			}
-		/* fall through */
-	case FF_MSG_CLOSED:
-		fa_log(st, m.type == FF_MSG_CLOSED ? "closed" : "unlisten");
+		fa_log(st, "unlisten");
 		fa_send(fd, FF_MSG_OK, m.seq, 0, NULL, -1);
+		break;
+	case FF_MSG_CLOSED:	/* a notification: never answered */
+		fa_log(st, "closed");
 		break;
 	case FF_MSG_CONNECT:
 	case FF_MSG_ACCEPT:

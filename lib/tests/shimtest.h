@@ -23,6 +23,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
@@ -208,6 +209,21 @@ static inline int t_agent_count(const char *word)
 	return n;
 }
 
+/*
+ * The count of word once it reaches want, or what it is after 2 s: for
+ * notifications (CLOSED), which the library sends without waiting, so the
+ * agent may log them a moment after the call that sent them returned.
+ */
+static inline int t_agent_await(const char *word, int want)
+{
+	int64_t end = t_ms() + 2000;
+	int n;
+
+	while ((n = t_agent_count(word)) < want && t_ms() < end)
+		usleep(1000);
+	return n;
+}
+
 /* The family of the socket really at fd, asked of the kernel past the shim. */
 static inline int t_real_domain(int fd)
 {
@@ -226,10 +242,65 @@ static inline int t_channel_domain(void)
 }
 
 /*
+ * Mappings of the fake agent's shm memfds ("ff-shm") in process pid (0:
+ * this one); *first, if given, gets the start of the first (NULL if none).
+ */
+static inline int t_shm_maps_of(pid_t pid, uint8_t **first)
+{
+	char path[64], line[512];
+	unsigned long lo;
+	FILE *f;
+	int n = 0;
+
+	if (pid)
+		snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	else
+		snprintf(path, sizeof(path), "/proc/self/maps");
+	if (first)
+		*first = NULL;
+	if (!(f = fopen(path, "r")))
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		if (!strstr(line, "/memfd:ff-shm"))
+			continue;
+		if (!n++ && first && sscanf(line, "%lx-", &lo) == 1)
+			*first = (uint8_t *)lo;
+	}
+	fclose(f);
+	return n;
+}
+
+static inline int t_shm_maps(void)
+{
+	return t_shm_maps_of(0, NULL);
+}
+
+/* The first shm mapping of this process: both ends of a pair map the same memory. */
+static inline uint8_t *t_shm_base(void)
+{
+	uint8_t *m;
+
+	t_shm_maps_of(0, &m);
+	return m;
+}
+
+/* The overlay name (peer or local) the program sees at fd, as hex into out (2 * 128 + 1 bytes). */
+static inline void t_name_hex(int fd, int peer, char *out)
+{
+	struct sockaddr_storage ss;
+	socklen_t l = sizeof(ss);
+
+	if ((peer ? getpeername : getsockname)(fd, (void *)&ss, &l))
+		l = 0;
+	t_hex(out, (const uint8_t *)&ss, l);
+}
+
+/*
  * Whether the socket really at fd is a channel the agent handed over, not
  * the overlay TCP socket: the kernel's family is the channel's and the
  * kernel's own name of the socket differs from the one the program sees
- * (for host-tcp both are AF_INET, but the channel's port is another).
+ * (for host-tcp both are AF_INET, but the channel's port is another). On
+ * the shm channel the socket is the bell, and the rings must be mapped.
  */
 static inline int t_swapped(int fd)
 {
@@ -240,7 +311,34 @@ static inline int t_swapped(int fd)
 		return 0;
 	if (syscall(SYS_getsockname, fd, &k, &kl) || getsockname(fd, (void *)&a, &al))
 		return 0;
+	if (fa_shm() && t_shm_maps() <= 0)
+		return 0;
 	return kl != al || memcmp(&k, &a, kl) != 0;
+}
+
+/*
+ * Whether the shm connection at fd was moved down to a kernel channel: the
+ * socket really there is an AF_UNIX socket other than the bell socket that
+ * was there (inode bell; 0 when unknown), and the program still sees the
+ * overlay names.
+ */
+static inline int t_moved_down(int fd, ino_t bell)
+{
+	struct sockaddr_storage a;
+	socklen_t al = sizeof(a);
+	struct stat st;
+
+	return t_real_domain(fd) == AF_UNIX && fstat(fd, &st) == 0 && st.st_ino != bell &&
+	       getpeername(fd, (void *)&a, &al) == 0 &&
+	       (a.ss_family == AF_INET || a.ss_family == AF_INET6);
+}
+
+/* The inode of the socket at fd (the bell socket, on an shm connection). */
+static inline ino_t t_ino(int fd)
+{
+	struct stat st;
+
+	return fstat(fd, &st) == 0 ? st.st_ino : 0;
 }
 
 /* The real value of an int socket option at fd, past the shim (-12345 on error). */
@@ -325,10 +423,10 @@ static inline uint8_t t_byte(uint64_t i, uint8_t seed)
 	return (uint8_t)((i * 2654435761u) >> 13) ^ seed;
 }
 
-static inline int t_send_stream(int fd, size_t n, uint8_t seed)
+/* Bytes [off, n) of the test stream seed; returns 0 once all were written. */
+static inline int t_send_stream_from(int fd, size_t off, size_t n, uint8_t seed)
 {
 	uint8_t buf[16384];
-	size_t off = 0;
 
 	while (off < n) {
 		size_t k = n - off < sizeof(buf) ? n - off : sizeof(buf);
@@ -344,11 +442,15 @@ static inline int t_send_stream(int fd, size_t n, uint8_t seed)
 	return 0;
 }
 
-/* Read exactly n bytes and check each; returns 0 if all arrived intact. */
-static inline int t_recv_stream(int fd, size_t n, uint8_t seed)
+static inline int t_send_stream(int fd, size_t n, uint8_t seed)
+{
+	return t_send_stream_from(fd, 0, n, seed);
+}
+
+/* Read bytes [off, n) of the test stream seed and check each; 0 if all arrived intact. */
+static inline int t_recv_stream_from(int fd, size_t off, size_t n, uint8_t seed)
 {
 	uint8_t buf[16384];
-	size_t off = 0;
 
 	while (off < n) {
 		size_t k = n - off < sizeof(buf) ? n - off : sizeof(buf);
@@ -362,6 +464,45 @@ static inline int t_recv_stream(int fd, size_t n, uint8_t seed)
 		off += (size_t)r;
 	}
 	return 0;
+}
+
+/* Read exactly n bytes and check each; returns 0 if all arrived intact. */
+static inline int t_recv_stream(int fd, size_t n, uint8_t seed)
+{
+	return t_recv_stream_from(fd, 0, n, seed);
+}
+
+struct t_duplex_in {
+	int fd;
+	size_t from, n;
+	uint8_t seed;
+	int r;
+};
+
+static inline void *t_duplex_reader(void *p)
+{
+	struct t_duplex_in *in = p;
+
+	in->r = t_recv_stream_from(in->fd, in->from, in->n, in->seed);
+	return NULL;
+}
+
+/*
+ * Both directions of a stream at once, so that neither end waits for the
+ * other to read: bytes [sent, n) of stream out are written while bytes
+ * [got, n) of stream in are read and checked. 0 if all went through intact.
+ */
+static inline int t_duplex(int fd, size_t sent, uint8_t out, size_t got, uint8_t in, size_t n)
+{
+	struct t_duplex_in rd = { .fd = fd, .from = got, .n = n, .seed = in };
+	pthread_t th;
+	int w;
+
+	if (pthread_create(&th, NULL, t_duplex_reader, &rd))
+		return -1;
+	w = t_send_stream_from(fd, sent, n, out);
+	pthread_join(th, NULL);
+	return w ? w : rd.r;
 }
 
 /* Wait for a forked child; CHECKs it exited 0. */

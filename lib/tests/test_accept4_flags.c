@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: accept4 with SOCK_NONBLOCK|SOCK_CLOEXEC keeps both flags on the swapped fd, accept4 with 0 keeps neither */
-/* Channels: unix host-tcp */
+/* Channels: unix host-tcp shm */
 #include "shimtest.h"
 
 static void one(int lfd, uint16_t port, int flags)

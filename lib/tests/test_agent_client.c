@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Description: agent client against a fake agent in a child: HELLO, LOOKUP, ERROR, fds, and bounded, clean failure when the agent is silent, garbled, gone or backlogged */
+/* Description: agent client against a fake agent in a child: HELLO, LOOKUP, ERROR, fds, CLOSED sent without a reply (an answer to it dropped, not read as the next reply), and bounded, clean failure when the agent is silent, garbled, gone or backlogged */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -95,7 +95,13 @@ static void reply_with_fd(int fd, uint8_t *out, uint32_t seq)
 	agent_send(fd, &e, p, 1);
 }
 
-/* A well-behaved agent; HELLO with LIB_VERSION "deny-me" gets DENIED. */
+/* Set before fake_start: answer CLOSED with OK, as agents did before it became a notification. */
+static int answer_closed;
+
+/*
+ * A well-behaved agent; HELLO with LIB_VERSION "deny-me" gets DENIED; CLOSED,
+ * a notification, gets nothing (unless answer_closed).
+ */
 static void serve_normal(int fd)
 {
 	static uint8_t in[FF_MAX_MESSAGE], out[512];
@@ -112,6 +118,10 @@ static void serve_normal(int fd)
 			reply_lookup(fd, out, &q);
 		else if (q.type == FF_MSG_STATUS)
 			reply_with_fd(fd, out, q.seq);
+		else if (q.type == FF_MSG_CLOSED && answer_closed)
+			reply_with_fd(fd, out, q.seq);	/* an OK, with an fd to be closed */
+		else if (q.type == FF_MSG_CLOSED)
+			continue;
 		else
 			reply_error(fd, out, q.seq, FF_ERR_UNKNOWN);
 	}
@@ -308,6 +318,45 @@ static void test_fd_passing(void)
 	fake_stop(&f);
 }
 
+/*
+ * CLOSED is sent without waiting, and the request after it reads its own
+ * reply, also from an agent that answers CLOSED: that answer is dropped
+ * (with its fd), not taken for the next request's.
+ */
+static void test_notify(int answer)
+{
+	const char *who = answer ? "agent answering CLOSED" : "agent";
+	uint8_t buf[FF_HDR_LEN + 2 * (FF_ATTR_HDR_LEN + FF_EP4_LEN)];
+	int fds_before = count_fds(), ret;
+	struct ff_lookup_info l;
+	struct ff_hello_info h;
+	struct ff_enc e;
+	struct fake f;
+	int64_t t0, ms;
+
+	answer_closed = answer;
+	CHECK(fake_start(&f, serve_normal) == 0, "fake agent");
+	CHECK(ff_agent_hello(&f.a, NULL, &h) == 0, "%s: hello", who);
+	t0 = now_ms();
+	for (int i = 0; i < 3; i++) {
+		ff_enc_start(&e, buf, sizeof(buf), FF_MSG_CLOSED, ff_agent_next_seq(&f.a));
+		ff_enc_attr(&e, FF_ATTR_LOCAL_EP, "\x0a\xf4\x01\x01\x9c\x40", FF_EP4_LEN);
+		ff_enc_attr(&e, FF_ATTR_REMOTE_EP, "\x0a\xf4\x01\x02\x1f\x90", FF_EP4_LEN);
+		ret = ff_agent_notify(&f.a, buf, ff_enc_finish(&e));
+		CHECK(ret == 0, "%s: CLOSED %d: %d", who, i, ret);
+	}
+	ms = now_ms() - t0;
+	CHECK(ms < TIMEOUT_MS, "%s: three CLOSED took %lld ms: waited for answers", who,
+	      (long long)ms);
+	ret = ff_agent_lookup(&f.a, ip_known, 4, &l);
+	CHECK(ret == 0 && l.found && f.a.fd >= 0, "%s: lookup after CLOSED: %d, fd %d", who, ret,
+	      f.a.fd);
+	fake_stop(&f);
+	answer_closed = 0;
+	CHECK(count_fds() == fds_before, "%s: %d fds before, %d after", who, fds_before,
+	      count_fds());
+}
+
 /* Each broken agent: a clean negative errno, in time, and the session closed. */
 static void expect_failure(const char *what, void (*serve)(int), int want)
 {
@@ -391,6 +440,8 @@ int main(void)
 	test_hello_lookup();
 	test_error_reply();
 	test_fd_passing();
+	test_notify(0);
+	test_notify(1);
 	test_broken_agents();
 	test_connect();
 	return t_exit_code();

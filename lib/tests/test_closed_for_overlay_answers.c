@@ -40,7 +40,7 @@ int main(int argc, char **argv)
 	close(fd2);
 	close(sfd);
 	CHECK(t_ms() - t0 < T_NO_WAIT_MS, "two closes took %lld ms", (long long)(t_ms() - t0));
-	CHECK(t_agent_count("closed") == 2, "%d CLOSED for two answered ends, want 2",
+	CHECK(t_agent_await("closed", 2) == 2, "%d CLOSED for two answered ends, want 2",
 	      t_agent_count("closed"));
 
 	hidden_listener_pair(&cfd, &sfd);
@@ -48,7 +48,7 @@ int main(int argc, char **argv)
 	      t_agent_count("ask"));
 	close(cfd);
 	close(sfd);
-	CHECK(t_agent_count("closed") == 3, "%d CLOSED, want 3 (the accepting end never asked)",
+	CHECK(t_agent_await("closed", 3) == 3, "%d CLOSED, want 3 (the accepting end never asked)",
 	      t_agent_count("closed"));
 	return t_shim_finish();
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: dup, dup2, dup3 and fcntl(F_DUPFD, F_DUPFD_CLOEXEC) of a swapped fd share the connection (overlay names included); it lives until the last copy closes, and only then is CLOSED sent */
-/* Channels: unix host-tcp */
+/* Channels: unix host-tcp shm */
 #include "shimtest.h"
 
 static void check_copy(int fd, int sfd, const char *how)
@@ -43,7 +43,7 @@ int main(int argc, char **argv)
 	check_copy(d5, sfd, "last copy");
 	close(d5);
 	CHECK(read(sfd, &c, 1) == 0, "no EOF after the last copy closed");
-	CHECK(t_agent_count("closed") == 1, "%d CLOSED after the last copy", t_agent_count("closed"));
+	CHECK(t_agent_await("closed", 1) == 1, "%d CLOSED after the last copy", t_agent_count("closed"));
 	/* dup2 over a swapped fd drops the old connection from that number. */
 	t_pair(AF_INET, &cfd, &d1);
 	d2 = socket(AF_INET, SOCK_DGRAM, 0);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Description: a swapped connection kept across execve/execv/execvp/execle/execlp/fexecve/posix_spawn (also dup2'ed to stdin by a spawn file action) still shows its overlay names to the new image, data flows both ways, the carrying variable is gone from its environment, and a forged one is ignored */
-/* Channels: unix host-tcp */
+/* Description: a swapped connection kept across execve/execv/execvp/execle/execlp/fexecve/posix_spawn (also dup2'ed to stdin by a spawn file action) still shows its overlay names to the new image, data flows both ways, the carrying variable is gone from its environment, and a forged one is ignored; on shm the connection first moves down to a kernel channel */
+/* Channels: unix host-tcp shm */
 #include <spawn.h>
 
 #include "shimtest.h"
@@ -14,16 +14,6 @@ static const char *const how_name[HOWS] = {
 	"posix_spawn dup2 to stdin",
 };
 
-static void hex_name(int fd, int peer, char *out)
-{
-	struct sockaddr_storage ss;
-	socklen_t l = sizeof(ss);
-
-	if ((peer ? getpeername : getsockname)(fd, (void *)&ss, &l))
-		l = 0;
-	t_hex(out, (const uint8_t *)&ss, l);
-}
-
 /* The new image: names as the old one saw them, then one byte each way. */
 static int exec_child(int fd, const char *peer, const char *local)
 {
@@ -31,13 +21,14 @@ static int exec_child(int fd, const char *peer, const char *local)
 
 	if (getenv("FREEFLOW_EXEC_FDS"))
 		return 10;
-	hex_name(fd, 1, p);
-	hex_name(fd, 0, l);
+	t_name_hex(fd, 1, p);
+	t_name_hex(fd, 0, l);
 	if (strcmp(p, peer))
 		return 11;
 	if (strcmp(l, local))
 		return 12;
-	if (!t_swapped(fd))
+	/* On shm, the connection moved down to a kernel channel before the exec. */
+	if (fa_shm() ? !t_moved_down(fd, 0) || t_shm_maps() != 0 : !t_swapped(fd))
 		return 13;
 	if (write(fd, "e", 1) != 1 || read(fd, &c, 1) != 1 || c != 'r')
 		return 14;
@@ -54,8 +45,8 @@ static int run_child(char *self, enum how how, int fd)
 	int st = -1;
 
 	snprintf(fds, sizeof(fds), "%d", how == SPAWN_STDIN ? 0 : fd);
-	hex_name(fd, 1, peer);
-	hex_name(fd, 0, local);
+	t_name_hex(fd, 1, peer);
+	t_name_hex(fd, 0, local);
 	if (how == SPAWN || how == SPAWN_STDIN) {
 		posix_spawn_file_actions_init(&fa);
 		posix_spawn_file_actions_adddup2(&fa, fd, 0);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Description: fork after the swap: parent and child both write on the inherited connection and the peer gets every record intact; a connection made in the child after fork is swapped too (the child reopens its agent session) */
-/* Channels: unix host-tcp */
+/* Description: fork after the swap: parent and child both write on the inherited connection and the peer gets every record intact; a connection made in the child after fork is swapped too (the child reopens its agent session); on shm the connection first moves down to a kernel channel, which both processes share */
+/* Channels: unix host-tcp shm */
 #include "shimtest.h"
 
 #define RECS	200

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: after the swap getsockname/getpeername return the overlay TCP addresses (IPv4 and IPv6), consistent between both ends, and truncate like the kernel */
-/* Channels: unix host-tcp */
+/* Channels: unix host-tcp shm */
 #include "shimtest.h"
 
 static uint16_t port_of(const struct sockaddr_storage *ss)

@@ -43,7 +43,8 @@ int main(int argc, char **argv)
 	 * Every answered PATH is listed by the agent until CLOSED, so both ends
 	 * close it; a reply for another seq answered nothing (the session is dropped).
 	 */
-	CHECK(t_agent_count("closed") == 2 * (FA_HOSTILE_CASES - 1), "%d CLOSED, want %d",
+	CHECK(t_agent_await("closed", 2 * (FA_HOSTILE_CASES - 1)) == 2 * (FA_HOSTILE_CASES - 1),
+	      "%d CLOSED, want %d",
 	      t_agent_count("closed"), 2 * (FA_HOSTILE_CASES - 1));
 	return t_shim_finish();
 }

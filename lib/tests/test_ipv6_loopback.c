@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: an IPv6 connection on ::1 is swapped like IPv4: 1 MiB each way intact, SO_DOMAIN says AF_INET6, IPv6-level options work */
-/* Channels: unix host-tcp */
+/* Channels: unix host-tcp shm */
 #include "shimtest.h"
 
 int main(int argc, char **argv)

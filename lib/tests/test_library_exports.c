@@ -8,16 +8,16 @@
 /* Keep in step with libfreeflow.map. */
 static const char *const wrapped[] = {
 	"socket", "connect", "listen", "accept", "accept4", "close",
-	"dup", "dup2", "dup3", "fcntl", "fcntl64", "shutdown",
+	"dup", "dup2", "dup3", "fcntl", "fcntl64", "shutdown", "ioctl",
 	"getsockname", "getpeername", "getsockopt", "setsockopt",
 	"read", "write", "readv", "writev", "recv", "send", "recvfrom", "sendto",
 	"recvmsg", "sendmsg", "sendfile", "sendfile64",
 	"__read_chk", "__recv_chk", "__recvfrom_chk",
-	"poll", "select", "epoll_ctl", "epoll_wait", "epoll_pwait",
+	"poll", "select", "epoll_create", "epoll_create1", "epoll_ctl", "epoll_wait", "epoll_pwait",
 	"ppoll", "pselect", "epoll_pwait2", "__poll_chk", "__ppoll_chk",
 	"recvmmsg", "sendmmsg", "splice",
 	"execve", "execv", "execvp", "execvpe", "execl", "execlp", "execle", "fexecve",
-	"posix_spawn", "posix_spawnp",
+	"posix_spawn", "posix_spawnp", "vfork",
 };
 #define NWRAPPED (sizeof(wrapped) / sizeof(wrapped[0]))
 

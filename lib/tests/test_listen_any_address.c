@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: listeners on 0.0.0.0 and on [::] (dual stack, reached over IPv4 as ::ffff:127.0.0.1) register and get swapped connections; the v4-mapped names reach the agent as IPv4 endpoints */
-/* Channels: unix host-tcp */
+/* Channels: unix host-tcp shm */
 #include "shimtest.h"
 
 static void check_any(int family)

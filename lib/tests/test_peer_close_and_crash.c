@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: on a swapped connection, peer close gives EOF (and POLLIN|POLLRDHUP), and a peer killed with SIGKILL gives EOF or ECONNRESET within a second, never a hang */
-/* Channels: unix host-tcp */
+/* Channels: unix host-tcp shm */
 #include "shimtest.h"
 
 static void case_close(void)

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* Description: the C decoder passes every line of docs/protocol-vectors.txt, and ok vectors re-encode to the same bytes */
+/* Description: the C decoder passes every line of docs/protocol-vectors.txt, and ok vectors re-encode to the same bytes; shm headers match the library's layout constants and the fake agent's memfds */
 #include <stdlib.h>
 
+#include "fake_agent.h"
 #include "freeflow/proto.h"
+#include "shm.h"
 #include "testutil.h"
 
 static const char *const err_names[] = {
@@ -22,7 +24,7 @@ static const uint8_t all_types[] = {
 };
 
 struct seen {
-	int ok, bad;
+	int ok, bad, shm;
 	int types[256];
 	int codes[FF_ERR_INTERNAL + 1];
 };
@@ -97,7 +99,41 @@ static void check_bad(const char *name, const uint8_t *wire, long n,
 	s->bad++;
 }
 
-/* One line: "<name> ok <hex> <canonical>" or "<name> bad <hex> <CODE>". */
+/*
+ * "<name> shm <hex> ring_size=<n>": the first 16 bytes of a memfd the
+ * agent hands over, as the library's FF_SHM_* constants (which its attach
+ * check uses) say they must be, and as the fake agent writes them.
+ */
+static void check_shm(const char *name, const uint8_t *wire, long n,
+		      const char *want, struct seen *s)
+{
+	uint8_t hdr[16], fake[16];
+	unsigned long ring;
+	char *end;
+	int fd;
+
+	if (strncmp(want, "ring_size=", 10)) {
+		CHECK(0, "%s: want ring_size=<n>, got %s", name, want);
+		return;
+	}
+	ring = strtoul(want + 10, &end, 10);
+	CHECK(*end == '\0' && ring >= FF_SHM_RING_MIN && ring <= FF_SHM_RING_MAX,
+	      "%s: ring_size %s is out of range", name, want + 10);
+	fa_put_le32(hdr, FF_SHM_MAGIC);
+	fa_put_le32(hdr + 4, FF_SHM_VERSION);
+	fa_put_le32(hdr + 8, (uint32_t)ring);
+	fa_put_le32(hdr + 12, 0);
+	CHECK(n == (long)sizeof(hdr) && !memcmp(hdr, wire, sizeof(hdr)),
+	      "%s: %ld bytes that differ from the library's header layout", name, n);
+	fd = fa_memfd((uint32_t)ring, "FFSM", FF_SHM_HDR_SIZE + 2 * (uint64_t)ring, FA_SEALS);
+	CHECK(pread(fd, fake, sizeof(fake), 0) == (ssize_t)sizeof(fake) &&
+	      n == (long)sizeof(fake) && !memcmp(fake, wire, sizeof(fake)),
+	      "%s: the fake agent's memfd starts with other bytes", name);
+	close(fd);
+	s->shm++;
+}
+
+/* One line: "<name> ok <hex> <canonical>", "<name> bad <hex> <CODE>" or "<name> shm <hex> ring_size=<n>". */
 static void check_line(char *line, int lineno, uint8_t *wire, struct seen *s)
 {
 	char *name = strtok(line, " "), *kind = strtok(NULL, " ");
@@ -116,14 +152,17 @@ static void check_line(char *line, int lineno, uint8_t *wire, struct seen *s)
 		check_ok(name, wire, n, rest, s);
 	else if (!strcmp(kind, "bad"))
 		check_bad(name, wire, n, rest, s);
+	else if (!strcmp(kind, "shm"))
+		check_shm(name, wire, n, rest, s);
 	else
-		CHECK(0, "line %d (%s): kind %s is neither ok nor bad", lineno, name, kind);
+		CHECK(0, "line %d (%s): kind %s is not ok, bad or shm", lineno, name, kind);
 }
 
 /* A vectors file that lost its lines must not pass by checking nothing. */
 static void check_coverage(const struct seen *s)
 {
-	CHECK(s->ok >= 10 && s->bad >= 10, "only %d ok and %d bad vectors", s->ok, s->bad);
+	CHECK(s->ok >= 10 && s->bad >= 10 && s->shm >= 1, "only %d ok, %d bad and %d shm vectors",
+	      s->ok, s->bad, s->shm);
 	for (size_t i = 0; i < sizeof(all_types); i++)
 		CHECK(s->types[all_types[i]], "no ok vector of type 0x%02x", all_types[i]);
 	CHECK(s->codes[FF_ERR_BADMSG] && s->codes[FF_ERR_VERSION] &&
@@ -159,6 +198,6 @@ int main(int argc, char **argv)
 	free(line);
 	fclose(f);
 	check_coverage(&s);
-	printf("%d ok and %d bad vectors checked\n", s.ok, s.bad);
+	printf("%d ok, %d bad and %d shm vectors checked\n", s.ok, s.bad, s.shm);
 	return t_exit_code();
 }

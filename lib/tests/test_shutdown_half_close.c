@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: shutdown(SHUT_WR) on a swapped connection: the peer reads all data then EOF, and can still send its answer back */
-/* Channels: unix host-tcp */
+/* Channels: unix host-tcp shm */
 #include "shimtest.h"
 
 int main(int argc, char **argv)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: after the swap TCP_NODELAY, SO_KEEPALIVE, TCP_KEEPIDLE, SO_RCVBUF/SO_SNDBUF, SO_ERROR, TCP_INFO, SO_DOMAIN/SO_PROTOCOL/SO_TYPE, IP_TOS succeed with sensible values; options set before connect are carried */
-/* Channels: unix host-tcp */
+/* Channels: unix host-tcp shm */
 #include <netinet/tcp.h>
 
 #include "shimtest.h"

@@ -50,7 +50,7 @@ func TestAgentCrashKeepsConnections(t *testing.T) {
 	srvIP := containerIP(t, c, "srv")
 	for _, host := range []string{"h1", "h2"} {
 		t.Run(host, func(t *testing.T) {
-			want := map[string]string{"h1": "unix", "h2": "host-tcp"}[host]
+			want := map[string]string{"h1": "shm", "h2": "host-tcp"}[host]
 			involved := map[string][]string{"h1": {"h1"}, "h2": {"h1", "h2"}}[host]
 			cli := testenv.RandomName("k", 4)
 			paths := watchPaths(t, c, involved...)

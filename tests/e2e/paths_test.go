@@ -44,29 +44,36 @@ func watchPaths(t testing.TB, c *testenv.Cluster, hosts ...string) *pathCheck {
 }
 
 // expect fails the test unless, on every watched host, the connections
-// decided since watchPaths all took path: "unix" or "host-tcp" (and none
-// fell back), "overlay" with reason (and none was swapped), or "none" (no
-// agent was asked: programs without the library).
+// decided since watchPaths all took path: "shm", "unix" or "host-tcp"
+// (some, and none on another path), "overlay" (none swapped), or "none"
+// (no agent was asked: programs without the library). A reason, if given,
+// must be every such connection's: why overlay, or for unix why not shm.
 func (p *pathCheck) expect(t testing.TB, path, reason string) {
 	t.Helper()
 	for _, h := range p.hosts {
 		b, a := p.before[h], counters(t, p.c, h)
-		unix, hostTCP, fallback := a.Unix-b.Unix, a.HostTCP-b.HostTCP, a.Fallback-b.Fallback
-		byReason := a.FallbackReasons[reason] - b.FallbackReasons[reason]
-		var ok bool
-		switch path {
-		case "unix":
-			ok = unix > 0 && hostTCP == 0 && fallback == 0
-		case "host-tcp":
-			ok = hostTCP > 0 && unix == 0 && fallback == 0
-		case "overlay":
-			ok = unix == 0 && hostTCP == 0 && fallback > 0 && byReason == fallback
-		case "none":
-			ok = unix == 0 && hostTCP == 0 && fallback == 0
+		got := pathDeltas(b, a)
+		ok := path == "none" || got[path] > 0
+		for k, n := range got {
+			ok = ok && (k == path || n == 0)
+		}
+		if reason != "" {
+			byReason := a.FallbackReasons[reason] - b.FallbackReasons[reason]
+			if path == "unix" {
+				byReason = a.NotShmReasons[reason] - b.NotShmReasons[reason]
+			}
+			ok = ok && byReason == got[path]
 		}
 		if !ok {
-			t.Fatalf("%s's agent: want every connection on %s %s; got unix +%d, host-tcp +%d, overlay +%d (reasons now %v)",
-				h, path, reason, unix, hostTCP, fallback, a.FallbackReasons)
+			t.Fatalf("%s's agent: want every connection on %s %s; got %v (overlay reasons now %v, not-shm reasons now %v)",
+				h, path, reason, got, a.FallbackReasons, a.NotShmReasons)
 		}
 	}
+}
+
+// pathDeltas counts the connection ends decided on each path between two
+// readings of an agent's counters.
+func pathDeltas(b, a agent.ConnCounters) map[string]uint64 {
+	return map[string]uint64{"shm": a.Shm - b.Shm, "unix": a.Unix - b.Unix, "host-tcp": a.HostTCP - b.HostTCP,
+		"overlay": a.Fallback - b.Fallback}
 }

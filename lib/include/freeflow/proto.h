@@ -64,15 +64,20 @@ enum ff_attr_type {
 	FF_ATTR_REMOTE_EP	= 15,	/* endpoint: 6 or 18 bytes */
 	FF_ATTR_PATH_KIND	= 16,	/* u8, enum ff_path_kind */
 	FF_ATTR_REASON		= 17,	/* string <= 64 */
+	/* 18-20 (NONCE, TIME, MAC) are agent to agent: unknown here. */
+	FF_ATTR_CAPS		= 21,	/* u32, FF_CAP_* bits (HELLO) */
 	FF_ATTR__COUNT			/* one past the highest known type */
 };
+
+/* Bits of CAPS: what the library can do. */
+#define FF_CAP_SHM		(1u << 0)	/* takes PATH_KIND shm */
 
 /* Values of PATH_KIND. */
 enum ff_path_kind {
 	FF_PATH_OVERLAY		= 0,
 	FF_PATH_UNIX		= 1,
 	FF_PATH_HOST_TCP	= 2,
-	FF_PATH_SHM		= 3,	/* reserved */
+	FF_PATH_SHM		= 3,	/* two fds: bell socket, memfd (docs/SHM.md) */
 };
 
 /* An endpoint: the address (4 or 16 bytes), then the port, network order. */

@@ -1,0 +1,234 @@
+package agent
+
+// Design note: the shared-memory channel (docs/SHM.md is the contract).
+//
+// A same-host fast path is an shm channel when, at the moment the meeting
+// is completed (finishLocal): both asking libraries said CAPS shm in their
+// session's HELLO (for a parked meeting, whose acceptor has not asked,
+// every process that registered the listener did); neither container runs
+// with --no-shm; the cluster settings have been read and do not turn shm
+// off; and both containers are within their budget. Otherwise it is the
+// socketpair of before, and the decision's reason says why not shm, the
+// first of these that applies (shm-off, shm-off-cluster, lib-no-shm,
+// no-cluster-settings, shm-budget, shm-failed), so `freeflow conns` can
+// show it. Both ends get the same answer, as for every decision.
+//
+// The agent makes the memfd (sized, header written, sealed against
+// shrinking and growing) and the bell socketpair, hands each end its bell
+// socket and its own copy of the memfd, and closes its copies once the
+// PATH replies are written. It never maps the memory, so it holds no
+// reference to it afterwards: the pages are freed when both libraries
+// have unmapped them, whatever the agent does (crash, restart).
+//
+// The budget. A memfd costs real memory only for the pages written, but
+// the ring pages a connection's bytes passed through stay allocated until
+// it is freed, up to all of both rings, so the agent charges each
+// container the full size of every live shm channel it is an end of (a
+// connection between two containers is charged to both; one within a
+// container twice) and refuses shm (shm-budget) once a container would
+// exceed its budget. A charge is reserved when the channel is made,
+// carried by the half until the end takes it, then by the end's entry in
+// the connection table; it is released when the entry goes (CLOSED, its
+// process gone, eviction) or when a half is closed untaken (a parked half
+// that expires, a meeting decided twice). Before refusing, the agent
+// drops the entries of processes that exited without CLOSED.
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/freeflow-net/freeflow/internal/directory"
+	"github.com/freeflow-net/freeflow/internal/protocol"
+	"golang.org/x/sys/unix"
+)
+
+const (
+	// shmRingSize is the size of each of a channel's two rings: the most
+	// bytes in flight one way. A memfd is protocol.ShmSize of it (528 KiB).
+	shmRingSize = 256 << 10
+	// DefaultShmBudget is how many bytes of shm channels a container may
+	// be charged for at once unless the cluster settings say otherwise:
+	// room for about 15 800 channels of the default size, so 10 000 idle
+	// connections between two containers fit. A channel that moved no data
+	// holds only its header page; the budget bounds what channels can pin.
+	DefaultShmBudget = 8 << 30
+)
+
+// Reasons a same-host fast path is unix rather than shm (REASON of PATH
+// unix, and `freeflow conns`).
+const (
+	reasonLibNoShm      = "lib-no-shm"          // a library did not say CAPS shm
+	reasonShmOff        = "shm-off"             // a container runs with --no-shm
+	reasonShmOffCluster = "shm-off-cluster"     // the cluster runs with --no-shm
+	reasonNoSettings    = "no-cluster-settings" // the cluster settings are not read yet
+	reasonShmBudget     = "shm-budget"          // a container's budget is spent
+	reasonShmFailed     = "shm-failed"          // the memfd could not be made
+)
+
+// shmChannel makes m's shm channel, or returns why m gets none.
+func (a *Agent) shmChannel(m *meeting) ([2]half, string) {
+	a.rv.mu.Lock()
+	libs := m.shm
+	a.rv.mu.Unlock()
+	conn, okConn := a.dir.LookupIP(m.k.conn.Addr().String())
+	acc, okAcc := a.dir.LookupIP(m.k.acc.Addr().String())
+	set, known := a.settings()
+	switch { // what the user chose first, then what is missing
+	case !okConn || !okAcc: // unregistered since the precheck: nobody to charge
+		return noHalves, reasonNotContainer
+	case conn.NoShm || acc.NoShm:
+		return noHalves, reasonShmOff
+	case known && set.NoShm:
+		return noHalves, reasonShmOffCluster
+	case !libs[sideConnector] || !libs[sideAcceptor]:
+		return noHalves, reasonLibNoShm
+	case !known:
+		return noHalves, reasonNoSettings
+	}
+	charges, ok := a.chargeShm([2]string{conn.ID, acc.ID}, set)
+	if !ok {
+		return noHalves, reasonShmBudget
+	}
+	hs, err := newShmHalves(shmRingSize)
+	if err != nil {
+		a.log.Warn("create a shared-memory channel; using a socketpair", "err", err)
+		charges[0].release()
+		charges[1].release()
+		return noHalves, reasonShmFailed
+	}
+	hs[sideConnector].charge, hs[sideAcceptor].charge = charges[sideConnector], charges[sideAcceptor]
+	return hs, ""
+}
+
+// chargeShm reserves one channel's memory on each of the two containers'
+// budgets, first dropping entries of exited processes if that is what
+// stands in the way.
+func (a *Agent) chargeShm(ids [2]string, set directory.Settings) ([2]*shmCharge, bool) {
+	limit := set.ShmBudget
+	if limit == 0 {
+		limit = DefaultShmBudget
+	}
+	size := uint64(protocol.ShmSize(shmRingSize))
+	if c, ok := a.shm.reserve(ids, limit, size); ok {
+		return c, true
+	}
+	a.live.prune()
+	return a.shm.reserve(ids, limit, size)
+}
+
+// newShmHalves makes a channel with rings of ring bytes: the memfd, and
+// the bell socketpair; each half gets one bell socket and its own copy of
+// the memfd.
+func newShmHalves(ring uint32) (hs [2]half, err error) {
+	hs = noHalves
+	defer func() {
+		if err != nil {
+			closeHalves(hs)
+		}
+	}()
+	if hs[0].mem, err = newShmMemfd(ring); err != nil {
+		return hs, err
+	}
+	if hs[1].mem, err = unix.FcntlInt(uintptr(hs[0].mem), unix.F_DUPFD_CLOEXEC, 0); err != nil {
+		return hs, fmt.Errorf("duplicate the memfd: %w", err)
+	}
+	bell, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return hs, fmt.Errorf("create the bell socketpair: %w", err)
+	}
+	hs[0].fd, hs[1].fd = bell[0], bell[1]
+	return hs, nil
+}
+
+// newShmMemfd returns a memfd laid out as docs/SHM.md says: 4096 + 2*ring
+// bytes, the header written, the rest zero, and sealed so that neither
+// end can make the other fault by resizing it.
+func newShmMemfd(ring uint32) (fd int, err error) {
+	hdr, err := protocol.ShmHeader(ring)
+	if err != nil {
+		return -1, err
+	}
+	fd, err = unix.MemfdCreate("freeflow-shm", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return -1, fmt.Errorf("memfd_create: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			unix.Close(fd)
+			fd = -1
+		}
+	}()
+	if err := unix.Ftruncate(fd, protocol.ShmSize(ring)); err != nil {
+		return fd, fmt.Errorf("size the memfd to %d bytes: %w", protocol.ShmSize(ring), err)
+	}
+	if n, err := unix.Pwrite(fd, hdr, 0); err != nil || n != len(hdr) {
+		return fd, fmt.Errorf("write the memfd header (%d of %d bytes): %w", n, len(hdr), err)
+	}
+	seals := unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals); err != nil {
+		return fd, fmt.Errorf("seal the memfd: %w", err)
+	}
+	return fd, nil
+}
+
+// shmBudget is what each container is charged for its shm channels.
+type shmBudget struct {
+	mu    sync.Mutex
+	used  map[string]uint64 // container id -> bytes charged
+	total uint64
+}
+
+func newShmBudget() *shmBudget { return &shmBudget{used: map[string]uint64{}} }
+
+// shmCharge is one channel end's charge on its container. It is released
+// exactly once, by whoever holds it last; a nil charge releases nothing.
+type shmCharge struct {
+	b        *shmBudget
+	id       string
+	bytes    uint64
+	released atomic.Bool
+}
+
+// reserve charges size to each of ids (twice to one container that is
+// both ends) if none would exceed limit; otherwise it charges nothing.
+func (b *shmBudget) reserve(ids [2]string, limit, size uint64) ([2]*shmCharge, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	want := map[string]uint64{}
+	for _, id := range ids {
+		want[id] += size
+	}
+	for id, n := range want {
+		if b.used[id]+n > limit {
+			return [2]*shmCharge{}, false
+		}
+	}
+	var out [2]*shmCharge
+	for i, id := range ids {
+		b.used[id] += size
+		b.total += size
+		out[i] = &shmCharge{b: b, id: id, bytes: size}
+	}
+	return out, true
+}
+
+func (c *shmCharge) release() {
+	if c == nil || c.released.Swap(true) {
+		return
+	}
+	b := c.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used[c.id] -= c.bytes; b.used[c.id] == 0 {
+		delete(b.used, c.id)
+	}
+	b.total -= c.bytes
+}
+
+// charged returns the bytes charged to container id, and to all of them.
+func (b *shmBudget) charged(id string) (mine, all uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used[id], b.total
+}

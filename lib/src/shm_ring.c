@@ -1,0 +1,676 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The shared-memory rings: attach, the indices, waiting and waking, and
+ * readiness (docs/SHM.md is the contract; shm.h the interface).
+ *
+ * Trust: the peer can write anything into the mapping at any time. What we
+ * read from it once (magic, version, ring_size) is checked at attach and
+ * copied; the indices we own are kept in our own memory (ring.mine) and
+ * only published; the peer's index is accepted only if it moved forward by
+ * no more than is possible (ff_shm_rx_avail, ff_shm_tx_room). Every offset
+ * into the data is index & (size - 1) of such validated values, so no value
+ * the peer writes can make us touch memory outside the mapping, and the
+ * memfd's seals mean the mapping itself cannot shrink under us (no SIGBUS).
+ *
+ * Memory ordering (docs/SHM.md, "Waiting and waking"):
+ *  - the producer copies data, then stores head with release; the consumer
+ *    loads head with acquire, then copies the data out: it never reads a
+ *    byte before it is written;
+ *  - the consumer copies out, then stores tail with release; the producer
+ *    loads tail with acquire before overwriting: it never overwrites a byte
+ *    still being read;
+ *  - sleeping is Dekker's pattern. A waiter stores its wait flag, full
+ *    fence, re-checks the index; a waker stores the index, full fence,
+ *    loads the wait flag and rings if set. With both fences, either the
+ *    waker sees the flag (and rings) or the waiter's re-check sees the
+ *    index: a wake-up is never lost;
+ *  - the end-of-stream flags (prod_shut) are stored with release after the
+ *    last head, and loaded with acquire before the last look at head, so
+ *    a reader that sees the end has seen every byte before it.
+ *
+ * Several threads of this process: each direction has its own mutex (bytes
+ * move one thread at a time), none is held across a sleep. The wait flags
+ * are per ring in shared memory, so the process counts its armed waiters
+ * under wait_mu and only the first sets a flag, only the last clears it.
+ * Bells wake every thread polling the bell socket, but reading them out
+ * (draining) could take away the bell a thread just about to sleep needs;
+ * so only the last armed waiter drains, under wait_mu, and a thread that
+ * woke for nothing while others were armed steps back (unarmed) until their
+ * drain or 1 ms, so that one of them gets to drain a stale bell.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "shm.h"
+
+_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,
+	       "the rings need lock-free 32- and 64-bit atomics shared between processes");
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "docs/SHM.md fixes the layout as little-endian"
+#endif
+
+/* Default spin before sleeping: lib/README.md, "Shared memory", has the measurement. */
+#define SPIN_DEFAULT_US		20
+/* A producer waiting for room is woken once this much is free (as TCP waits for wspace). */
+#define ROOM_WAKE(sh)		((sh)->size / 4)
+/* A waiter that woke for nothing while others were armed waits this long for their drain. */
+#define STEP_BACK_NS		1000000L
+
+long ff_shm_spin_ns = SPIN_DEFAULT_US * 1000L;
+
+void ff_shm_init(void)
+{
+	const char *v = getenv("FREEFLOW_SHM_SPIN_US");
+	char *end;
+	long us;
+
+	if (!v || !*v)
+		return;
+	us = strtol(v, &end, 10);
+	if (*end || us < 0 || us > 1000000) {
+		ff_debug("FREEFLOW_SHM_SPIN_US=%s is not 0..1000000 microseconds; spinning %d us",
+			 v, SPIN_DEFAULT_US);
+		return;
+	}
+	ff_shm_spin_ns = us * 1000L;
+}
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+
+/* ---- attach and lifetime ---- */
+
+static uint32_t get_le32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* The header of memfd, checked against its seals and size: ring_size, or -errno. */
+static int64_t check_memfd(int memfd, const char **why)
+{
+	const int need = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+	int seals = ff_real.fcntl(memfd, F_GET_SEALS);
+	uint8_t hdr[16];
+	struct stat st;
+	uint32_t ring;
+
+	if (seals < 0 || (seals & need) != need) {
+		*why = "the memfd is not sealed against shrinking, growing and resealing";
+		return -EPERM;
+	}
+	if (fstat(memfd, &st) || !S_ISREG(st.st_mode)) {
+		*why = "the memfd cannot be examined";
+		return -EINVAL;
+	}
+	if (pread(memfd, hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr)) {
+		*why = "the memfd's header cannot be read";
+		return -EINVAL;
+	}
+	ring = get_le32(hdr + 8);
+	if (get_le32(hdr) != FF_SHM_MAGIC || get_le32(hdr + 4) != FF_SHM_VERSION) {
+		*why = "the memfd's magic or layout version is not FFSM 1";
+		return -EPROTO;
+	}
+	if (ring < FF_SHM_RING_MIN || ring > FF_SHM_RING_MAX || (ring & (ring - 1))) {
+		*why = "ring_size is not a power of two from 4 KiB to 16 MiB";
+		return -EPROTO;
+	}
+	if ((uint64_t)st.st_size != FF_SHM_HDR_SIZE + 2 * (uint64_t)ring) {
+		*why = "the memfd's size is not 4096 + 2 * ring_size";
+		return -EPROTO;
+	}
+	return ring;
+}
+
+static void ring_init(struct ff_shm_ring *r, uint8_t *ctl, uint8_t *data)
+{
+	r->head = (_Atomic uint64_t *)(void *)(ctl + FF_SHM_CTL_HEAD);
+	r->tail = (_Atomic uint64_t *)(void *)(ctl + FF_SHM_CTL_TAIL);
+	r->cons_wait = (_Atomic uint32_t *)(void *)(ctl + FF_SHM_CTL_CONS_WAIT);
+	r->prod_wait = (_Atomic uint32_t *)(void *)(ctl + FF_SHM_CTL_PROD_WAIT);
+	r->cons_busy = (_Atomic uint32_t *)(void *)(ctl + FF_SHM_CTL_CONS_BUSY);
+	r->prod_shut = (_Atomic uint32_t *)(void *)(ctl + FF_SHM_CTL_PROD_SHUT);
+	r->cons_closed = (_Atomic uint32_t *)(void *)(ctl + FF_SHM_CTL_CONS_CLOSED);
+	r->data = data;
+	pthread_mutex_init(&r->mu, NULL);
+	atomic_init(&r->mine, 0);
+	atomic_init(&r->theirs, 0);
+	r->waiters = 0;
+}
+
+int ff_shm_open(int memfd, enum ff_shm_role role, struct ff_shm **out, const char **why)
+{
+	int64_t ring = check_memfd(memfd, why);
+	pthread_condattr_t ca;
+	struct ff_shm *sh;
+	uint8_t *base, *d0, *d1;
+	size_t len;
+
+	if (ring < 0)
+		return (int)ring;
+	len = FF_SHM_HDR_SIZE + 2 * (size_t)ring;
+	sh = calloc(1, sizeof(*sh));
+	if (!sh) {
+		*why = "out of memory";
+		return -ENOMEM;
+	}
+	/* Populated now, so the data path takes no page faults. */
+	base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, memfd, 0);
+	if (base == MAP_FAILED) {
+		*why = "the memfd cannot be mapped";
+		free(sh);
+		return -ENOMEM;
+	}
+	atomic_init(&sh->refs, 1);
+	atomic_init(&sh->state, 0);
+	sh->base = base;
+	sh->len = len;
+	sh->size = (uint64_t)ring;
+	sh->role = role;
+	sh->switch_by = (_Atomic uint32_t *)(void *)(base + FF_SHM_OFF_SWITCH_BY);
+	d0 = base + FF_SHM_HDR_SIZE;
+	d1 = d0 + ring;
+	/* The connector produces into ring 0. */
+	if (role == FF_SHM_CONNECTOR) {
+		ring_init(&sh->tx, base + FF_SHM_OFF_CTL0, d0);
+		ring_init(&sh->rx, base + FF_SHM_OFF_CTL1, d1);
+	} else {
+		ring_init(&sh->tx, base + FF_SHM_OFF_CTL1, d1);
+		ring_init(&sh->rx, base + FF_SHM_OFF_CTL0, d0);
+	}
+	pthread_mutex_init(&sh->wait_mu, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&sh->drained, &ca);
+	pthread_condattr_destroy(&ca);
+	*out = sh;
+	return 0;
+}
+
+_Atomic int ff_shm_conns;
+
+void ff_shm_attach(struct ff_conn *c, struct ff_shm *sh, int nonblock)
+{
+	atomic_store_explicit(&sh->nonblock, nonblock, memory_order_relaxed);
+	c->shm = sh;
+	atomic_fetch_add(&ff_shm_conns, 1);
+}
+
+/*
+ * Tell the peer both directions are over; no bell: the bell socket is
+ * closed or about to be, and its EOF says the same.
+ */
+void ff_shm_release(struct ff_conn *c)
+{
+	struct ff_shm *sh = c->shm;
+
+	c->shm = NULL;
+	/* Process-local, unlike the flags below: epoll.c drops its registrations on it. */
+	atomic_fetch_or(&sh->state, FF_SHM_CLOSED);
+	atomic_fetch_sub(&ff_shm_conns, 1);
+	atomic_store_explicit(sh->tx.prod_shut, 1, memory_order_release);
+	atomic_store_explicit(sh->rx.cons_closed, 1, memory_order_release);
+	ff_shm_put(sh);
+}
+
+struct ff_shm *ff_shm_get(int fd)
+{
+	struct ff_slot *s = ff_fd_slot(fd);
+	struct ff_shm *sh = NULL;
+
+	if (!s || !(atomic_load_explicit(&s->flags, memory_order_relaxed) & FF_FD_SHM))
+		return NULL;
+	ff_table_lock();
+	if (s->conn && s->conn->shm) {
+		sh = s->conn->shm;
+		atomic_fetch_add_explicit(&sh->refs, 1, memory_order_relaxed);
+	}
+	ff_table_unlock();
+	return sh;
+}
+
+void ff_shm_put(struct ff_shm *sh)
+{
+	if (atomic_fetch_sub_explicit(&sh->refs, 1, memory_order_acq_rel) != 1)
+		return;
+	munmap(sh->base, sh->len);
+	pthread_mutex_destroy(&sh->tx.mu);
+	pthread_mutex_destroy(&sh->rx.mu);
+	pthread_mutex_destroy(&sh->wait_mu);
+	pthread_cond_destroy(&sh->drained);
+	free(sh);
+}
+
+void ff_shm_set_nonblock(int fd, int on)
+{
+	struct ff_shm *sh = ff_shm_get(fd);
+
+	if (!sh)
+		return;
+	atomic_store_explicit(&sh->nonblock, on, memory_order_relaxed);
+	ff_shm_put(sh);
+}
+
+/* ---- the indices ---- */
+
+int ff_shm_broken(struct ff_shm *sh, const char *why)
+{
+	if (!(atomic_fetch_or(&sh->state, FF_SHM_BROKEN) & FF_SHM_BROKEN))
+		ff_debug("shm connection reset: %s", why);
+	return -ECONNRESET;
+}
+
+/* head must lie in [the last head seen, tail + size]. */
+int64_t ff_shm_rx_avail(struct ff_shm *sh)
+{
+	struct ff_shm_ring *r = &sh->rx;
+	uint64_t mine = atomic_load_explicit(&r->mine, memory_order_relaxed);
+	uint64_t seen = atomic_load_explicit(&r->theirs, memory_order_relaxed);
+	uint64_t h = atomic_load_explicit(r->head, memory_order_acquire);
+
+	if (h - mine > sh->size || h - mine < seen - mine)
+		return ff_shm_broken(sh, "the peer's head moved backwards or past a full ring");
+	atomic_store_explicit(&r->theirs, h, memory_order_relaxed);
+	return (int64_t)(h - mine);
+}
+
+/* tail must lie in [the last tail seen, head]. */
+int64_t ff_shm_tx_room(struct ff_shm *sh)
+{
+	struct ff_shm_ring *r = &sh->tx;
+	uint64_t mine = atomic_load_explicit(&r->mine, memory_order_relaxed);
+	uint64_t seen = atomic_load_explicit(&r->theirs, memory_order_relaxed);
+	uint64_t t = atomic_load_explicit(r->tail, memory_order_acquire);
+
+	if (mine - t > mine - seen)
+		return ff_shm_broken(sh, "the peer's tail moved backwards or past our head");
+	atomic_store_explicit(&r->theirs, t, memory_order_relaxed);
+	return (int64_t)(sh->size - (mine - t));
+}
+
+/* Best effort: EAGAIN means bells are pending already; EPIPE, the peer is gone. */
+static void ring_bell(int fd)
+{
+	static const char bell = FF_SHM_BELL;
+
+	ff_real.send(fd, &bell, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+void ff_shm_rx_consumed(int fd, struct ff_shm *sh, uint64_t n)
+{
+	struct ff_shm_ring *r = &sh->rx;
+	uint64_t t = atomic_load_explicit(&r->mine, memory_order_relaxed) + n;
+	uint64_t h = atomic_load_explicit(&r->theirs, memory_order_relaxed);
+
+	atomic_store_explicit(&r->mine, t, memory_order_relaxed);
+	atomic_store_explicit(r->tail, t, memory_order_release);
+	atomic_thread_fence(memory_order_seq_cst);
+	/*
+	 * h may be older than the peer's head, so this overestimates the room
+	 * the peer sees: a bell too many, never one too few.
+	 */
+	if (atomic_load_explicit(r->prod_wait, memory_order_relaxed) &&
+	    sh->size - (h - t) >= ROOM_WAKE(sh))
+		ring_bell(fd);
+}
+
+void ff_shm_tx_produced(int fd, struct ff_shm *sh, uint64_t n)
+{
+	struct ff_shm_ring *r = &sh->tx;
+	uint64_t h = atomic_load_explicit(&r->mine, memory_order_relaxed) + n;
+
+	atomic_store_explicit(&r->mine, h, memory_order_relaxed);
+	atomic_store_explicit(r->head, h, memory_order_release);
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(r->cons_wait, memory_order_relaxed))
+		ring_bell(fd);
+}
+
+int ff_shm_rx_shut(struct ff_shm *sh)
+{
+	return atomic_load_explicit(sh->rx.prod_shut, memory_order_acquire) ||
+	       (atomic_load_explicit(&sh->state, memory_order_acquire) & FF_SHM_PEER_GONE);
+}
+
+int ff_shm_switched_by(struct ff_shm *sh)
+{
+	uint32_t v = atomic_load_explicit(sh->switch_by, memory_order_acquire);
+
+	if (v == 0 || v == FF_SHM_CONNECTOR || v == FF_SHM_ACCEPTOR)
+		return (int)v;
+	return ff_shm_broken(sh, "switch_by holds neither role");
+}
+
+/* ---- waiting and waking ---- */
+
+/*
+ * Lockless and possibly spurious: whether something a waiter for dir cares
+ * about may have changed; room is what a producer waits for.
+ */
+static int news(struct ff_shm *sh, unsigned dir, uint64_t room)
+{
+	if ((atomic_load_explicit(&sh->state, memory_order_relaxed) &
+	     (FF_SHM_BROKEN | FF_SHM_PEER_GONE | FF_SHM_SHUT_RD)) ||
+	    atomic_load_explicit(sh->switch_by, memory_order_relaxed))
+		return 1;
+	if (dir & POLLIN) {
+		struct ff_shm_ring *r = &sh->rx;
+
+		if (atomic_load_explicit(r->head, memory_order_relaxed) !=
+		    atomic_load_explicit(&r->mine, memory_order_relaxed) ||
+		    atomic_load_explicit(r->prod_shut, memory_order_relaxed))
+			return 1;
+	}
+	if (dir & POLLOUT) {
+		struct ff_shm_ring *r = &sh->tx;
+		uint64_t used = atomic_load_explicit(&r->mine, memory_order_relaxed) -
+				atomic_load_explicit(r->tail, memory_order_relaxed);
+
+		/* A used count over the ring is the peer's garbage: the caller's check says so. */
+		if (used <= sh->size - room || used > sh->size ||
+		    atomic_load_explicit(r->cons_closed, memory_order_relaxed))
+			return 1;
+	}
+	return 0;
+}
+
+int ff_shm_spin_until(int (*check)(void *arg), void *arg)
+{
+	int64_t end;
+	int r;
+
+	if (ff_shm_spin_ns <= 0)
+		return 0;
+	end = now_ns() + ff_shm_spin_ns;
+	for (unsigned i = 1;; i++) {
+		if ((r = check(arg)))
+			return r;
+		cpu_relax();
+		if (!(i & 63)) {
+			if (now_ns() >= end)
+				return 0;
+			/*
+			 * The peer may be waiting for this very CPU (more
+			 * runnable threads than cores): let it run.
+			 */
+			sched_yield();
+		}
+	}
+}
+
+struct spin_for {
+	struct ff_shm *sh;
+	unsigned dir;
+};
+
+static int spin_news(void *arg)
+{
+	struct spin_for *s = arg;
+
+	return news(s->sh, s->dir, 1);
+}
+
+int ff_shm_spin(struct ff_shm *sh, unsigned dir)
+{
+	struct spin_for s = { sh, dir };
+
+	return ff_shm_spin_until(spin_news, &s);
+}
+
+static void arm(struct ff_shm *sh, unsigned dir)
+{
+	pthread_mutex_lock(&sh->wait_mu);
+	if ((dir & POLLIN) && sh->rx.waiters++ == 0)
+		atomic_store_explicit(sh->rx.cons_wait, 1, memory_order_relaxed);
+	if ((dir & POLLOUT) && sh->tx.waiters++ == 0)
+		atomic_store_explicit(sh->tx.prod_wait, 1, memory_order_relaxed);
+	pthread_mutex_unlock(&sh->wait_mu);
+	atomic_thread_fence(memory_order_seq_cst);
+}
+
+/*
+ * wait_mu held. Take the doorbells out of the bell socket, up to a switch
+ * message (left for the switch to receive with its fd). thorough: go on
+ * until the socket is empty, so that its EOF is seen too.
+ */
+static void drain(int fd, struct ff_shm *sh, int thorough)
+{
+	char b[64];
+	ssize_t n, k;
+
+	do {
+		n = ff_real.recv(fd, b, sizeof(b), MSG_DONTWAIT | MSG_PEEK);
+		if (n == 0)
+			atomic_fetch_or(&sh->state, FF_SHM_PEER_GONE);
+		if (n <= 0)
+			return;
+		for (k = 0; k < n && b[k] == FF_SHM_BELL; k++)
+			;
+		if (k && ff_real.recv(fd, b, (size_t)k, MSG_DONTWAIT) != k)
+			return;
+		if (k < n) {
+			/* The peer sets switch_by before it sends S: anything else is a broken peer. */
+			if (b[k] != FF_SHM_SWITCH)
+				ff_shm_broken(sh, "a byte on the bell socket is neither a doorbell nor a switch");
+			else if (ff_shm_switched_by(sh) != (int)(FF_SHM_CONNECTOR + FF_SHM_ACCEPTOR - sh->role))
+				ff_shm_broken(sh, "a switch message without switch_by set by the peer");
+			return;
+		}
+	} while (thorough || n == (ssize_t)sizeof(b));
+}
+
+/* Returns 1 when this was the last armed waiter (it drained the bell if readable). */
+static int disarm(int fd, struct ff_shm *sh, unsigned dir, int readable)
+{
+	int last;
+
+	pthread_mutex_lock(&sh->wait_mu);
+	if ((dir & POLLIN) && --sh->rx.waiters == 0)
+		atomic_store_explicit(sh->rx.cons_wait, 0, memory_order_relaxed);
+	if ((dir & POLLOUT) && --sh->tx.waiters == 0)
+		atomic_store_explicit(sh->tx.prod_wait, 0, memory_order_relaxed);
+	last = sh->rx.waiters + sh->tx.waiters == 0;
+	if (last && readable) {
+		drain(fd, sh, 0);
+		pthread_cond_broadcast(&sh->drained);
+	}
+	pthread_mutex_unlock(&sh->wait_mu);
+	return last;
+}
+
+/* Unarmed: let the armed threads drain (one of them is the last), at most 1 ms. */
+static void step_back(struct ff_shm *sh)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_nsec += STEP_BACK_NS;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&sh->wait_mu);
+	if (sh->rx.waiters + sh->tx.waiters)
+		pthread_cond_timedwait(&sh->drained, &sh->wait_mu, &ts);
+	pthread_mutex_unlock(&sh->wait_mu);
+}
+
+int ff_shm_wait(int fd, struct ff_shm *sh, unsigned dir, int ms)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	uint64_t room = ROOM_WAKE(sh);
+	int n, err, last;
+
+	arm(sh, dir);
+	if (news(sh, dir, room)) {
+		disarm(fd, sh, dir, 0);
+		return 0;
+	}
+	n = ff_real.poll(&p, 1, ms);
+	err = errno;
+	if (n > 0 && (p.revents & (POLLHUP | POLLERR)))
+		atomic_fetch_or(&sh->state, FF_SHM_PEER_GONE);
+	last = disarm(fd, sh, dir, n > 0);
+	if (n < 0)
+		return -err;
+	if (n == 0)
+		return -ETIMEDOUT;
+	if (p.revents & POLLNVAL)
+		return -EBADF;		/* closed by another thread */
+	if (!last && !news(sh, dir, room))
+		step_back(sh);
+	return 0;
+}
+
+/* ---- readiness ---- */
+
+/* What poll would report for this connection now, from the shared memory. */
+static unsigned mem_ready(struct ff_shm *sh)
+{
+	unsigned st = atomic_load_explicit(&sh->state, memory_order_acquire), r = 0;
+	int64_t avail, room;
+	int ended, closed;
+
+	if (st & FF_SHM_BROKEN)
+		return POLLERR | POLLHUP | POLLIN | POLLRDNORM | POLLRDHUP | POLLOUT | POLLWRNORM;
+	pthread_mutex_lock(&sh->rx.mu);
+	ended = ff_shm_rx_shut(sh) || (st & FF_SHM_SHUT_RD);
+	avail = ff_shm_rx_avail(sh);
+	pthread_mutex_unlock(&sh->rx.mu);
+	pthread_mutex_lock(&sh->tx.mu);
+	room = ff_shm_tx_room(sh);
+	pthread_mutex_unlock(&sh->tx.mu);
+	if (avail < 0 || room < 0)
+		return mem_ready(sh);	/* now broken */
+	closed = (st & (FF_SHM_SHUT_WR | FF_SHM_PEER_GONE)) ||
+		 atomic_load_explicit(sh->tx.cons_closed, memory_order_relaxed);
+	if (avail || ended)
+		r |= POLLIN | POLLRDNORM;
+	if (ended)
+		r |= POLLRDHUP;
+	/* A write that would fail does not block either. */
+	if ((uint64_t)room >= ROOM_WAKE(sh) || closed)
+		r |= POLLOUT | POLLWRNORM;
+	/* As AF_UNIX: hung up once neither direction can carry anything more. */
+	if ((ended && closed) || (st & FF_SHM_PEER_GONE))
+		r |= POLLHUP;
+	return r;
+}
+
+/*
+ * A move down by the peer: adopt it now; by us: done (ff_shm_switch also
+ * tells a switch_by the peer wrote in our name). MOVED, or an error.
+ */
+static unsigned switch_ready(int fd, struct ff_shm *sh)
+{
+	int by = ff_shm_switched_by(sh);
+
+	if (by < 0)
+		return mem_ready(sh);
+	if (ff_shm_switch(fd) < 0)
+		return POLLERR | POLLHUP;
+	return FF_SHM_READY_MOVED;
+}
+
+static unsigned ready_locked(int fd, struct ff_shm *sh, unsigned want, int look)
+{
+	unsigned r;
+
+	if (atomic_load_explicit(sh->switch_by, memory_order_relaxed))
+		return switch_ready(fd, sh);
+	r = mem_ready(sh) & (want | POLLERR | POLLHUP);
+	if (r || !look)
+		return r;
+	/* Nothing wanted is ready: the bell may say the peer left or switched. */
+	pthread_mutex_lock(&sh->wait_mu);
+	if (sh->rx.waiters + sh->tx.waiters == 0) {
+		drain(fd, sh, 1);
+	} else {
+		char b;
+
+		if (ff_real.recv(fd, &b, 1, MSG_DONTWAIT | MSG_PEEK) == 0)
+			atomic_fetch_or(&sh->state, FF_SHM_PEER_GONE);
+	}
+	pthread_mutex_unlock(&sh->wait_mu);
+	if (atomic_load_explicit(sh->switch_by, memory_order_relaxed))
+		return switch_ready(fd, sh);
+	return mem_ready(sh) & (want | POLLERR | POLLHUP);
+}
+
+unsigned ff_shm_ready(int fd, unsigned want)
+{
+	struct ff_shm *sh = ff_shm_get(fd);
+	unsigned r;
+
+	if (!sh)
+		return FF_SHM_READY_MOVED;
+	r = ready_locked(fd, sh, want, 1);
+	ff_shm_put(sh);
+	return r;
+}
+
+static unsigned wait_dir(unsigned want)
+{
+	return (want & (POLLIN | POLLRDNORM | POLLRDHUP) ? POLLIN : 0) |
+	       (want & (POLLOUT | POLLWRNORM) ? POLLOUT : 0);
+}
+
+unsigned ff_shm_ready_held(int fd, struct ff_shm *sh, unsigned want, int look)
+{
+	return ready_locked(fd, sh, want, look);
+}
+
+/* news() for a poller: room as mem_ready counts it, and our own SHUT_WR makes writing not block. */
+int ff_shm_maybe(struct ff_shm *sh, unsigned want)
+{
+	unsigned dir = wait_dir(want);
+
+	return news(sh, dir, ROOM_WAKE(sh)) ||
+	       ((dir & POLLOUT) &&
+		(atomic_load_explicit(&sh->state, memory_order_relaxed) & FF_SHM_SHUT_WR));
+}
+
+unsigned ff_shm_arm(int fd, unsigned want, struct ff_shm_waiter *w)
+{
+	unsigned r;
+
+	w->sh = ff_shm_get(fd);
+	if (!w->sh)
+		return FF_SHM_READY_MOVED;
+	w->want = wait_dir(want);
+	arm(w->sh, w->want);
+	r = ready_locked(fd, w->sh, want, 0);
+	if (r & FF_SHM_READY_MOVED)
+		ff_shm_disarm(fd, w);
+	return r;
+}
+
+void ff_shm_disarm(int fd, struct ff_shm_waiter *w)
+{
+	if (!w->sh)
+		return;
+	disarm(fd, w->sh, w->want, 1);
+	ff_shm_put(w->sh);
+	w->sh = NULL;
+}
