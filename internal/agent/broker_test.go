@@ -243,17 +243,7 @@ func TestLocalEndpointSpoofingRefused(t *testing.T) {
 // STATUS counts both kinds.
 func TestConnsListingAndClosed(t *testing.T) {
 	a := startAgent(t, newFakeDir(ffSelf), nil)
-	srv, cli := newLib(t, a), newLib(t, a)
-	srv.listen(selfSrv)
-	done := make(chan pathResult)
-	go func() { r, _ := srv.accept(selfSrv, selfCli(40001)); done <- r }()
-	con, err := cli.connect(selfCli(40001), selfSrv)
-	acc := <-done
-	if err != nil || con.Kind != pathUnix || acc.Kind != pathUnix {
-		t.Fatalf("fast path: %+v %+v %v", con, acc, err)
-	}
-	closeFD(con.FD)
-	closeFD(acc.FD)
+	cli := fastPathListed(t, a, 40001)
 	cli.connect(selfCli(40002), "10.1.2.3:443")
 	// This process is a container here, so the admin socket refuses it:
 	// read the tables directly (TestConnsOverAdminSocket goes over the wire).

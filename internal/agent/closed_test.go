@@ -15,17 +15,7 @@ import (
 // own reply, and `freeflow conns` drops the entry.
 func TestClosedWithoutReply(t *testing.T) {
 	a := startAgent(t, newFakeDir(ffSelf), nil)
-	srv, cli := newLib(t, a), newLib(t, a)
-	srv.listen(selfSrv)
-	done := make(chan pathResult)
-	go func() { r, _ := srv.accept(selfSrv, selfCli(40001)); done <- r }()
-	con, err := cli.connect(selfCli(40001), selfSrv)
-	acc := <-done
-	if err != nil || con.Kind != pathUnix || acc.Kind != pathUnix {
-		t.Fatalf("fast path: %+v %+v %v", con, acc, err)
-	}
-	closeFD(con.FD)
-	closeFD(acc.FD)
+	cli := fastPathListed(t, a, 40001)
 
 	for _, ep := range [][2]string{
 		{selfCli(40001), selfSrv},        // answered: dropped from the list

@@ -78,25 +78,14 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func bothAsk(t *testing.T, hs twoHosts, cport int) (con, acc pathResult) {
 	t.Helper()
 	cli, srv := newLib(t, hs.h1), newLib(t, hs.h2)
-	done := make(chan error, 1)
-	go func() {
-		var err error
-		acc, err = srv.accept(srv2, selfCli(cport))
-		done <- err
-	}()
-	con, err := cli.connect(selfCli(cport), srv2)
-	if aerr := <-done; err != nil || aerr != nil {
-		t.Fatalf("connect: %v; accept: %v", err, aerr)
-	}
-	return con, acc
+	return meet(t, srv, cli, selfCli(cport), srv2)
 }
 
-func TestCrossHostHostTCP(t *testing.T) {
-	hs := startTwoHosts(t, nil)
-	if err := newLib(t, hs.h2).listen("0.0.0.0:5201"); err != nil {
-		t.Fatal(err)
-	}
-	con, acc := bothAsk(t, hs, 43000)
+// withHostTCP makes a cross-host connection, checks both ends got host-tcp
+// on one working TCP connection, runs f on the two ends and closes them.
+func withHostTCP(t *testing.T, hs twoHosts, cport int, f func(con, acc pathResult)) {
+	t.Helper()
+	con, acc := bothAsk(t, hs, cport)
 	defer closeFD(con.FD)
 	defer closeFD(acc.FD)
 	if con.Kind != pathHostTCP || acc.Kind != pathHostTCP {
@@ -105,16 +94,26 @@ func TestCrossHostHostTCP(t *testing.T) {
 	if err := exchange(con.FD, acc.FD); err != nil {
 		t.Fatalf("the two ends are not one TCP connection: %v", err)
 	}
-	// The handed sockets connect the fabric addresses (the library hides
-	// them from the application).
-	cl, cr := sockAddrs(t, con.FD)
-	al, ar := sockAddrs(t, acc.FD)
-	if cl.Addr().String() != hs.h1.cfg.FabricIP || cr.Addr().String() != hs.h2.cfg.FabricIP || cl != ar || cr != al {
-		t.Errorf("connector %v -> %v, acceptor %v -> %v; want h1's fabric address to h2's", cl, cr, al, ar)
+	f(con, acc)
+}
+
+func TestCrossHostHostTCP(t *testing.T) {
+	hs := startTwoHosts(t, nil)
+	if err := newLib(t, hs.h2).listen("0.0.0.0:5201"); err != nil {
+		t.Fatal(err)
 	}
-	if got := hs.h1.live.list(); len(got) != 1 || got[0].Path != "host-tcp" || got[0].RemoteContainer != "self2" {
-		t.Errorf("h1's conns: %+v", got)
-	}
+	withHostTCP(t, hs, 43000, func(con, acc pathResult) {
+		// The handed sockets connect the fabric addresses (the library
+		// hides them from the application).
+		cl, cr := sockAddrs(t, con.FD)
+		al, ar := sockAddrs(t, acc.FD)
+		if cl.Addr().String() != hs.h1.cfg.FabricIP || cr.Addr().String() != hs.h2.cfg.FabricIP || cl != ar || cr != al {
+			t.Errorf("connector %v -> %v, acceptor %v -> %v; want h1's fabric address to h2's", cl, cr, al, ar)
+		}
+		if got := hs.h1.live.list(); len(got) != 1 || got[0].Path != "host-tcp" || got[0].RemoteContainer != "self2" {
+			t.Errorf("h1's conns: %+v", got)
+		}
+	})
 }
 
 func sockAddrs(t *testing.T, fd int) (local, remote netip.AddrPort) {

@@ -154,6 +154,43 @@ func wantClosed(t testing.TB, c *protocol.Conn) {
 	}
 }
 
+// meet has srv ACCEPT and cli CONNECT the connection from local to lis,
+// both at once, and returns the two answers.
+func meet(t testing.TB, srv, cli *libClient, local, lis string) (con, acc pathResult) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		var err error
+		acc, err = srv.accept(lis, local)
+		done <- err
+	}()
+	con, err := cli.connect(local, lis)
+	if aerr := <-done; err != nil || aerr != nil {
+		t.Fatalf("connect: %v; accept: %v", err, aerr)
+	}
+	return con, acc
+}
+
+// fastPathListed has a new session listening on selfSrv accept and a new
+// one (returned) connect from selfCli(port), checks both got the same-host
+// fast path (unix), and closes the two descriptors, which the agent does
+// not see: it still lists both ends. Both sessions last until the test ends.
+func fastPathListed(t testing.TB, a *testAgent, port int) *libClient {
+	t.Helper()
+	srv, cli := newLib(t, a), newLib(t, a)
+	srv.listen(selfSrv)
+	done := make(chan pathResult)
+	go func() { r, _ := srv.accept(selfSrv, selfCli(port)); done <- r }()
+	con, err := cli.connect(selfCli(port), selfSrv)
+	acc := <-done
+	if err != nil || con.Kind != pathUnix || acc.Kind != pathUnix {
+		t.Fatalf("fast path: %+v %+v %v", con, acc, err)
+	}
+	closeFD(con.FD)
+	closeFD(acc.FD)
+	return cli
+}
+
 // wantCode checks err carries the agent's code.
 func wantCode(t testing.TB, err error, code protocol.Code) {
 	t.Helper()

@@ -47,20 +47,15 @@ func fillPool(t *testing.T, hs twoHosts, cport int) []int {
 // local fabric port.
 func wantHostTCP(t *testing.T, hs twoHosts, cport int) int {
 	t.Helper()
-	con, acc := bothAsk(t, hs, cport)
-	defer closeFD(con.FD)
-	defer closeFD(acc.FD)
-	if con.Kind != pathHostTCP || acc.Kind != pathHostTCP {
-		t.Fatalf("connect %+v, accept %+v; want host-tcp for both", con, acc)
-	}
-	if err := exchange(con.FD, acc.FD); err != nil {
-		t.Fatalf("the two ends are not one TCP connection: %v", err)
-	}
-	local, remote := sockAddrs(t, con.FD)
-	if remote.Addr().String() != hs.h2.cfg.FabricIP {
-		t.Fatalf("the connector's end leads to %v, not to h2's fabric address", remote)
-	}
-	return int(local.Port())
+	var port int
+	withHostTCP(t, hs, cport, func(con, _ pathResult) {
+		local, remote := sockAddrs(t, con.FD)
+		if remote.Addr().String() != hs.h2.cfg.FabricIP {
+			t.Fatalf("the connector's end leads to %v, not to h2's fabric address", remote)
+		}
+		port = int(local.Port())
+	})
+	return port
 }
 
 // A cross-host connection made while the pool is full goes on a pooled

@@ -34,16 +34,7 @@ func anySettings(directory.Settings) bool { return true }
 // are closed when the test ends.
 func meetSelf(t *testing.T, srv, cli *libClient, port int) (con, acc pathResult) {
 	t.Helper()
-	done := make(chan error, 1)
-	go func() {
-		var err error
-		acc, err = srv.accept(selfSrv, selfCli(port))
-		done <- err
-	}()
-	con, err := cli.connect(selfCli(port), selfSrv)
-	if aerr := <-done; err != nil || aerr != nil {
-		t.Fatalf("connect: %v; accept: %v", err, aerr)
-	}
+	con, acc = meet(t, srv, cli, selfCli(port), selfSrv)
 	t.Cleanup(func() { closeResult(con); closeResult(acc) })
 	return con, acc
 }

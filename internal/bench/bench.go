@@ -133,13 +133,10 @@ func pathsFor(exps []Experiment, paths []Path) []Path {
 // measure deploys the servers and clients, sets congestion control and runs
 // the schedule, filling raw.
 func measure(ctx context.Context, o Options, c *benchCluster, raw *Raw, env toolEnv, exps []Experiment, paths []Path) (err error) {
-	cp := detectCaps(ctx, c.cli)
-	run, skipped := adaptPaths(paths, cp)
-	raw.Notes = append(raw.Notes, cp.notes()...)
 	fmt.Fprintf(o.Log, "bench: starting servers and clients in cluster %s\n", c.cli.Cluster)
 	r := &runner{cli: c.cli, env: env, pin: defaultPinning(), seconds: max(1, int(o.Duration.Round(time.Second)/time.Second)),
-		conns: cp.conns, runCC: o.CC, machCC: raw.Machine.DefaultCC}
-	pl := plan(exps, run, env, !o.Quick)
+		runCC: o.CC, machCC: raw.Machine.DefaultCC}
+	pl := plan(exps, paths, env, !o.Quick)
 	pl.Volumes = []string{env.Tools}
 	dep, err := Deploy(ctx, c.cli, c.state, state.RandomName("b", 4), r.pin, pl)
 	if err != nil {
@@ -150,7 +147,7 @@ func measure(ctx context.Context, o Options, c *benchCluster, raw *Raw, env tool
 	for _, s := range pl.Servers {
 		raw.Setup.Servers = append(raw.Setup.Servers, displayServer(r.pin, s, env.Script))
 	}
-	if err := r.shapeIfNeeded(ctx, c, exps, run); err != nil {
+	if err := r.shapeIfNeeded(ctx, c, exps, paths); err != nil {
 		return err
 	}
 	if r.shaper != nil {
@@ -164,13 +161,9 @@ func measure(ctx context.Context, o Options, c *benchCluster, raw *Raw, env tool
 	r.env.CC = uniformCC(raw.Setup.CCUsed)
 	raw.Setup.Pinning = r.pin.String()
 	for _, p := range paths {
-		info := PathInfo{Name: p.Name, Group: p.Group, Role: p.Role, About: p.About, Skipped: skipped[p.Name]}
-		if info.Skipped == "" {
-			info = dep.Describe(adapted(run, p))
-		}
-		raw.Paths = append(raw.Paths, info)
+		raw.Paths = append(raw.Paths, dep.Describe(p))
 	}
-	return runSchedule(ctx, o, r, raw, Schedule(exps, run, o.Reps, !o.Quick, !o.Quick))
+	return runSchedule(ctx, o, r, raw, Schedule(exps, paths, o.Reps, !o.Quick, !o.Quick))
 }
 
 // runSchedule runs the jobs in order, logging each result.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os/exec"
 	"strings"
 	"time"
 )
@@ -111,15 +110,4 @@ func watchConns(ctx context.Context, cli CLI, c *pathCheck, stop <-chan struct{}
 		c.err = err
 		return
 	}
-}
-
-// hasConns reports whether the freeflow binary has the conns command.
-func hasConns(ctx context.Context, cli CLI) bool {
-	out, _ := runCmd(ctx, exec.Command(cli.Bin, "help"))
-	for _, line := range strings.Split(string(out), "\n") {
-		if f := strings.Fields(line); len(f) > 0 && f[0] == "conns" {
-			return true
-		}
-	}
-	return false
 }

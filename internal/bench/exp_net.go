@@ -43,10 +43,16 @@ var latency = Experiment{
 		}},
 	SelfWarming: true,
 	Server:      sockperfServer,
-	// sockperf's runs cost 3 s more than they measure, so it measures
-	// one size, the well-known cross-check of pingpong, which covers 1 B
-	// to 1 MiB (sockperf takes 14 B to 64 KiB).
-	Cases: func(bool) []Case { return sizeCases([]int{16}) },
+	// sockperf's runs cost 3 s more than they measure, so it measures the
+	// sizes the shared-memory issue names (16 B, 1 KiB, 16 KiB) in a full
+	// run and 16 B otherwise: the well-known cross-check of pingpong, which
+	// covers 1 B to 1 MiB (sockperf takes 14 B to 64 KiB).
+	Cases: func(full bool) []Case {
+		if full {
+			return sizeCases([]int{16, 1024, 16384})
+		}
+		return sizeCases([]int{16})
+	},
 	Client: func(_ toolEnv, d dial, c Case, _ int) []string {
 		return split("sockperf pp --tcp -i %s -p %d -m %d -t %d", d.Addr, portSockperf, c.Size, sockperfSeconds)
 	},

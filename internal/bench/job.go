@@ -59,7 +59,6 @@ type runner struct {
 	cc      *ccSwitch
 	runCC   string // the run's congestion control (--cc)
 	machCC  string // the machine's default, for DefaultCC experiments
-	conns   bool   // `freeflow conns` exists: FreeFlow paths are checked
 }
 
 // run runs one job's clients (one per concurrent pair) and turns their
@@ -261,7 +260,7 @@ type checkRun struct {
 
 // startCheck starts watching the connections of a FreeFlow path's job.
 func (r *runner) startCheck(ctx context.Context, j Job) *checkRun {
-	if j.Path.Expect == "" || !r.conns {
+	if j.Path.Expect == "" {
 		return nil
 	}
 	c := newPathCheck(j.Path.Expect)

@@ -60,8 +60,6 @@ type PathInfo struct {
 	// Expect is the path `freeflow conns` must show for this path's
 	// connections (FreeFlow paths); "" = not checked.
 	Expect string `json:"expect,omitempty"`
-	// Skipped says why the path was not measured in this run.
-	Skipped string `json:"skipped,omitempty"`
 }
 
 // ExperimentInfo says how to present an experiment's samples.

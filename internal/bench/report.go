@@ -93,10 +93,6 @@ func ccSummary(used map[string]string) string {
 func writePaths(b *strings.Builder, raw *Raw) {
 	fmt.Fprintf(b, "## Paths\n\n| path | group | role | server | client | client dials | checked path | what |\n|---|---|---|---|---|---|---|---|\n")
 	for _, p := range raw.Paths {
-		if p.Skipped != "" {
-			fmt.Fprintf(b, "| %s | %s | %s | – | – | – | – | **%s** — %s |\n", p.Name, p.Group, p.Role, p.Skipped, p.About)
-			continue
-		}
 		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", p.Name, p.Group, p.Role, p.Server, p.Client, p.Target, dash(p.Expect), p.About)
 	}
 	b.WriteString("\n")
@@ -213,7 +209,7 @@ func writePlots(b *strings.Builder, raw *Raw, rows []Row) {
 func writeHeadlines(b *strings.Builder, raw *Raw, rows []Row) {
 	var cands []PathInfo
 	for _, p := range raw.Paths {
-		if p.Role == RoleCandidate && p.Skipped == "" {
+		if p.Role == RoleCandidate {
 			cands = append(cands, p)
 		}
 	}

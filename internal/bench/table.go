@@ -44,11 +44,6 @@ func RenderTable(raw *Raw) string {
 	if l := limitsLine(rows); l != "" {
 		fmt.Fprintf(&b, "\nphysical limits (machine, best of the runs): %s\n", l)
 	}
-	for _, p := range raw.Paths {
-		if p.Skipped != "" {
-			fmt.Fprintf(&b, "\n%s: %s\n", p.Name, p.Skipped)
-		}
-	}
 	if n := countSuspects(raw, rows); n > 0 {
 		fmt.Fprintf(&b, "\n%d suspect figure(s): see \"Suspect figures\" in report.md\n", n)
 	}
@@ -56,7 +51,7 @@ func RenderTable(raw *Raw) string {
 }
 
 // inGrid reports whether p gets a column: a measured network path.
-func inGrid(p PathInfo) bool { return p.Skipped == "" && p.Group != OneMachine }
+func inGrid(p PathInfo) bool { return p.Group != OneMachine }
 
 // tableCells are one figure's cells on the grid's paths; ok is false when
 // no path has the figure.

@@ -1,12 +1,9 @@
 package bench
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 
 	"github.com/freeflow-net/freeflow/internal/openmpi"
@@ -62,64 +59,4 @@ func (t *tools) remove() error {
 		return fmt.Errorf("remove the bench's tools directory: %w", err)
 	}
 	return nil
-}
-
-// caps is what the freeflow binary the bench drives can do. Other parts of
-// the project grow alongside the bench; it adapts to what is there and
-// says so in the report, rather than failing or guessing.
-type caps struct {
-	conns bool // `freeflow conns`: the paths FreeFlow connections took are checked
-	noShm bool // `freeflow run --no-shm`: a FreeFlow container can be kept off shared memory
-}
-
-func detectCaps(ctx context.Context, cli CLI) caps {
-	help, _ := exec.CommandContext(ctx, cli.Bin, "run", "--help").CombinedOutput()
-	return caps{conns: hasConns(ctx, cli), noShm: hasFlag(string(help), "no-shm")}
-}
-
-// hasFlag reports whether a Go flag usage text lists flag name.
-func hasFlag(usage, name string) bool {
-	return regexp.MustCompile(`(?m)^\s+--?` + regexp.QuoteMeta(name) + `(\s|$)`).MatchString(usage)
-}
-
-// notes are the run-level notes the missing capabilities call for.
-func (c caps) notes() []string {
-	var n []string
-	if !c.conns {
-		n = append(n, "this freeflow has no `conns` command: the paths FreeFlow connections took were NOT checked")
-	}
-	if !c.noShm {
-		n = append(n, "this freeflow's `run` has no --no-shm flag, so it has no shared-memory channel yet: the freeflow path was checked against the unix channel, and freeflow-unix (the same channel, forced) was not measured")
-	}
-	return n
-}
-
-// adaptPaths returns the paths the run can measure as this freeflow
-// stands, and why it cannot measure the others.
-func adaptPaths(paths []Path, c caps) ([]Path, map[string]string) {
-	var run []Path
-	skipped := map[string]string{}
-	for _, p := range paths {
-		switch {
-		case c.noShm:
-		case noShmPath(p):
-			skipped[p.Name] = "NOT MEASURED: `freeflow run` has no --no-shm flag yet, so a FreeFlow container cannot be kept off shared memory"
-			continue
-		case p.Expect == "shm":
-			p.Expect = "unix"
-			p.About += " (this freeflow has no shared-memory channel yet, so: a Unix socket)"
-		}
-		run = append(run, p)
-	}
-	return run, skipped
-}
-
-// adapted returns p as adaptPaths left it in run.
-func adapted(run []Path, p Path) Path {
-	for _, q := range run {
-		if q.Name == p.Name {
-			return q
-		}
-	}
-	return p
 }

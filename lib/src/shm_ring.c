@@ -175,8 +175,14 @@ int ff_shm_open(int memfd, enum ff_shm_role role, struct ff_shm **out, const cha
 		*why = "out of memory";
 		return -ENOMEM;
 	}
-	/* Populated now, so the data path takes no page faults. */
-	base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, memfd, 0);
+	/*
+	 * Not populated: MAP_POPULATE allocated and zeroed all of both rings
+	 * at every connect and accept (0.3-0.6 ms each, most of a short
+	 * connection's setup; lib/README.md). A page faults in once, when the
+	 * stream first passes it, and a connection that moves few bytes never
+	 * allocates the rest (the agent's budget counts on that).
+	 */
+	base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
 	if (base == MAP_FAILED) {
 		*why = "the memfd cannot be mapped";
 		free(sh);
@@ -459,6 +465,9 @@ static void drain(int fd, struct ff_shm *sh, int thorough)
 	char b[64];
 	ssize_t n, k;
 
+	/* Let go of (moved down under wait_mu, or closed): fd is another socket now, or none. */
+	if (atomic_load_explicit(&sh->state, memory_order_relaxed) & FF_SHM_CLOSED)
+		return;
 	do {
 		n = ff_real.recv(fd, b, sizeof(b), MSG_DONTWAIT | MSG_PEEK);
 		if (n == 0)
@@ -516,19 +525,44 @@ static void step_back(struct ff_shm *sh)
 	pthread_mutex_unlock(&sh->wait_mu);
 }
 
+/*
+ * A copy of the bell socket to sleep on, made under wait_mu while fd still
+ * is the bell: a move down in another thread puts its kernel socket at fd
+ * (under wait_mu too), and a sleep on that one would wait for its data
+ * rather than for the bell or room. The copy; -ENOENT if it was moved
+ * down (nothing to sleep on: the caller retries and goes to the kernel);
+ * -EBADF if fd was closed; fd itself if no copy can be made (EMFILE).
+ */
+static int bell_copy(int fd, struct ff_shm *sh)
+{
+	unsigned st;
+	int b;
+
+	pthread_mutex_lock(&sh->wait_mu);
+	st = atomic_load_explicit(&sh->state, memory_order_relaxed);
+	if (st & FF_SHM_CLOSED)
+		b = st & FF_SHM_DOWN ? -ENOENT : -EBADF;
+	else if ((b = ff_real.fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0)
+		b = errno == EBADF ? -EBADF : fd;
+	pthread_mutex_unlock(&sh->wait_mu);
+	return b;
+}
+
 int ff_shm_wait(int fd, struct ff_shm *sh, unsigned dir, int ms)
 {
-	struct pollfd p = { .fd = fd, .events = POLLIN };
+	struct pollfd p = { .events = POLLIN };
 	uint64_t room = ROOM_WAKE(sh);
 	int n, err, last;
 
 	arm(sh, dir);
-	if (news(sh, dir, room)) {
+	if (news(sh, dir, room) || (p.fd = bell_copy(fd, sh)) < 0) {
 		disarm(fd, sh, dir, 0);
-		return 0;
+		return p.fd == -EBADF ? -EBADF : 0;
 	}
 	n = ff_real.poll(&p, 1, ms);
 	err = errno;
+	if (p.fd != fd)
+		ff_real.close(p.fd);
 	if (n > 0 && (p.revents & (POLLHUP | POLLERR)))
 		atomic_fetch_or(&sh->state, FF_SHM_PEER_GONE);
 	last = disarm(fd, sh, dir, n > 0);

@@ -402,6 +402,13 @@ static int install(struct ff_shm *sh, int sock)
 		ff_real.shutdown(sock, SHUT_WR);
 	if (st & FF_SHM_SHUT_RD)
 		ff_real.shutdown(sock, SHUT_RD);
+	/*
+	 * Under wait_mu: this process's waiters read the bell, and copy it
+	 * to sleep on, only under it after checking FF_SHM_CLOSED
+	 * (shm_ring.c), so none takes bytes out of sock, or sleeps on it,
+	 * for the bell that was at these fds.
+	 */
+	pthread_mutex_lock(&sh->wait_mu);
 	ff_table_lock();
 	n = conn_fds(sh, fds, (int)(sizeof(fds) / sizeof(fds[0])), &c);
 	if (n > 0)
@@ -414,6 +421,7 @@ static int install(struct ff_shm *sh, int sock)
 		ff_shm_put(sh);		/* the conn's reference; the caller still holds one */
 	}
 	ff_table_unlock();
+	pthread_mutex_unlock(&sh->wait_mu);
 	/* No fd left: the program closed them meanwhile, and the peer sees the end. */
 	return n < 0 ? n : r;
 }

@@ -315,6 +315,12 @@ static inline void fa_decide(struct fa_state *st, struct fa_tuple *t, int fd, ui
 		close(sp[1]);
 		if (memfd >= 0)
 			close(memfd);
+		/*
+		 * Both ends have their answer, so no late ask can come: forget
+		 * the 4-tuple (a key no ask matches), as the overlay socket's
+		 * port may now be reused by a new connection.
+		 */
+		t->keylen = 0;
 	}
 	t->waiter = -1;
 }

@@ -423,8 +423,27 @@ static inline uint8_t t_byte(uint64_t i, uint8_t seed)
 	return (uint8_t)((i * 2654435761u) >> 13) ^ seed;
 }
 
-/* Bytes [off, n) of the test stream seed; returns 0 once all were written. */
-static inline int t_send_stream_from(int fd, size_t off, size_t n, uint8_t seed)
+/*
+ * How the stream helpers move a piece of the stream: like write(2) or
+ * read(2) on fd, or another way with the caller's ctx. It may move fewer
+ * than n bytes; <= 0 is a failure.
+ */
+typedef ssize_t (*t_io_fn)(int fd, void *buf, size_t n, void *ctx);
+
+static inline ssize_t t_io_write(int fd, void *buf, size_t n, void *ctx)
+{
+	(void)ctx;
+	return write(fd, buf, n);
+}
+
+static inline ssize_t t_io_read(int fd, void *buf, size_t n, void *ctx)
+{
+	(void)ctx;
+	return read(fd, buf, n);
+}
+
+/* Bytes [off, n) of the test stream seed, handed to put; returns 0 once all were taken. */
+static inline int t_put_stream(int fd, size_t off, size_t n, uint8_t seed, t_io_fn put, void *ctx)
 {
 	uint8_t buf[16384];
 
@@ -434,12 +453,37 @@ static inline int t_send_stream_from(int fd, size_t off, size_t n, uint8_t seed)
 
 		for (size_t i = 0; i < k; i++)
 			buf[i] = t_byte(off + i, seed);
-		w = write(fd, buf, k);
+		w = put(fd, buf, k, ctx);
 		if (w <= 0)
 			return -1;
 		off += (size_t)w;
 	}
 	return 0;
+}
+
+/* Bytes [off, n) of the test stream seed, got with get and each checked; 0 if all arrived intact. */
+static inline int t_get_stream(int fd, size_t off, size_t n, uint8_t seed, t_io_fn get, void *ctx)
+{
+	uint8_t buf[16384];
+
+	while (off < n) {
+		size_t k = n - off < sizeof(buf) ? n - off : sizeof(buf);
+		ssize_t r = get(fd, buf, k, ctx);
+
+		if (r <= 0)
+			return -1;
+		for (ssize_t i = 0; i < r; i++)
+			if (buf[i] != t_byte(off + (size_t)i, seed))
+				return -2;
+		off += (size_t)r;
+	}
+	return 0;
+}
+
+/* Bytes [off, n) of the test stream seed; returns 0 once all were written. */
+static inline int t_send_stream_from(int fd, size_t off, size_t n, uint8_t seed)
+{
+	return t_put_stream(fd, off, n, seed, t_io_write, NULL);
 }
 
 static inline int t_send_stream(int fd, size_t n, uint8_t seed)
@@ -450,20 +494,7 @@ static inline int t_send_stream(int fd, size_t n, uint8_t seed)
 /* Read bytes [off, n) of the test stream seed and check each; 0 if all arrived intact. */
 static inline int t_recv_stream_from(int fd, size_t off, size_t n, uint8_t seed)
 {
-	uint8_t buf[16384];
-
-	while (off < n) {
-		size_t k = n - off < sizeof(buf) ? n - off : sizeof(buf);
-		ssize_t r = read(fd, buf, k);
-
-		if (r <= 0)
-			return -1;
-		for (ssize_t i = 0; i < r; i++)
-			if (buf[i] != t_byte(off + (size_t)i, seed))
-				return -2;
-		off += (size_t)r;
-	}
-	return 0;
+	return t_get_stream(fd, off, n, seed, t_io_read, NULL);
 }
 
 /* Read exactly n bytes and check each; returns 0 if all arrived intact. */
@@ -539,6 +570,72 @@ static inline int t_run_served(char **argv, int (*server)(int lfd),
 	return t_shim_finish();
 }
 
+/*
+ * A listener on loopback (*lfd, *port) served by a forked process, whose
+ * pid is returned: peer(lfd, ready) gives its exit status, and it writes to
+ * ready to say how far it got; *ready gets the pipe's reading end.
+ */
+static inline pid_t t_fork_peer(int (*peer)(int lfd, int ready), int *lfd, uint16_t *port,
+				int *ready)
+{
+	int p[2];
+	pid_t pid;
+
+	if (pipe(p)) {
+		perror("pipe");
+		exit(T_EXIT_FAIL);
+	}
+	*lfd = t_listen(AF_INET, port);
+	pid = fork();
+	if (pid == 0)
+		_exit(peer(*lfd, p[1]));
+	close(p[1]);
+	*ready = p[0];
+	return pid;
+}
+
+/*
+ * The peer's start of a mid-stream test: accepts from lfd a connection
+ * that must be swapped (else 2), writes bytes [0, sent0) of stream out and
+ * says so on ready (else 3), then carries both streams on to total, reading
+ * stream in from its start (else 4). 0 with the connection in *fd.
+ */
+static inline int t_mid_stream_peer(int lfd, int ready, size_t sent0, uint8_t out, uint8_t in,
+				    size_t total, int *fd)
+{
+	*fd = accept(lfd, NULL, NULL);
+	if (*fd < 0 || !t_swapped(*fd))
+		return 2;
+	if (t_send_stream_from(*fd, 0, sent0, out) || write(ready, "r", 1) != 1)
+		return 3;
+	return t_duplex(*fd, sent0, out, 0, in, total) ? 4 : 0;
+}
+
+/*
+ * A connection from a forked process (*pid) that writes one byte and then
+ * waits to be killed: our end, accepted from lfd (listening on port),
+ * CHECKed swapped and with that byte read.
+ */
+static inline int t_accept_doomed(int lfd, uint16_t port, pid_t *pid)
+{
+	char c;
+	int fd;
+
+	*pid = fork();
+	if (*pid == 0) {
+		int fd2 = t_connect(AF_INET, port);
+
+		if (write(fd2, "k", 1) != 1)
+			_exit(1);
+		pause();
+		_exit(0);
+	}
+	fd = accept(lfd, NULL, NULL);
+	CHECK(t_swapped(fd), "not swapped");
+	CHECK(read(fd, &c, 1) == 1, "first byte");
+	return fd;
+}
+
 struct t_conn_arg {
 	int family;
 	uint16_t port;
@@ -572,6 +669,38 @@ static inline void t_pair(int family, int *cfd, int *sfd)
 		perror("t_pair");
 		exit(T_EXIT_FAIL);
 	}
+}
+
+/* Stage 1 (t_shim_setup), then a connected pair in this process, CHECKed swapped at both ends. */
+static inline void t_setup_swapped_pair(char **argv, int *cfd, int *sfd)
+{
+	t_shim_setup(argv, FA_BROKER);
+	t_pair(AF_INET, cfd, sfd);
+	CHECK(t_swapped(*cfd) && t_swapped(*sfd), "the pair is not swapped");
+}
+
+/*
+ * main() of a test whose cases each get a fresh pair on the shm channel
+ * (cfd, sfd) and m, the start of its shared memory; a pair not on shm is a
+ * failure, and its case is not run.
+ */
+static inline int t_run_shm_cases(char **argv, void (*const *cases)(int cfd, int sfd, uint8_t *m),
+				  size_t n)
+{
+	t_shim_setup(argv, FA_BROKER);
+	for (size_t i = 0; i < n; i++) {
+		int cfd, sfd;
+		uint8_t *m;
+
+		t_pair(AF_INET, &cfd, &sfd);
+		m = t_shm_base();
+		CHECK(t_swapped(cfd) && m, "case %zu: not on shm", i);
+		if (m)
+			cases[i](cfd, sfd, m);
+		close(cfd);
+		close(sfd);
+	}
+	return t_shim_finish();
 }
 
 #endif

@@ -28,18 +28,7 @@ static void case_kill(void)
 	pid_t pid;
 	char c;
 
-	pid = fork();
-	if (pid == 0) {
-		int fd2 = t_connect(AF_INET, port);
-
-		if (write(fd2, "k", 1) != 1)
-			_exit(1);
-		pause();
-		_exit(0);
-	}
-	fd = accept(lfd, NULL, NULL);
-	CHECK(t_swapped(fd), "not swapped");
-	CHECK(read(fd, &c, 1) == 1, "first byte");
+	fd = t_accept_doomed(lfd, port, &pid);
 	t0 = t_ms();
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);

@@ -35,36 +35,36 @@ static void expect_woken(struct waiter *w, uint64_t data, const char *how)
 	      w->n > 0 ? (unsigned long long)w->ev[0].data.u64 : 0);
 }
 
-/* The set has only a pipe: the waiter sleeps in libc's epoll_wait when the connection comes. */
-static void case_added_to_plain_set(int a, int b, int pr)
+/*
+ * A waiter asleep on a set armed for other only (as other_data); b is
+ * added (as data) with a byte already there, and must wake it.
+ */
+static void added_while_waiting(int a, int b, int other, uint64_t other_data, uint64_t data,
+				const char *how)
 {
 	int ep = epoll_create1(EPOLL_CLOEXEC);
 	struct waiter w;
 	char c;
 
-	CHECK(rt_ctl(ep, EPOLL_CTL_ADD, pr, EPOLLIN, 1) == 0, "add pipe");
-	CHECK(write(a, "x", 1) == 1, "write");
+	CHECK(rt_ctl(ep, EPOLL_CTL_ADD, other, EPOLLIN, other_data) == 0, "%s: add the first", how);
+	CHECK(write(a, "x", 1) == 1, "%s: write", how);
 	start_waiter(&w, ep);
-	CHECK(rt_ctl(ep, EPOLL_CTL_ADD, b, EPOLLIN, 2) == 0, "add connection");
-	expect_woken(&w, 2, "added to a set of a pipe");
-	CHECK(read(b, &c, 1) == 1, "read");
+	CHECK(rt_ctl(ep, EPOLL_CTL_ADD, b, EPOLLIN, data) == 0, "%s: add connection", how);
+	expect_woken(&w, data, how);
+	CHECK(read(b, &c, 1) == 1, "%s: read", how);
 	close(ep);
+}
+
+/* The set has only a pipe: the waiter sleeps in libc's epoll_wait when the connection comes. */
+static void case_added_to_plain_set(int a, int b, int pr)
+{
+	added_while_waiting(a, b, pr, 1, 2, "added to a set of a pipe");
 }
 
 /* The waiter is asleep armed for c; b is added with bytes already there. */
 static void case_added_to_waiting_set(int a, int b, int c)
 {
-	int ep = epoll_create1(EPOLL_CLOEXEC);
-	struct waiter w;
-	char ch;
-
-	CHECK(rt_ctl(ep, EPOLL_CTL_ADD, c, EPOLLIN, 3) == 0, "add idle connection");
-	CHECK(write(a, "x", 1) == 1, "write");
-	start_waiter(&w, ep);
-	CHECK(rt_ctl(ep, EPOLL_CTL_ADD, b, EPOLLIN, 4) == 0, "add connection");
-	expect_woken(&w, 4, "added to a waiting set");
-	CHECK(read(b, &ch, 1) == 1, "read");
-	close(ep);
+	added_while_waiting(a, b, c, 3, 4, "added to a waiting set");
 }
 
 static void case_oneshot_rearmed(int a, int b)

@@ -29,9 +29,7 @@ int main(int argc, char **argv)
 	int cfd, sfd;
 
 	(void)argc;
-	t_shim_setup(argv, FA_BROKER);
-	t_pair(AF_INET, &cfd, &sfd);
-	CHECK(t_swapped(cfd) && t_swapped(sfd), "not on shm");
+	t_setup_swapped_pair(argv, &cfd, &sfd);
 	pthread_create(&th, NULL, send_then_shut, &cfd);
 	CHECK(t_recv_stream(sfd, N, 6) == 0, "data before the half-close");
 	CHECK(read(sfd, buf, sizeof(buf)) == 0, "EOF after the data");

@@ -155,18 +155,5 @@ int main(int argc, char **argv)
 	};
 
 	(void)argc;
-	t_shim_setup(argv, FA_BROKER);
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		int cfd, sfd;
-		uint8_t *m;
-
-		t_pair(AF_INET, &cfd, &sfd);
-		m = t_shm_base();
-		CHECK(t_swapped(cfd) && m, "case %zu: not on shm", i);
-		if (m)
-			cases[i](cfd, sfd, m);
-		close(cfd);
-		close(sfd);
-	}
-	return t_shim_finish();
+	return t_run_shm_cases(argv, cases, sizeof(cases) / sizeof(cases[0]));
 }

@@ -31,9 +31,7 @@ int main(int argc, char **argv)
 	ssize_t r;
 
 	(void)argc;
-	t_shim_setup(argv, FA_BROKER);
-	t_pair(AF_INET, &cfd, &sfd);
-	CHECK(t_swapped(cfd) && t_swapped(sfd), "not on shm");
+	t_setup_swapped_pair(argv, &cfd, &sfd);
 
 	r = recv(cfd, buf, sizeof(buf), MSG_DONTWAIT);
 	CHECK(r == -1 && errno == EAGAIN, "DONTWAIT on an empty ring: %zd (%s)", r, strerror(errno));

@@ -58,18 +58,7 @@ static void case_peer_killed(void)
 	pid_t pid;
 	char c;
 
-	pid = fork();
-	if (pid == 0) {
-		int fd2 = t_connect(AF_INET, port);
-
-		if (write(fd2, "k", 1) != 1)
-			_exit(1);
-		pause();
-		_exit(0);
-	}
-	fd = accept(lfd, NULL, NULL);
-	CHECK(t_swapped(fd), "not swapped");
-	CHECK(read(fd, &c, 1) == 1, "first byte");
+	fd = t_accept_doomed(lfd, port, &pid);
 	CHECK(rt_ctl(ep, EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLRDHUP, 9) == 0, "add");
 	rt_expect_none(ep, 0, "peer alive");
 	rt_later(&l, RT_KILL, pid);

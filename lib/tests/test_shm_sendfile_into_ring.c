@@ -76,9 +76,7 @@ int main(int argc, char **argv)
 	int cfd, sfd;
 
 	(void)argc;
-	t_shim_setup(argv, FA_BROKER);
-	t_pair(AF_INET, &cfd, &sfd);
-	CHECK(t_swapped(cfd) && t_swapped(sfd), "not on shm");
+	t_setup_swapped_pair(argv, &cfd, &sfd);
 	case_file_to_ring(cfd, sfd, 1);
 	case_file_to_ring(cfd, sfd, 0);
 	case_ring_to_file(cfd, sfd);

@@ -13,15 +13,11 @@ enum { SEED_C = 1, SEED_S = 2 };
 static int peer(int lfd, int ready)
 {
 	for (int i = 0; i < ROUNDS; i++) {
-		int fd = accept(lfd, NULL, NULL);
+		int fd, r = t_mid_stream_peer(lfd, ready, SENT0, SEED_S, SEED_C, TOTAL, &fd);
 		char c;
 
-		if (fd < 0 || !t_swapped(fd))
-			return 2;
-		if (t_send_stream_from(fd, 0, SENT0, SEED_S) || write(ready, "r", 1) != 1)
-			return 3;
-		if (t_duplex(fd, SENT0, SEED_S, 0, SEED_C, TOTAL))
-			return 4;
+		if (r)
+			return r;
 		if (read(fd, &c, 1) != 0)
 			return 5;
 		close(fd);
@@ -92,18 +88,15 @@ static void pass_fd(int pass, int fd, int mmsg)
 
 int main(int argc, char **argv)
 {
-	int ready[2], pass[2], lfd;
+	int ready, pass[2], lfd;
 	pid_t server, recv_pid;
 	uint16_t port;
 
 	(void)argc;
 	t_shim_setup(argv, FA_BROKER);
-	if (pipe(ready) || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pass))
+	server = t_fork_peer(peer, &lfd, &port, &ready);
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pass))
 		return T_EXIT_FAIL;
-	lfd = t_listen(AF_INET, &port);
-	server = fork();
-	if (server == 0)
-		_exit(peer(lfd, ready[1]));
 	recv_pid = fork();
 	if (recv_pid == 0) {
 		close(pass[0]);
@@ -117,7 +110,7 @@ int main(int argc, char **argv)
 
 		CHECK(t_swapped(fd), "round %d: not on shm", i);
 		CHECK(t_send_stream_from(fd, 0, SENT0, SEED_C) == 0, "round %d: write", i);
-		CHECK(read(ready[0], &c, 1) == 1, "round %d: the peer did not write", i);
+		CHECK(read(ready, &c, 1) == 1, "round %d: the peer did not write", i);
 		CHECK(t_recv_stream_from(fd, 0, READ0, SEED_S) == 0, "round %d: read", i);
 		pass_fd(pass[0], fd, i == 1);
 		CHECK(t_moved_down(fd, bell), "round %d: not moved down before passing", i);

@@ -1,8 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: a peer that breaks the move-down handshake (an S without an fd, with two fds, with a pipe instead of a socket; switch_by naming the victim itself; switch_by set but no S ever; its consumer left busy while the victim moves down) gets the victim ECONNRESET within a bounded time, never a crash, a hang or a leaked fd; a peer that died while busy does not hold the victim's move up, and what it wrote still arrives */
 /* Channels: shm */
-#include <sys/uio.h>
-
 #include "shimtest.h"
 
 /* docs/SHM.md, "Layout". The victim is the connector: ring 0 is its tx. */
@@ -19,25 +17,10 @@ static void poke32(uint8_t *m, unsigned off, uint32_t v)
 /* The byte S on the peer's end of the bell, past the shim, with nfd fds. */
 static void raw_switch(int peer, const int *fds, int nfd)
 {
-	union {
-		char b[CMSG_SPACE(2 * sizeof(int))];
-		struct cmsghdr align;
-	} ctl;
-	struct iovec v = { "S", 1 };
-	struct msghdr mh = { .msg_iov = &v, .msg_iovlen = 1 };
+	struct t_fds_msg m;
 
-	if (nfd) {
-		struct cmsghdr *c;
-
-		mh.msg_control = ctl.b;
-		mh.msg_controllen = CMSG_SPACE((size_t)nfd * sizeof(int));
-		c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN((size_t)nfd * sizeof(int));
-		memcpy(CMSG_DATA(c), fds, (size_t)nfd * sizeof(int));
-	}
-	CHECK(syscall(SYS_sendmsg, peer, &mh, 0) == 1, "raw S: %s", strerror(errno));
+	CHECK(t_fds_msg(&m, "S", 1, fds, nfd) == 0 && syscall(SYS_sendmsg, peer, &m.mh, 0) == 1,
+	      "raw S: %s", strerror(errno));
 }
 
 /* The victim's blocking recv fails with ECONNRESET within max_ms. */
@@ -158,18 +141,5 @@ int main(int argc, char **argv)
 	};
 
 	(void)argc;
-	t_shim_setup(argv, FA_BROKER);
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		int cfd, sfd;
-		uint8_t *m;
-
-		t_pair(AF_INET, &cfd, &sfd);
-		m = t_shm_base();
-		CHECK(t_swapped(cfd) && m, "case %zu: not on shm", i);
-		if (m)
-			cases[i](cfd, sfd, m);
-		close(cfd);
-		close(sfd);
-	}
-	return t_shim_finish();
+	return t_run_shm_cases(argv, cases, sizeof(cases) / sizeof(cases[0]));
 }

@@ -77,9 +77,7 @@ int main(int argc, char **argv)
 	pid_t pid;
 
 	(void)argc;
-	t_shim_setup(argv, FA_BROKER);
-	t_pair(AF_INET, &cfd, &sfd);
-	CHECK(t_swapped(cfd) && t_swapped(sfd), "not on shm");
+	t_setup_swapped_pair(argv, &cfd, &sfd);
 	set_state(cfd, 1, 1, 77, 65536, 20);
 	set_state(sfd, 0, 0, 99, 98304, 21);
 	get_state(cfd, &c0);

@@ -48,18 +48,13 @@ static int peer(int lfd, int ready)
 
 int main(int argc, char **argv)
 {
-	int ready[2], lfd;
+	int ready, lfd;
 	uint16_t port;
 	pid_t pid;
 
 	(void)argc;
 	t_shim_setup(argv, FA_BROKER);
-	if (pipe(ready))
-		return T_EXIT_FAIL;
-	lfd = t_listen(AF_INET, &port);
-	pid = fork();
-	if (pid == 0)
-		_exit(peer(lfd, ready[1]));
+	pid = t_fork_peer(peer, &lfd, &port, &ready);
 	for (int how = 0; how < HOWS; how++) {
 		int fd = t_connect(AF_INET, port), maps = -1;
 		int64_t end;
@@ -67,7 +62,7 @@ int main(int argc, char **argv)
 		char c;
 
 		CHECK(t_swapped(fd), "%s: not on shm", how_name[how]);
-		CHECK(read(ready[0], &c, 1) == 1, "%s: the peer is not there", how_name[how]);
+		CHECK(read(ready, &c, 1) == 1, "%s: the peer is not there", how_name[how]);
 		usleep(100000);		/* past its spin: asleep in the kernel */
 		child = fork();		/* moves this end down */
 		if (child == 0)

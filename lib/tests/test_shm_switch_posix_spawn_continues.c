@@ -14,16 +14,13 @@ enum { SEED_C = 1, SEED_S = 2 };
 
 static int peer(int lfd, int ready)
 {
-	int fd = accept(lfd, NULL, NULL);
 	char c = 0;
+	int fd, r;
 
-	if (fd < 0 || !t_swapped(fd))
-		return 2;
-	if (t_send_stream_from(fd, 0, SENT0, SEED_S) || write(ready, "r", 1) != 1)
-		return 3;
 	/* Adopts at its first read, while the parent waits for its child. */
-	if (t_duplex(fd, SENT0, SEED_S, 0, SEED_C, TOTAL))
-		return 4;
+	r = t_mid_stream_peer(lfd, ready, SENT0, SEED_S, SEED_C, TOTAL, &fd);
+	if (r)
+		return r;
 	if (read(fd, &c, 1) != 1 || c != 'p' || write(fd, "q", 1) != 1)
 		return 5;
 	return read(fd, &c, 1) == 0 ? 0 : 6;
@@ -46,7 +43,7 @@ int main(int argc, char **argv)
 {
 	char *args[] = { "self", "spawned", NULL };
 	posix_spawn_file_actions_t fa;
-	int ready[2], lfd, fd, st = -1;
+	int ready, lfd, fd, st = -1;
 	uint16_t port;
 	ino_t bell;
 	pid_t pid, child;
@@ -55,17 +52,12 @@ int main(int argc, char **argv)
 	if (argc == 2 && !strcmp(argv[1], "spawned"))
 		return spawned();
 	t_shim_setup(argv, FA_BROKER);
-	if (pipe(ready))
-		return T_EXIT_FAIL;
-	lfd = t_listen(AF_INET, &port);
-	pid = fork();
-	if (pid == 0)
-		_exit(peer(lfd, ready[1]));
+	pid = t_fork_peer(peer, &lfd, &port, &ready);
 	fd = t_connect(AF_INET, port);
 	CHECK(t_swapped(fd), "not on shm");
 	bell = t_ino(fd);
 	CHECK(t_send_stream_from(fd, 0, SENT0, SEED_C) == 0, "write before the spawn");
-	CHECK(read(ready[0], &c, 1) == 1, "the peer did not write");
+	CHECK(read(ready, &c, 1) == 1, "the peer did not write");
 	CHECK(t_recv_stream_from(fd, 0, READ0, SEED_S) == 0, "read before the spawn");
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_adddup2(&fa, fd, 0);

@@ -89,9 +89,7 @@ int main(int argc, char **argv)
 	int cfd, sfd;
 
 	(void)argc;
-	t_shim_setup(argv, FA_BROKER);
-	t_pair(AF_INET, &cfd, &sfd);
-	CHECK(t_swapped(cfd) && t_swapped(sfd), "not on shm");
+	t_setup_swapped_pair(argv, &cfd, &sfd);
 	case_timeouts(cfd, sfd);
 	case_nonblock(cfd);
 	case_queues(cfd, sfd);

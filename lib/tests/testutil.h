@@ -66,8 +66,43 @@ static inline char *t_hex(char *out, const uint8_t *buf, size_t n)
 	return out;
 }
 
-/* Most fds t_send_fds passes in one message. */
+/* Most fds one t_fds_msg carries. */
 #define T_MAX_SEND_FDS	8
+
+/* One message with fds (SCM_RIGHTS); mh points into the struct, so it must stay put. */
+struct t_fds_msg {
+	union {
+		char b[CMSG_SPACE(T_MAX_SEND_FDS * sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov;
+	struct msghdr mh;
+};
+
+/* Fill m with n bytes from buf and nfd fds from fds; -1 (said on stderr) if nfd is too many. */
+static inline int t_fds_msg(struct t_fds_msg *m, const void *buf, size_t n, const int *fds, int nfd)
+{
+	if (nfd > T_MAX_SEND_FDS) {
+		fprintf(stderr, "t_fds_msg: %d fds, at most %d\n", nfd, T_MAX_SEND_FDS);
+		return -1;
+	}
+	memset(m, 0, sizeof(*m));
+	m->iov = (struct iovec){ .iov_base = (void *)buf, .iov_len = n };
+	m->mh.msg_iov = &m->iov;
+	m->mh.msg_iovlen = 1;
+	if (nfd > 0) {
+		struct cmsghdr *c;
+
+		m->mh.msg_control = m->ctl.b;
+		m->mh.msg_controllen = CMSG_SPACE((size_t)nfd * sizeof(int));
+		c = CMSG_FIRSTHDR(&m->mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN((size_t)nfd * sizeof(int));
+		memcpy(CMSG_DATA(c), fds, (size_t)nfd * sizeof(int));
+	}
+	return 0;
+}
 
 /*
  * One message of n bytes with nfd fds from fds (SCM_RIGHTS), as the agent
@@ -75,29 +110,10 @@ static inline char *t_hex(char *out, const uint8_t *buf, size_t n)
  */
 static inline void t_send_fds(int fd, const void *buf, size_t n, const int *fds, int nfd)
 {
-	union {
-		char b[CMSG_SPACE(T_MAX_SEND_FDS * sizeof(int))];
-		struct cmsghdr align;
-	} ctl;
-	struct iovec iov = { .iov_base = (void *)buf, .iov_len = n };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	struct t_fds_msg m;
 
-	if (nfd > T_MAX_SEND_FDS) {
-		fprintf(stderr, "t_send_fds: %d fds, at most %d\n", nfd, T_MAX_SEND_FDS);
-		return;
-	}
-	if (nfd > 0) {
-		struct cmsghdr *c;
-
-		mh.msg_control = ctl.b;
-		mh.msg_controllen = CMSG_SPACE((size_t)nfd * sizeof(int));
-		c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN((size_t)nfd * sizeof(int));
-		memcpy(CMSG_DATA(c), fds, (size_t)nfd * sizeof(int));
-	}
-	sendmsg(fd, &mh, MSG_NOSIGNAL);
+	if (t_fds_msg(&m, buf, n, fds, nfd) == 0)
+		sendmsg(fd, &m.mh, MSG_NOSIGNAL);
 }
 
 #endif

@@ -7,44 +7,6 @@ import (
 	"time"
 )
 
-// TestAdaptPathsWithoutNoShm: a freeflow whose `run` has no --no-shm has
-// no shared-memory channel: the freeflow path is checked against the unix
-// channel, and freeflow-unix is listed as not measured, never faked.
-func TestAdaptPathsWithoutNoShm(t *testing.T) {
-	run, skipped := adaptPaths(Paths, caps{conns: true})
-	for _, p := range run {
-		if p.Name == "freeflow-unix" {
-			t.Error("freeflow-unix measured without --no-shm")
-		}
-		if p.Name == "freeflow" && p.Expect != "unix" {
-			t.Errorf("freeflow expects %q without a shm channel, want unix", p.Expect)
-		}
-	}
-	if why := skipped["freeflow-unix"]; !strings.Contains(why, "NOT MEASURED") || !strings.Contains(why, "--no-shm") {
-		t.Errorf("freeflow-unix skipped with %q", why)
-	}
-	run, skipped = adaptPaths(Paths, caps{conns: true, noShm: true})
-	if len(run) != len(Paths) || len(skipped) != 0 {
-		t.Errorf("with --no-shm every path runs: %d of %d, skipped %v", len(run), len(Paths), skipped)
-	}
-	if p := adapted(run, Paths[3]); p.Name != "freeflow" || p.Expect != "shm" {
-		t.Errorf("freeflow with --no-shm expects %q, want shm", p.Expect)
-	}
-	if n := len(caps{}.notes()); n != 2 {
-		t.Errorf("a freeflow without conns and --no-shm gets %d notes, want 2", n)
-	}
-}
-
-func TestHasFlag(t *testing.T) {
-	usage := "Usage of freeflow run:\n  -no-freeflow\n    \trun without the library\n  -no-shm\n    \tkernel channel\n"
-	if !hasFlag(usage, "no-shm") || !hasFlag(usage, "no-freeflow") {
-		t.Error("listed flags not found")
-	}
-	if hasFlag(usage, "no") || hasFlag("  -no-shmem\n", "no-shm") || hasFlag("see -no-shm below\n", "no-shm") {
-		t.Error("a flag found that is not listed")
-	}
-}
-
 // TestSweepSamples: one sweep run becomes a sample per kept case; a case
 // missing from the output fails alone; a case's own note stays with it;
 // a run that failed fails every case.
