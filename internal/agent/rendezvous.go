@@ -117,15 +117,11 @@ func newMeeting(k tuple) *meeting {
 // join records that side s asked about k. li is set for a connector that
 // waits on this agent for a local ACCEPT (nil otherwise): the meeting may
 // then be parked at once, or later. c is set for a local process's
-// CONNECT, which the caller ends with endConnect (parked.go).
-func (r *rendezvous) join(k tuple, s side, li *listenerInfo, c *connector) (*meeting, role) {
-	return r.joinShm(k, s, li, c, false)
-}
-
-// joinShm is join for a same-host ask; canShm says whether the asking
-// library can take an shm channel. A waiting connector also records, for
-// a meeting that may be parked, whether its listener's processes can.
-func (r *rendezvous) joinShm(k tuple, s side, li *listenerInfo, c *connector, canShm bool) (*meeting, role) {
+// CONNECT, which the caller ends with endConnect (parked.go). canShm says
+// whether the asking library can take an shm channel (false across
+// hosts); a waiting connector also records, for a meeting that may be
+// parked, whether its listener's processes can.
+func (r *rendezvous) join(k tuple, s side, li *listenerInfo, c *connector, canShm bool) (*meeting, role) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.pruneLocked(time.Now())
@@ -316,9 +312,9 @@ func (r *rendezvous) pruneLocked(now time.Time) {
 // other side or the bound, and take the decision. finish completes the
 // meeting when this side asks second, or when it is a connector whose
 // meeting was parked (nil: the other side completes it). li, c and canShm
-// are as for joinShm.
+// are as for join.
 func (a *Agent) meet(k tuple, s side, li *listenerInfo, c *connector, canShm bool, finish func(*meeting)) (decision, half) {
-	m, role := a.rv.joinShm(k, s, li, c, canShm)
+	m, role := a.rv.join(k, s, li, c, canShm)
 	switch role {
 	case roleDuplicate:
 		return overlay(reasonDuplicate), noHalf
