@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/freeflow-net/freeflow/internal/directory"
@@ -20,7 +22,9 @@ const refreshEvery = 2 * time.Second
 // paths are unix (no-cluster-settings).
 func (a *Agent) keepClusterData(ctx context.Context) {
 	defer a.wg.Done()
-	var keyErr, policyErr, settingsErr string
+	var keyErr string
+	pol := clusterDoc[policy.Policy]{what: "policy", read: a.dir.Policy, parse: policy.Parse, cur: &a.pol}
+	set := clusterDoc[directory.Settings]{what: "settings", read: a.dir.Settings, parse: directory.ParseSettings, cur: &a.set}
 	for {
 		if a.key.Load() == nil {
 			if k, err := a.dir.ClusterKey(ctx); err == nil {
@@ -30,20 +34,8 @@ func (a *Agent) keepClusterData(ctx context.Context) {
 				a.log.Warn("read the cluster key; cross-host fast paths wait for it", "err", err)
 			}
 		}
-		switch err := a.refreshPolicy(ctx); {
-		case err == nil:
-			policyErr = ""
-		case err.Error() != policyErr:
-			policyErr = err.Error()
-			a.log.Warn("the cluster policy document is invalid; keeping the previous policy", "err", err)
-		}
-		switch err := a.refreshSettings(ctx); {
-		case err == nil:
-			settingsErr = ""
-		case err.Error() != settingsErr:
-			settingsErr = err.Error()
-			a.log.Warn("the cluster settings document is invalid; keeping the previous settings", "err", err)
-		}
+		pol.refresh(ctx, a.log)
+		set.refresh(ctx, a.log)
 		wait := refreshEvery
 		if a.key.Load() == nil || a.set.Load() == nil {
 			wait = 200 * time.Millisecond
@@ -56,35 +48,35 @@ func (a *Agent) keepClusterData(ctx context.Context) {
 	}
 }
 
-// refreshPolicy reads the policy document; it returns an error only for
-// an invalid document. An unreachable directory keeps the last good
-// policy (directory health reports the outage).
-func (a *Agent) refreshPolicy(ctx context.Context) error {
-	doc, err := a.dir.Policy(ctx)
-	if err != nil {
-		return nil
-	}
-	p, err := policy.Parse(doc)
-	if err != nil {
-		return err
-	}
-	a.pol.Store(&p)
-	return nil
+// clusterDoc is one document of the cluster's data (policy, settings)
+// kept in force in cur: the last valid version read.
+type clusterDoc[T any] struct {
+	what    string
+	read    func(context.Context) ([]byte, error)
+	parse   func([]byte) (T, error)
+	cur     *atomic.Pointer[T]
+	lastErr string // logged once, until the document is valid again
 }
 
-// refreshSettings reads the settings document, as refreshPolicy the
-// policy.
-func (a *Agent) refreshSettings(ctx context.Context) error {
-	doc, err := a.dir.Settings(ctx)
+// refresh reads and parses the document. An unreachable directory keeps
+// the last good version (directory health reports the outage); an
+// invalid document keeps it too, and is logged.
+func (d *clusterDoc[T]) refresh(ctx context.Context, log *slog.Logger) {
+	doc, err := d.read(ctx)
 	if err != nil {
-		return nil
+		d.lastErr = ""
+		return
 	}
-	s, err := directory.ParseSettings(doc)
+	v, err := d.parse(doc)
 	if err != nil {
-		return err
+		if err.Error() != d.lastErr {
+			log.Warn("the cluster "+d.what+" document is invalid; keeping the previous "+d.what, "err", err)
+		}
+		d.lastErr = err.Error()
+		return
 	}
-	a.set.Store(&s)
-	return nil
+	d.lastErr = ""
+	d.cur.Store(&v)
 }
 
 // settings returns the cluster settings in force, and false until they
