@@ -131,7 +131,8 @@ type asker struct {
 	out   *bufio.Reader
 }
 
-// startAsker runs an asker in network namespace ns and waits for "ready".
+// startAsker runs an asker in network namespace ns (the test's own if
+// "") and waits for "ready".
 func startAsker(t *testing.T, ns string, spec askSpec) *asker {
 	t.Helper()
 	exe, err := os.Executable()
@@ -139,7 +140,11 @@ func startAsker(t *testing.T, ns string, spec askSpec) *asker {
 		t.Fatal(err)
 	}
 	j, _ := json.Marshal(spec)
-	cmd := exec.Command("ip", "netns", "exec", ns, exe, "-test.run=^$")
+	args := []string{exe, "-test.run=^$"}
+	if ns != "" {
+		args = append([]string{"ip", "netns", "exec", ns}, args...)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), envChild+"=ask", envAsk+"="+string(j))
 	cmd.Stderr = os.Stderr
 	stdin, _ := cmd.StdinPipe()

@@ -15,9 +15,9 @@ package agent
 // on the connecting side, no library-enabled process listens on the peer's
 // port (listener-not-freeflow). That answer is recorded for the tuple, so
 // the other end, whether it already waits or asks later, gets it at once.
-// Otherwise the first ask waits at most 50 ms for the second; then both get
-// the fast path, or, on timeout, both get overlay (peer-timeout), unless
-// the meeting is parked (below). A decided tuple is remembered for a few
+// Otherwise the first ask waits at most 45 ms (meetWait) for the second;
+// then both get the fast path, or, on timeout, both get overlay
+// (peer-timeout), unless the meeting is parked (below). A decided tuple is remembered for a few
 // seconds, so a late ask gets the recorded decision, or its parked half.
 // Waiting happens in the asking connection's goroutine with no table lock
 // held; a meeting is decided exactly once, under the table lock.
@@ -26,6 +26,21 @@ package agent
 // half: an shm channel (shm.go) in PATH shm, or, when either end cannot
 // take one, socketpair(AF_UNIX, SOCK_STREAM) in PATH unix, with the reason
 // why not shm; the agent closes its copies.
+//
+// Links (shm.go has the rules for granting one and the budget). Two round
+// trips to the agent on every same-host connection's critical path limit
+// the setup rate (2.4k conn/s against 9.5k on the bridge overlay), so with
+// an shm channel the agent may also hand the two processes a link, a
+// SOCK_SEQPACKET socketpair (PATH shm, third fd, LINK_TTL). Over it the
+// connecting library offers its next connections to the same listener
+// itself (a memfd and bell pair it made, LINK_OFFER, sent before its SYN),
+// and the accepting library takes or refuses each by a compare-and-swap
+// in the memfd header, so exactly one decision wins; a connector whose
+// offer is not taken within 5 ms withdraws it and asks the agent as
+// before, which is why meetWait is 45 ms: a peer that never answers still
+// costs 50 ms at most. The agent hears of a connection decided over a link
+// afterwards, by OPENED, a notification handled like CLOSED: it lists and
+// counts it as if it had answered it with that PATH.
 //
 // Cross host (fastpath_remote.go, offer_accept.go): the connector's agent
 // dials the acceptor's agent on the fabric (broker port 7947 on the host's
@@ -49,7 +64,7 @@ package agent
 // then flows on a kernel TCP connection between the two hosts' fabric
 // addresses. The library waits 250 ms for any answer (lib/src/control.c),
 // well beyond the connector's 150 ms budget, and the acceptor's ACCEPT is
-// answered at most 50 ms (its peer wait) plus that budget after it asks.
+// answered at most 45 ms (its peer wait) plus that budget after it asks.
 //
 // Simultaneous connects (parked.go). Two single-threaded processes A and
 // B, each listening, connect to each other at once (Open MPI's TCP
@@ -170,7 +185,7 @@ type decision struct {
 func overlay(reason string) decision { return decision{kind: pathOverlay, reason: reason} }
 
 // handleBrokering answers LISTEN, UNLISTEN, CONNECT and ACCEPT, and applies
-// CLOSED (a notification: nil reply).
+// CLOSED and OPENED (notifications: nil reply).
 func (s *session) handleBrokering(m *protocol.Message) (*protocol.Message, error) {
 	if s.admin {
 		return nil, protocol.Errorf(protocol.CodeDenied, "%v is accepted only on the library socket", m.Type)
@@ -195,11 +210,37 @@ func (s *session) handleBrokering(m *protocol.Message) (*protocol.Message, error
 		return nil, err
 	}
 	remote = unmapEP(remote)
-	if m.Type == protocol.TypeClosed { // a notification: no reply (session.notified)
+	switch m.Type { // notifications: no reply (session.notified)
+	case protocol.TypeClosed:
 		s.a.live.remove(s.self.ID, local, remote)
 		return nil, nil
+	case protocol.TypeOpened:
+		return nil, s.opened(m, local, remote)
 	}
 	return s.broker(m, local, remote), nil
+}
+
+// opened records a connection the two libraries decided over a link as
+// if the agent had answered this end with PATH_KIND and REASON. An shm
+// end is charged by force: its memory exists already.
+func (s *session) opened(m *protocol.Message, local, remote netip.AddrPort) error {
+	kind, err := m.U8(protocol.AttrPathKind)
+	if err != nil {
+		return err
+	}
+	if kind != pathOverlay && kind != pathShm {
+		return protocol.Errorf(protocol.CodeInvalid,
+			"OPENED says PATH_KIND %d; a connection decided over a link is overlay (0) or shm (3)", kind)
+	}
+	d := decision{kind: kind}
+	d.reason, _ = m.String(protocol.AttrReason) // optional
+	var charge *shmCharge
+	if kind == pathShm {
+		charge = s.a.shm.force(s.self.ID, shmChannelBytes)
+	}
+	peer, _ := s.a.dir.LookupIP(remote.Addr().String())
+	s.a.live.add(s.self.ID, s.pid, local, remote, connInfo(s.self, peer, local, remote, d), charge)
+	return nil
 }
 
 // localEndpoint returns LOCAL_EP, refusing an address that is not the
@@ -220,7 +261,7 @@ func (s *session) localEndpoint(m *protocol.Message) (netip.AddrPort, error) {
 }
 
 // broker decides CONNECT or ACCEPT and returns the PATH reply; a fast
-// path's descriptor is left in s.outFD for the reply to carry.
+// path's descriptors are left in s.outFDs for the reply to carry.
 func (s *session) broker(m *protocol.Message, local, remote netip.AddrPort) *protocol.Message {
 	side, k := sideConnector, tuple{conn: local, acc: remote}
 	if m.Type == protocol.TypeAccept {
@@ -233,6 +274,9 @@ func (s *session) broker(m *protocol.Message, local, remote netip.AddrPort) *pro
 	reply := protocol.New(protocol.TypePath, m.Seq, protocol.U8(protocol.AttrPathKind, d.kind))
 	if d.reason != "" {
 		reply.Attrs = append(reply.Attrs, protocol.String(protocol.AttrReason, d.reason))
+	}
+	if h.link >= 0 {
+		reply.Attrs = append(reply.Attrs, protocol.U32(protocol.AttrLinkTTL, uint32(linkTTL.Milliseconds())))
 	}
 	s.outFDs = h.fds()
 	return reply
@@ -254,13 +298,13 @@ func (a *Agent) decide(s *session, k tuple, side side) (directory.Container, dec
 		}
 		return peer, d, noHalf
 	}
-	canShm := s.caps&protocol.CapShm != 0
+	lib := asking{shm: s.caps&protocol.CapShm != 0, link: s.caps&protocol.CapLink != 0, pid: s.pid}
 	if side == sideAcceptor {
 		finish := a.finishLocal
 		if peer.Host != a.cfg.Host {
 			finish = nil // the offer finishes the meeting
 		}
-		d, h := a.meet(k, side, nil, nil, canShm, finish)
+		d, h := a.meet(k, side, nil, nil, lib, finish)
 		return peer, d, h
 	}
 	c := &connector{pid: s.pid, mine: a.listeners.keysOf(s.pid, s.ns)}
@@ -271,7 +315,7 @@ func (a *Agent) decide(s *session, k tuple, side side) (directory.Container, dec
 	}
 	lis := listenerKey{peer.ID, k.acc.Port()}
 	pids, lisShm := a.listeners.live(lis.id, lis.port)
-	d, h := a.meet(k, side, &listenerInfo{key: lis, pids: pids, shm: lisShm}, c, canShm, a.finishLocal)
+	d, h := a.meet(k, side, &listenerInfo{key: lis, pids: pids, shm: lisShm}, c, lib, a.finishLocal)
 	return peer, d, h
 }
 

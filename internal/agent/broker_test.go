@@ -270,3 +270,26 @@ func TestConnsListingAndClosed(t *testing.T) {
 		t.Errorf("counters: %+v", c)
 	}
 }
+
+// A client that connects fast reuses its ports within seconds, and a swapped
+// connection's overlay socket is closed, so a 4-tuple both ends were already
+// answered for comes back as a new connection: it meets afresh and gets its
+// own fast path, not the old record (duplicate-request).
+func TestReusedTupleMeetsAfresh(t *testing.T) {
+	a := startAgent(t, newFakeDir(ffSelf), nil)
+	srv, cli := newLib(t, a), newLib(t, a)
+	if err := srv.listen("0.0.0.0:8080"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		con, acc := meet(t, srv, cli, selfCli(40100), selfSrv)
+		if con.Kind != pathUnix || acc.Kind != pathUnix {
+			t.Fatalf("connection %d on the same tuple: connect %+v, accept %+v; want unix for both", i, con, acc)
+		}
+		if err := exchange(con.FD, acc.FD); err != nil {
+			t.Errorf("connection %d: the two halves are not one channel: %v", i, err)
+		}
+		closeFD(con.FD)
+		closeFD(acc.FD)
+	}
+}

@@ -27,29 +27,40 @@ func TestClosedWithoutReply(t *testing.T) {
 			t.Fatalf("send CLOSED %v: %v", ep, err)
 		}
 	}
-	// call checks that the reply carries the LOOKUP's own seq and type.
-	r, err := cli.lookup(selfIP)
-	if err != nil || r.Type != protocol.TypeLookupReply {
-		t.Fatalf("LOOKUP after four CLOSED: %v, %v", r, err)
-	}
-	cli.conn.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
-	if m, _, err := cli.conn.ReadMsg(); !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("a datagram after the LOOKUP's reply: %v, %v; CLOSED must not be answered", m, err)
-	}
+	wantNoReplies(t, cli)
 	got := a.live.list()
 	if len(got) != 1 || got[0].Local != selfSrv {
 		t.Errorf("conns after CLOSED of the connecting end: %+v, want only the accepting end", got)
 	}
 }
 
-// A CLOSED whose refusal closes the connection (here: before HELLO)
-// closes it without an ERROR, which the client would read as the answer
-// to its next request.
-func TestClosedBeforeHelloClosesWithoutReply(t *testing.T) {
+// wantNoReplies has l ask a LOOKUP and checks that its reply is the only
+// datagram to read: the notifications l sent before it were applied (one
+// session is served in order) and not answered. call checks that the
+// reply carries the LOOKUP's own seq and type.
+func wantNoReplies(t *testing.T, l *libClient) {
+	t.Helper()
+	r, err := l.lookup(selfIP)
+	if err != nil || r.Type != protocol.TypeLookupReply {
+		t.Fatalf("LOOKUP after notifications: %v, %v", r, err)
+	}
+	l.conn.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if m, _, err := l.conn.ReadMsg(); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a datagram after the LOOKUP's reply: %v, %v; notifications must not be answered", m, err)
+	}
+}
+
+// A CLOSED or OPENED whose refusal closes the connection (here: before
+// HELLO) closes it without an ERROR, which the client would read as the
+// answer to its next request.
+func TestClosedOrOpenedBeforeHelloClosesWithoutReply(t *testing.T) {
 	a := startAgent(t, newFakeDir(ffSelf), nil)
-	c := dialRaw(t, a.cfg.LibrarySocket())
-	sendBytes(t, c, encode(t, protocol.New(protocol.TypeClosed, 3,
-		protocol.Endpoint(protocol.AttrLocalEndpoint, netip.MustParseAddrPort(selfCli(1))),
-		protocol.Endpoint(protocol.AttrRemoteEndpoint, netip.MustParseAddrPort(selfSrv)))))
-	wantClosed(t, c)
+	for _, typ := range []protocol.Type{protocol.TypeClosed, protocol.TypeOpened} {
+		c := dialRaw(t, a.cfg.LibrarySocket())
+		sendBytes(t, c, encode(t, protocol.New(typ, 3,
+			protocol.Endpoint(protocol.AttrLocalEndpoint, netip.MustParseAddrPort(selfCli(1))),
+			protocol.Endpoint(protocol.AttrRemoteEndpoint, netip.MustParseAddrPort(selfSrv)),
+			protocol.U8(protocol.AttrPathKind, pathShm))))
+		wantClosed(t, c)
+	}
 }

@@ -21,7 +21,7 @@ import (
 // offerRemote is the connecting side of a cross-host connection: the
 // whole exchange with the acceptor's agent, recorded once for k.
 func (a *Agent) offerRemote(self, peer directory.Container, k tuple, c *connector) (decision, int) {
-	m, role := a.rv.join(k, sideConnector, nil, c, false)
+	m, role := a.rv.join(k, sideConnector, nil, c, asking{})
 	switch role {
 	case roleDuplicate:
 		return overlay(reasonDuplicate), -1

@@ -21,8 +21,10 @@ type libClient struct {
 type pathResult struct {
 	Kind    uint8
 	Reason  string
-	FD      int // -1 without a descriptor
-	Mem     int // shm: the memfd; -1 otherwise
+	FD      int    // -1 without a descriptor
+	Mem     int    // shm: the memfd; -1 otherwise
+	Link    int    // shm with a link: its end; -1 otherwise
+	LinkTTL uint32 // LINK_TTL, 0 if absent
 	Elapsed time.Duration
 }
 
@@ -89,13 +91,28 @@ func (l *libClient) listen(ep string) error {
 	return err
 }
 
+func (l *libClient) unlisten(ep string) error {
+	_, _, err := l.call(protocol.New(protocol.TypeUnlisten, 0, protocol.Endpoint(protocol.AttrLocalEndpoint, netip.MustParseAddrPort(ep))))
+	return err
+}
+
 // closed sends CLOSED, a notification: the agent does not answer it.
 func (l *libClient) closed(local, remote string) error {
+	return l.notify(protocol.TypeClosed, local, remote)
+}
+
+// opened sends OPENED, a notification, with the given attributes after
+// LOCAL_EP and REMOTE_EP.
+func (l *libClient) opened(local, remote string, attrs ...protocol.Attr) error {
+	return l.notify(protocol.TypeOpened, local, remote, attrs...)
+}
+
+func (l *libClient) notify(t protocol.Type, local, remote string, attrs ...protocol.Attr) error {
 	l.seq++
 	l.conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
-	return l.conn.WriteMsg(protocol.New(protocol.TypeClosed, l.seq,
+	return l.conn.WriteMsg(protocol.New(t, l.seq, append([]protocol.Attr{
 		protocol.Endpoint(protocol.AttrLocalEndpoint, netip.MustParseAddrPort(local)),
-		protocol.Endpoint(protocol.AttrRemoteEndpoint, netip.MustParseAddrPort(remote))))
+		protocol.Endpoint(protocol.AttrRemoteEndpoint, netip.MustParseAddrPort(remote))}, attrs...)...))
 }
 
 // lookup asks about ip; its reply also shows that every notification sent
@@ -111,10 +128,10 @@ func (l *libClient) ask(t protocol.Type, local, remote string) (pathResult, erro
 	r, fds, err := l.call(protocol.New(t, 0,
 		protocol.Endpoint(protocol.AttrLocalEndpoint, netip.MustParseAddrPort(local)),
 		protocol.Endpoint(protocol.AttrRemoteEndpoint, netip.MustParseAddrPort(remote))))
+	res := pathResult{FD: -1, Mem: -1, Link: -1, Elapsed: time.Since(start)}
 	if err != nil {
-		return pathResult{}, err
+		return res, err
 	}
-	res := pathResult{FD: -1, Mem: -1, Elapsed: time.Since(start)}
 	if r.Type != protocol.TypePath {
 		closeFDs(fds)
 		return res, fmt.Errorf("%v answered with %v", t, r.Type)
@@ -122,15 +139,18 @@ func (l *libClient) ask(t protocol.Type, local, remote string) (pathResult, erro
 	kind, _ := r.Get(protocol.AttrPathKind)
 	res.Kind = kind[0]
 	res.Reason, _ = r.String(protocol.AttrReason)
+	res.LinkTTL, _ = r.U32(protocol.AttrLinkTTL)
 	switch {
 	case res.Kind == pathOverlay && len(fds) == 0:
-	case res.Kind == pathShm && len(fds) == 2:
+	case res.Kind == pathShm && len(fds) == 2 && res.LinkTTL == 0:
 		res.FD, res.Mem = fds[0], fds[1]
+	case res.Kind == pathShm && len(fds) == 3 && res.LinkTTL != 0:
+		res.FD, res.Mem, res.Link = fds[0], fds[1], fds[2]
 	case res.Kind != pathOverlay && res.Kind != pathShm && len(fds) == 1:
 		res.FD = fds[0]
 	default:
 		closeFDs(fds)
-		return res, fmt.Errorf("PATH kind %d came with %d descriptors", res.Kind, len(fds))
+		return res, fmt.Errorf("PATH kind %d (LINK_TTL %d) came with %d descriptors", res.Kind, res.LinkTTL, len(fds))
 	}
 	return res, nil
 }

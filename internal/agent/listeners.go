@@ -39,8 +39,8 @@ type registration struct {
 // a stat of /proc/<pid>/ns/net costs more than the rest of a CONNECT. In
 // between, kill(pid, 0) still catches a process that exited; only a pid
 // that exits and is reused by a process of another namespace within this
-// time can outlive its check, and then a connector waits its 50 ms for an
-// ACCEPT and takes the overlay.
+// time can outlive its check, and then a connector waits its meetWait for
+// an ACCEPT and takes the overlay.
 const nsCheckEvery = time.Second
 
 // current reports whether pid still runs in the namespace it registered from.
@@ -115,6 +115,16 @@ func (l *listeners) live(id string, port uint16) (pids []int32, shm bool) {
 		delete(l.m, k)
 	}
 	return pids, shm && len(pids) > 0
+}
+
+// sole returns the process that registered container id's port if it is
+// the only live one; false if none or several did.
+func (l *listeners) sole(id string, port uint16) (int32, bool) {
+	pids, _ := l.live(id, port)
+	if len(pids) != 1 {
+		return 0, false
+	}
+	return pids[0], true
 }
 
 // keysOf returns the listeners process pid (in namespace ns) registered.

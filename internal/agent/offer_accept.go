@@ -168,7 +168,7 @@ func (a *Agent) offerPrecheck(k tuple, sender directory.Host) (*listenerInfo, st
 // when a parked half is claimed) only after the connector's agent has
 // committed to it, and always after the reply on the wire.
 func (a *Agent) meetOffer(p *offerPeer, k tuple, li *listenerInfo) {
-	m, role := a.rv.join(k, sideConnector, li, nil, false)
+	m, role := a.rv.join(k, sideConnector, li, nil, asking{})
 	switch role {
 	case roleDuplicate:
 		p.reply(overlay(reasonDuplicate))

@@ -9,8 +9,11 @@ import (
 
 // Bounds of the rendezvous (see the design note in broker.go).
 const (
-	meetWait    = 50 * time.Millisecond // the first ask waits this long for the second
-	keepDecided = 5 * time.Second       // a decided tuple answers late asks this long
+	// meetWait is how long the first ask waits for the second; with a
+	// connecting library's 5 ms wait for its offer over a link to be taken
+	// first, a peer that never answers still costs at most 50 ms.
+	meetWait    = 45 * time.Millisecond
+	keepDecided = 5 * time.Second // a decided tuple answers late asks this long
 	// finishLimit bounds the wait for the side that completes a meeting
 	// (a socketpair, or a framed PATH and the wait for its COMMIT, at most
 	// commitWait, on a fresh TCP connection); it is a guard against a bug,
@@ -37,7 +40,7 @@ type meeting struct {
 	arrived chan struct{} // closed when both sides have asked, or m is parked
 	woken   bool          // arrived is closed
 	park    bool          // decide without the acceptor's ask (parked.go)
-	shm     [2]bool       // each side's library can take an shm channel (shm.go)
+	libs    [2]asking     // each side's asking library, as far as known
 	done    chan struct{} // closed once dec is final
 	decided bool
 	dec     decision
@@ -45,27 +48,36 @@ type meeting struct {
 	at      time.Time
 }
 
+// asking is what a meeting knows of one side's library: what its
+// session's HELLO said it can take (shm.go), and its process, whose
+// listener a link is granted for.
+type asking struct {
+	shm, link bool
+	pid       int32
+}
+
 // half is one side's share of a fast path's channel.
 type half struct {
 	fd     int        // the channel's socket (for shm, the bell socket); -1 for none
 	mem    int        // shm: this side's copy of the memfd; -1 otherwise
+	link   int        // shm: this side's end of a link (shm.go); -1 for none
 	charge *shmCharge // shm: the budget charged to this side's container
 }
 
 var (
-	noHalf   = half{fd: -1, mem: -1}
+	noHalf   = half{fd: -1, mem: -1, link: -1}
 	noHalves = [2]half{noHalf, noHalf}
 )
 
 // sockHalf is the half of a channel that is one socket per side.
-func sockHalf(fd int) half { return half{fd: fd, mem: -1} }
+func sockHalf(fd int) half { return half{fd: fd, mem: -1, link: -1} }
 
 func sockHalves(fds [2]int) [2]half { return [2]half{sockHalf(fds[0]), sockHalf(fds[1])} }
 
 // fds returns the descriptors PATH carries, in the order PROTOCOL.md gives.
 func (h half) fds() []int {
 	var out []int
-	for _, fd := range []int{h.fd, h.mem} {
+	for _, fd := range []int{h.fd, h.mem, h.link} {
 		if fd >= 0 {
 			out = append(out, fd)
 		}
@@ -78,6 +90,7 @@ func (h half) fds() []int {
 func (h half) close() {
 	closeFD(h.fd)
 	closeFD(h.mem)
+	closeFD(h.link)
 	h.charge.release()
 }
 
@@ -117,25 +130,25 @@ func newMeeting(k tuple) *meeting {
 // join records that side s asked about k. li is set for a connector that
 // waits on this agent for a local ACCEPT (nil otherwise): the meeting may
 // then be parked at once, or later. c is set for a local process's
-// CONNECT, which the caller ends with endConnect (parked.go). canShm says
-// whether the asking library can take an shm channel (false across
-// hosts); a waiting connector also records, for a meeting that may be
-// parked, whether its listener's processes can.
-func (r *rendezvous) join(k tuple, s side, li *listenerInfo, c *connector, canShm bool) (*meeting, role) {
+// CONNECT, which the caller ends with endConnect (parked.go). lib is the
+// asking library (its zero value across hosts: no shm, no link); a
+// waiting connector also records, for a meeting that may be parked,
+// whether its listener's processes can take shm.
+func (r *rendezvous) join(k tuple, s side, li *listenerInfo, c *connector, lib asking) (*meeting, role) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.pruneLocked(time.Now())
 	if c != nil {
 		r.beginConnectLocked(c, k)
 	}
-	m := r.m[k]
+	m := r.reusedLocked(k, s)
 	switch {
 	case m == nil:
 		m = newMeeting(k)
-		m.present[s], m.shm[s] = true, canShm
+		m.present[s], m.libs[s] = true, lib
 		r.m[k] = m
 		if li != nil {
-			m.shm[sideAcceptor] = li.shm
+			m.libs[sideAcceptor] = asking{shm: li.shm}
 			r.awaitAcceptLocked(m, li)
 		}
 		return m, roleFirst
@@ -150,10 +163,27 @@ func (r *rendezvous) join(k tuple, s side, li *listenerInfo, c *connector, canSh
 		m.present[s] = true
 		return m, roleTake
 	}
-	m.present[s], m.shm[s] = true, canShm
+	m.present[s], m.libs[s] = true, lib
 	delete(r.waitingAccept, k)
 	m.wakeLocked()
 	return m, roleSecond
+}
+
+// reusedLocked returns k's meeting for an ask of side s, or nil when there
+// is none or it belongs to an earlier connection: a library asks once per
+// connection, so once both ends asked and took what they were given, a new
+// ask means the 4-tuple was reused (the overlay socket is closed after a
+// swap, so its port is free again, and a busy client reuses it within
+// seconds). That record is dropped and k meets afresh. A meeting that
+// still waits for one side's ask (a late ask, a parked half) is kept.
+func (r *rendezvous) reusedLocked(k tuple, s side) *meeting {
+	m := r.m[k]
+	if m == nil || !m.decided || !m.present[sideConnector] || !m.present[sideAcceptor] ||
+		m.halves[sideConnector].fd >= 0 || m.halves[sideAcceptor].fd >= 0 {
+		return m
+	}
+	delete(r.m, k)
+	return nil
 }
 
 // wakeLocked wakes the side waiting in await.
@@ -172,7 +202,7 @@ func (m *meeting) wakeLocked() {
 func (r *rendezvous) decideNow(k tuple, s side, d decision) (decision, *meeting) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	m := r.m[k]
+	m := r.reusedLocked(k, s)
 	switch {
 	case m == nil:
 		m = newMeeting(k)
@@ -311,10 +341,10 @@ func (r *rendezvous) pruneLocked(now time.Time) {
 // meet is one side's whole rendezvous on this agent: join, wait for the
 // other side or the bound, and take the decision. finish completes the
 // meeting when this side asks second, or when it is a connector whose
-// meeting was parked (nil: the other side completes it). li, c and canShm
+// meeting was parked (nil: the other side completes it). li, c and lib
 // are as for join.
-func (a *Agent) meet(k tuple, s side, li *listenerInfo, c *connector, canShm bool, finish func(*meeting)) (decision, half) {
-	m, role := a.rv.join(k, s, li, c, canShm)
+func (a *Agent) meet(k tuple, s side, li *listenerInfo, c *connector, lib asking, finish func(*meeting)) (decision, half) {
+	m, role := a.rv.join(k, s, li, c, lib)
 	switch role {
 	case roleDuplicate:
 		return overlay(reasonDuplicate), noHalf
@@ -335,8 +365,9 @@ func (a *Agent) meet(k tuple, s side, li *listenerInfo, c *connector, canShm boo
 }
 
 // finishLocal completes a same-host meeting: with an shm channel when both
-// ends can take one (shm.go), else with a socketpair, whose reason then
-// says why not shm; one half for each end.
+// ends can take one (shm.go), and a link with it when the rules for one
+// hold, else with a socketpair, whose reason then says why not shm; one
+// half for each end.
 func (a *Agent) finishLocal(m *meeting) {
 	hs, why := a.shmChannel(m)
 	if why == "" {

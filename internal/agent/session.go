@@ -68,7 +68,7 @@ func (s *session) serveOne() bool {
 	}
 	s.conn.SetReadDeadline(time.Now().Add(timeout))
 	m, fds, err := s.conn.ReadMsg()
-	closeFDs(fds) // no request of version 1 carries descriptors
+	closeFDs(fds) // nothing the agent serves carries descriptors (a stray LINK_OFFER's are dropped)
 	var reply *protocol.Message
 	switch {
 	case err == nil:
@@ -77,7 +77,7 @@ func (s *session) serveOne() bool {
 		s.a.log.Debug("connection closed", "pid", s.pid, "reason", err)
 		return false
 	}
-	if m != nil && m.Type == protocol.TypeClosed {
+	if m != nil && isNotification(m.Type) {
 		return s.notified(m, err)
 	}
 	if err != nil {
@@ -86,10 +86,17 @@ func (s *session) serveOne() bool {
 	return s.write(reply)
 }
 
-// notified finishes a notification (CLOSED), which is never answered, not
-// even with ERROR: the library sent it without waiting, so a reply would
-// be read as the answer to its next request. A refusal is only logged; one
-// that closes the connection (BADMSG, VERSION, SEQUENCE) closes it.
+// isNotification reports whether a library's message of type t is a
+// notification: applied in order, never answered.
+func isNotification(t protocol.Type) bool {
+	return t == protocol.TypeClosed || t == protocol.TypeOpened
+}
+
+// notified finishes a notification (CLOSED, OPENED), which is never
+// answered, not even with ERROR: the library sent it without waiting, so a
+// reply would be read as the answer to its next request. A refusal is only
+// logged; one that closes the connection (BADMSG, VERSION, SEQUENCE)
+// closes it.
 func (s *session) notified(m *protocol.Message, err error) bool {
 	if err == nil {
 		return true
@@ -148,8 +155,10 @@ func (s *session) handle(m *protocol.Message) (*protocol.Message, error) {
 		return s.handleHello(m)
 	case protocol.TypeLookup:
 		return s.handleLookup(m)
-	case protocol.TypeListen, protocol.TypeUnlisten, protocol.TypeConnect, protocol.TypeAccept, protocol.TypeClosed:
+	case protocol.TypeListen, protocol.TypeUnlisten, protocol.TypeConnect, protocol.TypeAccept, protocol.TypeClosed, protocol.TypeOpened:
 		return s.handleBrokering(m)
+	case protocol.TypeLinkOffer:
+		return nil, protocol.Errorf(protocol.CodeInvalid, "LINK_OFFER travels between libraries over a link, never to the agent")
 	case protocol.TypeRegister, protocol.TypeUnregister, protocol.TypeList, protocol.TypeStatus, protocol.TypeConns:
 		if !s.admin {
 			return nil, protocol.Errorf(protocol.CodeDenied, "%v is accepted only on the admin socket", m.Type)

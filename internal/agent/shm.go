@@ -32,11 +32,25 @@ package agent
 // process gone, eviction) or when a half is closed untaken (a parked half
 // that expires, a meeting decided twice). Before refusing, the agent
 // drops the entries of processes that exited without CLOSED.
+//
+// Links (broker.go says why and how they are used). With an shm channel
+// the agent also hands the two ends a link, one end each as PATH's third
+// fd with LINK_TTL, when: both libraries said CAPS link; the acceptor
+// asked itself (the meeting is not parked); its listener is registered by
+// exactly one live process, the acceptor's (with forked workers sharing
+// it, another process could accept a connection offered over the link);
+// and both containers are charged less than half their budget, this
+// channel included. The budget is kept by granting links, not by refusing
+// what they made: a channel made over a link exists before the agent
+// hears of it (OPENED), so it is charged by force; a container at half
+// its budget gets no new link and the links it has expire after LINK_TTL,
+// so the other half is the room for what links make meanwhile.
 
 import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/freeflow-net/freeflow/internal/directory"
 	"github.com/freeflow-net/freeflow/internal/protocol"
@@ -47,6 +61,10 @@ const (
 	// shmRingSize is the size of each of a channel's two rings: the most
 	// bytes in flight one way. A memfd is protocol.ShmSize of it (528 KiB).
 	shmRingSize = 256 << 10
+	// linkTTL is how long a connecting library may offer connections over
+	// a link (LINK_TTL): short, so the budget check that granted the link
+	// stays close to the truth.
+	linkTTL = 2 * time.Second
 	// DefaultShmBudget is how many bytes of shm channels a container may
 	// be charged for at once unless the cluster settings say otherwise:
 	// room for about 15 800 channels of the default size, so 10 000 idle
@@ -54,6 +72,9 @@ const (
 	// holds only its header page; the budget bounds what channels can pin.
 	DefaultShmBudget = 8 << 30
 )
+
+// shmChannelBytes is what one channel is charged to each of its ends.
+var shmChannelBytes = uint64(protocol.ShmSize(shmRingSize))
 
 // Reasons a same-host fast path is unix rather than shm (REASON of PATH
 // unix, and `freeflow conns`).
@@ -66,10 +87,11 @@ const (
 	reasonShmFailed     = "shm-failed"          // the memfd could not be made
 )
 
-// shmChannel makes m's shm channel, or returns why m gets none.
+// shmChannel makes m's shm channel, with a link when the rules for one
+// hold, or returns why m gets none.
 func (a *Agent) shmChannel(m *meeting) ([2]half, string) {
 	a.rv.mu.Lock()
-	libs := m.shm
+	libs, parked := m.libs, m.park
 	a.rv.mu.Unlock()
 	conn, okConn := a.dir.LookupIP(m.k.conn.Addr().String())
 	acc, okAcc := a.dir.LookupIP(m.k.acc.Addr().String())
@@ -81,12 +103,13 @@ func (a *Agent) shmChannel(m *meeting) ([2]half, string) {
 		return noHalves, reasonShmOff
 	case known && set.NoShm:
 		return noHalves, reasonShmOffCluster
-	case !libs[sideConnector] || !libs[sideAcceptor]:
+	case !libs[sideConnector].shm || !libs[sideAcceptor].shm:
 		return noHalves, reasonLibNoShm
 	case !known:
 		return noHalves, reasonNoSettings
 	}
-	charges, ok := a.chargeShm([2]string{conn.ID, acc.ID}, set)
+	ids := [2]string{conn.ID, acc.ID}
+	charges, ok := a.chargeShm(ids, set)
 	if !ok {
 		return noHalves, reasonShmBudget
 	}
@@ -98,23 +121,58 @@ func (a *Agent) shmChannel(m *meeting) ([2]half, string) {
 		return noHalves, reasonShmFailed
 	}
 	hs[sideConnector].charge, hs[sideAcceptor].charge = charges[sideConnector], charges[sideAcceptor]
+	if a.linkAllowed(libs, parked, ids, listenerKey{acc.ID, m.k.acc.Port()}, shmLimit(set)) {
+		hs[sideConnector].link, hs[sideAcceptor].link = a.newLink()
+	}
 	return hs, ""
+}
+
+// linkAllowed applies the rules for a link with a new shm channel between
+// containers ids whose acceptor listens on lis (the design note above).
+func (a *Agent) linkAllowed(libs [2]asking, parked bool, ids [2]string, lis listenerKey, limit uint64) bool {
+	if parked || !libs[sideConnector].link || !libs[sideAcceptor].link {
+		return false
+	}
+	if pid, ok := a.listeners.sole(lis.id, lis.port); !ok || pid != libs[sideAcceptor].pid {
+		return false
+	}
+	for _, id := range ids {
+		if mine, _ := a.shm.charged(id); 2*mine >= limit {
+			return false
+		}
+	}
+	return true
+}
+
+// newLink returns the two ends of a link, or -1s if the socketpair cannot
+// be made: the channel then goes without one.
+func (a *Agent) newLink() (int, int) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		a.log.Warn("create a link's socketpair; the shm channel goes without one", "err", err)
+		return -1, -1
+	}
+	return fds[0], fds[1]
+}
+
+// shmLimit is the budget of each container under settings set.
+func shmLimit(set directory.Settings) uint64 {
+	if set.ShmBudget == 0 {
+		return DefaultShmBudget
+	}
+	return set.ShmBudget
 }
 
 // chargeShm reserves one channel's memory on each of the two containers'
 // budgets, first dropping entries of exited processes if that is what
 // stands in the way.
 func (a *Agent) chargeShm(ids [2]string, set directory.Settings) ([2]*shmCharge, bool) {
-	limit := set.ShmBudget
-	if limit == 0 {
-		limit = DefaultShmBudget
-	}
-	size := uint64(protocol.ShmSize(shmRingSize))
-	if c, ok := a.shm.reserve(ids, limit, size); ok {
+	limit := shmLimit(set)
+	if c, ok := a.shm.reserve(ids, limit, shmChannelBytes); ok {
 		return c, true
 	}
 	a.live.prune()
-	return a.shm.reserve(ids, limit, size)
+	return a.shm.reserve(ids, limit, shmChannelBytes)
 }
 
 // newShmHalves makes a channel with rings of ring bytes: the memfd, and
@@ -206,11 +264,23 @@ func (b *shmBudget) reserve(ids [2]string, limit, size uint64) ([2]*shmCharge, b
 	}
 	var out [2]*shmCharge
 	for i, id := range ids {
-		b.used[id] += size
-		b.total += size
-		out[i] = &shmCharge{b: b, id: id, bytes: size}
+		out[i] = b.chargeLocked(id, size)
 	}
 	return out, true
+}
+
+// force charges size to container id whatever its budget: for a channel
+// two libraries made over a link (OPENED), whose memory exists already.
+func (b *shmBudget) force(id string, size uint64) *shmCharge {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.chargeLocked(id, size)
+}
+
+func (b *shmBudget) chargeLocked(id string, size uint64) *shmCharge {
+	b.used[id] += size
+	b.total += size
+	return &shmCharge{b: b, id: id, bytes: size}
 }
 
 func (c *shmCharge) release() {

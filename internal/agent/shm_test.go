@@ -42,6 +42,7 @@ func meetSelf(t *testing.T, srv, cli *libClient, port int) (con, acc pathResult)
 func closeResult(r pathResult) {
 	closeFD(r.FD)
 	closeFD(r.Mem)
+	closeFD(r.Link)
 }
 
 // mapShm checks that fd is a channel's memfd as docs/SHM.md says the

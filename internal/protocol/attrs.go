@@ -93,6 +93,18 @@ func (m *Message) Bool(t AttrType) (bool, error) {
 	return v[0] == 1, nil
 }
 
+// U8 returns a u8 attribute, or INVALID if it is missing.
+func (m *Message) U8(t AttrType) (uint8, error) {
+	v, ok := m.Get(t)
+	if !ok {
+		return 0, m.missing(t)
+	}
+	if len(v) != 1 {
+		return 0, Errorf(CodeInvalid, "%v of %v must be 1 byte", t, m.Type)
+	}
+	return v[0], nil
+}
+
 // U32 returns a u32 attribute, or INVALID if it is missing.
 func (m *Message) U32(t AttrType) (uint32, error) {
 	v, ok := m.Get(t)

@@ -98,6 +98,9 @@ func TestAttrHelpersRoundTrip(t *testing.T) {
 	if ip, err := m.IP(); err != nil || ip != v4 {
 		t.Errorf("IP = %v, %v; want the IPv4-mapped address sent as 4 bytes", ip, err)
 	}
+	if v, err := m.U8(AttrFound); err != nil || v != 1 {
+		t.Errorf("FOUND as u8 = %d, %v", v, err)
+	}
 	if c, err := m.U32(AttrErrCode); err != nil || c != 7 {
 		t.Errorf("ERR_CODE = %d, %v", c, err)
 	}
@@ -106,6 +109,8 @@ func TestAttrHelpersRoundTrip(t *testing.T) {
 		t.Errorf("JSON = %v, %v", got, err)
 	}
 	_, err = m.String(AttrTenant)
+	wantCode(t, err, CodeInvalid)
+	_, err = m.U8(AttrPathKind)
 	wantCode(t, err, CodeInvalid)
 	bad := New(TypeLookupReply, 1, U8(AttrFound, 2))
 	_, err = bad.Bool(AttrFound)

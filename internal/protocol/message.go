@@ -35,6 +35,8 @@ const (
 	TypeAccept      Type = 0x13
 	TypePath        Type = 0x14
 	TypeClosed      Type = 0x15
+	TypeOpened      Type = 0x16 // library to agent: a connection decided over a link
+	TypeLinkOffer   Type = 0x17 // library to library, over a link only
 	TypeOffer       Type = 0x30 // agent to agent, on the broker port (see PROTOCOL.md)
 	TypeCommit      Type = 0x31 // agent to agent: the connector's agent takes a fast PATH
 	TypeRegister    Type = 0x40
@@ -50,13 +52,14 @@ var typeNames = map[Type]string{
 	TypeHello: "HELLO", TypeHelloReply: "HELLO_REPLY", TypeLookup: "LOOKUP",
 	TypeLookupReply: "LOOKUP_REPLY", TypeListen: "LISTEN", TypeUnlisten: "UNLISTEN",
 	TypeConnect: "CONNECT", TypeAccept: "ACCEPT", TypePath: "PATH", TypeClosed: "CLOSED",
+	TypeOpened: "OPENED", TypeLinkOffer: "LINK_OFFER",
 	TypeOffer: "OFFER", TypeCommit: "COMMIT", TypeConns: "CONNS",
 	TypeRegister: "REGISTER", TypeUnregister: "UNREGISTER",
 	TypeList: "LIST", TypeStatus: "STATUS", TypeOK: "OK", TypeError: "ERROR",
 }
 
 // Known reports whether t is a message type of version 1. The ranges
-// 0x16-0x2f and 0x32-0x3f are reserved.
+// 0x18-0x2f and 0x32-0x3f are reserved.
 func (t Type) Known() bool { _, ok := typeNames[t]; return ok }
 
 func (t Type) String() string {
@@ -94,11 +97,13 @@ const (
 	AttrTime           AttrType = 19 // OFFER: u64 little-endian, Unix milliseconds
 	AttrMAC            AttrType = 20 // OFFER and its reply: HMAC-SHA256, 32 bytes
 	AttrCaps           AttrType = 21 // HELLO: u32 bitmask of what the library can do (Cap*)
+	AttrLinkTTL        AttrType = 22 // PATH with a link: u32 little-endian, milliseconds
 )
 
 // Bits of CAPS.
 const (
-	CapShm uint32 = 1 << 0 // the library can take a shared-memory channel (PATH_KIND 3)
+	CapShm  uint32 = 1 << 0 // the library can take a shared-memory channel (PATH_KIND 3)
+	CapLink uint32 = 1 << 1 // the library can take a link (a third fd on PATH shm)
 )
 
 // valueKind says how the decoder checks an attribute's value length.
@@ -144,6 +149,7 @@ var attrSpecs = map[AttrType]attrSpec{
 	AttrTime:           {"TIME", kindFixed, 8},
 	AttrMAC:            {"MAC", kindFixed, 32},
 	AttrCaps:           {"CAPS", kindU32, 0},
+	AttrLinkTTL:        {"LINK_TTL", kindU32, 0},
 }
 
 func (a AttrType) String() string {

@@ -209,6 +209,7 @@ void ff_conn_free(struct ff_conn *c)
 		atomic_fetch_sub(&ff_pending_count, 1);
 	if (c->shm)
 		ff_shm_release(c);
+	ff_offer_free(c->offer);
 	ff_conn_forget_epregs(c);
 	free(c);
 }
@@ -222,6 +223,10 @@ void ff_table_atfork_child(void)
 	for (int fd = 0; fd <= hw; fd++) {
 		struct ff_conn *c = table[fd].conn;
 
+		if (c && c->offer) {	/* the parent's to settle or withdraw */
+			ff_offer_forget(c->offer);
+			c->offer = NULL;
+		}
 		if (c && c->state == FF_ST_NEGOTIATING) {
 			ff_conn_set_state(c, FF_ST_OVERLAY);
 			/* The parent's negotiating thread held a reference. */

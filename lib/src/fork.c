@@ -53,17 +53,20 @@ static pid_t self;
 
 static void prepare(void)
 {
+	ff_links_atfork_prepare();
 	ff_shm_switch_all(FF_SHM_SWITCH_LOCK);
 }
 
 static void parent(void)
 {
 	ff_table_unlock();
+	ff_links_atfork_parent();
 }
 
 static void child(void)
 {
 	self = getpid();
+	ff_links_atfork_child();
 	ff_table_atfork_child();
 	ff_control_atfork_child();
 	ff_listeners_lost();

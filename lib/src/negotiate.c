@@ -129,11 +129,15 @@ static void enc_endpoint(struct ff_enc *e, uint16_t type,
 		ff_enc_attr(e, type, ep, (size_t)n);
 }
 
-/* One request on session a; want 0: a notification, no reply (r unused). */
+/*
+ * One request on session a; want 0: a notification, no reply (r unused).
+ * kind >= 0 is the PATH_KIND an OPENED reports.
+ */
 static int request_on(struct ff_agent *a, uint8_t msg, const struct sockaddr_storage *local,
-		      const struct sockaddr_storage *remote, uint8_t want, struct ff_reply *r)
+		      const struct sockaddr_storage *remote, int kind, uint8_t want,
+		      struct ff_reply *r)
 {
-	uint8_t buf[FF_HDR_LEN + 2 * (FF_ATTR_HDR_LEN + FF_EP6_LEN)];
+	uint8_t buf[FF_HDR_LEN + 3 * FF_ATTR_HDR_LEN + 2 * FF_EP6_LEN + 1];
 	struct ff_enc e;
 	int n;
 
@@ -141,6 +145,8 @@ static int request_on(struct ff_agent *a, uint8_t msg, const struct sockaddr_sto
 	enc_endpoint(&e, FF_ATTR_LOCAL_EP, local);
 	if (remote)
 		enc_endpoint(&e, FF_ATTR_REMOTE_EP, remote);
+	if (kind >= 0)
+		ff_enc_u8(&e, FF_ATTR_PATH_KIND, (uint8_t)kind);
 	n = ff_enc_finish(&e);
 	if (n < 0)
 		return n;
@@ -154,7 +160,7 @@ static int request_on(struct ff_agent *a, uint8_t msg, const struct sockaddr_sto
  * on a new session, which re-registers the listeners first (listeners.c).
  */
 static int request(uint8_t msg, const struct sockaddr_storage *local,
-		   const struct sockaddr_storage *remote, uint8_t want,
+		   const struct sockaddr_storage *remote, int kind, uint8_t want,
 		   struct ff_reply *r)
 {
 	struct ff_agent *a;
@@ -165,7 +171,7 @@ static int request(uint8_t msg, const struct sockaddr_storage *local,
 	ff_busy = 1;
 	do {
 		fresh = ff_control_get(&a);
-		ret = fresh < 0 ? fresh : request_on(a, msg, local, remote, want, r);
+		ret = fresh < 0 ? fresh : request_on(a, msg, local, remote, kind, want, r);
 		if (ret < 0 && fresh >= 0)
 			ff_control_broken(ret);
 	} while (ret == -ECONNRESET && fresh == 0);
@@ -187,8 +193,8 @@ int ff_announce(uint8_t msg, const struct sockaddr_storage *local,
 	struct ff_reply r;
 
 	if (msg == FF_MSG_CLOSED)	/* a notification: sent, never answered */
-		return request(msg, local, remote, 0, NULL);
-	return announce_reply(request(msg, local, remote, FF_MSG_OK, &r), &r);
+		return request(msg, local, remote, -1, 0, NULL);
+	return announce_reply(request(msg, local, remote, -1, FF_MSG_OK, &r), &r);
 }
 
 int ff_announce_on(struct ff_agent *a, uint8_t msg, const struct sockaddr_storage *local,
@@ -198,35 +204,38 @@ int ff_announce_on(struct ff_agent *a, uint8_t msg, const struct sockaddr_storag
 
 	if (skip_loopback(local))
 		return -EADDRNOTAVAIL;
-	return announce_reply(request_on(a, msg, local, remote, FF_MSG_OK, &r), &r);
+	return announce_reply(request_on(a, msg, local, remote, -1, FF_MSG_OK, &r), &r);
 }
 
-/* What a fast PATH handed over: the channel, and for shm its mapped memory. */
-struct handover {
-	int chan;		/* the socket to put at the fd (shm: the bell socket) */
-	struct ff_shm *shm;	/* NULL unless PATH_KIND shm */
-};
-
-static int is_stream(int fd, int must_be_unix)
+static int is_socket(int fd, int type, int must_be_unix)
 {
-	int type = 0, dom = 0;
-	socklen_t tl = sizeof(type), dl = sizeof(dom);
+	int t = 0, dom = 0;
+	socklen_t tl = sizeof(t), dl = sizeof(dom);
 
-	if (ff_real.getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) || type != SOCK_STREAM)
+	if (ff_real.getsockopt(fd, SOL_SOCKET, SO_TYPE, &t, &tl) || t != type)
 		return 0;
 	return !must_be_unix ||
 	       (ff_real.getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &dl) == 0 && dom == AF_UNIX);
 }
 
+/* A PATH shm's link (docs/PROTOCOL.md, "Links"): the fd and LINK_TTL, or fd -1. */
+struct path_link {
+	int fd;
+	uint32_t ttl_ms;
+};
+
 /*
  * Say why a reply means overlay in why and return -1, or fill h and return
- * 0. shm (docs/SHM.md): exactly [bell socket, memfd]; the memfd is mapped
- * (msg says our role) and closed here, the mapping keeps the memory.
+ * 0. shm (docs/SHM.md): [bell socket, memfd] and perhaps a link (LINK_TTL
+ * says so), which goes to *link; the memfd is mapped (msg says our role)
+ * and closed here, the mapping keeps the memory.
  */
-static int read_path(struct ff_reply *r, uint8_t msg, struct handover *h, char *why, size_t cap)
+static int read_path(struct ff_reply *r, uint8_t msg, struct ff_handover *h,
+		     struct path_link *link, char *why, size_t cap)
 {
 	const struct ff_attr *kind = ff_msg_get(&r->msg, FF_ATTR_PATH_KIND);
 	const struct ff_attr *reason = ff_msg_get(&r->msg, FF_ATTR_REASON);
+	const struct ff_attr *ttl = ff_msg_get(&r->msg, FF_ATTR_LINK_TTL);
 	const char *what = "";
 	unsigned k, nfds;
 
@@ -249,14 +258,18 @@ static int read_path(struct ff_reply *r, uint8_t msg, struct handover *h, char *
 		snprintf(why, cap, "path kind %u is not supported", k);
 		return -1;
 	}
-	nfds = k == FF_PATH_SHM ? 2 : 1;
+	nfds = k == FF_PATH_SHM ? 2 + (ttl != NULL) : 1;
 	if (r->nfds != nfds) {
 		snprintf(why, cap, "PATH kind %u carried %u fds, not %u", k, r->nfds, nfds);
 		return -1;
 	}
-	if (!is_stream(r->fds[0], k == FF_PATH_SHM)) {
+	if (!is_socket(r->fds[0], SOCK_STREAM, k == FF_PATH_SHM)) {
 		snprintf(why, cap, "the handed fd is not a%s stream socket",
 			 k == FF_PATH_SHM ? "n AF_UNIX" : "");
+		return -1;
+	}
+	if (nfds == 3 && !is_socket(r->fds[2], SOCK_SEQPACKET, 1)) {
+		snprintf(why, cap, "the handed link is not an AF_UNIX seqpacket socket");
 		return -1;
 	}
 	h->shm = NULL;
@@ -268,6 +281,8 @@ static int read_path(struct ff_reply *r, uint8_t msg, struct handover *h, char *
 	}
 	if (k == FF_PATH_SHM)
 		ff_real.close(r->fds[1]);
+	if (nfds == 3)
+		*link = (struct path_link){ r->fds[2], ff_attr_u32(ttl) };
 	h->chan = r->fds[0];
 	r->nfds = 0;
 	return 0;
@@ -281,11 +296,13 @@ static int read_path(struct ff_reply *r, uint8_t msg, struct handover *h, char *
  * the connecting end, every new connection to the same server searches
  * past those ports (or runs out of them) in connect(). Its peer has asked
  * already (no fast path without both asks), so the reset reaches a socket
- * that nobody reads any more. The connecting end must not reset: a parked
- * acceptor's connection still waits in the accept queue, and a reset one
- * would fail its getpeername.
+ * that nobody reads any more (over a link the connector may see the reset
+ * before its connect() returns: link.c and connect() take the offer's word
+ * for it). The connecting end must not reset: a parked acceptor's
+ * connection still waits in the accept queue, and a reset one would fail
+ * its getpeername. An shm channel's socket is AF_UNIX (checked already).
  */
-static int swap_in(int fd, int chan, struct ff_conn *c, int accepting)
+static int swap_in(int fd, int chan, struct ff_conn *c, int accepting, int is_shm)
 {
 	static const struct linger rst = { .l_onoff = 1, .l_linger = 0 };
 	struct linger app = { 0 };
@@ -298,9 +315,12 @@ static int swap_in(int fd, int chan, struct ff_conn *c, int accepting)
 
 	if (fl < 0 || fdfl < 0 || cfl < 0)
 		return -errno;
-	if (ff_real.fcntl(chan, F_SETFL, (cfl & ~O_NONBLOCK) | (fl & O_NONBLOCK)) < 0)
+	if ((cfl & O_NONBLOCK) != (fl & O_NONBLOCK) &&
+	    ff_real.fcntl(chan, F_SETFL, (cfl & ~O_NONBLOCK) | (fl & O_NONBLOCK)) < 0)
 		return -errno;
-	if (ff_real.getsockopt(chan, SOL_SOCKET, SO_DOMAIN, &dom, &dl) < 0)
+	if (is_shm)
+		dom = AF_UNIX;
+	else if (ff_real.getsockopt(chan, SOL_SOCKET, SO_DOMAIN, &dom, &dl) < 0)
 		return -errno;
 	c->kern_family = dom;
 	ff_sockopt_carry(fd, chan, c);
@@ -318,14 +338,14 @@ static int swap_in(int fd, int chan, struct ff_conn *c, int accepting)
 }
 
 /* Record the outcome; table lock held. h NULL: overlay. */
-static void decide(int fd, struct ff_conn *c, struct handover *h, int accepting)
+static void decide(int fd, struct ff_conn *c, struct ff_handover *h, int accepting)
 {
 	struct ff_slot *s = ff_fd_slot(fd);
 	struct ff_epreg *regs;
 	int ret = -EBADF;
 
 	if (s && s->conn == c && h)
-		ret = swap_in(fd, h->chan, c, accepting);
+		ret = swap_in(fd, h->chan, c, accepting, h->shm != NULL);
 	if (h && ret)
 		ff_fallback(fd, "swap failed: %s", strerror(-ret));
 	if (h && h->shm && !ret) {
@@ -341,31 +361,67 @@ static void decide(int fd, struct ff_conn *c, struct handover *h, int accepting)
 	ff_conn_forget_epregs(c);
 }
 
+/* Ask the agent about an established connection: 0 with h filled, or -1 (why says). */
+static int ask_agent(uint8_t msg, const struct sockaddr_storage *local,
+		     const struct sockaddr_storage *remote, struct ff_handover *h,
+		     struct path_link *link, int *answered, char *why, size_t cap)
+{
+	struct ff_reply r;
+	int ret = request(msg, local, remote, -1, FF_MSG_PATH, &r), fast = -1;
+
+	if (ret < 0) {
+		snprintf(why, cap, "agent unreachable: %s", strerror(-ret));
+		return -1;
+	}
+	fast = read_path(&r, msg, h, link, why, cap);
+	/* A PATH, whatever it says, is listed by the agent until CLOSED. */
+	*answered = r.msg.type == FF_MSG_PATH;
+	ff_reply_close_fds(&r);
+	return fast;
+}
+
+/*
+ * The decision for an established connection: over a link if one decides
+ * it (then told to the agent with OPENED), else by the agent. 0 with h
+ * filled for a fast path, -1 for the overlay (why says why).
+ */
+static int choose(struct ff_conn *c, uint8_t msg, const struct sockaddr_storage *local,
+		  const struct sockaddr_storage *remote, struct ff_handover *h,
+		  struct path_link *link, int *answered, char *why, size_t cap)
+{
+	int linked = 0;
+
+	if (msg == FF_MSG_CONNECT && c->offer)
+		linked = ff_offer_settle(c, h);
+	else if (msg == FF_MSG_ACCEPT)
+		linked = ff_link_take(local, remote, h);
+	if (!linked)
+		return ask_agent(msg, local, remote, h, link, answered, why, cap);
+	*answered = request(FF_MSG_OPENED, local, remote, FF_PATH_SHM, 0, NULL) == 0;
+	return 0;
+}
+
 void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 {
 	struct sockaddr_storage local, remote;
 	socklen_t ll = sizeof(local), rl = sizeof(remote);
-	struct handover h = { .chan = -1 }, *fast = NULL;
+	struct ff_handover h = { .chan = -1 }, *fast = NULL;
+	struct path_link link = { .fd = -1 };
 	char why[160] = "";
-	struct ff_reply r;
-	int answered = 0, ret;
+	int answered = 0, swapped;
+	uint32_t ring = 0;
 
+	if (msg == FF_MSG_CONNECT && c->offer)
+		ff_offer_peer(c->offer, &remote, &rl);
 	if (ff_real.getsockname(fd, (void *)&local, &ll) ||
-	    ff_real.getpeername(fd, (void *)&remote, &rl)) {
+	    (!(msg == FF_MSG_CONNECT && c->offer) &&
+	     ff_real.getpeername(fd, (void *)&remote, &rl))) {
 		snprintf(why, sizeof(why), "not connected: %s", strerror(errno));
 	} else if (skip_loopback(&local)) {
 		snprintf(why, sizeof(why), "loopback connection: not negotiated");
-	} else {
-		ret = request(msg, &local, &remote, FF_MSG_PATH, &r);
-		if (ret < 0)
-			snprintf(why, sizeof(why), "agent unreachable: %s", strerror(-ret));
-		else if (read_path(&r, msg, &h, why, sizeof(why)) == 0)
-			fast = &h;
-		if (ret >= 0) {
-			/* A PATH, whatever it says, is listed by the agent until CLOSED. */
-			answered = r.msg.type == FF_MSG_PATH;
-			ff_reply_close_fds(&r);
-		}
+	} else if (choose(c, msg, &local, &remote, &h, &link, &answered, why, sizeof(why)) == 0) {
+		fast = &h;
+		ring = h.shm ? (uint32_t)h.shm->size : 0;
 	}
 	ff_table_lock();
 	c->answered = answered;
@@ -374,11 +430,16 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 	c->remote = remote;
 	c->remote_len = rl;
 	decide(fd, c, fast, msg == FF_MSG_ACCEPT);
+	swapped = c->state == FF_ST_SWAPPED;
 	if (h.shm)
 		ff_shm_put(h.shm);	/* the swap failed: not attached */
 	if (ff_conn_unref(c))
 		ff_conn_free(c);
 	ff_table_unlock();
+	if (link.fd >= 0 && swapped && ring)
+		ff_link_add(link.fd, msg == FF_MSG_ACCEPT, &local, &remote, link.ttl_ms, ring);
+	else if (link.fd >= 0)
+		ff_real.close(link.fd);
 	if (fast)
 		ff_real.close(h.chan);
 	else
@@ -433,7 +494,8 @@ int ff_settle_slow(int fd, int nonblock)
 			ff_table_lock();
 			continue;
 		}
-		if (st != TCP_ESTABLISHED && st != TCP_CLOSE_WAIT) {
+		if (st != TCP_ESTABLISHED && st != TCP_CLOSE_WAIT &&
+		    !(c->offer && ff_offer_taken(c->offer))) {
 			ff_conn_set_state(c, FF_ST_OVERLAY);
 			ff_epoll_replay(fd, c->epregs, 0);
 			ff_conn_forget_epregs(c);

@@ -147,9 +147,11 @@ struct ff_conn {
 	struct sockaddr_storage local, remote;
 	socklen_t local_len, remote_len;
 	struct ff_epreg *epregs;
+	int opts_set;			/* the application set an option (then they are carried) */
 	int nopts;
 	struct ff_opt opts[FF_MAX_OPTS];
 	struct ff_shm *shm;		/* SWAPPED onto the shared-memory channel (shm.h) */
+	struct ff_offer *offer;		/* connecting over a link: the channel offered (link.c) */
 };
 
 /* Bits of ff_slot.flags. */
@@ -240,6 +242,50 @@ int ff_announce(uint8_t msg, const struct sockaddr_storage *local,
 /* The same on a given session (the one being opened). */
 int ff_announce_on(struct ff_agent *a, uint8_t msg, const struct sockaddr_storage *local,
 		   const struct sockaddr_storage *remote);
+
+/* What a fast path hands over: the channel, and for shm its mapped memory. */
+struct ff_handover {
+	int chan;		/* the socket to put at the fd (shm: the bell socket) */
+	struct ff_shm *shm;	/* NULL unless shm */
+};
+
+/* ---- link.c: same-host connections set up without the agent ---- */
+
+/* Keep link fd, which came with the shm PATH of local -> remote (our role: acceptor or not). */
+void ff_link_add(int fd, int acceptor, const struct sockaddr_storage *local,
+		 const struct sockaddr_storage *remote, uint32_t ttl_ms, uint32_t ring);
+/*
+ * connect(fd, sa) is about to send its SYN: if a link leads to sa, bind fd
+ * if needed and offer the connection over it. The offer, or NULL (then
+ * the connection asks the agent as usual). No lock held.
+ */
+struct ff_offer *ff_link_offer(int fd, const struct sockaddr *sa, socklen_t len);
+/* The connection was not made (or is dropped): withdraw the offer and free it (NULL: nothing). */
+void ff_offer_free(struct ff_offer *o);
+/* The acceptor's address connect() was given. */
+void ff_offer_peer(const struct ff_offer *o, struct sockaddr_storage *sa, socklen_t *len);
+/*
+ * The TCP connection ended before the decision: 1 if the acceptor took the
+ * offer anyway (it resets the overlay socket as it swaps), else 0 and the
+ * offer is withdrawn.
+ */
+int ff_offer_taken(struct ff_offer *o);
+/* A fork child's copy of its parent's offer: free it, deciding nothing. */
+void ff_offer_forget(struct ff_offer *o);
+/*
+ * The connection with c->offer is established: wait (at most 5 ms) for
+ * the acceptor. 1: taken, h filled; 0: not taken, ask the agent. c->offer
+ * is consumed.
+ */
+int ff_offer_settle(struct ff_conn *c, struct ff_handover *h);
+/* An accepted connection: its offer from a link taken (1, h filled), or none: ask the agent (0). */
+int ff_link_take(const struct sockaddr_storage *local, const struct sockaddr_storage *remote,
+		 struct ff_handover *h);
+/* The listener at local is closed: its links and the offers they brought go. */
+void ff_links_unlisten(const struct sockaddr_storage *local);
+void ff_links_atfork_prepare(void);
+void ff_links_atfork_parent(void);
+void ff_links_atfork_child(void);
 
 /* ---- listeners.c: keeping the agent's listener table in step ---- */
 

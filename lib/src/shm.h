@@ -36,6 +36,8 @@
 #define FF_SHM_RING_MIN		4096u
 #define FF_SHM_RING_MAX		(16u << 20)
 #define FF_SHM_OFF_SWITCH_BY	64u
+#define FF_SHM_OFF_OFFER	128u	/* a link's offer word (link.c), own line */
+#define FF_SHM_OFF_OFFER_WAIT	192u	/* nonzero: its connector may sleep on the bell */
 #define FF_SHM_OFF_CTL0		1024u
 #define FF_SHM_OFF_CTL1		1536u
 /* Control block field offsets. */
@@ -92,6 +94,19 @@ struct ff_shm {
 	pthread_cond_t drained;		/* broadcast after each drain of the bell */
 };
 
+/* Values of the offer word (docs/SHM.md, "Layout"; link.c). */
+enum ff_shm_offer {
+	FF_OFFER_NONE = 0,	/* made by the agent: no offer */
+	FF_OFFER_OFFERED,	/* made by a connector, sent over a link */
+	FF_OFFER_TAKEN,		/* acceptor: both ends on shm */
+	FF_OFFER_WITHDRAWN,	/* connector: both ends ask the agent */
+};
+
+static inline _Atomic uint32_t *ff_shm_word(struct ff_shm *sh, size_t off)
+{
+	return (_Atomic uint32_t *)(void *)(sh->base + off);
+}
+
 /*
  * Validate memfd (seals, size, header) and map it for a connection where
  * this end has role. No lock needed; closes nothing. 0 with *out set (one
@@ -99,6 +114,12 @@ struct ff_shm {
  * (then the caller falls back).
  */
 int ff_shm_open(int memfd, enum ff_shm_role role, struct ff_shm **out, const char **why);
+/*
+ * A new channel with rings of ring bytes, laid out and sealed as the agent
+ * makes one, its offer word OFFERED, mapped for the connector: 0 with *out
+ * (one reference) and *memfd (for the acceptor's copy), or -errno.
+ */
+int ff_shm_create(uint32_t ring, int *memfd, struct ff_shm **out);
 /*
  * Table lock held: c, whose bell socket was just put at its fd (O_NONBLOCK
  * as nonblock), takes sh.

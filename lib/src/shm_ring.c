@@ -159,22 +159,16 @@ static void ring_init(struct ff_shm_ring *r, uint8_t *ctl, uint8_t *data)
 	r->waiters = 0;
 }
 
-int ff_shm_open(int memfd, enum ff_shm_role role, struct ff_shm **out, const char **why)
+/* Map memfd, whose rings are ring bytes, for role: 0 with *out, or -ENOMEM. */
+static int map_memfd(int memfd, uint32_t ring, enum ff_shm_role role, struct ff_shm **out)
 {
-	int64_t ring = check_memfd(memfd, why);
+	size_t len = FF_SHM_HDR_SIZE + 2 * (size_t)ring;
 	pthread_condattr_t ca;
-	struct ff_shm *sh;
+	struct ff_shm *sh = calloc(1, sizeof(*sh));
 	uint8_t *base, *d0, *d1;
-	size_t len;
 
-	if (ring < 0)
-		return (int)ring;
-	len = FF_SHM_HDR_SIZE + 2 * (size_t)ring;
-	sh = calloc(1, sizeof(*sh));
-	if (!sh) {
-		*why = "out of memory";
+	if (!sh)
 		return -ENOMEM;
-	}
 	/*
 	 * Not populated: MAP_POPULATE allocated and zeroed all of both rings
 	 * at every connect and accept (0.3-0.6 ms each, most of a short
@@ -184,7 +178,6 @@ int ff_shm_open(int memfd, enum ff_shm_role role, struct ff_shm **out, const cha
 	 */
 	base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
 	if (base == MAP_FAILED) {
-		*why = "the memfd cannot be mapped";
 		free(sh);
 		return -ENOMEM;
 	}
@@ -192,9 +185,9 @@ int ff_shm_open(int memfd, enum ff_shm_role role, struct ff_shm **out, const cha
 	atomic_init(&sh->state, 0);
 	sh->base = base;
 	sh->len = len;
-	sh->size = (uint64_t)ring;
+	sh->size = ring;
 	sh->role = role;
-	sh->switch_by = (_Atomic uint32_t *)(void *)(base + FF_SHM_OFF_SWITCH_BY);
+	sh->switch_by = ff_shm_word(sh, FF_SHM_OFF_SWITCH_BY);
 	d0 = base + FF_SHM_HDR_SIZE;
 	d1 = d0 + ring;
 	/* The connector produces into ring 0. */
@@ -211,6 +204,53 @@ int ff_shm_open(int memfd, enum ff_shm_role role, struct ff_shm **out, const cha
 	pthread_cond_init(&sh->drained, &ca);
 	pthread_condattr_destroy(&ca);
 	*out = sh;
+	return 0;
+}
+
+int ff_shm_open(int memfd, enum ff_shm_role role, struct ff_shm **out, const char **why)
+{
+	int64_t ring = check_memfd(memfd, why);
+	int ret;
+
+	if (ring < 0)
+		return (int)ring;
+	ret = map_memfd(memfd, (uint32_t)ring, role, out);
+	if (ret)
+		*why = "the memfd cannot be mapped";
+	return ret;
+}
+
+static void put_le32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+int ff_shm_create(uint32_t ring, int *memfd, struct ff_shm **out)
+{
+	const int seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+	int fd = memfd_create("freeflow-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING), ret;
+
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)(FF_SHM_HDR_SIZE + 2 * (uint64_t)ring)) ||
+	    ff_real.fcntl(fd, F_ADD_SEALS, seals)) {
+		ret = -errno;
+		ff_real.close(fd);
+		return ret;
+	}
+	ret = map_memfd(fd, ring, FF_SHM_CONNECTOR, out);
+	if (ret) {
+		ff_real.close(fd);
+		return ret;
+	}
+	/* The header the agent would write (protocol vector shm-header); the rest is zero. */
+	put_le32((*out)->base, FF_SHM_MAGIC);
+	put_le32((*out)->base + 4, FF_SHM_VERSION);
+	put_le32((*out)->base + 8, ring);
+	atomic_store_explicit(ff_shm_word(*out, FF_SHM_OFF_OFFER), FF_OFFER_OFFERED,
+			      memory_order_release);
+	*memfd = fd;
 	return 0;
 }
 

@@ -93,7 +93,7 @@ FF_EXPORT int socket(int domain, int type, int protocol)
 	return fd;
 }
 
-/* connect() just returned 0 or EINPROGRESS on a SOCKET-state conn. */
+/* connect() just returned 0 or EINPROGRESS on a SOCKET-state conn (table lock held). */
 static void connect_done(int fd, struct ff_conn *c, int ret, int err)
 {
 	if (ret == 0) {
@@ -112,9 +112,15 @@ static void connect_done(int fd, struct ff_conn *c, int ret, int err)
 	ff_table_unlock();
 }
 
+static int is_inet(const struct sockaddr *sa)
+{
+	return sa && (sa->sa_family == AF_INET || sa->sa_family == AF_INET6);
+}
+
 FF_EXPORT int connect(int fd, const struct sockaddr *sa, socklen_t len)
 {
 	struct ff_conn *c = lock_conn(fd);
+	struct ff_offer *offer = NULL;
 	enum ff_state st;
 	int ret, err;
 
@@ -126,20 +132,34 @@ FF_EXPORT int connect(int fd, const struct sockaddr *sa, socklen_t len)
 		errno = EISCONN;
 		return -1;
 	}
+	/* Before the SYN leaves, so the acceptor finds the offer (link.c). */
+	if (st == FF_ST_SOCKET && is_inet(sa))
+		offer = ff_link_offer(fd, sa, len);
 	ret = ff_real.connect(fd, sa, len);
 	err = errno;
+	/*
+	 * The acceptor may take the offer and reset the overlay socket before
+	 * this thread returns from the handshake: connected, on the link's channel.
+	 */
+	if (ret && offer && err != EINPROGRESS && ff_offer_taken(offer))
+		ret = 0;
 	if (st == FF_ST_PENDING || st == FF_ST_NEGOTIATING) {
 		/* A repeated connect() is how some programs learn it completed. */
 		if (ret == 0 || err == EISCONN)
 			ff_settle(fd, 1);
-	} else if (st == FF_ST_SOCKET && sa &&
-		   (sa->sa_family == AF_INET || sa->sa_family == AF_INET6)) {
+	} else if (st == FF_ST_SOCKET && is_inet(sa)) {
 		c = lock_conn(fd);
+		if (c && c->state == FF_ST_SOCKET && !c->offer &&
+		    (ret == 0 || err == EINPROGRESS || err == EINTR || err == EAGAIN)) {
+			c->offer = offer;
+			offer = NULL;
+		}
 		if (c && c->state == FF_ST_SOCKET)
 			connect_done(fd, c, ret, err);
 		else if (c)
 			ff_table_unlock();
 	}
+	ff_offer_free(offer);	/* the connection was not made */
 	errno = err;
 	return ret;
 }
@@ -231,6 +251,8 @@ FF_EXPORT int accept4(int fd, struct sockaddr *sa, socklen_t *len, int flags)
  */
 static void conn_closed(struct ff_conn *c)
 {
+	if (c->state == FF_ST_LISTEN)
+		ff_links_unlisten(&c->local);
 	if (c->state == FF_ST_LISTEN && c->registered && c->reg_pid == getpid())
 		ff_announce(FF_MSG_UNLISTEN, &c->local, NULL);
 	else if (c->answered && (c->state == FF_ST_SWAPPED || c->state == FF_ST_OVERLAY))

@@ -29,9 +29,14 @@
  * says] with PATH shm, if both ends' HELLO said CAPS bit 0 (as the agent
  * requires), else a unix channel. Rings are FF_TEST_SHM_RING bytes (default
  * 256 KiB); the memfd is named "ff-shm", which t_swapped looks for.
+ * "shm-link" is "shm" plus a link with every shm channel whose two ends
+ * said CAPS bit 1 (one end of a socketpair(AF_UNIX, SOCK_SEQPACKET) each,
+ * LINK_TTL FF_TEST_LINK_TTL ms, default 2000), so that the ends' later
+ * connections are set up over the link, as docs/PROTOCOL.md ("Links") says.
  *
- * Every event is one line in the log file ("hello", "ask", "swap", "overlay
- * <reason>", "hostile <case>", "listen <pid>", "unlisten", "closed"), which the
+ * Every event is one line in the log file ("hello", "ask", "swap", "swap
+ * shm link", "overlay <reason>", "hostile <case>", "listen <pid>",
+ * "unlisten", "closed", "opened <kind>"), which the
  * tests read to check what really happened. When its parent dies without stopping it (a crash, the
  * runner's timeout), the agent removes the test's temporary directory.
  */
@@ -106,7 +111,7 @@ struct fa_state {
 	int nt;
 	uint16_t ports[64];	/* registered listener ports, network order */
 	int nports;
-	uint8_t shm_caps[FA_MAX_FD];	/* the client's HELLO said CAPS bit 0 */
+	uint8_t caps[FA_MAX_FD];	/* the client's HELLO's CAPS */
 };
 
 static inline int64_t fa_now(void)
@@ -131,7 +136,14 @@ static inline void fa_log(struct fa_state *st, const char *fmt, ...)
 		_exit(3);
 }
 
-/* Send a reply with nfd fds (0, 1 or 2) from passfd. */
+static inline uint32_t fa_link_ttl(void)
+{
+	const char *v = getenv("FF_TEST_LINK_TTL");
+
+	return v ? (uint32_t)strtoul(v, NULL, 0) : 2000;
+}
+
+/* Send a reply with nfd fds (0 to 3) from passfd; a third is a link (LINK_TTL). */
 static inline void fa_send_fds(int fd, uint8_t type, uint32_t seq, int kind,
 			       const char *reason, const int *passfd, int nfd)
 {
@@ -151,6 +163,8 @@ static inline void fa_send_fds(int fd, uint8_t type, uint32_t seq, int kind,
 		ff_enc_u8(&e, FF_ATTR_PATH_KIND, (uint8_t)kind);
 		if (reason)
 			ff_enc_str(&e, FF_ATTR_REASON, reason);
+		if (nfd == 3)
+			ff_enc_u32(&e, FF_ATTR_LINK_TTL, fa_link_ttl());
 	}
 	t_send_fds(fd, buf, (size_t)ff_enc_finish(&e), passfd, nfd);
 }
@@ -194,11 +208,19 @@ static inline int fa_tcp_pair(int sp[2])
 	return 0;
 }
 
+/* "shm-link": shm channels, and a link with each (docs/PROTOCOL.md, "Links"). */
+static inline int fa_link(void)
+{
+	const char *c = getenv("FF_TEST_CHANNEL");
+
+	return c && !strcmp(c, "shm-link");
+}
+
 static inline int fa_shm(void)
 {
 	const char *c = getenv("FF_TEST_CHANNEL");
 
-	return c && !strcmp(c, "shm");
+	return c && (!strcmp(c, "shm") || fa_link());
 }
 
 static inline uint32_t fa_shm_ring(void)
@@ -253,9 +275,9 @@ static inline int fa_channel(int sp[2], int *memfd, int shm_ok)
 	return FF_PATH_SHM;
 }
 
-static inline int fa_can_shm(struct fa_state *st, int fd)
+static inline int fa_can(struct fa_state *st, int fd, uint32_t cap)
 {
-	return fd >= 0 && fd < FA_MAX_FD && st->shm_caps[fd];
+	return fd >= 0 && fd < FA_MAX_FD && (st->caps[fd] & cap);
 }
 
 static inline struct fa_tuple *fa_find(struct fa_state *st, const uint8_t *key, int len)
@@ -300,19 +322,30 @@ static inline void fa_decide(struct fa_state *st, struct fa_tuple *t, int fd, ui
 		if (fd >= 0)
 			fa_send(fd, FF_MSG_PATH, seq, kind, reason, -1);
 	} else {
-		int sp[2], memfd, a[2], b[2];
+		int sp[2], memfd, a[3], b[3], lk[2] = { -1, -1 }, nfd;
 
-		kind = fa_channel(sp, &memfd, fa_can_shm(st, t->waiter) && fa_can_shm(st, fd));
+		kind = fa_channel(sp, &memfd, fa_can(st, t->waiter, FF_CAP_SHM) &&
+						 fa_can(st, fd, FF_CAP_SHM));
 		if (kind < 0)
 			_exit(3);
-		fa_log(st, kind == FF_PATH_SHM ? "swap shm" : "swap");
+		if (kind == FF_PATH_SHM && fa_link() && fa_can(st, t->waiter, FF_CAP_LINK) &&
+		    fa_can(st, fd, FF_CAP_LINK) &&
+		    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, lk))
+			_exit(3);
+		fa_log(st, kind != FF_PATH_SHM ? "swap" : lk[0] >= 0 ? "swap shm link" : "swap shm");
 		a[0] = sp[0];
 		b[0] = sp[1];
 		a[1] = b[1] = memfd;
-		fa_send_fds(t->waiter, FF_MSG_PATH, t->seq, kind, NULL, a, memfd >= 0 ? 2 : 1);
-		fa_send_fds(fd, FF_MSG_PATH, seq, kind, NULL, b, memfd >= 0 ? 2 : 1);
-		close(sp[0]);
-		close(sp[1]);
+		a[2] = lk[0];
+		b[2] = lk[1];
+		nfd = memfd < 0 ? 1 : lk[0] < 0 ? 2 : 3;
+		fa_send_fds(t->waiter, FF_MSG_PATH, t->seq, kind, NULL, a, nfd);
+		fa_send_fds(fd, FF_MSG_PATH, seq, kind, NULL, b, nfd);
+		for (int i = 0; i < 2; i++) {
+			close(sp[i]);
+			if (lk[i] >= 0)
+				close(lk[i]);
+		}
 		if (memfd >= 0)
 			close(memfd);
 		/*
@@ -428,7 +461,7 @@ static inline void fa_request(struct fa_state *st, int fd)
 	if (n <= 0 || ff_msg_decode(in, (size_t)n, &m)) {
 		close(fd);
 		if (fd < FA_MAX_FD)
-			st->shm_caps[fd] = 0;
+			st->caps[fd] = 0;
 		for (int i = 0; i < st->nt; i++)
 			if (st->t[i].waiter == fd)
 				st->t[i].waiter = -1;
@@ -444,7 +477,7 @@ static inline void fa_request(struct fa_state *st, int fd)
 		const struct ff_attr *caps = ff_msg_get(&m, FF_ATTR_CAPS);
 
 		if (fd < FA_MAX_FD)
-			st->shm_caps[fd] = caps && (ff_attr_u32(caps) & FF_CAP_SHM);
+			st->caps[fd] = caps ? (uint8_t)ff_attr_u32(caps) : 0;
 		fa_log(st, "hello");
 		fa_send(fd, FF_MSG_HELLO_REPLY, m.seq, 0, NULL, -1);
 		break;
@@ -471,6 +504,12 @@ static inline void fa_request(struct fa_state *st, int fd)
 	case FF_MSG_CLOSED:	/* a notification: never answered */
 		fa_log(st, "closed");
 		break;
+	case FF_MSG_OPENED: {	/* a notification: a link decided a connection */
+		const struct ff_attr *k = ff_msg_get(&m, FF_ATTR_PATH_KIND);
+
+		fa_log(st, "opened %u", k ? ff_attr_u8(k) : 99u);
+		break;
+	}
 	case FF_MSG_CONNECT:
 	case FF_MSG_ACCEPT:
 		fa_broker(st, fd, &m);

@@ -224,6 +224,25 @@ static inline int t_agent_await(const char *word, int want)
 	return n;
 }
 
+/*
+ * Connections set up on a fast path, by the agent (a swap) or over a link
+ * (an OPENED shm from each end, which may still be on its way: waits up to
+ * T_SLACK_MS for want).
+ */
+static inline int t_fast_conns(void)
+{
+	return t_agent_count("swap") + t_agent_count("opened 3") / 2;
+}
+
+static inline int t_fast_await(int want)
+{
+	int64_t end = t_ms() + T_SLACK_MS;
+
+	while (t_fast_conns() < want && t_ms() < end)
+		usleep(1000);
+	return t_fast_conns();
+}
+
 /* The family of the socket really at fd, asked of the kernel past the shim. */
 static inline int t_real_domain(int fd)
 {
@@ -261,7 +280,8 @@ static inline int t_shm_maps_of(pid_t pid, uint8_t **first)
 	if (!(f = fopen(path, "r")))
 		return -1;
 	while (fgets(line, sizeof(line), f)) {
-		if (!strstr(line, "/memfd:ff-shm"))
+		/* The fake agent's memfds, or those a connector made for a link offer. */
+		if (!strstr(line, "/memfd:ff-shm") && !strstr(line, "/memfd:freeflow-shm"))
 			continue;
 		if (!n++ && first && sscanf(line, "%lx-", &lo) == 1)
 			*first = (uint8_t *)lo;
@@ -385,11 +405,11 @@ static inline socklen_t t_addr(int family, struct sockaddr_storage *ss, uint16_t
 	}
 }
 
-/* A listener on loopback, any free port. */
-static inline int t_listen(int family, uint16_t *port)
+/* A listener on loopback at port want (0: any free port); *port gets its port. */
+static inline int t_listen_at(int family, uint16_t want, uint16_t *port)
 {
 	struct sockaddr_storage ss;
-	socklen_t len = t_addr(family, &ss, 0);
+	socklen_t len = t_addr(family, &ss, want);
 	int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
 
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -402,6 +422,34 @@ static inline int t_listen(int family, uint16_t *port)
 	*port = ntohs(family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
 					 : ((struct sockaddr_in *)&ss)->sin_port);
 	return fd;
+}
+
+/* A listener on loopback, any free port. */
+static inline int t_listen(int family, uint16_t *port)
+{
+	return t_listen_at(family, 0, port);
+}
+
+/*
+ * The links this process holds (docs/PROTOCOL.md, "Links"), up to max into
+ * fds; returns how many. A link is an AF_UNIX SOCK_SEQPACKET socket whose
+ * peer has no name: the agent session, the other such socket, is connected
+ * to the agent's path.
+ */
+static inline int t_link_fds(int *fds, int max)
+{
+	int n = 0;
+
+	for (int fd = 0; fd < 1024 && n < max; fd++) {
+		struct sockaddr_un peer;
+		socklen_t pl = sizeof(peer);
+
+		if (t_real_domain(fd) == AF_UNIX &&
+		    t_real_sockopt(fd, SOL_SOCKET, SO_TYPE) == SOCK_SEQPACKET &&
+		    !syscall(SYS_getpeername, fd, &peer, &pl) && pl == sizeof(sa_family_t))
+			fds[n++] = fd;
+	}
+	return n;
 }
 
 static inline int t_connect(int family, uint16_t port)
@@ -566,7 +614,7 @@ static inline int t_run_served(char **argv, int (*server)(int lfd),
 	cases(port);
 	t_wait_child(pid, "server (status = failures)");
 	close(lfd);
-	CHECK(t_agent_count("swap") == swaps, "%d swaps", t_agent_count("swap"));
+	CHECK(t_fast_await(swaps) == swaps, "%d fast connections", t_fast_conns());
 	return t_shim_finish();
 }
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: after an agent restart (empty listener table) the accepting process re-registers its listener on the first connection, which both ends still decide alike, so the following connection is swapped again */
-/* Channels: unix host-tcp shm */
+/* Channels: unix host-tcp shm shm-link */
 #include "shimtest.h"
 
 #define CONNS	3

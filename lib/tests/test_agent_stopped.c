@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: when the agent dies, established swapped connections keep working, new ones take TCP at once with no error, and nothing hangs */
-/* Channels: unix host-tcp shm */
+/* Channels: unix host-tcp shm shm-link */
 #include "shimtest.h"
 
 int main(int argc, char **argv)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: a single-threaded process connecting to its own listener does not hang: connect returns within the agent's wait plus slack, the connection stays TCP on both ends and works */
-/* Channels: unix host-tcp shm */
+/* Channels: unix host-tcp shm shm-link */
 #include "shimtest.h"
 
 int main(int argc, char **argv)

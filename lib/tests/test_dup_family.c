@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: dup, dup2, dup3 and fcntl(F_DUPFD, F_DUPFD_CLOEXEC) of a swapped fd share the connection (overlay names included); it lives until the last copy closes, and only then is CLOSED sent */
-/* Channels: unix host-tcp shm */
+/* Channels: unix host-tcp shm shm-link */
 #include "shimtest.h"
 
 static void check_copy(int fd, int sfd, const char *how)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: epoll registrations made before the swap (edge- and level-triggered, in two epoll sets, before a non-blocking or a blocking connect) are carried over with their events and data */
-/* Channels: unix host-tcp shm */
+/* Channels: unix host-tcp shm shm-link */
 #include "shimtest.h"
 
 #define CASES	2

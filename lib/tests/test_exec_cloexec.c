@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: exec keeps a swapped connection without FD_CLOEXEC (the new image, preloaded again, writes on it) and closes one with FD_CLOEXEC (the peer sees EOF); on shm the kept connection first moves down to a kernel channel */
-/* Channels: unix host-tcp shm */
+/* Channels: unix host-tcp shm shm-link */
 #include "shimtest.h"
 
 /* Run as "<self> exec-child <fd>": write on the inherited fd, report whether it is open. */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: a registered listener kept across exec is still known in the new image: what it accepts is swapped (no connector waits for an ACCEPT that never comes), and its close withdraws the registration */
-/* Channels: unix host-tcp shm */
+/* Channels: unix host-tcp shm shm-link */
 #include "shimtest.h"
 
 /* The exec'd image: accept one connection on the inherited listener. */

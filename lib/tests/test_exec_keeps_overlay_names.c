@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: a swapped connection kept across execve/execv/execvp/execle/execlp/fexecve/posix_spawn (also dup2'ed to stdin by a spawn file action) still shows its overlay names to the new image, data flows both ways, the carrying variable is gone from its environment, and a forged one is ignored; on shm the connection first moves down to a kernel channel */
-/* Channels: unix host-tcp shm */
+/* Channels: unix host-tcp shm shm-link */
 #include <spawn.h>
 
 #include "shimtest.h"

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: an IPv6 connection on ::1 is swapped like IPv4: 1 MiB each way intact, SO_DOMAIN says AF_INET6, IPv6-level options work */
-/* Channels: unix host-tcp shm */
+/* Channels: unix host-tcp shm shm-link */
 #include "shimtest.h"
 
 int main(int argc, char **argv)
@@ -19,6 +19,6 @@ int main(int argc, char **argv)
 	CHECK(t_send_stream(sfd, 1 << 16, 4) == 0 && t_recv_stream(cfd, 1 << 16, 4) == 0, "s->c");
 	close(cfd);
 	close(sfd);
-	CHECK(t_agent_count("swap") == 1, "%d swaps", t_agent_count("swap"));
+	CHECK(t_fast_await(1) == 1, "%d fast connections", t_fast_conns());
 	return t_shim_finish();
 }

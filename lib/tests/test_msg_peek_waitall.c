@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: MSG_PEEK leaves data in place, MSG_WAITALL waits for the whole length across several writes, MSG_DONTWAIT says EAGAIN, readv/writev/sendmsg/recvmsg carry data, on a swapped connection */
-/* Channels: unix host-tcp shm */
+/* Channels: unix host-tcp shm shm-link */
 #include <sys/uio.h>
 
 #include "shimtest.h"

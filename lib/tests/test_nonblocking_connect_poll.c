@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: non-blocking connect (EINPROGRESS) is decided when the program observes completion: poll(POLLOUT)+SO_ERROR, poll(POLLIN) only with the server speaking first, or select then a direct write; O_NONBLOCK kept and no byte crosses TCP first */
-/* Channels: unix host-tcp shm */
+/* Channels: unix host-tcp shm shm-link */
 #include "pending_connect.h"
 
 /* poll for POLLOUT, then SO_ERROR: the textbook way. */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: on a swapped connection, peer close gives EOF (and POLLIN|POLLRDHUP), and a peer killed with SIGKILL gives EOF or ECONNRESET within a second, never a hang */
-/* Channels: unix host-tcp shm */
+/* Channels: unix host-tcp shm shm-link */
 #include "shimtest.h"
 
 static void case_close(void)
@@ -46,6 +46,6 @@ int main(int argc, char **argv)
 	t_shim_setup(argv, FA_BROKER);
 	case_close();
 	case_kill();
-	CHECK(t_agent_count("swap") == 2, "%d swaps", t_agent_count("swap"));
+	CHECK(t_fast_await(2) == 2, "%d fast connections", t_fast_conns());
 	return t_shim_finish();
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: a non-blocking connect is decided when ppoll (input only, server speaks first), pselect (writable, then sendmmsg) or epoll_pwait2 (EPOLLIN registered before connect) reports it, with the signal mask applied; O_NONBLOCK kept and no byte crosses TCP first */
-/* Channels: unix host-tcp shm */
+/* Channels: unix host-tcp shm shm-link */
 #include <sys/epoll.h>
 
 #include "pending_connect.h"

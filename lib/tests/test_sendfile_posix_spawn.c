@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: sendfile from a file into a swapped connection delivers the file; a posix_spawn'ed child inherits the connection (no FD_CLOEXEC) and writes on it; on shm the connection first moves down to a kernel channel for the child */
-/* Channels: unix host-tcp shm */
+/* Channels: unix host-tcp shm shm-link */
 #include <spawn.h>
 #include <sys/sendfile.h>
 

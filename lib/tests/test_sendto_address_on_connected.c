@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: sendto/sendmsg/sendmmsg naming the peer on a connected swapped socket succeed as on TCP (sockperf does this), and recvfrom/recvmsg/recvmmsg report no source address (length 0, buffer untouched), exactly what kernel TCP does on an overlay pair */
-/* Channels: unix host-tcp shm */
+/* Channels: unix host-tcp shm shm-link */
 #include <sys/syscall.h>
 
 #include "shimtest.h"

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: 10 GB through a shared-memory connection between two processes arrive complete, in order and intact (every byte compared), then EOF */
-/* Channels: shm */
+/* Channels: shm shm-link */
 #include "shimtest.h"
 
 #define TOTAL	(10ull * 1000 * 1000 * 1000)

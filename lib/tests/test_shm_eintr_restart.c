@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: a signal reaching a thread asleep in recv on a shared-memory connection restarts the wait when its handler has SA_RESTART (the data still arrives) and gives EINTR when it does not, as on a kernel socket */
-/* Channels: shm */
+/* Channels: shm shm-link */
 #include "shimtest.h"
 
 static volatile sig_atomic_t hits;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: writing to a shared-memory connection whose peer closed gives EPIPE and SIGPIPE (not with MSG_NOSIGNAL), also for writev/sendmsg and for a writer already blocked on a full ring (woken, not hung); writing after one's own SHUT_WR too */
-/* Channels: shm */
+/* Channels: shm shm-link */
 #include <sys/uio.h>
 
 #include "shimtest.h"

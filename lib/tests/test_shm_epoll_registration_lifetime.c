@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: an epoll registration of a swapped connection goes when its last fd closes (the number, reused by a new connection, registers afresh), a dup registers on its own, and a new epoll fd that reuses a closed one's number starts empty */
-/* Channels: unix host-tcp shm */
+/* Channels: unix host-tcp shm shm-link */
 #include "readiness_test.h"
 
 static void case_close_drops(void)
@@ -74,6 +74,6 @@ int main(int argc, char **argv)
 	case_close_drops();
 	case_dup();
 	case_epoll_fd_reused();
-	CHECK(t_agent_count("swap") == 4, "%d swaps", t_agent_count("swap"));
+	CHECK(t_fast_await(4) == 4, "%d fast connections", t_fast_conns());
 	return t_shim_finish();
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: shutdown(SHUT_WR) on a shared-memory connection after more than a ring of data: the peer reads every byte then EOF (also when it was already asleep in recv), and the answer still flows back; SHUT_RD ends local reads once the ring is empty */
-/* Channels: shm */
+/* Channels: shm shm-link */
 #include "shimtest.h"
 
 #define N	(1u << 20)	/* four 256 KiB rings */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: a peer that scribbles the shared memory or the bell socket (head past a full ring or backwards, tail past head or backwards, switch_by garbage, a stray byte or a bare switch byte on the bell) gets the victim ECONNRESET, also when it is asleep in recv: never a crash, a hang or an access outside the mapping */
-/* Channels: shm */
+/* Channels: shm shm-link */
 #include "shimtest.h"
 
 /* docs/SHM.md, "Layout". The victim is the connector: it reads ring 1, writes ring 0. */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: an idle shared-memory connection costs no CPU: a thread blocked 1 s in recv on an empty ring, or in send on a full one, uses under 2 ms of CPU (it spins once, then sleeps in the kernel) */
-/* Channels: shm */
+/* Channels: shm shm-link */
 #include <sys/resource.h>
 
 #include "shimtest.h"

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: waiting on an idle swapped connection in epoll_wait, poll or select (timeouts, then a wake-up after a pause) costs almost no CPU: the waiter sleeps in the kernel after at most a short spin */
-/* Channels: unix host-tcp shm */
+/* Channels: unix host-tcp shm shm-link */
 #include <sys/resource.h>
 
 #include "readiness_test.h"

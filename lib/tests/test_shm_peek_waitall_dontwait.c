@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: on a shared-memory connection: MSG_PEEK shows without taking, MSG_PEEK|MSG_WAITALL waits for the whole length, MSG_WAITALL gathers more than a ring holds, MSG_DONTWAIT gives EAGAIN on an empty ring and a short count then EAGAIN on a full one, MSG_TRUNC drops bytes */
-/* Channels: shm */
+/* Channels: shm shm-link */
 #include "shimtest.h"
 
 #define RING	(256u << 10)

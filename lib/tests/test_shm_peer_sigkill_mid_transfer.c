@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: a peer killed with SIGKILL in the middle of a transfer: the reader gets every byte that was sent, then EOF or ECONNRESET within 1 s; a writer blocked on a full connection gets EPIPE or ECONNRESET within 1 s; neither hangs */
-/* Channels: unix host-tcp shm */
+/* Channels: unix host-tcp shm shm-link */
 #include "shimtest.h"
 
 #define BEFORE	(16u << 20)	/* read before the kill */
@@ -103,6 +103,6 @@ int main(int argc, char **argv)
 	t_shim_setup(argv, FA_BROKER);
 	case_sender_killed();
 	case_reader_killed();
-	CHECK(t_agent_count("swap") == 2, "%d swaps", t_agent_count("swap"));
+	CHECK(t_fast_await(2) == 2, "%d fast connections", t_fast_conns());
 	return t_shim_finish();
 }

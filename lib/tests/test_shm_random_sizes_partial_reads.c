@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: property: messages of random sizes written with random calls (write, writev, send, sendmsg, sendto) and read back with random sizes and calls (read, readv, recv, recvmsg, recvfrom, MSG_WAITALL, MSG_PEEK first) arrive as one intact stream, with 8 KiB shm rings so every size wraps them; the seed is fixed and printed */
-/* Channels: unix host-tcp shm */
+/* Channels: unix host-tcp shm shm-link */
 #include <sys/uio.h>
 
 #include "shimtest.h"

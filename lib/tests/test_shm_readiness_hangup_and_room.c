@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: a waiter asleep in epoll_wait, poll or select on a swapped connection wakes for the peer's shutdown(SHUT_WR) (EPOLLRDHUP/POLLRDHUP, then EOF), for the peer's death by SIGKILL (EPOLLIN|EPOLLRDHUP, then EPOLLHUP or EPOLLERR once written to), and for room after the connection was written full (EPOLLOUT edge- and level-triggered, POLLOUT, select writable) */
-/* Channels: unix host-tcp shm */
+/* Channels: unix host-tcp shm shm-link */
 #include "readiness_test.h"
 
 static void case_shutdown_epoll(void)
@@ -155,6 +155,6 @@ int main(int argc, char **argv)
 	case_shutdown_poll_select();
 	case_peer_killed();
 	case_room();
-	CHECK(t_agent_count("swap") == 4, "%d swaps", t_agent_count("swap"));
+	CHECK(t_fast_await(4) == 4, "%d fast connections", t_fast_conns());
 	return t_shim_finish();
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: sendmmsg and recvmmsg on a shared-memory connection carry each entry's bytes in order (as on TCP, a stream: each receive takes what is there up to its buffer), MSG_WAITFORONE stops at the first empty ring, MSG_DONTWAIT on an empty ring gives EAGAIN, and a timeout is written back */
-/* Channels: shm */
+/* Channels: shm shm-link */
 #include "shimtest.h"
 
 int main(int argc, char **argv)

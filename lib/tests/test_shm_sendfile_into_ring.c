@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: sendfile from a file into a shared-memory connection (with an offset: the file position stays; without: it advances; more than a ring while the peer reads) delivers the file, and sendfile from a shared-memory connection into a file moves exactly the bytes the file took */
-/* Channels: shm */
+/* Channels: shm shm-link */
 #include <sys/sendfile.h>
 
 #include "shimtest.h"

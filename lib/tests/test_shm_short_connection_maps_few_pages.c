@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: a short shared-memory connection (one byte each way) has only the pages it touched in memory, not both rings: attaching does not populate the mapping, which cost ~0.3 ms per end at every connect and accept and pinned 516 KiB per idle connection */
-/* Channels: shm */
+/* Channels: shm shm-link */
 #include "shimtest.h"
 
 #define RING		(256u << 10)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: both ends of an shm connection move down at the same moment (both processes fork at once, with bytes unread in both directions), over many connections: one wins switch_by, the other adopts, and every byte arrives once and in order both ways */
-/* Channels: shm */
+/* Channels: shm shm-link */
 #include <stdatomic.h>
 #include <sys/mman.h>
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: an shm connection's fd passed with SCM_RIGHTS (sendmsg, sendmmsg) to another process in the middle of a stream, with bytes unread in both directions: it moves down first, the receiving process carries the stream on, every byte arrives once and in order both ways, and the peer sees EOF when the receiver closes it */
-/* Channels: shm */
+/* Channels: shm shm-link */
 #include "shimtest.h"
 
 #define SENT0	(200u << 10)

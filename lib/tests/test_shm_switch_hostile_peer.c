@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: a peer that breaks the move-down handshake (an S without an fd, with two fds, with a pipe instead of a socket; switch_by naming the victim itself; switch_by set but no S ever; its consumer left busy while the victim moves down) gets the victim ECONNRESET within a bounded time, never a crash, a hang or a leaked fd; a peer that died while busy does not hold the victim's move up, and what it wrote still arrives */
-/* Channels: shm */
+/* Channels: shm shm-link */
 #include "shimtest.h"
 
 /* docs/SHM.md, "Layout". The victim is the connector: ring 0 is its tx. */

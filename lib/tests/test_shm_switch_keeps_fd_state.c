@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: moving down (here before fork) keeps what the program set on both ends, the one that moves and the one that adopts: the fd number, O_NONBLOCK, FD_CLOEXEC, SO_RCVTIMEO, SO_SNDBUF, TCP-level options, the overlay names, epoll registrations (level- and edge-triggered), and bytes unread in the rings come first */
-/* Channels: shm */
+/* Channels: shm shm-link */
 #include <netinet/tcp.h>
 
 #include "shimtest.h"

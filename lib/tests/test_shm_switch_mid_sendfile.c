@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: sendfile from an shm connection into a pipe, blocked writing to the full pipe while the peer moves the connection down: the bytes it passed on are taken out of the stream once, on the kernel socket, never delivered twice or lost */
-/* Channels: shm */
+/* Channels: shm shm-link */
 #include <sys/sendfile.h>
 
 #include "shimtest.h"

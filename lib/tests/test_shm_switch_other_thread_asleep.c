@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: one end moves the connection down (fork) while both threads of the other end sleep on the bell socket (one reading, one writing into a full ring); whichever of them adopts, the other wakes and goes to the new kernel socket: it takes no byte out of it as a doorbell (the stream is all doorbell bytes, 'D') and does not sleep on it for the bell, so every byte arrives once both ways and nothing hangs */
-/* Channels: shm */
+/* Channels: shm shm-link */
 #include "shimtest.h"
 
 #define ROUNDS	20

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: a peer asleep in read, poll or epoll_wait on an shm connection when the other end moves down wakes on the switch message and adopts the kernel channel at once (its shared memory is unmapped before any byte follows), then gets the bytes written there; its epoll registration follows the move */
-/* Channels: shm */
+/* Channels: shm shm-link */
 #include "shimtest.h"
 
 enum how { IN_READ, IN_POLL, IN_EPOLL, HOWS };

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: splice from or to an shm connection moves it down first, then the kernel splices: bytes unread in the rings come first and in order, both ways, and the peer adopts at its next read */
-/* Channels: shm */
+/* Channels: shm shm-link */
 #include "shimtest.h"
 
 #define IN0	(100u << 10)	/* the peer wrote this much, unread */

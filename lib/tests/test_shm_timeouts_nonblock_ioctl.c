@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: on a shared-memory connection SO_RCVTIMEO/SO_SNDTIMEO end a wait with EAGAIN, O_NONBLOCK set by fcntl, by ioctl(FIONBIO) or by a raw system call gives EAGAIN, and FIONREAD/SIOCINQ/SIOCOUTQ report the queued bytes */
-/* Channels: shm */
+/* Channels: shm shm-link */
 #include <linux/sockios.h>
 #include <sys/ioctl.h>
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: two threads blocked in recv on one shared-memory fd while the peer writes in bursts, and two threads blocked in send on one fd while the peer reads in bursts: every byte is delivered exactly once and nobody sleeps through a wake-up (no hang) */
-/* Channels: unix host-tcp shm */
+/* Channels: unix host-tcp shm shm-link */
 #include "shimtest.h"
 
 #define N	(4u << 20)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: shutdown(SHUT_WR) on a swapped connection: the peer reads all data then EOF, and can still send its answer back */
-/* Channels: unix host-tcp shm */
+/* Channels: unix host-tcp shm shm-link */
 #include "shimtest.h"
 
 int main(int argc, char **argv)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: writing to a swapped connection whose peer closed raises SIGPIPE and EPIPE as TCP does; MSG_NOSIGNAL gives EPIPE without the signal */
-/* Channels: unix host-tcp shm */
+/* Channels: unix host-tcp shm shm-link */
 #include "shimtest.h"
 
 static volatile sig_atomic_t pipes;

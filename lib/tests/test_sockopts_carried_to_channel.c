@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: socket options the program chose before the swap reach the handed channel itself: TCP_NODELAY off (the default, although the agent's Go sockets have it on) or on, SO_KEEPALIVE, SO_RCVBUF/SO_SNDBUF set on the socket or inherited from the listener; sizes it did not set are left to the kernel */
-/* Channels: unix host-tcp shm */
+/* Channels: unix host-tcp shm shm-link */
 #include <netinet/tcp.h>
 
 #include "shimtest.h"

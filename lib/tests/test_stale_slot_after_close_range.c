@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: a swapped fd closed behind the shim (close_range, a libc-internal close) whose number a UDP socket or an AF_UNIX accept then reuses: the new socket is plain (sendto with an address works, getpeername is its own), not taken for the old connection */
-/* Channels: unix host-tcp shm */
+/* Channels: unix host-tcp shm shm-link */
 #include <sys/syscall.h>
 
 #include "shimtest.h"

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: two threads use one swapped fd at once (one writes 8 MiB, one reads 8 MiB) while the peer echoes; all bytes arrive intact */
-/* Channels: unix host-tcp shm */
+/* Channels: unix host-tcp shm shm-link */
 #include "shimtest.h"
 
 #define N	(8u << 20)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: vfork children that exec (carrying a swapped connection, which shows its overlay names in the new image), fail to exec, or _exit, while another thread keeps making swapped connections, leave the parent's state intact: its connection keeps its names and data, new connections still swap, close still reports CLOSED; so does posix_spawn; on shm vfork first moves the connection down to a kernel channel */
-/* Channels: unix host-tcp shm */
+/* Channels: unix host-tcp shm shm-link */
 #include <spawn.h>
 
 #include "shimtest.h"

@@ -34,6 +34,8 @@ enum ff_msg_type {
 	FF_MSG_ACCEPT		= 0x13,
 	FF_MSG_PATH		= 0x14,
 	FF_MSG_CLOSED		= 0x15,
+	FF_MSG_OPENED		= 0x16,	/* a connection a link decided (notification) */
+	FF_MSG_LINK_OFFER	= 0x17,	/* library to library, over a link only */
 	FF_MSG_REGISTER		= 0x40,
 	FF_MSG_UNREGISTER	= 0x41,
 	FF_MSG_LIST		= 0x42,
@@ -66,18 +68,20 @@ enum ff_attr_type {
 	FF_ATTR_REASON		= 17,	/* string <= 64 */
 	/* 18-20 (NONCE, TIME, MAC) are agent to agent: unknown here. */
 	FF_ATTR_CAPS		= 21,	/* u32, FF_CAP_* bits (HELLO) */
+	FF_ATTR_LINK_TTL	= 22,	/* u32, ms a link may carry new offers (PATH shm) */
 	FF_ATTR__COUNT			/* one past the highest known type */
 };
 
 /* Bits of CAPS: what the library can do. */
 #define FF_CAP_SHM		(1u << 0)	/* takes PATH_KIND shm */
+#define FF_CAP_LINK		(1u << 1)	/* takes links (PATH shm's third fd) */
 
 /* Values of PATH_KIND. */
 enum ff_path_kind {
 	FF_PATH_OVERLAY		= 0,
 	FF_PATH_UNIX		= 1,
 	FF_PATH_HOST_TCP	= 2,
-	FF_PATH_SHM		= 3,	/* two fds: bell socket, memfd (docs/SHM.md) */
+	FF_PATH_SHM		= 3,	/* bell socket, memfd (docs/SHM.md)[, link] */
 };
 
 /* An endpoint: the address (4 or 16 bytes), then the port, network order. */

@@ -1,0 +1,310 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/freeflow-net/freeflow/internal/protocol"
+	"golang.org/x/sys/unix"
+)
+
+// capsLink is what a library that takes shm channels and links says.
+const capsLink = protocol.CapShm | protocol.CapLink
+
+// wantLinkPair checks that con and acc each came with a link, LINK_TTL
+// 2000, and that the two are the ends of one AF_UNIX SOCK_SEQPACKET pair
+// that keeps datagram boundaries.
+func wantLinkPair(t *testing.T, con, acc pathResult) {
+	t.Helper()
+	if con.Link < 0 || acc.Link < 0 || con.LinkTTL != 2000 || acc.LinkTTL != 2000 {
+		t.Fatalf("connector %+v, acceptor %+v; want a link with LINK_TTL 2000 for both", con, acc)
+	}
+	for _, fd := range []int{con.Link, acc.Link} {
+		typ, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE)
+		if socketDomain(fd) != unix.AF_UNIX || err != nil || typ != unix.SOCK_SEQPACKET {
+			t.Fatalf("link fd %d: domain %d, type %d (%v); want AF_UNIX SOCK_SEQPACKET", fd, socketDomain(fd), typ, err)
+		}
+	}
+	for _, dir := range [][2]int{{con.Link, acc.Link}, {acc.Link, con.Link}} {
+		for _, msg := range []string{"offer", "taken!"} { // two datagrams, read one at a time
+			if _, err := unix.Write(dir[0], []byte(msg)); err != nil {
+				t.Fatalf("write on the link: %v", err)
+			}
+		}
+		for _, want := range []string{"offer", "taken!"} {
+			if got, err := readDatagram(dir[1]); err != nil || got != want {
+				t.Fatalf("read on the other end of the link: %q, %v; want the datagram %q", got, err, want)
+			}
+		}
+	}
+}
+
+// readDatagram reads one datagram from fd within 5 seconds.
+func readDatagram(fd int) (string, error) {
+	unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 5})
+	buf := make([]byte, 64)
+	n, err := unix.Read(fd, buf)
+	if err != nil {
+		return "", err
+	}
+	return string(buf[:n]), nil
+}
+
+// wantNoLink checks both ends got shm without a link.
+func wantNoLink(t *testing.T, what string, con, acc pathResult) {
+	t.Helper()
+	if con.Kind != pathShm || acc.Kind != pathShm || con.Link >= 0 || acc.Link >= 0 || con.LinkTTL != 0 || acc.LinkTTL != 0 {
+		t.Errorf("%s: connector %+v, acceptor %+v; want shm without a link", what, con, acc)
+	}
+}
+
+// shmAgent starts an agent whose cluster settings are settings and waits
+// until it has read them.
+func shmAgent(t *testing.T, settings string) *testAgent {
+	t.Helper()
+	dir := newFakeDir(ffSelf)
+	dir.setSettings(settings)
+	a := startAgent(t, dir, nil)
+	waitSettings(t, a, anySettings)
+	return a
+}
+
+// Both libraries take links and the acceptor's process alone listens: the
+// shm channel comes with a link, and the agent keeps no copy of it.
+func TestLinkGrantedForSoleListener(t *testing.T) {
+	a := shmAgent(t, "")
+	srv, cli := newLibCaps(t, a, capsLink), newLibCaps(t, a, capsLink)
+	if err := srv.listen("0.0.0.0:8080"); err != nil {
+		t.Fatal(err)
+	}
+	con, acc := meet(t, srv, cli, selfCli(46000), selfSrv)
+	t.Cleanup(func() { closeResult(con); closeResult(acc) }) // sees acc.Link = -1 below
+	wantShmPair(t, con, acc)
+	wantLinkPair(t, con, acc)
+	unix.Close(acc.Link)
+	acc.Link = -1
+	if got, err := readDatagram(con.Link); err != nil || got != "" {
+		t.Errorf("link after the acceptor closed its end: %q, %v; want EOF (the agent must hold no copy)", got, err)
+	}
+}
+
+// A library that did not say CAPS bit 1, on either side, gets its shm
+// channel without a link, and so does its peer.
+func TestNoLinkWithoutCapsLink(t *testing.T) {
+	a := shmAgent(t, "")
+	for i, c := range []struct {
+		name             string
+		conCaps, accCaps uint32
+	}{
+		{"connector-without-link", protocol.CapShm, capsLink},
+		{"acceptor-without-link", capsLink, protocol.CapShm},
+	} {
+		srv, cli := newLibCaps(t, a, c.accCaps), newLibCaps(t, a, c.conCaps)
+		if err := srv.listen(selfSrv); err != nil {
+			t.Fatal(err)
+		}
+		con, acc := meetSelf(t, srv, cli, 46010+i)
+		wantShmPair(t, con, acc)
+		wantNoLink(t, c.name, con, acc)
+	}
+}
+
+// A listener registered by another process too (forked workers), or only
+// by another process, gets no link: that process could accept the offered
+// connection. Once the acceptor's process is the only one, it does.
+func TestNoLinkForSharedListener(t *testing.T) {
+	a := shmAgent(t, "")
+	other := startAsker(t, "", askSpec{Sock: a.cfg.LibrarySocket(), Caps: capsLink, Listen: "0.0.0.0:8080",
+		Ask: "accept", Local: selfSrv, Remote: selfCli(46029)}) // registers, then waits for a go that never comes
+	srv, cli := newLibCaps(t, a, capsLink), newLibCaps(t, a, capsLink)
+	if err := srv.listen(selfSrv); err != nil {
+		t.Fatal(err)
+	}
+	if pids := a.listeners.pids(ffSelf.ID, 8080); len(pids) != 2 {
+		t.Fatalf("listener registered by pids %v; want the test process and the child", pids)
+	}
+	con, acc := meetSelf(t, srv, cli, 46020)
+	wantShmPair(t, con, acc)
+	wantNoLink(t, "listener of two processes", con, acc)
+
+	if err := srv.unlisten(selfSrv); err != nil {
+		t.Fatal(err)
+	}
+	con, acc = meetSelf(t, srv, cli, 46021)
+	wantNoLink(t, "listener of another process only", con, acc)
+
+	other.finish()
+	if err := srv.listen(selfSrv); err != nil {
+		t.Fatal(err)
+	}
+	con, acc = meetSelf(t, srv, cli, 46022)
+	wantLinkPair(t, con, acc)
+}
+
+// A container charged half its budget or more, this channel included,
+// still gets shm within its budget but no link. Both ends are the same
+// container here, so each channel is charged to it twice: with a budget
+// of 6 channels, the first channel leaves it at 2 (a link), the second
+// at 4 (none).
+func TestNoLinkAtHalfBudget(t *testing.T) {
+	a := shmAgent(t, fmt.Sprintf(`{"shm_budget": %d}`, 6*shmBytes))
+	srv, cli := newLibCaps(t, a, capsLink), newLibCaps(t, a, capsLink)
+	if err := srv.listen(selfSrv); err != nil {
+		t.Fatal(err)
+	}
+	con, acc := meetSelf(t, srv, cli, 46030)
+	wantLinkPair(t, con, acc)
+	con, acc = meetSelf(t, srv, cli, 46031)
+	wantShmPair(t, con, acc)
+	wantNoLink(t, "at half the budget", con, acc)
+}
+
+// A parked meeting (simultaneous connects) gets no link: its acceptor did
+// not ask, so nothing says its process is the one that will accept.
+func TestNoLinkForParkedMeeting(t *testing.T) {
+	a := shmAgent(t, "")
+	procA, procB := newLibCaps(t, a, capsLink), newLibCaps(t, a, capsLink)
+	lisA, lisB, aCli, bCli := selfIP+":7301", selfIP+":7302", selfCli(46041), selfCli(46042)
+	if err := procA.listen(lisA); err != nil {
+		t.Fatal(err)
+	}
+	if err := procB.listen(lisB); err != nil {
+		t.Fatal(err)
+	}
+	ca, cb := crossConnect(t, procA, procB, aCli, lisB, bCli, lisA)
+	aa, err := procA.accept(lisA, bCli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ba, err := procB.accept(lisB, aCli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeResult(ca); closeResult(cb); closeResult(aa); closeResult(ba) })
+	wantNoLink(t, "A to B", ca, ba)
+	wantNoLink(t, "B to A", cb, aa)
+}
+
+// PATH carries a half's link third, after the bell socket and the memfd,
+// and a half closed untaken closes its link.
+func TestLinkIsThirdFdAndClosedWithHalf(t *testing.T) {
+	hs, err := newShmHalves(shmRingSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	link, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs[0].link, hs[1].link = link[0], link[1]
+	for _, h := range hs {
+		if got := h.fds(); fmt.Sprint(got) != fmt.Sprint([]int{h.fd, h.mem, h.link}) {
+			t.Fatalf("half %+v: PATH carries %v; want the bell socket, the memfd, then the link", h, got)
+		}
+	}
+	closeHalves(hs)
+	for _, fd := range link {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != unix.EBADF {
+			t.Errorf("the link of a closed half is still open: %v", err)
+		}
+	}
+}
+
+// OPENED is listed and counted exactly as an answered connection with
+// that PATH: an shm end is charged (by force: here beyond the budget,
+// which the one channel the agent made fills), until its CLOSED.
+func TestOpenedListedAndCounted(t *testing.T) {
+	a := shmAgent(t, fmt.Sprintf(`{"shm_budget": %d}`, 2*shmBytes))
+	srv, cli := newLibCaps(t, a, capsLink), newLibCaps(t, a, capsLink)
+	if err := srv.listen(selfSrv); err != nil {
+		t.Fatal(err)
+	}
+	con, acc := meetSelf(t, srv, cli, 46100) // answered by the agent: the reference
+	wantShmPair(t, con, acc)
+	shm := protocol.U8(protocol.AttrPathKind, pathShm)
+	refused := []protocol.Attr{protocol.U8(protocol.AttrPathKind, pathOverlay), protocol.String(protocol.AttrReason, "link-refused")}
+	for _, err := range []error{
+		cli.opened(selfCli(46101), selfSrv, shm),
+		srv.opened(selfSrv, selfCli(46101), shm),
+		cli.opened(selfCli(46102), selfSrv, refused...),
+		srv.opened(selfSrv, selfCli(46102), refused...),
+	} {
+		if err != nil {
+			t.Fatalf("send OPENED: %v", err)
+		}
+	}
+	wantNoReplies(t, cli)
+	wantNoReplies(t, srv)
+
+	entry := func(local, remote, path, reason string) ConnInfo {
+		return ConnInfo{Local: local, Remote: remote, LocalContainer: "self", RemoteContainer: "self", Path: path, Reason: reason}
+	}
+	want := []ConnInfo{
+		entry(selfCli(46100), selfSrv, "shm", ""),
+		entry(selfCli(46101), selfSrv, "shm", ""),
+		entry(selfCli(46102), selfSrv, "overlay", "link-refused"),
+		entry(selfSrv, selfCli(46100), "shm", ""),
+		entry(selfSrv, selfCli(46101), "shm", ""),
+		entry(selfSrv, selfCli(46102), "overlay", "link-refused"),
+	}
+	if got := a.live.list(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("conns:\n got %+v\nwant %+v", got, want)
+	}
+	c := a.status().Connections
+	if c.Shm != 4 || c.FastPath != 4 || c.Unix != 0 || c.Fallback != 2 || c.FallbackReasons["link-refused"] != 2 ||
+		c.Live != 6 || c.ShmBytes != 4*shmBytes {
+		t.Errorf("counters: %+v; want 4 shm ends charged %d bytes each, 2 overlay link-refused", c, shmBytes)
+	}
+
+	cli.closed(selfCli(46101), selfSrv)
+	srv.closed(selfSrv, selfCli(46101))
+	wantNoReplies(t, cli)
+	wantNoReplies(t, srv)
+	if c := a.status().Connections; c.ShmBytes != 2*shmBytes || c.Live != 4 {
+		t.Errorf("after CLOSED of the OPENED shm ends: %+v; want the agent's channel charged alone", c)
+	}
+}
+
+// An OPENED the agent refuses (a PATH_KIND other than overlay or shm,
+// none, another container's address) is dropped as a refused CLOSED is:
+// no entry, no reply, and the session goes on.
+func TestOpenedRefusedSilently(t *testing.T) {
+	a := shmAgent(t, "")
+	cli := newLibCaps(t, a, capsLink)
+	for _, c := range []struct {
+		local string
+		attrs []protocol.Attr
+	}{
+		{selfCli(46200), []protocol.Attr{protocol.U8(protocol.AttrPathKind, pathUnix)}},
+		{selfCli(46201), []protocol.Attr{protocol.U8(protocol.AttrPathKind, pathHostTCP)}},
+		{selfCli(46202), nil},
+		{"10.244.1.77:46203", []protocol.Attr{protocol.U8(protocol.AttrPathKind, pathShm)}},
+	} {
+		if err := cli.opened(c.local, selfSrv, c.attrs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantNoReplies(t, cli)
+	if got, c := a.live.list(), a.status().Connections; len(got) != 0 || c.FastPath+c.Fallback != 0 || c.ShmBytes != 0 {
+		t.Errorf("after refused OPENED: conns %+v, counters %+v; want nothing", got, c)
+	}
+}
+
+// LINK_OFFER travels between libraries only: the agent answers it ERROR
+// INVALID, saying so, and the session stays usable.
+func TestLinkOfferToAgentRefused(t *testing.T) {
+	a := shmAgent(t, "")
+	cli := newLibCaps(t, a, capsLink)
+	_, _, err := cli.call(protocol.New(protocol.TypeLinkOffer, 0,
+		protocol.Endpoint(protocol.AttrLocalEndpoint, netip.MustParseAddrPort(selfCli(46300))),
+		protocol.Endpoint(protocol.AttrRemoteEndpoint, netip.MustParseAddrPort(selfSrv))))
+	wantCode(t, err, protocol.CodeInvalid)
+	var pe *protocol.Error
+	if errors.As(err, &pe); !strings.Contains(pe.Msg(), "never to the agent") {
+		t.Errorf("ERROR says %q; want it to say LINK_OFFER is not for the agent", pe.Msg())
+	}
+	wantNoReplies(t, cli)
+}

@@ -1,0 +1,688 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Links: same-host connections set up without the agent (docs/PROTOCOL.md,
+ * "Links").
+ *
+ * Design note.
+ * - With a PATH shm the agent may hand a link: one end of an AF_UNIX
+ *   SOCK_SEQPACKET pair whose other end went to the other process of that
+ *   connection. The connecting process keeps it under the acceptor endpoint
+ *   it connected to, for LINK_TTL; the accepting process under its
+ *   listener's port and the connector's address.
+ * - Connecting to that endpoint again, the connector makes the shm channel
+ *   itself and sends the acceptor's half in a LINK_OFFER before its SYN
+ *   leaves: connect() first binds the socket (the container's address, an
+ *   ephemeral port), so the offer can name the 4-tuple. So when accept()
+ *   returns the connection, its offer is already queued on the link: the
+ *   acceptor drains its links and either finds the offer or knows there is
+ *   none (its connector asked the agent), without waiting.
+ * - The offer word in the memfd header decides, by compare-and-swap, so
+ *   exactly one outcome wins: OFFERED -> TAKEN (the acceptor: both on shm)
+ *   or WITHDRAWN (the connector, after OFFER_WAIT_MS or when its connect
+ *   failed: both ask the agent, which decides as always). An offer the
+ *   acceptor cannot use, or that died unread in a link that closed, ends
+ *   as EOF on the connector's bell: it withdraws, and both ask the agent.
+ * - Trust: the acceptor takes an offer only for a connection whose peer
+ *   address is the one the link was granted for, so a link lets a process
+ *   speak for its own container's connections only; the channel is checked
+ *   as an agent-made one is (seals, size, header).
+ * - Links expire after LINK_TTL (the agent gives 2 s): policy and settings
+ *   reach new connections that soon, as the agents re-read them every 2 s.
+ * - fork: the child closes every link it inherited; the parent closes its
+ *   acceptor links, since its listeners are now shared and another process
+ *   could accept an offered connection (the agent grants no new link for a
+ *   listener that two processes registered).
+ * - The agent hears of a linked connection afterwards, by OPENED.
+ *
+ * Locking: mu guards the tables; it is taken before the table lock when
+ * both are needed (fork), never while holding it.
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "freeflow/proto.h"
+#include "shim.h"
+#include "shm.h"
+
+#define LINK_MAX	256	/* links of one process, both roles */
+#define PENDING_MAX	64	/* offers drained but not yet accepted */
+#define PENDING_KEEP_MS	1000	/* longer than any connector waits for its answer */
+#define OFFER_WAIT_MS	5	/* the connector's wait; the agent's peer wait adds 45 */
+
+/* An endpoint as the wire names it (ff_endpoint): address then port. */
+struct ep {
+	uint8_t b[FF_EP6_LEN];
+	uint8_t len;
+};
+
+/* A channel ready to offer: mapped memfd, both bell ends. sh NULL: none. */
+struct chan {
+	struct ff_shm *sh;
+	int memfd, bell[2];
+};
+
+struct link {
+	int fd;			/* -1: free slot */
+	int acceptor;		/* we accept over it (else we offer over it) */
+	uint64_t id;		/* tells a reused slot apart */
+	struct ep self;		/* connector: our address (port unused); acceptor: our listener */
+	struct ep peer;		/* connector: the acceptor endpoint; acceptor: the connector (port unused) */
+	uint32_t ring;		/* connector: ring size of the channels it makes */
+	int64_t expires;	/* connector: ms, CLOCK_MONOTONIC */
+	/*
+	 * Connector: the next offer's channel, made while the previous offer
+	 * waited for its answer, so it costs the next connect() nothing.
+	 */
+	struct chan spare;
+};
+
+struct pending {
+	int bell, memfd;	/* -1 bell: free slot */
+	struct ep conn, acc;
+	int64_t at;
+};
+
+struct ff_offer {
+	struct ff_shm *sh;
+	int bell;		/* our end of the bell pair */
+	int slot;		/* the link it went over, while its id is unchanged */
+	uint64_t id;
+	uint32_t ring;
+	/*
+	 * The acceptor, as connect() named it: once the offer is taken, the
+	 * acceptor resets the overlay socket, so getpeername may fail.
+	 */
+	struct sockaddr_storage dst;
+	socklen_t dstlen;
+};
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static struct link links[LINK_MAX];
+static struct pending pend[PENDING_MAX];
+static int nlinks;		/* slots in use at or below this index */
+static uint64_t next_id = 1;
+/* Whether any link exists: connect() and accept() pay one load while none does. */
+static _Atomic int any_link;
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int to_ep(const struct sockaddr_storage *sa, struct ep *e)
+{
+	int n = ff_endpoint(sa, e->b);
+
+	e->len = n > 0 ? (uint8_t)n : 0;
+	return n > 0 ? 0 : -1;
+}
+
+static int ep_eq(const struct ep *a, const struct ep *b)
+{
+	return a->len == b->len && !memcmp(a->b, b->b, a->len);
+}
+
+/* Same address, whatever the port. */
+static int ip_eq(const struct ep *a, const struct ep *b)
+{
+	return a->len == b->len && !memcmp(a->b, b->b, a->len - 2u);
+}
+
+static int port_eq(const struct ep *a, const struct ep *b)
+{
+	return !memcmp(a->b + a->len - 2, b->b + b->len - 2, 2);
+}
+
+static int chan_make(uint32_t ring, struct chan *ch)
+{
+	if (ff_shm_create(ring, &ch->memfd, &ch->sh))
+		return -1;
+	if (!socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ch->bell))
+		return 0;
+	ff_real.close(ch->memfd);
+	ff_shm_put(ch->sh);
+	ch->sh = NULL;
+	return -1;
+}
+
+static void chan_drop(struct chan *ch)
+{
+	if (!ch->sh)
+		return;
+	ff_real.close(ch->memfd);
+	ff_real.close(ch->bell[0]);
+	ff_real.close(ch->bell[1]);
+	ff_shm_put(ch->sh);
+	ch->sh = NULL;
+}
+
+/* mu held. */
+static void link_close(struct link *l)
+{
+	ff_real.close(l->fd);
+	l->fd = -1;
+	chan_drop(&l->spare);
+}
+
+static void pending_close(struct pending *p)
+{
+	ff_real.close(p->bell);
+	ff_real.close(p->memfd);
+	p->bell = p->memfd = -1;
+}
+
+static void tables_init(void)
+{
+	for (int i = 0; i < LINK_MAX; i++)
+		links[i].fd = -1;
+	for (int i = 0; i < PENDING_MAX; i++)
+		pend[i].bell = pend[i].memfd = -1;
+}
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+
+/* A free slot (mu held), making room by dropping expired links, or NULL. */
+static struct link *free_slot(void)
+{
+	int64_t now = now_ms();
+
+	for (int i = 0; i < LINK_MAX; i++)
+		if (links[i].fd >= 0 && !links[i].acceptor && links[i].expires <= now)
+			link_close(&links[i]);
+	for (int i = 0; i < LINK_MAX; i++)
+		if (links[i].fd < 0) {
+			if (i >= nlinks)
+				nlinks = i + 1;
+			return &links[i];
+		}
+	return NULL;
+}
+
+void ff_link_add(int fd, int acceptor, const struct sockaddr_storage *local,
+		 const struct sockaddr_storage *remote, uint32_t ttl_ms, uint32_t ring)
+{
+	struct link k = { .fd = fd, .acceptor = acceptor, .ring = ring };
+	struct link *l = NULL;
+
+	pthread_once(&init_once, tables_init);
+	if (to_ep(local, &k.self) || to_ep(remote, &k.peer)) {
+		ff_real.close(fd);
+		return;
+	}
+	k.expires = now_ms() + ttl_ms;
+	pthread_mutex_lock(&mu);
+	/* A newer connector link to the same endpoint replaces the older. */
+	for (int i = 0; i < nlinks && !acceptor; i++)
+		if (links[i].fd >= 0 && !links[i].acceptor && ep_eq(&links[i].peer, &k.peer))
+			link_close(&links[i]);
+	l = free_slot();
+	if (l) {
+		k.id = next_id++;
+		*l = k;
+		atomic_store(&any_link, 1);
+	} else {
+		ff_real.close(fd);
+	}
+	pthread_mutex_unlock(&mu);
+}
+
+/* ---- the connecting side ---- */
+
+/* The usable connector link to dst (mu held), or NULL; drops an expired one. */
+static struct link *connector_link(const struct ep *dst)
+{
+	int64_t now = now_ms();
+
+	for (int i = 0; i < nlinks; i++) {
+		struct link *l = &links[i];
+
+		if (l->fd < 0 || l->acceptor || !ep_eq(&l->peer, dst))
+			continue;
+		if (l->expires > now)
+			return l;
+		link_close(l);
+	}
+	return NULL;
+}
+
+/*
+ * fd's local endpoint, binding it first to the link's address and an
+ * ephemeral port if the application did not bind it; -1 if it is bound to
+ * another address (it then connects as it would anyway).
+ */
+static int bind_local(int fd, const struct ep *self, struct ep *local)
+{
+	struct sockaddr_storage ss = { .ss_family = AF_INET };
+	struct sockaddr_in *in = (void *)&ss;
+	struct sockaddr_in6 *in6 = (void *)&ss;
+	socklen_t len = sizeof(*in);
+	int any = 1;
+
+	/* The connection's address is the container's, the link's; the port any. */
+	if (self->len == FF_EP4_LEN) {
+		memcpy(&in->sin_addr, self->b, 4);
+	} else {
+		ss.ss_family = AF_INET6;
+		memcpy(&in6->sin6_addr, self->b, 16);
+		len = sizeof(*in6);
+	}
+	/* A v6 socket takes the v4 address mapped; a socket the application bound says EINVAL. */
+	if (bind(fd, (void *)&ss, len) && errno == EAFNOSUPPORT && self->len == FF_EP4_LEN) {
+		memset(&ss, 0, sizeof(ss));
+		ss.ss_family = AF_INET6;
+		in6->sin6_addr.s6_addr[10] = in6->sin6_addr.s6_addr[11] = 0xff;
+		memcpy(&in6->sin6_addr.s6_addr[12], self->b, 4);
+		bind(fd, (void *)&ss, sizeof(*in6));
+	}
+	len = sizeof(ss);
+	if (ff_real.getsockname(fd, (void *)&ss, &len) || to_ep(&ss, local) ||
+	    (!local->b[local->len - 2] && !local->b[local->len - 1]))
+		return -1;
+	if (ip_eq(local, self))
+		return 0;
+	for (int i = 0; i < local->len - 2; i++)
+		any &= !local->b[i];
+	if (!any)	/* the application bound another address: no offer */
+		return -1;
+	memcpy(local->b, self->b, self->len - 2u);	/* bound to any: the container's */
+	return 0;
+}
+
+/* Send the LINK_OFFER for conn -> acc with the acceptor's fds (mu held): 0 or -errno. */
+static int send_offer(int link, const struct ep *conn, const struct ep *acc, int fds[2])
+{
+	uint8_t buf[FF_HDR_LEN + 2 * (FF_ATTR_HDR_LEN + FF_EP6_LEN)];
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(2 * sizeof(int))];
+	} ctl = { 0 };
+	struct ff_enc e;
+	struct iovec iov;
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+			     .msg_control = ctl.b, .msg_controllen = sizeof(ctl.b) };
+	int n;
+
+	ff_enc_start(&e, buf, sizeof(buf), FF_MSG_LINK_OFFER, 0);
+	ff_enc_attr(&e, FF_ATTR_LOCAL_EP, conn->b, conn->len);
+	ff_enc_attr(&e, FF_ATTR_REMOTE_EP, acc->b, acc->len);
+	n = ff_enc_finish(&e);
+	if (n < 0)
+		return n;
+	iov = (struct iovec){ buf, (size_t)n };
+	ctl.h.cmsg_level = SOL_SOCKET;
+	ctl.h.cmsg_type = SCM_RIGHTS;
+	ctl.h.cmsg_len = CMSG_LEN(2 * sizeof(int));
+	memcpy(CMSG_DATA(&ctl.h), fds, 2 * sizeof(int));
+	return ff_real.sendmsg(link, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) == n ? 0 : -errno;
+}
+
+struct ff_offer *ff_link_offer(int fd, const struct sockaddr *sa, socklen_t salen)
+{
+	struct sockaddr_storage dst = { 0 };
+	struct ep to, from, self;
+	struct chan ch = { 0 };
+	struct ff_offer *o;
+	struct link *l;
+	int fds[2], ret;
+
+	if (!atomic_load_explicit(&any_link, memory_order_relaxed) || salen > sizeof(dst))
+		return NULL;
+	memcpy(&dst, sa, salen);
+	if (to_ep(&dst, &to) || !(o = calloc(1, sizeof(*o))))
+		return NULL;
+	pthread_mutex_lock(&mu);
+	l = connector_link(&to);
+	if (l) {
+		o->slot = (int)(l - links);
+		o->id = l->id;
+		o->ring = l->ring;
+		self = l->self;
+		ch = l->spare;
+		l->spare.sh = NULL;
+	}
+	pthread_mutex_unlock(&mu);
+	if (!l || bind_local(fd, &self, &from) || (!ch.sh && chan_make(o->ring, &ch))) {
+		chan_drop(&ch);
+		free(o);
+		return NULL;
+	}
+	o->dst = dst;
+	o->dstlen = salen;
+	o->sh = ch.sh;
+	o->bell = ch.bell[0];
+	fds[0] = ch.bell[1];
+	fds[1] = ch.memfd;
+	pthread_mutex_lock(&mu);
+	ret = -ESTALE;		/* the link was closed or replaced meanwhile */
+	if (links[o->slot].fd >= 0 && links[o->slot].id == o->id) {
+		ret = send_offer(links[o->slot].fd, &from, &to, fds);
+		/* Full (the acceptor is behind): this one asks the agent. Else the link is dead. */
+		if (ret && ret != -EAGAIN)
+			link_close(&links[o->slot]);
+	}
+	pthread_mutex_unlock(&mu);
+	ff_real.close(ch.bell[1]);
+	ff_real.close(ch.memfd);
+	if (ret) {
+		ff_debug("link offer not sent: %s", strerror(-ret));
+		ff_offer_forget(o);
+		return NULL;
+	}
+	return o;
+}
+
+/* Make the link's next channel, unless it has one (or is gone). No lock held. */
+static void refill(const struct ff_offer *o)
+{
+	struct chan ch = { 0 };
+	int want;
+
+	pthread_mutex_lock(&mu);
+	want = links[o->slot].fd >= 0 && links[o->slot].id == o->id && !links[o->slot].spare.sh;
+	pthread_mutex_unlock(&mu);
+	if (!want || chan_make(o->ring, &ch))
+		return;
+	pthread_mutex_lock(&mu);
+	if (links[o->slot].fd >= 0 && links[o->slot].id == o->id && !links[o->slot].spare.sh) {
+		links[o->slot].spare = ch;
+		ch.sh = NULL;
+	}
+	pthread_mutex_unlock(&mu);
+	chan_drop(&ch);
+}
+
+void ff_offer_forget(struct ff_offer *o)
+{
+	ff_real.close(o->bell);
+	ff_shm_put(o->sh);
+	free(o);
+}
+
+void ff_offer_free(struct ff_offer *o)
+{
+	uint32_t want = FF_OFFER_OFFERED;
+
+	if (!o)
+		return;
+	atomic_compare_exchange_strong(ff_shm_word(o->sh, FF_SHM_OFF_OFFER), &want,
+				       FF_OFFER_WITHDRAWN);
+	ff_offer_forget(o);
+}
+
+void ff_offer_peer(const struct ff_offer *o, struct sockaddr_storage *sa, socklen_t *len)
+{
+	*sa = o->dst;
+	*len = o->dstlen;
+}
+
+int ff_offer_taken(struct ff_offer *o)
+{
+	uint32_t v = FF_OFFER_OFFERED;
+
+	atomic_compare_exchange_strong(ff_shm_word(o->sh, FF_SHM_OFF_OFFER), &v,
+				       FF_OFFER_WITHDRAWN);
+	return v == FF_OFFER_TAKEN;
+}
+
+static int offer_decided(void *arg)
+{
+	return atomic_load_explicit((_Atomic uint32_t *)arg, memory_order_acquire) !=
+	       FF_OFFER_OFFERED;
+}
+
+/*
+ * Wait for the acceptor's answer: spin, then sleep on the bell with the
+ * wake-up announced in offer_wait (the same Dekker pattern as the rings,
+ * docs/SHM.md). Returns the word's final value, after withdrawing the
+ * offer ourselves at the deadline or when the bell ends.
+ */
+static uint32_t await_answer(struct ff_offer *o)
+{
+	_Atomic uint32_t *word = ff_shm_word(o->sh, FF_SHM_OFF_OFFER);
+	_Atomic uint32_t *wait = ff_shm_word(o->sh, FF_SHM_OFF_OFFER_WAIT);
+	int64_t deadline = now_ms() + OFFER_WAIT_MS, left;
+	uint32_t v = FF_OFFER_OFFERED;
+
+	ff_shm_spin_until(offer_decided, word);
+	while ((left = deadline - now_ms()) > 0) {
+		struct pollfd p = { .fd = o->bell, .events = POLLIN };
+		char junk[64];
+
+		atomic_store_explicit(wait, 1, memory_order_relaxed);
+		atomic_thread_fence(memory_order_seq_cst);
+		if (offer_decided(word))
+			break;
+		/*
+		 * EOF: the acceptor dropped the offer unread (its link closed
+		 * with the offer queued) or could not use it: ask the agent.
+		 */
+		if (ff_real.poll(&p, 1, (int)left) > 0 &&
+		    ff_real.recv(o->bell, junk, sizeof(junk), MSG_DONTWAIT) == 0)
+			break;
+	}
+	atomic_compare_exchange_strong(word, &v, FF_OFFER_WITHDRAWN);
+	return atomic_load(word);
+}
+
+int ff_offer_settle(struct ff_conn *c, struct ff_handover *h)
+{
+	struct ff_offer *o = c->offer;
+
+	c->offer = NULL;
+	refill(o);	/* while the acceptor takes this one */
+	if (await_answer(o) == FF_OFFER_TAKEN) {
+		h->chan = o->bell;
+		h->shm = o->sh;
+		free(o);
+		return 1;
+	}
+	ff_debug("link offer not taken in %d ms: asking the agent", OFFER_WAIT_MS);
+	ff_offer_forget(o);
+	return 0;
+}
+
+/* ---- the accepting side ---- */
+
+/*
+ * Keep one drained offer (mu held): in a free slot, after dropping those
+ * older than PENDING_KEEP_MS (withdrawn by now), else in the oldest's.
+ */
+static void pending_add(const struct ep *conn, const struct ep *acc, int bell, int memfd)
+{
+	struct pending *p = NULL;
+	int64_t now = now_ms();
+
+	for (int i = 0; i < PENDING_MAX; i++)
+		if (pend[i].bell >= 0 && now - pend[i].at > PENDING_KEEP_MS)
+			pending_close(&pend[i]);
+	for (int i = 0; i < PENDING_MAX && (!p || p->bell >= 0); i++)
+		if (!p || pend[i].bell < 0 || pend[i].at < p->at)
+			p = &pend[i];
+	if (p->bell >= 0)
+		pending_close(p);
+	*p = (struct pending){ .bell = bell, .memfd = memfd, .conn = *conn, .acc = *acc, .at = now };
+}
+
+/*
+ * Read one datagram from acceptor link l (mu held): 1 if one was read
+ * (kept if it is a well-formed offer that l may make), 0 when none is
+ * waiting, -1 when l is at EOF or broken (closed).
+ */
+static int drain_one(struct link *l)
+{
+	uint8_t buf[256];
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(4 * sizeof(int))];
+	} ctl;
+	struct iovec iov = { buf, sizeof(buf) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+			     .msg_control = ctl.b, .msg_controllen = sizeof(ctl.b) };
+	int fds[4], nfds = 0;
+	const struct ff_attr *ca, *aa;
+	struct ep conn, acc;
+	struct ff_msg m;
+	struct cmsghdr *cm;
+	ssize_t n = ff_real.recvmsg(l->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return 0;
+	if (n <= 0) {
+		link_close(l);
+		return -1;
+	}
+	for (cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+			int k = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+
+			for (int i = 0; i < k && nfds < 4; i++)
+				memcpy(&fds[nfds++], CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+		}
+	ca = aa = NULL;
+	if (!(mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) && !ff_msg_decode(buf, (size_t)n, &m) &&
+	    m.type == FF_MSG_LINK_OFFER) {
+		ca = ff_msg_get(&m, FF_ATTR_LOCAL_EP);
+		aa = ff_msg_get(&m, FF_ATTR_REMOTE_EP);
+	}
+	if (nfds == 2 && ca && aa) {
+		conn.len = (uint8_t)ca->len;
+		memcpy(conn.b, ca->val, ca->len);
+		acc.len = (uint8_t)aa->len;
+		memcpy(acc.b, aa->val, aa->len);
+		/* Only for the container the link was granted for, to our listener. */
+		if (ip_eq(&conn, &l->peer) && port_eq(&acc, &l->self)) {
+			pending_add(&conn, &acc, fds[0], fds[1]);
+			return 1;
+		}
+	}
+	ff_debug("link: dropped a datagram that is no valid LINK_OFFER for this link");
+	for (int i = 0; i < nfds; i++)
+		ff_real.close(fds[i]);
+	return 1;
+}
+
+/* Take the pending offer for conn -> acc out of the table (mu held), or return 0. */
+static int pending_take(const struct ep *conn, const struct ep *acc, struct pending *out)
+{
+	for (int i = 0; i < PENDING_MAX; i++)
+		if (pend[i].bell >= 0 && ep_eq(&pend[i].conn, conn) && ep_eq(&pend[i].acc, acc)) {
+			*out = pend[i];
+			pend[i].bell = pend[i].memfd = -1;
+			return 1;
+		}
+	return 0;
+}
+
+/* Whether fd is an AF_UNIX stream socket. */
+static int unix_stream(int fd)
+{
+	int type = 0, dom = 0;
+	socklen_t tl = sizeof(type), dl = sizeof(dom);
+
+	return !ff_real.getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) && type == SOCK_STREAM &&
+	       !ff_real.getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &dl) && dom == AF_UNIX;
+}
+
+int ff_link_take(const struct sockaddr_storage *local, const struct sockaddr_storage *remote,
+		 struct ff_handover *h)
+{
+	uint32_t want = FF_OFFER_OFFERED;
+	const char *what = "";
+	struct pending p;
+	struct ep acc, conn;
+	int found;
+
+	if (!atomic_load_explicit(&any_link, memory_order_relaxed) || to_ep(local, &acc) ||
+	    to_ep(remote, &conn))
+		return 0;
+	pthread_mutex_lock(&mu);
+	/* Read each link dry: a dead one (EOF) is closed here, not left holding its queue. */
+	for (int i = 0; i < nlinks; i++) {
+		struct link *l = &links[i];
+
+		if (l->fd >= 0 && l->acceptor && port_eq(&l->self, &acc) && ip_eq(&l->peer, &conn))
+			while (l->fd >= 0 && drain_one(l) > 0)
+				;
+	}
+	found = pending_take(&conn, &acc, &p);
+	pthread_mutex_unlock(&mu);
+	if (!found)
+		return 0;
+	if (!unix_stream(p.bell) || ff_shm_open(p.memfd, FF_SHM_ACCEPTOR, &h->shm, &what) < 0) {
+		/* No word to decide with: our closed bell end sends the connector to the agent too. */
+		ff_debug("link offer unusable, asking the agent: %s", *what ? what : "no bell socket");
+		ff_real.close(p.bell);
+		ff_real.close(p.memfd);
+		return 0;
+	}
+	ff_real.close(p.memfd);
+	if (atomic_compare_exchange_strong(ff_shm_word(h->shm, FF_SHM_OFF_OFFER), &want,
+					   FF_OFFER_TAKEN)) {
+		atomic_thread_fence(memory_order_seq_cst);
+		if (atomic_load_explicit(ff_shm_word(h->shm, FF_SHM_OFF_OFFER_WAIT),
+					 memory_order_relaxed))
+			ff_real.send(p.bell, "D", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+		h->chan = p.bell;
+		return 1;
+	}
+	/* Withdrawn: the connector gave up waiting and asked the agent. */
+	ff_shm_put(h->shm);
+	h->shm = NULL;
+	ff_real.close(p.bell);
+	return 0;
+}
+
+void ff_links_unlisten(const struct sockaddr_storage *local)
+{
+	struct ep lis;
+
+	if (!atomic_load_explicit(&any_link, memory_order_relaxed) || to_ep(local, &lis))
+		return;
+	pthread_mutex_lock(&mu);
+	/* The connectors' next offers fail (EPIPE) and go to the agent. */
+	for (int i = 0; i < nlinks; i++)
+		if (links[i].fd >= 0 && links[i].acceptor && port_eq(&links[i].self, &lis))
+			link_close(&links[i]);
+	for (int i = 0; i < PENDING_MAX; i++)
+		if (pend[i].bell >= 0 && port_eq(&pend[i].acc, &lis))
+			pending_close(&pend[i]);
+	pthread_mutex_unlock(&mu);
+}
+
+/* ---- fork ---- */
+
+void ff_links_atfork_prepare(void)
+{
+	pthread_mutex_lock(&mu);
+}
+
+/* Close what this process may no longer use: acceptor links, and in the child all. */
+static void after_fork(int child)
+{
+	for (int i = 0; i < nlinks; i++)
+		if (links[i].fd >= 0 && (child || links[i].acceptor))
+			link_close(&links[i]);
+	for (int i = 0; i < PENDING_MAX; i++)
+		if (pend[i].bell >= 0)
+			pending_close(&pend[i]);
+	pthread_mutex_unlock(&mu);
+}
+
+void ff_links_atfork_parent(void)
+{
+	after_fork(0);
+}
+
+void ff_links_atfork_child(void)
+{
+	after_fork(1);
+}

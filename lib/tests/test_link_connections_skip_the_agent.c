@@ -1,0 +1,78 @@
+/* SPDX-License-Identifier: MIT */
+/* Description: after a first connection through the agent hands a link, the same two processes set up further connections over the link without asking the agent (blocking and non-blocking connect), each on its own shm channel, data intact both ways, and the agent is told of each end by OPENED and CLOSED */
+/* Channels: shm-link */
+#include <poll.h>
+
+#include "shimtest.h"
+
+#define CONNS	6
+#define N	(256u << 10)
+
+/* Connection i: even ones connect blocking, odd ones non-blocking and wait with poll. */
+static int connect_nth(uint16_t port, int i)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = t_addr(AF_INET, &ss, port);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | (i % 2 ? SOCK_NONBLOCK : 0), 0);
+	struct pollfd p = { .fd = fd, .events = POLLOUT };
+	int err = 0;
+	socklen_t el = sizeof(err);
+
+	if (!connect(fd, (void *)&ss, len))
+		return fd;
+	CHECK(i % 2 && errno == EINPROGRESS, "connect %d: %s", i, strerror(errno));
+	CHECK(poll(&p, 1, 5000) == 1, "connect %d never completed", i);
+	CHECK(!getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) && !err, "connect %d: %s", i,
+	      strerror(err));
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+	return fd;
+}
+
+static int client(uint16_t port)
+{
+	for (int i = 0; i < CONNS; i++) {
+		int fd = connect_nth(port, i);
+
+		CHECK(t_swapped(fd), "connection %d not swapped (kernel family %d)", i,
+		      t_real_domain(fd));
+		CHECK(t_send_stream(fd, N, (uint8_t)i) == 0, "connection %d: client send", i);
+		CHECK(t_recv_stream(fd, N, (uint8_t)(100 + i)) == 0,
+		      "connection %d: client receive: data lost or corrupted", i);
+		close(fd);
+	}
+	return t_exit_code();
+}
+
+int main(int argc, char **argv)
+{
+	uint16_t port;
+	int lfd, fd;
+	pid_t pid;
+
+	(void)argc;
+	t_shim_setup(argv, FA_BROKER);
+	lfd = t_listen(AF_INET, &port);
+	pid = fork();
+	if (pid == 0)
+		_exit(client(port));
+	for (int i = 0; i < CONNS; i++) {
+		fd = accept(lfd, NULL, NULL);
+		CHECK(fd >= 0, "accept %d: %s", i, strerror(errno));
+		CHECK(t_swapped(fd), "server connection %d not swapped", i);
+		CHECK(t_recv_stream(fd, N, (uint8_t)i) == 0,
+		      "connection %d: server receive: data lost or corrupted", i);
+		CHECK(t_send_stream(fd, N, (uint8_t)(100 + i)) == 0, "connection %d: server send", i);
+		close(fd);
+	}
+	t_wait_child(pid, "client");
+	close(lfd);
+	/* Only the first connection was asked about: one CONNECT, one ACCEPT. */
+	CHECK(t_agent_count("ask") == 2, "%d asks, not 2", t_agent_count("ask"));
+	CHECK(t_agent_count("swap shm link") == 1, "%d swaps with a link",
+	      t_agent_count("swap shm link"));
+	CHECK(t_agent_await("opened 3", 2 * (CONNS - 1)) == 2 * (CONNS - 1), "%d OPENED shm",
+	      t_agent_count("opened 3"));
+	CHECK(t_agent_await("closed", 2 * CONNS) == 2 * CONNS, "%d CLOSED",
+	      t_agent_count("closed"));
+	return t_shim_finish();
+}

@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: MIT */
+/* Description: a server that closes its listener and listens again on the same port drops the links of the old listener with it: the next connection, though its connector still holds a link to that port, is decided by the agent (which hands a new link, used by the one after), all swapped with data intact both ways, and the server holds no more fds than before */
+/* Channels: shm-link */
+#include "shimtest.h"
+
+#define N	(64u << 10)
+
+/* The connections, in order: the server listens again before RELISTENED. */
+enum conn { GIVES_LINK, RELISTENED, OVER_NEW_LINK, CONNS };
+
+/* Connection i, once the server says go on the pipe. */
+static int client(int go, uint16_t port)
+{
+	for (int i = 0; i < CONNS; i++) {
+		char c;
+		int fd;
+
+		CHECK(read(go, &c, 1) == 1, "the server never said go for connection %d", i);
+		fd = t_connect(AF_INET, port);
+		CHECK(t_swapped(fd), "connection %d not swapped", i);
+		CHECK(t_send_stream(fd, N, (uint8_t)i) == 0, "connection %d: client send", i);
+		CHECK(t_recv_stream(fd, N, (uint8_t)(100 + i)) == 0,
+		      "connection %d: client receive: data lost or corrupted", i);
+		close(fd);
+	}
+	return t_exit_code();
+}
+
+int main(int argc, char **argv)
+{
+	int go[2], lfd, fd, fds = 0, asks = 0;
+	uint16_t port;
+	pid_t pid;
+
+	(void)argc;
+	t_shim_setup(argv, FA_BROKER);
+	lfd = t_listen(AF_INET, &port);
+	if (pipe(go)) {
+		perror("pipe");
+		return T_EXIT_FAIL;
+	}
+	pid = fork();
+	if (pid == 0) {
+		close(go[1]);
+		close(lfd);	/* else closing the server's would not end the listener */
+		_exit(client(go[0], port));
+	}
+	close(go[0]);
+	for (int i = 0; i < CONNS; i++) {
+		if (i == RELISTENED) {
+			/* The listener and the link of its first connection. */
+			fds = t_count_fds();
+			asks = t_agent_count("ask");
+			close(lfd);
+			lfd = t_listen_at(AF_INET, port, &port);
+		}
+		CHECK(write(go[1], "g", 1) == 1, "go %d", i);
+		fd = accept(lfd, NULL, NULL);
+		CHECK(fd >= 0, "accept %d: %s", i, strerror(errno));
+		CHECK(t_swapped(fd), "server connection %d not swapped", i);
+		CHECK(t_recv_stream(fd, N, (uint8_t)i) == 0,
+		      "connection %d: server receive: data lost or corrupted", i);
+		CHECK(t_send_stream(fd, N, (uint8_t)(100 + i)) == 0, "connection %d: server send", i);
+		close(fd);
+		if (i == RELISTENED)
+			CHECK(t_agent_count("ask") == asks + 2,
+			      "%d asks, not 2: the connection went over the closed listener's link",
+			      t_agent_count("ask") - asks);
+	}
+	/* The new listener and the new link in place of the old ones. */
+	CHECK(t_count_fds() == fds, "%d fds, %d before the listener was closed", t_count_fds(),
+	      fds);
+	t_wait_child(pid, "client");
+	close(lfd);
+	CHECK(t_agent_count("ask") == asks + 2, "%d asks after listening again, not 2",
+	      t_agent_count("ask") - asks);
+	CHECK(t_agent_count("swap shm link") == 2, "%d swaps with a link, not 2",
+	      t_agent_count("swap shm link"));
+	CHECK(t_agent_await("opened 3", 2) == 2, "%d OPENED shm, not 2: only connection %d "
+	      "goes over a link", t_agent_count("opened 3"), OVER_NEW_LINK);
+	return t_shim_finish();
+}
