@@ -668,6 +668,11 @@ void ff_links_atfork_prepare(void)
 /* Close what this process may no longer use: acceptor links, and in the child all. */
 static void after_fork(int child)
 {
+	/* The tables are set up (every fd -1) only once a link came. */
+	if (!atomic_load_explicit(&any_link, memory_order_relaxed)) {
+		pthread_mutex_unlock(&mu);
+		return;
+	}
 	for (int i = 0; i < nlinks; i++)
 		if (links[i].fd >= 0 && (child || links[i].acceptor))
 			link_close(&links[i]);
