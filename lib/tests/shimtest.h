@@ -584,6 +584,24 @@ static inline int t_duplex(int fd, size_t sent, uint8_t out, size_t got, uint8_t
 	return w ? w : rd.r;
 }
 
+/*
+ * Connection i of a test's sequence, both ways, n bytes each: the client
+ * sends stream i and reads stream 100 + i, the server the other way round.
+ */
+static inline void t_exchange_nth(int fd, int i, size_t n, int client)
+{
+	const char *who = client ? "client" : "server";
+
+	if (!client)
+		CHECK(t_recv_stream(fd, n, (uint8_t)i) == 0,
+		      "connection %d: server receive: data lost or corrupted", i);
+	CHECK(t_send_stream(fd, n, (uint8_t)(client ? i : 100 + i)) == 0, "connection %d: %s send",
+	      i, who);
+	if (client)
+		CHECK(t_recv_stream(fd, n, (uint8_t)(100 + i)) == 0,
+		      "connection %d: client receive: data lost or corrupted", i);
+}
+
 /* Wait for a forked child; CHECKs it exited 0. */
 static inline void t_wait_child(pid_t pid, const char *what)
 {
@@ -592,6 +610,50 @@ static inline void t_wait_child(pid_t pid, const char *what)
 	waitpid(pid, &status, 0);
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s exited with status %#x",
 	      what, status);
+}
+
+/*
+ * The client of a paced sequence: connection i is made once the server
+ * writes a byte on go, must be swapped, and carries t_exchange_nth's
+ * streams. Returns the exit code.
+ */
+static inline int t_paced_client(int go, uint16_t port, int conns, size_t n)
+{
+	for (int i = 0; i < conns; i++) {
+		char c;
+		int fd;
+
+		CHECK(read(go, &c, 1) == 1, "the server never said go for connection %d", i);
+		fd = t_connect(AF_INET, port);
+		CHECK(t_swapped(fd), "connection %d not swapped", i);
+		t_exchange_nth(fd, i, n, 1);
+		close(fd);
+	}
+	return t_exit_code();
+}
+
+/*
+ * Listen, fork client(port) and serve its conns connections in turn: each
+ * must be swapped and carry t_exchange_nth's streams of n bytes; then the
+ * client must exit 0.
+ */
+static inline void t_serve_sequence(int (*client)(uint16_t port), int conns, size_t n)
+{
+	uint16_t port;
+	int lfd = t_listen(AF_INET, &port), fd;
+	pid_t pid = fork();
+
+	if (pid == 0)
+		_exit(client(port));
+	for (int i = 0; i < conns; i++) {
+		fd = accept(lfd, NULL, NULL);
+		CHECK(fd >= 0, "accept %d: %s", i, strerror(errno));
+		CHECK(t_swapped(fd), "server connection %d not swapped", i);
+		t_exchange_nth(fd, i, n, 0);
+		close(fd);
+	}
+	t_wait_child(pid, "client");
+	close(lfd);
 }
 
 /*

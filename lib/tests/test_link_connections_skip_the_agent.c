@@ -35,9 +35,7 @@ static int client(uint16_t port)
 
 		CHECK(t_swapped(fd), "connection %d not swapped (kernel family %d)", i,
 		      t_real_domain(fd));
-		CHECK(t_send_stream(fd, N, (uint8_t)i) == 0, "connection %d: client send", i);
-		CHECK(t_recv_stream(fd, N, (uint8_t)(100 + i)) == 0,
-		      "connection %d: client receive: data lost or corrupted", i);
+		t_exchange_nth(fd, i, N, 1);
 		close(fd);
 	}
 	return t_exit_code();
@@ -45,27 +43,9 @@ static int client(uint16_t port)
 
 int main(int argc, char **argv)
 {
-	uint16_t port;
-	int lfd, fd;
-	pid_t pid;
-
 	(void)argc;
 	t_shim_setup(argv, FA_BROKER);
-	lfd = t_listen(AF_INET, &port);
-	pid = fork();
-	if (pid == 0)
-		_exit(client(port));
-	for (int i = 0; i < CONNS; i++) {
-		fd = accept(lfd, NULL, NULL);
-		CHECK(fd >= 0, "accept %d: %s", i, strerror(errno));
-		CHECK(t_swapped(fd), "server connection %d not swapped", i);
-		CHECK(t_recv_stream(fd, N, (uint8_t)i) == 0,
-		      "connection %d: server receive: data lost or corrupted", i);
-		CHECK(t_send_stream(fd, N, (uint8_t)(100 + i)) == 0, "connection %d: server send", i);
-		close(fd);
-	}
-	t_wait_child(pid, "client");
-	close(lfd);
+	t_serve_sequence(client, CONNS, N);
 	/* Only the first connection was asked about: one CONNECT, one ACCEPT. */
 	CHECK(t_agent_count("ask") == 2, "%d asks, not 2", t_agent_count("ask"));
 	CHECK(t_agent_count("swap shm link") == 1, "%d swaps with a link",

@@ -39,9 +39,7 @@ static int client(uint16_t port)
 		if (!conns[i].linked)
 			linked_at = t0;	/* the link expires no sooner than its TTL after this */
 		CHECK(t_swapped(fd), "connection %d not swapped", i);
-		CHECK(t_send_stream(fd, N, (uint8_t)i) == 0, "connection %d: client send", i);
-		CHECK(t_recv_stream(fd, N, (uint8_t)(100 + i)) == 0,
-		      "connection %d: client receive: data lost or corrupted", i);
+		t_exchange_nth(fd, i, N, 1);
 		close(fd);
 		if (conns[i].linked) {
 			CHECK(t_agent_count("ask") == asks,
@@ -62,30 +60,13 @@ static int client(uint16_t port)
 int main(int argc, char **argv)
 {
 	char ttl[16];
-	uint16_t port;
-	int lfd, fd;
-	pid_t pid;
 
 	(void)argc;
 	/* Read by the fake agent, which t_shim_setup starts. */
 	snprintf(ttl, sizeof(ttl), "%d", LINK_TTL_MS);
 	setenv("FF_TEST_LINK_TTL", ttl, 1);
 	t_shim_setup(argv, FA_BROKER);
-	lfd = t_listen(AF_INET, &port);
-	pid = fork();
-	if (pid == 0)
-		_exit(client(port));
-	for (int i = 0; i < CONNS; i++) {
-		fd = accept(lfd, NULL, NULL);
-		CHECK(fd >= 0, "accept %d: %s", i, strerror(errno));
-		CHECK(t_swapped(fd), "server connection %d not swapped", i);
-		CHECK(t_recv_stream(fd, N, (uint8_t)i) == 0,
-		      "connection %d: server receive: data lost or corrupted", i);
-		CHECK(t_send_stream(fd, N, (uint8_t)(100 + i)) == 0, "connection %d: server send", i);
-		close(fd);
-	}
-	t_wait_child(pid, "client");
-	close(lfd);
+	t_serve_sequence(client, CONNS, N);
 	CHECK(t_agent_count("swap shm link") == 2, "%d swaps with a link, not 2",
 	      t_agent_count("swap shm link"));
 	return t_shim_finish();

@@ -36,9 +36,7 @@ static int client(int ctl, uint16_t port)
 			      "connect took %lld ms: more than its offer wait and the agent's peer wait",
 			      (long long)took);
 		if (agree(ctl, fd)) {
-			CHECK(t_send_stream(fd, N, (uint8_t)i) == 0, "connection %d: client send", i);
-			CHECK(t_recv_stream(fd, N, (uint8_t)(100 + i)) == 0,
-			      "connection %d: client receive: data lost or corrupted", i);
+			t_exchange_nth(fd, i, N, 1);
 		}
 		close(fd);
 	}
@@ -100,10 +98,7 @@ int main(int argc, char **argv)
 		CHECK(swapped == (i != AFTER_PEER_WAIT), "connection %d %s", i,
 		      swapped ? "swapped, not on the overlay the agent decided" : "not swapped");
 		if (same) {
-			CHECK(t_recv_stream(fd, N, (uint8_t)i) == 0,
-			      "connection %d: server receive: data lost or corrupted", i);
-			CHECK(t_send_stream(fd, N, (uint8_t)(100 + i)) == 0,
-			      "connection %d: server send", i);
+			t_exchange_nth(fd, i, N, 0);
 		}
 		close(fd);
 	}

@@ -8,23 +8,6 @@
 /* The connections, in order: the server listens again before RELISTENED. */
 enum conn { GIVES_LINK, RELISTENED, OVER_NEW_LINK, CONNS };
 
-/* Connection i, once the server says go on the pipe. */
-static int client(int go, uint16_t port)
-{
-	for (int i = 0; i < CONNS; i++) {
-		char c;
-		int fd;
-
-		CHECK(read(go, &c, 1) == 1, "the server never said go for connection %d", i);
-		fd = t_connect(AF_INET, port);
-		CHECK(t_swapped(fd), "connection %d not swapped", i);
-		CHECK(t_send_stream(fd, N, (uint8_t)i) == 0, "connection %d: client send", i);
-		CHECK(t_recv_stream(fd, N, (uint8_t)(100 + i)) == 0,
-		      "connection %d: client receive: data lost or corrupted", i);
-		close(fd);
-	}
-	return t_exit_code();
-}
 
 int main(int argc, char **argv)
 {
@@ -43,7 +26,7 @@ int main(int argc, char **argv)
 	if (pid == 0) {
 		close(go[1]);
 		close(lfd);	/* else closing the server's would not end the listener */
-		_exit(client(go[0], port));
+		_exit(t_paced_client(go[0], port, CONNS, N));
 	}
 	close(go[0]);
 	for (int i = 0; i < CONNS; i++) {
@@ -58,9 +41,7 @@ int main(int argc, char **argv)
 		fd = accept(lfd, NULL, NULL);
 		CHECK(fd >= 0, "accept %d: %s", i, strerror(errno));
 		CHECK(t_swapped(fd), "server connection %d not swapped", i);
-		CHECK(t_recv_stream(fd, N, (uint8_t)i) == 0,
-		      "connection %d: server receive: data lost or corrupted", i);
-		CHECK(t_send_stream(fd, N, (uint8_t)(100 + i)) == 0, "connection %d: server send", i);
+		t_exchange_nth(fd, i, N, 0);
 		close(fd);
 		if (i == RELISTENED)
 			CHECK(t_agent_count("ask") == asks + 2,

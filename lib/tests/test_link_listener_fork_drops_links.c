@@ -14,23 +14,6 @@
  */
 enum conn { GIVES_LINK, AFTER_FORK, IN_FLIGHT, CONNS };
 
-/* Connection i, once the server says go on the pipe. */
-static int client(int go, uint16_t port)
-{
-	for (int i = 0; i < CONNS; i++) {
-		char c;
-		int fd;
-
-		CHECK(read(go, &c, 1) == 1, "the server never said go for connection %d", i);
-		fd = t_connect(AF_INET, port);
-		CHECK(t_swapped(fd), "connection %d not swapped", i);
-		CHECK(t_send_stream(fd, N, (uint8_t)i) == 0, "connection %d: client send", i);
-		CHECK(t_recv_stream(fd, N, (uint8_t)(100 + i)) == 0,
-		      "connection %d: client receive: data lost or corrupted", i);
-		close(fd);
-	}
-	return t_exit_code();
-}
 
 /* A child that inherits the listener and lives on while the next connection is made. */
 static pid_t fork_holder(void)
@@ -60,7 +43,7 @@ int main(int argc, char **argv)
 	pid = fork();
 	if (pid == 0) {
 		close(go[1]);
-		_exit(client(go[0], port));
+		_exit(t_paced_client(go[0], port, CONNS, N));
 	}
 	close(go[0]);
 	for (int i = 0; i < CONNS; i++) {
@@ -77,9 +60,7 @@ int main(int argc, char **argv)
 		fd = accept(lfd, NULL, NULL);
 		CHECK(fd >= 0, "accept %d: %s", i, strerror(errno));
 		CHECK(t_swapped(fd), "server connection %d not swapped", i);
-		CHECK(t_recv_stream(fd, N, (uint8_t)i) == 0,
-		      "connection %d: server receive: data lost or corrupted", i);
-		CHECK(t_send_stream(fd, N, (uint8_t)(100 + i)) == 0, "connection %d: server send", i);
+		t_exchange_nth(fd, i, N, 0);
 		close(fd);
 		/* Each after a fork: decided by the agent, which the first was anyway. */
 		CHECK(t_agent_count("ask") == asks + 2,
