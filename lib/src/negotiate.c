@@ -31,6 +31,10 @@
  * - Any failure (no agent, timeout, ERROR reply, PATH overlay, a reply we do
  *   not understand) leaves the TCP connection untouched: no error reaches
  *   the application, and FREEFLOW_DEBUG=1 says why.
+ * - A connection between two processes that hold a link is decided over
+ *   the link instead (link.c: offered before the SYN, taken at accept),
+ *   and the agent only told afterwards (OPENED); if the link does not
+ *   decide within 5 ms, both ends ask the agent as above.
  * - Loopback (127.0.0.0/8, ::1) is never asked about: it stays in the
  *   container's own kernel, and the agent refuses it (DENIED), so asking
  *   would cost a round trip per connection for nothing; Open MPI and
