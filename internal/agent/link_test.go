@@ -166,24 +166,7 @@ func TestNoLinkAtHalfBudget(t *testing.T) {
 // not ask, so nothing says its process is the one that will accept.
 func TestNoLinkForParkedMeeting(t *testing.T) {
 	a := shmAgent(t, "")
-	procA, procB := newLibCaps(t, a, capsLink), newLibCaps(t, a, capsLink)
-	lisA, lisB, aCli, bCli := selfIP+":7301", selfIP+":7302", selfCli(46041), selfCli(46042)
-	if err := procA.listen(lisA); err != nil {
-		t.Fatal(err)
-	}
-	if err := procB.listen(lisB); err != nil {
-		t.Fatal(err)
-	}
-	ca, cb := crossConnect(t, procA, procB, aCli, lisB, bCli, lisA)
-	aa, err := procA.accept(lisA, bCli)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ba, err := procB.accept(lisB, aCli)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { closeResult(ca); closeResult(cb); closeResult(aa); closeResult(ba) })
+	ca, cb, aa, ba := crossedPairs(t, a, capsLink, selfIP+":7301", selfIP+":7302", selfCli(46041), selfCli(46042))
 	wantNoLink(t, "A to B", ca, ba)
 	wantNoLink(t, "B to A", cb, aa)
 }
@@ -307,4 +290,30 @@ func TestLinkOfferToAgentRefused(t *testing.T) {
 		t.Errorf("ERROR says %q; want it to say LINK_OFFER is not for the agent", pe.Msg())
 	}
 	wantNoReplies(t, cli)
+}
+
+// crossedPairs has two processes with caps, listening on lisA and lisB,
+// connect to each other at once (from aCli and bCli) and then accept:
+// A's connect (ca) pairs with B's accept (ba), B's (cb) with A's (aa).
+// The results are closed when the test ends.
+func crossedPairs(t *testing.T, a *testAgent, caps uint32, lisA, lisB, aCli, bCli string) (ca, cb, aa, ba pathResult) {
+	t.Helper()
+	procA, procB := newLibCaps(t, a, caps), newLibCaps(t, a, caps)
+	if err := procA.listen(lisA); err != nil {
+		t.Fatal(err)
+	}
+	if err := procB.listen(lisB); err != nil {
+		t.Fatal(err)
+	}
+	ca, cb = crossConnect(t, procA, procB, aCli, lisB, bCli, lisA)
+	aa, err := procA.accept(lisA, bCli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ba, err = procB.accept(lisB, aCli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeResult(ca); closeResult(cb); closeResult(aa); closeResult(ba) })
+	return ca, cb, aa, ba
 }

@@ -220,24 +220,7 @@ func TestShmBudgetExhausted(t *testing.T) {
 func TestSimultaneousConnectsOnShm(t *testing.T) {
 	a := startAgent(t, newFakeDir(ffSelf), nil)
 	waitSettings(t, a, anySettings)
-	procA, procB := newLibCaps(t, a, protocol.CapShm), newLibCaps(t, a, protocol.CapShm)
-	lisA, lisB, aCli, bCli := selfIP+":7101", selfIP+":7102", selfCli(45301), selfCli(45302)
-	if err := procA.listen(lisA); err != nil {
-		t.Fatal(err)
-	}
-	if err := procB.listen(lisB); err != nil {
-		t.Fatal(err)
-	}
-	ca, cb := crossConnect(t, procA, procB, aCli, lisB, bCli, lisA)
-	aa, err := procA.accept(lisA, bCli)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ba, err := procB.accept(lisB, aCli)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { closeResult(ca); closeResult(cb); closeResult(aa); closeResult(ba) })
+	ca, cb, aa, ba := crossedPairs(t, a, protocol.CapShm, selfIP+":7101", selfIP+":7102", selfCli(45301), selfCli(45302))
 	wantShmPair(t, ca, ba)
 	wantShmPair(t, cb, aa)
 }

@@ -93,26 +93,32 @@ func (m *Message) Bool(t AttrType) (bool, error) {
 	return v[0] == 1, nil
 }
 
-// U8 returns a u8 attribute, or INVALID if it is missing.
-func (m *Message) U8(t AttrType) (uint8, error) {
+// fixed returns attribute t, which must be n bytes, or INVALID.
+func (m *Message) fixed(t AttrType, n int) ([]byte, error) {
 	v, ok := m.Get(t)
 	if !ok {
-		return 0, m.missing(t)
+		return nil, m.missing(t)
 	}
-	if len(v) != 1 {
-		return 0, Errorf(CodeInvalid, "%v of %v must be 1 byte", t, m.Type)
+	if len(v) != n {
+		return nil, Errorf(CodeInvalid, "%v of %v must be %d byte(s)", t, m.Type, n)
+	}
+	return v, nil
+}
+
+// U8 returns a u8 attribute, or INVALID if it is missing.
+func (m *Message) U8(t AttrType) (uint8, error) {
+	v, err := m.fixed(t, 1)
+	if err != nil {
+		return 0, err
 	}
 	return v[0], nil
 }
 
 // U32 returns a u32 attribute, or INVALID if it is missing.
 func (m *Message) U32(t AttrType) (uint32, error) {
-	v, ok := m.Get(t)
-	if !ok {
-		return 0, m.missing(t)
-	}
-	if len(v) != 4 {
-		return 0, Errorf(CodeInvalid, "%v of %v must be 4 bytes", t, m.Type)
+	v, err := m.fixed(t, 4)
+	if err != nil {
+		return 0, err
 	}
 	return binary.LittleEndian.Uint32(v), nil
 }

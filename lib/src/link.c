@@ -582,16 +582,6 @@ static int pending_take(const struct ep *conn, const struct ep *acc, struct pend
 	return 0;
 }
 
-/* Whether fd is an AF_UNIX stream socket. */
-static int unix_stream(int fd)
-{
-	int type = 0, dom = 0;
-	socklen_t tl = sizeof(type), dl = sizeof(dom);
-
-	return !ff_real.getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) && type == SOCK_STREAM &&
-	       !ff_real.getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &dl) && dom == AF_UNIX;
-}
-
 int ff_link_take(const struct sockaddr_storage *local, const struct sockaddr_storage *remote,
 		 struct ff_handover *h)
 {
@@ -617,7 +607,8 @@ int ff_link_take(const struct sockaddr_storage *local, const struct sockaddr_sto
 	pthread_mutex_unlock(&mu);
 	if (!found)
 		return 0;
-	if (!unix_stream(p.bell) || ff_shm_open(p.memfd, FF_SHM_ACCEPTOR, &h->shm, &what) < 0) {
+	if (!ff_is_socket(p.bell, SOCK_STREAM, 1) ||
+	    ff_shm_open(p.memfd, FF_SHM_ACCEPTOR, &h->shm, &what) < 0) {
 		/* No word to decide with: our closed bell end sends the connector to the agent too. */
 		ff_debug("link offer unusable, asking the agent: %s", *what ? what : "no bell socket");
 		ff_real.close(p.bell);

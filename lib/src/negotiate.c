@@ -211,7 +211,7 @@ int ff_announce_on(struct ff_agent *a, uint8_t msg, const struct sockaddr_storag
 	return announce_reply(request_on(a, msg, local, remote, -1, FF_MSG_OK, &r), &r);
 }
 
-static int is_socket(int fd, int type, int must_be_unix)
+int ff_is_socket(int fd, int type, int must_be_unix)
 {
 	int t = 0, dom = 0;
 	socklen_t tl = sizeof(t), dl = sizeof(dom);
@@ -267,12 +267,12 @@ static int read_path(struct ff_reply *r, uint8_t msg, struct ff_handover *h,
 		snprintf(why, cap, "PATH kind %u carried %u fds, not %u", k, r->nfds, nfds);
 		return -1;
 	}
-	if (!is_socket(r->fds[0], SOCK_STREAM, k == FF_PATH_SHM)) {
+	if (!ff_is_socket(r->fds[0], SOCK_STREAM, k == FF_PATH_SHM)) {
 		snprintf(why, cap, "the handed fd is not a%s stream socket",
 			 k == FF_PATH_SHM ? "n AF_UNIX" : "");
 		return -1;
 	}
-	if (nfds == 3 && !is_socket(r->fds[2], SOCK_SEQPACKET, 1)) {
+	if (nfds == 3 && !ff_is_socket(r->fds[2], SOCK_SEQPACKET, 1)) {
 		snprintf(why, cap, "the handed link is not an AF_UNIX seqpacket socket");
 		return -1;
 	}

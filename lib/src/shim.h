@@ -210,6 +210,8 @@ void ff_control_init(void);
 
 /* An endpoint attribute (FF_EP4_LEN/FF_EP6_LEN bytes) from a sockaddr. */
 int ff_endpoint(const struct sockaddr_storage *sa, uint8_t out[18]);
+/* Whether fd is a socket of type (SOCK_STREAM, ...), and AF_UNIX if must_be_unix. */
+int ff_is_socket(int fd, int type, int must_be_unix);
 /* Negotiate fd (connected, its conn in NEGOTIATING) with msg CONNECT/ACCEPT. */
 void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg);
 /*

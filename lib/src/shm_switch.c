@@ -279,15 +279,6 @@ static int recv_one(int fd, char *b, struct rcvd *r)
 	return (int)n;
 }
 
-static int is_unix_stream(int fd)
-{
-	int type = 0, dom = 0;
-	socklen_t tl = sizeof(type), dl = sizeof(dom);
-
-	return !ff_real.getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) && type == SOCK_STREAM &&
-	       !ff_real.getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &dl) && dom == AF_UNIX;
-}
-
 /*
  * B: the peer's socket from its `S`, doorbells before it skipped. Reading
  * the bell is done under wait_mu, as the waiters' draining is (shm_ring.c).
@@ -306,7 +297,7 @@ static int recv_switch(int fd, struct ff_shm *sh, int *out)
 		/* A doorbell rung before the switch (a peer ringing on and on gets no longer). */
 		if (n == 1 && b == FF_SHM_BELL && !r.n && now_ms() < end)
 			continue;
-		if (n == 1 && b == FF_SHM_SWITCH && r.n == 1 && is_unix_stream(r.fds[0])) {
+		if (n == 1 && b == FF_SHM_SWITCH && r.n == 1 && ff_is_socket(r.fds[0], SOCK_STREAM, 1)) {
 			*out = r.fds[0];
 			return 0;
 		}

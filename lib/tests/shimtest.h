@@ -602,6 +602,24 @@ static inline void t_exchange_nth(int fd, int i, size_t n, int client)
 		      "connection %d: client receive: data lost or corrupted", i);
 }
 
+/*
+ * fork() with a stream socket pair between parent and child: each gets
+ * its own end in *ctl (the other closed), and the pid as fork returns it.
+ */
+static inline pid_t t_fork_ctl(int *ctl)
+{
+	int sp[2];
+	pid_t pid;
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) || (pid = fork()) < 0) {
+		perror("socketpair and fork");
+		exit(T_EXIT_FAIL);
+	}
+	close(sp[pid == 0 ? 0 : 1]);
+	*ctl = sp[pid == 0 ? 1 : 0];
+	return pid;
+}
+
 /* Wait for a forked child; CHECKs it exited 0. */
 static inline void t_wait_child(pid_t pid, const char *what)
 {

@@ -186,23 +186,16 @@ static int bound_socket(uint16_t *own)
 int main(int argc, char **argv)
 {
 	struct sockaddr_storage ss;
-	int ctl[2], link = -1;
+	int ctl, link = -1;
 	uint16_t port;
 	pid_t pid;
 
 	(void)argc;
 	t_shim_setup(argv, FA_BROKER);
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ctl)) {
-		perror("socketpair");
-		return T_EXIT_FAIL;
-	}
-	pid = fork();
-	if (pid == 0) {
-		close(ctl[0]);
-		_exit(server(ctl[1]));
-	}
-	close(ctl[1]);
-	CHECK(read(ctl[0], &port, sizeof(port)) == sizeof(port), "the server's listener");
+	pid = t_fork_ctl(&ctl);
+	if (pid == 0)
+		_exit(server(ctl));
+	CHECK(read(ctl, &port, sizeof(port)) == sizeof(port), "the server's listener");
 	for (int r = 0; r < ROUNDS; r++) {
 		int asks = t_agent_count("ask"), opened = t_agent_count("opened 3"), fd;
 		socklen_t len = t_addr(AF_INET, &ss, port);

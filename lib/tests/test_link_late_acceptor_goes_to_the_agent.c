@@ -52,23 +52,16 @@ static void await_agent(const char *word, int want)
 
 int main(int argc, char **argv)
 {
-	int ctl[2], lfd, fd;
+	int ctl, lfd, fd;
 	uint16_t port;
 	pid_t pid;
 
 	(void)argc;
 	t_shim_setup(argv, FA_BROKER);
 	lfd = t_listen(AF_INET, &port);
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ctl)) {
-		perror("socketpair");
-		return T_EXIT_FAIL;
-	}
-	pid = fork();
-	if (pid == 0) {
-		close(ctl[0]);
-		_exit(client(ctl[1], port));
-	}
-	close(ctl[1]);
+	pid = t_fork_ctl(&ctl);
+	if (pid == 0)
+		_exit(client(ctl, port));
 	for (int i = 0; i < CONNS; i++) {
 		struct pollfd p = { .fd = lfd, .events = POLLIN };
 		int swapped, same;
@@ -92,7 +85,7 @@ int main(int argc, char **argv)
 			      "accept took %lld ms: the agent's late answer must come at once",
 			      (long long)(t_ms() - t0));
 		swapped = t_swapped(fd);
-		same = agree(ctl[0], fd);
+		same = agree(ctl, fd);
 		CHECK(same, "connection %d: the two ends are on different paths", i);
 		/* The agent decided each: a swap, and for the last its peer-timeout overlay. */
 		CHECK(swapped == (i != AFTER_PEER_WAIT), "connection %d %s", i,

@@ -11,24 +11,18 @@ enum conn { GIVES_LINK, RELISTENED, OVER_NEW_LINK, CONNS };
 
 int main(int argc, char **argv)
 {
-	int go[2], lfd, fd, fds = 0, asks = 0;
+	int go, lfd, fd, fds = 0, asks = 0;
 	uint16_t port;
 	pid_t pid;
 
 	(void)argc;
 	t_shim_setup(argv, FA_BROKER);
 	lfd = t_listen(AF_INET, &port);
-	if (pipe(go)) {
-		perror("pipe");
-		return T_EXIT_FAIL;
-	}
-	pid = fork();
+	pid = t_fork_ctl(&go);
 	if (pid == 0) {
-		close(go[1]);
 		close(lfd);	/* else closing the server's would not end the listener */
-		_exit(t_paced_client(go[0], port, CONNS, N));
+		_exit(t_paced_client(go, port, CONNS, N));
 	}
-	close(go[0]);
 	for (int i = 0; i < CONNS; i++) {
 		if (i == RELISTENED) {
 			/* The listener and the link of its first connection. */
@@ -37,7 +31,7 @@ int main(int argc, char **argv)
 			close(lfd);
 			lfd = t_listen_at(AF_INET, port, &port);
 		}
-		CHECK(write(go[1], "g", 1) == 1, "go %d", i);
+		CHECK(write(go, "g", 1) == 1, "go %d", i);
 		fd = accept(lfd, NULL, NULL);
 		CHECK(fd >= 0, "accept %d: %s", i, strerror(errno));
 		CHECK(t_swapped(fd), "server connection %d not swapped", i);

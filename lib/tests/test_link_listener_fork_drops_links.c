@@ -30,29 +30,23 @@ static pid_t fork_holder(void)
 int main(int argc, char **argv)
 {
 	pid_t pid, holder[CONNS] = { 0 };
-	int go[2], lfd, fd;
+	int go, lfd, fd;
 	uint16_t port;
 
 	(void)argc;
 	t_shim_setup(argv, FA_BROKER);
 	lfd = t_listen(AF_INET, &port);
-	if (pipe(go)) {
-		perror("pipe");
-		return T_EXIT_FAIL;
-	}
-	pid = fork();
+	pid = t_fork_ctl(&go);
 	if (pid == 0) {
-		close(go[1]);
-		_exit(t_paced_client(go[0], port, CONNS, N));
+		_exit(t_paced_client(go, port, CONNS, N));
 	}
-	close(go[0]);
 	for (int i = 0; i < CONNS; i++) {
 		struct pollfd p = { .fd = lfd, .events = POLLIN };
 		int asks = t_agent_count("ask");
 
 		if (i == AFTER_FORK)
 			holder[i] = fork_holder();
-		CHECK(write(go[1], "g", 1) == 1, "go %d", i);
+		CHECK(write(go, "g", 1) == 1, "go %d", i);
 		if (i == IN_FLIGHT) {
 			CHECK(poll(&p, 1, 5000) == 1, "connection %d never arrived", i);
 			holder[i] = fork_holder();

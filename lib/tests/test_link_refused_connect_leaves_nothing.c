@@ -120,36 +120,29 @@ static void refused_all(uint16_t port, int fds, const char *why)
 int main(int argc, char **argv)
 {
 	uint16_t port;
-	int ctl[2], fd, links;
+	int ctl, fd, links;
 	pid_t pid;
 
 	(void)argc;
 	t_shim_setup(argv, FA_BROKER);
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ctl)) {
-		perror("socketpair");
-		return T_EXIT_FAIL;
-	}
-	pid = fork();
-	if (pid == 0) {
-		close(ctl[0]);
-		_exit(server(ctl[1]));
-	}
-	close(ctl[1]);
-	CHECK(read(ctl[0], &port, sizeof(port)) == sizeof(port), "the server's listener");
+	pid = t_fork_ctl(&ctl);
+	if (pid == 0)
+		_exit(server(ctl));
+	CHECK(read(ctl, &port, sizeof(port)) == sizeof(port), "the server's listener");
 	fd = t_connect(AF_INET, port);
 	CHECK(t_swapped(fd), "the first connection is not swapped");
 	exchange(fd, "client", 1);
 	close(fd);
 	CHECK(t_link_fds(&links, 1) == 1, "the first connection left no link");
 
-	say(ctl[0], STOP);
+	say(ctl, STOP);
 	refused_all(port, t_count_fds(), "listener stopped");
-	say(ctl[0], CLOSE);
+	say(ctl, CLOSE);
 	/* The link died with the listener: the first offer over it drops it, and nothing else. */
 	refused_all(port, t_count_fds() - 1, "listener closed");
 	CHECK(t_link_fds(&links, 1) == 0, "the dead link is still held");
 
-	CHECK(write(ctl[0], &(char){ NEW }, 1) == 1 && read(ctl[0], &port, sizeof(port)) ==
+	CHECK(write(ctl, &(char){ NEW }, 1) == 1 && read(ctl, &port, sizeof(port)) ==
 	      sizeof(port), "the server's new listener");
 	fd = t_connect(AF_INET, port);
 	CHECK(t_swapped(fd), "the connection to the new listener is not swapped");
