@@ -67,7 +67,8 @@ func (a *AdminClient) Status(ctx context.Context) (Status, error) {
 	return st, err
 }
 
-// Conns returns the live connections the agent answered for.
+// Conns returns the live connections the agent answered for and those
+// the processes' ledgers list.
 func (a *AdminClient) Conns(ctx context.Context) ([]ConnInfo, error) {
 	var cs []ConnInfo
 	if err := a.okJSON(ctx, protocol.TypeConns, &cs); err != nil {

@@ -119,6 +119,7 @@ type Agent struct {
 	listeners *listeners  // library-enabled listeners of local containers
 	live      *connTable  // answered connections and counters
 	shm       *shmBudget  // what each container's shm channels are charged
+	ledgers   *ledgers    // the linked connections of each process (ledger.go)
 	nonces    *nonces     // of recent offers, against replays
 	pool      *offerPool  // connections to peer agents, ready for offers (offerpool.go)
 	standbys  *standbys   // pooled connections of peer agents waiting here
@@ -149,11 +150,12 @@ func New(cfg Config, dir Directory) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent: read own network namespace: %w", err)
 	}
+	ledgers := newLedgers()
 	a := &Agent{
 		cfg: cfg, subnet: subnet.Masked(), dir: dir, log: cfg.Logger, selfNS: self,
 		ids: newIdentities(), conns: map[*net.UnixConn]struct{}{},
 		rv: newRendezvous(cfg.keepDecided), listeners: newListeners(), live: newConnTable(), nonces: newNonces(),
-		shm: newShmBudget(), standbys: newStandbys(),
+		shm: newShmBudget(ledgers), ledgers: ledgers, standbys: newStandbys(),
 	}
 	a.pool = newOfferPool(a)
 	return a, nil

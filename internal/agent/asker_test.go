@@ -17,12 +17,14 @@ import (
 )
 
 // An asker is a child process playing one end's library from inside a
-// container's network namespace: it opens a session (and LISTENs if told),
-// says "ready", asks CONNECT or ACCEPT when the parent says go, moves a
-// few bytes on a fast path, reports, and keeps its session (and so its
-// entries in the agent) until the parent closes its stdin.
+// container's network namespace: it opens a session (sends LEDGER and
+// LISTENs if told), says "ready", asks CONNECT or ACCEPT when the parent
+// says go, moves a few bytes on a fast path, reports, and keeps its
+// session (and so its entries in the agent) until the parent closes its
+// stdin.
 type askSpec struct {
 	Sock   string `json:"sock"`
+	Ledger bool   `json:"ledger,omitempty"` // send the descriptor inherited as fd 3 as LEDGER
 	Listen string `json:"listen,omitempty"`
 	Ask    string `json:"ask"` // connect or accept
 	Local  string `json:"local"`
@@ -59,6 +61,14 @@ func runAsk(spec askSpec, in *bufio.Reader) (res askResult) {
 	l, err := dialLibCaps(spec.Sock, spec.Caps)
 	if err != nil {
 		return askResult{Err: err.Error()}
+	}
+	if spec.Ledger {
+		if err := l.ledger(3); err != nil {
+			return askResult{Err: "send LEDGER: " + err.Error()}
+		}
+		if _, err := l.lookup(selfIP); err != nil { // its reply says LEDGER was applied
+			return askResult{Err: "lookup after LEDGER: " + err.Error()}
+		}
 	}
 	if spec.Listen != "" {
 		if err := l.listen(spec.Listen); err != nil {
@@ -132,8 +142,8 @@ type asker struct {
 }
 
 // startAsker runs an asker in network namespace ns (the test's own if
-// "") and waits for "ready".
-func startAsker(t *testing.T, ns string, spec askSpec) *asker {
+// "") with the extra descriptors files (fd 3 on), and waits for "ready".
+func startAsker(t *testing.T, ns string, spec askSpec, files ...*os.File) *asker {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -147,6 +157,7 @@ func startAsker(t *testing.T, ns string, spec askSpec) *asker {
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), envChild+"=ask", envAsk+"="+string(j))
 	cmd.Stderr = os.Stderr
+	cmd.ExtraFiles = files
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {

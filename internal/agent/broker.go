@@ -38,9 +38,9 @@ package agent
 // in the memfd header, so exactly one decision wins; a connector whose
 // offer is not taken within 5 ms withdraws it and asks the agent as
 // before, which is why meetWait is 45 ms: a peer that never answers still
-// costs 50 ms at most. The agent hears of a connection decided over a link
-// afterwards, by OPENED, a notification handled like CLOSED: it lists and
-// counts it as if it had answered it with that PATH.
+// costs 50 ms at most. The agent hears of no connection decided over a
+// link: each process lists its linked connections in its ledger, a memfd
+// the agent maps and reads when it lists or counts (ledger.go).
 //
 // Cross host (fastpath_remote.go, offer_accept.go): the connector's agent
 // dials the acceptor's agent on the fabric (broker port 7947 on the host's
@@ -185,13 +185,10 @@ type decision struct {
 func overlay(reason string) decision { return decision{kind: pathOverlay, reason: reason} }
 
 // handleBrokering answers LISTEN, UNLISTEN, CONNECT and ACCEPT, and applies
-// CLOSED and OPENED (notifications: nil reply).
+// CLOSED (a notification: nil reply).
 func (s *session) handleBrokering(m *protocol.Message) (*protocol.Message, error) {
-	if s.admin {
-		return nil, protocol.Errorf(protocol.CodeDenied, "%v is accepted only on the library socket", m.Type)
-	}
-	if !s.a.ids.has(s.self.ID) {
-		return nil, protocol.Errorf(protocol.CodeDenied, "container %s has been unregistered from host %s", s.self.ID, s.a.cfg.Host)
+	if err := s.libraryRequest(m.Type); err != nil {
+		return nil, err
 	}
 	local, err := s.localEndpoint(m)
 	if err != nil {
@@ -210,36 +207,28 @@ func (s *session) handleBrokering(m *protocol.Message) (*protocol.Message, error
 		return nil, err
 	}
 	remote = unmapEP(remote)
-	switch m.Type { // notifications: no reply (session.notified)
-	case protocol.TypeClosed:
+	if m.Type == protocol.TypeClosed { // a notification: no reply (session.notified)
 		s.a.live.remove(s.self.ID, local, remote)
 		return nil, nil
-	case protocol.TypeOpened:
-		return nil, s.opened(m, local, remote)
 	}
 	return s.broker(m, local, remote), nil
 }
 
-// opened records a connection the two libraries decided over a link as
-// if the agent had answered this end with PATH_KIND and REASON. An shm
-// end is charged by force: its memory exists already.
-func (s *session) opened(m *protocol.Message, local, remote netip.AddrPort) error {
-	kind, err := m.U8(protocol.AttrPathKind)
-	if err != nil {
-		return err
+// libraryRequest refuses a message of type t unless it came on the library
+// socket from a container that is still registered.
+func (s *session) libraryRequest(t protocol.Type) error {
+	if s.admin {
+		return protocol.Errorf(protocol.CodeDenied, "%v is accepted only on the library socket", t)
 	}
-	if kind != pathOverlay && kind != pathShm {
-		return protocol.Errorf(protocol.CodeInvalid,
-			"OPENED says PATH_KIND %d; a connection decided over a link is overlay (0) or shm (3)", kind)
+	return s.registered()
+}
+
+// registered refuses a library caller whose container has been
+// unregistered since its HELLO.
+func (s *session) registered() error {
+	if !s.a.ids.has(s.self.ID) {
+		return protocol.Errorf(protocol.CodeDenied, "container %s has been unregistered from host %s", s.self.ID, s.a.cfg.Host)
 	}
-	d := decision{kind: kind}
-	d.reason, _ = m.String(protocol.AttrReason) // optional
-	var charge *shmCharge
-	if kind == pathShm {
-		charge = s.a.shm.force(s.self.ID, shmChannelBytes)
-	}
-	peer, _ := s.a.dir.LookupIP(remote.Addr().String())
-	s.a.live.add(s.self.ID, s.pid, local, remote, connInfo(s.self, peer, local, remote, d), charge)
 	return nil
 }
 

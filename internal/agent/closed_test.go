@@ -50,17 +50,19 @@ func wantNoReplies(t *testing.T, l *libClient) {
 	}
 }
 
-// A CLOSED or OPENED whose refusal closes the connection (here: before
+// A CLOSED or LEDGER whose refusal closes the connection (here: before
 // HELLO) closes it without an ERROR, which the client would read as the
 // answer to its next request.
-func TestClosedOrOpenedBeforeHelloClosesWithoutReply(t *testing.T) {
+func TestNotificationBeforeHelloClosesWithoutReply(t *testing.T) {
 	a := startAgent(t, newFakeDir(ffSelf), nil)
-	for _, typ := range []protocol.Type{protocol.TypeClosed, protocol.TypeOpened} {
-		c := dialRaw(t, a.cfg.LibrarySocket())
-		sendBytes(t, c, encode(t, protocol.New(typ, 3,
+	for _, m := range []*protocol.Message{
+		protocol.New(protocol.TypeClosed, 3,
 			protocol.Endpoint(protocol.AttrLocalEndpoint, netip.MustParseAddrPort(selfCli(1))),
-			protocol.Endpoint(protocol.AttrRemoteEndpoint, netip.MustParseAddrPort(selfSrv)),
-			protocol.U8(protocol.AttrPathKind, pathShm))))
+			protocol.Endpoint(protocol.AttrRemoteEndpoint, netip.MustParseAddrPort(selfSrv))),
+		protocol.New(protocol.TypeLedger, 3),
+	} {
+		c := dialRaw(t, a.cfg.LibrarySocket())
+		sendBytes(t, c, encode(t, m))
 		wantClosed(t, c)
 	}
 }

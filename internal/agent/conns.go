@@ -11,7 +11,8 @@ import (
 )
 
 // ConnInfo is one live connection an agent answered CONNECT or ACCEPT
-// for, as `freeflow conns -o json` prints it.
+// for, or that a process's ledger lists, as `freeflow conns -o json`
+// prints it.
 type ConnInfo struct {
 	Local           string `json:"local"`            // overlay address of this end
 	Remote          string `json:"remote"`           // overlay address of the peer
@@ -125,8 +126,16 @@ func (t *connTable) remove(id string, local, remote netip.AddrPort) {
 	t.deleteLocked(connKey{id, local, remote})
 }
 
+// connList is the CONNS reply: the connections the agent answered and the
+// live entries of the processes' ledgers, sorted.
+func (a *Agent) connList() []ConnInfo {
+	out := append(a.live.list(), a.ledgerConns()...)
+	sortConns(out)
+	return out
+}
+
 // list prunes the entries whose process is gone and returns the others,
-// sorted by local container, then local address.
+// sorted.
 func (t *connTable) list() []ConnInfo {
 	t.prune()
 	t.mu.Lock()
@@ -135,10 +144,15 @@ func (t *connTable) list() []ConnInfo {
 		out = append(out, e.info)
 	}
 	t.mu.Unlock()
-	slices.SortFunc(out, func(a, b ConnInfo) int {
+	sortConns(out)
+	return out
+}
+
+// sortConns sorts by local container, then local address, then remote.
+func sortConns(cs []ConnInfo) {
+	slices.SortFunc(cs, func(a, b ConnInfo) int {
 		return cmp.Or(cmp.Compare(a.LocalContainer, b.LocalContainer), cmp.Compare(a.Local, b.Local), cmp.Compare(a.Remote, b.Remote))
 	})
-	return out
 }
 
 // counters returns a copy of the counters, with the live count current.

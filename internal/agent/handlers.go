@@ -66,8 +66,10 @@ func (s *session) checkAdmin() error {
 
 // handleLookup answers from the directory cache.
 func (s *session) handleLookup(m *protocol.Message) (*protocol.Message, error) {
-	if !s.admin && !s.a.ids.has(s.self.ID) {
-		return nil, protocol.Errorf(protocol.CodeDenied, "container %s has been unregistered from host %s", s.self.ID, s.a.cfg.Host)
+	if !s.admin {
+		if err := s.registered(); err != nil {
+			return nil, err
+		}
 	}
 	ip, err := m.IP()
 	if err != nil {

@@ -139,7 +139,7 @@ func TestRandomDatagrams(t *testing.T) {
 
 // driveDatagram sends one datagram (after HELLO if hello) and reads until
 // the reply; a reply must be ERROR or a well-formed answer with the seq. A
-// datagram whose header says CLOSED or OPENED gets no reply at all.
+// datagram whose header says CLOSED or LEDGER gets no reply at all.
 func driveDatagram(t testing.TB, a *testAgent, hello bool, data []byte) {
 	c, err := protocol.Dial(a.cfg.LibrarySocket())
 	if err != nil {
@@ -190,7 +190,7 @@ func FuzzAgent(f *testing.F) {
 	f.Add(true, []byte{0x46, 0x46, 1, 0x41, 1, 0, 0, 0, 9, 0, 0, 0, 7, 0, 5, 0, 's', 'e', 'l', 'f', '0'})
 	f.Add(false, []byte{0x46})
 	f.Add(true, []byte{0x46, 0x46, 1, 0x15, 1, 0, 0, 0, 20, 0, 0, 0, 14, 0, 6, 0, 10, 244, 1, 9, 0x9c, 0x40, 15, 0, 6, 0, 10, 244, 1, 2, 0x1f, 0x90})
-	f.Add(true, []byte{0x46, 0x46, 1, 0x16, 1, 0, 0, 0, 25, 0, 0, 0, 14, 0, 6, 0, 10, 244, 1, 9, 0x9c, 0x40, 15, 0, 6, 0, 10, 244, 1, 2, 0x1f, 0x90, 16, 0, 1, 0, 3})
+	f.Add(true, []byte{0x46, 0x46, 1, 0x18, 1, 0, 0, 0, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, hello bool, data []byte) {
 		driveDatagram(t, a, hello, data)
 		checkGoodClient(t, a)

@@ -98,21 +98,22 @@ func (l *libClient) unlisten(ep string) error {
 
 // closed sends CLOSED, a notification: the agent does not answer it.
 func (l *libClient) closed(local, remote string) error {
-	return l.notify(protocol.TypeClosed, local, remote)
-}
-
-// opened sends OPENED, a notification, with the given attributes after
-// LOCAL_EP and REMOTE_EP.
-func (l *libClient) opened(local, remote string, attrs ...protocol.Attr) error {
-	return l.notify(protocol.TypeOpened, local, remote, attrs...)
-}
-
-func (l *libClient) notify(t protocol.Type, local, remote string, attrs ...protocol.Attr) error {
-	l.seq++
-	l.conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
-	return l.conn.WriteMsg(protocol.New(t, l.seq, append([]protocol.Attr{
+	return l.notify(protocol.New(protocol.TypeClosed, 0,
 		protocol.Endpoint(protocol.AttrLocalEndpoint, netip.MustParseAddrPort(local)),
-		protocol.Endpoint(protocol.AttrRemoteEndpoint, netip.MustParseAddrPort(remote))}, attrs...)...))
+		protocol.Endpoint(protocol.AttrRemoteEndpoint, netip.MustParseAddrPort(remote))))
+}
+
+// ledger sends LEDGER carrying fds (one, the ledger memfd, unless a test
+// says otherwise), a notification: the agent does not answer it.
+func (l *libClient) ledger(fds ...int) error {
+	return l.notify(protocol.New(protocol.TypeLedger, 0), fds...)
+}
+
+func (l *libClient) notify(m *protocol.Message, fds ...int) error {
+	l.seq++
+	m.Seq = l.seq
+	l.conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	return l.conn.WriteMsg(m, fds...)
 }
 
 // lookup asks about ip; its reply also shows that every notification sent

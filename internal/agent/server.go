@@ -119,7 +119,7 @@ func (a *Agent) untrack(uc *net.UnixConn) {
 }
 
 // shutdown stops accepting, closes every connection, waits for their
-// goroutines and removes the socket files.
+// goroutines, removes the socket files and unmaps the ledgers.
 func (a *Agent) shutdown() {
 	a.mu.Lock()
 	a.closing = true
@@ -133,6 +133,7 @@ func (a *Agent) shutdown() {
 		a.broker.Close()
 	}
 	a.wg.Wait()
+	a.ledgers.close()
 	a.log.Info("agent stopped", "host", a.cfg.Host)
 }
 

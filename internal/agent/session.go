@@ -31,6 +31,7 @@ type session struct {
 	self  directory.Container // library socket: the caller's container
 	caps  uint32              // CAPS of the caller's HELLO (protocol.Cap*)
 
+	inFDs  []int // descriptors the request being served carries (LEDGER's memfd), then closed
 	outFDs []int // descriptors the next reply carries (PATH), then closed
 }
 
@@ -68,7 +69,11 @@ func (s *session) serveOne() bool {
 	}
 	s.conn.SetReadDeadline(time.Now().Add(timeout))
 	m, fds, err := s.conn.ReadMsg()
-	closeFDs(fds) // nothing the agent serves carries descriptors (a stray LINK_OFFER's are dropped)
+	s.inFDs = fds
+	defer func() { // a LEDGER's memfd stays mapped; a stray LINK_OFFER's are dropped
+		closeFDs(fds)
+		s.inFDs = nil
+	}()
 	var reply *protocol.Message
 	switch {
 	case err == nil:
@@ -89,10 +94,10 @@ func (s *session) serveOne() bool {
 // isNotification reports whether a library's message of type t is a
 // notification: applied in order, never answered.
 func isNotification(t protocol.Type) bool {
-	return t == protocol.TypeClosed || t == protocol.TypeOpened
+	return t == protocol.TypeClosed || t == protocol.TypeLedger
 }
 
-// notified finishes a notification (CLOSED, OPENED), which is never
+// notified finishes a notification (CLOSED, LEDGER), which is never
 // answered, not even with ERROR: the library sent it without waiting, so a
 // reply would be read as the answer to its next request. A refusal is only
 // logged; one that closes the connection (BADMSG, VERSION, SEQUENCE)
@@ -155,8 +160,10 @@ func (s *session) handle(m *protocol.Message) (*protocol.Message, error) {
 		return s.handleHello(m)
 	case protocol.TypeLookup:
 		return s.handleLookup(m)
-	case protocol.TypeListen, protocol.TypeUnlisten, protocol.TypeConnect, protocol.TypeAccept, protocol.TypeClosed, protocol.TypeOpened:
+	case protocol.TypeListen, protocol.TypeUnlisten, protocol.TypeConnect, protocol.TypeAccept, protocol.TypeClosed:
 		return s.handleBrokering(m)
+	case protocol.TypeLedger:
+		return nil, s.handleLedger()
 	case protocol.TypeLinkOffer:
 		return nil, protocol.Errorf(protocol.CodeInvalid, "LINK_OFFER travels between libraries over a link, never to the agent")
 	case protocol.TypeRegister, protocol.TypeUnregister, protocol.TypeList, protocol.TypeStatus, protocol.TypeConns:

@@ -39,12 +39,13 @@ package agent
 // asked itself (the meeting is not parked); its listener is registered by
 // exactly one live process, the acceptor's (with forked workers sharing
 // it, another process could accept a connection offered over the link);
-// and both containers are charged less than half their budget, this
-// channel included. The budget is kept by granting links, not by refusing
-// what they made: a channel made over a link exists before the agent
-// hears of it (OPENED), so it is charged by force; a container at half
-// its budget gets no new link and the links it has expire after LINK_TTL,
-// so the other half is the room for what links make meanwhile.
+// and both containers hold less than half their budget, this channel
+// included. The budget is kept by granting links, not by refusing what
+// they made: a channel made over a link exists before the agent sees it,
+// in its process's ledger (ledger.go), whose live entries count in their
+// container's budget; a container at half its budget gets no new link and
+// the links it has expire after LINK_TTL, so the other half is the room
+// for what links make meanwhile.
 
 import (
 	"fmt"
@@ -137,7 +138,7 @@ func (a *Agent) linkAllowed(libs [2]asking, parked bool, ids [2]string, lis list
 		return false
 	}
 	for _, id := range ids {
-		if mine, _ := a.shm.charged(id); 2*mine >= limit {
+		if 2*a.shm.held(id) >= limit {
 			return false
 		}
 	}
@@ -230,14 +231,16 @@ func newShmMemfd(ring uint32) (fd int, err error) {
 	return fd, nil
 }
 
-// shmBudget is what each container is charged for its shm channels.
+// shmBudget is what each container holds in shm: the channels the agent
+// charged it for, and the live entries of its processes' ledgers.
 type shmBudget struct {
-	mu    sync.Mutex
-	used  map[string]uint64 // container id -> bytes charged
-	total uint64
+	mu      sync.Mutex
+	used    map[string]uint64 // container id -> bytes charged
+	total   uint64
+	ledgers *ledgers // read outside mu
 }
 
-func newShmBudget() *shmBudget { return &shmBudget{used: map[string]uint64{}} }
+func newShmBudget(l *ledgers) *shmBudget { return &shmBudget{used: map[string]uint64{}, ledgers: l} }
 
 // shmCharge is one channel end's charge on its container. It is released
 // exactly once, by whoever holds it last; a nil charge releases nothing.
@@ -249,15 +252,19 @@ type shmCharge struct {
 }
 
 // reserve charges size to each of ids (twice to one container that is
-// both ends) if none would exceed limit; otherwise it charges nothing.
+// both ends) if none would hold more than limit; otherwise it charges
+// nothing.
 func (b *shmBudget) reserve(ids [2]string, limit, size uint64) ([2]*shmCharge, bool) {
+	need := map[string]uint64{} // besides the charges: this channel and the ledgers
+	for _, id := range ids {
+		need[id] += size
+	}
+	for id := range need {
+		need[id] += b.ledgers.held(id)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	want := map[string]uint64{}
-	for _, id := range ids {
-		want[id] += size
-	}
-	for id, n := range want {
+	for id, n := range need {
 		if b.used[id]+n > limit {
 			return [2]*shmCharge{}, false
 		}
@@ -267,14 +274,6 @@ func (b *shmBudget) reserve(ids [2]string, limit, size uint64) ([2]*shmCharge, b
 		out[i] = b.chargeLocked(id, size)
 	}
 	return out, true
-}
-
-// force charges size to container id whatever its budget: for a channel
-// two libraries made over a link (OPENED), whose memory exists already.
-func (b *shmBudget) force(id string, size uint64) *shmCharge {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.chargeLocked(id, size)
 }
 
 func (b *shmBudget) chargeLocked(id string, size uint64) *shmCharge {
@@ -296,7 +295,15 @@ func (c *shmCharge) release() {
 	b.total -= c.bytes
 }
 
-// charged returns the bytes charged to container id, and to all of them.
+// held returns what container id holds now: the channels charged to it
+// and the live entries of its processes' ledgers.
+func (b *shmBudget) held(id string) uint64 {
+	mine, _ := b.charged(id)
+	return mine + b.ledgers.held(id)
+}
+
+// charged returns the bytes charged to container id, and to all of them
+// (the ledgers not included).
 func (b *shmBudget) charged(id string) (mine, all uint64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

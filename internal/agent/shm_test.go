@@ -254,7 +254,7 @@ func TestShmParkedHalfExpiryReleasesCharge(t *testing.T) {
 // newShmHalves makes what docs/SHM.md says, and a half closed untaken
 // gives its charge back exactly once.
 func TestShmHalvesAndCharges(t *testing.T) {
-	b := newShmBudget()
+	b := newShmBudget(newLedgers())
 	charges, ok := b.reserve([2]string{"x", "y"}, shmBytes, shmBytes)
 	if !ok {
 		t.Fatal("a channel within budget was refused")

@@ -45,11 +45,16 @@ func (a *Agent) status() Status {
 	}
 }
 
-// connCounters returns the connection counters with the shm memory
-// charged now.
+// connCounters returns the connection counters with the shm memory held
+// now, the processes' ledgers included.
 func (a *Agent) connCounters() ConnCounters {
 	c := a.live.counters()
 	_, c.ShmBytes = a.shm.charged("")
+	opened, live, bytes := a.ledgers.counts()
+	c.FastPath += opened
+	c.Shm += opened
+	c.Live += live
+	c.ShmBytes += bytes
 	return c
 }
 

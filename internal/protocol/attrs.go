@@ -142,11 +142,22 @@ func (m *Message) Endpoint(t AttrType) (netip.AddrPort, error) {
 	if !ok {
 		return netip.AddrPort{}, m.missing(t)
 	}
-	if len(v) != 6 && len(v) != 18 {
+	ep, ok := ParseEndpoint(v)
+	if !ok {
 		return netip.AddrPort{}, Errorf(CodeInvalid, "%v of %v must be 6 or 18 bytes", t, m.Type)
 	}
-	a, _ := netip.AddrFromSlice(v[:len(v)-2])
-	return netip.AddrPortFrom(a, binary.BigEndian.Uint16(v[len(v)-2:])), nil
+	return ep, nil
+}
+
+// ParseEndpoint reads an endpoint encoded as an endpoint attribute's value
+// (also the ledger's, PROTOCOL.md "Links"); ok is false unless b is 6 or
+// 18 bytes.
+func ParseEndpoint(b []byte) (ep netip.AddrPort, ok bool) {
+	if len(b) != 6 && len(b) != 18 {
+		return ep, false
+	}
+	a, _ := netip.AddrFromSlice(b[:len(b)-2])
+	return netip.AddrPortFrom(a, binary.BigEndian.Uint16(b[len(b)-2:])), true
 }
 
 // JSON unmarshals the JSON attribute into v, or returns INVALID.

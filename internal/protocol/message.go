@@ -35,8 +35,8 @@ const (
 	TypeAccept      Type = 0x13
 	TypePath        Type = 0x14
 	TypeClosed      Type = 0x15
-	TypeOpened      Type = 0x16 // library to agent: a connection decided over a link
 	TypeLinkOffer   Type = 0x17 // library to library, over a link only
+	TypeLedger      Type = 0x18 // library to agent: the process's ledger memfd (0x16 is retired)
 	TypeOffer       Type = 0x30 // agent to agent, on the broker port (see PROTOCOL.md)
 	TypeCommit      Type = 0x31 // agent to agent: the connector's agent takes a fast PATH
 	TypeRegister    Type = 0x40
@@ -52,14 +52,14 @@ var typeNames = map[Type]string{
 	TypeHello: "HELLO", TypeHelloReply: "HELLO_REPLY", TypeLookup: "LOOKUP",
 	TypeLookupReply: "LOOKUP_REPLY", TypeListen: "LISTEN", TypeUnlisten: "UNLISTEN",
 	TypeConnect: "CONNECT", TypeAccept: "ACCEPT", TypePath: "PATH", TypeClosed: "CLOSED",
-	TypeOpened: "OPENED", TypeLinkOffer: "LINK_OFFER",
+	TypeLinkOffer: "LINK_OFFER", TypeLedger: "LEDGER",
 	TypeOffer: "OFFER", TypeCommit: "COMMIT", TypeConns: "CONNS",
 	TypeRegister: "REGISTER", TypeUnregister: "UNREGISTER",
 	TypeList: "LIST", TypeStatus: "STATUS", TypeOK: "OK", TypeError: "ERROR",
 }
 
 // Known reports whether t is a message type of version 1. The ranges
-// 0x18-0x2f and 0x32-0x3f are reserved.
+// 0x19-0x2f and 0x32-0x3f are reserved; 0x16 (OPENED) is retired.
 func (t Type) Known() bool { _, ok := typeNames[t]; return ok }
 
 func (t Type) String() string {
@@ -98,6 +98,7 @@ const (
 	AttrMAC            AttrType = 20 // OFFER and its reply: HMAC-SHA256, 32 bytes
 	AttrCaps           AttrType = 21 // HELLO: u32 bitmask of what the library can do (Cap*)
 	AttrLinkTTL        AttrType = 22 // PATH with a link: u32 little-endian, milliseconds
+	AttrChannel        AttrType = 23 // LINK_OFFER: u32, the connector's number for the channel
 )
 
 // Bits of CAPS.
@@ -150,6 +151,7 @@ var attrSpecs = map[AttrType]attrSpec{
 	AttrMAC:            {"MAC", kindFixed, 32},
 	AttrCaps:           {"CAPS", kindU32, 0},
 	AttrLinkTTL:        {"LINK_TTL", kindU32, 0},
+	AttrChannel:        {"CHANNEL", kindU32, 0},
 }
 
 func (a AttrType) String() string {

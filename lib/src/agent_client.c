@@ -123,11 +123,26 @@ void ff_reply_close_fds(struct ff_reply *r)
 	r->nfds = 0;
 }
 
-/* MSG_NOSIGNAL: a dead agent must not kill the application with SIGPIPE. */
-static int send_msg(int fd, const void *buf, int len, int64_t deadline)
+/* MSG_NOSIGNAL: a dead agent must not kill the application with SIGPIPE. sendfd -1: none. */
+static int send_msg(int fd, const void *buf, int len, int sendfd, int64_t deadline)
 {
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int))];
+	} ctl = { 0 };
+	struct iovec iov = { (void *)buf, (size_t)len };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+	if (sendfd >= 0) {
+		mh.msg_control = ctl.b;
+		mh.msg_controllen = sizeof(ctl.b);
+		ctl.h.cmsg_level = SOL_SOCKET;
+		ctl.h.cmsg_type = SCM_RIGHTS;
+		ctl.h.cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(&ctl.h), &sendfd, sizeof(int));
+	}
 	for (;;) {
-		ssize_t n = send(fd, buf, (size_t)len, MSG_NOSIGNAL | MSG_DONTWAIT);
+		ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 		int ret;
 
 		if (n == len)
@@ -235,7 +250,7 @@ static int recv_reply(int fd, struct ff_reply *r, uint32_t seq, uint8_t want, in
 	}
 }
 
-int ff_agent_notify(struct ff_agent *a, const void *msg, int len)
+int ff_agent_notify(struct ff_agent *a, const void *msg, int len, int fd)
 {
 	struct ff_msg q;
 	int ret;
@@ -244,7 +259,7 @@ int ff_agent_notify(struct ff_agent *a, const void *msg, int len)
 		return -ENOTCONN;
 	if (len <= 0 || ff_msg_decode(msg, (size_t)len, &q))
 		return -EINVAL;
-	ret = send_msg(a->fd, msg, len, now_ms() + a->timeout_ms);
+	ret = send_msg(a->fd, msg, len, fd, now_ms() + a->timeout_ms);
 	if (ret)
 		ff_agent_close(a);
 	return ret;
@@ -262,7 +277,7 @@ int ff_agent_request(struct ff_agent *a, const void *req, int len,
 		return -ENOTCONN;
 	if (len <= 0 || ff_msg_decode(req, (size_t)len, &q))
 		return -EINVAL;
-	ret = send_msg(a->fd, req, len, deadline);
+	ret = send_msg(a->fd, req, len, -1, deadline);
 	if (!ret)
 		ret = recv_reply(a->fd, r, q.seq, want, deadline);
 	if (ret < 0) {

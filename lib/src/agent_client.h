@@ -91,11 +91,12 @@ int ff_agent_request(struct ff_agent *a, const void *req, int len,
 		     uint8_t want, struct ff_reply *r);
 
 /*
- * Send one encoded notification (CLOSED), which the agent never answers, so
- * there is no reply to wait for and none that a later request could read
- * as its own. Returns 0 or a negative errno (the connection then closed).
+ * Send one encoded notification (CLOSED, LEDGER), with fd unless it is -1,
+ * which the agent never answers, so there is no reply to wait for and none
+ * that a later request could read as its own. Returns 0 or a negative
+ * errno (the connection then closed).
  */
-int ff_agent_notify(struct ff_agent *a, const void *msg, int len);
+int ff_agent_notify(struct ff_agent *a, const void *msg, int len, int fd);
 
 /* Close the fds a reply carried and that the caller did not take. */
 void ff_reply_close_fds(struct ff_reply *r);

@@ -17,6 +17,7 @@
  *   the next session opened (by any thread) re-sends LISTEN first.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -145,6 +146,25 @@ int ff_control_get(struct ff_agent **out)
 	ctl.backoff_until = 0;
 	*out = &ctl.agent;
 	return 1;
+}
+
+int ff_control_alive(void)
+{
+	struct ff_agent *a;
+	struct pollfd p;
+	int ret;
+
+	ff_busy = 1;
+	ret = ff_control_get(&a);
+	p = (struct pollfd){ .fd = ret == 0 ? a->fd : -1, .events = POLLIN };
+	/* The agent sends nothing unasked: a readable session is at EOF, its agent gone. */
+	if (ret == 0 && ff_real.poll(&p, 1, 0) != 0) {
+		ff_agent_close(a);
+		ff_control_broken(-ECONNRESET);
+		ret = ff_control_get(&a);	/* a restarted agent: LISTEN and LEDGER again */
+	}
+	ff_busy = 0;
+	return ret >= 0;
 }
 
 void ff_control_broken(int err)

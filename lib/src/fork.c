@@ -53,13 +53,16 @@ static pid_t self;
 
 static void prepare(void)
 {
+	ff_ledger_atfork_prepare();
 	ff_links_atfork_prepare();
 	ff_shm_switch_all(FF_SHM_SWITCH_LOCK);
+	ff_ledger_atfork_locked();
 }
 
 static void parent(void)
 {
 	ff_table_unlock();
+	ff_ledger_atfork_parent();
 	ff_links_atfork_parent();
 }
 
@@ -67,6 +70,7 @@ static void child(void)
 {
 	self = getpid();
 	ff_links_atfork_child();
+	ff_ledger_atfork_child();
 	ff_table_atfork_child();
 	ff_control_atfork_child();
 	ff_listeners_lost();

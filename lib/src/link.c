@@ -26,13 +26,21 @@
  *   address is the one the link was granted for, so a link lets a process
  *   speak for its own container's connections only; the channel is checked
  *   as an agent-made one is (seals, size, header).
+ * - Channels are reused (PROTOCOL.md, "Reusing channels"): a new memfd,
+ *   its mapping and first-touch page faults at both ends, its unmapping,
+ *   cost more than the rest of a linked connection's setup. Each link keeps
+ *   up to CHANS_MAX of them mapped, numbered by the connector; the memfd
+ *   travels with a channel's first offer only. The connector offers one
+ *   again once its last offer was taken and both ends wrote their done
+ *   word (shm_ring.c, at the last reference), after laying it out afresh;
+ *   an offer not taken takes its channel out of the link's keeping.
  * - Links expire after LINK_TTL (the agent gives 2 s): policy and settings
  *   reach new connections that soon, as the agents re-read them every 2 s.
  * - fork: the child closes every link it inherited; the parent closes its
  *   acceptor links, since its listeners are now shared and another process
  *   could accept an offered connection (the agent grants no new link for a
  *   listener that two processes registered).
- * - The agent hears of a linked connection afterwards, by OPENED.
+ * - The agent lists a linked connection from the ledger (ledger.c).
  *
  * Locking: mu guards the tables; it is taken before the table lock when
  * both are needed (fork), never while holding it.
@@ -54,6 +62,7 @@
 #define PENDING_MAX	64	/* offers drained but not yet accepted */
 #define PENDING_KEEP_MS	1000	/* longer than any connector waits for its answer */
 #define OFFER_WAIT_MS	5	/* the connector's wait; the agent's peer wait adds 45 */
+#define CHANS_MAX	8	/* channels a link keeps mapped for reuse */
 
 /* An endpoint as the wire names it (ff_endpoint): address then port. */
 struct ep {
@@ -61,10 +70,15 @@ struct ep {
 	uint8_t len;
 };
 
-/* A channel ready to offer: mapped memfd, both bell ends. sh NULL: none. */
+/*
+ * A channel a link keeps mapped between connections (map NULL: free). On
+ * the connector's side, memfd stays open until an offer carried it to the
+ * acceptor (-1 after); the acceptor keeps the map under the same id.
+ */
 struct chan {
-	struct ff_shm *sh;
-	int memfd, bell[2];
+	struct ff_shm_map *map;
+	uint32_t id;
+	int memfd;
 };
 
 struct link {
@@ -75,15 +89,15 @@ struct link {
 	struct ep peer;		/* connector: the acceptor endpoint; acceptor: the connector (port unused) */
 	uint32_t ring;		/* connector: ring size of the channels it makes */
 	int64_t expires;	/* connector: ms, CLOCK_MONOTONIC */
-	/*
-	 * Connector: the next offer's channel, made while the previous offer
-	 * waited for its answer, so it costs the next connect() nothing.
-	 */
-	struct chan spare;
+	uint32_t next_chan;	/* connector: the number of its next channel (0: none yet) */
+	struct chan chans[CHANS_MAX];
 };
 
 struct pending {
-	int bell, memfd;	/* -1 bell: free slot */
+	int bell, memfd;	/* -1 bell: free slot; -1 memfd: a channel the link keeps */
+	uint32_t chan;		/* the connector's number of the channel; 0: kept by nobody */
+	int slot;		/* the link it came over, while its id is unchanged */
+	uint64_t id;
 	struct ep conn, acc;
 	int64_t at;
 };
@@ -93,7 +107,7 @@ struct ff_offer {
 	int bell;		/* our end of the bell pair */
 	int slot;		/* the link it went over, while its id is unchanged */
 	uint64_t id;
-	uint32_t ring;
+	uint32_t chan;		/* the link's number of the channel; 0: not kept */
 	/*
 	 * The acceptor, as connect() named it: once the offer is taken, the
 	 * acceptor resets the overlay socket, so getpeername may fail.
@@ -142,27 +156,12 @@ static int port_eq(const struct ep *a, const struct ep *b)
 	return !memcmp(a->b + a->len - 2, b->b + b->len - 2, 2);
 }
 
-static int chan_make(uint32_t ring, struct chan *ch)
-{
-	if (ff_shm_create(ring, &ch->memfd, &ch->sh))
-		return -1;
-	if (!socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ch->bell))
-		return 0;
-	ff_real.close(ch->memfd);
-	ff_shm_put(ch->sh);
-	ch->sh = NULL;
-	return -1;
-}
-
 static void chan_drop(struct chan *ch)
 {
-	if (!ch->sh)
-		return;
-	ff_real.close(ch->memfd);
-	ff_real.close(ch->bell[0]);
-	ff_real.close(ch->bell[1]);
-	ff_shm_put(ch->sh);
-	ch->sh = NULL;
+	ff_shm_map_put(ch->map);
+	if (ch->memfd >= 0)
+		ff_real.close(ch->memfd);
+	*ch = (struct chan){ .memfd = -1 };
 }
 
 /* mu held. */
@@ -170,20 +169,25 @@ static void link_close(struct link *l)
 {
 	ff_real.close(l->fd);
 	l->fd = -1;
-	chan_drop(&l->spare);
+	for (int i = 0; i < CHANS_MAX; i++)
+		chan_drop(&l->chans[i]);
 }
 
 static void pending_close(struct pending *p)
 {
 	ff_real.close(p->bell);
-	ff_real.close(p->memfd);
+	if (p->memfd >= 0)
+		ff_real.close(p->memfd);
 	p->bell = p->memfd = -1;
 }
 
 static void tables_init(void)
 {
-	for (int i = 0; i < LINK_MAX; i++)
+	for (int i = 0; i < LINK_MAX; i++) {
 		links[i].fd = -1;
+		for (int k = 0; k < CHANS_MAX; k++)
+			links[i].chans[k].memfd = -1;
+	}
 	for (int i = 0; i < PENDING_MAX; i++)
 		pend[i].bell = pend[i].memfd = -1;
 }
@@ -213,6 +217,9 @@ void ff_link_add(int fd, int acceptor, const struct sockaddr_storage *local,
 	struct link k = { .fd = fd, .acceptor = acceptor, .ring = ring };
 	struct link *l = NULL;
 
+	for (int i = 0; i < CHANS_MAX; i++)
+		k.chans[i].memfd = -1;
+
 	pthread_once(&init_once, tables_init);
 	if (to_ep(local, &k.self) || to_ep(remote, &k.peer)) {
 		ff_real.close(fd);
@@ -233,6 +240,27 @@ void ff_link_add(int fd, int acceptor, const struct sockaddr_storage *local,
 		ff_real.close(fd);
 	}
 	pthread_mutex_unlock(&mu);
+}
+
+/*
+ * Links are used only while the agent is there (one poll() per use): with
+ * it gone, new connections take the overlay as they would without links,
+ * and a restarted agent, which knows neither link nor ledger, gets the
+ * ledger again on the new session and hands new links.
+ */
+static int agent_there(void)
+{
+	if (ff_control_alive())
+		return 1;
+	pthread_mutex_lock(&mu);
+	for (int i = 0; i < nlinks; i++)
+		if (links[i].fd >= 0)
+			link_close(&links[i]);
+	for (int i = 0; i < PENDING_MAX; i++)
+		if (pend[i].bell >= 0)
+			pending_close(&pend[i]);
+	pthread_mutex_unlock(&mu);
+	return 0;
 }
 
 /* ---- the connecting side ---- */
@@ -297,111 +325,158 @@ static int bind_local(int fd, const struct ep *self, struct ep *local)
 	return 0;
 }
 
-/* Send the LINK_OFFER for conn -> acc with the acceptor's fds (mu held): 0 or -errno. */
-static int send_offer(int link, const struct ep *conn, const struct ep *acc, int fds[2])
+/*
+ * Send the LINK_OFFER for conn -> acc on channel chan with the acceptor's
+ * bell end and, unless it is -1, the memfd (mu held): 0 or -errno.
+ */
+static int send_offer(int link, const struct ep *conn, const struct ep *acc, uint32_t chan,
+		      int bell, int memfd)
 {
-	uint8_t buf[FF_HDR_LEN + 2 * (FF_ATTR_HDR_LEN + FF_EP6_LEN)];
+	uint8_t buf[FF_HDR_LEN + 3 * FF_ATTR_HDR_LEN + 2 * FF_EP6_LEN + 4];
 	union {
 		struct cmsghdr h;
 		char b[CMSG_SPACE(2 * sizeof(int))];
 	} ctl = { 0 };
+	int fds[2] = { bell, memfd }, nfds = memfd >= 0 ? 2 : 1;
 	struct ff_enc e;
 	struct iovec iov;
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
-			     .msg_control = ctl.b, .msg_controllen = sizeof(ctl.b) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b,
+			     .msg_controllen = CMSG_SPACE(nfds * sizeof(int)) };
 	int n;
 
 	ff_enc_start(&e, buf, sizeof(buf), FF_MSG_LINK_OFFER, 0);
 	ff_enc_attr(&e, FF_ATTR_LOCAL_EP, conn->b, conn->len);
 	ff_enc_attr(&e, FF_ATTR_REMOTE_EP, acc->b, acc->len);
+	ff_enc_u32(&e, FF_ATTR_CHANNEL, chan);
 	n = ff_enc_finish(&e);
 	if (n < 0)
 		return n;
 	iov = (struct iovec){ buf, (size_t)n };
 	ctl.h.cmsg_level = SOL_SOCKET;
 	ctl.h.cmsg_type = SCM_RIGHTS;
-	ctl.h.cmsg_len = CMSG_LEN(2 * sizeof(int));
-	memcpy(CMSG_DATA(&ctl.h), fds, 2 * sizeof(int));
+	ctl.h.cmsg_len = CMSG_LEN(nfds * sizeof(int));
+	memcpy(CMSG_DATA(&ctl.h), fds, nfds * sizeof(int));
 	return ff_real.sendmsg(link, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) == n ? 0 : -errno;
+}
+
+/* A channel of l both ends let go of, laid out afresh for the next offer (mu held), or NULL. */
+static struct chan *reuse(struct link *l)
+{
+	for (int i = 0; i < CHANS_MAX; i++)
+		if (l->chans[i].map && ff_shm_map_idle(l->chans[i].map)) {
+			ff_shm_map_reset(l->chans[i].map);
+			return &l->chans[i];
+		}
+	return NULL;
+}
+
+/*
+ * The channel for an offer over link l (mu held): a kept one, else a new
+ * one, kept if there is room (its number then nonzero). 0 with *sh (the
+ * connector's end), *chan and *memfd (-1 when the acceptor has it), or -errno.
+ */
+static int channel_for(struct link *l, struct ff_shm **sh, uint32_t *chan, int *memfd)
+{
+	struct chan *ch = reuse(l);
+	int ret;
+
+	if (ch) {
+		*chan = ch->id;
+		*memfd = ch->memfd;
+		ret = ff_shm_adopt(ch->map, FF_SHM_CONNECTOR, sh);
+		if (ret)
+			chan_drop(ch);
+		return ret;
+	}
+	ret = ff_shm_create(l->ring, memfd, sh);
+	*chan = 0;
+	for (int i = 0; !ret && i < CHANS_MAX; i++)
+		if (!l->chans[i].map) {
+			l->chans[i] = (struct chan){ ff_shm_map_get(*sh), ++l->next_chan, *memfd };
+			*chan = l->next_chan;
+			break;
+		}
+	return ret;
+}
+
+/* Offer fd's connection over l (mu held), with a new bell in o: 0 or -errno. */
+static int offer_over(struct link *l, int fd, const struct ep *to, struct ff_offer *o)
+{
+	struct ep from;
+	uint32_t chan = 0;
+	int bell[2], memfd = -1, ret;
+
+	if (bind_local(fd, &l->self, &from))
+		return -EADDRINUSE;
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, bell))
+		return -errno;
+	o->bell = bell[0];
+	ret = channel_for(l, &o->sh, &chan, &memfd);
+	o->slot = (int)(l - links);
+	o->id = l->id;
+	o->chan = chan;
+	if (!ret) {
+		ret = send_offer(l->fd, &from, to, chan, bell[1], memfd);
+		/* Full (the acceptor is behind): this one asks the agent. Else the link is dead. */
+		if (ret && ret != -EAGAIN)
+			link_close(l);
+	}
+	/* Sent, the acceptor has the memfd; unsent, only a kept channel needs it still. */
+	for (int i = 0; !ret && i < CHANS_MAX; i++)
+		if (chan && l->chans[i].map && l->chans[i].id == chan)
+			l->chans[i].memfd = -1;
+	if (memfd >= 0 && (!ret || !chan))
+		ff_real.close(memfd);
+	ff_real.close(bell[1]);
+	return ret;
 }
 
 struct ff_offer *ff_link_offer(int fd, const struct sockaddr *sa, socklen_t salen)
 {
 	struct sockaddr_storage dst = { 0 };
-	struct ep to, from, self;
-	struct chan ch = { 0 };
+	struct ep to;
 	struct ff_offer *o;
 	struct link *l;
-	int fds[2], ret;
+	int ret = -ENOENT;
 
-	if (!atomic_load_explicit(&any_link, memory_order_relaxed) || salen > sizeof(dst))
+	if (!atomic_load_explicit(&any_link, memory_order_relaxed) || salen > sizeof(dst) ||
+	    !agent_there())
 		return NULL;
 	memcpy(&dst, sa, salen);
 	if (to_ep(&dst, &to) || !(o = calloc(1, sizeof(*o))))
 		return NULL;
-	pthread_mutex_lock(&mu);
-	l = connector_link(&to);
-	if (l) {
-		o->slot = (int)(l - links);
-		o->id = l->id;
-		o->ring = l->ring;
-		self = l->self;
-		ch = l->spare;
-		l->spare.sh = NULL;
-	}
-	pthread_mutex_unlock(&mu);
-	if (!l || bind_local(fd, &self, &from) || (!ch.sh && chan_make(o->ring, &ch))) {
-		chan_drop(&ch);
-		free(o);
-		return NULL;
-	}
+	o->bell = -1;
 	o->dst = dst;
 	o->dstlen = salen;
-	o->sh = ch.sh;
-	o->bell = ch.bell[0];
-	fds[0] = ch.bell[1];
-	fds[1] = ch.memfd;
 	pthread_mutex_lock(&mu);
-	ret = -ESTALE;		/* the link was closed or replaced meanwhile */
-	if (links[o->slot].fd >= 0 && links[o->slot].id == o->id) {
-		ret = send_offer(links[o->slot].fd, &from, &to, fds);
-		/* Full (the acceptor is behind): this one asks the agent. Else the link is dead. */
-		if (ret && ret != -EAGAIN)
-			link_close(&links[o->slot]);
-	}
+	l = connector_link(&to);
+	if (l)
+		ret = offer_over(l, fd, &to, o);
 	pthread_mutex_unlock(&mu);
-	ff_real.close(ch.bell[1]);
-	ff_real.close(ch.memfd);
-	if (ret) {
+	if (!ret)
+		return o;
+	if (ret != -ENOENT)
 		ff_debug("link offer not sent: %s", strerror(-ret));
-		ff_offer_forget(o);
-		return NULL;
+	if (o->sh) {
+		ff_offer_free(o);
+	} else {
+		if (o->bell >= 0)
+			ff_real.close(o->bell);
+		free(o);
 	}
-	return o;
-}
-
-/* Make the link's next channel, unless it has one (or is gone). No lock held. */
-static void refill(const struct ff_offer *o)
-{
-	struct chan ch = { 0 };
-	int want;
-
-	pthread_mutex_lock(&mu);
-	want = links[o->slot].fd >= 0 && links[o->slot].id == o->id && !links[o->slot].spare.sh;
-	pthread_mutex_unlock(&mu);
-	if (!want || chan_make(o->ring, &ch))
-		return;
-	pthread_mutex_lock(&mu);
-	if (links[o->slot].fd >= 0 && links[o->slot].id == o->id && !links[o->slot].spare.sh) {
-		links[o->slot].spare = ch;
-		ch.sh = NULL;
-	}
-	pthread_mutex_unlock(&mu);
-	chan_drop(&ch);
+	return NULL;
 }
 
 void ff_offer_forget(struct ff_offer *o)
 {
+	struct link *l = &links[o->slot];
+
+	/* Not taken: its channel is not kept either (the acceptor never uses it). */
+	pthread_mutex_lock(&mu);
+	for (int i = 0; o->chan && l->fd >= 0 && l->id == o->id && i < CHANS_MAX; i++)
+		if (l->chans[i].map && l->chans[i].id == o->chan)
+			chan_drop(&l->chans[i]);
+	pthread_mutex_unlock(&mu);
 	ff_real.close(o->bell);
 	ff_shm_put(o->sh);
 	free(o);
@@ -478,7 +553,6 @@ int ff_offer_settle(struct ff_conn *c, struct ff_handover *h)
 	struct ff_offer *o = c->offer;
 
 	c->offer = NULL;
-	refill(o);	/* while the acceptor takes this one */
 	if (await_answer(o) == FF_OFFER_TAKEN) {
 		h->chan = o->bell;
 		h->shm = o->sh;
@@ -496,7 +570,7 @@ int ff_offer_settle(struct ff_conn *c, struct ff_handover *h)
  * Keep one drained offer (mu held): in a free slot, after dropping those
  * older than PENDING_KEEP_MS (withdrawn by now), else in the oldest's.
  */
-static void pending_add(const struct ep *conn, const struct ep *acc, int bell, int memfd)
+static void pending_add(const struct pending *in)
 {
 	struct pending *p = NULL;
 	int64_t now = now_ms();
@@ -509,7 +583,8 @@ static void pending_add(const struct ep *conn, const struct ep *acc, int bell, i
 			p = &pend[i];
 	if (p->bell >= 0)
 		pending_close(p);
-	*p = (struct pending){ .bell = bell, .memfd = memfd, .conn = *conn, .acc = *acc, .at = now };
+	*p = *in;
+	p->at = now;
 }
 
 /*
@@ -528,8 +603,8 @@ static int drain_one(struct link *l)
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
 			     .msg_control = ctl.b, .msg_controllen = sizeof(ctl.b) };
 	int fds[4], nfds = 0;
-	const struct ff_attr *ca, *aa;
-	struct ep conn, acc;
+	const struct ff_attr *ca, *aa, *ch;
+	struct pending p = { .memfd = -1, .slot = (int)(l - links), .id = l->id };
 	struct ff_msg m;
 	struct cmsghdr *cm;
 	ssize_t n = ff_real.recvmsg(l->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
@@ -547,20 +622,26 @@ static int drain_one(struct link *l)
 			for (int i = 0; i < k && nfds < 4; i++)
 				memcpy(&fds[nfds++], CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
 		}
-	ca = aa = NULL;
+	ca = aa = ch = NULL;
 	if (!(mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) && !ff_msg_decode(buf, (size_t)n, &m) &&
 	    m.type == FF_MSG_LINK_OFFER) {
 		ca = ff_msg_get(&m, FF_ATTR_LOCAL_EP);
 		aa = ff_msg_get(&m, FF_ATTR_REMOTE_EP);
+		ch = ff_msg_get(&m, FF_ATTR_CHANNEL);
 	}
-	if (nfds == 2 && ca && aa) {
-		conn.len = (uint8_t)ca->len;
-		memcpy(conn.b, ca->val, ca->len);
-		acc.len = (uint8_t)aa->len;
-		memcpy(acc.b, aa->val, aa->len);
+	/* The memfd comes with a channel's first offer only (and with every unkept one). */
+	if (ca && aa && ch && (nfds == 2 || (nfds == 1 && ff_attr_u32(ch)))) {
+		p.conn.len = (uint8_t)ca->len;
+		memcpy(p.conn.b, ca->val, ca->len);
+		p.acc.len = (uint8_t)aa->len;
+		memcpy(p.acc.b, aa->val, aa->len);
+		p.chan = ff_attr_u32(ch);
+		p.bell = fds[0];
+		if (nfds == 2)
+			p.memfd = fds[1];
 		/* Only for the container the link was granted for, to our listener. */
-		if (ip_eq(&conn, &l->peer) && port_eq(&acc, &l->self)) {
-			pending_add(&conn, &acc, fds[0], fds[1]);
+		if (ip_eq(&p.conn, &l->peer) && port_eq(&p.acc, &l->self)) {
+			pending_add(&p);
 			return 1;
 		}
 	}
@@ -582,6 +663,52 @@ static int pending_take(const struct ep *conn, const struct ep *acc, struct pend
 	return 0;
 }
 
+/* Keep map as l's channel chan (mu held), in place of the oldest if all are kept. */
+static void keep(struct link *l, uint32_t chan, struct ff_shm_map *map)
+{
+	struct chan *to = &l->chans[0];
+
+	for (int i = 0; i < CHANS_MAX; i++) {
+		struct chan *ch = &l->chans[i];
+
+		if (ch->map && ch->id == chan) {
+			to = ch;
+			break;
+		}
+		if (to->map && (!ch->map || ch->id < to->id))
+			to = ch;
+	}
+	chan_drop(to);
+	*to = (struct chan){ map, chan, -1 };
+}
+
+/*
+ * The acceptor's end of p's channel: mapped from the memfd that came with
+ * the offer (then kept by the link if the connector numbered it), or the
+ * one the link keeps under that number. 0, or -errno with *what.
+ */
+static int accepted_channel(const struct pending *p, struct ff_shm **sh, const char **what)
+{
+	struct link *l = &links[p->slot];
+	int ret = -ENOENT;
+
+	if (p->memfd >= 0) {
+		ret = ff_shm_open(p->memfd, FF_SHM_ACCEPTOR, sh, what);
+		if (ret || !p->chan)
+			return ret;
+	}
+	pthread_mutex_lock(&mu);
+	if (l->fd >= 0 && l->id == p->id && p->memfd >= 0)
+		keep(l, p->chan, ff_shm_map_get(*sh));
+	for (int i = 0; l->fd >= 0 && l->id == p->id && p->memfd < 0 && i < CHANS_MAX; i++)
+		if (l->chans[i].map && l->chans[i].id == p->chan)
+			ret = ff_shm_adopt(l->chans[i].map, FF_SHM_ACCEPTOR, sh);
+	pthread_mutex_unlock(&mu);
+	if (ret == -ENOENT)
+		*what = "no channel of that number is kept";
+	return p->memfd >= 0 ? 0 : ret;
+}
+
 int ff_link_take(const struct sockaddr_storage *local, const struct sockaddr_storage *remote,
 		 struct ff_handover *h)
 {
@@ -592,7 +719,7 @@ int ff_link_take(const struct sockaddr_storage *local, const struct sockaddr_sto
 	int found;
 
 	if (!atomic_load_explicit(&any_link, memory_order_relaxed) || to_ep(local, &acc) ||
-	    to_ep(remote, &conn))
+	    to_ep(remote, &conn) || !agent_there())
 		return 0;
 	pthread_mutex_lock(&mu);
 	/* Read each link dry: a dead one (EOF) is closed here, not left holding its queue. */
@@ -607,15 +734,14 @@ int ff_link_take(const struct sockaddr_storage *local, const struct sockaddr_sto
 	pthread_mutex_unlock(&mu);
 	if (!found)
 		return 0;
-	if (!ff_is_socket(p.bell, SOCK_STREAM, 1) ||
-	    ff_shm_open(p.memfd, FF_SHM_ACCEPTOR, &h->shm, &what) < 0) {
+	if (!ff_is_socket(p.bell, SOCK_STREAM, 1) || accepted_channel(&p, &h->shm, &what) < 0) {
 		/* No word to decide with: our closed bell end sends the connector to the agent too. */
 		ff_debug("link offer unusable, asking the agent: %s", *what ? what : "no bell socket");
-		ff_real.close(p.bell);
-		ff_real.close(p.memfd);
+		pending_close(&p);
 		return 0;
 	}
-	ff_real.close(p.memfd);
+	if (p.memfd >= 0)
+		ff_real.close(p.memfd);
 	if (atomic_compare_exchange_strong(ff_shm_word(h->shm, FF_SHM_OFF_OFFER), &want,
 					   FF_OFFER_TAKEN)) {
 		atomic_thread_fence(memory_order_seq_cst);

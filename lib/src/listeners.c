@@ -13,7 +13,8 @@
  *    with it (a daemon that forks after listen() and lets the parent exit).
  * Either event bumps a process-wide generation. The next session opened,
  * by whichever thread, first re-sends LISTEN for every listening socket
- * this process still has, then carries its own request: so after a
+ * this process still has (and its ledger, ledger.c), then carries its own
+ * request: so after a
  * restart, the connection on which a process notices is decided on a
  * fresh session, and the connection after it finds the listener back (the
  * one that noticed may take the overlay: its peer may have asked first).
@@ -98,5 +99,5 @@ int ff_listeners_resync(struct ff_agent *a)
 			return ret < 0 ? ret : -ECONNRESET;
 		note_answer(fd, &local, ret == 0);
 	}
-	return 0;
+	return ff_ledger_resend(a);
 }

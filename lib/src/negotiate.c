@@ -33,8 +33,9 @@
  *   the application, and FREEFLOW_DEBUG=1 says why.
  * - A connection between two processes that hold a link is decided over
  *   the link instead (link.c: offered before the SYN, taken at accept),
- *   and the agent only told afterwards (OPENED); if the link does not
- *   decide within 5 ms, both ends ask the agent as above.
+ *   and listed in the process's ledger, which the agent reads (ledger.c);
+ *   if the link does not decide within 5 ms, both ends ask the agent as
+ *   above.
  * - Loopback (127.0.0.0/8, ::1) is never asked about: it stays in the
  *   container's own kernel, and the agent refuses it (DENIED), so asking
  *   would cost a round trip per connection for nothing; Open MPI and
@@ -134,27 +135,26 @@ static void enc_endpoint(struct ff_enc *e, uint16_t type,
 }
 
 /*
- * One request on session a; want 0: a notification, no reply (r unused).
- * kind >= 0 is the PATH_KIND an OPENED reports.
+ * One request on session a; want 0: a notification, no reply (r unused),
+ * carrying fd unless it is -1. Without local, no endpoint (LEDGER).
  */
 static int request_on(struct ff_agent *a, uint8_t msg, const struct sockaddr_storage *local,
-		      const struct sockaddr_storage *remote, int kind, uint8_t want,
+		      const struct sockaddr_storage *remote, int fd, uint8_t want,
 		      struct ff_reply *r)
 {
-	uint8_t buf[FF_HDR_LEN + 3 * FF_ATTR_HDR_LEN + 2 * FF_EP6_LEN + 1];
+	uint8_t buf[FF_HDR_LEN + 2 * FF_ATTR_HDR_LEN + 2 * FF_EP6_LEN];
 	struct ff_enc e;
 	int n;
 
 	ff_enc_start(&e, buf, sizeof(buf), msg, ff_agent_next_seq(a));
-	enc_endpoint(&e, FF_ATTR_LOCAL_EP, local);
+	if (local)
+		enc_endpoint(&e, FF_ATTR_LOCAL_EP, local);
 	if (remote)
 		enc_endpoint(&e, FF_ATTR_REMOTE_EP, remote);
-	if (kind >= 0)
-		ff_enc_u8(&e, FF_ATTR_PATH_KIND, (uint8_t)kind);
 	n = ff_enc_finish(&e);
 	if (n < 0)
 		return n;
-	return want ? ff_agent_request(a, buf, n, want, r) : ff_agent_notify(a, buf, n);
+	return want ? ff_agent_request(a, buf, n, want, r) : ff_agent_notify(a, buf, n, fd);
 }
 
 /*
@@ -164,23 +164,33 @@ static int request_on(struct ff_agent *a, uint8_t msg, const struct sockaddr_sto
  * on a new session, which re-registers the listeners first (listeners.c).
  */
 static int request(uint8_t msg, const struct sockaddr_storage *local,
-		   const struct sockaddr_storage *remote, int kind, uint8_t want,
+		   const struct sockaddr_storage *remote, int fd, uint8_t want,
 		   struct ff_reply *r)
 {
 	struct ff_agent *a;
 	int ret, fresh;
 
-	if (skip_loopback(local))
+	if (local && skip_loopback(local))
 		return -EADDRNOTAVAIL;	/* before a session is even opened */
 	ff_busy = 1;
 	do {
 		fresh = ff_control_get(&a);
-		ret = fresh < 0 ? fresh : request_on(a, msg, local, remote, kind, want, r);
+		ret = fresh < 0 ? fresh : request_on(a, msg, local, remote, fd, want, r);
 		if (ret < 0 && fresh >= 0)
 			ff_control_broken(ret);
 	} while (ret == -ECONNRESET && fresh == 0);
 	ff_busy = 0;
 	return ret;
+}
+
+int ff_send_ledger(int memfd)
+{
+	return request(FF_MSG_LEDGER, NULL, NULL, memfd, 0, NULL);
+}
+
+int ff_send_ledger_on(struct ff_agent *a, int memfd)
+{
+	return request_on(a, FF_MSG_LEDGER, NULL, NULL, memfd, 0, NULL);
 }
 
 static int announce_reply(int ret, struct ff_reply *r)
@@ -386,23 +396,32 @@ static int ask_agent(uint8_t msg, const struct sockaddr_storage *local,
 
 /*
  * The decision for an established connection: over a link if one decides
- * it (then told to the agent with OPENED), else by the agent. 0 with h
- * filled for a fast path, -1 for the overlay (why says why).
+ * it (then *entry is its reserved ledger entry), else by the agent. 0 with
+ * h filled for a fast path, -1 for the overlay (why says why).
  */
 static int choose(struct ff_conn *c, uint8_t msg, const struct sockaddr_storage *local,
 		  const struct sockaddr_storage *remote, struct ff_handover *h,
-		  struct path_link *link, int *answered, char *why, size_t cap)
+		  struct path_link *link, int *answered, uint64_t *entry, char *why, size_t cap)
 {
 	int linked = 0;
 
-	if (msg == FF_MSG_CONNECT && c->offer)
-		linked = ff_offer_settle(c, h);
-	else if (msg == FF_MSG_ACCEPT)
+	/* A linked connection is always listed: no free entry, no link. */
+	if ((msg == FF_MSG_CONNECT && c->offer) || msg == FF_MSG_ACCEPT)
+		*entry = ff_ledger_reserve();
+	if (msg == FF_MSG_CONNECT && c->offer) {
+		if (*entry)
+			linked = ff_offer_settle(c, h);
+		else
+			ff_offer_free(c->offer);
+		c->offer = NULL;
+	} else if (msg == FF_MSG_ACCEPT && *entry) {
 		linked = ff_link_take(local, remote, h);
-	if (!linked)
-		return ask_agent(msg, local, remote, h, link, answered, why, cap);
-	*answered = request(FF_MSG_OPENED, local, remote, FF_PATH_SHM, 0, NULL) == 0;
-	return 0;
+	}
+	if (linked)
+		return 0;
+	ff_ledger_release(*entry);
+	*entry = 0;
+	return ask_agent(msg, local, remote, h, link, answered, why, cap);
 }
 
 void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
@@ -414,6 +433,7 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 	char why[160] = "";
 	int answered = 0, swapped;
 	uint32_t ring = 0;
+	uint64_t entry = 0;
 
 	if (msg == FF_MSG_CONNECT && c->offer)
 		ff_offer_peer(c->offer, &remote, &rl);
@@ -423,7 +443,8 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 		snprintf(why, sizeof(why), "not connected: %s", strerror(errno));
 	} else if (skip_loopback(&local)) {
 		snprintf(why, sizeof(why), "loopback connection: not negotiated");
-	} else if (choose(c, msg, &local, &remote, &h, &link, &answered, why, sizeof(why)) == 0) {
+	} else if (choose(c, msg, &local, &remote, &h, &link, &answered, &entry, why,
+			  sizeof(why)) == 0) {
 		fast = &h;
 		ring = h.shm ? (uint32_t)h.shm->size : 0;
 	}
@@ -435,12 +456,19 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 	c->remote_len = rl;
 	decide(fd, c, fast, msg == FF_MSG_ACCEPT);
 	swapped = c->state == FF_ST_SWAPPED;
+	if (entry && swapped) {
+		ff_ledger_publish(entry, &local, &remote, FF_SHM_HDR_SIZE + 2 * ring);
+		c->ledger = entry;
+		entry = 0;
+	}
 	if (h.shm)
 		ff_shm_put(h.shm);	/* the swap failed: not attached */
 	if (ff_conn_unref(c))
 		ff_conn_free(c);
 	ff_table_unlock();
-	if (link.fd >= 0 && swapped && ring)
+	ff_ledger_release(entry);
+	/* A link is used only once the agent has the ledger its connections go in. */
+	if (link.fd >= 0 && swapped && ring && ff_ledger_ready() == 0)
 		ff_link_add(link.fd, msg == FF_MSG_ACCEPT, &local, &remote, link.ttl_ms, ring);
 	else if (link.fd >= 0)
 		ff_real.close(link.fd);

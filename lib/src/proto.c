@@ -42,6 +42,7 @@ static const struct {
 	[FF_ATTR_REASON]	= { KIND_STR, 64 },
 	[FF_ATTR_CAPS]		= { KIND_FIXED, 4 },
 	[FF_ATTR_LINK_TTL]	= { KIND_FIXED, 4 },
+	[FF_ATTR_CHANNEL]	= { KIND_FIXED, 4 },
 };
 
 /* The present bitmask needs one bit per known type. */
@@ -80,8 +81,8 @@ static int msg_type_known(uint8_t type)
 	case FF_MSG_ACCEPT:
 	case FF_MSG_PATH:
 	case FF_MSG_CLOSED:
-	case FF_MSG_OPENED:
 	case FF_MSG_LINK_OFFER:
+	case FF_MSG_LEDGER:
 	case FF_MSG_REGISTER:
 	case FF_MSG_UNREGISTER:
 	case FF_MSG_LIST:

@@ -147,11 +147,12 @@ struct ff_conn {
 	struct sockaddr_storage local, remote;
 	socklen_t local_len, remote_len;
 	struct ff_epreg *epregs;
-	int opts_set;			/* the application set an option (then they are carried) */
+	int opts_set;			/* the application set a carried option (sockopt.c) */
 	int nopts;
 	struct ff_opt opts[FF_MAX_OPTS];
 	struct ff_shm *shm;		/* SWAPPED onto the shared-memory channel (shm.h) */
 	struct ff_offer *offer;		/* connecting over a link: the channel offered (link.c) */
+	uint64_t ledger;		/* linked: its entry in the ledger (ledger.c); 0 none */
 };
 
 /* Bits of ff_slot.flags. */
@@ -203,6 +204,11 @@ struct ff_agent;
 int ff_control_get(struct ff_agent **out);
 /* After a failed request (err < 0): forget the session if ff_agent closed it. */
 void ff_control_broken(int err);
+/*
+ * Whether the agent is there, on this thread's session (opened, or opened
+ * anew if the agent went away meanwhile, which re-sends what it lost).
+ */
+int ff_control_alive(void);
 void ff_control_atfork_child(void);
 void ff_control_init(void);
 
@@ -288,6 +294,33 @@ void ff_links_unlisten(const struct sockaddr_storage *local);
 void ff_links_atfork_prepare(void);
 void ff_links_atfork_parent(void);
 void ff_links_atfork_child(void);
+
+/* ---- ledger.c: this process's linked connections, as the agent reads them ---- */
+
+/*
+ * Make the ledger and hand it to the agent (once per process): 0 when the
+ * agent has it, else -errno (then no link may be used).
+ */
+int ff_ledger_ready(void);
+/* Reserve an entry for a connection about to be decided over a link; 0: none free (or no ledger). */
+uint64_t ff_ledger_reserve(void);
+/* Fill reserved entry e for the linked connection local -> remote (bytes of shm) and list it. */
+void ff_ledger_publish(uint64_t e, const struct sockaddr_storage *local,
+		       const struct sockaddr_storage *remote, uint32_t bytes);
+/* Give back a reserved entry that was not published (0: nothing). */
+void ff_ledger_release(uint64_t e);
+/* The linked connection of entry e is closed: unlist it. */
+void ff_ledger_close(uint64_t e);
+/* fork: the child's ledger is its parent's; it makes its own when it gets links. */
+void ff_ledger_atfork_prepare(void);
+void ff_ledger_atfork_locked(void);	/* after the table lock */
+void ff_ledger_atfork_parent(void);
+void ff_ledger_atfork_child(void);
+/* On a session just opened after one broke: LEDGER again, if there is a ledger. */
+int ff_ledger_resend(struct ff_agent *a);
+/* LEDGER on this thread's session, or on session a (negotiate.c): 0 or -errno. */
+int ff_send_ledger(int memfd);
+int ff_send_ledger_on(struct ff_agent *a, int memfd);
 
 /* ---- listeners.c: keeping the agent's listener table in step ---- */
 

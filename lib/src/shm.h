@@ -38,6 +38,7 @@
 #define FF_SHM_OFF_SWITCH_BY	64u
 #define FF_SHM_OFF_OFFER	128u	/* a link's offer word (link.c), own line */
 #define FF_SHM_OFF_OFFER_WAIT	192u	/* nonzero: its connector may sleep on the bell */
+#define FF_SHM_OFF_DONE		256u	/* u32 per role (connector, acceptor): let go for good */
 #define FF_SHM_OFF_CTL0		1024u
 #define FF_SHM_OFF_CTL1		1536u
 /* Control block field offsets. */
@@ -80,14 +81,26 @@ struct ff_shm_ring {
 	int waiters;			/* armed waiters of this process (wait_mu) */
 };
 
+/*
+ * A mapping of one memfd. Counted apart from the conns on it: a link keeps
+ * its channels mapped (link.c), for one connection after another.
+ */
+struct ff_shm_map {
+	_Atomic int refs;
+	uint8_t *base;
+	size_t len;
+	uint32_t ring;			/* ring_size, as checked at attach */
+};
+
 struct ff_shm {
 	_Atomic int refs;
 	_Atomic unsigned state;		/* FF_SHM_* bits */
 	_Atomic int nonblock;		/* O_NONBLOCK of the bell socket's file, as last set */
-	uint8_t *base;			/* the mapping */
-	size_t len;
+	struct ff_shm_map *map;		/* one reference */
+	uint8_t *base;			/* map->base */
 	uint64_t size;			/* ring_size, read once at attach */
 	uint32_t role;			/* enum ff_shm_role */
+	pid_t pid;			/* the process that attached it (a fork child's copy is not it) */
 	_Atomic uint32_t *switch_by;
 	struct ff_shm_ring tx, rx;
 	pthread_mutex_t wait_mu;	/* cons_wait/prod_wait, waiters, draining */
@@ -120,6 +133,22 @@ int ff_shm_open(int memfd, enum ff_shm_role role, struct ff_shm **out, const cha
  * (one reference) and *memfd (for the acceptor's copy), or -errno.
  */
 int ff_shm_create(uint32_t ring, int *memfd, struct ff_shm **out);
+/*
+ * A new connection on a channel already mapped: 0 with *out (one
+ * reference; the map gets one more), or -ENOMEM.
+ */
+int ff_shm_adopt(struct ff_shm_map *m, enum ff_shm_role role, struct ff_shm **out);
+/* One more reference to sh's mapping, for keeping it past the connection. */
+struct ff_shm_map *ff_shm_map_get(struct ff_shm *sh);
+void ff_shm_map_put(struct ff_shm_map *m);
+/*
+ * Whether both ends of the channel let go of it for good (the last
+ * reference to each end's struct ff_shm went), after a connection the
+ * acceptor took: then nobody touches it and its connector may reuse it.
+ */
+int ff_shm_map_idle(const struct ff_shm_map *m);
+/* Lay the header out as new for the next offer (only when idle), offer word OFFERED. */
+void ff_shm_map_reset(struct ff_shm_map *m);
 /*
  * Table lock held: c, whose bell socket was just put at its fd (O_NONBLOCK
  * as nonblock), takes sh.

@@ -159,44 +159,32 @@ static void ring_init(struct ff_shm_ring *r, uint8_t *ctl, uint8_t *data)
 	r->waiters = 0;
 }
 
-/* Map memfd, whose rings are ring bytes, for role: 0 with *out, or -ENOMEM. */
-static int map_memfd(int memfd, uint32_t ring, enum ff_shm_role role, struct ff_shm **out)
+/* A conn's view of mapping m (whose reference it takes) for role: 0 with *out, or -ENOMEM. */
+static int view(struct ff_shm_map *m, enum ff_shm_role role, struct ff_shm **out)
 {
-	size_t len = FF_SHM_HDR_SIZE + 2 * (size_t)ring;
 	pthread_condattr_t ca;
 	struct ff_shm *sh = calloc(1, sizeof(*sh));
-	uint8_t *base, *d0, *d1;
+	uint8_t *d0, *d1;
 
 	if (!sh)
 		return -ENOMEM;
-	/*
-	 * Not populated: MAP_POPULATE allocated and zeroed all of both rings
-	 * at every connect and accept (0.3-0.6 ms each, most of a short
-	 * connection's setup; lib/README.md). A page faults in once, when the
-	 * stream first passes it, and a connection that moves few bytes never
-	 * allocates the rest (the agent's budget counts on that).
-	 */
-	base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
-	if (base == MAP_FAILED) {
-		free(sh);
-		return -ENOMEM;
-	}
 	atomic_init(&sh->refs, 1);
 	atomic_init(&sh->state, 0);
-	sh->base = base;
-	sh->len = len;
-	sh->size = ring;
+	sh->map = m;
+	sh->base = m->base;
+	sh->size = m->ring;
 	sh->role = role;
+	sh->pid = getpid();
 	sh->switch_by = ff_shm_word(sh, FF_SHM_OFF_SWITCH_BY);
-	d0 = base + FF_SHM_HDR_SIZE;
-	d1 = d0 + ring;
+	d0 = m->base + FF_SHM_HDR_SIZE;
+	d1 = d0 + m->ring;
 	/* The connector produces into ring 0. */
 	if (role == FF_SHM_CONNECTOR) {
-		ring_init(&sh->tx, base + FF_SHM_OFF_CTL0, d0);
-		ring_init(&sh->rx, base + FF_SHM_OFF_CTL1, d1);
+		ring_init(&sh->tx, m->base + FF_SHM_OFF_CTL0, d0);
+		ring_init(&sh->rx, m->base + FF_SHM_OFF_CTL1, d1);
 	} else {
-		ring_init(&sh->tx, base + FF_SHM_OFF_CTL1, d1);
-		ring_init(&sh->rx, base + FF_SHM_OFF_CTL0, d0);
+		ring_init(&sh->tx, m->base + FF_SHM_OFF_CTL1, d1);
+		ring_init(&sh->rx, m->base + FF_SHM_OFF_CTL0, d0);
 	}
 	pthread_mutex_init(&sh->wait_mu, NULL);
 	pthread_condattr_init(&ca);
@@ -205,6 +193,91 @@ static int map_memfd(int memfd, uint32_t ring, enum ff_shm_role role, struct ff_
 	pthread_condattr_destroy(&ca);
 	*out = sh;
 	return 0;
+}
+
+/* Map memfd, whose rings are ring bytes, for role: 0 with *out, or -ENOMEM. */
+static int map_memfd(int memfd, uint32_t ring, enum ff_shm_role role, struct ff_shm **out)
+{
+	struct ff_shm_map *m = calloc(1, sizeof(*m));
+
+	if (!m)
+		return -ENOMEM;
+	/*
+	 * Not populated: MAP_POPULATE allocated and zeroed all of both rings
+	 * at every connect and accept (0.3-0.6 ms each, most of a short
+	 * connection's setup; lib/README.md). A page faults in once, when the
+	 * stream first passes it, and a connection that moves few bytes never
+	 * allocates the rest (the agent's budget counts on that).
+	 */
+	m->len = FF_SHM_HDR_SIZE + 2 * (size_t)ring;
+	m->base = mmap(NULL, m->len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+	m->ring = ring;
+	atomic_init(&m->refs, 1);
+	if (m->base != MAP_FAILED && !view(m, role, out))
+		return 0;
+	if (m->base != MAP_FAILED)
+		munmap(m->base, m->len);
+	free(m);
+	return -ENOMEM;
+}
+
+int ff_shm_adopt(struct ff_shm_map *m, enum ff_shm_role role, struct ff_shm **out)
+{
+	int ret = view(m, role, out);
+
+	if (!ret)
+		atomic_fetch_add(&m->refs, 1);
+	return ret;
+}
+
+struct ff_shm_map *ff_shm_map_get(struct ff_shm *sh)
+{
+	atomic_fetch_add(&sh->map->refs, 1);
+	return sh->map;
+}
+
+void ff_shm_map_put(struct ff_shm_map *m)
+{
+	if (!m || atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1)
+		return;
+	munmap(m->base, m->len);
+	free(m);
+}
+
+static _Atomic uint32_t *map_word(const struct ff_shm_map *m, size_t off)
+{
+	return (_Atomic uint32_t *)(void *)(m->base + off);
+}
+
+int ff_shm_map_idle(const struct ff_shm_map *m)
+{
+	return atomic_load_explicit(map_word(m, FF_SHM_OFF_OFFER), memory_order_acquire) ==
+		       FF_OFFER_TAKEN &&
+	       atomic_load_explicit(map_word(m, FF_SHM_OFF_DONE), memory_order_acquire) &&
+	       atomic_load_explicit(map_word(m, FF_SHM_OFF_DONE + 4), memory_order_acquire);
+}
+
+void ff_shm_map_reset(struct ff_shm_map *m)
+{
+	static const size_t words[] = {
+		FF_SHM_OFF_SWITCH_BY, FF_SHM_OFF_OFFER_WAIT, FF_SHM_OFF_DONE, FF_SHM_OFF_DONE + 4,
+	};
+	static const size_t ctl[] = {
+		FF_SHM_CTL_CONS_WAIT, FF_SHM_CTL_PROD_WAIT, FF_SHM_CTL_CONS_BUSY,
+		FF_SHM_CTL_PROD_SHUT, FF_SHM_CTL_CONS_CLOSED,
+	};
+
+	for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
+		atomic_store_explicit(map_word(m, words[i]), 0, memory_order_relaxed);
+	for (size_t b = FF_SHM_OFF_CTL0; b <= FF_SHM_OFF_CTL1; b += FF_SHM_OFF_CTL1 - FF_SHM_OFF_CTL0) {
+		atomic_store_explicit((_Atomic uint64_t *)(void *)(m->base + b + FF_SHM_CTL_HEAD), 0,
+				      memory_order_relaxed);
+		atomic_store_explicit((_Atomic uint64_t *)(void *)(m->base + b + FF_SHM_CTL_TAIL), 0,
+				      memory_order_relaxed);
+		for (size_t i = 0; i < sizeof(ctl) / sizeof(ctl[0]); i++)
+			atomic_store_explicit(map_word(m, b + ctl[i]), 0, memory_order_relaxed);
+	}
+	atomic_store_explicit(map_word(m, FF_SHM_OFF_OFFER), FF_OFFER_OFFERED, memory_order_release);
 }
 
 int ff_shm_open(int memfd, enum ff_shm_role role, struct ff_shm **out, const char **why)
@@ -300,7 +373,14 @@ void ff_shm_put(struct ff_shm *sh)
 {
 	if (atomic_fetch_sub_explicit(&sh->refs, 1, memory_order_acq_rel) != 1)
 		return;
-	munmap(sh->base, sh->len);
+	/*
+	 * Nothing of this process touches the rings again: a link may reuse
+	 * them. Not said by a fork child dropping its copy: its parent goes on.
+	 */
+	if (sh->pid == getpid())
+		atomic_store_explicit(ff_shm_word(sh, FF_SHM_OFF_DONE + 4 * (sh->role - 1)), 1,
+				      memory_order_release);
+	ff_shm_map_put(sh->map);
 	pthread_mutex_destroy(&sh->tx.mu);
 	pthread_mutex_destroy(&sh->rx.mu);
 	pthread_mutex_destroy(&sh->wait_mu);

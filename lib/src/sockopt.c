@@ -42,6 +42,22 @@ static const int carried_tcp[] = {
 	TCP_NODELAY, TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT, TCP_USER_TIMEOUT,
 	TCP_CORK, TCP_QUICKACK,
 };
+static const int carried_sol[] = {
+	SO_RCVTIMEO, SO_SNDTIMEO, SO_LINGER, SO_KEEPALIVE, SO_RCVLOWAT, SO_RCVBUF, SO_SNDBUF,
+};
+
+/* Whether a swap carries option (level, name) over (SO_REUSEADDR, for one, has no use after). */
+static int carried(int level, int name)
+{
+	const int *l = level == SOL_SOCKET ? carried_sol : level == IPPROTO_TCP ? carried_tcp : NULL;
+	size_t n = level == SOL_SOCKET ? sizeof(carried_sol) / sizeof(int) :
+					  sizeof(carried_tcp) / sizeof(int);
+
+	for (size_t i = 0; l && i < n; i++)
+		if (l[i] == name)
+			return 1;
+	return 0;
+}
 
 static int default_value(int level, int name)
 {
@@ -85,23 +101,24 @@ void ff_sockopt_inherit(struct ff_conn *c, const struct ff_conn *l)
 /* Table lock held, before the dup3 of the swap. */
 void ff_sockopt_carry(int oldfd, int newfd, struct ff_conn *c)
 {
-	static const int sol[] = { SO_RCVTIMEO, SO_SNDTIMEO, SO_LINGER, SO_KEEPALIVE, SO_RCVLOWAT };
 	char v[32];
 	socklen_t len;
 
 	/*
 	 * A socket pair's options start as a TCP socket's do, and the TCP
 	 * options are only emulated when they differ from the defaults: with
-	 * none set, there is nothing to carry (some 20 system calls saved on
+	 * none of the carried ones set, there is nothing to carry (some 20 system calls saved on
 	 * every connection's setup). A host-tcp socket is the agent's, with its
 	 * own settings (TCP_NODELAY), so the application's are always copied.
 	 */
 	if (!c->opts_set && c->kern_family == AF_UNIX)
 		return;
-	for (size_t i = 0; i < sizeof(sol) / sizeof(sol[0]); i++) {
+	/* The sizes only as the application set them (the top says why): from c->opts. */
+	for (size_t i = 0; i < sizeof(carried_sol) / sizeof(carried_sol[0]); i++) {
 		len = sizeof(v);
-		if (ff_real.getsockopt(oldfd, SOL_SOCKET, sol[i], v, &len) == 0)
-			ff_real.setsockopt(newfd, SOL_SOCKET, sol[i], v, len);
+		if (carried_sol[i] != SO_RCVBUF && carried_sol[i] != SO_SNDBUF &&
+		    ff_real.getsockopt(oldfd, SOL_SOCKET, carried_sol[i], v, &len) == 0)
+			ff_real.setsockopt(newfd, SOL_SOCKET, carried_sol[i], v, len);
 	}
 	for (size_t i = 0; i < sizeof(carried_tcp) / sizeof(carried_tcp[0]); i++) {
 		int val;
@@ -216,7 +233,7 @@ int ff_sockopt_set(int fd, int level, int name, const void *val, socklen_t len)
 		return 1;
 	ff_table_lock();
 	c = s->conn;
-	if (c)
+	if (c && carried(level, name))
 		c->opts_set = 1;
 	if (c && app_set_size(c, level, name) && val && len >= sizeof(int) &&
 	    (o = find_opt(c, level, name, 1)))

@@ -36,7 +36,7 @@
  *
  * Every event is one line in the log file ("hello", "ask", "swap", "swap
  * shm link", "overlay <reason>", "hostile <case>", "listen <pid>",
- * "unlisten", "closed", "opened <kind>"), which the
+ * "unlisten", "closed", "ledger <fd>" or "ledger refused"), which the
  * tests read to check what really happened. When its parent dies without stopping it (a crash, the
  * runner's timeout), the agent removes the test's temporary directory.
  */
@@ -54,6 +54,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -450,13 +451,53 @@ static inline int fa_peer_pid(int fd)
 	return (int)cr.pid;
 }
 
+/*
+ * LEDGER: keep a memfd that is a ledger as docs/PROTOCOL.md describes it
+ * (size, seals, header) open, and log its fd number, where the tests read
+ * it (t_ledger_ends); close anything else.
+ */
+static inline void fa_ledger(struct fa_state *st, int lfd)
+{
+	const int seals = F_SEAL_SHRINK | F_SEAL_GROW;
+	uint32_t hdr[4] = { 0 };
+	struct stat sb;
+
+	if (lfd >= 0 && !fstat(lfd, &sb) && pread(lfd, hdr, sizeof(hdr), 0) == sizeof(hdr) &&
+	    !memcmp(hdr, "FFLG", 4) && hdr[1] == 1 && hdr[2] >= 1 && hdr[2] <= 65536 &&
+	    hdr[3] == 64 && sb.st_size == 64 + 64 * (off_t)hdr[2] &&
+	    (fcntl(lfd, F_GET_SEALS) & seals) == seals) {
+		fa_log(st, "ledger %d", lfd);
+		return;
+	}
+	fa_log(st, "ledger refused");
+	if (lfd >= 0)
+		close(lfd);
+}
+
 static inline void fa_request(struct fa_state *st, int fd)
 {
 	static uint8_t in[FF_MAX_MESSAGE];
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int))];
+	} ctl;
+	struct iovec iov = { in, sizeof(in) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+			     .msg_control = ctl.b, .msg_controllen = sizeof(ctl.b) };
 	struct ff_msg m;
-	ssize_t n = recv(fd, in, sizeof(in), 0);
+	ssize_t n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+	struct cmsghdr *cm = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL;
+	int rfd = -1;
 	const struct ff_attr *l;
 	uint16_t port;
+
+	if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
+	    cm->cmsg_len == CMSG_LEN(sizeof(int)))
+		memcpy(&rfd, CMSG_DATA(cm), sizeof(int));
+	if (rfd >= 0 && (n <= 0 || ff_msg_decode(in, (size_t)n, &m) || m.type != FF_MSG_LEDGER)) {
+		close(rfd);
+		rfd = -1;
+	}
 
 	if (n <= 0 || ff_msg_decode(in, (size_t)n, &m)) {
 		close(fd);
@@ -504,12 +545,9 @@ static inline void fa_request(struct fa_state *st, int fd)
 	case FF_MSG_CLOSED:	/* a notification: never answered */
 		fa_log(st, "closed");
 		break;
-	case FF_MSG_OPENED: {	/* a notification: a link decided a connection */
-		const struct ff_attr *k = ff_msg_get(&m, FF_ATTR_PATH_KIND);
-
-		fa_log(st, "opened %u", k ? ff_attr_u8(k) : 99u);
+	case FF_MSG_LEDGER:	/* a notification: never answered */
+		fa_ledger(st, rfd);
 		break;
-	}
 	case FF_MSG_CONNECT:
 	case FF_MSG_ACCEPT:
 		fa_broker(st, fd, &m);

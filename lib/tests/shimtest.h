@@ -225,13 +225,76 @@ static inline int t_agent_await(const char *word, int want)
 }
 
 /*
+ * Linked connection ends that the processes of this test opened (all, or
+ * only those still open), as their ledgers say: the fake agent keeps each
+ * ledger's memfd open and logs its fd ("ledger <fd>"), which this reads
+ * through /proc (docs/PROTOCOL.md, "The ledger", has the layout).
+ */
+static inline int t_ledger_ends(int live)
+{
+	char p[PATH_MAX + 16], line[256];
+	uint64_t total = 0;
+	FILE *f;
+	int lfd;
+
+	t_path(p, sizeof(p), "agent.log");
+	f = fopen(p, "r");
+	if (!f)
+		return -1;
+	/* A ledger sent again (a new session) is the same memfd: counted once. */
+	ino_t seen[64];
+	int nseen = 0;
+
+	while (fgets(line, sizeof(line), f)) {
+		uint32_t seq;
+		uint64_t opened;
+		char magic[4];
+		struct stat sb;
+		int dup = 0;
+
+		if (sscanf(line, "ledger %d", &lfd) != 1)
+			continue;
+		snprintf(p, sizeof(p), "/proc/%s/fd/%d", getenv("FF_TEST_AGENT_PID"), lfd);
+		lfd = open(p, O_RDONLY | O_CLOEXEC);
+		if (lfd < 0)
+			continue;
+		/* A line of an agent since restarted names an fd of another file, or none. */
+		fstat(lfd, &sb);
+		for (int i = 0; i < nseen; i++)
+			dup |= seen[i] == sb.st_ino;
+		if (dup || nseen == 64 || pread(lfd, magic, 4, 0) != 4 || memcmp(magic, "FFLG", 4)) {
+			close(lfd);
+			continue;
+		}
+		seen[nseen++] = sb.st_ino;
+		if (!live && pread(lfd, &opened, 8, 16) == 8)
+			total += opened;
+		for (off_t at = 64; live && pread(lfd, &seq, 4, at) == 4; at += 64)
+			total += seq & 1;
+		close(lfd);
+	}
+	fclose(f);
+	return (int)total;
+}
+
+/* t_ledger_ends once it reaches want, or what it is after T_SLACK_MS. */
+static inline int t_ledger_await(int live, int want)
+{
+	int64_t end = t_ms() + T_SLACK_MS;
+	int n;
+
+	while ((n = t_ledger_ends(live)) < want && t_ms() < end)
+		usleep(1000);
+	return n;
+}
+
+/*
  * Connections set up on a fast path, by the agent (a swap) or over a link
- * (an OPENED shm from each end, which may still be on its way: waits up to
- * T_SLACK_MS for want).
+ * (an entry in the ledger of each end; waits up to T_SLACK_MS for want).
  */
 static inline int t_fast_conns(void)
 {
-	return t_agent_count("swap") + t_agent_count("opened 3") / 2;
+	return t_agent_count("swap") + t_ledger_ends(0) / 2;
 }
 
 static inline int t_fast_await(int want)
@@ -264,7 +327,8 @@ static inline int t_channel_domain(void)
  * Mappings of the fake agent's shm memfds ("ff-shm") in process pid (0:
  * this one); *first, if given, gets the start of the first (NULL if none).
  */
-static inline int t_shm_maps_of(pid_t pid, uint8_t **first)
+/* Mappings in process pid (0: this one) of memfds named name, the first at *first. */
+static inline int t_maps_named(pid_t pid, const char *name, uint8_t **first)
 {
 	char path[64], line[512];
 	unsigned long lo;
@@ -280,8 +344,7 @@ static inline int t_shm_maps_of(pid_t pid, uint8_t **first)
 	if (!(f = fopen(path, "r")))
 		return -1;
 	while (fgets(line, sizeof(line), f)) {
-		/* The fake agent's memfds, or those a connector made for a link offer. */
-		if (!strstr(line, "/memfd:ff-shm") && !strstr(line, "/memfd:freeflow-shm"))
+		if (!strstr(line, name))
 			continue;
 		if (!n++ && first && sscanf(line, "%lx-", &lo) == 1)
 			*first = (uint8_t *)lo;
@@ -290,9 +353,49 @@ static inline int t_shm_maps_of(pid_t pid, uint8_t **first)
 	return n;
 }
 
+/* Channels a connector made for a link offer, mapped in pid. */
+static inline int t_kept_maps_of(pid_t pid)
+{
+	return t_maps_named(pid, "/memfd:freeflow-shm", NULL);
+}
+
+/* Shm channels mapped in pid: the fake agent's memfds, or a connector's for a link offer. */
+static inline int t_shm_maps_of(pid_t pid, uint8_t **first)
+{
+	int n = t_maps_named(pid, "/memfd:ff-shm", first);
+	uint8_t *kept;
+	int k = t_maps_named(pid, "/memfd:freeflow-shm", &kept);
+
+	if (n < 0 || k < 0)
+		return -1;
+	if (first && !*first)
+		*first = kept;
+	return n + k;
+}
+
 static inline int t_shm_maps(void)
 {
 	return t_shm_maps_of(0, NULL);
+}
+
+/*
+ * Among this process's mappings of channels a connector made for a link
+ * (kept by the link between connections), those whose acceptor has not
+ * let go yet: its done word (docs/SHM.md, offset 260) is still 0.
+ */
+static inline int t_kept_channels_held(void)
+{
+	char line[512];
+	unsigned long lo;
+	FILE *f = fopen("/proc/self/maps", "r");
+	int n = 0;
+
+	while (f && fgets(line, sizeof(line), f))
+		if (strstr(line, "/memfd:freeflow-shm") && sscanf(line, "%lx-", &lo) == 1)
+			n += !__atomic_load_n((uint32_t *)(lo + 260), __ATOMIC_ACQUIRE);
+	if (f)
+		fclose(f);
+	return n;
 }
 
 /* The first shm mapping of this process: both ends of a pair map the same memory. */
@@ -655,14 +758,23 @@ static inline int t_paced_client(int go, uint16_t port, int conns, size_t n)
  * must be swapped and carry t_exchange_nth's streams of n bytes; then the
  * client must exit 0.
  */
-static inline void t_serve_sequence(int (*client)(uint16_t port), int conns, size_t n)
+/* A listener here, with client(its port) run in a forked child (*pid): the listener. */
+static inline int t_fork_client(int (*client)(uint16_t port), pid_t *pid)
 {
 	uint16_t port;
-	int lfd = t_listen(AF_INET, &port), fd;
-	pid_t pid = fork();
+	int lfd = t_listen(AF_INET, &port);
 
-	if (pid == 0)
+	*pid = fork();
+	if (*pid == 0)
 		_exit(client(port));
+	return lfd;
+}
+
+static inline void t_serve_sequence(int (*client)(uint16_t port), int conns, size_t n)
+{
+	pid_t pid;
+	int lfd = t_fork_client(client, &pid), fd;
+
 	for (int i = 0; i < conns; i++) {
 		fd = accept(lfd, NULL, NULL);
 		CHECK(fd >= 0, "accept %d: %s", i, strerror(errno));

@@ -342,7 +342,7 @@ static void test_notify(int answer)
 		ff_enc_start(&e, buf, sizeof(buf), FF_MSG_CLOSED, ff_agent_next_seq(&f.a));
 		ff_enc_attr(&e, FF_ATTR_LOCAL_EP, "\x0a\xf4\x01\x01\x9c\x40", FF_EP4_LEN);
 		ff_enc_attr(&e, FF_ATTR_REMOTE_EP, "\x0a\xf4\x01\x02\x1f\x90", FF_EP4_LEN);
-		ret = ff_agent_notify(&f.a, buf, ff_enc_finish(&e));
+		ret = ff_agent_notify(&f.a, buf, ff_enc_finish(&e), -1);
 		CHECK(ret == 0, "%s: CLOSED %d: %d", who, i, ret);
 	}
 	ms = now_ms() - t0;

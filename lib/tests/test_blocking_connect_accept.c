@@ -20,16 +20,12 @@ static int client(uint16_t port)
 
 int main(int argc, char **argv)
 {
-	uint16_t port;
 	int lfd, fd;
 	pid_t pid;
 
 	(void)argc;
 	t_shim_setup(argv, FA_BROKER);
-	lfd = t_listen(AF_INET, &port);
-	pid = fork();
-	if (pid == 0)
-		_exit(client(port));
+	lfd = t_fork_client(client, &pid);
 	fd = accept(lfd, NULL, NULL);
 	CHECK(fd >= 0, "accept: %s", strerror(errno));
 	CHECK(t_swapped(fd), "server fd not swapped (kernel family %d)", t_real_domain(fd));

@@ -24,7 +24,7 @@ static int client(uint16_t port)
 	int64_t linked_at = 0;
 
 	for (int i = 0; i < CONNS; i++) {
-		int fd, asks = t_agent_count("ask"), opened = t_agent_count("opened 3");
+		int fd, asks = t_agent_count("ask"), opened = t_ledger_ends(0);
 		int64_t t0;
 
 		if (conns[i].after_ttl)
@@ -45,9 +45,9 @@ static int client(uint16_t port)
 			CHECK(t_agent_count("ask") == asks,
 			      "connection %d: %d asks, not %d: it did not go over the link", i,
 			      t_agent_count("ask"), asks);
-			CHECK(t_agent_await("opened 3", opened + 2) == opened + 2,
-			      "connection %d: %d OPENED shm, not %d", i, t_agent_count("opened 3"),
-			      opened + 2);
+			CHECK(t_ledger_await(0, opened + 2) == opened + 2,
+			      "connection %d: %d linked ends in the ledgers, not %d", i,
+			      t_ledger_ends(0), opened + 2);
 		} else {
 			CHECK(t_agent_count("ask") == asks + 2,
 			      "connection %d: %d asks, not %d: the agent did not decide it", i,

@@ -51,7 +51,7 @@ int main(int argc, char **argv)
 	      t_agent_count("ask") - asks);
 	CHECK(t_agent_count("swap shm link") == 2, "%d swaps with a link, not 2",
 	      t_agent_count("swap shm link"));
-	CHECK(t_agent_await("opened 3", 2) == 2, "%d OPENED shm, not 2: only connection %d "
-	      "goes over a link", t_agent_count("opened 3"), OVER_NEW_LINK);
+	CHECK(t_ledger_await(0, 2) == 2, "%d linked ends, not 2: only connection %d "
+	      "goes over a link", t_ledger_ends(0), OVER_NEW_LINK);
 	return t_shim_finish();
 }

@@ -34,8 +34,8 @@ enum ff_msg_type {
 	FF_MSG_ACCEPT		= 0x13,
 	FF_MSG_PATH		= 0x14,
 	FF_MSG_CLOSED		= 0x15,
-	FF_MSG_OPENED		= 0x16,	/* a connection a link decided (notification) */
 	FF_MSG_LINK_OFFER	= 0x17,	/* library to library, over a link only */
+	FF_MSG_LEDGER		= 0x18,	/* the process's ledger memfd (notification) */
 	FF_MSG_REGISTER		= 0x40,
 	FF_MSG_UNREGISTER	= 0x41,
 	FF_MSG_LIST		= 0x42,
@@ -69,6 +69,7 @@ enum ff_attr_type {
 	/* 18-20 (NONCE, TIME, MAC) are agent to agent: unknown here. */
 	FF_ATTR_CAPS		= 21,	/* u32, FF_CAP_* bits (HELLO) */
 	FF_ATTR_LINK_TTL	= 22,	/* u32, ms a link may carry new offers (PATH shm) */
+	FF_ATTR_CHANNEL		= 23,	/* u32, a link's channel number (LINK_OFFER) */
 	FF_ATTR__COUNT			/* one past the highest known type */
 };
 

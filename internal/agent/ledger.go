@@ -1,0 +1,350 @@
+package agent
+
+// Design note: the ledger (PROTOCOL.md, "Links", "The ledger").
+//
+// The agent hears of no linked connection one by one: a notice per
+// connection end cost it more CPU than the link saved. A process that uses
+// links lists its live linked connections in a memfd instead, its ledger,
+// and hands it over once (LEDGER). The agent maps it read-only and
+// MAP_SHARED, so it sees the library's writes, closes the descriptor, and
+// reads the mapping only when it lists or counts: CONNS, STATUS, and the
+// budget checks of a link grant and of a channel's reservation (shm.go).
+// A ledger belongs to its process (the session's pid, from the kernel): a
+// new LEDGER of that pid replaces it, and it is unmapped once the process
+// is gone, which every read checks first. Either way its opened count is
+// folded into the totals.
+//
+// The library can write the memory while the agent reads it, so nothing
+// read from it is trusted. The size and the slot count are those checked
+// at LEDGER, and the memfd is sealed against shrinking and growing, so the
+// mapping cannot fault past its end. An entry is read as a seqlock (seq,
+// the fields, seq again, all atomic loads) and taken only when both seq
+// reads are the same odd value and its lengths and path are valid. A lie
+// costs only the liar: its own listing and its container's budget.
+//
+// Reading a memfd page that was never written allocates it, charged to
+// the reader. A ledger is up to 4 MiB, of which a library writes only the
+// pages of the entries it ever had live at once, so the agent reads only
+// the pages mincore reports resident: a page never written holds no entry.
+// A page the kernel swapped out is skipped as well until the library
+// touches it again; its entries are missing from the listing and the
+// budget meanwhile.
+
+import (
+	"encoding/binary"
+	"maps"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/freeflow-net/freeflow/internal/directory"
+	"github.com/freeflow-net/freeflow/internal/protocol"
+	"golang.org/x/sys/unix"
+)
+
+// The ledger's layout, in host byte order (PROTOCOL.md, "The ledger").
+const (
+	ledgerMagic      = "FFLG"
+	ledgerVersion    = 1
+	ledgerHeaderSize = 64
+	ledgerEntrySize  = 64
+	ledgerMaxSlots   = 1 << 16
+	ledgerOffOpened  = 16 // header: u64, linked connections the process ever opened
+
+	entryOffBytes     = 4  // u32: the shm memory the entry's channel holds
+	entryOffLocalLen  = 8  // u8: 6 or 18
+	entryOffRemoteLen = 9  // u8: 6 or 18
+	entryOffPath      = 10 // u8: 3, shm
+	entryOffLocal     = 12 // an endpoint attribute's value, 18 bytes of room
+	entryOffRemote    = 30 // likewise
+	entryFieldsEnd    = 48 // the fields end here; the rest of the entry is 0
+)
+
+// ledgerSeals are the seals a ledger needs so that its mapping keeps its
+// size; the library adds F_SEAL_SEAL too, which the agent does not need.
+const ledgerSeals = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW
+
+// ledger is one process's ledger, mapped.
+type ledger struct {
+	self directory.Container // the process's container
+	mem  []byte              // read-only, 64 + 64 * slots bytes, as checked at LEDGER
+	ino  uint64              // the memfd's inode: the same ledger sent again
+}
+
+// ledgerEntry is a live entry: one end of a linked connection.
+type ledgerEntry struct {
+	bytes         uint32
+	local, remote netip.AddrPort
+}
+
+// ledgers holds the ledger of every process that sent one.
+type ledgers struct {
+	mu     sync.Mutex // guards m and folded; held while a mapping is read, so none is unmapped under a reader
+	m      map[int32]*ledger
+	folded uint64 // opened of the ledgers replaced or dropped
+}
+
+func newLedgers() *ledgers { return &ledgers{m: map[int32]*ledger{}} }
+
+// handleLedger applies LEDGER, a notification: the memfd it carries
+// becomes the ledger of the caller's process.
+func (s *session) handleLedger() error {
+	if err := s.libraryRequest(protocol.TypeLedger); err != nil {
+		return err
+	}
+	if len(s.inFDs) != 1 {
+		return protocol.Errorf(protocol.CodeInvalid,
+			"LEDGER carries %d file descriptors; it carries exactly one, the process's ledger memfd", len(s.inFDs))
+	}
+	return s.a.ledgers.add(s.pid, s.self, s.inFDs[0])
+}
+
+// add maps the ledger memfd fd (the caller keeps fd) as the ledger of
+// process pid in container self, replacing the one pid had.
+//
+// A library sends its ledger again on a new session after a session broke
+// (the agent may have restarted); the same memfd (inode) again changes
+// nothing, so its opened count is not folded in twice.
+func (s *ledgers) add(pid int32, self directory.Container, fd int) error {
+	mem, ino, err := mapLedger(fd)
+	if err != nil {
+		return err
+	}
+	s.prune() // nobody may list for a while: processes that are gone leave room here
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old := s.m[pid]; old != nil && old.ino == ino {
+		unix.Munmap(mem)
+		return nil
+	}
+	if s.m[pid] != nil {
+		s.dropLocked(pid)
+	}
+	s.m[pid] = &ledger{self: self, mem: mem, ino: ino}
+	return nil
+}
+
+// mapLedger checks that fd is a ledger memfd (size, seals, header) and
+// maps it read-only; it returns the mapping and the memfd's inode.
+func mapLedger(fd int) ([]byte, uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, 0, protocol.Errorf(protocol.CodeInvalid, "LEDGER's descriptor cannot be read (fstat: %v); send the ledger memfd", err)
+	}
+	size := st.Size
+	if size < ledgerHeaderSize+ledgerEntrySize || size > ledgerHeaderSize+ledgerMaxSlots*ledgerEntrySize ||
+		(size-ledgerHeaderSize)%ledgerEntrySize != 0 {
+		return nil, 0, protocol.Errorf(protocol.CodeInvalid,
+			"LEDGER's descriptor is not a ledger memfd of 64 + 64 * slots bytes, 1 to %d slots (it has %d bytes); make it as PROTOCOL.md says",
+			ledgerMaxSlots, size)
+	}
+	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0) // EINVAL: not a memfd
+	if err != nil || seals&ledgerSeals != ledgerSeals {
+		return nil, 0, protocol.Errorf(protocol.CodeInvalid,
+			"LEDGER's memfd is not sealed against shrinking and growing (seals %#x, %v); seal it with F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL",
+			seals, err)
+	}
+	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, 0, protocol.Errorf(protocol.CodeInternal, "the agent could not map a ledger of %d bytes: %v", size, err)
+	}
+	if err := checkLedgerHeader(mem); err != nil {
+		unix.Munmap(mem)
+		return nil, 0, err
+	}
+	return mem, st.Ino, nil
+}
+
+// checkLedgerHeader checks the header of the ledger mapped at mem, whose
+// size is already checked.
+func checkLedgerHeader(mem []byte) error {
+	slots := (len(mem) - ledgerHeaderSize) / ledgerEntrySize
+	magic, version, n, entry := load32(mem, 0), load32(mem, 4), load32(mem, 8), load32(mem, 12)
+	var bad string
+	switch {
+	case magic != binary.NativeEndian.Uint32([]byte(ledgerMagic)):
+		bad = "it does not start with FFLG"
+	case version != ledgerVersion:
+		bad = "its version is not 1"
+	case n != uint32(slots):
+		bad = "its slots do not match its size"
+	case entry != ledgerEntrySize:
+		bad = "its entry_size is not 64"
+	default:
+		return nil
+	}
+	return protocol.Errorf(protocol.CodeInvalid,
+		"LEDGER's memfd has no valid ledger header: %s (version %d, slots %d, entry_size %d, %d bytes); write the header as PROTOCOL.md says",
+		bad, version, n, entry, len(mem))
+}
+
+// prune drops the ledgers of processes that are gone. Pids are checked
+// outside the lock.
+func (s *ledgers) prune() {
+	s.mu.Lock()
+	gone := maps.Clone(s.m)
+	s.mu.Unlock()
+	for pid := range gone {
+		if alive(pid) {
+			delete(gone, pid)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for pid, l := range gone {
+		if s.m[pid] == l { // not replaced meanwhile by a new process of that pid
+			s.dropLocked(pid)
+		}
+	}
+}
+
+// dropLocked unmaps pid's ledger, keeping its opened count.
+func (s *ledgers) dropLocked(pid int32) {
+	l := s.m[pid]
+	s.folded += l.opened()
+	unix.Munmap(l.mem)
+	delete(s.m, pid)
+}
+
+// close unmaps every ledger (the agent stops).
+func (s *ledgers) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for pid := range s.m {
+		s.dropLocked(pid)
+	}
+}
+
+// read prunes, then calls fn for every ledger with the store locked, and
+// returns the opened count of the ledgers dropped so far.
+func (s *ledgers) read(fn func(*ledger)) (folded uint64) {
+	s.prune()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range s.m {
+		fn(l)
+	}
+	return s.folded
+}
+
+// held returns the bytes of the live entries of container id's ledgers.
+func (s *ledgers) held(id string) uint64 {
+	var n uint64
+	s.read(func(l *ledger) {
+		if l.self.ID == id {
+			l.each(func(e ledgerEntry) { n += uint64(e.bytes) })
+		}
+	})
+	return n
+}
+
+// counts returns what STATUS adds from the ledgers: the linked connections
+// ever opened, the live entries and their bytes.
+func (s *ledgers) counts() (opened uint64, live int, bytes uint64) {
+	folded := s.read(func(l *ledger) {
+		opened += l.opened()
+		l.each(func(e ledgerEntry) {
+			live++
+			bytes += uint64(e.bytes)
+		})
+	})
+	return opened + folded, live, bytes
+}
+
+// ledgerEnd is a live entry and the container of its ledger.
+type ledgerEnd struct {
+	self directory.Container
+	ledgerEntry
+}
+
+// ends returns the live entries of every ledger.
+func (s *ledgers) ends() []ledgerEnd {
+	var out []ledgerEnd
+	s.read(func(l *ledger) {
+		l.each(func(e ledgerEntry) { out = append(out, ledgerEnd{l.self, e}) })
+	})
+	return out
+}
+
+// ledgerConns lists the live ledger entries as connection ends of their
+// process's container; the remote container is the one of this host that
+// has the remote address, as a link joins two processes of this host.
+func (a *Agent) ledgerConns() []ConnInfo {
+	var out []ConnInfo
+	for _, e := range a.ledgers.ends() {
+		peer, _ := a.dir.LookupIP(e.remote.Addr().String())
+		if peer.Host != a.cfg.Host {
+			peer = directory.Container{}
+		}
+		out = append(out, connInfo(e.self, peer, e.local, e.remote, decision{kind: pathShm}))
+	}
+	return out
+}
+
+// opened is the header's count of linked connections ever opened.
+func (l *ledger) opened() uint64 {
+	return atomic.LoadUint64((*uint64)(unsafe.Pointer(&l.mem[ledgerOffOpened])))
+}
+
+// each calls fn for every live entry of l, reading only resident pages.
+func (l *ledger) each(fn func(ledgerEntry)) {
+	page := os.Getpagesize()
+	resident := residentPages(l.mem, page)
+	for off := ledgerHeaderSize; off < len(l.mem); off += ledgerEntrySize {
+		if resident != nil && resident[off/page]&1 == 0 {
+			continue
+		}
+		if e, ok := readEntry(l.mem, off); ok {
+			fn(e)
+		}
+	}
+}
+
+// residentPages returns mincore's vector for mem (bit 0 of byte i: page i
+// is in memory), or nil if mincore fails: then every page is read.
+func residentPages(mem []byte, page int) []byte {
+	vec := make([]byte, (len(mem)+page-1)/page)
+	_, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&mem[0])), uintptr(len(mem)), uintptr(unsafe.Pointer(&vec[0])))
+	if errno != 0 {
+		return nil
+	}
+	return vec
+}
+
+// readEntry reads the entry at off of a ledger mapped at mem; ok is false
+// unless it is live, read whole and valid.
+func readEntry(mem []byte, off int) (e ledgerEntry, ok bool) {
+	seq := load32(mem, off)
+	if seq&1 == 0 {
+		return e, false
+	}
+	var f [entryFieldsEnd]byte // a copy of the fields, taken word by word
+	for w := 4; w < entryFieldsEnd; w += 4 {
+		binary.NativeEndian.PutUint32(f[w:], load32(mem, off+w))
+	}
+	if load32(mem, off) != seq || f[entryOffPath] != pathShm {
+		return e, false
+	}
+	local, okLocal := entryEndpoint(f[:], entryOffLocal, f[entryOffLocalLen])
+	remote, okRemote := entryEndpoint(f[:], entryOffRemote, f[entryOffRemoteLen])
+	if !okLocal || !okRemote {
+		return e, false
+	}
+	return ledgerEntry{bytes: binary.NativeEndian.Uint32(f[entryOffBytes:]), local: unmapEP(local), remote: unmapEP(remote)}, true
+}
+
+// entryEndpoint decodes the endpoint of n bytes at off in an entry's
+// fields, which have room for 18; ParseEndpoint takes only 6 or 18.
+func entryEndpoint(f []byte, off int, n byte) (netip.AddrPort, bool) {
+	if n > 18 {
+		return netip.AddrPort{}, false
+	}
+	return protocol.ParseEndpoint(f[off : off+int(n)])
+}
+
+// load32 is an atomic load of the u32 at off (a multiple of 4) of a mapping.
+func load32(mem []byte, off int) uint32 {
+	return atomic.LoadUint32((*uint32)(unsafe.Pointer(&mem[off])))
+}

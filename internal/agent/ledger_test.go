@@ -1,0 +1,597 @@
+package agent
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/freeflow-net/freeflow/internal/directory"
+	"github.com/freeflow-net/freeflow/internal/protocol"
+	"golang.org/x/sys/unix"
+)
+
+// testLedger is a ledger as a library keeps it: a memfd the test maps
+// read-write and writes entries into, as PROTOCOL.md ("The ledger") says.
+type testLedger struct {
+	name string // of the memfd, as /proc/self/maps and /proc/self/fd show it
+	fd   int    // -1 once closed
+	mem  []byte
+}
+
+const sealsAll = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
+
+// newTestLedger makes a ledger of slots entries as the library does.
+func newTestLedger(t *testing.T, slots uint32) *testLedger {
+	t.Helper()
+	return newLedgerMemfd(t, ledgerHeaderSize+int64(slots)*ledgerEntrySize, slots, sealsAll)
+}
+
+// newLedgerMemfd makes a memfd of size bytes with a ledger header that
+// says slots, sealed with seals; the test undoes it when it ends.
+func newLedgerMemfd(t *testing.T, size int64, slots uint32, seals int) *testLedger {
+	t.Helper()
+	l := &testLedger{name: "fft-ledger-" + randName(8), fd: -1}
+	fd, err := unix.MemfdCreate(l.name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.fd = fd
+	t.Cleanup(l.closeFD)
+	if err := unix.Ftruncate(fd, size); err != nil {
+		t.Fatal(err)
+	}
+	if l.mem, err = unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Munmap(l.mem) })
+	l.header(ledgerMagic, ledgerVersion, slots, ledgerEntrySize)
+	if seals != 0 {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return l
+}
+
+func (l *testLedger) closeFD() {
+	if l.fd >= 0 {
+		unix.Close(l.fd)
+		l.fd = -1
+	}
+}
+
+func (l *testLedger) header(magic string, version, slots, entrySize uint32) {
+	copy(l.mem, magic)
+	binary.NativeEndian.PutUint32(l.mem[4:], version)
+	binary.NativeEndian.PutUint32(l.mem[8:], slots)
+	binary.NativeEndian.PutUint32(l.mem[12:], entrySize)
+}
+
+func (l *testLedger) setOpened(n uint64) {
+	atomic.StoreUint64((*uint64)(unsafe.Pointer(&l.mem[ledgerOffOpened])), n)
+}
+
+func (l *testLedger) word(off int) *uint32 { return (*uint32)(unsafe.Pointer(&l.mem[off])) }
+
+func entryOff(i int) int { return ledgerHeaderSize + i*ledgerEntrySize }
+
+// publish writes entry i's fields, then makes its seq odd, as the library
+// opens an entry.
+func (l *testLedger) publish(i int, f [entryFieldsEnd]byte) {
+	for w := 4; w < entryFieldsEnd; w += 4 {
+		atomic.StoreUint32(l.word(entryOff(i)+w), binary.NativeEndian.Uint32(f[w:]))
+	}
+	if atomic.AddUint32(l.word(entryOff(i)), 1)&1 == 0 {
+		panic("publish of a live entry")
+	}
+}
+
+// free makes entry i's seq even, as the library closes an entry.
+func (l *testLedger) free(i int) {
+	if atomic.AddUint32(l.word(entryOff(i)), 1)&1 != 0 {
+		panic("free of a free entry")
+	}
+}
+
+// put publishes entry i: a shm end from local to remote holding bytes.
+func (l *testLedger) put(i int, bytes uint32, local, remote string) {
+	l.publish(i, entryFields(bytes, local, remote))
+}
+
+// entryFields encodes an entry's fields; the endpoints keep their form
+// (an IPv4-mapped address stays 18 bytes).
+func entryFields(bytes uint32, local, remote string) (f [entryFieldsEnd]byte) {
+	ep := func(s string) []byte {
+		ap := netip.MustParseAddrPort(s)
+		return binary.BigEndian.AppendUint16(ap.Addr().AsSlice(), ap.Port())
+	}
+	binary.NativeEndian.PutUint32(f[entryOffBytes:], bytes)
+	f[entryOffLocalLen] = byte(copy(f[entryOffLocal:], ep(local)))
+	f[entryOffRemoteLen] = byte(copy(f[entryOffRemote:], ep(remote)))
+	f[entryOffPath] = pathShm
+	return f
+}
+
+// agentMaps counts the read-only shared mappings of memfd name in this
+// process: the agent's (the test maps its ledgers read-write).
+func agentMaps(t *testing.T, name string) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 6 && f[1] == "r--s" && f[5] == "/memfd:"+name {
+			n++
+		}
+	}
+	return n
+}
+
+// openFDs counts this process's descriptors of memfd name.
+func openFDs(t *testing.T, name string) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		if target, _ := os.Readlink("/proc/self/fd/" + e.Name()); target == "/memfd:"+name+" (deleted)" {
+			n++
+		}
+	}
+	return n
+}
+
+// neighbour is a second container of the test host; remoteContainer is
+// on another.
+var neighbour = directory.Container{ID: "nb0", Name: "neighbour", Host: testHost, IP: "10.244.1.20", Tenant: "blue", FreeFlow: true}
+
+func linkedEnd(local, remote, remoteContainer string) ConnInfo {
+	return ConnInfo{Local: local, Remote: remote, LocalContainer: "self", RemoteContainer: remoteContainer, Path: "shm"}
+}
+
+// The live entries of a process's ledger are listed in CONNS as shm ends
+// of its container, with the connections the agent answered, and counted
+// in STATUS; the agent keeps a read-only mapping and no descriptor, and
+// an entry the library frees is gone from both.
+func TestLedgerListedAndCounted(t *testing.T) {
+	a := startAgent(t, newFakeDir(ffSelf, neighbour, remoteContainer), nil)
+	cli := fastPathListed(t, a, 47100) // two ends the agent answered, unix
+	l := newTestLedger(t, 200)
+	l.setOpened(10)
+	l.put(0, uint32(shmBytes), selfCli(47000), selfSrv)
+	l.put(1, 1000, selfCli(47001), neighbour.IP+":9000")
+	l.put(2, 2000, selfCli(47002), "10.244.1.77:80")                          // no container
+	l.put(150, 3000, "[::ffff:10.244.1.9]:47003", "[::ffff:10.244.2.5]:5432") // on another page; remote on another host
+	if err := cli.ledger(l.fd); err != nil {
+		t.Fatal(err)
+	}
+	wantNoReplies(t, cli)
+	if n, m := openFDs(t, l.name), agentMaps(t, l.name); n != 1 || m != 1 {
+		t.Fatalf("%d descriptors and %d read-only mappings of the ledger; want the test's descriptor and the agent's mapping", n, m)
+	}
+
+	answered := a.live.list()
+	want := append([]ConnInfo{
+		linkedEnd(selfCli(47000), selfSrv, "self"),
+		linkedEnd(selfCli(47001), neighbour.IP+":9000", "neighbour"),
+		linkedEnd(selfCli(47002), "10.244.1.77:80", ""),
+		linkedEnd(selfCli(47003), "10.244.2.5:5432", ""),
+	}, answered...)
+	sortConns(want)
+	if got := a.connList(); len(answered) != 2 || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("conns:\n got %+v\nwant %+v", got, want)
+	}
+	c := a.status().Connections
+	if c.FastPath != 12 || c.Shm != 10 || c.Unix != 2 || c.Live != 6 || c.ShmBytes != shmBytes+6000 {
+		t.Errorf("counters %+v; want the 2 answered unix ends plus opened 10 as shm, 6 live, %d shm bytes", c, shmBytes+6000)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(l.fd, &st); err != nil || st.Blocks*512 != 2*int64(os.Getpagesize()) {
+		t.Errorf("the ledger holds %d bytes of memory (%v); want the 2 pages the test wrote: reading allocates no other", st.Blocks*512, err)
+	}
+
+	l.free(1)
+	l.free(150)
+	want = append([]ConnInfo{
+		linkedEnd(selfCli(47000), selfSrv, "self"),
+		linkedEnd(selfCli(47002), "10.244.1.77:80", ""),
+	}, answered...)
+	sortConns(want)
+	if got := a.connList(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("conns after two entries were freed:\n got %+v\nwant %+v", got, want)
+	}
+	if c := a.status().Connections; c.Shm != 10 || c.Live != 4 || c.ShmBytes != shmBytes+2000 {
+		t.Errorf("counters after two entries were freed: %+v; want opened 10, 4 live, %d shm bytes", c, shmBytes+2000)
+	}
+}
+
+// ledgerRefusal is a LEDGER the agent must refuse: the descriptors it
+// carries, and what its error must name.
+type ledgerRefusal struct {
+	name string
+	fds  func(t *testing.T) []int
+	says string
+}
+
+// badLedger returns the descriptor of a ledger with one live entry, spoilt
+// by spoil, which may also replace the memfd.
+func badLedger(spoil func(l *testLedger)) func(t *testing.T) []int {
+	return func(t *testing.T) []int {
+		l := newTestLedger(t, 2)
+		spoil(l)
+		return []int{l.fd}
+	}
+}
+
+// liveLedger makes a ledger memfd with opened 7 and, if it has room, one
+// live entry, so that accepting it by mistake shows in CONNS and STATUS.
+func liveLedger(t *testing.T, size int64, slots uint32, seals int) *testLedger {
+	l := newLedgerMemfd(t, size, slots, seals)
+	l.setOpened(7)
+	if size >= ledgerHeaderSize+ledgerEntrySize {
+		l.put(0, 100, selfCli(47200), selfSrv)
+	}
+	return l
+}
+
+func ledgerRefusals() []ledgerRefusal {
+	fdsOf := func(mk func(t *testing.T) *testLedger) func(t *testing.T) []int {
+		return func(t *testing.T) []int { return []int{mk(t).fd} }
+	}
+	sized := func(size int64, slots uint32) func(t *testing.T) []int {
+		return fdsOf(func(t *testing.T) *testLedger { return liveLedger(t, size, slots, sealsAll) })
+	}
+	sealed := func(seals int) func(t *testing.T) []int {
+		return fdsOf(func(t *testing.T) *testLedger { return liveLedger(t, 64+64*2, 2, seals) })
+	}
+	spoilt := func(magic string, version, slots, entrySize uint32) func(t *testing.T) []int {
+		return fdsOf(func(t *testing.T) *testLedger {
+			l := liveLedger(t, 64+64*2, 2, sealsAll)
+			l.header(magic, version, slots, entrySize)
+			return l
+		})
+	}
+	return []ledgerRefusal{
+		{"no descriptor", func(*testing.T) []int { return nil }, "carries 0 file descriptors"},
+		{"two descriptors", func(t *testing.T) []int {
+			return []int{liveLedger(t, 128, 1, sealsAll).fd, liveLedger(t, 128, 1, sealsAll).fd}
+		}, "carries 2 file descriptors"},
+		{"a pipe", func(t *testing.T) []int {
+			var p [2]int
+			if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { unix.Close(p[0]); unix.Close(p[1]) })
+			return p[:1]
+		}, "not a ledger memfd"},
+		{"no slots", sized(64, 0), "not a ledger memfd"},
+		{"not whole entries", sized(64+64*2+8, 2), "not a ledger memfd"},
+		{"over 65536 slots", sized(64+64*65537, 65537), "not a ledger memfd"},
+		{"unsealed", sealed(0), "not sealed"},
+		{"may grow", sealed(unix.F_SEAL_SHRINK | unix.F_SEAL_SEAL), "not sealed"},
+		{"may shrink", sealed(unix.F_SEAL_GROW | unix.F_SEAL_SEAL), "not sealed"},
+		{"bad magic", spoilt("FFLX", 1, 2, 64), "FFLG"},
+		{"version 2", spoilt(ledgerMagic, 2, 2, 64), "version"},
+		{"slots 0", spoilt(ledgerMagic, 1, 0, 64), "slots"},
+		{"slots beyond the size", spoilt(ledgerMagic, 1, 3, 64), "slots"},
+		{"entry_size 32", spoilt(ledgerMagic, 1, 2, 32), "entry_size"},
+	}
+}
+
+// A LEDGER that is not exactly one sealed ledger memfd with a valid
+// header is refused with INVALID, saying what is wrong; on the wire it
+// gets no reply, nothing is listed or counted, and the session goes on.
+func TestLedgerRefused(t *testing.T) {
+	a := startAgent(t, newFakeDir(ffSelf), nil)
+	cli := newLib(t, a)
+	for _, c := range ledgerRefusals() {
+		fds := c.fds(t)
+		s := &session{a: a.Agent, pid: int32(os.Getpid()), self: ffSelf, inFDs: fds}
+		err := s.handleLedger()
+		var pe *protocol.Error
+		if !errors.As(err, &pe) || pe.Code != protocol.CodeInvalid || !strings.Contains(pe.Msg(), c.says) {
+			t.Errorf("%s: LEDGER gave %v; want INVALID saying %q", c.name, err, c.says)
+		}
+		if err := cli.ledger(fds...); err != nil {
+			t.Fatalf("%s: send LEDGER: %v", c.name, err)
+		}
+		wantNoReplies(t, cli)
+		if got, n := a.connList(), a.status().Connections; len(got) != 0 || n.Shm != 0 || n.Live != 0 || n.ShmBytes != 0 {
+			t.Errorf("%s: after the refused LEDGER: conns %+v, counters %+v; want nothing", c.name, got, n)
+		}
+	}
+}
+
+// The retired OPENED (0x16) is no notification any more: it is answered
+// ERROR UNKNOWN like any unknown type, and the session goes on.
+func TestRetiredOpenedIsUnknown(t *testing.T) {
+	a := startAgent(t, newFakeDir(ffSelf), nil)
+	c := dialRaw(t, a.cfg.LibrarySocket())
+	if err := c.WriteMsg(protocol.New(protocol.TypeHello, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if m, _, err := c.ReadMsg(); err != nil || m.Type != protocol.TypeHelloReply {
+		t.Fatalf("HELLO: %v, %v", m, err)
+	}
+	opened := encode(t, protocol.New(protocol.TypeClosed, 2,
+		protocol.Endpoint(protocol.AttrLocalEndpoint, netip.MustParseAddrPort(selfCli(47300))),
+		protocol.Endpoint(protocol.AttrRemoteEndpoint, netip.MustParseAddrPort(selfSrv)),
+		protocol.U8(protocol.AttrPathKind, pathShm)))
+	opened[3] = 0x16 // the encoder knows no type 0x16
+	sendBytes(t, c, opened)
+	wantError(t, c, protocol.CodeUnknown, 2)
+	if err := c.WriteMsg(protocol.New(protocol.TypeLookup, 3, protocol.IP(netip.MustParseAddr(selfIP)))); err != nil {
+		t.Fatal(err)
+	}
+	if m, _, err := c.ReadMsg(); err != nil || m.Type != protocol.TypeLookupReply || m.Seq != 3 {
+		t.Fatalf("LOOKUP after the ERROR: %v, %v; want its reply", m, err)
+	}
+}
+
+// An entry is taken only when it is live (odd seq) and valid: lengths 6
+// or 18 and path shm; nothing in it can make the agent read out of bounds.
+func TestLedgerTornEntriesSkipped(t *testing.T) {
+	a := startAgent(t, newFakeDir(ffSelf), nil)
+	cli := newLib(t, a)
+	l := newTestLedger(t, 16)
+	good := entryFields(100, selfCli(47400), selfSrv)
+	with := func(off int, v byte) [entryFieldsEnd]byte { f := good; f[off] = v; return f }
+	l.put(0, 100, selfCli(47400), selfSrv)
+	l.put(1, 100, selfCli(47401), selfSrv)
+	l.free(1) // fields intact, seq even
+	l.publish(2, with(entryOffLocalLen, 7))
+	l.publish(3, with(entryOffRemoteLen, 0))
+	l.publish(4, with(entryOffLocalLen, 255))
+	l.publish(5, with(entryOffRemoteLen, 17))
+	l.publish(6, with(entryOffPath, pathUnix))
+	l.publish(7, with(entryOffPath, pathOverlay))
+	l.put(8, 100, "[fd00::9]:47408", "[fd00::8]:8080")
+	if err := cli.ledger(l.fd); err != nil {
+		t.Fatal(err)
+	}
+	wantNoReplies(t, cli)
+	want := []ConnInfo{linkedEnd(selfCli(47400), selfSrv, "self"), linkedEnd("[fd00::9]:47408", "[fd00::8]:8080", "")}
+	sortConns(want)
+	if got := a.connList(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("conns:\n got %+v\nwant %+v", got, want)
+	}
+
+	// Random bytes anywhere, the header too: the agent never panics and
+	// takes only entries that pass the checks.
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 200 {
+		for i := range l.mem {
+			l.mem[i] = byte(rng.Uint32())
+			if rng.IntN(4) == 0 { // make many seqs odd and many lengths right
+				l.mem[i] = []byte{1, 3, 6, 18, pathShm}[rng.IntN(5)]
+			}
+		}
+		for _, c := range a.connList() {
+			_, errLocal := netip.ParseAddrPort(c.Local)
+			_, errRemote := netip.ParseAddrPort(c.Remote)
+			if c.Path != "shm" || c.LocalContainer != "self" || errLocal != nil || errRemote != nil {
+				t.Fatalf("conns entry from random bytes: %+v", c)
+			}
+		}
+		a.status()
+	}
+}
+
+// An entry rewritten while the agent reads it is never taken half old,
+// half new: the library's writer makes the two ports equal in every
+// entry it publishes, and the reader must never see them differ.
+func TestLedgerEntryReadWhileWritten(t *testing.T) {
+	l := newTestLedger(t, 1)
+	l.put(0, 1, selfCli(1), selfCli(1))
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for port := 2; ; port = port%60000 + 2 {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			l.free(0)
+			l.put(0, uint32(port), selfCli(port), selfCli(port))
+		}
+	}()
+	taken, deadline := 0, time.Now().Add(300*time.Millisecond)
+	for time.Now().Before(deadline) {
+		for range 1000 {
+			e, ok := readEntry(l.mem, ledgerHeaderSize)
+			if !ok {
+				continue
+			}
+			taken++
+			if e.local != e.remote || uint32(e.local.Port()) != e.bytes {
+				close(stop)
+				<-done
+				t.Fatalf("entry read torn: local %v, remote %v, bytes %d", e.local, e.remote, e.bytes)
+			}
+		}
+	}
+	close(stop)
+	<-done
+	if taken == 0 {
+		t.Fatal("no entry was ever read whole; the reader takes nothing")
+	}
+}
+
+// A second LEDGER of the same process replaces its first, which the
+// agent unmaps, keeping its opened count in the totals; a refused one
+// replaces nothing. The agent unmaps the rest when it stops.
+func TestLedgerReplacedKeepsOpened(t *testing.T) {
+	a := startAgent(t, newFakeDir(ffSelf), nil)
+	cli := newLib(t, a)
+	first, second := newTestLedger(t, 4), newTestLedger(t, 4)
+	first.setOpened(5)
+	first.put(0, 100, selfCli(48000), selfSrv)
+	second.setOpened(2)
+	second.put(0, 200, selfCli(48001), selfSrv)
+	second.put(1, 300, selfCli(48002), selfSrv)
+
+	if err := cli.ledger(first.fd); err != nil {
+		t.Fatal(err)
+	}
+	wantNoReplies(t, cli)
+	if c := a.status().Connections; c.Shm != 5 || c.FastPath != 5 || c.Live != 1 || c.ShmBytes != 100 {
+		t.Fatalf("counters with the first ledger: %+v; want opened 5, 1 live of 100 bytes", c)
+	}
+	if err := cli.ledger(second.fd); err != nil {
+		t.Fatal(err)
+	}
+	wantNoReplies(t, cli)
+	first.put(1, 400, selfCli(48003), selfSrv) // no longer read
+	want := []ConnInfo{linkedEnd(selfCli(48001), selfSrv, "self"), linkedEnd(selfCli(48002), selfSrv, "self")}
+	if got := a.connList(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("conns after the second LEDGER:\n got %+v\nwant %+v", got, want)
+	}
+	if c := a.status().Connections; c.Shm != 7 || c.FastPath != 7 || c.Live != 2 || c.ShmBytes != 500 {
+		t.Errorf("counters after the second LEDGER: %+v; want opened 5 + 2, 2 live of 500 bytes", c)
+	}
+	if err := cli.ledger(liveLedger(t, 128, 1, 0).fd); err != nil { // unsealed: refused, changes nothing
+		t.Fatal(err)
+	}
+	wantNoReplies(t, cli)
+	if got := a.connList(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("conns after a refused LEDGER:\n got %+v\nwant %+v", got, want)
+	}
+	if n := agentMaps(t, first.name); n != 0 {
+		t.Errorf("the replaced ledger is still mapped %d times", n)
+	}
+	if n := agentMaps(t, second.name); n != 1 {
+		t.Fatalf("the second ledger is mapped %d times, want once", n)
+	}
+	a.stop()
+	if n := agentMaps(t, second.name); n != 0 {
+		t.Errorf("the ledger is still mapped %d times after the agent stopped", n)
+	}
+}
+
+// The ledger of a process that exits is dropped (unmapped) when the agent
+// next takes a LEDGER, lists or counts; its opened count stays in the
+// totals.
+func TestLedgerOfExitedProcessDropped(t *testing.T) {
+	a := startAgent(t, newFakeDir(ffSelf), nil)
+	cli := newLib(t, a)
+	l := newTestLedger(t, 4)
+	l.setOpened(3)
+	l.put(0, 100, selfCli(48100), selfSrv)
+	f := os.NewFile(uintptr(l.fd), l.name) // the child's fd 3; f owns the test's descriptor
+	l.fd = -1
+	child := startAsker(t, "", askSpec{Sock: a.cfg.LibrarySocket(), Ledger: true}, f)
+	f.Close()
+	want := []ConnInfo{linkedEnd(selfCli(48100), selfSrv, "self")}
+	if got := a.connList(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("conns with the child's ledger:\n got %+v\nwant %+v", got, want)
+	}
+	if c := a.status().Connections; c.Shm != 3 || c.Live != 1 || c.ShmBytes != 100 {
+		t.Fatalf("counters with the child's ledger: %+v; want opened 3, 1 live of 100 bytes", c)
+	}
+	child.finish() // the child exits; its entry stays live in the memfd
+	// A LEDGER of this process (empty) drops the child's before anything lists.
+	if err := cli.ledger(newTestLedger(t, 1).fd); err != nil {
+		t.Fatal(err)
+	}
+	wantNoReplies(t, cli)
+	if n := agentMaps(t, l.name); n != 0 {
+		t.Errorf("the exited process's ledger is still mapped %d times after another LEDGER", n)
+	}
+	if got := a.connList(); len(got) != 0 {
+		t.Errorf("conns after the child exited: %+v; want none", got)
+	}
+	if c := a.status().Connections; c.Shm != 3 || c.FastPath != 3 || c.Live != 0 || c.ShmBytes != 0 {
+		t.Errorf("counters after the child exited: %+v; want opened 3 kept, nothing live", c)
+	}
+}
+
+// A container whose ledger holds half its budget gets shm but no link;
+// once the ledger's entry is freed (and the agent's channel closed), the
+// next channel comes with a link. The budget is 6 channels, and each
+// channel is charged twice (both ends are the same container): the
+// ledger's 2 channels' worth plus this channel's 2 reach half.
+func TestNoLinkAtHalfBudgetCountsLedger(t *testing.T) {
+	a := shmAgent(t, fmt.Sprintf(`{"shm_budget": %d}`, 6*shmBytes))
+	srv, cli := newLibCaps(t, a, capsLink), newLibCaps(t, a, capsLink)
+	if err := srv.listen(selfSrv); err != nil {
+		t.Fatal(err)
+	}
+	l := newTestLedger(t, 4)
+	l.put(0, uint32(2*shmBytes), selfCli(48200), selfSrv)
+	if err := cli.ledger(l.fd); err != nil {
+		t.Fatal(err)
+	}
+	wantNoReplies(t, cli)
+	con, acc := meetSelf(t, srv, cli, 48201)
+	wantShmPair(t, con, acc)
+	wantNoLink(t, "with the ledger at a third of the budget", con, acc)
+
+	cli.closed(selfCli(48201), selfSrv)
+	srv.closed(selfSrv, selfCli(48201))
+	l.free(0)
+	wantNoReplies(t, cli)
+	wantNoReplies(t, srv)
+	con, acc = meetSelf(t, srv, cli, 48202)
+	wantLinkPair(t, con, acc)
+}
+
+// A channel is reserved only if its containers stay within their budget
+// with what their ledgers hold.
+func TestShmBudgetCountsLedger(t *testing.T) {
+	a := shmAgent(t, fmt.Sprintf(`{"shm_budget": %d}`, 6*shmBytes))
+	srv, cli := newLibCaps(t, a, protocol.CapShm), newLibCaps(t, a, protocol.CapShm)
+	if err := srv.listen(selfSrv); err != nil {
+		t.Fatal(err)
+	}
+	l := newTestLedger(t, 4)
+	l.put(0, uint32(5*shmBytes), selfCli(48300), selfSrv)
+	if err := cli.ledger(l.fd); err != nil {
+		t.Fatal(err)
+	}
+	wantNoReplies(t, cli)
+	con, acc := meetSelf(t, srv, cli, 48301)
+	if con.Kind != pathUnix || acc.Kind != pathUnix || con.Reason != reasonShmBudget || acc.Reason != reasonShmBudget {
+		t.Errorf("with the ledger holding 5 of 6 channels: %+v, %+v; want unix shm-budget", con, acc)
+	}
+	l.free(0)
+	con, acc = meetSelf(t, srv, cli, 48302)
+	wantShmPair(t, con, acc)
+}
+
+// TestLedgerSentAgainIsNoOp: a library sends its ledger again on a new
+// session after one broke (the agent may have restarted); the same memfd
+// from the same process is kept as it is: listed once, opened counted once,
+// mapped once.
+func TestLedgerSentAgainIsNoOp(t *testing.T) {
+	a := startAgent(t, newFakeDir(ffSelf), nil)
+	cli := newLib(t, a)
+	l := newTestLedger(t, 4)
+	l.setOpened(3)
+	l.put(0, 100, selfCli(48000), selfSrv)
+	for i := 0; i < 2; i++ {
+		if err := cli.ledger(l.fd); err != nil {
+			t.Fatal(err)
+		}
+		wantNoReplies(t, cli)
+	}
+	if c := a.status().Connections; c.Shm != 3 || c.Live != 1 || c.ShmBytes != 100 {
+		t.Errorf("counters after the same LEDGER twice: %+v; want opened 3, 1 live of 100 bytes", c)
+	}
+	if n := agentMaps(t, l.name); n != 1 {
+		t.Errorf("the ledger is mapped %d times, want once", n)
+	}
+}

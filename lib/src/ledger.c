@@ -1,0 +1,239 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The ledger: this process's live linked connections, in a memfd the agent
+ * maps read-only (docs/PROTOCOL.md, "The ledger").
+ *
+ * Design note.
+ * - A notice to the agent per linked connection (open and close, at each
+ *   end) cost the agent more CPU than the link saved: four wake-ups of a Go
+ *   process per connection. The ledger costs none: the agent reads it only
+ *   when it lists or counts.
+ * - It is made when the first link arrives, so a process that never gets
+ *   one pays nothing; links are used only once the agent has it. Its memfd
+ *   stays open: a session opened after one broke (the agent may have
+ *   restarted, empty) sends it again (listeners.c), as it re-sends LISTEN.
+ * - 65536 entries (the agent lists as many connections at most): the
+ *   mapping is 4 MiB, but entries are reused lowest first, so only the
+ *   pages of as many entries as were ever live at once are touched.
+ * - An entry is published seqlock-style (fields, then seq odd with a release
+ *   store; seq even again at close); the agent takes it only when it reads
+ *   the same odd seq before and after the fields.
+ * - Entries are named by generation and index: a fork child gets a new
+ *   generation (its inherited connections' entries are its parent's, and
+ *   stay its parent's to clear), and so does every ledger made after it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "freeflow/proto.h"
+#include "shim.h"
+
+#define SLOTS		65536u
+#define HDR		64u
+#define ENTRY		64u
+#define OFF_OPENED	16u	/* header: u64 */
+#define OFF_SEQ		0u	/* entry: u32 */
+#define OFF_BYTES	4u
+#define OFF_LOCAL_LEN	8u
+#define OFF_REMOTE_LEN	9u
+#define OFF_PATH	10u
+#define OFF_LOCAL	12u
+#define OFF_REMOTE	30u
+
+#define SIZE		(HDR + (size_t)SLOTS * ENTRY)
+
+static pthread_mutex_t make_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;	/* the entries; after the table lock */
+static uint8_t *base;		/* the mapping, once the agent has it; NULL: no ledger */
+static int ledger_fd = -1;	/* its memfd, to send it again to a restarted agent */
+static _Atomic int sent;	/* base and ledger_fd are set */
+static uint32_t gen = 1;	/* of the current ledger */
+static uint32_t used;		/* entries handed out so far: indexes 0 .. used-1 */
+static uint32_t *free_ix;	/* entries given back, reused last-in first */
+static uint32_t nfree, free_cap;
+
+static _Atomic uint32_t *seq_of(uint32_t i)
+{
+	return (_Atomic uint32_t *)(void *)(base + HDR + (size_t)i * ENTRY + OFF_SEQ);
+}
+
+/* A new ledger: its memfd (or -errno), mapped at *at. */
+static int make(uint8_t **at)
+{
+	const int seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+	int fd = memfd_create("freeflow-ledger", MFD_CLOEXEC | MFD_ALLOW_SEALING), ret;
+	void *p;
+
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)SIZE) || ff_real.fcntl(fd, F_ADD_SEALS, seals) ||
+	    (p = mmap(NULL, SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+		ret = -errno;
+		ff_real.close(fd);
+		return ret;
+	}
+	*at = p;
+	memcpy(p, "FFLG", 4);
+	*(uint32_t *)(void *)(*at + 4) = 1;	/* version */
+	*(uint32_t *)(void *)(*at + 8) = SLOTS;
+	*(uint32_t *)(void *)(*at + 12) = ENTRY;
+	return fd;
+}
+
+/*
+ * make_mu, not mu, is held while the agent takes LEDGER: sending may open
+ * a session, which takes the table lock, under which mu is taken. It
+ * happens once per process.
+ */
+int ff_ledger_ready(void)
+{
+	uint8_t *at = NULL;
+	int fd, ret = 0;
+
+	if (atomic_load_explicit(&sent, memory_order_acquire))
+		return 0;
+	pthread_mutex_lock(&make_mu);
+	if (!atomic_load(&sent)) {
+		fd = make(&at);
+		ret = fd < 0 ? fd : ff_send_ledger(fd);
+		if (!ret) {
+			pthread_mutex_lock(&mu);
+			base = at;
+			ledger_fd = fd;
+			atomic_store(&sent, 1);
+			pthread_mutex_unlock(&mu);
+		} else if (at) {	/* a ledger the agent lacks is no use: the next link tries again */
+			munmap(at, SIZE);
+			ff_real.close(fd);
+		}
+	}
+	pthread_mutex_unlock(&make_mu);
+	if (ret)
+		ff_debug("no ledger for the agent (%s): links not used", strerror(-ret));
+	return ret;
+}
+
+int ff_ledger_resend(struct ff_agent *a)
+{
+	return atomic_load_explicit(&sent, memory_order_acquire) ? ff_send_ledger_on(a, ledger_fd) : 0;
+}
+
+uint64_t ff_ledger_reserve(void)
+{
+	uint64_t e = 0;
+
+	pthread_mutex_lock(&mu);
+	if (base && nfree)
+		e = (uint64_t)gen << 32 | (free_ix[--nfree] + 1u);
+	else if (base && used < SLOTS)
+		e = (uint64_t)gen << 32 | ++used;
+	pthread_mutex_unlock(&mu);
+	return e;
+}
+
+/* mu held: give index i back (if there is no room to note it, it stays used). */
+static void give_back(uint32_t i)
+{
+	if (nfree == free_cap) {
+		uint32_t cap = free_cap ? 2 * free_cap : 64;
+		uint32_t *p = realloc(free_ix, cap * sizeof(*p));
+
+		if (!p)
+			return;
+		free_ix = p;
+		free_cap = cap;
+	}
+	free_ix[nfree++] = i;
+}
+
+/* mu held: e's index if it is an entry of the current ledger, else -1. */
+static int64_t index_of(uint64_t e)
+{
+	if (!e || !base || (uint32_t)(e >> 32) != gen)
+		return -1;
+	return (int64_t)(uint32_t)e - 1;
+}
+
+void ff_ledger_publish(uint64_t e, const struct sockaddr_storage *local,
+		       const struct sockaddr_storage *remote, uint32_t bytes)
+{
+	int64_t i;
+	uint8_t *p;
+	int ll, rl;
+
+	pthread_mutex_lock(&mu);
+	i = index_of(e);
+	if (i >= 0) {
+		p = base + HDR + (size_t)i * ENTRY;
+		ll = ff_endpoint(local, p + OFF_LOCAL);
+		rl = ff_endpoint(remote, p + OFF_REMOTE);
+		*(uint32_t *)(void *)(p + OFF_BYTES) = bytes;
+		p[OFF_LOCAL_LEN] = ll > 0 ? (uint8_t)ll : 0;
+		p[OFF_REMOTE_LEN] = rl > 0 ? (uint8_t)rl : 0;
+		p[OFF_PATH] = FF_PATH_SHM;
+		atomic_fetch_add_explicit((_Atomic uint64_t *)(void *)(base + OFF_OPENED), 1,
+					  memory_order_relaxed);
+		atomic_fetch_add_explicit(seq_of((uint32_t)i), 1, memory_order_release);
+	}
+	pthread_mutex_unlock(&mu);
+}
+
+void ff_ledger_release(uint64_t e)
+{
+	int64_t i;
+
+	pthread_mutex_lock(&mu);
+	i = index_of(e);
+	if (i >= 0)
+		give_back((uint32_t)i);
+	pthread_mutex_unlock(&mu);
+}
+
+void ff_ledger_close(uint64_t e)
+{
+	int64_t i;
+
+	pthread_mutex_lock(&mu);
+	i = index_of(e);
+	if (i >= 0) {
+		atomic_fetch_add_explicit(seq_of((uint32_t)i), 1, memory_order_release);
+		give_back((uint32_t)i);
+	}
+	pthread_mutex_unlock(&mu);
+}
+
+/* make_mu first (fork.c takes these before the table lock), mu after it. */
+void ff_ledger_atfork_prepare(void)
+{
+	pthread_mutex_lock(&make_mu);
+}
+
+void ff_ledger_atfork_locked(void)
+{
+	pthread_mutex_lock(&mu);
+}
+
+void ff_ledger_atfork_parent(void)
+{
+	pthread_mutex_unlock(&mu);
+	pthread_mutex_unlock(&make_mu);
+}
+
+void ff_ledger_atfork_child(void)
+{
+	if (base) {
+		munmap(base, SIZE);
+		ff_real.close(ledger_fd);
+	}
+	base = NULL;
+	ledger_fd = -1;
+	atomic_store(&sent, 0);
+	gen++;
+	used = nfree = 0;
+	pthread_mutex_unlock(&mu);
+	pthread_mutex_unlock(&make_mu);
+}
