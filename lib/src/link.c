@@ -694,19 +694,20 @@ static int accepted_channel(const struct pending *p, struct ff_shm **sh, const c
 
 	if (p->memfd >= 0) {
 		ret = ff_shm_open(p->memfd, FF_SHM_ACCEPTOR, sh, what);
-		if (ret || !p->chan)
-			return ret;
+		pthread_mutex_lock(&mu);
+		if (!ret && p->chan && l->fd >= 0 && l->id == p->id)
+			keep(l, p->chan, ff_shm_map_get(*sh));
+		pthread_mutex_unlock(&mu);
+		return ret;
 	}
 	pthread_mutex_lock(&mu);
-	if (l->fd >= 0 && l->id == p->id && p->memfd >= 0)
-		keep(l, p->chan, ff_shm_map_get(*sh));
-	for (int i = 0; l->fd >= 0 && l->id == p->id && p->memfd < 0 && i < CHANS_MAX; i++)
+	for (int i = 0; l->fd >= 0 && l->id == p->id && i < CHANS_MAX; i++)
 		if (l->chans[i].map && l->chans[i].id == p->chan)
 			ret = ff_shm_adopt(l->chans[i].map, FF_SHM_ACCEPTOR, sh);
 	pthread_mutex_unlock(&mu);
 	if (ret == -ENOENT)
 		*what = "no channel of that number is kept";
-	return p->memfd >= 0 ? 0 : ret;
+	return ret;
 }
 
 int ff_link_take(const struct sockaddr_storage *local, const struct sockaddr_storage *remote,

@@ -269,7 +269,7 @@ void ff_shm_map_reset(struct ff_shm_map *m)
 
 	for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
 		atomic_store_explicit(map_word(m, words[i]), 0, memory_order_relaxed);
-	for (size_t b = FF_SHM_OFF_CTL0; b <= FF_SHM_OFF_CTL1; b += FF_SHM_OFF_CTL1 - FF_SHM_OFF_CTL0) {
+	for (size_t b = FF_SHM_OFF_CTL0; b <= FF_SHM_OFF_CTL1; b += 512) {	/* both control blocks */
 		atomic_store_explicit((_Atomic uint64_t *)(void *)(m->base + b + FF_SHM_CTL_HEAD), 0,
 				      memory_order_relaxed);
 		atomic_store_explicit((_Atomic uint64_t *)(void *)(m->base + b + FF_SHM_CTL_TAIL), 0,
