@@ -46,17 +46,22 @@ static const int carried_sol[] = {
 	SO_RCVTIMEO, SO_SNDTIMEO, SO_LINGER, SO_KEEPALIVE, SO_RCVLOWAT, SO_RCVBUF, SO_SNDBUF,
 };
 
+#define LEN(a)	(sizeof(a) / sizeof((a)[0]))
+
+static int listed(const int *names, size_t n, int name)
+{
+	for (size_t i = 0; i < n; i++)
+		if (names[i] == name)
+			return 1;
+	return 0;
+}
+
 /* Whether a swap carries option (level, name) over (SO_REUSEADDR, for one, has no use after). */
 static int carried(int level, int name)
 {
-	const int *l = level == SOL_SOCKET ? carried_sol : level == IPPROTO_TCP ? carried_tcp : NULL;
-	size_t n = level == SOL_SOCKET ? sizeof(carried_sol) / sizeof(int) :
-					  sizeof(carried_tcp) / sizeof(int);
-
-	for (size_t i = 0; l && i < n; i++)
-		if (l[i] == name)
-			return 1;
-	return 0;
+	if (level == SOL_SOCKET)
+		return listed(carried_sol, LEN(carried_sol), name);
+	return level == IPPROTO_TCP && listed(carried_tcp, LEN(carried_tcp), name);
 }
 
 static int default_value(int level, int name)
@@ -114,13 +119,13 @@ void ff_sockopt_carry(int oldfd, int newfd, struct ff_conn *c)
 	if (!c->opts_set && c->kern_family == AF_UNIX)
 		return;
 	/* The sizes only as the application set them (the top says why): from c->opts. */
-	for (size_t i = 0; i < sizeof(carried_sol) / sizeof(carried_sol[0]); i++) {
+	for (size_t i = 0; i < LEN(carried_sol); i++) {
 		len = sizeof(v);
 		if (carried_sol[i] != SO_RCVBUF && carried_sol[i] != SO_SNDBUF &&
 		    ff_real.getsockopt(oldfd, SOL_SOCKET, carried_sol[i], v, &len) == 0)
 			ff_real.setsockopt(newfd, SOL_SOCKET, carried_sol[i], v, len);
 	}
-	for (size_t i = 0; i < sizeof(carried_tcp) / sizeof(carried_tcp[0]); i++) {
+	for (size_t i = 0; i < LEN(carried_tcp); i++) {
 		int val;
 		struct ff_opt *o;
 
