@@ -3,10 +3,11 @@
 # missing; says what it installs. Safe to run again (idempotent).
 set -euo pipefail
 
-# Debian packages: runtime parts (crun, CNI plugins, etcd, iproute2) and the
-# real programs the tests and benchmarks run inside containers.
+# Debian packages: runtime parts (crun, CNI plugins, etcd, iproute2, iptables
+# for the agent's fabric guard) and the real programs the tests and benchmarks
+# run inside containers.
 PACKAGES=(
-  crun containernetworking-plugins etcd-server etcd-client iproute2 util-linux procps
+  crun containernetworking-plugins etcd-server etcd-client iproute2 iptables util-linux procps
   iperf3 sockperf netpipe-tcp python3
   # applications `freeflow bench` runs as server + client containers
   redis-server redis-tools nginx-light wrk memcached libmemcached-tools postgresql

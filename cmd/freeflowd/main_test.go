@@ -18,7 +18,7 @@ import (
 
 func TestFlagErrors(t *testing.T) {
 	good := []string{"--cluster", "t1", "--host", "h1", "--fabric-ip", "10.99.0.2", "--subnet", "10.244.1.0/24", "--etcd", "http://127.0.0.1:2379"}
-	if o, err := parseFlags(good); err != nil || o.agent.AdminSocket != "/run/freeflow/t1/hosts/h1/admin.sock" {
+	if o, err := parseFlags(good); err != nil || o.agent.AdminSocket != "/run/freeflow/t1/hosts/h1/admin.sock" || !o.agent.FabricGuard {
 		t.Fatalf("good flags: %+v, %v", o, err)
 	}
 	for bad, says := range map[string]string{
@@ -81,8 +81,11 @@ func TestDaemonWithEtcd(t *testing.T) {
 	}
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
 	admin := filepath.Join(tmp, "admin.sock")
+	// The daemon runs in the root namespace here, where it must install no
+	// iptables rules.
 	d := exec.Command(bin, "--cluster", "t"+ns[3:8], "--host", "h1", "--fabric-ip", "10.99.0.2", "--subnet", "10.244.1.0/24",
-		"--etcd", startEtcd(t), "--sock-dir", filepath.Join(tmp, "sock"), "--admin-socket", admin, "--log", filepath.Join(tmp, "log"))
+		"--etcd", startEtcd(t), "--sock-dir", filepath.Join(tmp, "sock"), "--admin-socket", admin, "--log", filepath.Join(tmp, "log"),
+		"--fabric-guard=false")
 	if err := d.Start(); err != nil {
 		t.Fatal(err)
 	}

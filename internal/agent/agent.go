@@ -69,6 +69,12 @@ type Config struct {
 	SockDir     string // library socket directory; the socket is SockDir/agent.sock, mode 0666
 	AdminSocket string // admin socket path, mode 0600
 	BrokerPort  int    // TCP port for cross-host offers on FabricIP; the same on every host (default 7947)
+	// FabricGuard installs the fabric guard rules (guard.go) in the agent's
+	// network namespace at start, as freeflowd does by default, and hands
+	// no fabric socket to a process that could clear its mark. The unit
+	// tests run agents in the root namespace and leave it false or replace
+	// installGuard, so they install nothing there.
+	FabricGuard bool
 
 	HelloTimeout time.Duration // a new connection must say HELLO within this
 	IdleTimeout  time.Duration // a connection silent this long is closed
@@ -76,8 +82,9 @@ type Config struct {
 	MaxConns     int           // open connections over both sockets
 	Logger       *slog.Logger
 
-	keepDecided time.Duration // how long decisions and parked halves are kept; tests shorten it
-	commitWait  time.Duration // how long a fast PATH on an offer waits for its COMMIT; tests shorten it
+	keepDecided  time.Duration // how long decisions and parked halves are kept; tests shorten it
+	commitWait   time.Duration // how long a fast PATH on an offer waits for its COMMIT; tests shorten it
+	installGuard func() error  // installs the fabric guard (installFabricGuard); tests make it fail
 }
 
 // LibrarySocket is the path of the library socket.
@@ -114,12 +121,15 @@ type Agent struct {
 	lib, admin *net.UnixListener // set by Listen
 	broker     net.Listener      // cross-host offers; nil if it could not listen
 	brokerErr  string            // why broker is nil
+	guardErr   string            // why the fabric guard is not installed; set: no fabric socket is handed
+	markNS     nsKey             // the user namespace owning the host's network namespace (mayClearMark)
 
 	rv        *rendezvous // connection brokering: one meeting per tuple
 	listeners *listeners  // library-enabled listeners of local containers
 	live      *connTable  // answered connections and counters
 	shm       *shmBudget  // what each container's shm channels are charged
 	ledgers   *ledgers    // the linked connections of each process (ledger.go)
+	xlinks    *xlinks     // cross-host links granted to local connecting processes (xlink.go)
 	nonces    *nonces     // of recent offers, against replays
 	pool      *offerPool  // connections to peer agents, ready for offers (offerpool.go)
 	standbys  *standbys   // pooled connections of peer agents waiting here
@@ -155,7 +165,7 @@ func New(cfg Config, dir Directory) (*Agent, error) {
 		cfg: cfg, subnet: subnet.Masked(), dir: dir, log: cfg.Logger, selfNS: self,
 		ids: newIdentities(), conns: map[*net.UnixConn]struct{}{},
 		rv: newRendezvous(cfg.keepDecided), listeners: newListeners(), live: newConnTable(), nonces: newNonces(),
-		shm: newShmBudget(ledgers), ledgers: ledgers, standbys: newStandbys(),
+		shm: newShmBudget(ledgers), ledgers: ledgers, standbys: newStandbys(), xlinks: newXLinks(),
 	}
 	a.pool = newOfferPool(a)
 	return a, nil
@@ -186,6 +196,9 @@ func withDefaults(cfg Config) Config {
 	if cfg.commitWait <= 0 {
 		cfg.commitWait = commitWait
 	}
+	if cfg.installGuard == nil {
+		cfg.installGuard = installFabricGuard
+	}
 	return cfg
 }
 
@@ -202,6 +215,7 @@ func (a *Agent) Run(ctx context.Context) error {
 // directory, and serves the sockets opened by Listen until ctx is done.
 func (a *Agent) Serve(ctx context.Context) error {
 	a.started = time.Now()
+	a.guardFabric() // before any goroutine that could hand a fabric socket
 	a.refreshIdentities()
 	a.wg.Add(1)
 	go a.registerHost(ctx)

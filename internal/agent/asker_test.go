@@ -145,15 +145,36 @@ type asker struct {
 // "") with the extra descriptors files (fd 3 on), and waits for "ready".
 func startAsker(t *testing.T, ns string, spec askSpec, files ...*os.File) *asker {
 	t.Helper()
+	return startAskerVia(t, inNetns(ns), spec, files...)
+}
+
+// inNetns is the command that runs a child in network namespace ns, none
+// for the test's own ("").
+func inNetns(ns string) []string {
+	if ns == "" {
+		return nil
+	}
+	return []string{"ip", "netns", "exec", ns}
+}
+
+// withoutMarkCaps runs a child without CAP_NET_RAW and CAP_NET_ADMIN, as
+// a process of a container `freeflow run` started: only such a process
+// gets fabric sockets from an agent with the fabric guard (mayClearMark).
+var withoutMarkCaps = []string{"setpriv", "--bounding-set=-net_raw,-net_admin", "--"}
+
+// asContainer runs a child in network namespace ns withoutMarkCaps.
+func asContainer(ns string) []string { return append(inNetns(ns), withoutMarkCaps...) }
+
+// startAskerVia is startAsker for an asker that the command via (such as
+// inNetns) runs.
+func startAskerVia(t *testing.T, via []string, spec askSpec, files ...*os.File) *asker {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	j, _ := json.Marshal(spec)
-	args := []string{exe, "-test.run=^$"}
-	if ns != "" {
-		args = append([]string{"ip", "netns", "exec", ns}, args...)
-	}
+	args := append(append([]string{}, via...), exe, "-test.run=^$")
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), envChild+"=ask", envAsk+"="+string(j))
 	cmd.Stderr = os.Stderr
@@ -166,7 +187,7 @@ func startAsker(t *testing.T, ns string, spec askSpec, files ...*os.File) *asker
 	a := &asker{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout)}
 	t.Cleanup(a.finish)
 	if line, err := a.out.ReadString('\n'); strings.TrimSpace(line) != "ready" {
-		t.Fatalf("asker in %s: %q, %v", ns, line, err)
+		t.Fatalf("asker via %q: %q, %v", via, line, err)
 	}
 	return a
 }
@@ -200,7 +221,13 @@ func (a *asker) finish() {
 // in nsA, lets both ask at once and returns their results.
 func askPair(t *testing.T, nsC, nsA string, con, acc askSpec) (*asker, *asker, askResult, askResult) {
 	t.Helper()
-	ca, cc := startAsker(t, nsA, acc), startAsker(t, nsC, con)
+	return askPairVia(t, inNetns(nsC), inNetns(nsA), con, acc)
+}
+
+// askPairVia is askPair for askers that the commands viaC and viaA run.
+func askPairVia(t *testing.T, viaC, viaA []string, con, acc askSpec) (*asker, *asker, askResult, askResult) {
+	t.Helper()
+	ca, cc := startAskerVia(t, viaA, acc), startAskerVia(t, viaC, con)
 	ca.goAhead()
 	cc.goAhead()
 	return cc, ca, cc.result(t), ca.result(t)

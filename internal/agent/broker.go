@@ -65,6 +65,10 @@ package agent
 // addresses. The library waits 250 ms for any answer (lib/src/control.c),
 // well beyond the connector's 150 ms budget, and the acceptor's ACCEPT is
 // answered at most 45 ms (its peer wait) plus that budget after it asks.
+// With the host-tcp answer the two processes may also get a cross-host
+// link (xlink.go), over which their libraries set up the next connections
+// between them on stock connections the connector's agent dialed ahead
+// (LINK_FILL), without either agent on the path.
 //
 // Simultaneous connects (parked.go). Two single-threaded processes A and
 // B, each listening, connect to each other at once (Open MPI's TCP
@@ -264,9 +268,7 @@ func (s *session) broker(m *protocol.Message, local, remote netip.AddrPort) *pro
 	if d.reason != "" {
 		reply.Attrs = append(reply.Attrs, protocol.String(protocol.AttrReason, d.reason))
 	}
-	if h.link >= 0 {
-		reply.Attrs = append(reply.Attrs, protocol.U32(protocol.AttrLinkTTL, uint32(linkTTL.Milliseconds())))
-	}
+	reply.Attrs = append(reply.Attrs, h.linkAttrs()...)
 	s.outFDs = h.fds()
 	return reply
 }
@@ -287,7 +289,7 @@ func (a *Agent) decide(s *session, k tuple, side side) (directory.Container, dec
 		}
 		return peer, d, noHalf
 	}
-	lib := asking{shm: s.caps&protocol.CapShm != 0, link: s.caps&protocol.CapLink != 0, pid: s.pid}
+	lib := asking{shm: s.caps&protocol.CapShm != 0, link: s.caps&protocol.CapLink != 0, xlink: s.caps&protocol.CapXLink != 0, pid: s.pid}
 	if side == sideAcceptor {
 		finish := a.finishLocal
 		if peer.Host != a.cfg.Host {
@@ -299,8 +301,8 @@ func (a *Agent) decide(s *session, k tuple, side side) (directory.Container, dec
 	c := &connector{pid: s.pid, mine: a.listeners.keysOf(s.pid, s.ns)}
 	defer a.rv.endConnect(c, k)
 	if peer.Host != a.cfg.Host {
-		d, fd := a.offerRemote(s.self, peer, k, c)
-		return peer, d, sockHalf(fd)
+		d, h := a.offerRemote(s.self, peer, k, c, lib)
+		return peer, d, h
 	}
 	lis := listenerKey{peer.ID, k.acc.Port()}
 	pids, lisShm := a.listeners.live(lis.id, lis.port)

@@ -18,7 +18,7 @@ import (
 // of a cross-host connection; the agents broker it through the real
 // fabric.
 func TestCrossHostOnRealCluster(t *testing.T) {
-	if why := testenv.Missing("crun", "ip", "nsenter", "unshare", "etcd", "make", "cc", "/usr/lib/cni/bridge"); why != "" {
+	if why := testenv.Missing("crun", "ip", "nsenter", "unshare", "etcd", "make", "cc", "/usr/lib/cni/bridge", "setpriv"); why != "" {
 		t.Skip(why)
 	}
 	bin, err := testenv.BuildBinaries()
@@ -91,19 +91,20 @@ func TestCrossHostOnRealCluster(t *testing.T) {
 }
 
 // askAcross runs the connector in c1's namespace and, if acc is not nil,
-// the acceptor in c2's, and returns their results; while both still run,
+// the acceptor in c2's, both asContainer (the agents run with the fabric
+// guard), and returns their results; while both still run,
 // `freeflow conns` must list each end on its host.
 func askAcross(t *testing.T, c *testenv.Cluster, con askSpec, acc *askSpec) (askResult, askResult) {
 	t.Helper()
 	l := state.NewLayout(c.Name)
 	if acc == nil {
-		a := startAsker(t, l.ContainerNetNS("c1"), con)
+		a := startAskerVia(t, asContainer(l.ContainerNetNS("c1")), con)
 		a.goAhead()
 		r := a.result(t)
 		a.finish()
 		return r, askResult{}
 	}
-	ac, aa, rc, ra := askPair(t, l.ContainerNetNS("c1"), l.ContainerNetNS("c2"), con, *acc)
+	ac, aa, rc, ra := askPairVia(t, asContainer(l.ContainerNetNS("c1")), asContainer(l.ContainerNetNS("c2")), con, *acc)
 	defer ac.finish()
 	defer aa.finish()
 	checkListed(t, c, "h1", con.Local, con.Remote, rc.Path)

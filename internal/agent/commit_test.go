@@ -26,6 +26,7 @@ type byHand struct {
 	key   []byte
 	nonce []byte
 	seq   uint32
+	reply *protocol.Message // h2's answer, its MAC checked and removed
 }
 
 // offerByHand registers srv2's listener, asks ACCEPT for cport -> srv2 as
@@ -54,9 +55,10 @@ func offerByHand(t *testing.T, hs twoHosts, cport int, then func(h byHand)) path
 	return acc
 }
 
-// sendOfferByHand sends a genuine OFFER for cport -> srv2 from h1's fabric
-// address and checks that h2's agent answers host-tcp.
-func sendOfferByHand(t *testing.T, hs twoHosts, cport int) byHand {
+// sendOfferByHand sends a genuine OFFER for cport -> srv2, with the
+// attributes extra before its MAC, from h1's fabric address and checks
+// that h2's agent answers host-tcp.
+func sendOfferByHand(t *testing.T, hs twoHosts, cport int, extra ...protocol.Attr) byHand {
 	t.Helper()
 	h2, _ := hs.h1.hostRecord("h2")
 	c, err := hs.h1.dialBroker(h2, time.Now().Add(2*time.Second))
@@ -72,6 +74,7 @@ func sendOfferByHand(t *testing.T, hs twoHosts, cport int) byHand {
 		protocol.Endpoint(protocol.AttrLocalEndpoint, netip.MustParseAddrPort(selfCli(cport))),
 		protocol.Endpoint(protocol.AttrRemoteEndpoint, netip.MustParseAddrPort(srv2)),
 		protocol.String(protocol.AttrHost, "h1"), nonce, timeAttr(time.Now()))
+	offer.Attrs = append(offer.Attrs, extra...)
 	if err := sign(h.key, offer); err != nil {
 		t.Fatal(err)
 	}
@@ -89,6 +92,7 @@ func sendOfferByHand(t *testing.T, hs twoHosts, cport int) byHand {
 		reason, _ := r.String(protocol.AttrReason)
 		t.Fatalf("h2 answered %s (%s), want host-tcp", pathName(kind[0]), reason)
 	}
+	h.reply = r
 	return h
 }
 

@@ -19,24 +19,39 @@ import (
 )
 
 // offerRemote is the connecting side of a cross-host connection: the
-// whole exchange with the acceptor's agent, recorded once for k.
-func (a *Agent) offerRemote(self, peer directory.Container, k tuple, c *connector) (decision, int) {
+// whole exchange with the acceptor's agent, recorded once for k. lib is
+// the connecting library; one that takes a cross-host link may get one
+// (xlink.go).
+func (a *Agent) offerRemote(self, peer directory.Container, k tuple, c *connector, lib asking) (decision, half) {
 	m, role := a.rv.join(k, sideConnector, nil, c, asking{})
 	switch role {
 	case roleDuplicate:
-		return overlay(reasonDuplicate), -1
+		return overlay(reasonDuplicate), noHalf
 	case roleDecided:
-		return a.rv.decision(m), -1
+		return a.rv.decision(m), noHalf
 	}
-	d, fd := a.exchange(self, peer, k)
-	a.rv.decide(m, d, [2]int{fd, -1})
-	return a.rv.take(m, sideConnector)
+	var x *xlinkAsk
+	if lib.xlink {
+		x = &xlinkAsk{pid: lib.pid}
+	}
+	d, fd := a.exchange(self, peer, k, lib.pid, x)
+	h := sockHalf(fd)
+	if x != nil {
+		h.name = x.name // 0 unless the link came with host-tcp
+	}
+	a.rv.decideHalves(m, d, [2]half{h, noHalf})
+	return a.rv.takeHalf(m, sideConnector)
 }
 
 // exchange offers k to the peer host's agent, on a pooled connection or
 // else a fresh one, and returns its answer with, for host-tcp, a
-// descriptor of the connection the answer came on.
-func (a *Agent) exchange(self, peer directory.Container, k tuple) (decision, int) {
+// descriptor of the connection the answer came on, which goes to process
+// pid, so it offers nothing while the fabric guard cannot hold that
+// socket. x, if not nil, asks for a cross-host link and gets its name.
+func (a *Agent) exchange(self, peer directory.Container, k tuple, pid int32, x *xlinkAsk) (decision, int) {
+	if why := a.fabricRefusal(pid); why != "" {
+		return overlay(why), -1
+	}
 	key := a.clusterKey()
 	if key == nil {
 		return overlay(reasonNoKey), -1
@@ -47,7 +62,7 @@ func (a *Agent) exchange(self, peer directory.Container, k tuple) (decision, int
 	}
 	deadline := time.Now().Add(offerBudget)
 	if c := a.pool.take(host); c != nil {
-		if d, fd, dead := a.offerOn(c, key, k, peer.Host, deadline, true); !dead {
+		if d, fd, dead := a.offerOn(c, key, k, peer.Host, deadline, true, x); !dead {
 			return d, fd
 		}
 		a.log.Debug("fast-path offer: the pooled connection was closed by the peer agent; dialing", "host", peer.Host)
@@ -57,21 +72,25 @@ func (a *Agent) exchange(self, peer directory.Container, k tuple) (decision, int
 		a.log.Info("fast-path offer: peer agent unreachable; using the overlay", "host", peer.Host, "err", err)
 		return overlay(reasonUnreachable), -1
 	}
-	d, fd, _ := a.offerOn(c, key, k, peer.Host, deadline, false)
+	d, fd, _ := a.offerOn(c, key, k, peer.Host, deadline, false, x)
 	return d, fd
 }
 
 // offerOn offers k on c and takes the answer; it closes c. For a pooled
 // connection that turns out dead before the peer said a word (it reset
 // or closed it: a restarted agent), it reports dead, and the caller may
-// offer again on a fresh connection: the peer never saw this offer.
-func (a *Agent) offerOn(c *net.TCPConn, key []byte, k tuple, host string, deadline time.Time, pooled bool) (d decision, fd int, dead bool) {
+// offer again on a fresh connection: the peer never saw this offer. x is
+// as for exchange.
+func (a *Agent) offerOn(c *net.TCPConn, key []byte, k tuple, host string, deadline time.Time, pooled bool, x *xlinkAsk) (d decision, fd int, dead bool) {
 	defer c.Close()
 	c.SetDeadline(deadline)
 	nonce := newNonce()
 	offer := protocol.New(protocol.TypeOffer, 1,
 		protocol.Endpoint(protocol.AttrLocalEndpoint, k.conn), protocol.Endpoint(protocol.AttrRemoteEndpoint, k.acc),
 		protocol.String(protocol.AttrHost, a.cfg.Host), nonce, timeAttr(time.Now()))
+	if x != nil {
+		offer.Attrs = append(offer.Attrs, protocol.U32(protocol.AttrCaps, protocol.CapXLink))
+	}
 	if err := sign(key, offer); err != nil {
 		return overlay(reasonChannelFailed), -1, false
 	}
@@ -90,13 +109,14 @@ func (a *Agent) offerOn(c *net.TCPConn, key []byte, k tuple, host string, deadli
 		a.log.Info("fast-path offer: no reply; using the overlay", "host", host, "err", err)
 		return overlay(reasonUnreachable), -1, false
 	}
-	d, fd = a.takeReply(c, key, nonce.Value, reply)
+	d, fd = a.takeReply(c, key, nonce.Value, reply, x)
 	return d, fd, false
 }
 
 // takeReply checks the acceptor agent's reply and, for host-tcp, commits
-// to it and returns a descriptor of c for the connecting library.
-func (a *Agent) takeReply(c *net.TCPConn, key, nonce []byte, reply *protocol.Message) (decision, int) {
+// to it and returns a descriptor of c for the connecting library, keeping
+// the cross-host link the reply grants to x.
+func (a *Agent) takeReply(c *net.TCPConn, key, nonce []byte, reply *protocol.Message, x *xlinkAsk) (decision, int) {
 	if err := checkReply(key, nonce, reply); err != nil {
 		a.log.Warn("fast-path offer: reply refused; using the overlay", "peer", c.RemoteAddr().String(), "err", err)
 		return overlay(reasonBadReply), -1
@@ -115,6 +135,9 @@ func (a *Agent) takeReply(c *net.TCPConn, key, nonce []byte, reply *protocol.Mes
 		a.log.Info("fast-path offer: COMMIT not sent within the budget; using the overlay", "peer", c.RemoteAddr().String(), "err", err)
 		closeFD(fd)
 		return overlay(reasonUnreachable), -1
+	}
+	if x != nil {
+		x.name = a.recordXLink(x.pid, c, reply)
 	}
 	return decision{kind: pathHostTCP}, fd
 }
@@ -168,15 +191,21 @@ func (a *Agent) dialBroker(h directory.Host, deadline time.Time) (*net.TCPConn, 
 	return tc, nil
 }
 
-// dupConn returns a close-on-exec duplicate of c's socket; the caller
-// closes c, which leaves the socket open through the duplicate.
+// dupConn marks c's socket as a handed connection (markConnected: the
+// library may disconnect it, but it can connect nowhere else) and returns
+// a close-on-exec duplicate of it; the caller closes c, which leaves the
+// socket open through the duplicate.
 func dupConn(c *net.TCPConn) (int, error) {
 	raw, err := c.SyscallConn()
 	if err != nil {
 		return -1, err
 	}
 	fd, derr := -1, error(nil)
-	if err := raw.Control(func(s uintptr) { fd, derr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+	if err := raw.Control(func(s uintptr) {
+		if derr = markConnected(int(s)); derr == nil {
+			fd, derr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0)
+		}
+	}); err != nil {
 		return -1, err
 	}
 	return fd, derr

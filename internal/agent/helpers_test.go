@@ -207,7 +207,7 @@ func needRoot(t testing.TB, bins ...string) {
 	}
 	for _, b := range bins {
 		if _, err := exec.LookPath(b); err != nil {
-			t.Skipf("needs %s (package iproute2): %v", b, err)
+			t.Skipf("needs %s on the PATH: %v", b, err)
 		}
 	}
 }

@@ -11,8 +11,12 @@ package agent
 // budget checks of a link grant and of a channel's reservation (shm.go).
 // A ledger belongs to its process (the session's pid, from the kernel): a
 // new LEDGER of that pid replaces it, and it is unmapped once the process
-// is gone, which every read checks first. Either way its opened count is
-// folded into the totals.
+// is gone, which every read checks first. Either way its opened counts
+// are folded into the totals.
+//
+// Cross-host links (xlink.go) list their connections here too: path
+// host-tcp, holding no shm (bytes 0 whatever the entry says), counted in
+// the header's opened_tcp.
 //
 // The library can write the memory while the agent reads it, so nothing
 // read from it is trusted. The size and the slot count are those checked
@@ -46,17 +50,18 @@ import (
 
 // The ledger's layout, in host byte order (PROTOCOL.md, "The ledger").
 const (
-	ledgerMagic      = "FFLG"
-	ledgerVersion    = 1
-	ledgerHeaderSize = 64
-	ledgerEntrySize  = 64
-	ledgerMaxSlots   = 1 << 16
-	ledgerOffOpened  = 16 // header: u64, linked connections the process ever opened
+	ledgerMagic        = "FFLG"
+	ledgerVersion      = 1
+	ledgerHeaderSize   = 64
+	ledgerEntrySize    = 64
+	ledgerMaxSlots     = 1 << 16
+	ledgerOffOpened    = 16 // header: u64, linked shm connections the process ever opened
+	ledgerOffOpenedTCP = 24 // header: u64, the same for linked host-tcp connections
 
 	entryOffBytes     = 4  // u32: the shm memory the entry's channel holds
 	entryOffLocalLen  = 8  // u8: 6 or 18
 	entryOffRemoteLen = 9  // u8: 6 or 18
-	entryOffPath      = 10 // u8: 3, shm
+	entryOffPath      = 10 // u8: 3, shm; 2, host-tcp
 	entryOffLocal     = 12 // an endpoint attribute's value, 18 bytes of room
 	entryOffRemote    = 30 // likewise
 	entryFieldsEnd    = 48 // the fields end here; the rest of the entry is 0
@@ -75,15 +80,25 @@ type ledger struct {
 
 // ledgerEntry is a live entry: one end of a linked connection.
 type ledgerEntry struct {
-	bytes         uint32
+	path          uint8  // pathShm or pathHostTCP
+	bytes         uint32 // 0 for host-tcp
 	local, remote netip.AddrPort
+}
+
+// openedCounts are a ledger header's counts of the linked connections its
+// process ever opened, by path.
+type openedCounts struct{ shm, tcp uint64 }
+
+func (o *openedCounts) add(p openedCounts) {
+	o.shm += p.shm
+	o.tcp += p.tcp
 }
 
 // ledgers holds the ledger of every process that sent one.
 type ledgers struct {
 	mu     sync.Mutex // guards m and folded; held while a mapping is read, so none is unmapped under a reader
 	m      map[int32]*ledger
-	folded uint64 // opened of the ledgers replaced or dropped
+	folded openedCounts // of the ledgers replaced or dropped
 }
 
 func newLedgers() *ledgers { return &ledgers{m: map[int32]*ledger{}} }
@@ -106,7 +121,7 @@ func (s *session) handleLedger() error {
 //
 // A library sends its ledger again on a new session after a session broke
 // (the agent may have restarted); the same memfd (inode) again changes
-// nothing, so its opened count is not folded in twice.
+// nothing, so its opened counts are not folded in twice.
 func (s *ledgers) add(pid int32, self directory.Container, fd int) error {
 	mem, ino, err := mapLedger(fd)
 	if err != nil {
@@ -200,10 +215,10 @@ func (s *ledgers) prune() {
 	}
 }
 
-// dropLocked unmaps pid's ledger, keeping its opened count.
+// dropLocked unmaps pid's ledger, keeping its opened counts.
 func (s *ledgers) dropLocked(pid int32) {
 	l := s.m[pid]
-	s.folded += l.opened()
+	s.folded.add(l.opened())
 	unix.Munmap(l.mem)
 	delete(s.m, pid)
 }
@@ -218,8 +233,8 @@ func (s *ledgers) close() {
 }
 
 // read prunes, then calls fn for every ledger with the store locked, and
-// returns the opened count of the ledgers dropped so far.
-func (s *ledgers) read(fn func(*ledger)) (folded uint64) {
+// returns the opened counts of the ledgers dropped so far.
+func (s *ledgers) read(fn func(*ledger)) (folded openedCounts) {
 	s.prune()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -242,15 +257,16 @@ func (s *ledgers) held(id string) uint64 {
 
 // counts returns what STATUS adds from the ledgers: the linked connections
 // ever opened, the live entries and their bytes.
-func (s *ledgers) counts() (opened uint64, live int, bytes uint64) {
+func (s *ledgers) counts() (opened openedCounts, live int, bytes uint64) {
 	folded := s.read(func(l *ledger) {
-		opened += l.opened()
+		opened.add(l.opened())
 		l.each(func(e ledgerEntry) {
 			live++
 			bytes += uint64(e.bytes)
 		})
 	})
-	return opened + folded, live, bytes
+	opened.add(folded)
+	return opened, live, bytes
 }
 
 // ledgerEnd is a live entry and the container of its ledger.
@@ -269,23 +285,27 @@ func (s *ledgers) ends() []ledgerEnd {
 }
 
 // ledgerConns lists the live ledger entries as connection ends of their
-// process's container; the remote container is the one of this host that
-// has the remote address, as a link joins two processes of this host.
+// process's container; the remote container is the one that has the
+// remote address: for shm one of this host, as a same-host link joins two
+// processes of this host, for host-tcp one of any host.
 func (a *Agent) ledgerConns() []ConnInfo {
 	var out []ConnInfo
 	for _, e := range a.ledgers.ends() {
 		peer, _ := a.dir.LookupIP(e.remote.Addr().String())
-		if peer.Host != a.cfg.Host {
+		if e.path == pathShm && peer.Host != a.cfg.Host {
 			peer = directory.Container{}
 		}
-		out = append(out, connInfo(e.self, peer, e.local, e.remote, decision{kind: pathShm}))
+		out = append(out, connInfo(e.self, peer, e.local, e.remote, decision{kind: e.path}))
 	}
 	return out
 }
 
-// opened is the header's count of linked connections ever opened.
-func (l *ledger) opened() uint64 {
-	return atomic.LoadUint64((*uint64)(unsafe.Pointer(&l.mem[ledgerOffOpened])))
+// opened is the header's counts of linked connections ever opened.
+func (l *ledger) opened() openedCounts {
+	return openedCounts{
+		shm: atomic.LoadUint64((*uint64)(unsafe.Pointer(&l.mem[ledgerOffOpened]))),
+		tcp: atomic.LoadUint64((*uint64)(unsafe.Pointer(&l.mem[ledgerOffOpenedTCP]))),
+	}
 }
 
 // each calls fn for every live entry of l, reading only resident pages.
@@ -324,7 +344,8 @@ func readEntry(mem []byte, off int) (e ledgerEntry, ok bool) {
 	for w := 4; w < entryFieldsEnd; w += 4 {
 		binary.NativeEndian.PutUint32(f[w:], load32(mem, off+w))
 	}
-	if load32(mem, off) != seq || f[entryOffPath] != pathShm {
+	path := f[entryOffPath]
+	if load32(mem, off) != seq || (path != pathShm && path != pathHostTCP) {
 		return e, false
 	}
 	local, okLocal := entryEndpoint(f[:], entryOffLocal, f[entryOffLocalLen])
@@ -332,7 +353,11 @@ func readEntry(mem []byte, off int) (e ledgerEntry, ok bool) {
 	if !okLocal || !okRemote {
 		return e, false
 	}
-	return ledgerEntry{bytes: binary.NativeEndian.Uint32(f[entryOffBytes:]), local: unmapEP(local), remote: unmapEP(remote)}, true
+	e = ledgerEntry{path: path, local: unmapEP(local), remote: unmapEP(remote)}
+	if path == pathShm {
+		e.bytes = binary.NativeEndian.Uint32(f[entryOffBytes:])
+	}
+	return e, true
 }
 
 // entryEndpoint decodes the endpoint of n bytes at off in an entry's

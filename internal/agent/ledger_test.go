@@ -79,6 +79,10 @@ func (l *testLedger) setOpened(n uint64) {
 	atomic.StoreUint64((*uint64)(unsafe.Pointer(&l.mem[ledgerOffOpened])), n)
 }
 
+func (l *testLedger) setOpenedTCP(n uint64) {
+	atomic.StoreUint64((*uint64)(unsafe.Pointer(&l.mem[ledgerOffOpenedTCP])), n)
+}
+
 func (l *testLedger) word(off int) *uint32 { return (*uint32)(unsafe.Pointer(&l.mem[off])) }
 
 func entryOff(i int) int { return ledgerHeaderSize + i*ledgerEntrySize }
@@ -104,6 +108,14 @@ func (l *testLedger) free(i int) {
 // put publishes entry i: a shm end from local to remote holding bytes.
 func (l *testLedger) put(i int, bytes uint32, local, remote string) {
 	l.publish(i, entryFields(bytes, local, remote))
+}
+
+// putTCP publishes entry i: a host-tcp end (a cross-host link's) from
+// local to remote; the library writes bytes 0.
+func (l *testLedger) putTCP(i int, bytes uint32, local, remote string) {
+	f := entryFields(bytes, local, remote)
+	f[entryOffPath] = pathHostTCP
+	l.publish(i, f)
 }
 
 // entryFields encodes an entry's fields; the endpoints keep their form
@@ -161,6 +173,12 @@ func linkedEnd(local, remote, remoteContainer string) ConnInfo {
 	return ConnInfo{Local: local, Remote: remote, LocalContainer: "self", RemoteContainer: remoteContainer, Path: "shm"}
 }
 
+func linkedTCPEnd(local, remote, remoteContainer string) ConnInfo {
+	c := linkedEnd(local, remote, remoteContainer)
+	c.Path = "host-tcp"
+	return c
+}
+
 // The live entries of a process's ledger are listed in CONNS as shm ends
 // of its container, with the connections the agent answered, and counted
 // in STATUS; the agent keeps a read-only mapping and no descriptor, and
@@ -214,6 +232,36 @@ func TestLedgerListedAndCounted(t *testing.T) {
 	}
 	if c := a.status().Connections; c.Shm != 10 || c.Live != 4 || c.ShmBytes != shmBytes+2000 {
 		t.Errorf("counters after two entries were freed: %+v; want opened 10, 4 live, %d shm bytes", c, shmBytes+2000)
+	}
+}
+
+// Entries of cross-host linked connections (path 2) are listed as
+// host-tcp ends whose remote container is on any host, hold no shm
+// whatever bytes they say, and opened_tcp counts in fast_path and
+// host_tcp, opened in fast_path and shm.
+func TestLedgerListsHostTCPEnds(t *testing.T) {
+	a := startAgent(t, newFakeDir(ffSelf, neighbour, remoteContainer), nil)
+	cli := newLib(t, a)
+	l := newTestLedger(t, 8)
+	l.setOpened(4)
+	l.setOpenedTCP(3)
+	l.put(0, 1000, selfCli(47500), neighbour.IP+":9000")
+	l.putTCP(1, 0, selfCli(47501), remoteContainer.IP+":5432")
+	l.putTCP(2, 5000, selfCli(47502), "10.244.2.77:80") // a lie about bytes: host-tcp holds no shm
+	if err := cli.ledger(l.fd); err != nil {
+		t.Fatal(err)
+	}
+	wantNoReplies(t, cli)
+	want := []ConnInfo{
+		linkedEnd(selfCli(47500), neighbour.IP+":9000", "neighbour"),
+		linkedTCPEnd(selfCli(47501), remoteContainer.IP+":5432", "db"),
+		linkedTCPEnd(selfCli(47502), "10.244.2.77:80", ""),
+	}
+	if got := a.connList(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("conns:\n got %+v\nwant %+v", got, want)
+	}
+	if c := a.status().Connections; c.FastPath != 7 || c.Shm != 4 || c.HostTCP != 3 || c.Live != 3 || c.ShmBytes != 1000 {
+		t.Errorf("counters %+v; want opened 4 as shm and 3 as host_tcp, 3 live, 1000 shm bytes", c)
 	}
 }
 
@@ -341,7 +389,8 @@ func TestRetiredOpenedIsUnknown(t *testing.T) {
 }
 
 // An entry is taken only when it is live (odd seq) and valid: lengths 6
-// or 18 and path shm; nothing in it can make the agent read out of bounds.
+// or 18 and path shm or host-tcp; nothing in it can make the agent read
+// out of bounds.
 func TestLedgerTornEntriesSkipped(t *testing.T) {
 	a := startAgent(t, newFakeDir(ffSelf), nil)
 	cli := newLib(t, a)
@@ -375,13 +424,13 @@ func TestLedgerTornEntriesSkipped(t *testing.T) {
 		for i := range l.mem {
 			l.mem[i] = byte(rng.Uint32())
 			if rng.IntN(4) == 0 { // make many seqs odd and many lengths right
-				l.mem[i] = []byte{1, 3, 6, 18, pathShm}[rng.IntN(5)]
+				l.mem[i] = []byte{1, 3, 6, 18, pathShm, pathHostTCP}[rng.IntN(6)]
 			}
 		}
 		for _, c := range a.connList() {
 			_, errLocal := netip.ParseAddrPort(c.Local)
 			_, errRemote := netip.ParseAddrPort(c.Remote)
-			if c.Path != "shm" || c.LocalContainer != "self" || errLocal != nil || errRemote != nil {
+			if (c.Path != "shm" && c.Path != "host-tcp") || c.LocalContainer != "self" || errLocal != nil || errRemote != nil {
 				t.Fatalf("conns entry from random bytes: %+v", c)
 			}
 		}
@@ -432,13 +481,14 @@ func TestLedgerEntryReadWhileWritten(t *testing.T) {
 }
 
 // A second LEDGER of the same process replaces its first, which the
-// agent unmaps, keeping its opened count in the totals; a refused one
+// agent unmaps, keeping its opened counts in the totals; a refused one
 // replaces nothing. The agent unmaps the rest when it stops.
 func TestLedgerReplacedKeepsOpened(t *testing.T) {
 	a := startAgent(t, newFakeDir(ffSelf), nil)
 	cli := newLib(t, a)
 	first, second := newTestLedger(t, 4), newTestLedger(t, 4)
 	first.setOpened(5)
+	first.setOpenedTCP(4)
 	first.put(0, 100, selfCli(48000), selfSrv)
 	second.setOpened(2)
 	second.put(0, 200, selfCli(48001), selfSrv)
@@ -448,8 +498,8 @@ func TestLedgerReplacedKeepsOpened(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantNoReplies(t, cli)
-	if c := a.status().Connections; c.Shm != 5 || c.FastPath != 5 || c.Live != 1 || c.ShmBytes != 100 {
-		t.Fatalf("counters with the first ledger: %+v; want opened 5, 1 live of 100 bytes", c)
+	if c := a.status().Connections; c.Shm != 5 || c.HostTCP != 4 || c.FastPath != 9 || c.Live != 1 || c.ShmBytes != 100 {
+		t.Fatalf("counters with the first ledger: %+v; want opened 5 and opened_tcp 4, 1 live of 100 bytes", c)
 	}
 	if err := cli.ledger(second.fd); err != nil {
 		t.Fatal(err)
@@ -460,8 +510,8 @@ func TestLedgerReplacedKeepsOpened(t *testing.T) {
 	if got := a.connList(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("conns after the second LEDGER:\n got %+v\nwant %+v", got, want)
 	}
-	if c := a.status().Connections; c.Shm != 7 || c.FastPath != 7 || c.Live != 2 || c.ShmBytes != 500 {
-		t.Errorf("counters after the second LEDGER: %+v; want opened 5 + 2, 2 live of 500 bytes", c)
+	if c := a.status().Connections; c.Shm != 7 || c.HostTCP != 4 || c.FastPath != 11 || c.Live != 2 || c.ShmBytes != 500 {
+		t.Errorf("counters after the second LEDGER: %+v; want opened 5 + 2, opened_tcp 4 kept, 2 live of 500 bytes", c)
 	}
 	if err := cli.ledger(liveLedger(t, 128, 1, 0).fd); err != nil { // unsealed: refused, changes nothing
 		t.Fatal(err)

@@ -23,8 +23,10 @@ type pathResult struct {
 	Reason  string
 	FD      int    // -1 without a descriptor
 	Mem     int    // shm: the memfd; -1 otherwise
-	Link    int    // shm with a link: its end; -1 otherwise
+	Link    int    // shm with a link: its end; host-tcp with a cross-host link, acceptor: its listener; -1 otherwise
 	LinkTTL uint32 // LINK_TTL, 0 if absent
+	Token   []byte // host-tcp with a cross-host link, acceptor: TOKEN; nil if absent
+	XLink   uint64 // host-tcp with a cross-host link, connector: LINK; 0 if absent
 	Elapsed time.Duration
 }
 
@@ -141,12 +143,16 @@ func (l *libClient) ask(t protocol.Type, local, remote string) (pathResult, erro
 	res.Kind = kind[0]
 	res.Reason, _ = r.String(protocol.AttrReason)
 	res.LinkTTL, _ = r.U32(protocol.AttrLinkTTL)
+	res.Token, _ = r.Get(protocol.AttrToken)
+	res.XLink, _ = r.U64(protocol.AttrLink)
 	switch {
 	case res.Kind == pathOverlay && len(fds) == 0:
 	case res.Kind == pathShm && len(fds) == 2 && res.LinkTTL == 0:
 		res.FD, res.Mem = fds[0], fds[1]
 	case res.Kind == pathShm && len(fds) == 3 && res.LinkTTL != 0:
 		res.FD, res.Mem, res.Link = fds[0], fds[1], fds[2]
+	case res.Kind == pathHostTCP && len(fds) == 2 && res.LinkTTL != 0 && res.Token != nil:
+		res.FD, res.Link = fds[0], fds[1]
 	case res.Kind != pathOverlay && res.Kind != pathShm && len(fds) == 1:
 		res.FD = fds[0]
 	default:
@@ -154,6 +160,20 @@ func (l *libClient) ask(t protocol.Type, local, remote string) (pathResult, erro
 		return res, fmt.Errorf("PATH kind %d (LINK_TTL %d) came with %d descriptors", res.Kind, res.LinkTTL, len(fds))
 	}
 	return res, nil
+}
+
+// fill sends LINK_FILL for link name and returns the stock connections
+// its PATH host-tcp carries.
+func (l *libClient) fill(name uint64, count uint32) ([]int, error) {
+	r, fds, err := l.call(protocol.New(protocol.TypeLinkFill, 0, protocol.U64(protocol.AttrLink, name), protocol.U32(protocol.AttrCount, count)))
+	if err != nil {
+		return nil, err
+	}
+	if kind, _ := r.U8(protocol.AttrPathKind); r.Type != protocol.TypePath || kind != pathHostTCP {
+		closeFDs(fds)
+		return nil, fmt.Errorf("LINK_FILL answered with %v kind %d, want PATH host-tcp", r.Type, kind)
+	}
+	return fds, nil
 }
 
 func (l *libClient) connect(local, remote string) (pathResult, error) {

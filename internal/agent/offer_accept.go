@@ -35,7 +35,8 @@ func (a *Agent) serveOffer(ctx context.Context, c *net.TCPConn, release func()) 
 		return
 	}
 	nonce, _ := m.Get(protocol.AttrNonce)
-	p := &offerPeer{c: c, key: key, seq: m.Seq, nonce: nonce}
+	caps, _ := m.U32(protocol.AttrCaps)
+	p := &offerPeer{c: c, key: key, seq: m.Seq, nonce: nonce, xlink: caps&protocol.CapXLink != 0}
 	li, reason := a.offerPrecheck(k, sender)
 	if reason != "" {
 		d, _ := a.rv.decideNow(k, sideConnector, overlay(reason)) // only an acceptor takes a parked half
@@ -51,14 +52,17 @@ type offerPeer struct {
 	key   []byte
 	seq   uint32
 	nonce []byte // the offer's; its reply and COMMIT carry it
+	xlink bool   // the OFFER said CAPS bit 2: the connecting library takes a cross-host link
 }
 
-// reply writes the signed PATH answering the offer.
-func (p *offerPeer) reply(d decision) error {
+// reply writes the signed PATH answering the offer, with link, the
+// attributes of a cross-host link it grants.
+func (p *offerPeer) reply(d decision, link ...protocol.Attr) error {
 	r := protocol.New(protocol.TypePath, p.seq, protocol.U8(protocol.AttrPathKind, d.kind))
 	if d.kind == pathOverlay {
 		r.Attrs = append(r.Attrs, protocol.String(protocol.AttrReason, d.reason))
 	}
+	r.Attrs = append(r.Attrs, link...)
 	r.Attrs = append(r.Attrs, protocol.Attr{Type: protocol.AttrNonce, Value: p.nonce})
 	if err := sign(p.key, r); err != nil {
 		return err
@@ -141,6 +145,9 @@ func (a *Agent) offerSender(c *net.TCPConn, m *protocol.Message) (directory.Host
 // the view of the connecting side (the reason goes to its library). If
 // they pass, it returns the listener the offer waits on.
 func (a *Agent) offerPrecheck(k tuple, sender directory.Host) (*listenerInfo, string) {
+	if a.guardErr != "" {
+		return nil, reasonNoGuard
+	}
 	conn, okc := a.dir.LookupIP(k.conn.Addr().String())
 	acc, oka := a.dir.LookupIP(k.acc.Addr().String())
 	switch {
@@ -166,7 +173,10 @@ func (a *Agent) offerPrecheck(k tuple, sender directory.Host) (*listenerInfo, st
 // process waits in a CONNECT of its own), it completes the meeting with
 // commitOffer: the accepting library gets the connection (at once, or
 // when a parked half is claimed) only after the connector's agent has
-// committed to it, and always after the reply on the wire.
+// committed to it, and always after the reply on the wire; with a
+// cross-host link when the rules for one hold (xlink.go). Unless the
+// accepting process could clear the mark of the connection: then both ends
+// take the overlay, the connector's through the reply.
 func (a *Agent) meetOffer(p *offerPeer, k tuple, li *listenerInfo) {
 	m, role := a.rv.join(k, sideConnector, li, nil, asking{})
 	switch role {
@@ -182,36 +192,45 @@ func (a *Agent) meetOffer(p *offerPeer, k tuple, li *listenerInfo) {
 			return
 		}
 	}
-	d, fd := a.commitOffer(p)
-	a.rv.decide(m, d, [2]int{-1, fd})
+	if why := a.acceptorRefusal(m, li); why != "" {
+		a.rv.decideHalves(m, overlay(why), noHalves)
+		p.reply(overlay(why))
+		return
+	}
+	d, h := a.commitOffer(p, a.grantXLink(p, m, li.key))
+	a.rv.decideHalves(m, d, [2]half{noHalf, h})
 }
 
-// commitOffer writes the host-tcp reply and waits for the connector's
-// agent to COMMIT it. It returns host-tcp with a descriptor of the
-// connection for the accepting library, or overlay if the connection
-// cannot be kept, the reply cannot be written, or no valid COMMIT comes
-// within the bound: the connector's agent passed its budget (and then
-// closes the connection without a word), died, or is not who it claims.
-func (a *Agent) commitOffer(p *offerPeer) (decision, int) {
+// commitOffer writes the host-tcp reply, granting link g if not nil, and
+// waits for the connector's agent to COMMIT it. It returns host-tcp with
+// the accepting library's half: the connection, and g's listener; or
+// overlay, g closed, if the connection cannot be kept, the reply cannot
+// be written, or no valid COMMIT comes within the bound: the connector's
+// agent passed its budget (and then closes the connection without a
+// word), died, or is not who it claims.
+func (a *Agent) commitOffer(p *offerPeer, g *xlinkGrant) (decision, half) {
+	h := g.half()
 	fd, err := dupConn(p.c)
 	if err != nil {
 		a.log.Warn("keep an offered connection; using the overlay", "err", err)
+		h.close()
 		p.reply(overlay(reasonChannelFailed))
-		return overlay(reasonChannelFailed), -1
+		return overlay(reasonChannelFailed), noHalf
 	}
+	h.fd = fd
 	p.c.SetNoDelay(false)
-	if err := p.reply(decision{kind: pathHostTCP}); err != nil {
+	if err := p.reply(decision{kind: pathHostTCP}, g.attrs()...); err != nil {
 		a.log.Info("reply to a fast-path offer failed; using the overlay", "peer", p.c.RemoteAddr().String(), "err", err)
-		closeFD(fd)
-		return overlay(reasonUnreachable), -1
+		h.close()
+		return overlay(reasonUnreachable), noHalf
 	}
 	if err := p.awaitCommit(a.cfg.commitWait); err != nil {
 		a.log.Info("fast path not committed by the connector's agent; using the overlay", "peer", p.c.RemoteAddr().String(), "err", err)
-		closeFD(fd)
-		return overlay(reasonNoCommit), -1
+		h.close()
+		return overlay(reasonNoCommit), noHalf
 	}
 	quickAck(p.c)
-	return decision{kind: pathHostTCP}, fd
+	return decision{kind: pathHostTCP}, h
 }
 
 func unmapEP(ep netip.AddrPort) netip.AddrPort {

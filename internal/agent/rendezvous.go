@@ -5,6 +5,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/freeflow-net/freeflow/internal/protocol"
 )
 
 // Bounds of the rendezvous (see the design note in broker.go).
@@ -49,19 +51,21 @@ type meeting struct {
 }
 
 // asking is what a meeting knows of one side's library: what its
-// session's HELLO said it can take (shm.go), and its process, whose
-// listener a link is granted for.
+// session's HELLO said it can take (shm.go; xlink: a cross-host link,
+// xlink.go), and its process, whose listener a link is granted for.
 type asking struct {
-	shm, link bool
-	pid       int32
+	shm, link, xlink bool
+	pid              int32
 }
 
 // half is one side's share of a fast path's channel.
 type half struct {
 	fd     int        // the channel's socket (for shm, the bell socket); -1 for none
 	mem    int        // shm: this side's copy of the memfd; -1 otherwise
-	link   int        // shm: this side's end of a link (shm.go); -1 for none
+	link   int        // shm: this side's end of a link (shm.go); host-tcp: the acceptor's cross-host link listener (xlink.go); -1 for none
 	charge *shmCharge // shm: the budget charged to this side's container
+	token  []byte     // host-tcp, acceptor: the TOKEN of the cross-host link whose listener is link
+	name   uint64     // host-tcp, connector: the name (LINK) of its cross-host link; 0 for none
 }
 
 var (
@@ -81,6 +85,23 @@ func (h half) fds() []int {
 		if fd >= 0 {
 			out = append(out, fd)
 		}
+	}
+	return out
+}
+
+// linkAttrs returns what PATH says of the half's link: LINK_TTL for a
+// same-host link or a cross-host one, whose acceptor also gets its TOKEN
+// and whose connector its name (LINK).
+func (h half) linkAttrs() []protocol.Attr {
+	var out []protocol.Attr
+	if h.link >= 0 || h.name != 0 {
+		out = append(out, protocol.U32(protocol.AttrLinkTTL, uint32(linkTTL.Milliseconds())))
+	}
+	if h.token != nil {
+		out = append(out, protocol.Attr{Type: protocol.AttrToken, Value: h.token})
+	}
+	if h.name != 0 {
+		out = append(out, protocol.U64(protocol.AttrLink, h.name))
 	}
 	return out
 }
@@ -306,13 +327,6 @@ func (r *rendezvous) takeHalf(m *meeting, s side) (decision, half) {
 	h := m.halves[s]
 	m.halves[s] = noHalf
 	return m.dec, h
-}
-
-// take is takeHalf for a channel that is one socket per side (cross
-// host): it returns that socket's descriptor.
-func (r *rendezvous) take(m *meeting, s side) (decision, int) {
-	d, h := r.takeHalf(m, s)
-	return d, h.fd
 }
 
 // decision returns m's decision once it is final.

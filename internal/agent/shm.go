@@ -131,10 +131,7 @@ func (a *Agent) shmChannel(m *meeting) ([2]half, string) {
 // linkAllowed applies the rules for a link with a new shm channel between
 // containers ids whose acceptor listens on lis (the design note above).
 func (a *Agent) linkAllowed(libs [2]asking, parked bool, ids [2]string, lis listenerKey, limit uint64) bool {
-	if parked || !libs[sideConnector].link || !libs[sideAcceptor].link {
-		return false
-	}
-	if pid, ok := a.listeners.sole(lis.id, lis.port); !ok || pid != libs[sideAcceptor].pid {
+	if !libs[sideConnector].link || !libs[sideAcceptor].link || !a.linkListener(parked, libs[sideAcceptor], lis) {
 		return false
 	}
 	for _, id := range ids {
@@ -143,6 +140,19 @@ func (a *Agent) linkAllowed(libs [2]asking, parked bool, ids [2]string, lis list
 		}
 	}
 	return true
+}
+
+// linkListener applies the rules of every link grant, same host or cross
+// host, about its listener lis: the meeting is not parked (acc, the
+// acceptor, asked itself), and acc's process alone registered lis; with
+// forked workers sharing it, another process could accept a connection
+// offered over the link.
+func (a *Agent) linkListener(parked bool, acc asking, lis listenerKey) bool {
+	if parked {
+		return false
+	}
+	pid, ok := a.listeners.sole(lis.id, lis.port)
+	return ok && pid == acc.pid
 }
 
 // newLink returns the two ends of a link, or -1s if the socketpair cannot

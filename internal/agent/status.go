@@ -19,8 +19,9 @@ type Status struct {
 	Containers        int              `json:"containers"`
 	ContainersPerHost map[string]int   `json:"containers_per_host"`
 	Connections       ConnCounters     `json:"connections"`
-	BrokerAddr        string           `json:"broker_addr,omitempty"`  // where cross-host offers are served
-	BrokerError       string           `json:"broker_error,omitempty"` // why they are not
+	BrokerAddr        string           `json:"broker_addr,omitempty"`        // where cross-host offers are served
+	BrokerError       string           `json:"broker_error,omitempty"`       // why they are not
+	FabricGuardError  string           `json:"fabric_guard_error,omitempty"` // why no fabric socket is handed
 }
 
 func (a *Agent) status() Status {
@@ -42,6 +43,7 @@ func (a *Agent) status() Status {
 		Connections:       a.connCounters(),
 		BrokerAddr:        a.brokerAddr(),
 		BrokerError:       a.brokerErr,
+		FabricGuardError:  a.guardErr,
 	}
 }
 
@@ -51,8 +53,9 @@ func (a *Agent) connCounters() ConnCounters {
 	c := a.live.counters()
 	_, c.ShmBytes = a.shm.charged("")
 	opened, live, bytes := a.ledgers.counts()
-	c.FastPath += opened
-	c.Shm += opened
+	c.FastPath += opened.shm + opened.tcp
+	c.Shm += opened.shm
+	c.HostTCP += opened.tcp
 	c.Live += live
 	c.ShmBytes += bytes
 	return c

@@ -28,6 +28,9 @@ func agentLog(l state.Layout, h string) string {
 // is on the fabric, which the host reaches; an external one is reached from
 // the namespace the CLI runs in, which the agent inherits as fd 3 and dials
 // etcd through (no route from the cluster to the outside is ever made).
+// The agent installs its fabric guard rules (freeflowd --fabric-guard, on
+// by default) in h's namespace, which the cluster made; `down` removes the
+// namespace and the rules with it.
 func startAgent(l state.Layout, binDir string, h state.Host, etcd state.Etcd) (int, error) {
 	if err := os.MkdirAll(l.AgentSockDir(h.Name), 0o755); err != nil {
 		return 0, fmt.Errorf("create agent socket directory: %w", err)

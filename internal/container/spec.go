@@ -70,10 +70,15 @@ type ociNamespace struct {
 	Path string `json:"path,omitempty"`
 }
 
-// dockerCaps is Docker's default capability set: enough for ordinary
-// servers, without CAP_NET_ADMIN or CAP_SYS_ADMIN.
-var dockerCaps = []string{
-	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD", "CAP_NET_RAW",
+// containerCaps is Docker's default capability set, enough for ordinary
+// servers, without CAP_NET_ADMIN or CAP_SYS_ADMIN, and without Docker's
+// CAP_NET_RAW: since Linux 5.17 it lets a process change SO_MARK, so a
+// container holding it could free a fabric socket its agent hands it from
+// the fabric guard (docs/PROTOCOL.md, "What a handed fabric socket can
+// reach"), and the agent would hand it none. Raw sockets (ping) are not
+// available in a container.
+var containerCaps = []string{
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD",
 	"CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE",
 	"CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
 }
@@ -105,7 +110,7 @@ func newSpec(l state.Layout, c *state.Container, env []string) ociSpec {
 		Version: "1.0.2",
 		Process: ociProcess{
 			User: ociUser{}, Args: c.Args, Env: append(append([]string{}, baseEnv...), env...), Cwd: "/",
-			Capabilities: ociCapabilities{Bounding: dockerCaps, Effective: dockerCaps, Permitted: dockerCaps},
+			Capabilities: ociCapabilities{Bounding: containerCaps, Effective: containerCaps, Permitted: containerCaps},
 			Rlimits:      []ociRlimit{{Type: "RLIMIT_NOFILE", Hard: nofile(), Soft: nofile()}},
 		},
 		Root:     ociRoot{Path: "rootfs", Readonly: true},

@@ -22,6 +22,17 @@ func U32(t AttrType, v uint32) Attr {
 	return Attr{Type: t, Value: binary.LittleEndian.AppendUint32(nil, v)}
 }
 
+// U64 returns a little-endian u64 attribute.
+func U64(t AttrType, v uint64) Attr {
+	return Attr{Type: t, Value: binary.LittleEndian.AppendUint64(nil, v)}
+}
+
+// U16BE returns a big-endian u16 attribute (LINK_PORT, a port as on the
+// wire).
+func U16BE(t AttrType, v uint16) Attr {
+	return Attr{Type: t, Value: binary.BigEndian.AppendUint16(nil, v)}
+}
+
 // String returns a string attribute.
 func String(t AttrType, s string) Attr { return Attr{Type: t, Value: []byte(s)} }
 
@@ -121,6 +132,24 @@ func (m *Message) U32(t AttrType) (uint32, error) {
 		return 0, err
 	}
 	return binary.LittleEndian.Uint32(v), nil
+}
+
+// U64 returns a little-endian u64 attribute, or INVALID if it is missing.
+func (m *Message) U64(t AttrType) (uint64, error) {
+	v, err := m.fixed(t, 8)
+	if err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint64(v), nil
+}
+
+// U16BE returns a big-endian u16 attribute, or INVALID if it is missing.
+func (m *Message) U16BE(t AttrType) (uint16, error) {
+	v, err := m.fixed(t, 2)
+	if err != nil {
+		return 0, err
+	}
+	return binary.BigEndian.Uint16(v), nil
 }
 
 // IP returns the IP attribute, or INVALID if it is missing.

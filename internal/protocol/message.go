@@ -37,6 +37,10 @@ const (
 	TypeClosed      Type = 0x15
 	TypeLinkOffer   Type = 0x17 // library to library, over a link only
 	TypeLedger      Type = 0x18 // library to agent: the process's ledger memfd (0x16 is retired)
+	TypeLinkFill    Type = 0x19 // library to agent: stock connections for a cross-host link
+	TypeLinkHello   Type = 0x1a // agent to library: the first message on a stock connection
+	TypeLinkTake    Type = 0x1b // library to library, on a stock connection
+	TypeLinkCommit  Type = 0x1c // library to library, on a stock connection
 	TypeOffer       Type = 0x30 // agent to agent, on the broker port (see PROTOCOL.md)
 	TypeCommit      Type = 0x31 // agent to agent: the connector's agent takes a fast PATH
 	TypeRegister    Type = 0x40
@@ -52,14 +56,15 @@ var typeNames = map[Type]string{
 	TypeHello: "HELLO", TypeHelloReply: "HELLO_REPLY", TypeLookup: "LOOKUP",
 	TypeLookupReply: "LOOKUP_REPLY", TypeListen: "LISTEN", TypeUnlisten: "UNLISTEN",
 	TypeConnect: "CONNECT", TypeAccept: "ACCEPT", TypePath: "PATH", TypeClosed: "CLOSED",
-	TypeLinkOffer: "LINK_OFFER", TypeLedger: "LEDGER",
+	TypeLinkOffer: "LINK_OFFER", TypeLedger: "LEDGER", TypeLinkFill: "LINK_FILL",
+	TypeLinkHello: "LINK_HELLO", TypeLinkTake: "LINK_TAKE", TypeLinkCommit: "LINK_COMMIT",
 	TypeOffer: "OFFER", TypeCommit: "COMMIT", TypeConns: "CONNS",
 	TypeRegister: "REGISTER", TypeUnregister: "UNREGISTER",
 	TypeList: "LIST", TypeStatus: "STATUS", TypeOK: "OK", TypeError: "ERROR",
 }
 
 // Known reports whether t is a message type of version 1. The ranges
-// 0x19-0x2f and 0x32-0x3f are reserved; 0x16 (OPENED) is retired.
+// 0x1d-0x2f and 0x32-0x3f are reserved; 0x16 (OPENED) is retired.
 func (t Type) Known() bool { _, ok := typeNames[t]; return ok }
 
 func (t Type) String() string {
@@ -99,12 +104,19 @@ const (
 	AttrCaps           AttrType = 21 // HELLO: u32 bitmask of what the library can do (Cap*)
 	AttrLinkTTL        AttrType = 22 // PATH with a link: u32 little-endian, milliseconds
 	AttrChannel        AttrType = 23 // LINK_OFFER: u32, the connector's number for the channel
+	AttrLink           AttrType = 24 // cross-host link: u64 little-endian, the connector agent's name for it
+	AttrCount          AttrType = 25 // LINK_FILL: u32, how many stock connections, 1 to 16
+	AttrToken          AttrType = 26 // cross-host link: its 16-byte secret
+	AttrLinkPort       AttrType = 27 // cross-host link: u16 big-endian, its listener's port
 )
 
 // Bits of CAPS.
 const (
 	CapShm  uint32 = 1 << 0 // the library can take a shared-memory channel (PATH_KIND 3)
 	CapLink uint32 = 1 << 1 // the library can take a link (a third fd on PATH shm)
+	// CapXLink: the library can take a cross-host link; in an OFFER, the
+	// connecting library can.
+	CapXLink uint32 = 1 << 2
 )
 
 // valueKind says how the decoder checks an attribute's value length.
@@ -116,7 +128,7 @@ const (
 	kindIP                        // 4 or 16 bytes
 	kindEndpoint                  // 6 or 18 bytes: address and port
 	kindBytes                     // 0..max bytes (strings, JSON)
-	kindFixed                     // exactly max bytes
+	kindFixed                     // exactly max bytes (also u16 and u64 values)
 )
 
 type attrSpec struct {
@@ -152,6 +164,10 @@ var attrSpecs = map[AttrType]attrSpec{
 	AttrCaps:           {"CAPS", kindU32, 0},
 	AttrLinkTTL:        {"LINK_TTL", kindU32, 0},
 	AttrChannel:        {"CHANNEL", kindU32, 0},
+	AttrLink:           {"LINK", kindFixed, 8},
+	AttrCount:          {"COUNT", kindU32, 0},
+	AttrToken:          {"TOKEN", kindFixed, 16},
+	AttrLinkPort:       {"LINK_PORT", kindFixed, 2},
 }
 
 func (a AttrType) String() string {

@@ -265,24 +265,48 @@ int ff_agent_notify(struct ff_agent *a, const void *msg, int len, int fd)
 	return ret;
 }
 
-int ff_agent_request(struct ff_agent *a, const void *req, int len,
-		     uint8_t want, struct ff_reply *r)
+int ff_agent_send(struct ff_agent *a, const void *req, int len)
 {
-	int64_t deadline = now_ms() + a->timeout_ms;
 	struct ff_msg q;
+	int ret;
+
+	if (a->fd < 0)
+		return -ENOTCONN;
+	if (len <= 0 || ff_msg_decode(req, (size_t)len, &q))
+		return -EINVAL;
+	ret = send_msg(a->fd, req, len, -1, now_ms() + a->timeout_ms);
+	if (ret)
+		ff_agent_close(a);
+	return ret;
+}
+
+int ff_agent_await(struct ff_agent *a, uint32_t seq, uint8_t want, struct ff_reply *r,
+		   int wait_ms)
+{
 	int ret;
 
 	r->nfds = 0;
 	if (a->fd < 0)
 		return -ENOTCONN;
-	if (len <= 0 || ff_msg_decode(req, (size_t)len, &q))
-		return -EINVAL;
-	ret = send_msg(a->fd, req, len, -1, deadline);
-	if (!ret)
-		ret = recv_reply(a->fd, r, q.seq, want, deadline);
+	ret = recv_reply(a->fd, r, seq, want, now_ms() + wait_ms);
+	if (ret == -ETIMEDOUT && !wait_ms)
+		return -EAGAIN;
 	if (ret < 0) {
 		ff_reply_close_fds(r);
 		ff_agent_close(a);
 	}
 	return ret;
+}
+
+int ff_agent_request(struct ff_agent *a, const void *req, int len,
+		     uint8_t want, struct ff_reply *r)
+{
+	struct ff_msg q;
+	int ret;
+
+	r->nfds = 0;
+	if (len <= 0 || ff_msg_decode(req, (size_t)len, &q))
+		return a->fd < 0 ? -ENOTCONN : -EINVAL;
+	ret = ff_agent_send(a, req, len);
+	return ret ? ret : ff_agent_await(a, q.seq, want, r, a->timeout_ms);
 }

@@ -27,7 +27,7 @@
 /* Sent as LIB_VERSION in HELLO unless the caller gives another. */
 #define FF_LIB_VERSION		"0.1.0"
 /* Fds one reply may carry; more is a protocol error. */
-#define FF_AGENT_MAX_FDS	4
+#define FF_AGENT_MAX_FDS	16	/* a LINK_FILL's answer: COUNT is at most 16 */
 /*
  * Largest reply on the library socket. The biggest defined one, an ERROR
  * with a full ERR_MSG, is about 1 KiB; the rest is room for attributes of
@@ -89,6 +89,16 @@ uint32_t ff_agent_next_seq(struct ff_agent *a);
  */
 int ff_agent_request(struct ff_agent *a, const void *req, int len,
 		     uint8_t want, struct ff_reply *r);
+
+/*
+ * The two halves of ff_agent_request, for a request whose reply is taken
+ * later (a cross-host link's LINK_FILL): send it; then wait at most wait_ms
+ * for the reply to seq. With wait_ms 0, -EAGAIN says it has not come yet
+ * and the session stays; any other failure closes it.
+ */
+int ff_agent_send(struct ff_agent *a, const void *req, int len);
+int ff_agent_await(struct ff_agent *a, uint32_t seq, uint8_t want, struct ff_reply *r,
+		   int wait_ms);
 
 /*
  * Send one encoded notification (CLOSED, LEDGER), with fd unless it is -1,

@@ -126,6 +126,38 @@ static int open_session(void)
 	return 0;
 }
 
+int ff_control_open_own(struct ff_agent *a)
+{
+	struct ff_hello_info hello;
+	int ret = ff_agent_connect(a, agent_path, AGENT_TIMEOUT_MS);
+
+	if (!ret && (ret = ff_agent_hello(a, NULL, &hello)))
+		ff_agent_close(a);
+	if (ret)
+		return ret > 0 ? -EPERM : ret;
+	ff_fd_mark_control(a->fd, 1);
+	return 0;
+}
+
+int ff_control_own_valid(struct ff_agent *a, pid_t pid)
+{
+	struct ff_slot *s = a->fd >= 0 ? ff_fd_slot(a->fd) : NULL;
+
+	/* As still_valid(): a number the application took back is not ours to close. */
+	if (pid != getpid() || !s || !(atomic_load(&s->flags) & FF_FD_CONTROL))
+		a->fd = -1;
+	return a->fd >= 0;
+}
+
+void ff_control_close_own(struct ff_agent *a)
+{
+	if (a->fd < 0)
+		return;
+	ff_fd_mark_control(a->fd, 0);
+	ff_real.close(a->fd);
+	a->fd = -1;
+}
+
 int ff_control_get(struct ff_agent **out)
 {
 	int ret;

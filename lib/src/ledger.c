@@ -35,7 +35,8 @@
 #define SLOTS		65536u
 #define HDR		64u
 #define ENTRY		64u
-#define OFF_OPENED	16u	/* header: u64 */
+#define OFF_OPENED	16u	/* header: u64, shm */
+#define OFF_OPENED_TCP	24u	/* header: u64, host-tcp */
 #define OFF_SEQ		0u	/* entry: u32 */
 #define OFF_BYTES	4u
 #define OFF_LOCAL_LEN	8u
@@ -159,7 +160,7 @@ static int64_t index_of(uint64_t e)
 }
 
 void ff_ledger_publish(uint64_t e, const struct sockaddr_storage *local,
-		       const struct sockaddr_storage *remote, uint32_t bytes)
+		       const struct sockaddr_storage *remote, uint8_t path, uint32_t bytes)
 {
 	int64_t i;
 	uint8_t *p;
@@ -174,9 +175,11 @@ void ff_ledger_publish(uint64_t e, const struct sockaddr_storage *local,
 		*(uint32_t *)(void *)(p + OFF_BYTES) = bytes;
 		p[OFF_LOCAL_LEN] = ll > 0 ? (uint8_t)ll : 0;
 		p[OFF_REMOTE_LEN] = rl > 0 ? (uint8_t)rl : 0;
-		p[OFF_PATH] = FF_PATH_SHM;
-		atomic_fetch_add_explicit((_Atomic uint64_t *)(void *)(base + OFF_OPENED), 1,
-					  memory_order_relaxed);
+		p[OFF_PATH] = path;
+		atomic_fetch_add_explicit((_Atomic uint64_t *)(void *)(base + (path == FF_PATH_SHM
+									 ? OFF_OPENED
+									 : OFF_OPENED_TCP)),
+					  1, memory_order_relaxed);
 		atomic_fetch_add_explicit(seq_of((uint32_t)i), 1, memory_order_release);
 	}
 	pthread_mutex_unlock(&mu);

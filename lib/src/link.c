@@ -55,6 +55,7 @@
 #include <unistd.h>
 
 #include "freeflow/proto.h"
+#include "link.h"
 #include "shim.h"
 #include "shm.h"
 
@@ -63,12 +64,6 @@
 #define PENDING_KEEP_MS	1000	/* longer than any connector waits for its answer */
 #define OFFER_WAIT_MS	5	/* the connector's wait; the agent's peer wait adds 45 */
 #define CHANS_MAX	8	/* channels a link keeps mapped for reuse */
-
-/* An endpoint as the wire names it (ff_endpoint): address then port. */
-struct ep {
-	uint8_t b[FF_EP6_LEN];
-	uint8_t len;
-};
 
 /*
  * A channel a link keeps mapped between connections (map NULL: free). On
@@ -102,20 +97,6 @@ struct pending {
 	int64_t at;
 };
 
-struct ff_offer {
-	struct ff_shm *sh;
-	int bell;		/* our end of the bell pair */
-	int slot;		/* the link it went over, while its id is unchanged */
-	uint64_t id;
-	uint32_t chan;		/* the link's number of the channel; 0: not kept */
-	/*
-	 * The acceptor, as connect() named it: once the offer is taken, the
-	 * acceptor resets the overlay socket, so getpeername may fail.
-	 */
-	struct sockaddr_storage dst;
-	socklen_t dstlen;
-};
-
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct link links[LINK_MAX];
 static struct pending pend[PENDING_MAX];
@@ -123,38 +104,6 @@ static int nlinks;		/* slots in use at or below this index */
 static uint64_t next_id = 1;
 /* Whether any link exists: connect() and accept() pay one load while none does. */
 static _Atomic int any_link;
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int to_ep(const struct sockaddr_storage *sa, struct ep *e)
-{
-	int n = ff_endpoint(sa, e->b);
-
-	e->len = n > 0 ? (uint8_t)n : 0;
-	return n > 0 ? 0 : -1;
-}
-
-static int ep_eq(const struct ep *a, const struct ep *b)
-{
-	return a->len == b->len && !memcmp(a->b, b->b, a->len);
-}
-
-/* Same address, whatever the port. */
-static int ip_eq(const struct ep *a, const struct ep *b)
-{
-	return a->len == b->len && !memcmp(a->b, b->b, a->len - 2u);
-}
-
-static int port_eq(const struct ep *a, const struct ep *b)
-{
-	return !memcmp(a->b + a->len - 2, b->b + b->len - 2, 2);
-}
 
 static void chan_drop(struct chan *ch)
 {
@@ -197,7 +146,7 @@ static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 /* A free slot (mu held), making room by dropping expired links, or NULL. */
 static struct link *free_slot(void)
 {
-	int64_t now = now_ms();
+	int64_t now = ff_now_ms();
 
 	for (int i = 0; i < LINK_MAX; i++)
 		if (links[i].fd >= 0 && !links[i].acceptor && links[i].expires <= now)
@@ -225,7 +174,7 @@ void ff_link_add(int fd, int acceptor, const struct sockaddr_storage *local,
 		ff_real.close(fd);
 		return;
 	}
-	k.expires = now_ms() + ttl_ms;
+	k.expires = ff_now_ms() + ttl_ms;
 	pthread_mutex_lock(&mu);
 	/* A newer connector link to the same endpoint replaces the older. */
 	for (int i = 0; i < nlinks && !acceptor; i++)
@@ -260,6 +209,7 @@ static int agent_there(void)
 		if (pend[i].bell >= 0)
 			pending_close(&pend[i]);
 	pthread_mutex_unlock(&mu);
+	ff_xlinks_drop();
 	return 0;
 }
 
@@ -268,7 +218,7 @@ static int agent_there(void)
 /* The usable connector link to dst (mu held), or NULL; drops an expired one. */
 static struct link *connector_link(const struct ep *dst)
 {
-	int64_t now = now_ms();
+	int64_t now = ff_now_ms();
 
 	for (int i = 0; i < nlinks; i++) {
 		struct link *l = &links[i];
@@ -282,12 +232,7 @@ static struct link *connector_link(const struct ep *dst)
 	return NULL;
 }
 
-/*
- * fd's local endpoint, binding it first to the link's address and an
- * ephemeral port if the application did not bind it; -1 if it is bound to
- * another address (it then connects as it would anyway).
- */
-static int bind_local(int fd, const struct ep *self, struct ep *local)
+int ff_link_bind_local(int fd, const struct ep *self, struct ep *local)
 {
 	struct sockaddr_storage ss = { .ss_family = AF_INET };
 	struct sockaddr_in *in = (void *)&ss;
@@ -406,7 +351,7 @@ static int offer_over(struct link *l, int fd, const struct ep *to, struct ff_off
 	uint32_t chan = 0;
 	int bell[2], memfd = -1, ret;
 
-	if (bind_local(fd, &l->self, &from))
+	if (ff_link_bind_local(fd, &l->self, &from))
 		return -EADDRINUSE;
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, bell))
 		return -errno;
@@ -439,8 +384,8 @@ struct ff_offer *ff_link_offer(int fd, const struct sockaddr *sa, socklen_t sale
 	struct link *l;
 	int ret = -ENOENT;
 
-	if (!atomic_load_explicit(&any_link, memory_order_relaxed) || salen > sizeof(dst) ||
-	    !agent_there())
+	if ((!atomic_load_explicit(&any_link, memory_order_relaxed) && !ff_xlinks_any()) ||
+	    salen > sizeof(dst) || !agent_there())
 		return NULL;
 	memcpy(&dst, sa, salen);
 	if (to_ep(&dst, &to) || !(o = calloc(1, sizeof(*o))))
@@ -449,10 +394,12 @@ struct ff_offer *ff_link_offer(int fd, const struct sockaddr *sa, socklen_t sale
 	o->dst = dst;
 	o->dstlen = salen;
 	pthread_mutex_lock(&mu);
-	l = connector_link(&to);
+	l = atomic_load_explicit(&any_link, memory_order_relaxed) ? connector_link(&to) : NULL;
 	if (l)
 		ret = offer_over(l, fd, &to, o);
 	pthread_mutex_unlock(&mu);
+	if (!l)
+		ret = ff_xlink_offer(fd, &to, o);
 	if (!ret)
 		return o;
 	if (ret != -ENOENT)
@@ -471,6 +418,11 @@ void ff_offer_forget(struct ff_offer *o)
 {
 	struct link *l = &links[o->slot];
 
+	if (!o->sh) {	/* cross host: the acceptor reads EOF instead of a commit */
+		ff_real.close(o->bell);
+		free(o);
+		return;
+	}
 	/* Not taken: its channel is not kept either (the acceptor never uses it). */
 	pthread_mutex_lock(&mu);
 	for (int i = 0; o->chan && l->fd >= 0 && l->id == o->id && i < CHANS_MAX; i++)
@@ -488,8 +440,9 @@ void ff_offer_free(struct ff_offer *o)
 
 	if (!o)
 		return;
-	atomic_compare_exchange_strong(ff_shm_word(o->sh, FF_SHM_OFF_OFFER), &want,
-				       FF_OFFER_WITHDRAWN);
+	if (o->sh)
+		atomic_compare_exchange_strong(ff_shm_word(o->sh, FF_SHM_OFF_OFFER), &want,
+					       FF_OFFER_WITHDRAWN);
 	ff_offer_forget(o);
 }
 
@@ -503,6 +456,9 @@ int ff_offer_taken(struct ff_offer *o)
 {
 	uint32_t v = FF_OFFER_OFFERED;
 
+	/* Cross host, only the connector's commit decides, and it has not been sent. */
+	if (!o->sh)
+		return 0;
 	atomic_compare_exchange_strong(ff_shm_word(o->sh, FF_SHM_OFF_OFFER), &v,
 				       FF_OFFER_WITHDRAWN);
 	return v == FF_OFFER_TAKEN;
@@ -524,11 +480,11 @@ static uint32_t await_answer(struct ff_offer *o)
 {
 	_Atomic uint32_t *word = ff_shm_word(o->sh, FF_SHM_OFF_OFFER);
 	_Atomic uint32_t *wait = ff_shm_word(o->sh, FF_SHM_OFF_OFFER_WAIT);
-	int64_t deadline = now_ms() + OFFER_WAIT_MS, left;
+	int64_t deadline = ff_now_ms() + OFFER_WAIT_MS, left;
 	uint32_t v = FF_OFFER_OFFERED;
 
 	ff_shm_spin_until(offer_decided, word);
-	while ((left = deadline - now_ms()) > 0) {
+	while ((left = deadline - ff_now_ms()) > 0) {
 		struct pollfd p = { .fd = o->bell, .events = POLLIN };
 		char junk[64];
 
@@ -553,6 +509,8 @@ int ff_offer_settle(struct ff_conn *c, struct ff_handover *h)
 	struct ff_offer *o = c->offer;
 
 	c->offer = NULL;
+	if (!o->sh)
+		return ff_xlink_settle(o, h);
 	if (await_answer(o) == FF_OFFER_TAKEN) {
 		h->chan = o->bell;
 		h->shm = o->sh;
@@ -573,7 +531,7 @@ int ff_offer_settle(struct ff_conn *c, struct ff_handover *h)
 static void pending_add(const struct pending *in)
 {
 	struct pending *p = NULL;
-	int64_t now = now_ms();
+	int64_t now = ff_now_ms();
 
 	for (int i = 0; i < PENDING_MAX; i++)
 		if (pend[i].bell >= 0 && now - pend[i].at > PENDING_KEEP_MS)
@@ -710,28 +668,24 @@ static int accepted_channel(const struct pending *p, struct ff_shm **sh, const c
 	return ret;
 }
 
-int ff_link_take(const struct sockaddr_storage *local, const struct sockaddr_storage *remote,
-		 struct ff_handover *h)
+/* The same-host offer for acc <- conn taken (1, h filled), or none usable (0). */
+static int shm_take(const struct ep *acc, const struct ep *conn, struct ff_handover *h)
 {
 	uint32_t want = FF_OFFER_OFFERED;
 	const char *what = "";
 	struct pending p;
-	struct ep acc, conn;
 	int found;
 
-	if (!atomic_load_explicit(&any_link, memory_order_relaxed) || to_ep(local, &acc) ||
-	    to_ep(remote, &conn) || !agent_there())
-		return 0;
 	pthread_mutex_lock(&mu);
 	/* Read each link dry: a dead one (EOF) is closed here, not left holding its queue. */
 	for (int i = 0; i < nlinks; i++) {
 		struct link *l = &links[i];
 
-		if (l->fd >= 0 && l->acceptor && port_eq(&l->self, &acc) && ip_eq(&l->peer, &conn))
+		if (l->fd >= 0 && l->acceptor && port_eq(&l->self, acc) && ip_eq(&l->peer, conn))
 			while (l->fd >= 0 && drain_one(l) > 0)
 				;
 	}
-	found = pending_take(&conn, &acc, &p);
+	found = pending_take(conn, acc, &p);
 	pthread_mutex_unlock(&mu);
 	if (!found)
 		return 0;
@@ -759,11 +713,28 @@ int ff_link_take(const struct sockaddr_storage *local, const struct sockaddr_sto
 	return 0;
 }
 
+int ff_link_take(const struct sockaddr_storage *local, const struct sockaddr_storage *remote,
+		 struct ff_handover *h)
+{
+	int shm = atomic_load_explicit(&any_link, memory_order_relaxed);
+	struct ep acc, conn;
+
+	if ((!shm && !ff_xlinks_any()) || to_ep(local, &acc) || to_ep(remote, &conn) ||
+	    !agent_there())
+		return 0;
+	if (shm && shm_take(&acc, &conn, h))
+		return 1;
+	return ff_xlinks_any() && ff_xlink_take(&acc, &conn, h);
+}
+
 void ff_links_unlisten(const struct sockaddr_storage *local)
 {
 	struct ep lis;
 
-	if (!atomic_load_explicit(&any_link, memory_order_relaxed) || to_ep(local, &lis))
+	if (to_ep(local, &lis))
+		return;
+	ff_xlinks_unlisten(&lis);
+	if (!atomic_load_explicit(&any_link, memory_order_relaxed))
 		return;
 	pthread_mutex_lock(&mu);
 	/* The connectors' next offers fail (EPIPE) and go to the agent. */
@@ -781,11 +752,13 @@ void ff_links_unlisten(const struct sockaddr_storage *local)
 void ff_links_atfork_prepare(void)
 {
 	pthread_mutex_lock(&mu);
+	ff_xlinks_atfork_prepare();
 }
 
 /* Close what this process may no longer use: acceptor links, and in the child all. */
 static void after_fork(int child)
 {
+	ff_xlinks_after_fork(child);
 	/* The tables are set up (every fd -1) only once a link came. */
 	if (!atomic_load_explicit(&any_link, memory_order_relaxed)) {
 		pthread_mutex_unlock(&mu);

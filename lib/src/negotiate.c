@@ -58,6 +58,7 @@
 #include <unistd.h>
 
 #include "agent_client.h"
+#include "link.h"
 #include "shim.h"
 #include "shm.h"
 
@@ -134,24 +135,44 @@ static void enc_endpoint(struct ff_enc *e, uint16_t type,
 		ff_enc_attr(e, type, ep, (size_t)n);
 }
 
+/* What a request names: endpoints (NULL: none), or a link's name and a count (LINK_FILL). */
+struct req {
+	const struct sockaddr_storage *local, *remote;
+	uint64_t link;
+	uint32_t count;
+};
+
+/* Encode request q on session a into buf (REQ_MAX bytes): its length (and *seq), or -errno. */
+#define REQ_MAX	(FF_HDR_LEN + 2 * FF_ATTR_HDR_LEN + 2 * FF_EP6_LEN)
+static int encode_req(struct ff_agent *a, uint8_t msg, const struct req *q, uint8_t *buf,
+		      uint32_t *seq)
+{
+	struct ff_enc e;
+
+	*seq = ff_agent_next_seq(a);
+	ff_enc_start(&e, buf, REQ_MAX, msg, *seq);
+	if (q->local)
+		enc_endpoint(&e, FF_ATTR_LOCAL_EP, q->local);
+	if (q->remote)
+		enc_endpoint(&e, FF_ATTR_REMOTE_EP, q->remote);
+	if (q->link) {
+		ff_enc_u64(&e, FF_ATTR_LINK, q->link);
+		ff_enc_u32(&e, FF_ATTR_COUNT, q->count);
+	}
+	return ff_enc_finish(&e);
+}
+
 /*
  * One request on session a; want 0: a notification, no reply (r unused),
  * carrying fd unless it is -1. Without local, no endpoint (LEDGER).
  */
-static int request_on(struct ff_agent *a, uint8_t msg, const struct sockaddr_storage *local,
-		      const struct sockaddr_storage *remote, int fd, uint8_t want,
+static int request_on(struct ff_agent *a, uint8_t msg, const struct req *q, int fd, uint8_t want,
 		      struct ff_reply *r)
 {
-	uint8_t buf[FF_HDR_LEN + 2 * FF_ATTR_HDR_LEN + 2 * FF_EP6_LEN];
-	struct ff_enc e;
-	int n;
+	uint8_t buf[REQ_MAX];
+	uint32_t seq;
+	int n = encode_req(a, msg, q, buf, &seq);
 
-	ff_enc_start(&e, buf, sizeof(buf), msg, ff_agent_next_seq(a));
-	if (local)
-		enc_endpoint(&e, FF_ATTR_LOCAL_EP, local);
-	if (remote)
-		enc_endpoint(&e, FF_ATTR_REMOTE_EP, remote);
-	n = ff_enc_finish(&e);
 	if (n < 0)
 		return n;
 	return want ? ff_agent_request(a, buf, n, want, r) : ff_agent_notify(a, buf, n, fd);
@@ -163,19 +184,17 @@ static int request_on(struct ff_agent *a, uint8_t msg, const struct sockaddr_sto
  * was restarted: EOF at once, no wait); then the request is made once more
  * on a new session, which re-registers the listeners first (listeners.c).
  */
-static int request(uint8_t msg, const struct sockaddr_storage *local,
-		   const struct sockaddr_storage *remote, int fd, uint8_t want,
-		   struct ff_reply *r)
+static int request(uint8_t msg, const struct req *q, int fd, uint8_t want, struct ff_reply *r)
 {
 	struct ff_agent *a;
 	int ret, fresh;
 
-	if (local && skip_loopback(local))
+	if (q->local && skip_loopback(q->local))
 		return -EADDRNOTAVAIL;	/* before a session is even opened */
 	ff_busy = 1;
 	do {
 		fresh = ff_control_get(&a);
-		ret = fresh < 0 ? fresh : request_on(a, msg, local, remote, fd, want, r);
+		ret = fresh < 0 ? fresh : request_on(a, msg, q, fd, want, r);
 		if (ret < 0 && fresh >= 0)
 			ff_control_broken(ret);
 	} while (ret == -ECONNRESET && fresh == 0);
@@ -185,12 +204,46 @@ static int request(uint8_t msg, const struct sockaddr_storage *local,
 
 int ff_send_ledger(int memfd)
 {
-	return request(FF_MSG_LEDGER, NULL, NULL, memfd, 0, NULL);
+	return request(FF_MSG_LEDGER, &(struct req){ 0 }, memfd, 0, NULL);
 }
 
 int ff_send_ledger_on(struct ff_agent *a, int memfd)
 {
-	return request_on(a, FF_MSG_LEDGER, NULL, NULL, memfd, 0, NULL);
+	return request_on(a, FF_MSG_LEDGER, &(struct req){ 0 }, memfd, 0, NULL);
+}
+
+int64_t ff_link_fill_send(struct ff_agent *a, uint64_t link, uint32_t count)
+{
+	uint8_t buf[REQ_MAX];
+	uint32_t seq;
+	int n = encode_req(a, FF_MSG_LINK_FILL, &(struct req){ .link = link, .count = count }, buf,
+			   &seq);
+
+	if (n < 0)
+		return n;
+	n = ff_agent_send(a, buf, n);
+	return n < 0 ? n : (int64_t)seq;
+}
+
+int ff_link_fill_read(struct ff_reply *r, int *fds, int cap)
+{
+	const struct ff_attr *kind = ff_msg_get(&r->msg, FF_ATTR_PATH_KIND);
+	int ret = 0, n = 0;
+
+	if (r->msg.type == FF_MSG_ERROR) {
+		const struct ff_attr *code = ff_msg_get(&r->msg, FF_ATTR_ERR_CODE);
+
+		ret = code && ff_attr_u32(code) == FF_ERR_NOTFOUND ? -ENOENT : -EAGAIN;
+	} else if (!kind || ff_attr_u8(kind) != FF_PATH_HOST_TCP) {
+		ret = -EPROTO;
+	}
+	for (unsigned i = 0; !ret && i < r->nfds && n < cap; i++)
+		if (ff_is_socket(r->fds[i], SOCK_STREAM, 0)) {
+			fds[n++] = r->fds[i];
+			r->fds[i] = -1;
+		}
+	ff_reply_close_fds(r);
+	return ret ? ret : n;
 }
 
 static int announce_reply(int ret, struct ff_reply *r)
@@ -206,9 +259,11 @@ int ff_announce(uint8_t msg, const struct sockaddr_storage *local,
 {
 	struct ff_reply r;
 
+	struct req q = { .local = local, .remote = remote };
+
 	if (msg == FF_MSG_CLOSED)	/* a notification: sent, never answered */
-		return request(msg, local, remote, -1, 0, NULL);
-	return announce_reply(request(msg, local, remote, -1, FF_MSG_OK, &r), &r);
+		return request(msg, &q, -1, 0, NULL);
+	return announce_reply(request(msg, &q, -1, FF_MSG_OK, &r), &r);
 }
 
 int ff_announce_on(struct ff_agent *a, uint8_t msg, const struct sockaddr_storage *local,
@@ -218,7 +273,8 @@ int ff_announce_on(struct ff_agent *a, uint8_t msg, const struct sockaddr_storag
 
 	if (skip_loopback(local))
 		return -EADDRNOTAVAIL;
-	return announce_reply(request_on(a, msg, local, remote, -1, FF_MSG_OK, &r), &r);
+	return announce_reply(request_on(a, msg, &(struct req){ .local = local, .remote = remote },
+					 -1, FF_MSG_OK, &r), &r);
 }
 
 int ff_is_socket(int fd, int type, int must_be_unix)
@@ -232,11 +288,36 @@ int ff_is_socket(int fd, int type, int must_be_unix)
 	       (ff_real.getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &dl) == 0 && dom == AF_UNIX);
 }
 
-/* A PATH shm's link (docs/PROTOCOL.md, "Links"): the fd and LINK_TTL, or fd -1. */
+/*
+ * The link a PATH carries, if any (ttl_ms 0: none). shm (PROTOCOL.md,
+ * "Links"): fd. host-tcp ("Cross-host links"): the connector gets the
+ * agent's name for it, the acceptor the listener (fd) and the token.
+ */
 struct path_link {
 	int fd;
 	uint32_t ttl_ms;
+	uint64_t name;
+	uint8_t token[FF_TOKEN_LEN];
 };
+
+/* A host-tcp PATH's link, if it carries one whole; the listener is r->fds[1]. */
+static void read_xlink(struct ff_reply *r, uint8_t msg, struct path_link *link)
+{
+	const struct ff_attr *ttl = ff_msg_get(&r->msg, FF_ATTR_LINK_TTL);
+	const struct ff_attr *name = ff_msg_get(&r->msg, FF_ATTR_LINK);
+	const struct ff_attr *token = ff_msg_get(&r->msg, FF_ATTR_TOKEN);
+
+	if (!ttl)
+		return;
+	if (msg == FF_MSG_CONNECT && name && ff_attr_u64(name) && r->nfds == 1) {
+		*link = (struct path_link){ -1, ff_attr_u32(ttl), ff_attr_u64(name), { 0 } };
+	} else if (msg == FF_MSG_ACCEPT && token && r->nfds == 2 &&
+		   ff_is_socket(r->fds[1], SOCK_STREAM, 0)) {
+		*link = (struct path_link){ r->fds[1], ff_attr_u32(ttl), 0, { 0 } };
+		memcpy(link->token, token->val, FF_TOKEN_LEN);
+		r->fds[1] = -1;
+	}
+}
 
 /*
  * Say why a reply means overlay in why and return -1, or fill h and return
@@ -272,8 +353,11 @@ static int read_path(struct ff_reply *r, uint8_t msg, struct ff_handover *h,
 		snprintf(why, cap, "path kind %u is not supported", k);
 		return -1;
 	}
+	/* A host-tcp PATH's second fd is its link's listener; one we cannot use is closed. */
+	if (k == FF_PATH_HOST_TCP)
+		read_xlink(r, msg, link);
 	nfds = k == FF_PATH_SHM ? 2 + (ttl != NULL) : 1;
-	if (r->nfds != nfds) {
+	if (r->nfds != nfds && !(k == FF_PATH_HOST_TCP && r->nfds == 2)) {
 		snprintf(why, cap, "PATH kind %u carried %u fds, not %u", k, r->nfds, nfds);
 		return -1;
 	}
@@ -296,7 +380,7 @@ static int read_path(struct ff_reply *r, uint8_t msg, struct ff_handover *h,
 	if (k == FF_PATH_SHM)
 		ff_real.close(r->fds[1]);
 	if (nfds == 3)
-		*link = (struct path_link){ r->fds[2], ff_attr_u32(ttl) };
+		*link = (struct path_link){ r->fds[2], ff_attr_u32(ttl), 0, { 0 } };
 	h->chan = r->fds[0];
 	r->nfds = 0;
 	return 0;
@@ -314,7 +398,9 @@ static int read_path(struct ff_reply *r, uint8_t msg, struct ff_handover *h,
  * before its connect() returns: link.c and connect() take the offer's word
  * for it). The connecting end must not reset: a parked acceptor's
  * connection still waits in the accept queue, and a reset one would fail
- * its getpeername. An shm channel's socket is AF_UNIX (checked already).
+ * its getpeername (over a cross-host link too: the acceptor may take an
+ * offer before accept() returns its connection, xlink.c). An shm channel's
+ * socket is AF_UNIX (checked already).
  */
 static int swap_in(int fd, int chan, struct ff_conn *c, int accepting, int is_shm)
 {
@@ -381,7 +467,8 @@ static int ask_agent(uint8_t msg, const struct sockaddr_storage *local,
 		     struct path_link *link, int *answered, char *why, size_t cap)
 {
 	struct ff_reply r;
-	int ret = request(msg, local, remote, -1, FF_MSG_PATH, &r), fast = -1;
+	int ret = request(msg, &(struct req){ .local = local, .remote = remote }, -1, FF_MSG_PATH,
+			  &r), fast = -1;
 
 	if (ret < 0) {
 		snprintf(why, cap, "agent unreachable: %s", strerror(-ret));
@@ -457,7 +544,8 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 	decide(fd, c, fast, msg == FF_MSG_ACCEPT);
 	swapped = c->state == FF_ST_SWAPPED;
 	if (entry && swapped) {
-		ff_ledger_publish(entry, &local, &remote, FF_SHM_HDR_SIZE + 2 * ring);
+		ff_ledger_publish(entry, &local, &remote, ring ? FF_PATH_SHM : FF_PATH_HOST_TCP,
+				  ring ? FF_SHM_HDR_SIZE + 2 * ring : 0);
 		c->ledger = entry;
 		entry = 0;
 	}
@@ -468,10 +556,14 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 	ff_table_unlock();
 	ff_ledger_release(entry);
 	/* A link is used only once the agent has the ledger its connections go in. */
-	if (link.fd >= 0 && swapped && ring && ff_ledger_ready() == 0)
+	if (!swapped || !link.ttl_ms || ff_ledger_ready() != 0) {
+		if (link.fd >= 0)
+			ff_real.close(link.fd);
+	} else if (ring) {
 		ff_link_add(link.fd, msg == FF_MSG_ACCEPT, &local, &remote, link.ttl_ms, ring);
-	else if (link.fd >= 0)
-		ff_real.close(link.fd);
+	} else {
+		ff_xlink_add(&local, &remote, link.ttl_ms, link.name, link.fd, link.token);
+	}
 	if (fast)
 		ff_real.close(h.chan);
 	else

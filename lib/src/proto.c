@@ -43,6 +43,9 @@ static const struct {
 	[FF_ATTR_CAPS]		= { KIND_FIXED, 4 },
 	[FF_ATTR_LINK_TTL]	= { KIND_FIXED, 4 },
 	[FF_ATTR_CHANNEL]	= { KIND_FIXED, 4 },
+	[FF_ATTR_LINK]		= { KIND_FIXED, 8 },
+	[FF_ATTR_COUNT]		= { KIND_FIXED, 4 },
+	[FF_ATTR_TOKEN]		= { KIND_FIXED, FF_TOKEN_LEN },
 };
 
 /* The present bitmask needs one bit per known type. */
@@ -83,6 +86,10 @@ static int msg_type_known(uint8_t type)
 	case FF_MSG_CLOSED:
 	case FF_MSG_LINK_OFFER:
 	case FF_MSG_LEDGER:
+	case FF_MSG_LINK_FILL:
+	case FF_MSG_LINK_HELLO:
+	case FF_MSG_LINK_TAKE:
+	case FF_MSG_LINK_COMMIT:
 	case FF_MSG_REGISTER:
 	case FF_MSG_UNREGISTER:
 	case FF_MSG_LIST:
@@ -248,6 +255,15 @@ void ff_enc_u32(struct ff_enc *e, uint16_t type, uint32_t v)
 	uint8_t b[4];
 
 	put_le32(b, v);
+	ff_enc_attr(e, type, b, sizeof(b));
+}
+
+void ff_enc_u64(struct ff_enc *e, uint16_t type, uint64_t v)
+{
+	uint8_t b[8];
+
+	put_le32(b, (uint32_t)v);
+	put_le32(b + 4, (uint32_t)(v >> 32));
 	ff_enc_attr(e, type, b, sizeof(b));
 }
 

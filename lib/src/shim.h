@@ -196,6 +196,7 @@ void ff_conn_forget_epregs(struct ff_conn *c);
 /* ---- control.c: this thread's connection to the agent ---- */
 
 struct ff_agent;
+struct ff_reply;
 /*
  * This thread's session (connected, HELLO done, listeners re-sent if the
  * agent may have lost them): 0 if it was open already, 1 if just opened,
@@ -209,6 +210,15 @@ void ff_control_broken(int err);
  * anew if the agent went away meanwhile, which re-sends what it lost).
  */
 int ff_control_alive(void);
+/*
+ * A session of the process's own beside the threads' (connected, HELLO
+ * done, marked as the library's: a fork child closes it), for requests
+ * answered later; 0 or -errno. Valid while pid (its opener) is this
+ * process and the application has not taken its fd number.
+ */
+int ff_control_open_own(struct ff_agent *a);
+int ff_control_own_valid(struct ff_agent *a, pid_t pid);
+void ff_control_close_own(struct ff_agent *a);
 void ff_control_atfork_child(void);
 void ff_control_init(void);
 
@@ -257,6 +267,15 @@ struct ff_handover {
 	struct ff_shm *shm;	/* NULL unless shm */
 };
 
+/*
+ * LINK_FILL on session a, answered later (ff_agent_await): the request's
+ * seq, or -errno. Then the stock its PATH reply r carries into fds (cap of
+ * them): their number, -ENOENT if the agent no longer knows the link, or
+ * another -errno.
+ */
+int64_t ff_link_fill_send(struct ff_agent *a, uint64_t link, uint32_t count);
+int ff_link_fill_read(struct ff_reply *r, int *fds, int cap);
+
 /* ---- link.c: same-host connections set up without the agent ---- */
 
 /* Keep link fd, which came with the shm PATH of local -> remote (our role: acceptor or not). */
@@ -304,9 +323,9 @@ void ff_links_atfork_child(void);
 int ff_ledger_ready(void);
 /* Reserve an entry for a connection about to be decided over a link; 0: none free (or no ledger). */
 uint64_t ff_ledger_reserve(void);
-/* Fill reserved entry e for the linked connection local -> remote (bytes of shm) and list it. */
+/* Fill reserved entry e for the linked connection local -> remote on path (bytes of shm) and list it. */
 void ff_ledger_publish(uint64_t e, const struct sockaddr_storage *local,
-		       const struct sockaddr_storage *remote, uint32_t bytes);
+		       const struct sockaddr_storage *remote, uint8_t path, uint32_t bytes);
 /* Give back a reserved entry that was not published (0: nothing). */
 void ff_ledger_release(uint64_t e);
 /* The linked connection of entry e is closed: unlist it. */

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "freeflow/proto.h"
+#include "link.h"
 #include "shim.h"
 #include "shm.h"
 
@@ -222,7 +223,12 @@ static int accepted(int lfd, int nfd)
 
 FF_EXPORT int accept(int fd, struct sockaddr *sa, socklen_t *len)
 {
-	int nfd = REAL(accept)(fd, sa, len), err = errno;
+	int nfd, err;
+
+	if (!ff_busy && ff_xlinks_any() && ff_xlink_before_accept(fd) < 0)
+		return -1;
+	nfd = REAL(accept)(fd, sa, len);
+	err = errno;
 
 	if (nfd < 0 || ff_busy)
 		return nfd;
@@ -233,7 +239,12 @@ FF_EXPORT int accept(int fd, struct sockaddr *sa, socklen_t *len)
 
 FF_EXPORT int accept4(int fd, struct sockaddr *sa, socklen_t *len, int flags)
 {
-	int nfd = REAL(accept4)(fd, sa, len, flags), err = errno;
+	int nfd, err;
+
+	if (!ff_busy && ff_xlinks_any() && ff_xlink_before_accept(fd) < 0)
+		return -1;
+	nfd = REAL(accept4)(fd, sa, len, flags);
+	err = errno;
 
 	if (nfd < 0 || ff_busy)
 		return nfd;

@@ -112,12 +112,19 @@ void ff_sockopt_carry(int oldfd, int newfd, struct ff_conn *c)
 	/*
 	 * A socket pair's options start as a TCP socket's do, and the TCP
 	 * options are only emulated when they differ from the defaults: with
-	 * none of the carried ones set, there is nothing to carry (some 20 system calls saved on
-	 * every connection's setup). A host-tcp socket is the agent's, with its
-	 * own settings (TCP_NODELAY), so the application's are always copied.
+	 * none of the carried ones set, there is nothing to carry (some 20
+	 * system calls saved on every connection's setup). A host-tcp socket
+	 * is made with the kernel's defaults too, but for TCP_NODELAY, which
+	 * the agents set (and the links' stock has on), so only that goes back.
 	 */
 	if (!c->opts_set && c->kern_family == AF_UNIX)
 		return;
+	if (!c->opts_set) {
+		static const int off = 0;
+
+		ff_real.setsockopt(newfd, IPPROTO_TCP, TCP_NODELAY, &off, sizeof(off));
+		return;
+	}
 	/* The sizes only as the application set them (the top says why): from c->opts. */
 	for (size_t i = 0; i < LEN(carried_sol); i++) {
 		len = sizeof(v);

@@ -33,9 +33,14 @@
  * said CAPS bit 1 (one end of a socketpair(AF_UNIX, SOCK_SEQPACKET) each,
  * LINK_TTL FF_TEST_LINK_TTL ms, default 2000), so that the ends' later
  * connections are set up over the link, as docs/PROTOCOL.md ("Links") says.
+ * "host-tcp-link" is "host-tcp" plus a cross-host link with every channel
+ * whose two ends said CAPS bit 2 ("Cross-host links"): the acceptor gets a
+ * link listener on 127.0.0.1 and the token, the connector the link's name,
+ * and LINK_FILL dials stock connections to that listener, each opened with
+ * LINK_HELLO (with a wrong token if FF_TEST_XLINK_TOKEN=bad).
  *
  * Every event is one line in the log file ("hello", "ask", "swap", "swap
- * shm link", "overlay <reason>", "hostile <case>", "listen <pid>",
+ * shm link", "swap xlink", "fill <count>", "fill refused", "overlay <reason>", "hostile <case>", "listen <pid>",
  * "unlisten", "closed", "ledger <fd>" or "ledger refused"), which the
  * tests read to check what really happened. When its parent dies without stopping it (a crash, the
  * runner's timeout), the agent removes the test's temporary directory.
@@ -68,6 +73,7 @@
 /* Client fds of the agent whose HELLO is remembered. */
 #define FA_MAX_FD	1024
 #define FA_SHM_RING_DEFAULT	(256u << 10)
+#define FA_MAX_XLINKS	64
 
 enum fa_mode { FA_BROKER, FA_OVERLAY, FA_SILENT, FA_HOSTILE };
 
@@ -99,6 +105,7 @@ struct fa_tuple {
 	uint8_t keylen;
 	int8_t decided;		/* -1 waiting, else enum ff_path_kind */
 	int waiter;		/* waiting client fd, or -1 */
+	int asker_connects;	/* the ask that decides it came from the connector */
 	uint32_t seq;
 	int64_t deadline;
 };
@@ -113,6 +120,11 @@ struct fa_state {
 	uint16_t ports[64];	/* registered listener ports, network order */
 	int nports;
 	uint8_t caps[FA_MAX_FD];	/* the client's HELLO's CAPS */
+	struct {
+		uint16_t port;		/* the link listener's, network order */
+		uint8_t token[FF_TOKEN_LEN];
+	} xl[FA_MAX_XLINKS];		/* a link's name is its index + 1 */
+	int nxl;
 };
 
 static inline int64_t fa_now(void)
@@ -180,7 +192,14 @@ static inline int fa_host_tcp(void)
 {
 	const char *c = getenv("FF_TEST_CHANNEL");
 
-	return c && !strcmp(c, "host-tcp");
+	return c && (!strcmp(c, "host-tcp") || !strcmp(c, "host-tcp-link"));
+}
+
+static inline int fa_xlink(void)
+{
+	const char *c = getenv("FF_TEST_CHANNEL");
+
+	return c && !strcmp(c, "host-tcp-link");
 }
 
 /*
@@ -312,6 +331,116 @@ static inline int fa_port_registered(struct fa_state *st, const struct ff_attr *
 	return 0;
 }
 
+/* A TCP listener on 127.0.0.1 (port in *port, network order), as an agent's link listener. */
+static inline int fa_listener(uint16_t *port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t al = sizeof(a);
+	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (l < 0 || bind(l, (void *)&a, sizeof(a)) || listen(l, 128) ||
+	    getsockname(l, (void *)&a, &al))
+		_exit(3);
+	*port = a.sin_port;
+	return l;
+}
+
+/*
+ * A host-tcp channel sp ([connector's end, acceptor's end]) with a
+ * cross-host link: the connector gets the link's name, the acceptor the
+ * listener and the token.
+ */
+static inline void fa_xlink_grant(struct fa_state *st, int conn, int acc, uint32_t conn_seq,
+				  uint32_t acc_seq, int sp[2])
+{
+	uint8_t buf[256];
+	struct ff_enc e;
+	int fds[2] = { sp[1], -1 }, n;
+
+	if (st->nxl == FA_MAX_XLINKS)
+		_exit(3);
+	fds[1] = fa_listener(&st->xl[st->nxl].port);
+	for (int i = 0; i < FF_TOKEN_LEN; i++)
+		st->xl[st->nxl].token[i] = (uint8_t)rand();
+	st->nxl++;
+	fa_log(st, "swap xlink");
+	ff_enc_start(&e, buf, sizeof(buf), FF_MSG_PATH, conn_seq);
+	ff_enc_u8(&e, FF_ATTR_PATH_KIND, FF_PATH_HOST_TCP);
+	ff_enc_u32(&e, FF_ATTR_LINK_TTL, fa_link_ttl());
+	ff_enc_u64(&e, FF_ATTR_LINK, (uint64_t)st->nxl);
+	n = ff_enc_finish(&e);
+	t_send_fds(conn, buf, (size_t)n, sp, 1);
+	ff_enc_start(&e, buf, sizeof(buf), FF_MSG_PATH, acc_seq);
+	ff_enc_u8(&e, FF_ATTR_PATH_KIND, FF_PATH_HOST_TCP);
+	ff_enc_u32(&e, FF_ATTR_LINK_TTL, fa_link_ttl());
+	ff_enc_attr(&e, FF_ATTR_TOKEN, st->xl[st->nxl - 1].token, FF_TOKEN_LEN);
+	n = ff_enc_finish(&e);
+	t_send_fds(acc, buf, (size_t)n, fds, 2);
+	close(sp[0]);
+	close(sp[1]);
+	close(fds[1]);
+}
+
+static inline void fa_fill_refused(struct fa_state *st, int fd, uint32_t seq)
+{
+	uint8_t buf[64];
+	struct ff_enc e;
+
+	fa_log(st, "fill refused");
+	ff_enc_start(&e, buf, sizeof(buf), FF_MSG_ERROR, seq);
+	ff_enc_u32(&e, FF_ATTR_ERR_CODE, FF_ERR_NOTFOUND);
+	t_send_fds(fd, buf, (size_t)ff_enc_finish(&e), NULL, 0);
+}
+
+/* LINK_FILL: dial the stock to the link's listener, each opened with LINK_HELLO. */
+static inline void fa_fill(struct fa_state *st, int fd, const struct ff_msg *m)
+{
+	const struct ff_attr *name = ff_msg_get(m, FF_ATTR_LINK), *count = ff_msg_get(m, FF_ATTR_COUNT);
+	const char *bad = getenv("FF_TEST_XLINK_TOKEN");
+	uint64_t k = name ? ff_attr_u64(name) : 0;
+	uint32_t n = count ? ff_attr_u32(count) : 0;
+	uint8_t buf[64], hello[64], token[FF_TOKEN_LEN];
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	int fds[16], one = 1, hl;
+	struct ff_enc e;
+
+	if (!k || k > (uint64_t)st->nxl || !st->xl[k - 1].port || n < 1 || n > 16) {
+		fa_fill_refused(st, fd, m->seq);
+		return;
+	}
+	memcpy(token, st->xl[k - 1].token, FF_TOKEN_LEN);
+	if (bad && !strcmp(bad, "bad"))
+		token[0] ^= 1;
+	ff_enc_start(&e, hello, sizeof(hello), FF_MSG_LINK_HELLO, 0);
+	ff_enc_attr(&e, FF_ATTR_TOKEN, token, FF_TOKEN_LEN);
+	hl = ff_enc_finish(&e);
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	a.sin_port = st->xl[k - 1].port;
+	for (uint32_t i = 0; i < n; i++) {
+		fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fds[i] < 0)
+			_exit(3);
+		if (connect(fds[i], (void *)&a, sizeof(a))) {
+			/* The acceptor closed its listener: the link is over, as the agent says. */
+			for (uint32_t j = 0; j <= i; j++)
+				close(fds[j]);
+			st->xl[k - 1].port = 0;
+			fa_fill_refused(st, fd, m->seq);
+			return;
+		}
+		if (setsockopt(fds[i], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) ||
+		    write(fds[i], hello, (size_t)hl) != hl)
+			_exit(3);
+	}
+	fa_log(st, "fill %u", n);
+	ff_enc_start(&e, buf, sizeof(buf), FF_MSG_PATH, m->seq);
+	ff_enc_u8(&e, FF_ATTR_PATH_KIND, FF_PATH_HOST_TCP);
+	t_send_fds(fd, buf, (size_t)ff_enc_finish(&e), fds, (int)n);
+	for (uint32_t i = 0; i < n; i++)
+		close(fds[i]);
+}
+
 static inline void fa_decide(struct fa_state *st, struct fa_tuple *t, int fd, uint32_t seq,
 		      int kind, const char *reason)
 {
@@ -329,6 +458,15 @@ static inline void fa_decide(struct fa_state *st, struct fa_tuple *t, int fd, ui
 						 fa_can(st, fd, FF_CAP_SHM));
 		if (kind < 0)
 			_exit(3);
+		if (kind == FF_PATH_HOST_TCP && fa_xlink() && fa_can(st, t->waiter, FF_CAP_XLINK) &&
+		    fa_can(st, fd, FF_CAP_XLINK)) {
+			fa_xlink_grant(st, t->asker_connects ? fd : t->waiter,
+				       t->asker_connects ? t->waiter : fd, t->asker_connects ? seq : t->seq,
+				       t->asker_connects ? t->seq : seq, sp);
+			t->keylen = 0;
+			t->waiter = -1;
+			return;
+		}
 		if (kind == FF_PATH_SHM && fa_link() && fa_can(st, t->waiter, FF_CAP_LINK) &&
 		    fa_can(st, fd, FF_CAP_LINK) &&
 		    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, lk))
@@ -433,6 +571,7 @@ static inline void fa_broker(struct fa_state *st, int fd, const struct ff_msg *m
 	} else if (m->type == FF_MSG_CONNECT && !fa_port_registered(st, second)) {
 		fa_decide(st, t, fd, m->seq, FF_PATH_OVERLAY, "listener-not-freeflow");
 	} else if (t->waiter >= 0 && t->waiter != fd) {
+		t->asker_connects = m->type == FF_MSG_CONNECT;
 		fa_decide(st, t, fd, m->seq, FF_PATH_UNIX, NULL);
 	} else {
 		t->waiter = fd;
@@ -551,6 +690,9 @@ static inline void fa_request(struct fa_state *st, int fd)
 	case FF_MSG_CONNECT:
 	case FF_MSG_ACCEPT:
 		fa_broker(st, fd, &m);
+		break;
+	case FF_MSG_LINK_FILL:
+		fa_fill(st, fd, &m);
 		break;
 	default:
 		_exit(5);

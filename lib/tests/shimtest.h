@@ -267,7 +267,8 @@ static inline int t_ledger_ends(int live)
 			continue;
 		}
 		seen[nseen++] = sb.st_ino;
-		if (!live && pread(lfd, &opened, 8, 16) == 8)
+		/* opened (shm) at 16, then opened_tcp (host-tcp) at 24 */
+		for (off_t at = 16; !live && at <= 24 && pread(lfd, &opened, 8, at) == 8; at += 8)
 			total += opened;
 		for (off_t at = 64; live && pread(lfd, &seq, 4, at) == 4; at += 64)
 			total += seq & 1;
@@ -321,6 +322,18 @@ static inline int t_real_domain(int fd)
 static inline int t_channel_domain(void)
 {
 	return fa_host_tcp() ? AF_INET : AF_UNIX;
+}
+
+/* What the fake agent logs for a swap that grants a link: same host, or cross host. */
+static inline const char *t_link_grant(void)
+{
+	return fa_xlink() ? "swap xlink" : "swap shm link";
+}
+
+/* What it logs for any swap: with an shm channel, or (cross host) any. */
+static inline const char *t_link_swap(void)
+{
+	return fa_xlink() ? "swap" : "swap shm";
 }
 
 /*
@@ -553,6 +566,26 @@ static inline int t_link_fds(int *fds, int max)
 			fds[n++] = fd;
 	}
 	return n;
+}
+
+/* Connection i to port (IPv4): even ones connect blocking, odd ones non-blocking, waited for with poll; the fd is returned blocking. */
+static inline int t_connect_nth(uint16_t port, int i)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = t_addr(AF_INET, &ss, port);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | (i % 2 ? SOCK_NONBLOCK : 0), 0);
+	struct pollfd p = { .fd = fd, .events = POLLOUT };
+	int err = 0;
+	socklen_t el = sizeof(err);
+
+	if (!connect(fd, (void *)&ss, len))
+		return fd;
+	CHECK(i % 2 && errno == EINPROGRESS, "connect %d: %s", i, strerror(errno));
+	CHECK(poll(&p, 1, 5000) == 1, "connect %d never completed", i);
+	CHECK(!getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) && !err, "connect %d: %s", i,
+	      strerror(err));
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+	return fd;
 }
 
 static inline int t_connect(int family, uint16_t port)

@@ -1,37 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: after a first connection through the agent hands a link, the same two processes set up further connections over the link without asking the agent (blocking and non-blocking connect), each on its own shm channel, data intact both ways, and each end is listed in its process's ledger (one per process, given to the agent) while it is open, and no longer once closed */
 /* Channels: shm-link */
-#include <poll.h>
-
 #include "shimtest.h"
 
 #define CONNS	6
 #define N	(256u << 10)
 
-/* Connection i: even ones connect blocking, odd ones non-blocking and wait with poll. */
-static int connect_nth(uint16_t port, int i)
-{
-	struct sockaddr_storage ss;
-	socklen_t len = t_addr(AF_INET, &ss, port);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | (i % 2 ? SOCK_NONBLOCK : 0), 0);
-	struct pollfd p = { .fd = fd, .events = POLLOUT };
-	int err = 0;
-	socklen_t el = sizeof(err);
-
-	if (!connect(fd, (void *)&ss, len))
-		return fd;
-	CHECK(i % 2 && errno == EINPROGRESS, "connect %d: %s", i, strerror(errno));
-	CHECK(poll(&p, 1, 5000) == 1, "connect %d never completed", i);
-	CHECK(!getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) && !err, "connect %d: %s", i,
-	      strerror(err));
-	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-	return fd;
-}
-
 static int client(uint16_t port)
 {
 	for (int i = 0; i < CONNS; i++) {
-		int fd = connect_nth(port, i);
+		int fd = t_connect_nth(port, i);
 
 		CHECK(t_swapped(fd), "connection %d not swapped (kernel family %d)", i,
 		      t_real_domain(fd));

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: a link carries new connections only for the LINK_TTL the agent gave it: a connection made within it goes over the link without asking the agent, one made after it goes to the agent again (which hands a new link, used by the next one); every connection is swapped with data intact both ways */
-/* Channels: shm-link */
+/* Channels: shm-link host-tcp-link */
 #include "shimtest.h"
 
 /* Long enough that a connection made right after another is within it, even on a loaded machine. */
@@ -67,7 +67,7 @@ int main(int argc, char **argv)
 	setenv("FF_TEST_LINK_TTL", ttl, 1);
 	t_shim_setup(argv, FA_BROKER);
 	t_serve_sequence(client, CONNS, N);
-	CHECK(t_agent_count("swap shm link") == 2, "%d swaps with a link, not 2",
-	      t_agent_count("swap shm link"));
+	CHECK(t_agent_count(t_link_grant()) == 2, "%d swaps with a link, not 2",
+	      t_agent_count(t_link_grant()));
 	return t_shim_finish();
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: once the accepting process forks, a child that inherited its listener could accept a connection offered over a link, so the parent drops its accepting links at fork: the next connection is not set up over the old link but decided by the agent (both ends ask), swapped, data intact both ways; so is one whose offer was already on its way when the server forked, since nobody took that offer */
-/* Channels: shm-link */
+/* Channels: shm-link host-tcp-link */
 #include <poll.h>
 
 #include "shimtest.h"
@@ -65,7 +65,7 @@ int main(int argc, char **argv)
 	}
 	t_wait_child(pid, "client");
 	close(lfd);
-	CHECK(t_agent_count("swap shm") == CONNS, "%d swaps, not %d", t_agent_count("swap shm"),
+	CHECK(t_agent_count(t_link_swap()) == CONNS, "%d swaps, not %d", t_agent_count(t_link_swap()),
 	      CONNS);
 	CHECK(t_agent_await("closed", 2 * CONNS) == 2 * CONNS, "%d CLOSED",
 	      t_agent_count("closed"));

@@ -67,7 +67,7 @@ static inline char *t_hex(char *out, const uint8_t *buf, size_t n)
 }
 
 /* Most fds one t_fds_msg carries. */
-#define T_MAX_SEND_FDS	8
+#define T_MAX_SEND_FDS	24
 
 /* One message with fds (SCM_RIGHTS); mh points into the struct, so it must stay put. */
 struct t_fds_msg {

@@ -8,6 +8,18 @@ import (
 	"github.com/freeflow-net/freeflow/internal/testenv"
 )
 
+// echoCheckPy defines echo(c, tag): send 1 MiB of random bytes on socket c while
+// reading them back from the echo server, then print "<tag> OK" or "<tag>
+// CORRUPT <bytes got>". It needs os and threading.
+const echoCheckPy = `def echo(c, tag):
+    data = os.urandom(1 << 20); got = b""
+    threading.Thread(target=c.sendall, args=(data,)).start()
+    while len(got) < len(data):
+        b = c.recv(65536)
+        if not b: break
+        got += b
+    print(tag, "OK" if got == data else "CORRUPT %d" % len(got), flush=True)`
+
 // stepClientPy keeps one connection to an echo server and, at each SIGUSR1,
 // does the next step, printing a line per step:
 //
@@ -17,14 +29,7 @@ import (
 const stepClientPy = `
 import os, signal, socket, sys, threading
 host, port = sys.argv[1], int(sys.argv[2])
-def echo(c, tag):
-    data = os.urandom(1 << 20); got = b""
-    threading.Thread(target=c.sendall, args=(data,)).start()
-    while len(got) < len(data):
-        b = c.recv(65536)
-        if not b: break
-        got += b
-    print(tag, "OK" if got == data else "CORRUPT %d" % len(got), flush=True)
+` + echoCheckPy + `
 def fresh(tag):
     c = socket.create_connection((host, port)); echo(c, tag); c.close()
 signal.signal(signal.SIGUSR1, lambda *a: None)

@@ -36,6 +36,11 @@ enum ff_msg_type {
 	FF_MSG_CLOSED		= 0x15,
 	FF_MSG_LINK_OFFER	= 0x17,	/* library to library, over a link only */
 	FF_MSG_LEDGER		= 0x18,	/* the process's ledger memfd (notification) */
+	/* Cross-host links (PROTOCOL.md, "Cross-host links"). */
+	FF_MSG_LINK_FILL	= 0x19,	/* library to agent: stock connections for a link */
+	FF_MSG_LINK_HELLO	= 0x1a,	/* agent to library: first on a stock connection */
+	FF_MSG_LINK_TAKE	= 0x1b,	/* acceptor to connector, on a stock connection */
+	FF_MSG_LINK_COMMIT	= 0x1c,	/* connector to acceptor, on a stock connection */
 	FF_MSG_REGISTER		= 0x40,
 	FF_MSG_UNREGISTER	= 0x41,
 	FF_MSG_LIST		= 0x42,
@@ -70,12 +75,18 @@ enum ff_attr_type {
 	FF_ATTR_CAPS		= 21,	/* u32, FF_CAP_* bits (HELLO) */
 	FF_ATTR_LINK_TTL	= 22,	/* u32, ms a link may carry new offers (PATH shm) */
 	FF_ATTR_CHANNEL		= 23,	/* u32, a link's channel number (LINK_OFFER) */
+	FF_ATTR_LINK		= 24,	/* u64, a cross-host link's name (PATH host-tcp, LINK_FILL) */
+	FF_ATTR_COUNT		= 25,	/* u32, stock connections asked for (LINK_FILL) */
+	FF_ATTR_TOKEN		= 26,	/* 16 bytes, a cross-host link's secret */
+	/* 27 (LINK_PORT) is agent to agent: unknown here. */
 	FF_ATTR__COUNT			/* one past the highest known type */
 };
 
 /* Bits of CAPS: what the library can do. */
 #define FF_CAP_SHM		(1u << 0)	/* takes PATH_KIND shm */
 #define FF_CAP_LINK		(1u << 1)	/* takes links (PATH shm's third fd) */
+#define FF_CAP_XLINK		(1u << 2)	/* takes cross-host links (PATH host-tcp) */
+#define FF_TOKEN_LEN		16
 
 /* Values of PATH_KIND. */
 enum ff_path_kind {
@@ -152,6 +163,15 @@ static inline uint32_t ff_attr_u32(const struct ff_attr *a)
 	       (uint32_t)a->val[2] << 16 | (uint32_t)a->val[3] << 24;
 }
 
+static inline uint64_t ff_attr_u64(const struct ff_attr *a)
+{
+	uint64_t v = 0;
+
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | a->val[i];
+	return v;
+}
+
 /*
  * Encoder. Errors are sticky, so a caller adds every attribute and checks
  * once, at ff_enc_finish(). It refuses to produce anything the decoder would
@@ -172,6 +192,7 @@ void ff_enc_start(struct ff_enc *e, void *buf, size_t cap, uint8_t type,
 void ff_enc_attr(struct ff_enc *e, uint16_t type, const void *val, size_t len);
 void ff_enc_u8(struct ff_enc *e, uint16_t type, uint8_t v);
 void ff_enc_u32(struct ff_enc *e, uint16_t type, uint32_t v);
+void ff_enc_u64(struct ff_enc *e, uint16_t type, uint64_t v);
 void ff_enc_str(struct ff_enc *e, uint16_t type, const char *s);
 
 /* Returns the message size in bytes, or the first error as -errno. */

@@ -1,0 +1,460 @@
+package agent
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/freeflow-net/freeflow/internal/protocol"
+	"golang.org/x/sys/unix"
+)
+
+// Cross-host links (xlink.go): the grant on a host-tcp meeting between
+// h1 (connector) and h2 (acceptor), and LINK_FILL on h1. The test process
+// plays both libraries, as in crosshost_test.go.
+
+// meetCross has srv (on h2) accept and cli (on h1) connect the connection
+// from selfCli(cport) to srv2, both at once; the test closes the results.
+func meetCross(t *testing.T, cli, srv *libClient, cport int) (con, acc pathResult) {
+	t.Helper()
+	con, acc = meet(t, srv, cli, selfCli(cport), srv2)
+	if con.Kind != pathHostTCP || acc.Kind != pathHostTCP {
+		closeResult(con)
+		closeResult(acc)
+		t.Fatalf("connect %+v, accept %+v; want host-tcp for both", con, acc)
+	}
+	if err := exchange(con.FD, acc.FD); err != nil {
+		t.Fatalf("the two ends are not one TCP connection: %v", err)
+	}
+	return con, acc
+}
+
+// grantedXLink registers srv2 on h2 for a library that takes cross-host
+// links, meets one from h1, checks the link was granted and returns the
+// connecting library with both answers, which the caller closes.
+func grantedXLink(t *testing.T, hs twoHosts, cport int) (*libClient, pathResult, pathResult) {
+	t.Helper()
+	srv, cli := newLibCaps(t, hs.h2, protocol.CapXLink), newLibCaps(t, hs.h1, protocol.CapXLink)
+	if err := srv.listen(srv2); err != nil {
+		t.Fatal(err)
+	}
+	con, acc := meetCross(t, cli, srv, cport)
+	defer func() {
+		if t.Failed() {
+			closeResult(con)
+			closeResult(acc)
+		}
+	}()
+	wantXLinkGranted(t, hs, con, acc)
+	return cli, con, acc
+}
+
+// wantXLinkGranted checks con and acc carry a cross-host link: LINK_TTL
+// 2000 for both, a name for the connector, and for the acceptor a TOKEN
+// of 16 bytes and a listener on h2's fabric address that carries the
+// fabric guard's listener mark.
+func wantXLinkGranted(t *testing.T, hs twoHosts, con, acc pathResult) {
+	t.Helper()
+	if con.LinkTTL != 2000 || con.XLink == 0 || con.Link >= 0 || con.Token != nil {
+		t.Fatalf("connecting library got %+v; want host-tcp with LINK_TTL 2000 and LINK, no listener or TOKEN", con)
+	}
+	if acc.LinkTTL != 2000 || acc.Link < 0 || len(acc.Token) != 16 || acc.XLink != 0 {
+		t.Fatalf("accepting library got %+v; want host-tcp with LINK_TTL 2000, a listener and a 16-byte TOKEN", acc)
+	}
+	lis := listenerAddr(t, acc.Link)
+	if listening, _ := unix.GetsockoptInt(acc.Link, unix.SOL_SOCKET, unix.SO_ACCEPTCONN); listening != 1 || lis.Addr().String() != hs.h2.cfg.FabricIP {
+		t.Errorf("link listener on %v, listening %d; want a listening socket on h2's fabric address %s", lis, listening, hs.h2.cfg.FabricIP)
+	}
+	if mark, err := unix.GetsockoptInt(acc.Link, unix.SOL_SOCKET, unix.SO_MARK); err != nil || mark != fabricMarkListener {
+		t.Errorf("link listener's mark %#x (%v); want the listener mark %#x", mark, err, fabricMarkListener)
+	}
+}
+
+// wantNoXLink checks both ends got host-tcp without a cross-host link.
+func wantNoXLink(t *testing.T, what string, con, acc pathResult) {
+	t.Helper()
+	for _, r := range []pathResult{con, acc} {
+		if r.Kind != pathHostTCP || r.LinkTTL != 0 || r.XLink != 0 || r.Token != nil || r.Link >= 0 {
+			t.Errorf("%s: connecting library got %+v, accepting library %+v; want host-tcp without a link", what, con, acc)
+			return
+		}
+	}
+}
+
+func listenerAddr(t *testing.T, fd int) netip.AddrPort {
+	t.Helper()
+	sa, err := unix.Getsockname(fd)
+	in, ok := sa.(*unix.SockaddrInet4)
+	if err != nil || !ok {
+		t.Fatalf("link listener's address: %v, %v; want IPv4", sa, err)
+	}
+	return netip.AddrPortFrom(netip.AddrFrom4(in.Addr), uint16(in.Port))
+}
+
+// readStockHello reads the first message of a stock connection as the
+// accepting library does: the header, then exactly its payload.
+func readStockHello(fd int) (*protocol.Message, error) {
+	hdr, err := readFull(fd, protocol.HeaderSize)
+	if err != nil {
+		return nil, err
+	}
+	body, err := readFull(fd, int(binary.LittleEndian.Uint32(hdr[8:])))
+	if err != nil {
+		return nil, err
+	}
+	return protocol.Decode(append(hdr, body...))
+}
+
+// The grant, and LINK_FILL on it: COUNT connections from h1's fabric
+// address to the listener the accepting library got, each set
+// TCP_NODELAY, marked as a handed connection, and opening with LINK_HELLO
+// carrying the accepting library's TOKEN, then carrying bytes both ways.
+func TestXLinkFillDialsStockToAcceptorsListener(t *testing.T) {
+	hs := startTwoHosts(t, nil)
+	cli, con, acc := grantedXLink(t, hs, 49000)
+	t.Cleanup(func() { closeResult(con); closeResult(acc) })
+	fds, err := cli.fill(con.XLink, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeFDs(fds) })
+	if len(fds) != 3 {
+		t.Fatalf("LINK_FILL COUNT 3 gave %d connections", len(fds))
+	}
+	lis := listenerAddr(t, acc.Link)
+	stock := map[netip.AddrPort]int{}
+	for _, fd := range fds {
+		local, remote := sockAddrs(t, fd)
+		nodelay, _ := unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY)
+		mark, _ := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_MARK)
+		if remote != lis || local.Addr().String() != hs.h1.cfg.FabricIP || nodelay != 1 || mark != fabricMarkConnected {
+			t.Errorf("stock connection %v -> %v, TCP_NODELAY %d, mark %#x; want h1's fabric address to the link listener %v, TCP_NODELAY 1, mark %#x",
+				local, remote, nodelay, mark, lis, fabricMarkConnected)
+		}
+		stock[local] = fd
+	}
+	unix.SetsockoptTimeval(acc.Link, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 5})
+	for range fds {
+		nfd, _, err := unix.Accept4(acc.Link, unix.SOCK_CLOEXEC)
+		if err != nil {
+			t.Fatalf("accept on the link listener: %v", err)
+		}
+		defer unix.Close(nfd)
+		_, peer := sockAddrs(t, nfd)
+		fd, ok := stock[peer]
+		if !ok {
+			t.Fatalf("the link listener accepted a connection from %v, which is no stock connection", peer)
+		}
+		delete(stock, peer)
+		m, err := readStockHello(nfd)
+		if err != nil {
+			t.Fatalf("stock connection from %v: %v", peer, err)
+		}
+		if token, _ := m.Get(protocol.AttrToken); m.Type != protocol.TypeLinkHello || !bytes.Equal(token, acc.Token) {
+			t.Errorf("stock connection opens with %v TOKEN %x; want LINK_HELLO with the accepting library's TOKEN %x", m.Type, token, acc.Token)
+		}
+		if err := exchange(fd, nfd); err != nil {
+			t.Errorf("stock connection from %v after its hello: %v", peer, err)
+		}
+	}
+}
+
+// No link unless both libraries said CAPS bit 2: the connector's agent
+// asks for one only then, the acceptor's agent grants one only then.
+func TestXLinkNotGrantedWithoutCapsOnBothSides(t *testing.T) {
+	hs := startTwoHosts(t, nil)
+	for i, c := range []struct {
+		name             string
+		conCaps, accCaps uint32
+	}{
+		{"connector-without-xlink", capsLink, capsLink | protocol.CapXLink},
+		{"acceptor-without-xlink", capsLink | protocol.CapXLink, capsLink},
+	} {
+		srv, cli := newLibCaps(t, hs.h2, c.accCaps), newLibCaps(t, hs.h1, c.conCaps)
+		if err := srv.listen(srv2); err != nil {
+			t.Fatal(err)
+		}
+		con, acc := meetCross(t, cli, srv, 49010+i)
+		wantNoXLink(t, c.name, con, acc)
+		closeResult(con)
+		closeResult(acc)
+	}
+}
+
+// A listener another process registered too (forked workers) gets no
+// link: that process could accept a connection offered over it. Once the
+// accepting process is the only one, it does.
+func TestXLinkNotGrantedForSharedListener(t *testing.T) {
+	hs := startTwoHosts(t, nil)
+	other := startAsker(t, "", askSpec{Sock: hs.h2.cfg.LibrarySocket(), Caps: protocol.CapXLink, Listen: srv2,
+		Ask: "accept", Local: srv2, Remote: selfCli(49029)}) // registers, then waits for a go that never comes
+	srv, cli := newLibCaps(t, hs.h2, protocol.CapXLink), newLibCaps(t, hs.h1, protocol.CapXLink)
+	if err := srv.listen(srv2); err != nil {
+		t.Fatal(err)
+	}
+	if pids := hs.h2.listeners.pids(ffSelf2.ID, 5201); len(pids) != 2 {
+		t.Fatalf("listener registered by pids %v; want the test process and the child", pids)
+	}
+	con, acc := meetCross(t, cli, srv, 49020)
+	wantNoXLink(t, "listener of two processes", con, acc)
+	closeResult(con)
+	closeResult(acc)
+
+	other.finish()
+	_, con, acc = grantedXLink(t, hs, 49021)
+	closeResult(con)
+	closeResult(acc)
+}
+
+// A parked meeting (the accepting process waits in a CONNECT of its own)
+// gets no link: nothing says its process is the one that will accept.
+func TestXLinkNotGrantedForParkedMeeting(t *testing.T) {
+	hs := startTwoHosts(t, nil)
+	procA, procB := newLibCaps(t, hs.h1, protocol.CapXLink), newLibCaps(t, hs.h2, protocol.CapXLink)
+	lisA, lisB, aCli, bCli := selfIP+":7101", ffSelf2.IP+":7102", selfCli(49031), ffSelf2.IP+":49032"
+	if err := procA.listen(lisA); err != nil {
+		t.Fatal(err)
+	}
+	if err := procB.listen(lisB); err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := crossConnect(t, procA, procB, aCli, lisB, bCli, lisA) // A's is parked on h2 for sure
+	ba, err := procB.accept(lisB, aCli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeResult(ba) })
+	wantPrompt(t, "the parked half", ba, pathHostTCP)
+	wantNoXLink(t, "parked meeting", ca, ba)
+	if aa, err := procA.accept(lisA, bCli); err == nil { // B's connection: whatever it got
+		closeResult(aa)
+	}
+}
+
+// The link listener goes to the accepting library only with its
+// connection, after the COMMIT: its port and TOKEN are those of the
+// signed PATH. Without a COMMIT, the agent closes it.
+func TestXLinkListenerHandedOnlyAfterCommit(t *testing.T) {
+	hs := startTwoHosts(t, nil)
+	srv := newLibCaps(t, hs.h2, protocol.CapXLink)
+	if err := srv.listen(srv2); err != nil {
+		t.Fatal(err)
+	}
+	offer := func(cport int, then func(h byHand)) (byHand, pathResult) {
+		done := make(chan pathResult, 1)
+		go func() {
+			r, err := srv.accept(srv2, selfCli(cport))
+			if err != nil {
+				t.Error(err)
+			}
+			done <- r
+		}()
+		h := sendOfferByHand(t, hs, cport, protocol.U32(protocol.AttrCaps, protocol.CapXLink))
+		then(h)
+		acc := <-done
+		t.Cleanup(func() { closeResult(acc) })
+		return h, acc
+	}
+	grant := func(h byHand) (uint16, []byte) {
+		port, err := h.reply.U16BE(protocol.AttrLinkPort)
+		token, _ := h.reply.Get(protocol.AttrToken)
+		if err != nil || port == 0 || len(token) != 16 {
+			t.Fatalf("h2's PATH host-tcp to an OFFER with CAPS bit 2: LINK_PORT %d (%v), TOKEN %x; want both", port, err, token)
+		}
+		return port, token
+	}
+
+	h, acc := offer(49050, func(h byHand) { h.commit(t, h.key, h.nonce) })
+	port, token := grant(h)
+	if acc.Kind != pathHostTCP || acc.Link < 0 || listenerAddr(t, acc.Link).Port() != port || !bytes.Equal(acc.Token, token) {
+		t.Errorf("after the COMMIT the accepting library got %+v; want host-tcp with the listener on port %d and TOKEN %x", acc, port, token)
+	}
+
+	h, acc = offer(49051, func(h byHand) { h.c.CloseWrite() }) // no COMMIT: EOF
+	port, _ = grant(h)
+	wantNoCommitOverlay(t, "no COMMIT", acc, h)
+	ip, _ := hs.h2.fabric4()
+	err := dialOnce(hs, netip.AddrPortFrom(netip.AddrFrom4(ip), port))
+	if !errors.Is(err, unix.ECONNREFUSED) {
+		t.Errorf("connect to the link listener of an uncommitted offer: %v; want it refused (listener closed)", err)
+	}
+}
+
+// dialOnce connects from h1's fabric address to to and closes.
+func dialOnce(hs twoHosts, to netip.AddrPort) error {
+	ip, _ := hs.h1.fabric4()
+	fd, err := startDial(ip, &unix.SockaddrInet4{Addr: to.Addr().As4(), Port: int(to.Port())})
+	defer closeFD(fd)
+	if err != nil {
+		return err
+	}
+	p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+	if n, err := unix.Poll(p, 2000); n != 1 || err != nil {
+		return errors.New("connect did not finish within 2 s")
+	}
+	soerr, _ := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
+	if soerr != 0 {
+		return unix.Errno(soerr)
+	}
+	return nil
+}
+
+// LINK_FILL is answered NOTFOUND unless the caller's process holds the
+// link, unexpired: an unknown name, another process, an expired link.
+func TestLinkFillRefusedUnlessCallerHoldsLiveLink(t *testing.T) {
+	hs := startTwoHosts(t, nil)
+	cli, con, acc := grantedXLink(t, hs, 49060)
+	t.Cleanup(func() { closeResult(con); closeResult(acc) })
+	wantGone := func(what string, err error) {
+		t.Helper()
+		var pe *protocol.Error
+		if !errors.As(err, &pe) || pe.Code != protocol.CodeNotFound || !strings.Contains(pe.Msg(), "connect through the agent") {
+			t.Errorf("%s: LINK_FILL gave %v; want NOTFOUND telling the library to connect through the agent", what, err)
+		}
+	}
+	_, err := cli.fill(con.XLink^1, 1)
+	wantGone("unknown name", err)
+	_, err = cli.fill(0, 1)
+	wantGone("name 0", err)
+	other := &session{a: hs.h1.Agent, pid: 1, self: ffSelf, hello: true}
+	_, err = other.handleLinkFill(protocol.New(protocol.TypeLinkFill, 1, protocol.U64(protocol.AttrLink, con.XLink), protocol.U32(protocol.AttrCount, 1)))
+	wantGone("another process", err)
+	closeFDs(other.outFDs)
+
+	fds, err := cli.fill(con.XLink, 1) // the holder still can
+	if err != nil || len(fds) != 1 {
+		t.Fatalf("LINK_FILL of the link's process: %d connections, %v; want 1", len(fds), err)
+	}
+	closeFDs(fds)
+	hs.h1.xlinks.mu.Lock()
+	r := hs.h1.xlinks.m[con.XLink]
+	r.expiry = time.Now()
+	hs.h1.xlinks.m[con.XLink] = r
+	hs.h1.xlinks.mu.Unlock()
+	_, err = cli.fill(con.XLink, 1)
+	wantGone("expired", err)
+	wantNoReplies(t, cli)
+}
+
+// COUNT must be 1 to 16, and LINK and COUNT are required: INVALID, and
+// the session goes on.
+func TestLinkFillRefusesBadCount(t *testing.T) {
+	hs := startTwoHosts(t, nil)
+	cli, con, acc := grantedXLink(t, hs, 49070)
+	t.Cleanup(func() { closeResult(con); closeResult(acc) })
+	for _, count := range []uint32{0, 17, 1 << 31} {
+		_, err := cli.fill(con.XLink, count)
+		wantCode(t, err, protocol.CodeInvalid)
+	}
+	for _, m := range []*protocol.Message{
+		protocol.New(protocol.TypeLinkFill, 0, protocol.U32(protocol.AttrCount, 1)),
+		protocol.New(protocol.TypeLinkFill, 0, protocol.U64(protocol.AttrLink, con.XLink)),
+	} {
+		_, _, err := cli.call(m)
+		wantCode(t, err, protocol.CodeInvalid)
+	}
+	fds, err := cli.fill(con.XLink, 16)
+	closeFDs(fds)
+	if err != nil || len(fds) != 16 {
+		t.Errorf("LINK_FILL COUNT 16: %d connections, %v; want 16", len(fds), err)
+	}
+}
+
+// A refused dial (the accepting library closed its link listener) drops
+// the link: NOTFOUND, and the record is gone.
+func TestLinkFillRefusedDialDropsLink(t *testing.T) {
+	hs := startTwoHosts(t, nil)
+	cli, con, acc := grantedXLink(t, hs, 49080)
+	t.Cleanup(func() { closeResult(con); closeResult(acc) }) // sees acc.Link = -1 below
+	unix.Close(acc.Link)
+	acc.Link = -1
+	_, err := cli.fill(con.XLink, 4)
+	wantCode(t, err, protocol.CodeNotFound)
+	hs.h1.xlinks.mu.Lock()
+	_, kept := hs.h1.xlinks.m[con.XLink]
+	hs.h1.xlinks.mu.Unlock()
+	if kept {
+		t.Error("the link's record is kept after its listener refused a dial")
+	}
+}
+
+// A listener that answers no SYN (its accept queue is full) gives
+// UNAVAILABLE after the 100 ms bound, and the link stays.
+func TestLinkFillUnavailableWhenNothingConnects(t *testing.T) {
+	hs := startTwoHosts(t, nil)
+	ip, _ := hs.h2.fabric4()
+	ln, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(ln)
+	if err := unix.Bind(ln, &unix.SockaddrInet4{Addr: ip}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Listen(ln, 0); err != nil {
+		t.Fatal(err)
+	}
+	lis := listenerAddr(t, ln)
+	if err := dialOnce(hs, lis); err != nil { // fills the accept queue of 1
+		t.Fatal(err)
+	}
+	cli := newLibCaps(t, hs.h1, protocol.CapXLink)
+	name := hs.h1.xlinks.add(xlinkRecord{pid: int32(os.Getpid()), peer: lis, token: make([]byte, 16), expiry: time.Now().Add(time.Minute)}, time.Now())
+	start := time.Now()
+	_, err = cli.fill(name, 2)
+	if elapsed := time.Since(start); elapsed < stockDialWait || elapsed > stockDialWait+slackMax {
+		t.Errorf("LINK_FILL to a listener that answers nothing took %v; want the bound %v", elapsed, stockDialWait)
+	}
+	wantCode(t, err, protocol.CodeUnavailable)
+	if _, ok := hs.h1.xlinks.get(name, int32(os.Getpid()), time.Now()); !ok {
+		t.Error("the link was dropped after dials that timed out; only a refused dial drops it")
+	}
+}
+
+// The table of links is bounded: full of live links it records no more
+// (that connection goes without a link), and expired ones make room.
+func TestXLinkTableBoundedExpiredMakeRoom(t *testing.T) {
+	x := newXLinks()
+	now := time.Now()
+	live := xlinkRecord{pid: 7, expiry: now.Add(linkTTL)}
+	for i := range maxXLinks {
+		r := live
+		if i == 0 {
+			r.expiry = now.Add(time.Millisecond)
+		}
+		if x.add(r, now) == 0 {
+			t.Fatalf("link %d of %d not recorded", i, maxXLinks)
+		}
+	}
+	if name := x.add(live, now); name != 0 {
+		t.Fatalf("a full table recorded link %#x", name)
+	}
+	later := now.Add(200 * time.Millisecond)
+	name := x.add(live, later)
+	if name == 0 {
+		t.Fatal("the expired link made no room")
+	}
+	if _, ok := x.get(name, 7, later); !ok {
+		t.Error("the new link is not found for its process")
+	}
+	if _, ok := x.get(name, 8, later); ok {
+		t.Error("the new link is found for another process")
+	}
+}
+
+// LINK_HELLO, LINK_TAKE and LINK_COMMIT travel on stock connections
+// only: the agent answers them ERROR INVALID, and the session goes on.
+func TestStockMessagesToAgentRefused(t *testing.T) {
+	a := startAgent(t, newFakeDir(ffSelf), nil)
+	cli := newLibCaps(t, a, protocol.CapXLink)
+	for _, typ := range []protocol.Type{protocol.TypeLinkHello, protocol.TypeLinkTake, protocol.TypeLinkCommit} {
+		_, _, err := cli.call(protocol.New(typ, 0))
+		wantCode(t, err, protocol.CodeInvalid)
+	}
+	wantNoReplies(t, cli)
+}

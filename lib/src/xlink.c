@@ -1,0 +1,782 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Cross-host links: cross-host connections set up without the agents
+ * (docs/PROTOCOL.md, "Cross-host links").
+ *
+ * Design note.
+ * - With a PATH host-tcp the agents may grant a link. The connecting
+ *   process keeps its agent's name for it under the acceptor endpoint, and
+ *   a stock of TCP connections to the acceptor's link listener, which its
+ *   agent dials on LINK_FILL, FILL_COUNT at a time: the agent's cost per
+ *   connection is its share of one round trip. The fill is asked for when
+ *   the stock runs low and taken when it has come, on a session of its own
+ *   (one fill at a time per process), so the agent dials while the
+ *   application goes on; only an empty stock waits for it. The
+ *   accepting process keeps the listener under its listening port and the
+ *   connector's address.
+ * - Connecting again, the connector writes LINK_OFFER on a stock connection
+ *   before its SYN leaves. accept() takes what waits on the listener, reads
+ *   the offers waiting on the stock (one poll over them) and answers the one
+ *   for its 4-tuple with LINK_TAKE. The connector commits with LINK_COMMIT
+ *   only within OFFER_WAIT_MS of its offer, and the acceptor waits
+ *   COMMIT_WAIT_MS for it: the connector decides, as the agents' COMMIT
+ *   does, and the margin makes both ends agree (PROTOCOL.md). Anything else
+ *   closes the stock connection, and both ends ask their agents.
+ * - Every message on a stock connection is read exactly (peeked whole, then
+ *   consumed), so what follows LINK_COMMIT is the application's.
+ * - A blocking accept() on a listener with cross-host links waits in poll()
+ *   on the listener and the links instead, and answers each offer with
+ *   LINK_TAKE as it comes, before the SYN that follows it has completed the
+ *   handshake: the connector then finds the answer waiting when its
+ *   connect() returns, instead of waiting a round trip through the
+ *   acceptor's wake-up. A taken offer is a promise for that 4-tuple only;
+ *   accept() returning it then waits for the commit as ever.
+ * - Trust: the acceptor keeps a stock connection only after a LINK_HELLO
+ *   with the link's token, which only the connector's agent knows, and takes
+ *   an offer only for a connection from the link's connector address to its
+ *   listener's port. The fabric sockets cannot reach anything else (the
+ *   agents mark them, PROTOCOL.md "What a handed fabric socket can reach").
+ * - Lifetimes as for same-host links (link.c): the connector offers for
+ *   LINK_TTL, the acceptor keeps the listener a second longer for offers
+ *   made just before; listener close and fork close acceptor links, a fork
+ *   child closes all, and links are used only while the agent is there.
+ *
+ * Locking: mu guards the table and is never held across a wait or an agent
+ * round trip; fill_mu guards the fill session and is taken before mu;
+ * link.c's lock is taken before both (fork).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent_client.h"
+#include "freeflow/proto.h"
+#include "link.h"
+#include "shim.h"
+
+#define XLINK_MAX	64	/* cross-host links of one process, both roles */
+#define STOCK_MAX	32	/* connector: stock connections a link holds */
+#define FILL_COUNT	16	/* asked for at once (the protocol's most) */
+#define FILL_LOW	8	/* ask for a fill when the stock is down to this */
+#define FILL_WAIT_MS	250	/* an empty stock's wait for its fill, as for any answer */
+#define HELD_MAX	64	/* acceptor: stock connections a link holds */
+#define OFFER_WAIT_MS	5	/* the connector commits only this soon after its offer */
+#define COMMIT_WAIT_MS	40	/* the acceptor's wait for the commit */
+#define GRACE_MS	1000	/* the acceptor keeps a link this much past LINK_TTL */
+#define MSG_CAP		(FF_HDR_LEN + 2 * FF_ATTR_HDR_LEN + 2 * FF_EP6_LEN + 16)
+
+/* HELD_TAKEN: LINK_TAKE sent before accept() returned the connection (ff_xlink_before_accept). */
+enum { HELD_HELLO, HELD_READY, HELD_OFFERED, HELD_TAKEN };
+
+/* A stock connection on the accepting side, and what came on it so far. */
+struct held {
+	int fd;
+	int state;
+	struct ep conn, acc;	/* HELD_OFFERED, HELD_TAKEN: the offered 4-tuple */
+	int64_t taken;		/* HELD_TAKEN: when, ms */
+};
+
+struct xlink {
+	int used;
+	int acceptor;
+	uint64_t id;		/* tells a reused slot apart */
+	struct ep self;		/* connector: our address (port unused); acceptor: our listener */
+	struct ep peer;		/* connector: the acceptor endpoint; acceptor: the connector (port unused) */
+	int64_t expires;	/* ms, CLOCK_MONOTONIC */
+	/* connector */
+	uint64_t name;		/* the agent's name for the link */
+	int stock[STOCK_MAX];
+	int nstock;
+	/* acceptor */
+	int listener;
+	uint8_t token[FF_TOKEN_LEN];
+	struct held held[HELD_MAX];
+	int nheld;
+};
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static struct xlink xl[XLINK_MAX];
+static uint64_t next_id = 1;
+static _Atomic int any;
+
+/* The fill session, and the one fill it may have out (fill_mu). */
+static pthread_mutex_t fill_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct ff_agent fill_agent = { .fd = -1 };
+static int fill_fd = -1;	/* the number it was opened on, to unmark once ff_agent closed it */
+static pid_t fill_pid;
+static uint64_t fill_for;	/* the id of the link it is for; 0: none out */
+static uint32_t fill_seq;
+static _Atomic int fill_out;	/* fill_for != 0, read without the lock */
+
+int ff_xlinks_any(void)
+{
+	return atomic_load_explicit(&any, memory_order_relaxed);
+}
+
+/* mu held. */
+static void xlink_close(struct xlink *l)
+{
+	for (int i = 0; i < l->nstock; i++)
+		ff_real.close(l->stock[i]);
+	for (int i = 0; i < l->nheld; i++)
+		ff_real.close(l->held[i].fd);
+	if (l->acceptor)
+		ff_real.close(l->listener);
+	l->used = 0;
+	l->nstock = l->nheld = 0;
+}
+
+/* A free slot (mu held), after closing expired links, or NULL. */
+static struct xlink *free_slot(void)
+{
+	int64_t now = ff_now_ms();
+	struct xlink *f = NULL;
+
+	for (int i = 0; i < XLINK_MAX; i++) {
+		if (xl[i].used && xl[i].expires <= now)
+			xlink_close(&xl[i]);
+		if (!xl[i].used && !f)
+			f = &xl[i];
+	}
+	return f;
+}
+
+void ff_xlink_add(const struct sockaddr_storage *local, const struct sockaddr_storage *remote,
+		  uint32_t ttl_ms, uint64_t name, int listener, const uint8_t *token)
+{
+	struct xlink k = { .used = 1, .acceptor = listener >= 0, .name = name,
+			   .listener = listener };
+	struct xlink *l;
+
+	/* take_stock() accepts what waits, never waits itself. */
+	if (to_ep(local, &k.self) || to_ep(remote, &k.peer) ||
+	    (listener >= 0 && ff_real.fcntl(listener, F_SETFL, O_NONBLOCK) < 0)) {
+		if (listener >= 0)
+			ff_real.close(listener);
+		return;
+	}
+	k.expires = ff_now_ms() + ttl_ms + (k.acceptor ? GRACE_MS : 0);
+	if (k.acceptor)
+		memcpy(k.token, token, FF_TOKEN_LEN);
+	pthread_mutex_lock(&mu);
+	/* A newer connector link to the same endpoint replaces the older. */
+	for (int i = 0; i < XLINK_MAX && !k.acceptor; i++)
+		if (xl[i].used && !xl[i].acceptor && ep_eq(&xl[i].peer, &k.peer))
+			xlink_close(&xl[i]);
+	l = free_slot();
+	if (l) {
+		k.id = next_id++;
+		*l = k;
+		atomic_store(&any, 1);
+	} else if (listener >= 0) {
+		ff_real.close(listener);
+	}
+	pthread_mutex_unlock(&mu);
+}
+
+/* The slot that still holds link id (mu held), or NULL. */
+static struct xlink *by_id(uint64_t id)
+{
+	for (int i = 0; i < XLINK_MAX; i++)
+		if (xl[i].used && xl[i].id == id)
+			return &xl[i];
+	return NULL;
+}
+
+/*
+ * Read one whole message from fd into buf, never more, waiting until
+ * deadline (ms; 0: no wait). 1 read (m decoded), 0 not all there yet (only
+ * without a deadline), -1 EOF, error, timeout or malformed.
+ */
+static int read_msg(int fd, uint8_t *buf, size_t cap, int64_t deadline, struct ff_msg *m)
+{
+	for (;;) {
+		ssize_t n = ff_real.recv(fd, buf, cap, MSG_PEEK | MSG_DONTWAIT);
+		size_t need = FF_HDR_LEN;
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		int64_t left;
+
+		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+			return -1;
+		if (n >= FF_HDR_LEN) {
+			need += (size_t)buf[8] | (size_t)buf[9] << 8 | (size_t)buf[10] << 16 |
+				(size_t)buf[11] << 24;
+			if (need > cap)
+				return -1;
+		}
+		if (n > 0 && (size_t)n >= need)
+			return ff_real.recv(fd, buf, need, MSG_DONTWAIT) == (ssize_t)need &&
+			       !ff_msg_decode(buf, need, m) ? 1 : -1;
+		if (!deadline)
+			return 0;
+		if ((left = deadline - ff_now_ms()) <= 0)
+			return -1;
+		ff_real.poll(&p, 1, (int)left);
+	}
+}
+
+static int send_bare(int fd, uint8_t type)
+{
+	uint8_t buf[FF_HDR_LEN];
+	struct ff_enc e;
+	int n;
+
+	ff_enc_start(&e, buf, sizeof(buf), type, 0);
+	n = ff_enc_finish(&e);
+	return n > 0 && ff_real.send(fd, buf, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) == n ? 0 : -1;
+}
+
+/* ---- the connecting side ---- */
+
+/* The usable connector link to dst (mu held), or NULL; closes an expired one. */
+static struct xlink *connector_link(const struct ep *dst)
+{
+	int64_t now = ff_now_ms();
+
+	for (int i = 0; i < XLINK_MAX; i++) {
+		struct xlink *l = &xl[i];
+
+		if (!l->used || l->acceptor || !ep_eq(&l->peer, dst))
+			continue;
+		if (l->expires > now)
+			return l;
+		xlink_close(l);
+	}
+	return NULL;
+}
+
+/* The stock of link id (mu taken here), or -1 if the link is gone. */
+static int stock_of(uint64_t id)
+{
+	struct xlink *l;
+	int n;
+
+	pthread_mutex_lock(&mu);
+	l = by_id(id);
+	n = l ? l->nstock : -1;
+	pthread_mutex_unlock(&mu);
+	return n;
+}
+
+/* The fill session is done with (fill_mu held), whether or not ff_agent closed it on an error. */
+static void fill_session_end(void)
+{
+	if (fill_agent.fd >= 0)
+		ff_control_close_own(&fill_agent);
+	else if (fill_fd >= 0)
+		ff_fd_mark_control(fill_fd, 0);
+	fill_fd = -1;
+}
+
+/*
+ * Take the answer to the fill that is out, waiting at most wait_ms
+ * (fill_mu held): its stock goes to its link; a link the agent no longer
+ * knows is closed.
+ */
+static void fill_take(int wait_ms)
+{
+	struct ff_reply r;
+	struct xlink *l;
+	int fds[FILL_COUNT], n = -EBADF;
+
+	if (!fill_for)
+		return;
+	/* A session whose number the application took back is not read. */
+	if (ff_control_own_valid(&fill_agent, fill_pid))
+		n = ff_agent_await(&fill_agent, fill_seq, FF_MSG_PATH, &r, wait_ms);
+	if (n == -EAGAIN)
+		return;
+	if (n < 0)
+		fill_session_end();
+	else
+		n = ff_link_fill_read(&r, fds, FILL_COUNT);
+	pthread_mutex_lock(&mu);
+	l = by_id(fill_for);
+	if (n == -ENOENT && l) {
+		ff_debug("cross-host link: the agent no longer knows it");
+		xlink_close(l);
+		l = NULL;
+	}
+	for (int i = 0; i < n; i++) {
+		if (l && l->nstock < STOCK_MAX)
+			l->stock[l->nstock++] = fds[i];
+		else
+			ff_real.close(fds[i]);
+	}
+	pthread_mutex_unlock(&mu);
+	fill_for = 0;
+	atomic_store(&fill_out, 0);
+}
+
+/* Ask for a fill of link id, named name, unless one is out (fill_mu held). */
+static void fill_ask(uint64_t id, uint64_t name)
+{
+	int64_t seq;
+
+	if (fill_for)
+		return;
+	if (!ff_control_own_valid(&fill_agent, fill_pid)) {
+		if (ff_control_open_own(&fill_agent))
+			return;
+		fill_fd = fill_agent.fd;
+		fill_pid = getpid();
+	}
+	seq = ff_link_fill_send(&fill_agent, name, FILL_COUNT);
+	if (seq < 0) {
+		fill_session_end();
+		return;
+	}
+	fill_seq = (uint32_t)seq;
+	fill_for = id;
+	atomic_store(&fill_out, 1);
+}
+
+/*
+ * Keep link id's stock coming: take a fill that came, ask for one when the
+ * stock runs low, and wait for it only when the stock is empty.
+ */
+static void restock(uint64_t id, uint64_t name)
+{
+	int n;
+
+	pthread_mutex_lock(&fill_mu);
+	fill_take(0);
+	n = stock_of(id);
+	if (n >= 0 && n <= FILL_LOW)
+		fill_ask(id, name);
+	if (n == 0 && fill_for == id)
+		fill_take(FILL_WAIT_MS);
+	pthread_mutex_unlock(&fill_mu);
+}
+
+static int send_offer(int s, const struct ep *conn, const struct ep *acc)
+{
+	uint8_t buf[MSG_CAP];
+	struct ff_enc e;
+	int n;
+
+	ff_enc_start(&e, buf, sizeof(buf), FF_MSG_LINK_OFFER, 0);
+	ff_enc_attr(&e, FF_ATTR_LOCAL_EP, conn->b, conn->len);
+	ff_enc_attr(&e, FF_ATTR_REMOTE_EP, acc->b, acc->len);
+	n = ff_enc_finish(&e);
+	if (n < 0)
+		return n;
+	return ff_real.send(s, buf, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) == n ? 0 : -errno;
+}
+
+int ff_xlink_offer(int fd, const struct ep *to, struct ff_offer *o)
+{
+	struct xlink *l;
+	struct ep self, from;
+	uint64_t id, name;
+	int s = -1, ret, low;
+
+	pthread_mutex_lock(&mu);
+	l = connector_link(to);
+	id = l ? l->id : 0;
+	name = l ? l->name : 0;
+	low = l && l->nstock <= FILL_LOW;
+	pthread_mutex_unlock(&mu);
+	if (!l)
+		return -ENOENT;
+	if (low || atomic_load_explicit(&fill_out, memory_order_relaxed))
+		restock(id, name);
+	pthread_mutex_lock(&mu);
+	l = by_id(id);
+	if (l && l->nstock > 0) {
+		s = l->stock[--l->nstock];
+		self = l->self;
+	}
+	pthread_mutex_unlock(&mu);
+	if (s < 0)
+		return l ? -EAGAIN : -ENOENT;
+	if (ff_link_bind_local(fd, &self, &from)) {
+		ff_real.close(s);
+		return -EADDRINUSE;
+	}
+	ret = send_offer(s, &from, to);
+	if (ret) {
+		/* The acceptor closed its end: its link is gone, and so is ours. */
+		ff_real.close(s);
+		pthread_mutex_lock(&mu);
+		if ((l = by_id(id)))
+			xlink_close(l);
+		pthread_mutex_unlock(&mu);
+		return ret;
+	}
+	o->sh = NULL;
+	o->bell = s;
+	o->id = id;
+	o->sent = ff_now_ms();
+	return 0;
+}
+
+int ff_xlink_settle(struct ff_offer *o, struct ff_handover *h)
+{
+	uint8_t buf[MSG_CAP];
+	struct ff_msg m;
+	struct xlink *l;
+	int s = o->bell, r;
+	uint64_t id = o->id;
+	int64_t deadline = o->sent + OFFER_WAIT_MS;
+
+	free(o);
+	r = read_msg(s, buf, sizeof(buf), deadline, &m);
+	if (r == 1 && m.type == FF_MSG_LINK_TAKE && ff_now_ms() <= deadline &&
+	    send_bare(s, FF_MSG_LINK_COMMIT) == 0) {
+		h->chan = s;	/* the swap puts its TCP_NODELAY back as the application has it */
+		h->shm = NULL;
+		return 1;
+	}
+	ff_debug("cross-host link offer not taken in %d ms: asking the agent", OFFER_WAIT_MS);
+	ff_real.close(s);
+	/*
+	 * Closed on us before the deadline: the acceptor dropped the link
+	 * (its listener closed, it forked) or cannot use it, so the rest of
+	 * the stock would fail the same way.
+	 */
+	if (r != 1 && ff_now_ms() < deadline) {
+		pthread_mutex_lock(&mu);
+		if ((l = by_id(id)))
+			xlink_close(l);
+		pthread_mutex_unlock(&mu);
+	}
+	return 0;
+}
+
+/* ---- the accepting side ---- */
+
+static void held_add(struct xlink *l, int fd)
+{
+	l->held[l->nheld++] = (struct held){ .fd = fd, .state = HELD_HELLO };
+}
+
+/* Take what waits on l's listener (mu held); a broken listener closes l. */
+static void take_stock(struct xlink *l)
+{
+	while (l->nheld < HELD_MAX) {
+		int s = ff_real.accept4(l->listener, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (s >= 0) {
+			held_add(l, s);
+			continue;
+		}
+		if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+			xlink_close(l);
+		return;
+	}
+}
+
+/*
+ * Read what came on held connection h of l (mu held): its hello, then its
+ * offer. 0 to keep it, -1 to close it (EOF, anything but the protocol, a
+ * wrong token, an offer l may not carry).
+ */
+static int read_held(struct xlink *l, struct held *h)
+{
+	uint8_t buf[MSG_CAP];
+	struct ff_msg m;
+	const struct ff_attr *a, *c;
+	int r;
+
+	if (h->state == HELD_OFFERED)	/* readable now: EOF (withdrawn), or not the protocol */
+		return -1;
+	while ((r = read_msg(h->fd, buf, sizeof(buf), 0, &m)) == 1) {
+		if (h->state == HELD_HELLO) {
+			a = ff_msg_get(&m, FF_ATTR_TOKEN);
+			if (m.type != FF_MSG_LINK_HELLO || !a || memcmp(a->val, l->token, FF_TOKEN_LEN))
+				return -1;
+			h->state = HELD_READY;
+			continue;
+		}
+		c = ff_msg_get(&m, FF_ATTR_LOCAL_EP);
+		a = ff_msg_get(&m, FF_ATTR_REMOTE_EP);
+		if (m.type != FF_MSG_LINK_OFFER || !c || !a || ff_msg_get(&m, FF_ATTR_CHANNEL))
+			return -1;
+		h->conn.len = (uint8_t)c->len;
+		memcpy(h->conn.b, c->val, c->len);
+		h->acc.len = (uint8_t)a->len;
+		memcpy(h->acc.b, a->val, a->len);
+		/* Only for the container the link was granted for, to our listener. */
+		if (!ip_eq(&h->conn, &l->peer) || !port_eq(&h->acc, &l->self))
+			return -1;
+		h->state = HELD_OFFERED;
+		return 0;
+	}
+	return r;
+}
+
+/* Read l's stock (mu held): one poll over all, then each that has something. */
+static void read_stock(struct xlink *l)
+{
+	struct pollfd p[HELD_MAX];
+	int n = 0;
+
+	/* A taken one is readable once its commit came: accept() reads that. */
+	for (int i = 0; i < l->nheld; i++)
+		p[i] = (struct pollfd){ .fd = l->held[i].state == HELD_TAKEN ? -1 : l->held[i].fd,
+					.events = POLLIN };
+	if (ff_real.poll(p, (nfds_t)l->nheld, 0) <= 0)
+		return;
+	for (int i = 0; i < l->nheld; i++) {
+		if (p[i].revents && read_held(l, &l->held[i])) {
+			ff_real.close(l->held[i].fd);
+			continue;
+		}
+		l->held[n++] = l->held[i];
+	}
+	l->nheld = n;
+}
+
+/*
+ * The stock connection offering conn -> acc, out of l's keeping (mu held),
+ * or -1; *taken says when LINK_TAKE went, 0 if it has not yet.
+ */
+static int offered(struct xlink *l, const struct ep *conn, const struct ep *acc, int64_t *taken)
+{
+	for (int i = 0; i < l->nheld; i++) {
+		struct held *h = &l->held[i];
+
+		if ((h->state == HELD_OFFERED || h->state == HELD_TAKEN) && ep_eq(&h->conn, conn) &&
+		    ep_eq(&h->acc, acc)) {
+			int s = h->fd;
+
+			*taken = h->state == HELD_TAKEN ? h->taken : 0;
+			*h = l->held[--l->nheld];
+			return s;
+		}
+	}
+	return -1;
+}
+
+int ff_xlink_take(const struct ep *acc, const struct ep *conn, struct ff_handover *h)
+{
+	static const int on = 1;
+	uint8_t buf[MSG_CAP];
+	struct ff_msg m;
+	int64_t now = ff_now_ms(), taken = 0;
+	int s = -1;
+
+	pthread_mutex_lock(&mu);
+	for (int i = 0; i < XLINK_MAX && s < 0; i++) {
+		struct xlink *l = &xl[i];
+
+		if (!l->used || !l->acceptor || !port_eq(&l->self, acc) || !ip_eq(&l->peer, conn))
+			continue;
+		if (l->expires <= now) {
+			xlink_close(l);
+			continue;
+		}
+		/* Taken already while accept() waited (the usual case), or read now. */
+		s = offered(l, conn, acc, &taken);
+		if (s < 0)
+			take_stock(l);
+		if (s < 0 && l->used) {
+			read_stock(l);
+			s = offered(l, conn, acc, &taken);
+		}
+	}
+	pthread_mutex_unlock(&mu);
+	if (s < 0)
+		return 0;
+	if ((taken || send_bare(s, FF_MSG_LINK_TAKE) == 0) &&
+	    read_msg(s, buf, sizeof(buf), (taken ? taken : ff_now_ms()) + COMMIT_WAIT_MS, &m) == 1 &&
+	    m.type == FF_MSG_LINK_COMMIT) {
+		/*
+		 * Nothing answers the commit, so its ACK would wait for the
+		 * delayed-ACK timer, and the connector's first small write
+		 * (Nagle) for that ACK.
+		 */
+		ff_real.setsockopt(s, IPPROTO_TCP, TCP_QUICKACK, &on, sizeof(on));
+		h->chan = s;
+		h->shm = NULL;
+		return 1;
+	}
+	ff_debug("cross-host link offer taken but not committed: asking the agent");
+	ff_real.close(s);
+	return 0;
+}
+
+/* ---- answering early, while accept() would block ---- */
+
+#define WATCH_MAX	(XLINK_MAX + 2 * HELD_MAX)
+
+/* The acceptor links of listener lis (mu held): what to watch, into p (cap); how many. */
+static int watch(const struct ep *lis, struct pollfd *p, int cap)
+{
+	int n = 0;
+
+	for (int i = 0; i < XLINK_MAX; i++) {
+		struct xlink *l = &xl[i];
+
+		if (!l->used || !l->acceptor || !port_eq(&l->self, lis))
+			continue;
+		if (n < cap)
+			p[n++] = (struct pollfd){ .fd = l->listener, .events = POLLIN };
+		for (int k = 0; k < l->nheld && n < cap; k++)
+			if (l->held[k].state != HELD_TAKEN)
+				p[n++] = (struct pollfd){ .fd = l->held[k].fd, .events = POLLIN };
+	}
+	return n;
+}
+
+/* Take, read and answer what came over the links of listener lis (mu held). */
+static void answer_early(const struct ep *lis)
+{
+	int64_t now = ff_now_ms();
+
+	for (int i = 0; i < XLINK_MAX; i++) {
+		struct xlink *l = &xl[i];
+
+		if (!l->used || !l->acceptor || !port_eq(&l->self, lis))
+			continue;
+		if (l->expires <= now) {
+			xlink_close(l);
+			continue;
+		}
+		take_stock(l);
+		if (!l->used)
+			continue;
+		read_stock(l);
+		for (int k = 0; k < l->nheld; k++) {
+			struct held *h = &l->held[k];
+
+			if (h->state != HELD_OFFERED)
+				continue;
+			if (send_bare(h->fd, FF_MSG_LINK_TAKE)) {
+				ff_real.close(h->fd);
+				*h = l->held[--l->nheld];
+				k--;
+				continue;
+			}
+			h->state = HELD_TAKEN;
+			h->taken = now;
+		}
+	}
+}
+
+/*
+ * A signal interrupted the wait: whether accept() itself would have
+ * returned EINTR, that is whether some handler was installed without
+ * SA_RESTART (which signal it was, poll() does not say).
+ */
+static int interrupts(void)
+{
+	for (int sig = 1; sig < NSIG; sig++) {
+		struct sigaction sa;
+
+		if (!sigaction(sig, NULL, &sa) && sa.sa_handler != SIG_DFL &&
+		    sa.sa_handler != SIG_IGN && !(sa.sa_flags & SA_RESTART))
+			return 1;
+	}
+	return 0;
+}
+
+int ff_xlink_before_accept(int lfd)
+{
+	struct pollfd p[1 + WATCH_MAX];
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss), tl;
+	struct timeval tv = { 0 };
+	struct ep lis;
+	int fl = ff_real.fcntl(lfd, F_GETFL), n;
+
+	/* Only where accept() would block for good: blocking, no SO_RCVTIMEO. */
+	tl = sizeof(tv);
+	if (fl < 0 || (fl & O_NONBLOCK) ||
+	    ff_real.getsockopt(lfd, SOL_SOCKET, SO_RCVTIMEO, &tv, &tl) || tv.tv_sec || tv.tv_usec ||
+	    ff_real.getsockname(lfd, (void *)&ss, &sl) || to_ep(&ss, &lis))
+		return 0;
+	for (;;) {
+		p[0] = (struct pollfd){ .fd = lfd, .events = POLLIN };
+		pthread_mutex_lock(&mu);
+		n = 1 + watch(&lis, p + 1, WATCH_MAX);
+		pthread_mutex_unlock(&mu);
+		if (n == 1)
+			return 0;
+		if (ff_real.poll(p, (nfds_t)n, -1) < 0) {
+			if (errno == EINTR && interrupts())
+				return -1;
+			if (errno != EINTR)
+				return 0;
+			continue;
+		}
+		if (p[0].revents)
+			return 0;	/* a connection (or an error) waits: accept() says which */
+		pthread_mutex_lock(&mu);
+		answer_early(&lis);
+		pthread_mutex_unlock(&mu);
+	}
+}
+
+/* ---- ends ---- */
+
+/* Close the links keep() does not keep (mu held by the caller or here). */
+static void close_where(int (*keep)(const struct xlink *, const void *), const void *arg)
+{
+	for (int i = 0; i < XLINK_MAX; i++)
+		if (xl[i].used && !keep(&xl[i], arg))
+			xlink_close(&xl[i]);
+}
+
+static int keep_none(const struct xlink *l, const void *arg)
+{
+	(void)l;
+	(void)arg;
+	return 0;
+}
+
+static int keep_other_listeners(const struct xlink *l, const void *lis)
+{
+	return !l->acceptor || !port_eq(&l->self, lis);
+}
+
+static int keep_connectors(const struct xlink *l, const void *arg)
+{
+	(void)arg;
+	return !l->acceptor;
+}
+
+void ff_xlinks_drop(void)
+{
+	if (!ff_xlinks_any())
+		return;
+	pthread_mutex_lock(&mu);
+	close_where(keep_none, NULL);
+	pthread_mutex_unlock(&mu);
+}
+
+void ff_xlinks_unlisten(const struct ep *lis)
+{
+	if (!ff_xlinks_any())
+		return;
+	pthread_mutex_lock(&mu);
+	close_where(keep_other_listeners, lis);
+	pthread_mutex_unlock(&mu);
+}
+
+void ff_xlinks_atfork_prepare(void)
+{
+	pthread_mutex_lock(&fill_mu);
+	pthread_mutex_lock(&mu);
+}
+
+void ff_xlinks_after_fork(int child)
+{
+	/* The fill session is the parent's (ff_control_atfork_child closes it), and so is its fill. */
+	if (child) {
+		fill_agent.fd = fill_fd = -1;
+		fill_for = 0;
+		atomic_store(&fill_out, 0);
+	}
+	close_where(child ? keep_none : keep_connectors, NULL);
+	pthread_mutex_unlock(&mu);
+	pthread_mutex_unlock(&fill_mu);
+}
