@@ -192,8 +192,10 @@ static struct xlink *by_id(uint64_t id)
 
 /*
  * Read one whole message from fd into buf, never more, waiting until
- * deadline (ms; 0: no wait). 1 read (m decoded), 0 not all there yet (only
- * without a deadline), -1 EOF, error, timeout or malformed.
+ * deadline (ms; 0: no wait). 1 read (m decoded), 0 nothing there yet (only
+ * without a deadline), -1 EOF, error, timeout or malformed. Each message is
+ * one small write, so part of one, without a wait, is a peer that does not
+ * follow the protocol (and would keep a poll() that watches it spinning).
  */
 static int read_msg(int fd, uint8_t *buf, size_t cap, int64_t deadline, struct ff_msg *m)
 {
@@ -215,7 +217,7 @@ static int read_msg(int fd, uint8_t *buf, size_t cap, int64_t deadline, struct f
 			return ff_real.recv(fd, buf, need, MSG_DONTWAIT) == (ssize_t)need &&
 			       !ff_msg_decode(buf, need, m) ? 1 : -1;
 		if (!deadline)
-			return 0;
+			return n > 0 ? -1 : 0;
 		if ((left = deadline - ff_now_ms()) <= 0)
 			return -1;
 		ff_real.poll(&p, 1, (int)left);
@@ -618,7 +620,8 @@ static int watch(const struct ep *lis, struct pollfd *p, int cap)
 
 		if (!l->used || !l->acceptor || !port_eq(&l->self, lis))
 			continue;
-		if (n < cap)
+		/* With no room to take more, what waits on the listener stays there. */
+		if (n < cap && l->nheld < HELD_MAX)
 			p[n++] = (struct pollfd){ .fd = l->listener, .events = POLLIN };
 		for (int k = 0; k < l->nheld && n < cap; k++)
 			if (l->held[k].state != HELD_TAKEN)

@@ -767,6 +767,24 @@ static inline void t_wait_child(pid_t pid, const char *what)
 }
 
 /*
+ * Listen here and fork client(go, port), which holds no copy of the
+ * listener (so closing it here ends it) and talks over go with this
+ * process (*go is this end); *pid is the child. Returns the listener.
+ */
+static inline int t_listen_fork(int (*client)(int go, uint16_t port), int *go, pid_t *pid)
+{
+	uint16_t port;
+	int lfd = t_listen(AF_INET, &port);
+
+	*pid = t_fork_ctl(go);
+	if (*pid == 0) {
+		close(lfd);
+		_exit(client(*go, port));
+	}
+	return lfd;
+}
+
+/*
  * The client of a paced sequence: connection i is made once the server
  * writes a byte on go, must be swapped, and carries t_exchange_nth's
  * streams. Returns the exit code.

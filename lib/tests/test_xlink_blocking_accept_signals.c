@@ -32,21 +32,20 @@ static void alarm_soon(int flags)
 	CHECK(!setitimer(ITIMER_REAL, &it, NULL), "setitimer: %s", strerror(errno));
 }
 
+static int client(int go, uint16_t port)
+{
+	return t_paced_client(go, port, CONNS, N);
+}
+
 int main(int argc, char **argv)
 {
 	int go, lfd, fd;
-	uint16_t port;
 	pid_t pid;
 
 	(void)argc;
 	setenv("FF_TEST_LINK_TTL", "60000", 1);
 	t_shim_setup(argv, FA_BROKER);
-	lfd = t_listen(AF_INET, &port);
-	pid = t_fork_ctl(&go);
-	if (pid == 0) {
-		close(lfd);
-		_exit(t_paced_client(go, port, CONNS, N));
-	}
+	lfd = t_listen_fork(client, &go, &pid);
 	CHECK(write(go, "g", 1) == 1, "go %d", GIVES_LINK);
 	fd = accept(lfd, NULL, NULL);
 	CHECK(fd >= 0 && t_swapped(fd), "connection %d not accepted and swapped", GIVES_LINK);
