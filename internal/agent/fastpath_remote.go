@@ -37,7 +37,7 @@ func (a *Agent) offerRemote(self, peer directory.Container, k tuple, c *connecto
 	d, fd := a.exchange(self, peer, k, lib.pid, x)
 	h := sockHalf(fd)
 	if x != nil {
-		h.name = x.name // 0 unless the link came with host-tcp
+		h.name, h.token = x.name, x.token // 0 and nil unless the link came with host-tcp
 	}
 	a.rv.decideHalves(m, d, [2]half{h, noHalf})
 	return a.rv.takeHalf(m, sideConnector)
@@ -47,7 +47,8 @@ func (a *Agent) offerRemote(self, peer directory.Container, k tuple, c *connecto
 // else a fresh one, and returns its answer with, for host-tcp, a
 // descriptor of the connection the answer came on, which goes to process
 // pid, so it offers nothing while the fabric guard cannot hold that
-// socket. x, if not nil, asks for a cross-host link and gets its name.
+// socket. x, if not nil, asks for a cross-host link and gets its name and
+// token.
 func (a *Agent) exchange(self, peer directory.Container, k tuple, pid int32, x *xlinkAsk) (decision, int) {
 	if why := a.fabricRefusal(pid); why != "" {
 		return overlay(why), -1
@@ -137,7 +138,7 @@ func (a *Agent) takeReply(c *net.TCPConn, key, nonce []byte, reply *protocol.Mes
 		return overlay(reasonUnreachable), -1
 	}
 	if x != nil {
-		x.name = a.recordXLink(x.pid, c, reply)
+		a.recordXLink(x, c, reply)
 	}
 	return decision{kind: pathHostTCP}, fd
 }

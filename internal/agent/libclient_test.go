@@ -25,7 +25,7 @@ type pathResult struct {
 	Mem     int    // shm: the memfd; -1 otherwise
 	Link    int    // shm with a link: its end; host-tcp with a cross-host link, acceptor: its listener; -1 otherwise
 	LinkTTL uint32 // LINK_TTL, 0 if absent
-	Token   []byte // host-tcp with a cross-host link, acceptor: TOKEN; nil if absent
+	Token   []byte // host-tcp with a cross-host link (either end): TOKEN; nil if absent
 	XLink   uint64 // host-tcp with a cross-host link, connector: LINK; 0 if absent
 	Elapsed time.Duration
 }

@@ -64,7 +64,7 @@ type half struct {
 	mem    int        // shm: this side's copy of the memfd; -1 otherwise
 	link   int        // shm: this side's end of a link (shm.go); host-tcp: the acceptor's cross-host link listener (xlink.go); -1 for none
 	charge *shmCharge // shm: the budget charged to this side's container
-	token  []byte     // host-tcp, acceptor: the TOKEN of the cross-host link whose listener is link
+	token  []byte     // host-tcp: the TOKEN of the cross-host link whose listener is link (acceptor) or whose name is name (connector)
 	name   uint64     // host-tcp, connector: the name (LINK) of its cross-host link; 0 for none
 }
 
@@ -90,18 +90,18 @@ func (h half) fds() []int {
 }
 
 // linkAttrs returns what PATH says of the half's link: LINK_TTL for a
-// same-host link or a cross-host one, whose acceptor also gets its TOKEN
-// and whose connector its name (LINK).
+// same-host link or a cross-host one, whose connector also gets its name
+// (LINK), and both ends its TOKEN.
 func (h half) linkAttrs() []protocol.Attr {
 	var out []protocol.Attr
 	if h.link >= 0 || h.name != 0 {
 		out = append(out, protocol.U32(protocol.AttrLinkTTL, uint32(linkTTL.Milliseconds())))
 	}
-	if h.token != nil {
-		out = append(out, protocol.Attr{Type: protocol.AttrToken, Value: h.token})
-	}
 	if h.name != 0 {
 		out = append(out, protocol.U64(protocol.AttrLink, h.name))
+	}
+	if h.token != nil {
+		out = append(out, protocol.Attr{Type: protocol.AttrToken, Value: h.token})
 	}
 	return out
 }

@@ -166,7 +166,7 @@ func (s *session) handle(m *protocol.Message) (*protocol.Message, error) {
 		return nil, s.handleLedger()
 	case protocol.TypeLinkOffer:
 		return nil, protocol.Errorf(protocol.CodeInvalid, "LINK_OFFER travels between libraries over a link, never to the agent")
-	case protocol.TypeLinkHello, protocol.TypeLinkTake, protocol.TypeLinkCommit:
+	case protocol.TypeLinkTake, protocol.TypeLinkCommit:
 		return nil, protocol.Errorf(protocol.CodeInvalid, "%v travels on a cross-host link's stock connection, never to the agent", m.Type)
 	case protocol.TypeLinkFill:
 		return s.handleLinkFill(m)

@@ -23,16 +23,19 @@ package agent
 // decided twice). The connector's agent, once it committed, keeps a
 // record of the link (the connecting process, the listener's address, the
 // token) for LINK_TTL under a random name, which the connecting library
-// gets as LINK.
+// gets as LINK, with the TOKEN.
 //
 // With that name the library asks LINK_FILL for stock connections. That
 // is the agent's only cost per connection left, amortised over COUNT, so
 // it is kept cheap: the connections are dialed all at once on
 // non-blocking sockets and waited for in one poll loop, no goroutine or
-// thread per socket. Each is marked for the fabric guard and opened with
-// LINK_HELLO carrying the token, which the accepting library checks. A
-// refused dial means the listener is gone (the accepting process closed
-// it, exited, forked, or its link expired), so the record goes with it.
+// thread per socket, and each is only marked for the fabric guard: the
+// agent writes nothing on it. The connecting library's LINK_OFFER is its
+// first data and carries the token, which the accepting library checks,
+// so a connection costs one packet and one write less than a hello from
+// the agent would. A refused dial means the listener is gone (the
+// accepting process closed it, exited, forked, or its link expired), so
+// the record goes with it.
 
 import (
 	"bytes"
@@ -157,10 +160,12 @@ func (g *xlinkGrant) half() half {
 
 // xlinkAsk carries a cross-host link through one offer exchange of a
 // connecting library that takes one (nil for one that does not): its
-// process, and the name of the link granted (0 for none).
+// process, and the name and token of the link granted (0 and nil for
+// none).
 type xlinkAsk struct {
-	pid  int32
-	name uint64
+	pid   int32
+	name  uint64
+	token []byte
 }
 
 // xlinkRecord is the connector agent's record of a cross-host link.
@@ -181,17 +186,20 @@ type xlinks struct {
 func newXLinks() *xlinks { return &xlinks{m: map[uint64]xlinkRecord{}} }
 
 // recordXLink keeps the link the acceptor agent's reply on c grants to
-// process pid, and returns its name; 0 if the reply grants none or the
-// table is full.
-func (a *Agent) recordXLink(pid int32, c *net.TCPConn, reply *protocol.Message) uint64 {
+// x's process, and sets x's name and token; it leaves them unset if the
+// reply grants none or the table is full.
+func (a *Agent) recordXLink(x *xlinkAsk, c *net.TCPConn, reply *protocol.Message) {
 	port, err := reply.U16BE(protocol.AttrLinkPort)
 	token, ok := reply.Get(protocol.AttrToken)
 	peer := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
 	if err != nil || port == 0 || !ok || !peer.Is4() {
-		return 0
+		return
 	}
 	now := time.Now()
-	return a.xlinks.add(xlinkRecord{pid: pid, peer: netip.AddrPortFrom(peer, port), token: bytes.Clone(token), expiry: now.Add(linkTTL)}, now)
+	r := xlinkRecord{pid: x.pid, peer: netip.AddrPortFrom(peer, port), token: bytes.Clone(token), expiry: now.Add(linkTTL)}
+	if x.name = a.xlinks.add(r, now); x.name != 0 {
+		x.token = r.token
+	}
 }
 
 // add records r under a new random nonzero name and returns the name, or
@@ -276,14 +284,10 @@ func (s *session) handleLinkFill(m *protocol.Message) (*protocol.Message, error)
 
 // dialStock dials n connections from this host's fabric address to r's
 // listener at once and returns those that connected within stockDialWait,
-// each opened for the library (openStock). refused says a dial was
-// refused: the listener is gone. why is the first other failure.
+// each checked and marked (openStock). refused says a dial was refused:
+// the listener is gone. why is the first other failure.
 func (a *Agent) dialStock(r xlinkRecord, n int) (fds []int, refused bool, why error) {
 	local, err := a.fabric4()
-	if err != nil {
-		return nil, false, err
-	}
-	hello, err := protocol.Encode(protocol.New(protocol.TypeLinkHello, 0, protocol.Attr{Type: protocol.AttrToken, Value: r.token}))
 	if err != nil {
 		return nil, false, err
 	}
@@ -318,7 +322,7 @@ func (a *Agent) dialStock(r xlinkRecord, n int) (fds []int, refused bool, why er
 		for _, p := range pending {
 			if p.Revents == 0 {
 				rest = append(rest, unix.PollFd{Fd: p.Fd, Events: unix.POLLOUT})
-			} else if err := openStock(int(p.Fd), hello); err != nil {
+			} else if err := openStock(int(p.Fd)); err != nil {
 				failed(int(p.Fd), err)
 			} else {
 				fds = append(fds, int(p.Fd))
@@ -352,30 +356,16 @@ func startDial(local [4]byte, to *unix.SockaddrInet4) (int, error) {
 }
 
 // openStock finishes a stock connection whose connect poll reported: it
-// must have connected; then TCP_NODELAY, so that the library's LINK_OFFER
-// does not wait behind the unacknowledged hello, the fabric guard's mark,
-// and LINK_HELLO.
-func openStock(fd int, hello []byte) error {
+// must have connected; then the fabric guard's mark. Nothing is written:
+// the library's LINK_OFFER is the connection's first data.
+func openStock(fd int) error {
 	if soerr, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR); err != nil || soerr != 0 {
 		if err == nil {
 			err = unix.Errno(soerr)
 		}
 		return fmt.Errorf("connect: %w", err)
 	}
-	if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1); err != nil {
-		return fmt.Errorf("set TCP_NODELAY: %w", err)
-	}
-	if err := markConnected(fd); err != nil {
-		return err
-	}
-	n, err := unix.Write(fd, hello)
-	if err == nil && n != len(hello) {
-		err = fmt.Errorf("%d of %d bytes written", n, len(hello))
-	}
-	if err != nil {
-		return fmt.Errorf("write LINK_HELLO: %w", err)
-	}
-	return nil
+	return markConnected(fd)
 }
 
 // fabric4 returns this host's fabric address, which a cross-host link

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"net/netip"
 	"os"
@@ -55,16 +54,17 @@ func grantedXLink(t *testing.T, hs twoHosts, cport int) (*libClient, pathResult,
 }
 
 // wantXLinkGranted checks con and acc carry a cross-host link: LINK_TTL
-// 2000 for both, a name for the connector, and for the acceptor a TOKEN
-// of 16 bytes and a listener on h2's fabric address that carries the
-// fabric guard's listener mark.
+// 2000 and one TOKEN of 16 bytes for both (the connecting library writes
+// it in its offers, the accepting library checks it), a name for the
+// connector, and for the acceptor a listener on h2's fabric address that
+// carries the fabric guard's listener mark.
 func wantXLinkGranted(t *testing.T, hs twoHosts, con, acc pathResult) {
 	t.Helper()
-	if con.LinkTTL != 2000 || con.XLink == 0 || con.Link >= 0 || con.Token != nil {
-		t.Fatalf("connecting library got %+v; want host-tcp with LINK_TTL 2000 and LINK, no listener or TOKEN", con)
-	}
 	if acc.LinkTTL != 2000 || acc.Link < 0 || len(acc.Token) != 16 || acc.XLink != 0 {
 		t.Fatalf("accepting library got %+v; want host-tcp with LINK_TTL 2000, a listener and a 16-byte TOKEN", acc)
+	}
+	if con.LinkTTL != 2000 || con.XLink == 0 || con.Link >= 0 || !bytes.Equal(con.Token, acc.Token) {
+		t.Fatalf("connecting library got %+v; want host-tcp with LINK_TTL 2000, LINK and the accepting library's TOKEN %x, no listener", con, acc.Token)
 	}
 	lis := listenerAddr(t, acc.Link)
 	if listening, _ := unix.GetsockoptInt(acc.Link, unix.SOL_SOCKET, unix.SO_ACCEPTCONN); listening != 1 || lis.Addr().String() != hs.h2.cfg.FabricIP {
@@ -96,24 +96,10 @@ func listenerAddr(t *testing.T, fd int) netip.AddrPort {
 	return netip.AddrPortFrom(netip.AddrFrom4(in.Addr), uint16(in.Port))
 }
 
-// readStockHello reads the first message of a stock connection as the
-// accepting library does: the header, then exactly its payload.
-func readStockHello(fd int) (*protocol.Message, error) {
-	hdr, err := readFull(fd, protocol.HeaderSize)
-	if err != nil {
-		return nil, err
-	}
-	body, err := readFull(fd, int(binary.LittleEndian.Uint32(hdr[8:])))
-	if err != nil {
-		return nil, err
-	}
-	return protocol.Decode(append(hdr, body...))
-}
-
 // The grant, and LINK_FILL on it: COUNT connections from h1's fabric
-// address to the listener the accepting library got, each set
-// TCP_NODELAY, marked as a handed connection, and opening with LINK_HELLO
-// carrying the accepting library's TOKEN, then carrying bytes both ways.
+// address to the listener the accepting library got, each marked as a
+// handed connection, with no byte from the agent on it (the connecting
+// library's LINK_OFFER is its first data), then carrying bytes both ways.
 func TestXLinkFillDialsStockToAcceptorsListener(t *testing.T) {
 	hs := startTwoHosts(t, nil)
 	cli, con, acc := grantedXLink(t, hs, 49000)
@@ -130,15 +116,15 @@ func TestXLinkFillDialsStockToAcceptorsListener(t *testing.T) {
 	stock := map[netip.AddrPort]int{}
 	for _, fd := range fds {
 		local, remote := sockAddrs(t, fd)
-		nodelay, _ := unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY)
 		mark, _ := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_MARK)
-		if remote != lis || local.Addr().String() != hs.h1.cfg.FabricIP || nodelay != 1 || mark != fabricMarkConnected {
-			t.Errorf("stock connection %v -> %v, TCP_NODELAY %d, mark %#x; want h1's fabric address to the link listener %v, TCP_NODELAY 1, mark %#x",
-				local, remote, nodelay, mark, lis, fabricMarkConnected)
+		if remote != lis || local.Addr().String() != hs.h1.cfg.FabricIP || mark != fabricMarkConnected {
+			t.Errorf("stock connection %v -> %v, mark %#x; want h1's fabric address to the link listener %v, mark %#x",
+				local, remote, mark, lis, fabricMarkConnected)
 		}
 		stock[local] = fd
 	}
 	unix.SetsockoptTimeval(acc.Link, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 5})
+	ends := map[int]int{} // the accepting library's end of each stock connection: the connector's end
 	for range fds {
 		nfd, _, err := unix.Accept4(acc.Link, unix.SOCK_CLOEXEC)
 		if err != nil {
@@ -151,15 +137,22 @@ func TestXLinkFillDialsStockToAcceptorsListener(t *testing.T) {
 			t.Fatalf("the link listener accepted a connection from %v, which is no stock connection", peer)
 		}
 		delete(stock, peer)
-		m, err := readStockHello(nfd)
-		if err != nil {
-			t.Fatalf("stock connection from %v: %v", peer, err)
-		}
-		if token, _ := m.Get(protocol.AttrToken); m.Type != protocol.TypeLinkHello || !bytes.Equal(token, acc.Token) {
-			t.Errorf("stock connection opens with %v TOKEN %x; want LINK_HELLO with the accepting library's TOKEN %x", m.Type, token, acc.Token)
+		ends[nfd] = fd
+	}
+	// Bytes the agent wrote before its answer would be here by now; the
+	// poll gives a late one time to arrive.
+	poll := make([]unix.PollFd, 0, len(ends))
+	for nfd := range ends {
+		poll = append(poll, unix.PollFd{Fd: int32(nfd), Events: unix.POLLIN})
+	}
+	unix.Poll(poll, 20)
+	for nfd, fd := range ends {
+		_, peer := sockAddrs(t, nfd)
+		if n, _, err := unix.Recvfrom(nfd, make([]byte, 64), unix.MSG_DONTWAIT); err != unix.EAGAIN {
+			t.Errorf("stock connection from %v: a read before the connecting library wrote gave %d bytes (%v); want nothing (EAGAIN): the agent writes nothing on it", peer, n, err)
 		}
 		if err := exchange(fd, nfd); err != nil {
-			t.Errorf("stock connection from %v after its hello: %v", peer, err)
+			t.Errorf("stock connection from %v: %v", peer, err)
 		}
 	}
 }
@@ -447,14 +440,19 @@ func TestXLinkTableBoundedExpiredMakeRoom(t *testing.T) {
 	}
 }
 
-// LINK_HELLO, LINK_TAKE and LINK_COMMIT travel on stock connections
-// only: the agent answers them ERROR INVALID, and the session goes on.
+// LINK_TAKE and LINK_COMMIT travel on stock connections only: the agent
+// answers them ERROR INVALID. 0x1a is reserved: UNKNOWN.
+// The session goes on.
 func TestStockMessagesToAgentRefused(t *testing.T) {
 	a := startAgent(t, newFakeDir(ffSelf), nil)
 	cli := newLibCaps(t, a, protocol.CapXLink)
-	for _, typ := range []protocol.Type{protocol.TypeLinkHello, protocol.TypeLinkTake, protocol.TypeLinkCommit} {
+	for _, typ := range []protocol.Type{protocol.TypeLinkTake, protocol.TypeLinkCommit} {
 		_, _, err := cli.call(protocol.New(typ, 0))
 		wantCode(t, err, protocol.CodeInvalid)
 	}
+	cli.seq++
+	sendBytes(t, cli.conn, header(1, 0x1a, cli.seq, 0)) // the encoder knows no type 0x1a
+	cli.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	wantError(t, cli.conn, protocol.CodeUnknown, cli.seq)
 	wantNoReplies(t, cli)
 }

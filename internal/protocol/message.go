@@ -37,8 +37,7 @@ const (
 	TypeClosed      Type = 0x15
 	TypeLinkOffer   Type = 0x17 // library to library, over a link only
 	TypeLedger      Type = 0x18 // library to agent: the process's ledger memfd (0x16 is retired)
-	TypeLinkFill    Type = 0x19 // library to agent: stock connections for a cross-host link
-	TypeLinkHello   Type = 0x1a // agent to library: the first message on a stock connection
+	TypeLinkFill    Type = 0x19 // library to agent: stock connections for a cross-host link (0x1a is reserved)
 	TypeLinkTake    Type = 0x1b // library to library, on a stock connection
 	TypeLinkCommit  Type = 0x1c // library to library, on a stock connection
 	TypeOffer       Type = 0x30 // agent to agent, on the broker port (see PROTOCOL.md)
@@ -57,14 +56,14 @@ var typeNames = map[Type]string{
 	TypeLookupReply: "LOOKUP_REPLY", TypeListen: "LISTEN", TypeUnlisten: "UNLISTEN",
 	TypeConnect: "CONNECT", TypeAccept: "ACCEPT", TypePath: "PATH", TypeClosed: "CLOSED",
 	TypeLinkOffer: "LINK_OFFER", TypeLedger: "LEDGER", TypeLinkFill: "LINK_FILL",
-	TypeLinkHello: "LINK_HELLO", TypeLinkTake: "LINK_TAKE", TypeLinkCommit: "LINK_COMMIT",
+	TypeLinkTake: "LINK_TAKE", TypeLinkCommit: "LINK_COMMIT",
 	TypeOffer: "OFFER", TypeCommit: "COMMIT", TypeConns: "CONNS",
 	TypeRegister: "REGISTER", TypeUnregister: "UNREGISTER",
 	TypeList: "LIST", TypeStatus: "STATUS", TypeOK: "OK", TypeError: "ERROR",
 }
 
-// Known reports whether t is a message type of version 1. The ranges
-// 0x1d-0x2f and 0x32-0x3f are reserved; 0x16 (OPENED) is retired.
+// Known reports whether t is a message type of version 1. 0x1a and the
+// ranges 0x1d-0x2f and 0x32-0x3f are reserved; 0x16 (OPENED) is retired.
 func (t Type) Known() bool { _, ok := typeNames[t]; return ok }
 
 func (t Type) String() string {

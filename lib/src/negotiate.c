@@ -290,8 +290,8 @@ int ff_is_socket(int fd, int type, int must_be_unix)
 
 /*
  * The link a PATH carries, if any (ttl_ms 0: none). shm (PROTOCOL.md,
- * "Links"): fd. host-tcp ("Cross-host links"): the connector gets the
- * agent's name for it, the acceptor the listener (fd) and the token.
+ * "Links"): fd. host-tcp ("Cross-host links"): the token, and the connector
+ * gets the agent's name for it, the acceptor the listener (fd).
  */
 struct path_link {
 	int fd;
@@ -307,16 +307,17 @@ static void read_xlink(struct ff_reply *r, uint8_t msg, struct path_link *link)
 	const struct ff_attr *name = ff_msg_get(&r->msg, FF_ATTR_LINK);
 	const struct ff_attr *token = ff_msg_get(&r->msg, FF_ATTR_TOKEN);
 
-	if (!ttl)
+	if (!ttl || !token)
 		return;
 	if (msg == FF_MSG_CONNECT && name && ff_attr_u64(name) && r->nfds == 1) {
 		*link = (struct path_link){ -1, ff_attr_u32(ttl), ff_attr_u64(name), { 0 } };
-	} else if (msg == FF_MSG_ACCEPT && token && r->nfds == 2 &&
-		   ff_is_socket(r->fds[1], SOCK_STREAM, 0)) {
+	} else if (msg == FF_MSG_ACCEPT && r->nfds == 2 && ff_is_socket(r->fds[1], SOCK_STREAM, 0)) {
 		*link = (struct path_link){ r->fds[1], ff_attr_u32(ttl), 0, { 0 } };
-		memcpy(link->token, token->val, FF_TOKEN_LEN);
 		r->fds[1] = -1;
+	} else {
+		return;
 	}
+	memcpy(link->token, token->val, FF_TOKEN_LEN);
 }
 
 /*

@@ -87,7 +87,6 @@ static int msg_type_known(uint8_t type)
 	case FF_MSG_LINK_OFFER:
 	case FF_MSG_LEDGER:
 	case FF_MSG_LINK_FILL:
-	case FF_MSG_LINK_HELLO:
 	case FF_MSG_LINK_TAKE:
 	case FF_MSG_LINK_COMMIT:
 	case FF_MSG_REGISTER:

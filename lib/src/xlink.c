@@ -31,10 +31,9 @@
  *   connect() returns, instead of waiting a round trip through the
  *   acceptor's wake-up. A taken offer is a promise for that 4-tuple only;
  *   accept() returning it then waits for the commit as ever.
- * - Trust: the acceptor keeps a stock connection only after a LINK_HELLO
- *   with the link's token, which only the connector's agent knows, and takes
- *   an offer only for a connection from the link's connector address to its
- *   listener's port. The fabric sockets cannot reach anything else (the
+ * - Trust: the acceptor takes an offer only with the link's token (which
+ *   only the two libraries and the two agents know), and only for a
+ *   connection from the link's connector address to its listener's port. The fabric sockets cannot reach anything else (the
  *   agents mark them, PROTOCOL.md "What a handed fabric socket can reach").
  * - Lifetimes as for same-host links (link.c): the connector offers for
  *   LINK_TTL, the acceptor keeps the listener a second longer for offers
@@ -70,10 +69,10 @@
 #define OFFER_WAIT_MS	5	/* the connector commits only this soon after its offer */
 #define COMMIT_WAIT_MS	40	/* the acceptor's wait for the commit */
 #define GRACE_MS	1000	/* the acceptor keeps a link this much past LINK_TTL */
-#define MSG_CAP		(FF_HDR_LEN + 2 * FF_ATTR_HDR_LEN + 2 * FF_EP6_LEN + 16)
+#define MSG_CAP		(FF_HDR_LEN + 3 * FF_ATTR_HDR_LEN + 2 * FF_EP6_LEN + FF_TOKEN_LEN)	/* LINK_OFFER */
 
 /* HELD_TAKEN: LINK_TAKE sent before accept() returned the connection (ff_xlink_before_accept). */
-enum { HELD_HELLO, HELD_READY, HELD_OFFERED, HELD_TAKEN };
+enum { HELD_READY, HELD_OFFERED, HELD_TAKEN };
 
 /* A stock connection on the accepting side, and what came on it so far. */
 struct held {
@@ -92,11 +91,11 @@ struct xlink {
 	int64_t expires;	/* ms, CLOCK_MONOTONIC */
 	/* connector */
 	uint64_t name;		/* the agent's name for the link */
+	uint8_t token[FF_TOKEN_LEN];	/* both: the link's secret, in each offer */
 	int stock[STOCK_MAX];
 	int nstock;
 	/* acceptor */
 	int listener;
-	uint8_t token[FF_TOKEN_LEN];
 	struct held held[HELD_MAX];
 	int nheld;
 };
@@ -163,8 +162,7 @@ void ff_xlink_add(const struct sockaddr_storage *local, const struct sockaddr_st
 		return;
 	}
 	k.expires = ff_now_ms() + ttl_ms + (k.acceptor ? GRACE_MS : 0);
-	if (k.acceptor)
-		memcpy(k.token, token, FF_TOKEN_LEN);
+	memcpy(k.token, token, FF_TOKEN_LEN);
 	pthread_mutex_lock(&mu);
 	/* A newer connector link to the same endpoint replaces the older. */
 	for (int i = 0; i < XLINK_MAX && !k.acceptor; i++)
@@ -358,7 +356,7 @@ static void restock(uint64_t id, uint64_t name)
 	pthread_mutex_unlock(&fill_mu);
 }
 
-static int send_offer(int s, const struct ep *conn, const struct ep *acc)
+static int send_offer(int s, const struct ep *conn, const struct ep *acc, const uint8_t *token)
 {
 	uint8_t buf[MSG_CAP];
 	struct ff_enc e;
@@ -367,6 +365,7 @@ static int send_offer(int s, const struct ep *conn, const struct ep *acc)
 	ff_enc_start(&e, buf, sizeof(buf), FF_MSG_LINK_OFFER, 0);
 	ff_enc_attr(&e, FF_ATTR_LOCAL_EP, conn->b, conn->len);
 	ff_enc_attr(&e, FF_ATTR_REMOTE_EP, acc->b, acc->len);
+	ff_enc_attr(&e, FF_ATTR_TOKEN, token, FF_TOKEN_LEN);
 	n = ff_enc_finish(&e);
 	if (n < 0)
 		return n;
@@ -377,6 +376,7 @@ int ff_xlink_offer(int fd, const struct ep *to, struct ff_offer *o)
 {
 	struct xlink *l;
 	struct ep self, from;
+	uint8_t token[FF_TOKEN_LEN];
 	uint64_t id, name;
 	int s = -1, ret, low;
 
@@ -395,6 +395,7 @@ int ff_xlink_offer(int fd, const struct ep *to, struct ff_offer *o)
 	if (l && l->nstock > 0) {
 		s = l->stock[--l->nstock];
 		self = l->self;
+		memcpy(token, l->token, FF_TOKEN_LEN);
 	}
 	pthread_mutex_unlock(&mu);
 	if (s < 0)
@@ -403,7 +404,7 @@ int ff_xlink_offer(int fd, const struct ep *to, struct ff_offer *o)
 		ff_real.close(s);
 		return -EADDRINUSE;
 	}
-	ret = send_offer(s, &from, to);
+	ret = send_offer(s, &from, to, token);
 	if (ret) {
 		/* The acceptor closed its end: its link is gone, and so is ours. */
 		ff_real.close(s);
@@ -457,7 +458,7 @@ int ff_xlink_settle(struct ff_offer *o, struct ff_handover *h)
 
 static void held_add(struct xlink *l, int fd)
 {
-	l->held[l->nheld++] = (struct held){ .fd = fd, .state = HELD_HELLO };
+	l->held[l->nheld++] = (struct held){ .fd = fd, .state = HELD_READY };
 }
 
 /* Take what waits on l's listener (mu held); a broken listener closes l. */
@@ -477,42 +478,37 @@ static void take_stock(struct xlink *l)
 }
 
 /*
- * Read what came on held connection h of l (mu held): its hello, then its
- * offer. 0 to keep it, -1 to close it (EOF, anything but the protocol, a
- * wrong token, an offer l may not carry).
+ * Read what came on held connection h of l (mu held): its offer. 0 to keep
+ * it, -1 to close it (EOF, anything but the protocol, a wrong token, an
+ * offer l may not carry).
  */
 static int read_held(struct xlink *l, struct held *h)
 {
 	uint8_t buf[MSG_CAP];
 	struct ff_msg m;
-	const struct ff_attr *a, *c;
+	const struct ff_attr *c, *a, *t;
 	int r;
 
 	if (h->state == HELD_OFFERED)	/* readable now: EOF (withdrawn), or not the protocol */
 		return -1;
-	while ((r = read_msg(h->fd, buf, sizeof(buf), 0, &m)) == 1) {
-		if (h->state == HELD_HELLO) {
-			a = ff_msg_get(&m, FF_ATTR_TOKEN);
-			if (m.type != FF_MSG_LINK_HELLO || !a || memcmp(a->val, l->token, FF_TOKEN_LEN))
-				return -1;
-			h->state = HELD_READY;
-			continue;
-		}
-		c = ff_msg_get(&m, FF_ATTR_LOCAL_EP);
-		a = ff_msg_get(&m, FF_ATTR_REMOTE_EP);
-		if (m.type != FF_MSG_LINK_OFFER || !c || !a || ff_msg_get(&m, FF_ATTR_CHANNEL))
-			return -1;
-		h->conn.len = (uint8_t)c->len;
-		memcpy(h->conn.b, c->val, c->len);
-		h->acc.len = (uint8_t)a->len;
-		memcpy(h->acc.b, a->val, a->len);
-		/* Only for the container the link was granted for, to our listener. */
-		if (!ip_eq(&h->conn, &l->peer) || !port_eq(&h->acc, &l->self))
-			return -1;
-		h->state = HELD_OFFERED;
-		return 0;
-	}
-	return r;
+	r = read_msg(h->fd, buf, sizeof(buf), 0, &m);
+	if (r != 1)
+		return r;
+	c = ff_msg_get(&m, FF_ATTR_LOCAL_EP);
+	a = ff_msg_get(&m, FF_ATTR_REMOTE_EP);
+	t = ff_msg_get(&m, FF_ATTR_TOKEN);
+	if (m.type != FF_MSG_LINK_OFFER || !c || !a || !t || ff_msg_get(&m, FF_ATTR_CHANNEL) ||
+	    memcmp(t->val, l->token, FF_TOKEN_LEN))
+		return -1;
+	h->conn.len = (uint8_t)c->len;
+	memcpy(h->conn.b, c->val, c->len);
+	h->acc.len = (uint8_t)a->len;
+	memcpy(h->acc.b, a->val, a->len);
+	/* Only for the container the link was granted for, to our listener. */
+	if (!ip_eq(&h->conn, &l->peer) || !port_eq(&h->acc, &l->self))
+		return -1;
+	h->state = HELD_OFFERED;
+	return 0;
 }
 
 /* Read l's stock (mu held): one poll over all, then each that has something. */

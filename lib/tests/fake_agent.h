@@ -35,9 +35,9 @@
  * connections are set up over the link, as docs/PROTOCOL.md ("Links") says.
  * "host-tcp-link" is "host-tcp" plus a cross-host link with every channel
  * whose two ends said CAPS bit 2 ("Cross-host links"): the acceptor gets a
- * link listener on 127.0.0.1 and the token, the connector the link's name,
- * and LINK_FILL dials stock connections to that listener, each opened with
- * LINK_HELLO (with a wrong token if FF_TEST_XLINK_TOKEN=bad).
+ * link listener on 127.0.0.1 and the token, the connector the link's name
+ * and the token (a wrong one if FF_TEST_XLINK_TOKEN=bad), and LINK_FILL
+ * dials stock connections to that listener.
  *
  * Every event is one line in the log file ("hello", "ask", "swap", "swap
  * shm link", "swap xlink", "fill <count>", "fill refused", "overlay <reason>", "hostile <case>", "listen <pid>",
@@ -354,7 +354,8 @@ static inline int fa_listener(uint16_t *port)
 static inline void fa_xlink_grant(struct fa_state *st, int conn, int acc, uint32_t conn_seq,
 				  uint32_t acc_seq, int sp[2])
 {
-	uint8_t buf[256];
+	const char *bad = getenv("FF_TEST_XLINK_TOKEN");
+	uint8_t buf[256], conn_token[FF_TOKEN_LEN];
 	struct ff_enc e;
 	int fds[2] = { sp[1], -1 }, n;
 
@@ -363,12 +364,16 @@ static inline void fa_xlink_grant(struct fa_state *st, int conn, int acc, uint32
 	fds[1] = fa_listener(&st->xl[st->nxl].port);
 	for (int i = 0; i < FF_TOKEN_LEN; i++)
 		st->xl[st->nxl].token[i] = (uint8_t)rand();
+	memcpy(conn_token, st->xl[st->nxl].token, FF_TOKEN_LEN);
+	if (bad && !strcmp(bad, "bad"))	/* the connector's offers then carry a wrong token */
+		conn_token[0] ^= 1;
 	st->nxl++;
 	fa_log(st, "swap xlink");
 	ff_enc_start(&e, buf, sizeof(buf), FF_MSG_PATH, conn_seq);
 	ff_enc_u8(&e, FF_ATTR_PATH_KIND, FF_PATH_HOST_TCP);
 	ff_enc_u32(&e, FF_ATTR_LINK_TTL, fa_link_ttl());
 	ff_enc_u64(&e, FF_ATTR_LINK, (uint64_t)st->nxl);
+	ff_enc_attr(&e, FF_ATTR_TOKEN, conn_token, FF_TOKEN_LEN);
 	n = ff_enc_finish(&e);
 	t_send_fds(conn, buf, (size_t)n, sp, 1);
 	ff_enc_start(&e, buf, sizeof(buf), FF_MSG_PATH, acc_seq);
@@ -393,28 +398,21 @@ static inline void fa_fill_refused(struct fa_state *st, int fd, uint32_t seq)
 	t_send_fds(fd, buf, (size_t)ff_enc_finish(&e), NULL, 0);
 }
 
-/* LINK_FILL: dial the stock to the link's listener, each opened with LINK_HELLO. */
+/* LINK_FILL: dial the stock to the link's listener. */
 static inline void fa_fill(struct fa_state *st, int fd, const struct ff_msg *m)
 {
 	const struct ff_attr *name = ff_msg_get(m, FF_ATTR_LINK), *count = ff_msg_get(m, FF_ATTR_COUNT);
-	const char *bad = getenv("FF_TEST_XLINK_TOKEN");
 	uint64_t k = name ? ff_attr_u64(name) : 0;
 	uint32_t n = count ? ff_attr_u32(count) : 0;
-	uint8_t buf[64], hello[64], token[FF_TOKEN_LEN];
+	uint8_t buf[64];
 	struct sockaddr_in a = { .sin_family = AF_INET };
-	int fds[16], one = 1, hl;
+	int fds[16];
 	struct ff_enc e;
 
 	if (!k || k > (uint64_t)st->nxl || !st->xl[k - 1].port || n < 1 || n > 16) {
 		fa_fill_refused(st, fd, m->seq);
 		return;
 	}
-	memcpy(token, st->xl[k - 1].token, FF_TOKEN_LEN);
-	if (bad && !strcmp(bad, "bad"))
-		token[0] ^= 1;
-	ff_enc_start(&e, hello, sizeof(hello), FF_MSG_LINK_HELLO, 0);
-	ff_enc_attr(&e, FF_ATTR_TOKEN, token, FF_TOKEN_LEN);
-	hl = ff_enc_finish(&e);
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	a.sin_port = st->xl[k - 1].port;
 	for (uint32_t i = 0; i < n; i++) {
@@ -429,9 +427,6 @@ static inline void fa_fill(struct fa_state *st, int fd, const struct ff_msg *m)
 			fa_fill_refused(st, fd, m->seq);
 			return;
 		}
-		if (setsockopt(fds[i], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) ||
-		    write(fds[i], hello, (size_t)hl) != hl)
-			_exit(3);
 	}
 	fa_log(st, "fill %u", n);
 	ff_enc_start(&e, buf, sizeof(buf), FF_MSG_PATH, m->seq);

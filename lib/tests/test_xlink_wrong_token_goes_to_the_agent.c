@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Description: stock connections that open with a LINK_HELLO whose token is not the link's are closed unread by the accepting library, so no connection is set up over them: every one goes through the agent, swapped, data intact both ways, nothing in a ledger */
+/* Description: offers over a cross-host link whose token is not the link's are refused by the accepting library (their stock connection closed), so no connection is set up over them: every one goes through the agent, swapped, data intact both ways, nothing in a ledger */
 /* Channels: host-tcp-link */
 #include "shimtest.h"
 
@@ -21,7 +21,7 @@ static int client(uint16_t port)
 int main(int argc, char **argv)
 {
 	(void)argc;
-	/* The fake agent writes a wrong token into every LINK_HELLO. */
+	/* The fake agent gives the connector a wrong token for every link. */
 	setenv("FF_TEST_XLINK_TOKEN", "bad", 1);
 	t_shim_setup(argv, FA_BROKER);
 	t_serve_sequence(client, CONNS, N);

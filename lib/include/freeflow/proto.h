@@ -38,7 +38,7 @@ enum ff_msg_type {
 	FF_MSG_LEDGER		= 0x18,	/* the process's ledger memfd (notification) */
 	/* Cross-host links (PROTOCOL.md, "Cross-host links"). */
 	FF_MSG_LINK_FILL	= 0x19,	/* library to agent: stock connections for a link */
-	FF_MSG_LINK_HELLO	= 0x1a,	/* agent to library: first on a stock connection */
+	/* 0x1a is reserved (was LINK_HELLO before the token moved into LINK_OFFER). */
 	FF_MSG_LINK_TAKE	= 0x1b,	/* acceptor to connector, on a stock connection */
 	FF_MSG_LINK_COMMIT	= 0x1c,	/* connector to acceptor, on a stock connection */
 	FF_MSG_REGISTER		= 0x40,
