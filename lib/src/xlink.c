@@ -31,6 +31,11 @@
  *   connect() returns, instead of waiting a round trip through the
  *   acceptor's wake-up. A taken offer is a promise for that 4-tuple only;
  *   accept() returning it then waits for the commit as ever.
+ * - The accepting side watches its links through one epoll set (listeners,
+ *   and the stock not yet taken): a poll() over every stock connection on
+ *   each accept() cost more than the rest of the accepting side's work. The
+ *   set is the library's (marked like a control session, so a fork child
+ *   closes it and one the application took back is made anew).
  * - Trust: the acceptor takes an offer only with the link's token (which
  *   only the two libraries and the two agents know), and only for a
  *   connection from the link's connector address to its listener's port. The fabric sockets cannot reach anything else (the
@@ -53,6 +58,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <unistd.h>
 
 #include "agent_client.h"
@@ -96,6 +102,7 @@ struct xlink {
 	int nstock;
 	/* acceptor */
 	int listener;
+	int lis_on;		/* the listener is watched (it is not, while held is full) */
 	struct held held[HELD_MAX];
 	int nheld;
 };
@@ -114,9 +121,31 @@ static uint64_t fill_for;	/* the id of the link it is for; 0: none out */
 static uint32_t fill_seq;
 static _Atomic int fill_out;	/* fill_for != 0, read without the lock */
 
+/* The accepting side's epoll set (mu), and the process that made it. */
+static int ep = -1;
+static pid_t ep_pid;
+
 int ff_xlinks_any(void)
 {
 	return atomic_load_explicit(&any, memory_order_relaxed);
+}
+
+static int ep_live(void);
+static void ep_watch(int fd, int op, uint32_t events);
+
+/* Stop watching fd (mu held), before it is closed or handed on. */
+static void ep_del(int fd)
+{
+	if (ep_live())
+		ff_real.epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
+}
+
+/* Close a stock connection the accepting side holds (mu held). */
+static void held_close(const struct held *h)
+{
+	if (h->state != HELD_TAKEN)
+		ep_del(h->fd);
+	ff_real.close(h->fd);
 }
 
 /* mu held. */
@@ -125,9 +154,11 @@ static void xlink_close(struct xlink *l)
 	for (int i = 0; i < l->nstock; i++)
 		ff_real.close(l->stock[i]);
 	for (int i = 0; i < l->nheld; i++)
-		ff_real.close(l->held[i].fd);
-	if (l->acceptor)
+		held_close(&l->held[i]);
+	if (l->acceptor) {
+		ep_del(l->listener);
 		ff_real.close(l->listener);
+	}
 	l->used = 0;
 	l->nstock = l->nheld = 0;
 }
@@ -171,7 +202,10 @@ void ff_xlink_add(const struct sockaddr_storage *local, const struct sockaddr_st
 	l = free_slot();
 	if (l) {
 		k.id = next_id++;
+		k.lis_on = k.acceptor;
 		*l = k;
+		if (k.acceptor && ep_live())
+			ep_watch(listener, EPOLL_CTL_ADD, EPOLLIN);
 		atomic_store(&any, 1);
 	} else if (listener >= 0) {
 		ff_real.close(listener);
@@ -456,9 +490,64 @@ int ff_xlink_settle(struct ff_offer *o, struct ff_handover *h)
 
 /* ---- the accepting side ---- */
 
+/* ---- the accepting side's epoll set (mu held throughout) ---- */
+
+/* Whether the set is this process's, and the application has not taken its number. */
+static int ep_live(void)
+{
+	struct ff_slot *s = ep >= 0 ? ff_fd_slot(ep) : NULL;
+
+	if (ep_pid != getpid() || !s || !(atomic_load(&s->flags) & FF_FD_CONTROL))
+		ep = -1;
+	return ep >= 0;
+}
+
+static void ep_watch(int fd, int op, uint32_t events)
+{
+	struct epoll_event ev = { .events = events, .data.fd = fd };
+
+	ff_real.epoll_ctl(ep, op, fd, &ev);
+}
+
+/* The set, made (with every link's listener and stock not taken in it) if there is none; or -1. */
+static int ep_fd(void)
+{
+	if (ep_live())
+		return ep;
+	ep = ff_real.epoll_create1(EPOLL_CLOEXEC);
+	if (ep < 0)
+		return -1;
+	ep_pid = getpid();
+	ff_fd_mark_control(ep, 1);
+	for (int i = 0; i < XLINK_MAX; i++) {
+		struct xlink *l = &xl[i];
+
+		if (!l->used || !l->acceptor)
+			continue;
+		l->lis_on = l->nheld < HELD_MAX;
+		ep_watch(l->listener, EPOLL_CTL_ADD, l->lis_on ? EPOLLIN : 0);
+		for (int k = 0; k < l->nheld; k++)
+			if (l->held[k].state != HELD_TAKEN)
+				ep_watch(l->held[k].fd, EPOLL_CTL_ADD, EPOLLIN);
+	}
+	return ep;
+}
+
+/* Watch l's listener only while l has room for what waits on it (else it would wake us for good). */
+static void listener_interest(struct xlink *l)
+{
+	int on = l->nheld < HELD_MAX;
+
+	if (on != l->lis_on && ep_live())
+		ep_watch(l->listener, EPOLL_CTL_MOD, on ? EPOLLIN : 0);
+	l->lis_on = on;
+}
+
 static void held_add(struct xlink *l, int fd)
 {
 	l->held[l->nheld++] = (struct held){ .fd = fd, .state = HELD_READY };
+	if (ep_live())
+		ep_watch(fd, EPOLL_CTL_ADD, EPOLLIN);
 }
 
 /* Take what waits on l's listener (mu held); a broken listener closes l. */
@@ -473,8 +562,10 @@ static void take_stock(struct xlink *l)
 		}
 		if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
 			xlink_close(l);
-		return;
+		break;
 	}
+	if (l->used)
+		listener_interest(l);
 }
 
 /*
@@ -511,26 +602,48 @@ static int read_held(struct xlink *l, struct held *h)
 	return 0;
 }
 
-/* Read l's stock (mu held): one poll over all, then each that has something. */
-static void read_stock(struct xlink *l)
+/* fd, which the set says is ready (mu held): a link's listener, or stock connection. */
+static void on_ready(int fd)
 {
-	struct pollfd p[HELD_MAX];
-	int n = 0;
+	for (int i = 0; i < XLINK_MAX; i++) {
+		struct xlink *l = &xl[i];
 
-	/* A taken one is readable once its commit came: accept() reads that. */
-	for (int i = 0; i < l->nheld; i++)
-		p[i] = (struct pollfd){ .fd = l->held[i].state == HELD_TAKEN ? -1 : l->held[i].fd,
-					.events = POLLIN };
-	if (ff_real.poll(p, (nfds_t)l->nheld, 0) <= 0)
-		return;
-	for (int i = 0; i < l->nheld; i++) {
-		if (p[i].revents && read_held(l, &l->held[i])) {
-			ff_real.close(l->held[i].fd);
+		if (!l->used || !l->acceptor)
 			continue;
+		if (l->listener == fd) {
+			take_stock(l);
+			return;
 		}
-		l->held[n++] = l->held[i];
+		for (int k = 0; k < l->nheld; k++)
+			if (l->held[k].fd == fd) {
+				if (read_held(l, &l->held[k])) {
+					held_close(&l->held[k]);
+					l->held[k] = l->held[--l->nheld];
+					listener_interest(l);
+				}
+				return;
+			}
 	}
-	l->nheld = n;
+}
+
+/*
+ * Take in what the set reports ready (mu held): stock waiting on listeners,
+ * offers, ends. Again while it reports something: stock just taken from a
+ * listener may carry its offer already. Each round consumes or closes what
+ * it reports, so the rounds end; they are bounded all the same.
+ */
+static void ready(void)
+{
+	struct epoll_event ev[32];
+	int e = ep_fd(), n;
+
+	for (int round = 0; e >= 0 && round < 8; round++) {
+		n = ff_real.epoll_wait(e, ev, 32, 0);
+		if (n <= 0)
+			return;
+		for (int i = 0; i < n; i++)
+			on_ready(ev[i].data.fd);
+	}
 }
 
 /*
@@ -547,7 +660,10 @@ static int offered(struct xlink *l, const struct ep *conn, const struct ep *acc,
 			int s = h->fd;
 
 			*taken = h->state == HELD_TAKEN ? h->taken : 0;
+			if (!*taken)
+				ep_del(s);	/* it goes to the application's fd: not ours to watch */
 			*h = l->held[--l->nheld];
+			listener_interest(l);
 			return s;
 		}
 	}
@@ -563,22 +679,20 @@ int ff_xlink_take(const struct ep *acc, const struct ep *conn, struct ff_handove
 	int s = -1;
 
 	pthread_mutex_lock(&mu);
-	for (int i = 0; i < XLINK_MAX && s < 0; i++) {
-		struct xlink *l = &xl[i];
+	/* Taken already while accept() waited (the usual case), or read now. */
+	for (int pass = 0; pass < 2 && s < 0; pass++) {
+		if (pass)
+			ready();
+		for (int i = 0; i < XLINK_MAX && s < 0; i++) {
+			struct xlink *l = &xl[i];
 
-		if (!l->used || !l->acceptor || !port_eq(&l->self, acc) || !ip_eq(&l->peer, conn))
-			continue;
-		if (l->expires <= now) {
-			xlink_close(l);
-			continue;
-		}
-		/* Taken already while accept() waited (the usual case), or read now. */
-		s = offered(l, conn, acc, &taken);
-		if (s < 0)
-			take_stock(l);
-		if (s < 0 && l->used) {
-			read_stock(l);
-			s = offered(l, conn, acc, &taken);
+			if (!l->used || !l->acceptor || !port_eq(&l->self, acc) ||
+			    !ip_eq(&l->peer, conn))
+				continue;
+			if (l->expires <= now)
+				xlink_close(l);
+			else
+				s = offered(l, conn, acc, &taken);
 		}
 	}
 	pthread_mutex_unlock(&mu);
@@ -604,51 +718,43 @@ int ff_xlink_take(const struct ep *acc, const struct ep *conn, struct ff_handove
 
 /* ---- answering early, while accept() would block ---- */
 
-#define WATCH_MAX	(XLINK_MAX + 2 * HELD_MAX)
-
-/* The acceptor links of listener lis (mu held): what to watch, into p (cap); how many. */
-static int watch(const struct ep *lis, struct pollfd *p, int cap)
+/* Whether listener lis has cross-host links (mu held); closes expired ones. */
+static int has_links(const struct ep *lis)
 {
-	int n = 0;
+	int64_t now = ff_now_ms();
+	int any_here = 0;
 
 	for (int i = 0; i < XLINK_MAX; i++) {
 		struct xlink *l = &xl[i];
 
 		if (!l->used || !l->acceptor || !port_eq(&l->self, lis))
 			continue;
-		/* With no room to take more, what waits on the listener stays there. */
-		if (n < cap && l->nheld < HELD_MAX)
-			p[n++] = (struct pollfd){ .fd = l->listener, .events = POLLIN };
-		for (int k = 0; k < l->nheld && n < cap; k++)
-			if (l->held[k].state != HELD_TAKEN)
-				p[n++] = (struct pollfd){ .fd = l->held[k].fd, .events = POLLIN };
+		if (l->expires <= now)
+			xlink_close(l);
+		else
+			any_here = 1;
 	}
-	return n;
+	return any_here;
 }
 
-/* Take, read and answer what came over the links of listener lis (mu held). */
+/* Take in what is ready and answer the offers to listener lis (mu held). */
 static void answer_early(const struct ep *lis)
 {
 	int64_t now = ff_now_ms();
 
+	ready();
 	for (int i = 0; i < XLINK_MAX; i++) {
 		struct xlink *l = &xl[i];
 
 		if (!l->used || !l->acceptor || !port_eq(&l->self, lis))
 			continue;
-		if (l->expires <= now) {
-			xlink_close(l);
-			continue;
-		}
-		take_stock(l);
-		if (!l->used)
-			continue;
-		read_stock(l);
 		for (int k = 0; k < l->nheld; k++) {
 			struct held *h = &l->held[k];
 
 			if (h->state != HELD_OFFERED)
 				continue;
+			/* Readable from now on once its commit comes: accept() reads that. */
+			ep_del(h->fd);
 			if (send_bare(h->fd, FF_MSG_LINK_TAKE)) {
 				ff_real.close(h->fd);
 				*h = l->held[--l->nheld];
@@ -658,6 +764,7 @@ static void answer_early(const struct ep *lis)
 			h->state = HELD_TAKEN;
 			h->taken = now;
 		}
+		listener_interest(l);
 	}
 }
 
@@ -680,7 +787,7 @@ static int interrupts(void)
 
 int ff_xlink_before_accept(int lfd)
 {
-	struct pollfd p[1 + WATCH_MAX];
+	struct pollfd p[2];
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss), tl;
 	struct timeval tv = { 0 };
@@ -694,13 +801,14 @@ int ff_xlink_before_accept(int lfd)
 	    ff_real.getsockname(lfd, (void *)&ss, &sl) || to_ep(&ss, &lis))
 		return 0;
 	for (;;) {
-		p[0] = (struct pollfd){ .fd = lfd, .events = POLLIN };
 		pthread_mutex_lock(&mu);
-		n = 1 + watch(&lis, p + 1, WATCH_MAX);
+		n = has_links(&lis) ? ep_fd() : -1;
 		pthread_mutex_unlock(&mu);
-		if (n == 1)
+		if (n < 0)
 			return 0;
-		if (ff_real.poll(p, (nfds_t)n, -1) < 0) {
+		p[0] = (struct pollfd){ .fd = lfd, .events = POLLIN };
+		p[1] = (struct pollfd){ .fd = n, .events = POLLIN };
+		if (ff_real.poll(p, 2, -1) < 0) {
 			if (errno == EINTR && interrupts())
 				return -1;
 			if (errno != EINTR)
@@ -771,6 +879,7 @@ void ff_xlinks_after_fork(int child)
 {
 	/* The fill session is the parent's (ff_control_atfork_child closes it), and so is its fill. */
 	if (child) {
+		ep = -1;	/* closed with the control sessions (ff_control_atfork_child) */
 		fill_agent.fd = fill_fd = -1;
 		fill_for = 0;
 		atomic_store(&fill_out, 0);

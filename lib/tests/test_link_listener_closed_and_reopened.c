@@ -44,9 +44,10 @@ int main(int argc, char **argv)
 	}
 	/*
 	 * The new listener and the new link in place of the old ones; cross
-	 * host, the new link also holds its stock: one fill, one of it used.
+	 * host, the new link also holds its stock (one fill, one of it used),
+	 * and the process its links' epoll set.
 	 */
-	CHECK(t_count_fds() == fds + (fa_xlink() ? 15 : 0), "%d fds, %d before the listener was closed",
+	CHECK(t_count_fds() == fds + (fa_xlink() ? 16 : 0), "%d fds, %d before the listener was closed",
 	      t_count_fds(), fds);
 	t_wait_child(pid, "client");
 	close(lfd);
