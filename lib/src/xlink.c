@@ -16,7 +16,7 @@
  *   connector's address.
  * - Connecting again, the connector writes LINK_OFFER on a stock connection
  *   before its SYN leaves. accept() takes what waits on the listener, reads
- *   the offers waiting on the stock (one poll over them) and answers the one
+ *   the offers waiting on the stock (through one epoll set) and answers the one
  *   for its 4-tuple with LINK_TAKE. The connector commits with LINK_COMMIT
  *   only within OFFER_WAIT_MS of its offer, and the acceptor waits
  *   COMMIT_WAIT_MS for it: the connector decides, as the agents' COMMIT
