@@ -119,7 +119,8 @@ uint32_t ff_agent_next_seq(struct ff_agent *a)
 void ff_reply_close_fds(struct ff_reply *r)
 {
 	for (unsigned int i = 0; i < r->nfds; i++)
-		close(r->fds[i]);
+		if (r->fds[i] >= 0)	/* a caller took it (-1) */
+			close(r->fds[i]);
 	r->nfds = 0;
 }
 

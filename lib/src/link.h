@@ -97,6 +97,13 @@ int ff_xlink_take(const struct ep *acc, const struct ep *conn, struct ff_handove
  * accept(); -1 (errno EINTR): return that, as accept() would have.
  */
 int ff_xlink_before_accept(int lfd);
+/*
+ * Close fd, an accepted overlay socket set to reset (negotiate.c), when the
+ * process next waits in a blocking accept() on a listener with cross-host
+ * links, so its reset costs nothing between accept() and the first byte;
+ * at once if too many wait already.
+ */
+void ff_xlink_close_later(int fd);
 /* Drop every cross-host link (the agent is gone). */
 void ff_xlinks_drop(void);
 /* The listener at lis closed: its cross-host links go. */

@@ -401,9 +401,12 @@ static int read_path(struct ff_reply *r, uint8_t msg, struct ff_handover *h,
  * connection still waits in the accept queue, and a reset one would fail
  * its getpeername (over a cross-host link too: the acceptor may take an
  * offer before accept() returns its connection, xlink.c). An shm channel's
- * socket is AF_UNIX (checked already).
+ * socket is AF_UNIX (checked already). With spare, the overlay socket is
+ * kept open there (-1 if it could not be), for the caller to close later:
+ * the reset then leaves off the path between accept() and the
+ * application's first byte (see ff_xlink_close_later).
  */
-static int swap_in(int fd, int chan, struct ff_conn *c, int accepting, int is_shm)
+static int swap_in(int fd, int chan, struct ff_conn *c, int accepting, int is_shm, int *spare)
 {
 	static const struct linger rst = { .l_onoff = 1, .l_linger = 0 };
 	struct linger app = { 0 };
@@ -427,26 +430,32 @@ static int swap_in(int fd, int chan, struct ff_conn *c, int accepting, int is_sh
 	ff_sockopt_carry(fd, chan, c);
 	accepting = accepting && !ff_real.getsockopt(fd, SOL_SOCKET, SO_LINGER, &app, &al) &&
 		    !ff_real.setsockopt(fd, SOL_SOCKET, SO_LINGER, &rst, sizeof(rst));
+	if (spare)
+		*spare = ff_real.fcntl(fd, F_DUPFD_CLOEXEC, 0);
 	if (ff_real.dup3(chan, fd, fdfl & FD_CLOEXEC ? O_CLOEXEC : 0) < 0) {
 		int err = errno;
 
 		if (accepting)	/* the application keeps its socket, and its close */
 			ff_real.setsockopt(fd, SOL_SOCKET, SO_LINGER, &app, al);
+		if (spare && *spare >= 0)
+			ff_real.close(*spare);
+		if (spare)
+			*spare = -1;
 		c->kern_family = c->family;
 		return -err;
 	}
 	return 0;
 }
 
-/* Record the outcome; table lock held. h NULL: overlay. */
-static void decide(int fd, struct ff_conn *c, struct ff_handover *h, int accepting)
+/* Record the outcome; table lock held. h NULL: overlay. spare: as for swap_in. */
+static void decide(int fd, struct ff_conn *c, struct ff_handover *h, int accepting, int *spare)
 {
 	struct ff_slot *s = ff_fd_slot(fd);
 	struct ff_epreg *regs;
 	int ret = -EBADF;
 
 	if (s && s->conn == c && h)
-		ret = swap_in(fd, h->chan, c, accepting, h->shm != NULL);
+		ret = swap_in(fd, h->chan, c, accepting, h->shm != NULL, spare);
 	if (h && ret)
 		ff_fallback(fd, "swap failed: %s", strerror(-ret));
 	if (h && h->shm && !ret) {
@@ -519,7 +528,7 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 	struct ff_handover h = { .chan = -1 }, *fast = NULL;
 	struct path_link link = { .fd = -1 };
 	char why[160] = "";
-	int answered = 0, swapped;
+	int answered = 0, swapped, spare = -1;
 	uint32_t ring = 0;
 	uint64_t entry = 0;
 
@@ -542,7 +551,9 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 	c->local_len = ll;
 	c->remote = remote;
 	c->remote_len = rl;
-	decide(fd, c, fast, msg == FF_MSG_ACCEPT);
+	/* An accepting end of a cross-host link's connection resets its overlay socket later. */
+	decide(fd, c, fast, msg == FF_MSG_ACCEPT,
+	       msg == FF_MSG_ACCEPT && entry && fast && !h.shm ? &spare : NULL);
 	swapped = c->state == FF_ST_SWAPPED;
 	if (entry && swapped) {
 		ff_ledger_publish(entry, &local, &remote, ring ? FF_PATH_SHM : FF_PATH_HOST_TCP,
@@ -565,6 +576,8 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 	} else {
 		ff_xlink_add(&local, &remote, link.ttl_ms, link.name, link.fd, link.token);
 	}
+	if (spare >= 0)
+		ff_xlink_close_later(spare);
 	if (fast)
 		ff_real.close(h.chan);
 	else

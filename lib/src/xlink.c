@@ -121,6 +121,11 @@ static uint64_t fill_for;	/* the id of the link it is for; 0: none out */
 static uint32_t fill_seq;
 static _Atomic int fill_out;	/* fill_for != 0, read without the lock */
 
+/* Overlay sockets to close later (fill_mu): ff_xlink_close_later. */
+#define LATER_MAX	16
+static int later[LATER_MAX];
+static int nlater;
+
 /* The accepting side's epoll set (mu), and the process that made it. */
 static int ep = -1;
 static pid_t ep_pid;
@@ -718,6 +723,31 @@ int ff_xlink_take(const struct ep *acc, const struct ep *conn, struct ff_handove
 
 /* ---- answering early, while accept() would block ---- */
 
+/* Close what waits to be closed (fill_mu held); a number the application took back is left alone. */
+static void close_now(void)
+{
+	for (int i = 0; i < nlater; i++) {
+		struct ff_slot *s = ff_fd_slot(later[i]);
+
+		if (s && (atomic_load(&s->flags) & FF_FD_CONTROL)) {
+			ff_fd_mark_control(later[i], 0);
+			ff_real.close(later[i]);
+		}
+	}
+	nlater = 0;
+}
+
+void ff_xlink_close_later(int fd)
+{
+	pthread_mutex_lock(&fill_mu);
+	if (nlater == LATER_MAX)
+		close_now();
+	/* Marked as the library's, like a session: the application closing the number unmarks it. */
+	ff_fd_mark_control(fd, 1);
+	later[nlater++] = fd;
+	pthread_mutex_unlock(&fill_mu);
+}
+
 /* Whether listener lis has cross-host links (mu held); closes expired ones. */
 static int has_links(const struct ep *lis)
 {
@@ -800,6 +830,9 @@ int ff_xlink_before_accept(int lfd)
 	    ff_real.getsockopt(lfd, SOL_SOCKET, SO_RCVTIMEO, &tv, &tl) || tv.tv_sec || tv.tv_usec ||
 	    ff_real.getsockname(lfd, (void *)&ss, &sl) || to_ep(&ss, &lis))
 		return 0;
+	pthread_mutex_lock(&fill_mu);
+	close_now();
+	pthread_mutex_unlock(&fill_mu);
 	for (;;) {
 		pthread_mutex_lock(&mu);
 		n = has_links(&lis) ? ep_fd() : -1;
@@ -880,6 +913,7 @@ void ff_xlinks_after_fork(int child)
 	/* The fill session is the parent's (ff_control_atfork_child closes it), and so is its fill. */
 	if (child) {
 		ep = -1;	/* closed with the control sessions (ff_control_atfork_child) */
+		nlater = 0;	/* the same */
 		fill_agent.fd = fill_fd = -1;
 		fill_for = 0;
 		atomic_store(&fill_out, 0);

@@ -489,6 +489,38 @@ static inline int t_real_sockopt(int fd, int level, int name)
 }
 
 /* Open fds of this process, from /proc/self/fd (minus the one reading it). */
+/* fd's IPv4 port (peer: its peer's), as the application sees it; 0 if none. */
+static inline uint16_t t_port_of(int fd, int peer)
+{
+	struct sockaddr_in a;
+	socklen_t l = sizeof(a);
+
+	if (peer ? getpeername(fd, (void *)&a, &l) : getsockname(fd, (void *)&a, &l))
+		return 0;
+	return ntohs(a.sin_port);
+}
+
+#define T_TCP_TIME_WAIT	0x06	/* the state number /proc/net/tcp shows */
+
+/* The state of the IPv4 TCP socket with these local and remote ports (/proc/net/tcp), or -1 if none. */
+static inline int t_tcp_state(uint16_t lport, uint16_t rport)
+{
+	FILE *f = fopen("/proc/net/tcp", "r");
+	char line[512];
+	int state = -1;
+
+	while (f && fgets(line, sizeof(line), f)) {
+		unsigned la, lp, ra, rp, st;
+
+		if (sscanf(line, " %*d: %x:%x %x:%x %x", &la, &lp, &ra, &rp, &st) == 5 &&
+		    lp == lport && rp == rport)
+			state = (int)st;
+	}
+	if (f)
+		fclose(f);
+	return state;
+}
+
 static inline int t_count_fds(void)
 {
 	char p[64];

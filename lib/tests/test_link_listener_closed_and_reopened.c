@@ -45,9 +45,10 @@ int main(int argc, char **argv)
 	/*
 	 * The new listener and the new link in place of the old ones; cross
 	 * host, the new link also holds its stock (one fill, one of it used),
-	 * and the process its links' epoll set.
+	 * the process its links' epoll set, and the overlay socket of the last
+	 * linked connection, to reset at its next accept().
 	 */
-	CHECK(t_count_fds() == fds + (fa_xlink() ? 16 : 0), "%d fds, %d before the listener was closed",
+	CHECK(t_count_fds() == fds + (fa_xlink() ? 17 : 0), "%d fds, %d before the listener was closed",
 	      t_count_fds(), fds);
 	t_wait_child(pid, "client");
 	close(lfd);

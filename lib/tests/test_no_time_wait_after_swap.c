@@ -6,35 +6,6 @@
 #define ROUNDS	20
 #define LINGER	7
 
-/* Whether /proc/net/tcp lists a TIME_WAIT socket with these local and remote ports. */
-static int in_time_wait(uint16_t lport, uint16_t rport)
-{
-	FILE *f = fopen("/proc/net/tcp", "r");
-	char line[512];
-	int found = 0;
-
-	while (f && fgets(line, sizeof(line), f)) {
-		unsigned la, lp, ra, rp, st;
-
-		if (sscanf(line, " %*d: %x:%x %x:%x %x", &la, &lp, &ra, &rp, &st) == 5 &&
-		    st == 0x06 && lp == lport && rp == rport)
-			found = 1;
-	}
-	if (f)
-		fclose(f);
-	return found;
-}
-
-static uint16_t port_of(int fd, int peer)
-{
-	struct sockaddr_in a;
-	socklen_t l = sizeof(a);
-
-	if (peer ? getpeername(fd, (void *)&a, &l) : getsockname(fd, (void *)&a, &l))
-		return 0;
-	return ntohs(a.sin_port);
-}
-
 /* A pair accepted on a listener with SO_LINGER on (inherited by what it accepts). */
 static void lingering_pair(int *cfd, int *sfd)
 {
@@ -63,8 +34,8 @@ int main(int argc, char **argv)
 	for (int i = 0; i < ROUNDS; i++) {
 		t_pair(AF_INET, &cfd, &sfd);
 		CHECK(t_swapped(cfd) && t_swapped(sfd), "round %d: not swapped", i);
-		cport[i] = port_of(cfd, 0);	/* the overlay ports, as the shim answers */
-		sport[i] = port_of(cfd, 1);
+		cport[i] = t_port_of(cfd, 0);	/* the overlay ports, as the shim answers */
+		sport[i] = t_port_of(cfd, 1);
 		close(cfd);
 		close(sfd);
 	}
@@ -77,7 +48,8 @@ int main(int argc, char **argv)
 	close(sfd);
 	usleep(100 * 1000);	/* a TIME_WAIT would be there within microseconds, for 60 s */
 	for (int i = 0; i < ROUNDS; i++)
-		waiting += in_time_wait(cport[i], sport[i]) + in_time_wait(sport[i], cport[i]);
+		waiting += (t_tcp_state(cport[i], sport[i]) == T_TCP_TIME_WAIT) +
+			   (t_tcp_state(sport[i], cport[i]) == T_TCP_TIME_WAIT);
 	CHECK(waiting == 0, "%d ends of %d swapped connections are in TIME_WAIT", waiting, ROUNDS);
 	return t_shim_finish();
 }
