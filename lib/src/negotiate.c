@@ -528,7 +528,7 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 	struct ff_handover h = { .chan = -1 }, *fast = NULL;
 	struct path_link link = { .fd = -1 };
 	char why[160] = "";
-	int answered = 0, swapped, spare = -1;
+	int answered = 0, swapped, spare = -1, linked, pair;
 	uint32_t ring = 0;
 	uint64_t entry = 0;
 
@@ -555,6 +555,8 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 	decide(fd, c, fast, msg == FF_MSG_ACCEPT,
 	       msg == FF_MSG_ACCEPT && entry && fast && !h.shm ? &spare : NULL);
 	swapped = c->state == FF_ST_SWAPPED;
+	pair = c->kern_family == AF_UNIX;
+	linked = entry != 0;	/* choose() keeps an entry only for a connection a link decided */
 	if (entry && swapped) {
 		ff_ledger_publish(entry, &local, &remote, ring ? FF_PATH_SHM : FF_PATH_HOST_TCP,
 				  ring ? FF_SHM_HDR_SIZE + 2 * ring : 0);
@@ -582,6 +584,10 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 		ff_real.close(h.chan);
 	else
 		ff_fallback(fd, "%s", why);
+	if (swapped)
+		ff_debug("fd %d swapped to %s, decided %s", fd,
+			 ring ? "shm" : pair ? "a socket pair" : "host tcp",
+			 linked ? "over a link" : "by the agent");
 }
 
 static int tcp_state(int fd)
