@@ -33,21 +33,27 @@
  *   accept() returning it then waits for the commit as ever.
  * - The accepting side watches its links through one epoll set (listeners,
  *   and the stock not yet taken): a poll() over every stock connection on
- *   each accept() cost more than the rest of the accepting side's work. The
- *   set is the library's (marked like a control session, so a fork child
+ *   each accept() cost some 15% of the accepting process's CPU. The set is
+ *   the library's (marked like a control session, so a fork child
  *   closes it and one the application took back is made anew).
+ * - The overlay socket an accepted linked connection drops is reset at the
+ *   process's next blocking accept() (ff_xlink_close_later), not between
+ *   accept() and the application's first byte.
  * - Trust: the acceptor takes an offer only with the link's token (which
  *   only the two libraries and the two agents know), and only for a
- *   connection from the link's connector address to its listener's port. The fabric sockets cannot reach anything else (the
- *   agents mark them, PROTOCOL.md "What a handed fabric socket can reach").
+ *   connection from the link's connector address to its listener's port.
+ *   The fabric sockets cannot reach anything else (the agents mark them,
+ *   PROTOCOL.md "What a handed fabric socket can reach").
  * - Lifetimes as for same-host links (link.c): the connector offers for
  *   LINK_TTL, the acceptor keeps the listener a second longer for offers
  *   made just before; listener close and fork close acceptor links, a fork
  *   child closes all, and links are used only while the agent is there.
  *
  * Locking: mu guards the table and is never held across a wait or an agent
- * round trip; fill_mu guards the fill session and is taken before mu;
- * link.c's lock is taken before both (fork).
+ * round trip; fill_mu guards the fill session and the sockets to close
+ * later, and is taken before mu; link.c's lock is taken before both (fork).
+ * Neither is taken under the fd table's lock (fdtable.c takes that one
+ * under them).
  */
 #include <errno.h>
 #include <fcntl.h>
