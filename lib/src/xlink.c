@@ -132,9 +132,8 @@ static _Atomic int fill_out;	/* fill_for != 0, read without the lock */
 static int later[LATER_MAX];
 static int nlater;
 
-/* The accepting side's epoll set (mu), and the process that made it. */
+/* The accepting side's epoll set (mu); a fork child forgets it (ff_xlinks_after_fork). */
 static int ep = -1;
-static pid_t ep_pid;
 
 int ff_xlinks_any(void)
 {
@@ -503,12 +502,12 @@ int ff_xlink_settle(struct ff_offer *o, struct ff_handover *h)
 
 /* ---- the accepting side's epoll set (mu held throughout) ---- */
 
-/* Whether the set is this process's, and the application has not taken its number. */
+/* Whether there is a set whose number the application has not taken back. */
 static int ep_live(void)
 {
 	struct ff_slot *s = ep >= 0 ? ff_fd_slot(ep) : NULL;
 
-	if (ep_pid != getpid() || !s || !(atomic_load(&s->flags) & FF_FD_CONTROL))
+	if (!s || !(atomic_load(&s->flags) & FF_FD_CONTROL))
 		ep = -1;
 	return ep >= 0;
 }
@@ -528,7 +527,6 @@ static int ep_fd(void)
 	ep = ff_real.epoll_create1(EPOLL_CLOEXEC);
 	if (ep < 0)
 		return -1;
-	ep_pid = getpid();
 	ff_fd_mark_control(ep, 1);
 	for (int i = 0; i < XLINK_MAX; i++) {
 		struct xlink *l = &xl[i];

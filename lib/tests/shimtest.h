@@ -799,6 +799,21 @@ static inline void t_wait_child(pid_t pid, const char *what)
 }
 
 /*
+ * Fork server(ctl), which listens and writes its port on ctl (*ctl is this
+ * end); *pid is the child. Returns the port.
+ */
+static inline uint16_t t_fork_server(int (*server)(int ctl), int *ctl, pid_t *pid)
+{
+	uint16_t port = 0;
+
+	*pid = t_fork_ctl(ctl);
+	if (*pid == 0)
+		_exit(server(*ctl));
+	CHECK(read(*ctl, &port, sizeof(port)) == sizeof(port), "the server's listener");
+	return port;
+}
+
+/*
  * Listen here and fork client(go, port), which holds no copy of the
  * listener (so closing it here ends it) and talks over go with this
  * process (*go is this end); *pid is the child. Returns the listener.

@@ -195,10 +195,7 @@ int main(int argc, char **argv)
 
 	(void)argc;
 	t_shim_setup(argv, FA_BROKER);
-	pid = t_fork_ctl(&ctl);
-	if (pid == 0)
-		_exit(server(ctl));
-	CHECK(read(ctl, &port, sizeof(port)) == sizeof(port), "the server's listener");
+	port = t_fork_server(server, &ctl, &pid);
 	for (int r = 0; r < ROUNDS; r++) {
 		int asks = t_agent_count("ask"), opened = t_ledger_ends(0), fd;
 		socklen_t len = t_addr(AF_INET, &ss, port);

@@ -125,10 +125,7 @@ int main(int argc, char **argv)
 
 	(void)argc;
 	t_shim_setup(argv, FA_BROKER);
-	pid = t_fork_ctl(&ctl);
-	if (pid == 0)
-		_exit(server(ctl));
-	CHECK(read(ctl, &port, sizeof(port)) == sizeof(port), "the server's listener");
+	port = t_fork_server(server, &ctl, &pid);
 	fd = t_connect(AF_INET, port);
 	CHECK(t_swapped(fd), "the first connection is not swapped");
 	exchange(fd, "client", 1);
