@@ -94,6 +94,22 @@ int ff_agent_connect(struct ff_agent *a, const char *path, int timeout_ms)
 	return ret;
 }
 
+int ff_agent_verify(const struct ff_agent *a, struct ucred *peer)
+{
+	socklen_t len = sizeof(*peer);
+
+	if (getsockopt(a->fd, SOL_SOCKET, SO_PEERCRED, peer, &len) < 0)
+		return -errno;
+	return peer->pid == 0 && peer->uid == 0 ? 0 : -FF_EUNTRUSTED;
+}
+
+const char *ff_agent_strerror(int err)
+{
+	if (err == -FF_EUNTRUSTED)
+		return "its socket is not served by root outside this container: not trusted";
+	return strerror(-err);
+}
+
 int ff_agent_attach(struct ff_agent *a, int fd, int timeout_ms)
 {
 	int fl = fcntl(fd, F_GETFL);

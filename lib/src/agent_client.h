@@ -19,7 +19,9 @@
 #ifndef FREEFLOW_AGENT_CLIENT_H
 #define FREEFLOW_AGENT_CLIENT_H
 
+#include <errno.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "freeflow/proto.h"
 
@@ -73,6 +75,27 @@ struct ff_lookup_info {
 
 /* Connect to the agent socket at path, waiting at most timeout_ms. */
 int ff_agent_connect(struct ff_agent *a, const char *path, int timeout_ms);
+
+/*
+ * The refusal of ff_agent_verify: an errno nothing else on the way to a
+ * session returns (connect, HELLO), so callers can tell an agent that is
+ * not trusted from one that is not there.
+ */
+#define FF_EUNTRUSTED	EKEYREJECTED
+
+/*
+ * Whether the process serving a's connection may be the agent, as the
+ * kernel tells it (SO_PEERCRED: who called listen() on the socket): root,
+ * and invisible from this pid namespace (pid 0 here), as an agent outside
+ * the caller's container is; a process of this pid namespace, or of one
+ * below it, is refused. *peer gets what the kernel said. Returns 0,
+ * -FF_EUNTRUSTED, or another negative errno if the kernel did not say.
+ * docs/ARCHITECTURE.md, "Identity and trust", says what this proves.
+ */
+int ff_agent_verify(const struct ff_agent *a, struct ucred *peer);
+
+/* err (negative) in words for FREEFLOW_DEBUG: strerror's, or what FF_EUNTRUSTED means. */
+const char *ff_agent_strerror(int err);
 
 /* Take over an already connected SOCK_SEQPACKET socket (it becomes non-blocking). */
 int ff_agent_attach(struct ff_agent *a, int fd, int timeout_ms);

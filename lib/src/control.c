@@ -103,12 +103,35 @@ static int still_valid(void)
 	return 1;
 }
 
+/*
+ * Connect to the agent, and talk to it only if the kernel says it is one
+ * (ff_agent_verify): whatever serves agent_path is handed every byte of
+ * every connection it brokers. Containers cannot put a socket there (the
+ * directory is a read-only bind), but a mount or FREEFLOW_AGENT_SOCKET set
+ * by mistake could. Checked once per session: one getsockopt.
+ */
+static int connect_agent(struct ff_agent *a)
+{
+	struct ucred peer;
+	int ret = ff_agent_connect(a, agent_path, AGENT_TIMEOUT_MS);
+
+	if (ret)
+		return ret;
+	ret = ff_agent_verify(a, &peer);
+	if (ret == -FF_EUNTRUSTED)
+		ff_debug("agent at %s not trusted: served by pid %d, uid %d, as this process sees them; only root outside this container (pid 0 here) is",
+			 agent_path, (int)peer.pid, (int)peer.uid);
+	if (ret)
+		ff_agent_close(a);
+	return ret;
+}
+
 static int open_session(void)
 {
 	struct ff_hello_info hello;
 	int ret;
 
-	ret = ff_agent_connect(&ctl.agent, agent_path, AGENT_TIMEOUT_MS);
+	ret = connect_agent(&ctl.agent);
 	if (ret)
 		return ret;
 	ret = ff_agent_hello(&ctl.agent, NULL, &hello);
@@ -129,7 +152,7 @@ static int open_session(void)
 int ff_control_open_own(struct ff_agent *a)
 {
 	struct ff_hello_info hello;
-	int ret = ff_agent_connect(a, agent_path, AGENT_TIMEOUT_MS);
+	int ret = connect_agent(a);
 
 	if (!ret && (ret = ff_agent_hello(a, NULL, &hello)))
 		ff_agent_close(a);

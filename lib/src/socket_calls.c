@@ -22,6 +22,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include "agent_client.h"
 #include "freeflow/proto.h"
 #include "link.h"
 #include "shim.h"
@@ -188,7 +189,7 @@ FF_EXPORT int listen(int fd, int backlog)
 	ff_table_unlock();
 	ok = ff_announce(FF_MSG_LISTEN, &local, NULL);
 	if (ok)
-		ff_fallback(fd, "listener not registered with the agent: %s", strerror(-ok));
+		ff_fallback(fd, "listener not registered with the agent: %s", ff_agent_strerror(ok));
 	ff_table_lock();
 	ff_listener_registered(c, ok == 0);
 	if (ff_conn_unref(c))

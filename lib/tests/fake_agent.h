@@ -575,14 +575,31 @@ static inline void fa_broker(struct fa_state *st, int fd, const struct ff_msg *m
 	}
 }
 
-/* The pid that opened client connection fd (the real agent keys listeners by it). */
+/*
+ * The pid that opened client connection fd (the real agent keys listeners
+ * by it), as that process sees itself: the last field of NSpid, since the
+ * tests run in a pid namespace below the agent's (shimtest.h).
+ */
 static inline int fa_peer_pid(int fd)
 {
 	struct ucred cr = { .pid = -1 };
 	socklen_t len = sizeof(cr);
+	char path[64], line[256];
+	int pid = -1;
+	FILE *f;
 
 	getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len);
-	return (int)cr.pid;
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)cr.pid);
+	f = fopen(path, "r");
+	while (f && fgets(line, sizeof(line), f)) {
+		char *p = strrchr(line, '\t');
+
+		if (!strncmp(line, "NSpid:", 6) && p)
+			pid = atoi(p + 1);
+	}
+	if (f)
+		fclose(f);
+	return pid;
 }
 
 /*
@@ -718,6 +735,8 @@ static inline void fa_cleanup(const char *dir)
 	snprintf(p, sizeof(p), "%s/agent.sock", dir);
 	unlink(p);
 	snprintf(p, sizeof(p), "%s/agent.log", dir);
+	unlink(p);
+	snprintf(p, sizeof(p), "%s/keeper.sock", dir);
 	unlink(p);
 	rmdir(dir);
 }

@@ -2,11 +2,21 @@
 /*
  * Harness for the shim tests. A test's main() calls t_shim_setup() first:
  * the unpreloaded process starts the fake agent (fake_agent.h) on a
- * temporary socket and re-executes itself with LD_PRELOAD=libfreeflow.so
+ * temporary socket and runs itself again with LD_PRELOAD=libfreeflow.so
  * and FREEFLOW_AGENT_SOCKET set; setup returns in that preloaded image,
  * where the test runs its client and server (forked, so both ends are real
- * separate processes with the library). t_shim_finish() stops the agent,
- * removes the temporary files and gives the exit code.
+ * separate processes with the library). t_shim_finish() gives the exit code.
+ *
+ * The preloaded image runs as a container's processes do: in a pid
+ * namespace (and with a /proc) of its own, below the agent's. The library
+ * trusts only an agent it cannot see from there (pid 0 from SO_PEERCRED;
+ * lib/src/control.c), so the fake agent passes the check the way a real
+ * one does. The first process stays outside as the "host": it keeps the
+ * agent, and the test asks it, over keeper.sock in the test's directory,
+ * to stop or restart it or to hand over one of its fds (t_keeper), since
+ * nothing the test starts can be outside its own pid namespace. When the
+ * test exits, it stops the agent, removes the temporary files and exits
+ * with the test's code.
  *
  * The tests look behind the shim with raw system calls (t_real_domain), and
  * at the agent's log (t_agent_count), to check that a swap really happened
@@ -20,9 +30,11 @@
 #include <pthread.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -47,62 +59,169 @@ static inline void t_path(char *out, size_t cap, const char *name)
 	snprintf(out, cap, "%s/%s", getenv("FF_TEST_DIR"), name);
 }
 
-static inline pid_t t_start_agent(const char *sock, const char *log, enum fa_mode mode)
+/* A SOCK_SEQPACKET socket listening at path, or -1 (said on stderr). */
+static inline int t_listen_unix(const char *path)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -1;
+	memcpy(sa.sun_path, path, strlen(path));
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0 || bind(fd, (void *)&sa, sizeof(sa)) || listen(fd, 64)) {
+		perror(path);
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/*
+ * Start a fake agent on dir/agent.sock, logging to dir/agent.log, in a child
+ * of this process. This process calls listen(), so SO_PEERCRED names it.
+ */
+static inline pid_t t_start_agent(const char *dir, enum fa_mode mode)
+{
+	char sock[PATH_MAX + 16], log[PATH_MAX + 16];
 	pid_t parent = getpid(), pid;
 	int lfd, logfd;
 
-	if (strlen(sock) >= sizeof(sa.sun_path))
-		exit(T_EXIT_FAIL);
-	memcpy(sa.sun_path, sock, strlen(sock));
-	lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	snprintf(sock, sizeof(sock), "%s/agent.sock", dir);
+	snprintf(log, sizeof(log), "%s/agent.log", dir);
+	lfd = t_listen_unix(sock);
 	logfd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-	if (lfd < 0 || logfd < 0 || bind(lfd, (void *)&sa, sizeof(sa)) || listen(lfd, 64)) {
+	if (lfd < 0 || logfd < 0) {
 		perror("fake agent");
 		exit(T_EXIT_FAIL);
 	}
 	pid = fork();
 	if (pid == 0)
-		fa_run(lfd, mode, logfd, parent, t_dir);
+		fa_run(lfd, mode, logfd, parent, dir);
 	close(lfd);
 	close(logfd);
 	return pid;
 }
 
-/* A restarted agent (t_restart_agent): this image runs only the agent. */
-static inline void t_agent_only(const char *mode)
+/* Kill *agent (0: none) and reap it. */
+static inline void t_stop(pid_t *agent)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	char log[PATH_MAX + 16];
-	int lfd, logfd;
-
-	snprintf(t_dir, sizeof(t_dir), "%s", getenv("FF_TEST_DIR"));
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", getenv("FREEFLOW_AGENT_SOCKET"));
-	t_path(log, sizeof(log), "agent.log");
-	lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	logfd = open(log, O_WRONLY | O_APPEND | O_CLOEXEC);
-	if (lfd < 0 || logfd < 0 || bind(lfd, (void *)&sa, sizeof(sa)) || listen(lfd, 64)) {
-		perror("restarted fake agent");
-		_exit(T_EXIT_FAIL);
+	if (*agent > 0) {
+		kill(*agent, SIGKILL);
+		waitpid(*agent, NULL, 0);
 	}
-	fa_run(lfd, (enum fa_mode)atoi(mode), logfd, getppid(), t_dir);
+	*agent = 0;
 }
 
 /*
- * Stage 1 (no preload): agent up, environment set, exec self preloaded.
+ * The "host" side of a request on keeper.sock: "stop" (the agent is killed,
+ * as a crash would), "start <mode>" (a new agent, with an empty state as a
+ * restarted one has, once the old one is stopped), "fd <n>" (the agent's
+ * fd n, passed back). Every answer is "ok" or "no", with the fd if any.
+ */
+static inline void t_keep_answer(int c, pid_t *agent)
+{
+	char req[64] = "", path[PATH_MAX + 16];
+	ssize_t n = recv(c, req, sizeof(req) - 1, 0);
+	int mode, fd = -1, ok = 1;
+
+	if (n > 0 && !strcmp(req, "stop")) {
+		t_stop(agent);
+	} else if (n > 0 && sscanf(req, "start %d", &mode) == 1) {
+		t_stop(agent);
+		snprintf(path, sizeof(path), "%s/agent.sock", t_dir);
+		unlink(path);	/* the dead agent's, as a restarted agent finds it */
+		*agent = t_start_agent(t_dir, (enum fa_mode)mode);
+	} else if (n > 0 && sscanf(req, "fd %d", &fd) == 1) {
+		snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)*agent, fd);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		ok = fd >= 0;
+	} else {
+		ok = 0;
+	}
+	t_send_fds(c, ok ? "ok" : "no", 2, &fd, fd >= 0);
+	if (fd >= 0)
+		close(fd);
+	close(c);
+}
+
+/* Serve keeper.sock until the test's namespace (its first process, init) exits; its code. */
+static inline int t_keep(int klfd, pid_t init, pid_t *agent)
+{
+	int pidfd = (int)syscall(SYS_pidfd_open, init, 0), st;
+
+	while (pidfd >= 0) {
+		struct pollfd p[2] = { { .fd = klfd, .events = POLLIN },
+				       { .fd = pidfd, .events = POLLIN } };
+
+		if (poll(p, 2, -1) < 0 && errno != EINTR) {
+			perror("keeper poll");
+			break;
+		}
+		if (p[1].revents)
+			break;
+		if (p[0].revents) {
+			int c = accept4(klfd, NULL, NULL, SOCK_CLOEXEC);
+
+			if (c >= 0)
+				t_keep_answer(c, agent);
+		}
+	}
+	if (pidfd < 0)
+		perror("pidfd_open: the test's requests go unanswered");
+	else
+		close(pidfd);
+	if (waitpid(init, &st, 0) != init)
+		return T_EXIT_FAIL;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/*
+ * The first process of the test's pid namespace: mounts the namespace's
+ * own /proc, runs the preloaded test (argv) and reaps whatever is
+ * orphaned until the test exits; its code.
+ */
+static inline int t_init(char **argv)
+{
+	pid_t test;
+	int st;
+
+	if (unshare(CLONE_NEWNS) || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
+	    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL)) {
+		perror("a pid namespace with its own /proc for the test");
+		return T_EXIT_FAIL;
+	}
+	test = fork();
+	if (test == 0) {
+		execv("/proc/self/exe", argv);
+		perror("exec self");
+		_exit(T_EXIT_FAIL);
+	}
+	for (;;) {
+		pid_t p = wait(&st);
+
+		if (p == test)
+			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+		if (p < 0 && errno != EINTR)
+			return T_EXIT_FAIL;
+	}
+}
+
+/*
+ * Stage 1 (no preload): agent up, environment set, the test run preloaded
+ * in a pid namespace of its own, kept (t_keep) and cleaned up after.
  * mode -1: no agent at all (the socket path does not exist).
  */
 static inline void t_shim_setup(char **argv, int mode)
 {
 	const char *lib = getenv("FF_LIBRARY"), *pre = getenv("FF_TEST_PRELOAD_EXTRA");
-	char abs[PATH_MAX], sock[PATH_MAX + 16], log[PATH_MAX + 16], env[3 * PATH_MAX];
-	pid_t agent = 0;
+	char abs[PATH_MAX], path[PATH_MAX + 16], env[3 * PATH_MAX];
+	pid_t agent = 0, init;
+	int klfd, code;
 
 	if (pre && !*pre)
 		pre = NULL;
-	if (getenv("FF_TEST_AGENT_ONLY"))
-		t_agent_only(getenv("FF_TEST_AGENT_ONLY"));
 	if (getenv("FF_TEST_DIR")) {
 		snprintf(t_dir, sizeof(t_dir), "%s", getenv("FF_TEST_DIR"));
 		return;
@@ -116,80 +235,96 @@ static inline void t_shim_setup(char **argv, int mode)
 		perror("mkdtemp");
 		exit(T_EXIT_FAIL);
 	}
-	snprintf(sock, sizeof(sock), "%s/agent.sock", t_dir);
-	snprintf(log, sizeof(log), "%s/agent.log", t_dir);
-	close(open(log, O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+	snprintf(path, sizeof(path), "%s/agent.log", t_dir);
+	close(open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
 	if (mode >= 0)
-		agent = t_start_agent(sock, log, (enum fa_mode)mode);
-	snprintf(env, sizeof(env), "%d", (int)agent);
-	setenv("FF_TEST_AGENT_PID", env, 1);
+		agent = t_start_agent(t_dir, (enum fa_mode)mode);
+	snprintf(path, sizeof(path), "%s/keeper.sock", t_dir);
+	klfd = t_listen_unix(path);
+	if (klfd < 0)
+		exit(T_EXIT_FAIL);
 	setenv("FF_TEST_DIR", t_dir, 1);
-	setenv("FREEFLOW_AGENT_SOCKET", sock, 1);
+	snprintf(path, sizeof(path), "%s/agent.sock", t_dir);
+	setenv("FREEFLOW_AGENT_SOCKET", path, 1);
 	/* The fake agent runs on loopback; a test about loopback itself sets "0" first. */
 	setenv("FREEFLOW_NEGOTIATE_LOOPBACK", "1", 0);
 	snprintf(env, sizeof(env), "%s%s%s", pre ? pre : "", pre ? " " : "", abs);
 	setenv("LD_PRELOAD", env, 1);
-	execv("/proc/self/exe", argv);
-	perror("exec self");
-	exit(T_EXIT_FAIL);
+	fflush(NULL);
+	init = (pid_t)syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, 0, 0, 0, 0);
+	if (init == 0)
+		_exit(t_init(argv));
+	code = init < 0 ? T_EXIT_FAIL : t_keep(klfd, init, &agent);
+	if (init < 0)
+		perror("clone a pid namespace for the test");
+	t_stop(&agent);
+	fa_cleanup(t_dir);
+	exit(code);
 }
 
 static inline int t_shim_finish(void)
 {
-	pid_t agent = (pid_t)atoi(getenv("FF_TEST_AGENT_PID"));
-	char p[PATH_MAX + 16];
-
-	if (agent > 0) {
-		kill(agent, SIGKILL);
-		waitpid(agent, NULL, 0);
-	}
-	t_path(p, sizeof(p), "agent.sock");
-	unlink(p);
-	t_path(p, sizeof(p), "agent.log");
-	unlink(p);
-	rmdir(t_dir);
 	return t_exit_code();
+}
+
+/* Ask the host side (t_keep_answer) for req; 0 if done, with the fd it passed in *fd. */
+static inline int t_keeper(const char *req, int *fd)
+{
+	char path[PATH_MAX + 16];
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int c = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), got = -1, ok;
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int))];
+	} ctl;
+	char ans[8] = "";
+	struct iovec iov = { ans, sizeof(ans) - 1 };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+			     .msg_control = ctl.b, .msg_controllen = sizeof(ctl.b) };
+	struct cmsghdr *cm;
+
+	t_path(path, sizeof(path), "keeper.sock");
+	ok = strlen(path) < sizeof(sa.sun_path);
+	if (ok)
+		memcpy(sa.sun_path, path, strlen(path));
+	ok = ok && c >= 0 && connect(c, (void *)&sa, sizeof(sa)) == 0 &&
+	     send(c, req, strlen(req) + 1, MSG_NOSIGNAL) > 0 &&
+	     recvmsg(c, &mh, MSG_CMSG_CLOEXEC) > 0 && !strcmp(ans, "ok");
+	cm = CMSG_FIRSTHDR(&mh);
+	if (cm && cm->cmsg_type == SCM_RIGHTS)
+		memcpy(&got, CMSG_DATA(cm), sizeof(int));
+	if (c >= 0)
+		close(c);
+	if (fd)
+		*fd = got;
+	else if (got >= 0)
+		close(got);
+	return ok ? 0 : -1;
+}
+
+/* Kill the agent, as a crash would. */
+static inline void t_stop_agent(void)
+{
+	if (t_keeper("stop", NULL)) {
+		printf("the host side did not stop the agent\n");
+		exit(T_EXIT_FAIL);
+	}
 }
 
 /*
  * Kill the agent and start a new one on the same socket, with an empty
- * state as a restarted agent has. It is this test program again, exec'd
- * without the library (the fake agent must not run preloaded), and a child
- * of this process like the first one. Returns once it accepts connections.
+ * state as a restarted agent has, outside the test's pid namespace like
+ * the first one. Returns once it accepts connections.
  */
-static inline void t_restart_agent(char **argv, enum fa_mode mode)
+static inline void t_restart_agent(enum fa_mode mode)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	pid_t old = (pid_t)atoi(getenv("FF_TEST_AGENT_PID")), pid;
-	char env[32];
+	char req[32];
 
-	if (old > 0) {
-		kill(old, SIGKILL);
-		waitpid(old, NULL, 0);
+	snprintf(req, sizeof(req), "start %d", (int)mode);
+	if (t_keeper(req, NULL)) {
+		printf("the host side did not restart the agent\n");
+		exit(T_EXIT_FAIL);
 	}
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", getenv("FREEFLOW_AGENT_SOCKET"));
-	unlink(sa.sun_path);
-	pid = fork();
-	if (pid == 0) {
-		snprintf(env, sizeof(env), "%d", (int)mode);
-		setenv("FF_TEST_AGENT_ONLY", env, 1);
-		unsetenv("LD_PRELOAD");
-		execv("/proc/self/exe", argv);
-		_exit(T_EXIT_FAIL);
-	}
-	snprintf(env, sizeof(env), "%d", (int)pid);
-	setenv("FF_TEST_AGENT_PID", env, 1);
-	for (int i = 0; i < 200; i++) {
-		int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-		int ok = fd >= 0 && connect(fd, (void *)&sa, sizeof(sa)) == 0;
-
-		close(fd);
-		if (ok)
-			return;
-		usleep(10000);
-	}
-	printf("the restarted fake agent never came up\n");
-	exit(T_EXIT_FAIL);
 }
 
 /* Lines of the agent log that start with word. */
@@ -227,8 +362,8 @@ static inline int t_agent_await(const char *word, int want)
 /*
  * Linked connection ends that the processes of this test opened (all, or
  * only those still open), as their ledgers say: the fake agent keeps each
- * ledger's memfd open and logs its fd ("ledger <fd>"), which this reads
- * through /proc (docs/PROTOCOL.md, "The ledger", has the layout).
+ * ledger's memfd open and logs its fd ("ledger <fd>"), which the host side
+ * hands over (t_keeper; docs/PROTOCOL.md, "The ledger", has the layout).
  */
 static inline int t_ledger_ends(int live)
 {
@@ -254,9 +389,8 @@ static inline int t_ledger_ends(int live)
 
 		if (sscanf(line, "ledger %d", &lfd) != 1)
 			continue;
-		snprintf(p, sizeof(p), "/proc/%s/fd/%d", getenv("FF_TEST_AGENT_PID"), lfd);
-		lfd = open(p, O_RDONLY | O_CLOEXEC);
-		if (lfd < 0)
+		snprintf(p, sizeof(p), "fd %d", lfd);
+		if (t_keeper(p, &lfd) || lfd < 0)
 			continue;
 		/* A line of an agent since restarted names an fd of another file, or none. */
 		fstat(lfd, &sb);
@@ -1039,6 +1173,47 @@ static inline int t_run_shm_cases(char **argv, void (*const *cases)(int cfd, int
 		close(sfd);
 	}
 	return t_shim_finish();
+}
+
+/*
+ * Run this image again as "<self> role", preloaded as it is, with
+ * FREEFLOW_DEBUG=debug and, unless sock is NULL, FREEFLOW_AGENT_SOCKET=sock.
+ * Its stderr is echoed, prefixed, to ours; *lines gets how many lines it
+ * wrote and *with how many of them contain word. Returns its exit code, or
+ * -1 if it did not exit.
+ */
+static inline int t_role(const char *role, const char *debug, const char *sock,
+			 const char *word, int *lines, int *with)
+{
+	char path[PATH_MAX + 16], line[512];
+	int status = 0;
+	pid_t pid;
+	FILE *f;
+
+	t_path(path, sizeof(path), "stderr.txt");
+	pid = fork();
+	if (pid == 0) {
+		int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+		dup2(fd, 2);
+		setenv("FREEFLOW_DEBUG", debug, 1);
+		if (sock)
+			setenv("FREEFLOW_AGENT_SOCKET", sock, 1);
+		execl("/proc/self/exe", "self", role, (char *)NULL);
+		_exit(127);
+	}
+	waitpid(pid, &status, 0);
+	*lines = *with = 0;
+	f = fopen(path, "r");
+	while (f && fgets(line, sizeof(line), f)) {
+		(*lines)++;
+		*with += strstr(line, word) != NULL;
+		fprintf(stderr, "%s role: %s", role, line);
+	}
+	if (f)
+		fclose(f);
+	unlink(path);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 #endif

@@ -15,32 +15,10 @@ static int pair_only(void)
 /* Run the pair role with FREEFLOW_DEBUG=debug; returns lines it printed, or -1. */
 static int stderr_lines(const char *debug, const char *must_contain)
 {
-	char path[PATH_MAX + 16], line[512];
-	int lines = 0, ok = 0;
-	pid_t pid;
-	FILE *f;
+	int lines, with, code = t_role("pair", debug, NULL, must_contain, &lines, &with);
 
-	t_path(path, sizeof(path), "stderr.txt");
-	pid = fork();
-	if (pid == 0) {
-		int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-
-		dup2(fd, 2);
-		setenv("FREEFLOW_DEBUG", debug, 1);
-		execl("/proc/self/exe", "self", "pair", (char *)NULL);
-		_exit(127);
-	}
-	t_wait_child(pid, "pair role");
-	f = fopen(path, "r");
-	while (f && fgets(line, sizeof(line), f)) {
-		lines++;
-		ok += strstr(line, must_contain) != NULL;
-		fprintf(stderr, "pair role: %s", line);
-	}
-	if (f)
-		fclose(f);
-	unlink(path);
-	return ok == lines ? lines : -1;
+	CHECK(code == 0, "pair role exited with %d", code);
+	return with == lines ? lines : -1;
 }
 
 int main(int argc, char **argv)

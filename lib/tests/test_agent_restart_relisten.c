@@ -42,7 +42,7 @@ int main(int argc, char **argv)
 		char c;
 
 		if (i == 1)
-			t_restart_agent(argv, FA_BROKER);
+			t_restart_agent(FA_BROKER);
 		CHECK(write(go[1], "g", 1) == 1, "go");
 		fd = accept(lfd, NULL, NULL);
 		CHECK(fd >= 0 && read(fd, &c, 1) == 1 && c == 'x', "conn %d: accept/read", i);

@@ -5,7 +5,6 @@
 
 int main(int argc, char **argv)
 {
-	pid_t agent;
 	int64_t t0;
 	int cfd, sfd, c2, s2;
 	char c;
@@ -14,10 +13,7 @@ int main(int argc, char **argv)
 	t_shim_setup(argv, FA_BROKER);
 	t_pair(AF_INET, &cfd, &sfd);
 	CHECK(t_swapped(cfd), "not swapped");
-	agent = (pid_t)atoi(getenv("FF_TEST_AGENT_PID"));
-	kill(agent, SIGKILL);
-	waitpid(agent, NULL, 0);
-	setenv("FF_TEST_AGENT_PID", "0", 1);	/* t_shim_finish must not kill a reused pid */
+	t_stop_agent();
 	CHECK(write(cfd, "a", 1) == 1 && read(sfd, &c, 1) == 1 && c == 'a', "old connection");
 	t0 = t_ms();
 	t_pair(AF_INET, &c2, &s2);
