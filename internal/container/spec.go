@@ -104,7 +104,8 @@ var baseEnv = []string{
 
 // newSpec returns the runtime configuration of container c: the host's
 // root file system read-only, private /tmp, /dev/shm and /run, the host
-// agent's socket directory at /run/freeflow and the cluster's hosts file.
+// agent's socket directory at /run/freeflow (read-only) and the cluster's
+// hosts file.
 func newSpec(l state.Layout, c *state.Container, env []string) ociSpec {
 	return ociSpec{
 		Version: "1.0.2",
@@ -138,7 +139,13 @@ func mounts(l state.Layout, host string) []ociMount {
 		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}},
 		// A private /run hides the cluster's state under /run/freeflow.
 		{Destination: "/run", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755"}},
-		{Destination: state.ContainerAgentDir, Type: "bind", Source: l.AgentSockDir(host), Options: []string{"bind"}},
+		// Read-only: a container must not rename, unlink or replace the
+		// agent's socket and serve every container of its host itself
+		// (docs/ARCHITECTURE.md, "Identity and trust"). connect() needs no
+		// write access to the file system, and the agent, which writes the
+		// directory on the host side, still re-creates its socket there.
+		{Destination: state.ContainerAgentDir, Type: "bind", Source: l.AgentSockDir(host),
+			Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}},
 		{Destination: "/etc/hosts", Type: "bind", Source: l.HostsFile(), Options: []string{"bind", "ro"}},
 	}
 }
