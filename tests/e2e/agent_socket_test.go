@@ -13,6 +13,7 @@ import (
 // line per attempt: "<attempt> OK" or "<attempt> <errno name>":
 //
 //	rename, unlink        move the agent's socket away
+//	chmod                 take its mode away
 //	bind                  bind a socket of its own in the directory
 //	link, link-in         hard-link the agent's socket, or its own one, into the directory
 //	mount, bind-mount     mount a file system or its /tmp over the directory
@@ -46,6 +47,7 @@ def attacks(prefix):
 listen_at("/tmp/red.sock")
 attempt("rename", lambda: os.rename(D + "/agent.sock", D + "/agent.sock.red"))
 attempt("unlink", lambda: os.unlink(D + "/agent.sock"))
+attempt("chmod", lambda: os.chmod(D + "/agent.sock", 0))
 attempt("bind", lambda: listen_at(D + "/red.sock"))
 attempt("link", lambda: os.link(D + "/agent.sock", D + "/agent-link.sock"))
 attempt("link-in", lambda: os.link("/tmp/red.sock", D + "/red-link.sock"))
@@ -73,8 +75,8 @@ signal.pause()
 `
 
 // TestContainerCannotReplaceAgentSocket: a container (uid 0, with what
-// `freeflow run` gives it) cannot move, remove, replace, link over or mount
-// over its host's library socket, nor make its directory writable: the
+// `freeflow run` gives it) cannot move, remove, change, replace, link over
+// or mount over its host's library socket, nor make its directory writable: the
 // directory is a read-only bind. In a user and mount namespace of its own
 // it can cover the directory only in its own view. With every impostor
 // socket it got listening, a connection between two other containers of
@@ -88,7 +90,7 @@ func TestContainerCannotReplaceAgentSocket(t *testing.T) {
 	c.StartDetached(t, "h1", "red", []string{"--tenant", "red"}, "python3", "-c", socketAttackPy)
 	waitLog(t, c, "red", "ready")
 	t.Logf("red's attempts:\n%s", c.MustFF(t, "logs", "red"))
-	attempts := []string{"rename", "unlink", "bind", "link", "link-in", "mount", "bind-mount", "remount-rw", "umount"}
+	attempts := []string{"rename", "unlink", "chmod", "bind", "link", "link-in", "mount", "bind-mount", "remount-rw", "umount"}
 	if userns := logLine(t, c, "red", "userns "); userns == "" {
 		attempts = append(attempts, "userns-remount-rw", "userns-umount")
 	}
