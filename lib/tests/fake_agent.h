@@ -49,6 +49,7 @@
 #define FREEFLOW_FAKE_AGENT_H
 
 #include <fcntl.h>
+#include <ftw.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -728,17 +729,17 @@ static inline int fa_expire(struct fa_state *st)
 	return (int)next;
 }
 
+static inline int fa_rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)ftw;
+	return flag == FTW_DP ? rmdir(path) : unlink(path);
+}
+
+/* Remove dir and whatever is in it (a test's other files too: an impostor's, a failed case's). */
 static inline void fa_cleanup(const char *dir)
 {
-	char p[4200];
-
-	snprintf(p, sizeof(p), "%s/agent.sock", dir);
-	unlink(p);
-	snprintf(p, sizeof(p), "%s/agent.log", dir);
-	unlink(p);
-	snprintf(p, sizeof(p), "%s/keeper.sock", dir);
-	unlink(p);
-	rmdir(dir);
+	nftw(dir, fa_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 static inline void fa_run(int lfd, enum fa_mode mode, int logfd, pid_t parent,

@@ -15,7 +15,7 @@
  * agent, and the test asks it, over keeper.sock in the test's directory,
  * to stop or restart it or to hand over one of its fds (t_keeper), since
  * nothing the test starts can be outside its own pid namespace. When the
- * test exits, it stops the agent, removes the temporary files and exits
+ * test exits, it stops the agent, removes the test's directory and exits
  * with the test's code.
  *
  * The tests look behind the shim with raw system calls (t_real_domain), and
