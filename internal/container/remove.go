@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/freeflow-net/freeflow/internal/agent"
 	"github.com/freeflow-net/freeflow/internal/netns"
 	"github.com/freeflow-net/freeflow/internal/state"
 )
@@ -31,19 +32,41 @@ func (m *Manager) Remove(ctx context.Context, name string, force bool) error {
 	if !force && m.status(c) == StatusRunning {
 		return fmt.Errorf("container %s is running; stop it first or use `freeflow rm -f %s`", name, name)
 	}
-	return m.teardown(ctx, c)
+	if err := m.checkAgent(c); err != nil {
+		return err
+	}
+	return m.teardown(ctx, c, true)
+}
+
+// checkAgent fails unless the agent of c's host answers. Only the agent
+// takes a container out of the directory; removing the rest without it
+// would free the container's address while the directory still gives it to
+// the container, so the container is left as it is until the agent is back.
+func (m *Manager) checkAgent(c *state.Container) error {
+	if c.Host == "" || !netns.Exists(m.Layout.HostNetNS(c.Host)) {
+		return nil // nothing to detach from
+	}
+	a, err := agent.DialAdmin(m.Layout.AdminSocket(c.Host))
+	if err != nil {
+		return fmt.Errorf("container %s is left as it is: the agent on %s, which must take it out of the directory, does not answer (%w); "+
+			"bring the agent back (`freeflow cluster up` with the cluster's flags) and remove the container again", c.Name, c.Host, err)
+	}
+	return a.Close()
 }
 
 // teardown undoes everything run made, step by step; each step accepts
 // that its part may already be gone, and a failing step does not stop the
-// others. The caller holds the lock.
-func (m *Manager) teardown(ctx context.Context, c *state.Container) error {
+// others. detach says whether the container may be attached to the network
+// (CNI DEL is run). The caller holds the lock.
+func (m *Manager) teardown(ctx context.Context, c *state.Container, detach bool) error {
 	var errs []error
 	if err := m.runtime().delete(c.ID, true); err != nil && !notFound(err) {
 		errs = append(errs, fmt.Errorf("delete container %s: %w", c.Name, err))
 	}
-	if err := m.detach(ctx, c); err != nil {
-		errs = append(errs, err)
+	if detach {
+		if err := m.detach(ctx, c); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := netns.Delete(m.Layout.ContainerNetNS(c.Name)); err != nil {
 		errs = append(errs, err)
@@ -55,6 +78,15 @@ func (m *Manager) teardown(ctx context.Context, c *state.Container) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// undo removes a container that failed to come up and returns why it
+// failed, adding what could not be removed. The caller holds the lock.
+func (m *Manager) undo(ctx context.Context, c *state.Container, detach bool, why error) error {
+	if err := m.teardown(ctx, c, detach); err != nil {
+		return fmt.Errorf("%w\ncleaning up after it failed too; run `freeflow rm -f %s` once the cause is fixed: %v", why, c.Name, err)
+	}
+	return why
 }
 
 // detach runs CNI DEL, which the plugins make idempotent. Without the host

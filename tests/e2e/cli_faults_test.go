@@ -1,0 +1,145 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/freeflow-net/freeflow/internal/cni"
+	"github.com/freeflow-net/freeflow/internal/state"
+	"github.com/freeflow-net/freeflow/internal/testenv"
+)
+
+// hostFootprint is what containers hold on a host outside their own
+// directory: addresses in host-local's reservations and veths on the bridge.
+type hostFootprint struct{ ips, veths []string }
+
+// footprint reads host h's footprint from host-local's data directory (as
+// the host's CNI configuration names it) and from the bridge.
+func footprint(t *testing.T, c *testenv.Cluster, h string) hostFootprint {
+	t.Helper()
+	l := state.NewLayout(c.Name)
+	b, err := os.ReadFile(cni.ConfListFile(l, h))
+	must(t, err, "read the CNI configuration of %s", h)
+	var list struct {
+		Name    string
+		Plugins []struct{ IPAM struct{ DataDir string } }
+	}
+	must(t, json.Unmarshal(b, &list), "parse %s", cni.ConfListFile(l, h))
+	var f hostFootprint
+	entries, err := os.ReadDir(filepath.Join(list.Plugins[0].IPAM.DataDir, list.Name))
+	must(t, err, "list host-local's reservations on %s", h)
+	for _, e := range entries {
+		// Reservations are files named by the address; the rest is bookkeeping.
+		if !strings.HasPrefix(e.Name(), "last_reserved_ip") && e.Name() != "lock" {
+			f.ips = append(f.ips, e.Name())
+		}
+	}
+	out, err := exec.Command("ip", "-n", l.HostNetNS(h), "-o", "link", "show", "master", cni.BridgeName).CombinedOutput()
+	must(t, err, "list the veths on %s: %s", h, out)
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if fields := strings.Fields(line); len(fields) > 1 {
+			f.veths = append(f.veths, fields[1])
+		}
+	}
+	return f
+}
+
+// runFailsLeavingNothing runs `freeflow run` of a new container on host h
+// (detached, then in the foreground) and checks that it fails with an error
+// saying want and no panic, and that it left nothing: no reservation or
+// veth beyond before, no network namespace, directory, crun state or
+// process of the container.
+func runFailsLeavingNothing(t *testing.T, c *testenv.Cluster, h string, before hostFootprint, want string) {
+	t.Helper()
+	l := state.NewLayout(c.Name)
+	name := testenv.RandomName("f", 4)
+	id := c.Name + "-" + name
+	for _, mode := range [][]string{{"-d"}, {"--rm"}} {
+		r := c.FF(t, append(append([]string{"run", "--host", h, "--name", name}, mode...), "--", "sleep", "3600")...)
+		if r.Code == 0 || strings.Contains(r.Stderr, "panic") || strings.Contains(r.Stderr, "goroutine") || !strings.Contains(r.Stderr, want) {
+			t.Fatalf("run %v: exit %d, want a failure saying %q and no panic\nstdout: %s\nstderr: %s", mode, r.Code, want, r.Stdout, r.Stderr)
+		}
+		if after := footprint(t, c, h); !slices.Equal(after.ips, before.ips) || !slices.Equal(after.veths, before.veths) {
+			t.Fatalf("run %v failed but left addresses or veths on %s: before %+v, after %+v", mode, h, before, after)
+		}
+		for _, p := range []string{state.NetNSPath(l.ContainerNetNS(name)), l.ContainerDir(name), filepath.Join(l.CrunRoot(), id)} {
+			if _, err := os.Stat(p); err == nil {
+				t.Fatalf("run %v failed but left %s", mode, p)
+			}
+		}
+		if pids := pidsMentioning(id); len(pids) > 0 {
+			t.Fatalf("run %v failed but left processes %v naming %s", mode, pids, id)
+		}
+	}
+}
+
+// pidsMentioning returns the processes whose command line contains s.
+func pidsMentioning(s string) []string {
+	var pids []string
+	dirs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range dirs {
+		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), s) {
+			pids = append(pids, filepath.Base(filepath.Dir(p)))
+		}
+	}
+	return pids
+}
+
+// etcdPID returns the pid of the cluster's managed etcd.
+func etcdPID(t *testing.T, c *testenv.Cluster) int {
+	t.Helper()
+	cl, err := state.NewLayout(c.Name).LoadCluster()
+	must(t, err, "load the cluster's state")
+	if !cl.Etcd.Managed || cl.Etcd.PID <= 0 {
+		t.Fatalf("cluster %s has no managed etcd: %+v", c.Name, cl.Etcd)
+	}
+	return cl.Etcd.PID
+}
+
+// TestRunWithAgentDownLeavesNothing: with the host's agent stopped, `run`
+// fails with the plugin's clear error, undoes the half-made attachment
+// (bridge and host-local had run) and leaves nothing; a container that was
+// running is untouched and the host takes new containers once the agent is
+// back. `rm -f` of the running container fails while the agent is down
+// (only the agent can take it out of the directory) and changes nothing.
+func TestRunWithAgentDownLeavesNothing(t *testing.T) {
+	c := newCluster(t, 1)
+	runIdle(t, c, "h1", "alive", "blue")
+	before := footprint(t, c, "h1")
+	c.MustFF(t, "agent", "stop", "--host", "h1")
+	runFailsLeavingNothing(t, c, "h1", before, "cannot reach the host agent")
+	if r := c.FF(t, "rm", "-f", "alive"); r.Code == 0 || !strings.Contains(r.Stderr, "does not answer") {
+		t.Fatalf("rm -f with the agent down: exit %d, want a failure saying the agent does not answer\nstderr: %s", r.Code, r.Stderr)
+	}
+	if after := footprint(t, c, "h1"); !slices.Equal(after.ips, before.ips) || !slices.Equal(after.veths, before.veths) {
+		t.Fatalf("a refused rm -f changed the host: before %+v, after %+v", before, after)
+	}
+	c.MustFF(t, "exec", "alive", "--", "true")
+	c.MustFF(t, "agent", "start", "--host", "h1")
+	c.StartDetached(t, "h1", "after", nil, "sleep", "3600")
+}
+
+// TestRunWithEtcdDownLeavesNothing: with the managed etcd stopped (SIGSTOP:
+// it hangs) and then killed, the agent cannot register the container; `run`
+// fails with the agent's error naming etcd and leaves nothing.
+func TestRunWithEtcdDownLeavesNothing(t *testing.T) {
+	c := newCluster(t, 1)
+	runIdle(t, c, "h1", "alive", "blue")
+	before := footprint(t, c, "h1")
+	pid := etcdPID(t, c)
+	for _, sig := range []struct {
+		name string
+		sig  syscall.Signal
+	}{{"SIGSTOP", syscall.SIGSTOP}, {"SIGKILL", syscall.SIGKILL}} {
+		t.Run(sig.name, func(t *testing.T) {
+			must(t, syscall.Kill(pid, sig.sig), "send etcd %s", sig.name)
+			runFailsLeavingNothing(t, c, "h1", before, "try again when etcd is reachable")
+		})
+	}
+}
