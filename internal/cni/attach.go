@@ -86,10 +86,29 @@ func (n Network) Add(ctx context.Context, a Attachment) (_ net.IP, err error) {
 	return nil, err
 }
 
-// Del runs DEL over the whole chain; it succeeds for containers that are
-// already detached. A plugin whose DEL fails does not keep the plugins
-// before it from releasing what they hold.
+// Del runs DEL over the whole chain from its last plugin down and stops at
+// the first that fails (the freeflow plugin when the agent cannot take the
+// container out of the directory): the plugins before it keep what they
+// hold, so the attachment stays whole and Del can be repeated once the
+// cause is fixed. It succeeds for containers that are already detached.
 func (n Network) Del(ctx context.Context, a Attachment) error {
+	list, cfg, err := n.load()
+	if err != nil {
+		return err
+	}
+	err = netns.Do(state.NetNSPath(n.Layout.HostNetNS(n.Host)), func() error {
+		return cfg.DelNetworkList(ctx, list, n.runtimeConf(a))
+	})
+	if err != nil {
+		return fmt.Errorf("detach %s from the network of %s (CNI DEL): %w", a.Name, n.Host, err)
+	}
+	return nil
+}
+
+// Discard runs DEL for an attachment that is being abandoned (its
+// container failed to start): a plugin whose DEL fails does not keep the
+// plugins before it from releasing what they hold.
+func (n Network) Discard(ctx context.Context, a Attachment) error {
 	list, cfg, err := n.load()
 	if err != nil {
 		return err

@@ -7,7 +7,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/freeflow-net/freeflow/internal/agent"
 	"github.com/freeflow-net/freeflow/internal/netns"
 	"github.com/freeflow-net/freeflow/internal/state"
 )
@@ -32,39 +31,25 @@ func (m *Manager) Remove(ctx context.Context, name string, force bool) error {
 	if !force && m.status(c) == StatusRunning {
 		return fmt.Errorf("container %s is running; stop it first or use `freeflow rm -f %s`", name, name)
 	}
-	if err := m.checkAgent(c); err != nil {
-		return err
+	// Out of the directory first: if the agent cannot do it now, the
+	// container is left whole and a later rm can finish the job.
+	if err := m.detach(ctx, c, false); err != nil {
+		return fmt.Errorf("container %s is left as it is: %w\nremove it again once that is fixed (`freeflow status` shows what is down; `freeflow cluster up` brings back a dead agent or etcd)", name, err)
 	}
-	return m.teardown(ctx, c, true)
-}
-
-// checkAgent fails unless the agent of c's host answers. Only the agent
-// takes a container out of the directory; removing the rest without it
-// would free the container's address while the directory still gives it to
-// the container, so the container is left as it is until the agent is back.
-func (m *Manager) checkAgent(c *state.Container) error {
-	if c.Host == "" || !netns.Exists(m.Layout.HostNetNS(c.Host)) {
-		return nil // nothing to detach from
-	}
-	a, err := agent.DialAdmin(m.Layout.AdminSocket(c.Host))
-	if err != nil {
-		return fmt.Errorf("container %s is left as it is: the agent on %s, which must take it out of the directory, does not answer (%w); "+
-			"bring the agent back (`freeflow cluster up` with the cluster's flags) and remove the container again", c.Name, c.Host, err)
-	}
-	return a.Close()
+	return m.teardown(ctx, c, false)
 }
 
 // teardown undoes everything run made, step by step; each step accepts
 // that its part may already be gone, and a failing step does not stop the
-// others. detach says whether the container may be attached to the network
-// (CNI DEL is run). The caller holds the lock.
+// others. detach says whether the container may still be attached to the
+// network (its attachment is discarded). The caller holds the lock.
 func (m *Manager) teardown(ctx context.Context, c *state.Container, detach bool) error {
 	var errs []error
 	if err := m.runtime().delete(c.ID, true); err != nil && !notFound(err) {
 		errs = append(errs, fmt.Errorf("delete container %s: %w", c.Name, err))
 	}
 	if detach {
-		if err := m.detach(ctx, c); err != nil {
+		if err := m.detach(ctx, c, true); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -89,14 +74,18 @@ func (m *Manager) undo(ctx context.Context, c *state.Container, detach bool, why
 	return why
 }
 
-// detach runs CNI DEL, which the plugins make idempotent. Without the host
-// (the cluster is being torn down) there is nothing left to detach from.
-func (m *Manager) detach(ctx context.Context, c *state.Container) error {
+// detach runs CNI DEL, which the plugins make idempotent: cni.Network.Del,
+// or Discard when discard is set. Without the host (the cluster is being
+// torn down) there is nothing left to detach from.
+func (m *Manager) detach(ctx context.Context, c *state.Container, discard bool) error {
 	if c.Host == "" || !netns.Exists(m.Layout.HostNetNS(c.Host)) {
 		return nil
 	}
 	if _, err := os.Stat(m.Layout.CNIConfDir(c.Host)); err != nil {
 		return nil // never attached: run failed before writing the configuration
+	}
+	if discard {
+		return m.network(c.Host).Discard(ctx, m.attachment(c))
 	}
 	return m.network(c.Host).Del(ctx, m.attachment(c))
 }

@@ -79,6 +79,20 @@ func runFailsLeavingNothing(t *testing.T, c *testenv.Cluster, h string, before h
 	}
 }
 
+// rmRefusedKeepsContainer checks that `rm -f` of container name on host h
+// fails saying want (the agent cannot take it out of the directory) and
+// leaves it whole: running, with its address and veth.
+func rmRefusedKeepsContainer(t *testing.T, c *testenv.Cluster, h, name string, before hostFootprint, want string) {
+	t.Helper()
+	if r := c.FF(t, "rm", "-f", name); r.Code == 0 || !strings.Contains(r.Stderr, want) || !strings.Contains(r.Stderr, "left as it is") {
+		t.Fatalf("rm -f %s: exit %d, want a failure saying %q and that it is left as it is\nstderr: %s", name, r.Code, want, r.Stderr)
+	}
+	if after := footprint(t, c, h); !slices.Equal(after.ips, before.ips) || !slices.Equal(after.veths, before.veths) {
+		t.Fatalf("a refused rm -f changed %s: before %+v, after %+v", h, before, after)
+	}
+	c.MustFF(t, "exec", name, "--", "true")
+}
+
 // pidsMentioning returns the processes whose command line contains s.
 func pidsMentioning(s string) []string {
 	var pids []string
@@ -107,27 +121,23 @@ func etcdPID(t *testing.T, c *testenv.Cluster) int {
 // (bridge and host-local had run) and leaves nothing; a container that was
 // running is untouched and the host takes new containers once the agent is
 // back. `rm -f` of the running container fails while the agent is down
-// (only the agent can take it out of the directory) and changes nothing.
+// and leaves it whole.
 func TestRunWithAgentDownLeavesNothing(t *testing.T) {
 	c := newCluster(t, 1)
 	runIdle(t, c, "h1", "alive", "blue")
 	before := footprint(t, c, "h1")
 	c.MustFF(t, "agent", "stop", "--host", "h1")
 	runFailsLeavingNothing(t, c, "h1", before, "cannot reach the host agent")
-	if r := c.FF(t, "rm", "-f", "alive"); r.Code == 0 || !strings.Contains(r.Stderr, "does not answer") {
-		t.Fatalf("rm -f with the agent down: exit %d, want a failure saying the agent does not answer\nstderr: %s", r.Code, r.Stderr)
-	}
-	if after := footprint(t, c, "h1"); !slices.Equal(after.ips, before.ips) || !slices.Equal(after.veths, before.veths) {
-		t.Fatalf("a refused rm -f changed the host: before %+v, after %+v", before, after)
-	}
-	c.MustFF(t, "exec", "alive", "--", "true")
+	rmRefusedKeepsContainer(t, c, "h1", "alive", before, "cannot reach the host agent")
 	c.MustFF(t, "agent", "start", "--host", "h1")
 	c.StartDetached(t, "h1", "after", nil, "sleep", "3600")
 }
 
 // TestRunWithEtcdDownLeavesNothing: with the managed etcd stopped (SIGSTOP:
 // it hangs) and then killed, the agent cannot register the container; `run`
-// fails with the agent's error naming etcd and leaves nothing.
+// fails with the agent's error naming etcd and leaves nothing, and `rm -f`
+// of a running container fails and leaves it whole (its directory entry
+// cannot be removed).
 func TestRunWithEtcdDownLeavesNothing(t *testing.T) {
 	c := newCluster(t, 1)
 	runIdle(t, c, "h1", "alive", "blue")
@@ -140,6 +150,7 @@ func TestRunWithEtcdDownLeavesNothing(t *testing.T) {
 		t.Run(sig.name, func(t *testing.T) {
 			must(t, syscall.Kill(pid, sig.sig), "send etcd %s", sig.name)
 			runFailsLeavingNothing(t, c, "h1", before, "try again when etcd is reachable")
+			rmRefusedKeepsContainer(t, c, "h1", "alive", before, "try again when etcd is reachable")
 		})
 	}
 }
