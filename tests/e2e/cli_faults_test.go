@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/freeflow-net/freeflow/internal/cni"
 	"github.com/freeflow-net/freeflow/internal/state"
@@ -50,18 +52,18 @@ func footprint(t *testing.T, c *testenv.Cluster, h string) hostFootprint {
 	return f
 }
 
-// runFailsLeavingNothing runs `freeflow run` of a new container on host h
-// (detached, then in the foreground) and checks that it fails with an error
-// saying want and no panic, and that it left nothing: no reservation or
-// veth beyond before, no network namespace, directory, crun state or
-// process of the container.
-func runFailsLeavingNothing(t *testing.T, c *testenv.Cluster, h string, before hostFootprint, want string) {
+// runFailsLeavingNothing runs `freeflow run` of a new container with argv
+// on host h (detached, then in the foreground) and checks that it fails
+// with an error saying want and no panic, and that it left nothing: no
+// reservation or veth beyond before, no network namespace, directory, crun
+// state or process of the container. It returns the container's name.
+func runFailsLeavingNothing(t *testing.T, c *testenv.Cluster, h string, before hostFootprint, want string, argv ...string) string {
 	t.Helper()
 	l := state.NewLayout(c.Name)
 	name := testenv.RandomName("f", 4)
 	id := c.Name + "-" + name
 	for _, mode := range [][]string{{"-d"}, {"--rm"}} {
-		r := c.FF(t, append(append([]string{"run", "--host", h, "--name", name}, mode...), "--", "sleep", "3600")...)
+		r := c.FF(t, append(append(append([]string{"run", "--host", h, "--name", name}, mode...), "--"), argv...)...)
 		if r.Code == 0 || strings.Contains(r.Stderr, "panic") || strings.Contains(r.Stderr, "goroutine") || !strings.Contains(r.Stderr, want) {
 			t.Fatalf("run %v: exit %d, want a failure saying %q and no panic\nstdout: %s\nstderr: %s", mode, r.Code, want, r.Stdout, r.Stderr)
 		}
@@ -77,6 +79,7 @@ func runFailsLeavingNothing(t *testing.T, c *testenv.Cluster, h string, before h
 			t.Fatalf("run %v failed but left processes %v naming %s", mode, pids, id)
 		}
 	}
+	return name
 }
 
 // rmRefusedKeepsContainer checks that `rm -f` of container name on host h
@@ -127,7 +130,7 @@ func TestRunWithAgentDownLeavesNothing(t *testing.T) {
 	runIdle(t, c, "h1", "alive", "blue")
 	before := footprint(t, c, "h1")
 	c.MustFF(t, "agent", "stop", "--host", "h1")
-	runFailsLeavingNothing(t, c, "h1", before, "cannot reach the host agent")
+	runFailsLeavingNothing(t, c, "h1", before, "cannot reach the host agent", "sleep", "3600")
 	rmRefusedKeepsContainer(t, c, "h1", "alive", before, "cannot reach the host agent")
 	c.MustFF(t, "agent", "start", "--host", "h1")
 	c.StartDetached(t, "h1", "after", nil, "sleep", "3600")
@@ -149,8 +152,24 @@ func TestRunWithEtcdDownLeavesNothing(t *testing.T) {
 	}{{"SIGSTOP", syscall.SIGSTOP}, {"SIGKILL", syscall.SIGKILL}} {
 		t.Run(sig.name, func(t *testing.T) {
 			must(t, syscall.Kill(pid, sig.sig), "send etcd %s", sig.name)
-			runFailsLeavingNothing(t, c, "h1", before, "try again when etcd is reachable")
+			runFailsLeavingNothing(t, c, "h1", before, "try again when etcd is reachable", "sleep", "3600")
 			rmRefusedKeepsContainer(t, c, "h1", "alive", before, "try again when etcd is reachable")
 		})
+	}
+}
+
+// TestRunFailingToStartLeavesNothing: a container whose command crun cannot
+// start was attached and registered before crun ran; `run` fails with
+// crun's message and undoes all of it: the agent no longer lists it, and
+// nothing else is left.
+func TestRunFailingToStartLeavesNothing(t *testing.T) {
+	c := newCluster(t, 1)
+	runIdle(t, c, "h1", "alive", "blue")
+	before := footprint(t, c, "h1")
+	name := runFailsLeavingNothing(t, c, "h1", before, "not found", "/nonexistent/program")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if found, err := lists(ctx, state.NewLayout(c.Name), "h1", name); err != nil || found {
+		t.Fatalf("after a failed run the agent lists %s: %v, %v; want it unregistered", name, found, err)
 	}
 }
