@@ -53,7 +53,7 @@ const ContainerIfName = "eth0"
 // chain fails partway (the freeflow plugin cannot reach the agent, say),
 // what the plugins before it made is undone (CNI DEL: bridge removes the
 // veth, host-local releases the address), so a failed Add leaves nothing.
-func (n Network) Add(ctx context.Context, a Attachment) (_ net.IP, err error) {
+func (n Network) Add(ctx context.Context, a Attachment) (net.IP, error) {
 	list, cfg, err := n.load()
 	if err != nil {
 		return nil, err
@@ -77,8 +77,8 @@ func (n Network) Add(ctx context.Context, a Attachment) (_ net.IP, err error) {
 		err = errors.New("CNI ADD returned no IPv4 address")
 	}
 	err = fmt.Errorf("attach %s to the network of %s (CNI ADD): %w", a.Name, n.Host, err)
-	// The plugin that failed cleaned up after itself (CNI requires it), and
-	// the later ones never ran: only an error of the first plugin's DEL
+	// The plugin whose ADD failed cleaned up after itself (CNI requires it)
+	// and the later ones never ran: only an error of the first plugin's DEL
 	// means something is left.
 	if released, derr := n.del(ctx, list, cfg, rt); !released {
 		err = fmt.Errorf("%w; undoing it failed too, remove the container with `freeflow rm -f %s`: %v", err, a.Name, derr)
