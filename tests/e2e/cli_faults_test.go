@@ -42,12 +42,14 @@ func footprint(t *testing.T, c *testenv.Cluster, h string) hostFootprint {
 			f.ips = append(f.ips, e.Name())
 		}
 	}
-	out, err := exec.Command("ip", "-n", l.HostNetNS(h), "-o", "link", "show", "master", cni.BridgeName).CombinedOutput()
-	must(t, err, "list the veths on %s: %s", h, out)
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		if fields := strings.Fields(line); len(fields) > 1 {
-			f.veths = append(f.veths, fields[1])
-		}
+	// JSON on stdout only: ip warns on stderr (e.g. "Peer netns reference is
+	// invalid" while some namespace is going away).
+	out, err := exec.Command("ip", "-j", "-n", l.HostNetNS(h), "link", "show", "master", cni.BridgeName).Output()
+	must(t, err, "list the veths on %s", h)
+	var links []struct{ IfName string }
+	must(t, json.Unmarshal(out, &links), "parse ip -j link: %s", out)
+	for _, link := range links {
+		f.veths = append(f.veths, link.IfName)
 	}
 	return f
 }
