@@ -19,7 +19,7 @@ import (
 
 func init() {
 	register("cluster", command{
-		summary:   "bring a local cluster up or down: cluster up --hosts N [--etcd URLS] [--no-shm] [--shm-budget SIZE] | cluster down",
+		summary:   "bring a local cluster up (or repair one that is up: dead etcd, dead agents) or down: cluster up --hosts N [--etcd URLS] [--no-shm] [--shm-budget SIZE] | cluster down",
 		run:       runCluster,
 		needsRoot: true,
 	})
@@ -67,7 +67,8 @@ func clusterUp(g *Global, args []string) error {
 		Settings: set,
 		Progress: func(f string, a ...any) { fmt.Fprintf(g.Out, "  "+f+"\n", a...) },
 	}
-	// Ctrl-C cancels the waits; Up then tears down what it made.
+	// Ctrl-C cancels the waits; Up then tears down what it made (a repair
+	// leaves what it started: `up` again finishes it).
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()

@@ -283,13 +283,19 @@ func TestTwoClustersSideBySide(t *testing.T) {
 	}
 }
 
-func TestUpTwiceRefused(t *testing.T) {
+// TestUpAgainRepairsOnlySameShape: `up` on a healthy cluster with its own
+// flags changes nothing (the same processes run); with other flags it is
+// refused with the way out.
+func TestUpAgainRepairsOnlySameShape(t *testing.T) {
 	needRoot(t)
 	name := uniqueCluster(t)
-	mustUp(t, name, 1)
-	out, code := freeflow(t, name, "cluster", "up", "--hosts", "1")
+	c := mustUp(t, name, 1)
+	if again := mustUp(t, name, 1); fmt.Sprint(pids(again)) != fmt.Sprint(pids(c)) {
+		t.Errorf("up on a healthy cluster changed its processes: %v -> %v", pids(c), pids(again))
+	}
+	out, code := freeflow(t, name, "cluster", "up", "--hosts", "2")
 	if code == 0 || !strings.Contains(out, "already exists") || !strings.Contains(out, "cluster down") {
-		t.Errorf("second up: exit %d, %q; want an 'already exists ... cluster down' error", code, out)
+		t.Errorf("up with other flags: exit %d, %q; want an 'already exists ... cluster down' error", code, out)
 	}
 }
 

@@ -29,25 +29,25 @@ type Options struct {
 	Progress func(format string, args ...any)
 }
 
-// ErrExists is returned by Up when something of the cluster already exists.
+// ErrExists is returned by Up when something of the cluster already exists
+// that it cannot repair.
 var ErrExists = errors.New("cluster already exists")
 
 // Up builds the cluster and returns its state. On failure it tears down
-// everything it made, so a failed `up` leaves nothing behind.
+// everything it made, so a failed `up` leaves nothing behind. A cluster that
+// is already up is repaired instead (see repair).
 func Up(ctx context.Context, l state.Layout, opts Options) (*state.Cluster, error) {
 	if opts.Hosts < 1 || opts.Hosts > state.MaxHosts {
 		return nil, fmt.Errorf("--hosts %d: need 1 to %d hosts", opts.Hosts, state.MaxHosts)
-	}
-	if err := checkAbsent(l); err != nil {
-		return nil, err
 	}
 	unlock, err := l.Lock()
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	// Again under the lock: a concurrent `up` may have won the race.
-	if err := checkAbsent(l); err != nil {
+	if err := checkAbsent(l); errors.Is(err, ErrExists) {
+		return repair(ctx, l, opts)
+	} else if err != nil {
 		return nil, err
 	}
 	c := newState(l, opts)
@@ -133,6 +133,9 @@ func buildNetwork(l state.Layout, c *state.Cluster) error {
 	return nil
 }
 
+// bringUpEtcd starts the managed etcd unless it runs (on its data
+// directory, so a restarted member has all it had) and waits until it is
+// healthy; an external etcd is only waited for.
 func bringUpEtcd(ctx context.Context, l state.Layout, c *state.Cluster) error {
 	ctx, cancel := context.WithTimeout(ctx, etcdTimeout)
 	defer cancel()
@@ -141,27 +144,32 @@ func bringUpEtcd(ctx context.Context, l state.Layout, c *state.Cluster) error {
 		hint := "check that --etcd names a running etcd reachable from where freeflow runs"
 		return waitEtcd(ctx, "", c.Etcd.Endpoints[0], 0, hint)
 	}
-	if err := os.MkdirAll(l.EtcdDir(), 0o700); err != nil {
-		return fmt.Errorf("create etcd data directory: %w", err)
+	if !alive(c.Etcd.PID) {
+		if err := os.MkdirAll(l.EtcdDir(), 0o700); err != nil {
+			return fmt.Errorf("create etcd data directory: %w", err)
+		}
+		pid, _, err := startEtcd(l)
+		if err != nil {
+			return err
+		}
+		c.Etcd.PID = pid
+		if err := l.SaveCluster(c); err != nil {
+			return err
+		}
 	}
-	pid, logPath, err := startEtcd(l)
-	if err != nil {
-		return err
-	}
-	c.Etcd.PID = pid
-	if err := l.SaveCluster(c); err != nil {
-		return err
-	}
-	return waitEtcd(ctx, l.FabricNetNS(), ManagedEtcdURL, pid, "see "+logPath)
+	return waitEtcd(ctx, l.FabricNetNS(), ManagedEtcdURL, c.Etcd.PID, "see "+etcdLog(l))
 }
 
-// bringUpAgents starts every agent first and then waits for them, so their
-// start-up overlaps.
+// bringUpAgents starts every agent that does not run first and then waits
+// for all of them, so their start-up overlaps.
 func bringUpAgents(ctx context.Context, l state.Layout, c *state.Cluster, binDir string) error {
 	if _, err := os.Stat(filepath.Join(binDir, AgentBinary)); err != nil {
 		return fmt.Errorf("agent binary: %w (build it with `make` or `go build -o bin/ ./cmd/...`)", err)
 	}
 	for i := range c.Hosts {
+		if alive(c.Hosts[i].AgentPID) {
+			continue
+		}
 		pid, err := startAgent(l, binDir, c.Hosts[i], c.Etcd)
 		if err != nil {
 			return err

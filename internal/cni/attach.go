@@ -2,6 +2,7 @@ package cni
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -48,34 +49,48 @@ type Attachment struct {
 // ContainerIfName is the container's interface on the overlay.
 const ContainerIfName = "eth0"
 
-// Add runs ADD over the whole chain and returns the container's IP.
+// Add runs ADD over the whole chain and returns the container's IP. If the
+// chain fails partway (the freeflow plugin cannot reach the agent, say),
+// what the plugins before it made is undone (CNI DEL: bridge removes the
+// veth, host-local releases the address), so a failed Add leaves nothing.
 func (n Network) Add(ctx context.Context, a Attachment) (net.IP, error) {
 	list, cfg, err := n.load()
 	if err != nil {
 		return nil, err
 	}
+	rt := n.runtimeConf(a)
 	var res *current.Result
 	err = netns.Do(state.NetNSPath(n.Layout.HostNetNS(n.Host)), func() error {
-		r, err := cfg.AddNetworkList(ctx, list, n.runtimeConf(a))
+		r, err := cfg.AddNetworkList(ctx, list, rt)
 		if err != nil {
 			return err
 		}
 		res, err = current.NewResultFromResult(r)
 		return err
 	})
-	if err != nil {
-		return nil, fmt.Errorf("attach %s to the network of %s (CNI ADD): %w", a.Name, n.Host, err)
-	}
-	for _, ipc := range res.IPs {
-		if ipc.Address.IP.To4() != nil {
-			return ipc.Address.IP, nil
+	if err == nil {
+		for _, ipc := range res.IPs {
+			if ipc.Address.IP.To4() != nil {
+				return ipc.Address.IP, nil
+			}
 		}
+		err = errors.New("CNI ADD returned no IPv4 address")
 	}
-	return nil, fmt.Errorf("attach %s to the network of %s: CNI ADD returned no IPv4 address", a.Name, n.Host)
+	err = fmt.Errorf("attach %s to the network of %s (CNI ADD): %w", a.Name, n.Host, err)
+	// The plugin whose ADD failed cleaned up after itself (CNI requires it)
+	// and the later ones never ran: only an error of the first plugin's DEL
+	// means something is left.
+	if released, derr := n.del(ctx, list, cfg, rt); !released {
+		err = fmt.Errorf("%w; undoing it failed too, remove the container with `freeflow rm -f %s`: %v", err, a.Name, derr)
+	}
+	return nil, err
 }
 
-// Del runs DEL over the whole chain; it succeeds for containers that are
-// already detached.
+// Del runs DEL over the whole chain from its last plugin down and stops at
+// the first that fails (the freeflow plugin when the agent cannot take the
+// container out of the directory): the plugins before it keep what they
+// hold, so the attachment stays whole and Del can be repeated once the
+// cause is fixed. It succeeds for containers that are already detached.
 func (n Network) Del(ctx context.Context, a Attachment) error {
 	list, cfg, err := n.load()
 	if err != nil {
@@ -88,6 +103,41 @@ func (n Network) Del(ctx context.Context, a Attachment) error {
 		return fmt.Errorf("detach %s from the network of %s (CNI DEL): %w", a.Name, n.Host, err)
 	}
 	return nil
+}
+
+// Discard runs DEL for an attachment that is being abandoned (its
+// container failed to start): a plugin whose DEL fails does not keep the
+// plugins before it from releasing what they hold.
+func (n Network) Discard(ctx context.Context, a Attachment) error {
+	list, cfg, err := n.load()
+	if err != nil {
+		return err
+	}
+	if _, err := n.del(ctx, list, cfg, n.runtimeConf(a)); err != nil {
+		return fmt.Errorf("detach %s from the network of %s (CNI DEL): %w", a.Name, n.Host, err)
+	}
+	return nil
+}
+
+// del runs DEL from the chain's last plugin down. libcni stops at the first
+// plugin that fails; then the chain without it is deleted again (DEL is
+// idempotent), so the freeflow plugin failing to reach its agent still lets
+// bridge and host-local free the veth and the address. released says
+// whether the first plugin's DEL succeeded; err joins every failure.
+func (n Network) del(ctx context.Context, list *libcni.NetworkConfigList, cfg *libcni.CNIConfig, rt *libcni.RuntimeConf) (released bool, err error) {
+	var errs []error
+	for end := len(list.Plugins); end > 0 && !released; end-- {
+		sub := *list
+		sub.Plugins = list.Plugins[:end]
+		err := netns.Do(state.NetNSPath(n.Layout.HostNetNS(n.Host)), func() error {
+			return cfg.DelNetworkList(ctx, &sub, rt)
+		})
+		if err != nil {
+			errs = append(errs, err)
+		}
+		released = err == nil
+	}
+	return released, errors.Join(errs...)
 }
 
 func (n Network) load() (*libcni.NetworkConfigList, *libcni.CNIConfig, error) {

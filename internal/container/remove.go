@@ -31,19 +31,27 @@ func (m *Manager) Remove(ctx context.Context, name string, force bool) error {
 	if !force && m.status(c) == StatusRunning {
 		return fmt.Errorf("container %s is running; stop it first or use `freeflow rm -f %s`", name, name)
 	}
-	return m.teardown(ctx, c)
+	// Out of the directory first: if the agent cannot do it now, the
+	// container is left whole and a later rm can finish the job.
+	if err := m.detach(ctx, c, false); err != nil {
+		return fmt.Errorf("container %s is left as it is: %w\nremove it again once that is fixed (`freeflow status` shows what is down; `freeflow cluster up` brings back a dead agent or etcd)", name, err)
+	}
+	return m.teardown(ctx, c, false)
 }
 
 // teardown undoes everything run made, step by step; each step accepts
 // that its part may already be gone, and a failing step does not stop the
-// others. The caller holds the lock.
-func (m *Manager) teardown(ctx context.Context, c *state.Container) error {
+// others. detach says whether the container may still be attached to the
+// network (its attachment is discarded). The caller holds the lock.
+func (m *Manager) teardown(ctx context.Context, c *state.Container, detach bool) error {
 	var errs []error
 	if err := m.runtime().delete(c.ID, true); err != nil && !notFound(err) {
 		errs = append(errs, fmt.Errorf("delete container %s: %w", c.Name, err))
 	}
-	if err := m.detach(ctx, c); err != nil {
-		errs = append(errs, err)
+	if detach {
+		if err := m.detach(ctx, c, true); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := netns.Delete(m.Layout.ContainerNetNS(c.Name)); err != nil {
 		errs = append(errs, err)
@@ -57,14 +65,27 @@ func (m *Manager) teardown(ctx context.Context, c *state.Container) error {
 	return errors.Join(errs...)
 }
 
-// detach runs CNI DEL, which the plugins make idempotent. Without the host
-// (the cluster is being torn down) there is nothing left to detach from.
-func (m *Manager) detach(ctx context.Context, c *state.Container) error {
+// undo removes a container that failed to come up and returns why it
+// failed, adding what could not be removed. The caller holds the lock.
+func (m *Manager) undo(ctx context.Context, c *state.Container, detach bool, why error) error {
+	if err := m.teardown(ctx, c, detach); err != nil {
+		return fmt.Errorf("%w\ncleaning up after it failed too; run `freeflow rm -f %s` once the cause is fixed: %v", why, c.Name, err)
+	}
+	return why
+}
+
+// detach runs CNI DEL, which the plugins make idempotent: cni.Network.Del,
+// or Discard when discard is set. Without the host (the cluster is being
+// torn down) there is nothing left to detach from.
+func (m *Manager) detach(ctx context.Context, c *state.Container, discard bool) error {
 	if c.Host == "" || !netns.Exists(m.Layout.HostNetNS(c.Host)) {
 		return nil
 	}
 	if _, err := os.Stat(m.Layout.CNIConfDir(c.Host)); err != nil {
 		return nil // never attached: run failed before writing the configuration
+	}
+	if discard {
+		return m.network(c.Host).Discard(ctx, m.attachment(c))
 	}
 	return m.network(c.Host).Del(ctx, m.attachment(c))
 }

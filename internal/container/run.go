@@ -52,7 +52,7 @@ func (m *Manager) Run(ctx context.Context, o RunOptions) (int, error) {
 // create checks the request, then makes the container's network namespace,
 // attaches it through CNI, updates the hosts file and writes the bundle.
 // On failure it removes everything it made.
-func (m *Manager) create(ctx context.Context, o RunOptions) (c *state.Container, err error) {
+func (m *Manager) create(ctx context.Context, o RunOptions) (_ *state.Container, err error) {
 	host, err := m.validate(o)
 	if err != nil {
 		return nil, err
@@ -66,14 +66,16 @@ func (m *Manager) create(ctx context.Context, o RunOptions) (c *state.Container,
 			return nil, err
 		}
 	}
-	c = &state.Container{Name: o.Name, ID: m.Layout.Cluster + "-" + o.Name, Host: o.Host, Tenant: o.Tenant,
+	c := &state.Container{Name: o.Name, ID: m.Layout.Cluster + "-" + o.Name, Host: o.Host, Tenant: o.Tenant,
 		FreeFlow: o.FreeFlow, NoShm: o.NoShm, Args: o.Args, Detached: o.Detach}
 	if err := m.Layout.SaveContainer(c); err != nil {
-		return nil, fmt.Errorf("record container %s: %w", c.Name, err)
+		// SaveContainer may have made the directory before failing.
+		return nil, m.undo(ctx, c, false, fmt.Errorf("record container %s: %w", c.Name, err))
 	}
 	defer func() {
 		if err != nil {
-			m.teardown(ctx, c)
+			// A failed attach has undone its CNI ADD itself; c.IP is set once it succeeded.
+			err = m.undo(ctx, c, c.IP != "", err)
 		}
 	}()
 	if err := m.attach(ctx, c, host); err != nil {
@@ -92,7 +94,10 @@ func (m *Manager) create(ctx context.Context, o RunOptions) (c *state.Container,
 	if c.FreeFlow {
 		withLibrary(&spec, lib)
 	}
-	return c, writeBundle(m.Layout.ContainerDir(c.Name), spec)
+	if err := writeBundle(m.Layout.ContainerDir(c.Name), spec); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // validate checks what the user can get wrong before anything is made.

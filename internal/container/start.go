@@ -20,7 +20,7 @@ import (
 func (m *Manager) startDetached(ctx context.Context, c *state.Container) (err error) {
 	defer func() {
 		if err != nil {
-			m.teardown(ctx, c)
+			err = m.undo(ctx, c, true, err)
 		}
 	}()
 	log, err := os.OpenFile(m.LogFile(c.Name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -110,11 +110,12 @@ func (m *Manager) recordPID(c *state.Container, done <-chan struct{}) {
 
 // abandon removes a container that could not run and returns err.
 func (m *Manager) abandon(ctx context.Context, c *state.Container, err error) error {
-	if unlock, lerr := m.lock(); lerr == nil {
-		m.teardown(ctx, c)
-		unlock()
+	unlock, lerr := m.lock()
+	if lerr != nil {
+		return fmt.Errorf("%w\n%v; remove what is left with `freeflow rm -f %s`", err, lerr, c.Name)
 	}
-	return err
+	defer unlock()
+	return m.undo(ctx, c, true, err)
 }
 
 // exitCode turns crun's exit into the container's exit code; crun exits
