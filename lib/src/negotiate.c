@@ -480,6 +480,10 @@ static int ask_agent(uint8_t msg, const struct sockaddr_storage *local,
 	int ret = request(msg, &(struct req){ .local = local, .remote = remote }, -1, FF_MSG_PATH,
 			  &r), fast = -1;
 
+	if (ret == -EUSERS) {
+		snprintf(why, cap, "agent session limit: this container holds all the sessions it may");
+		return -1;
+	}
 	if (ret < 0) {
 		snprintf(why, cap, "agent unreachable: %s", strerror(-ret));
 		return -1;
