@@ -41,6 +41,7 @@ package agent
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"sync"
@@ -120,6 +121,13 @@ func (q *quota) holding(id string) int {
 func subnetContainers(subnet netip.Prefix) uint64 {
 	hostBits := min(subnet.Addr().BitLen()-subnet.Bits(), 16) // more containers than a /16 holds do not fit one host anyway
 	return max(uint64(1)<<hostBits, 4) - 2
+}
+
+// all returns what every holder holds.
+func (q *quota) all() map[string]int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return maps.Clone(q.held)
 }
 
 // fileLimit is the RLIMIT_NOFILE an agent for subnet needs: every
