@@ -306,7 +306,7 @@ func (a *Agent) decide(s *session, k tuple, side side) (directory.Container, dec
 	}
 	lis := listenerKey{peer.ID, k.acc.Port()}
 	pids, lisShm := a.listeners.live(lis.id, lis.port)
-	d, h := a.meet(k, side, &listenerInfo{key: lis, pids: pids, shm: lisShm}, c, lib, a.finishLocal)
+	d, h := a.meet(k, side, &listenerInfo{key: lis, pids: pids, shm: lisShm, conn: s.self.ID}, c, lib, a.finishLocal)
 	return peer, d, h
 }
 

@@ -65,6 +65,12 @@ const (
 	// minSessionsPerContainer is the least share a short file limit
 	// lowers SessionsPerContainer to.
 	minSessionsPerContainer = 16
+	// maxParkedPerContainer bounds the parked halves (parked.go) one
+	// container's connectors leave waiting at once, each up to 3
+	// descriptors for up to keepDecided: a process parks one per crossed
+	// connect, so even an all-to-all start of many ranks stays far below.
+	maxParkedPerContainer = 128
+	parkedFDs             = 3 // the most descriptors a parked half holds (shm: bell, memfd, link)
 )
 
 // strangers is the quota key shared by all callers outside every
@@ -131,18 +137,23 @@ func (q *quota) all() map[string]int {
 }
 
 // fileLimit is the RLIMIT_NOFILE an agent for subnet needs: every
-// container the subnet can address at its full share of sessions and
-// refusals, the strangers, the admin socket and fdReserve.
+// container the subnet can address at its full share of sessions,
+// refusals and parked halves, the strangers, the admin socket and
+// fdReserve.
 func fileLimit(subnet netip.Prefix, perContainer, admin int) uint64 {
-	return subnetContainers(subnet)*uint64(perContainer+refusalsPerContainer) + refusalsStrangers + uint64(admin) + fdReserve
+	return subnetContainers(subnet)*uint64(perContainer+perContainerFDs) + refusalsStrangers + uint64(admin) + fdReserve
 }
+
+// perContainerFDs is what a container may hold beyond its sessions: its
+// refusals and its parked halves.
+const perContainerFDs = refusalsPerContainer + parkedFDs*maxParkedPerContainer
 
 // sessionsFitting is the share of sessions per container that a file
 // limit of have fits for n containers (fileLimit solved for
 // perContainer), at least minSessionsPerContainer.
 func sessionsFitting(n uint64, admin int, have uint64) int {
 	n = max(n, 1)
-	fixed := uint64(refusalsStrangers+admin+fdReserve) + n*refusalsPerContainer
+	fixed := uint64(refusalsStrangers+admin+fdReserve) + n*perContainerFDs
 	if have <= fixed {
 		return minSessionsPerContainer
 	}

@@ -235,10 +235,14 @@ func TestFileLimitCoversEveryContainerShare(t *testing.T) {
 	if want := fileLimit(subnet, DefaultSessionsPerContainer, DefaultAdminConns); want < 254*DefaultSessionsPerContainer {
 		t.Fatalf("fileLimit for a /24: %d, below 254 containers at their full share", want)
 	}
-	for _, n := range []uint64{1, 3, 40, 254} {
+	full := fileLimit(subnet, DefaultSessionsPerContainer, DefaultAdminConns)
+	if share := sessionsFitting(254, DefaultAdminConns, full); share < DefaultSessionsPerContainer {
+		t.Errorf("254 containers with the files the agent asks for: a share of %d, want %d", share, DefaultSessionsPerContainer)
+	}
+	for _, n := range []uint64{1, 3, 10} { // with this sandbox's hard limit
 		const have = 20000
 		share := sessionsFitting(n, DefaultAdminConns, have)
-		if need := n*uint64(share+refusalsPerContainer) + refusalsStrangers + DefaultAdminConns + fdReserve; need > have {
+		if need := n*uint64(share+perContainerFDs) + refusalsStrangers + DefaultAdminConns + fdReserve; need > have {
 			t.Errorf("%d containers at a share of %d need %d files, more than the %d there are", n, share, need, have)
 		}
 	}
@@ -253,4 +257,67 @@ func TestFileLimitCoversEveryContainerShare(t *testing.T) {
 	if share := a.sessionShare(); share != min(DefaultSessionsPerContainer, sessionsFitting(0, DefaultAdminConns, lim.Cur)) {
 		t.Errorf("share with no container registered and %d files: %d", lim.Cur, share)
 	}
+}
+
+// Parked halves are bounded per connecting container: one container's
+// connectors at their share are no longer parked (they wait for the
+// ACCEPT as if no rule applied), another container's still are, and a
+// parked half claimed or expired gives its place back.
+func TestParkedHalvesBoundedPerContainer(t *testing.T) {
+	const keep = 100 * time.Millisecond
+	r := newRendezvous(keep)
+	lis := listenerKey{"acc", 80}
+	lisEP := netip.MustParseAddrPort("10.244.1.3:80")
+	// The listener's process waits in a CONNECT of its own: connectors to it are parked.
+	r.mu.Lock()
+	r.beginConnectLocked(&connector{pid: 42, mine: map[listenerKey]bool{lis: true}},
+		tuple{conn: netip.MustParseAddrPort("10.244.1.3:999"), acc: netip.MustParseAddrPort("10.244.1.9:1")})
+	r.mu.Unlock()
+	port := uint16(1000)
+	connect := func(by string) *meeting {
+		port++
+		k := tuple{conn: netip.AddrPortFrom(netip.MustParseAddr("10.244.1.5"), port), acc: lisEP}
+		m, role := r.join(k, sideConnector, &listenerInfo{key: lis, pids: []int32{42}, conn: by}, nil, asking{})
+		if role != roleFirst {
+			t.Fatalf("connect %v: role %v", k, role)
+		}
+		return m
+	}
+	var hog []*meeting
+	for range maxParkedPerContainer {
+		if m := connect("hog"); m.park {
+			hog = append(hog, m)
+		}
+	}
+	if len(hog) != maxParkedPerContainer {
+		t.Fatalf("%d of %d connects parked", len(hog), maxParkedPerContainer)
+	}
+	if connect("hog").park {
+		t.Fatal("a container at its share of parked halves got one more")
+	}
+	if !connect("web").park {
+		t.Fatal("another container's connect was not parked while one container is at its share")
+	}
+	for i, m := range hog[:2] { // the connector completes both; the first half is claimed, the second expires
+		fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.decide(m, decision{kind: pathUnix}, [2]int{fds[0], fds[1]})
+		closeFD(r.takeHalfNow(m, sideConnector))
+		if i == 0 {
+			closeFD(r.takeHalfNow(m, sideAcceptor))
+		}
+	}
+	awaitHolding(t, r.parked, "hog", maxParkedPerContainer-2)
+	if !connect("hog").park {
+		t.Fatal("a claimed and an expired half gave no place back")
+	}
+}
+
+// takeHalfNow takes side s's half of a decided meeting and returns its
+// socket.
+func (r *rendezvous) takeHalfNow(m *meeting, s side) int {
+	_, h := r.takeHalf(m, s)
+	return h.fd
 }
