@@ -200,7 +200,9 @@ func (s *session) handleBrokering(m *protocol.Message) (*protocol.Message, error
 	}
 	switch m.Type {
 	case protocol.TypeListen:
-		s.a.listeners.add(s, s.self.ID, local.Port())
+		if err := s.a.listeners.add(s, s.self.ID, local.Port()); err != nil {
+			return nil, err
+		}
 		return protocol.New(protocol.TypeOK, m.Seq), nil
 	case protocol.TypeUnlisten:
 		s.a.listeners.remove(s, s.self.ID, local.Port())

@@ -321,3 +321,49 @@ func (r *rendezvous) takeHalfNow(m *meeting, s side) int {
 	_, h := r.takeHalf(m, s)
 	return h.fd
 }
+
+// Listener registrations are bounded per container: one more than its
+// limit is refused LIMIT while another container still registers; a
+// registration repeated is no new one; and registrations of processes
+// that are gone are swept to make room.
+func TestListenersBoundedPerContainer(t *testing.T) {
+	self, err := nsOfPid(int32(os.Getpid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := &session{pid: int32(os.Getpid()), ns: self}
+	gone := &session{pid: exitedPid(t), ns: self}
+	l := newListeners()
+	for port := range maxListensPerContainer {
+		if err := l.add(live, "hog", uint16(port+1)); err != nil {
+			t.Fatalf("registration %d: %v", port+1, err)
+		}
+	}
+	wantCode(t, l.add(live, "hog", 60000), protocol.CodeLimit)
+	if err := l.add(live, "hog", 1); err != nil {
+		t.Errorf("a registration repeated at the limit: %v", err)
+	}
+	if err := l.add(live, "web", 80); err != nil {
+		t.Errorf("another container's registration while one is at its limit: %v", err)
+	}
+
+	l = newListeners()
+	for port := range maxListensPerContainer {
+		if err := l.add(gone, "hog", uint16(port+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.add(live, "hog", 60000); err != nil {
+		t.Errorf("registrations of a process that is gone made no room: %v", err)
+	}
+}
+
+// exitedPid returns the pid of a process that has exited and been reaped.
+func exitedPid(t *testing.T) int32 {
+	t.Helper()
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	return int32(cmd.Process.Pid)
+}

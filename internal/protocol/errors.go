@@ -19,7 +19,7 @@ const (
 	CodeInvalid     Code = 7  // well-formed but invalid request
 	CodeUnavailable Code = 8  // the directory cannot be reached for a write
 	CodeInternal    Code = 9  // the agent failed; its log says why
-	CodeLimit       Code = 10 // the caller's container holds all the sessions it may; closes the connection
+	CodeLimit       Code = 10 // the caller's container is at one of its limits at the agent
 )
 
 var codeNames = map[Code]string{
@@ -39,7 +39,7 @@ func (c Code) String() string {
 // Closes reports whether the agent closes the connection after replying
 // with this code (PROTOCOL.md, Session rule 3).
 func (c Code) Closes() bool {
-	return c == CodeBadMsg || c == CodeVersion || c == CodeSequence || c == CodeLimit
+	return c == CodeBadMsg || c == CodeVersion || c == CodeSequence
 }
 
 // Error is the one error type of the protocol: its Code becomes the wire
