@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/freeflow-net/freeflow/internal/directory"
 	"github.com/freeflow-net/freeflow/internal/protocol"
 )
 
@@ -366,4 +367,32 @@ func exitedPid(t *testing.T) int32 {
 		t.Fatal(err)
 	}
 	return int32(cmd.Process.Pid)
+}
+
+// Ledgers are bounded per container: a process beyond its container's
+// limit is refused LIMIT (its mapping undone), a process of another
+// container is not, and a process that sends its ledger again is no new
+// one.
+func TestLedgersBoundedPerContainer(t *testing.T) {
+	s := newLedgers()
+	defer s.close()
+	s.limit = 2
+	hog, web := directory.Container{ID: "hog"}, directory.Container{ID: "web"}
+	live := []int32{int32(os.Getpid()), 1, int32(os.Getppid())} // alive while the test runs
+	l := newTestLedger(t, 4)
+	for _, pid := range live[:2] {
+		if err := s.add(pid, hog, l.fd); err != nil {
+			t.Fatalf("ledger of process %d: %v", pid, err)
+		}
+	}
+	wantCode(t, s.add(live[2], hog, newTestLedger(t, 4).fd), protocol.CodeLimit)
+	if err := s.add(live[0], hog, newTestLedger(t, 4).fd); err != nil {
+		t.Errorf("a process at the limit replacing its own ledger: %v", err)
+	}
+	if err := s.add(live[2], web, newTestLedger(t, 4).fd); err != nil {
+		t.Errorf("another container's ledger while one is at its limit: %v", err)
+	}
+	if got := len(s.m); got != 3 {
+		t.Errorf("%d ledgers mapped, want 3", got)
+	}
 }
