@@ -396,3 +396,30 @@ func TestLedgersBoundedPerContainer(t *testing.T) {
 		t.Errorf("%d ledgers mapped, want 3", got)
 	}
 }
+
+// The table of answered connections is bounded per container: a container
+// that asks beyond its share pushes out its own entries, never another
+// container's.
+func TestConnEntriesBoundedPerContainer(t *testing.T) {
+	tab := newConnTable()
+	pid := int32(os.Getpid())
+	ep := func(ip string, port int) netip.AddrPort {
+		return netip.AddrPortFrom(netip.MustParseAddr(ip), uint16(port))
+	}
+	for i := range 10 {
+		tab.add("web", pid, ep("10.244.1.3", 40000+i), ep("10.244.1.4", 80), ConnInfo{LocalContainer: "web", Path: "shm"}, nil)
+	}
+	for i := range maxConnEntriesPerContainer + 100 {
+		tab.add("hog", pid, ep("10.244.1.2", 1+i%60000), ep("10.244.1.250", 1+i/60000), ConnInfo{LocalContainer: "hog", Path: "overlay"}, nil)
+	}
+	web := 0
+	for _, c := range tab.list() {
+		if c.LocalContainer == "web" {
+			web++
+		}
+	}
+	if web != 10 || tab.held["hog"] != maxConnEntriesPerContainer || len(tab.m) != maxConnEntriesPerContainer+10 {
+		t.Errorf("after the hog's %d asks: web lists %d of 10, hog holds %d (limit %d), %d entries in all",
+			maxConnEntriesPerContainer+100, web, tab.held["hog"], maxConnEntriesPerContainer, len(tab.m))
+	}
+}
