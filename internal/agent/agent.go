@@ -29,7 +29,9 @@
 // agent replies ERROR with that code and, for BADMSG, VERSION and SEQUENCE,
 // closes the connection. A panic in a handler is recovered, logged once and
 // ends only that connection. Nothing a client sends reaches the directory
-// except through REGISTER and UNREGISTER on the admin socket.
+// except through REGISTER and UNREGISTER on the admin socket. What a
+// caller's connections and requests can make the agent hold is counted
+// against the caller's container (limits.go).
 package agent
 
 import (
