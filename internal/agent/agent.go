@@ -145,6 +145,7 @@ type Agent struct {
 	sessions, admins           *quota
 	refusals, strangerRefusals *quota
 	files                      atomic.Uint64 // RLIMIT_NOFILE when short of fileLimit; 0: not short
+	fills                      *quota        // LINK_FILLs in flight (xlink.go)
 
 	mu      sync.Mutex // guards conns and closing
 	conns   map[*net.UnixConn]struct{}
@@ -177,6 +178,7 @@ func New(cfg Config, dir Directory) (*Agent, error) {
 		shm: newShmBudget(ledgers), ledgers: ledgers, standbys: newStandbys(), xlinks: newXLinks(),
 		sessions: newQuota(cfg.SessionsPerContainer), admins: newQuota(cfg.AdminConns),
 		refusals: newQuota(refusalsPerContainer), strangerRefusals: newQuota(refusalsStrangers),
+		fills: newQuota(fillsPerContainer),
 	}
 	a.pool = newOfferPool(a)
 	return a, nil

@@ -145,8 +145,10 @@ func fileLimit(subnet netip.Prefix, perContainer, admin int) uint64 {
 }
 
 // perContainerFDs is what a container may hold beyond its sessions: its
-// refusals and its parked halves.
-const perContainerFDs = refusalsPerContainer + parkedFDs*maxParkedPerContainer
+// refusals, its parked halves and the stock of its LINK_FILLs in flight.
+// The few descriptors of a reply being made (a channel's, at most 3 per
+// side) come from fdReserve.
+const perContainerFDs = refusalsPerContainer + parkedFDs*maxParkedPerContainer + maxStockFill*fillsPerContainer
 
 // sessionsFitting is the share of sessions per container that a file
 // limit of have fits for n containers (fileLimit solved for

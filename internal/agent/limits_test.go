@@ -423,3 +423,23 @@ func TestConnEntriesBoundedPerContainer(t *testing.T) {
 			maxConnEntriesPerContainer+100, web, tab.held["hog"], maxConnEntriesPerContainer, len(tab.m))
 	}
 }
+
+// LINK_FILLs in flight are bounded per container: at its limit a fill is
+// answered UNAVAILABLE (the library connects through the agent), and
+// once one ends the next is served.
+func TestLinkFillsInFlightBoundedPerContainer(t *testing.T) {
+	hs := startTwoHosts(t, nil)
+	cli, con, acc := grantedXLink(t, hs, 49070)
+	t.Cleanup(func() { closeResult(con); closeResult(acc) })
+	for range fillsPerContainer { // as if its other sessions were filling now
+		hs.h1.fills.take(ffSelf.ID)
+	}
+	_, err := cli.fill(con.XLink, 1)
+	wantCode(t, err, protocol.CodeUnavailable)
+	hs.h1.fills.release(ffSelf.ID)
+	fds, err := cli.fill(con.XLink, 1)
+	if err != nil || len(fds) != 1 {
+		t.Fatalf("LINK_FILL once a fill ended: %d connections, %v; want 1", len(fds), err)
+	}
+	closeFDs(fds)
+}

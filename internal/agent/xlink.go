@@ -61,6 +61,11 @@ const (
 	maxXLinksPerContainer = 1024
 	// maxStockFill is the most stock connections one LINK_FILL asks for.
 	maxStockFill = 16
+	// fillsPerContainer bounds one container's LINK_FILLs in flight, each
+	// holding up to maxStockFill sockets for up to stockDialWait: a
+	// process refills its stock long before it runs out, so a few at once
+	// are plenty.
+	fillsPerContainer = 16
 	// stockDialWait bounds a LINK_FILL's dials.
 	stockDialWait = 100 * time.Millisecond
 	// xlinkBacklog is the link listener's listen() backlog.
@@ -286,6 +291,11 @@ func (s *session) handleLinkFill(m *protocol.Message) (*protocol.Message, error)
 	if !ok {
 		return nil, errXLinkGone()
 	}
+	if !s.a.fills.take(s.self.ID) {
+		return nil, protocol.Errorf(protocol.CodeUnavailable,
+			"container %s has %d LINK_FILLs in flight, its limit; connect through the agent", s.self.ID, fillsPerContainer)
+	}
+	defer s.a.fills.release(s.self.ID)
 	fds, refused, why := s.a.dialStock(r, int(count))
 	if refused {
 		closeFDs(fds)
