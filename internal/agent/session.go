@@ -41,7 +41,7 @@ type session struct {
 
 func (a *Agent) serveConn(ctx context.Context, uc *net.UnixConn, admin bool) {
 	defer a.untrack(uc)
-	s := &session{a: a, ctx: ctx, conn: protocol.NewConn(uc), admin: admin}
+	s := &session{a: a, ctx: ctx, admin: admin}
 	defer func() {
 		if r := recover(); r != nil {
 			a.log.Error("handler panicked; connection closed", "pid", s.pid, "panic", r, "stack", string(debug.Stack()))
@@ -52,6 +52,7 @@ func (a *Agent) serveConn(ctx context.Context, uc *net.UnixConn, admin bool) {
 		return
 	}
 	defer s.slot.release(s.holder)
+	s.conn = protocol.NewConn(uc) // its buffers only once the connection is counted
 	for s.serveOne() {
 	}
 }

@@ -799,6 +799,41 @@ static inline void t_wait_child(pid_t pid, const char *what)
 }
 
 /*
+ * Run this test's role (argv[1] = role, preloaded as the test is) with
+ * FREEFLOW_DEBUG=debug; returns the lines it printed on stderr, or -1 if
+ * one lacks must_contain.
+ */
+static inline int t_stderr_lines(const char *role, const char *debug, const char *must_contain)
+{
+	char path[PATH_MAX + 16], line[512];
+	int lines = 0, ok = 0;
+	pid_t pid;
+	FILE *f;
+
+	t_path(path, sizeof(path), "stderr.txt");
+	pid = fork();
+	if (pid == 0) {
+		int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+		dup2(fd, 2);
+		setenv("FREEFLOW_DEBUG", debug, 1);
+		execl("/proc/self/exe", "self", role, (char *)NULL);
+		_exit(127);
+	}
+	t_wait_child(pid, role);
+	f = fopen(path, "r");
+	while (f && fgets(line, sizeof(line), f)) {
+		lines++;
+		ok += strstr(line, must_contain) != NULL;
+		fprintf(stderr, "%s role: %s", role, line);
+	}
+	if (f)
+		fclose(f);
+	unlink(path);
+	return ok == lines ? lines : -1;
+}
+
+/*
  * Fork server(ctl), which listens and writes its port on ctl (*ctl is this
  * end); *pid is the child. Returns the port.
  */

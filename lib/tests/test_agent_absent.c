@@ -12,37 +12,6 @@ static int pair_only(void)
 	return write(cfd, "a", 1) == 1 && read(sfd, &c, 1) == 1 ? 0 : 1;
 }
 
-/* Run the pair role with FREEFLOW_DEBUG=debug; returns lines it printed, or -1. */
-static int stderr_lines(const char *debug, const char *must_contain)
-{
-	char path[PATH_MAX + 16], line[512];
-	int lines = 0, ok = 0;
-	pid_t pid;
-	FILE *f;
-
-	t_path(path, sizeof(path), "stderr.txt");
-	pid = fork();
-	if (pid == 0) {
-		int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-
-		dup2(fd, 2);
-		setenv("FREEFLOW_DEBUG", debug, 1);
-		execl("/proc/self/exe", "self", "pair", (char *)NULL);
-		_exit(127);
-	}
-	t_wait_child(pid, "pair role");
-	f = fopen(path, "r");
-	while (f && fgets(line, sizeof(line), f)) {
-		lines++;
-		ok += strstr(line, must_contain) != NULL;
-		fprintf(stderr, "pair role: %s", line);
-	}
-	if (f)
-		fclose(f);
-	unlink(path);
-	return ok == lines ? lines : -1;
-}
-
 int main(int argc, char **argv)
 {
 	int64_t t0;
@@ -60,10 +29,10 @@ int main(int argc, char **argv)
 	CHECK(write(cfd, "x", 1) == 1 && read(sfd, &c, 1) == 1 && c == 'x', "data");
 	close(cfd);
 	close(sfd);
-	n = stderr_lines("1", "stays on the overlay");
+	n = t_stderr_lines("pair", "1", "stays on the overlay");
 	/* The listener and the connecting end each say why; the accepted end was never asked. */
 	CHECK(n == 2, "FREEFLOW_DEBUG=1 printed %d lines (-1: a line without the reason)", n);
-	n = stderr_lines("0", "");
+	n = t_stderr_lines("pair", "0", "");
 	CHECK(n == 0, "FREEFLOW_DEBUG=0 printed %d lines", n);
 	return t_shim_finish();
 }
