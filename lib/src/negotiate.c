@@ -481,7 +481,7 @@ static int ask_agent(uint8_t msg, const struct sockaddr_storage *local,
 			  &r), fast = -1;
 
 	if (ret == -EUSERS) {
-		snprintf(why, cap, "agent session limit: this container holds all the sessions it may");
+		snprintf(why, cap, FF_SESSION_LIMIT_WHY);
 		return -1;
 	}
 	if (ret < 0) {

@@ -200,9 +200,11 @@ struct ff_reply;
 /*
  * This thread's session (connected, HELLO done, listeners re-sent if the
  * agent may have lost them): 0 if it was open already, 1 if just opened,
- * or a -errno.
+ * or a -errno (-EUSERS: the agent refused it, LIMIT).
  */
 int ff_control_get(struct ff_agent **out);
+/* Why, when ff_control_get is -EUSERS: the agent's LIMIT to this container. */
+#define FF_SESSION_LIMIT_WHY	"agent session limit: this container holds all the sessions it may"
 /* After a failed request (err < 0): forget the session if ff_agent closed it. */
 void ff_control_broken(int err);
 /*

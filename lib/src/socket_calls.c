@@ -188,7 +188,8 @@ FF_EXPORT int listen(int fd, int backlog)
 	ff_table_unlock();
 	ok = ff_announce(FF_MSG_LISTEN, &local, NULL);
 	if (ok)
-		ff_fallback(fd, "listener not registered with the agent: %s", strerror(-ok));
+		ff_fallback(fd, "listener not registered with the agent: %s",
+			    ok == -EUSERS ? FF_SESSION_LIMIT_WHY : strerror(-ok));
 	ff_table_lock();
 	ff_listener_registered(c, ok == 0);
 	if (ff_conn_unref(c))
