@@ -55,6 +55,9 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&etcd, "etcd", "", "etcd client `URL[,URL...]` (required)")
 	fs.StringVar(&o.agent.SockDir, "sock-dir", "", "library socket `dir`ectory (default: the cluster layout's)")
 	fs.StringVar(&o.agent.AdminSocket, "admin-socket", "", "admin socket `path` (default: the cluster layout's)")
+	fs.IntVar(&o.agent.SessionsPerContainer, "sessions-per-container", agent.DefaultSessionsPerContainer,
+		"most library-socket `sessions` one container may hold at once (the library opens one per thread); one more is told LIMIT and takes the overlay")
+	fs.IntVar(&o.agent.AdminConns, "admin-conns", agent.DefaultAdminConns, "most admin-socket `connections` at once (CLI, CNI plugin)")
 	fs.StringVar(&o.etcdNetNS, "etcd-netns", "", "dial etcd from the network namespace at `path` (default: the agent's own)")
 	fs.StringVar(&o.logFile, "log", "", "log `file` (default stderr)")
 	fs.BoolVar(&o.agent.FabricGuard, "fabric-guard", true,

@@ -29,7 +29,9 @@
 // agent replies ERROR with that code and, for BADMSG, VERSION and SEQUENCE,
 // closes the connection. A panic in a handler is recovered, logged once and
 // ends only that connection. Nothing a client sends reaches the directory
-// except through REGISTER and UNREGISTER on the admin socket.
+// except through REGISTER and UNREGISTER on the admin socket. What a
+// caller's connections and requests can make the agent hold is counted
+// against the caller's container (limits.go).
 package agent
 
 import (
@@ -56,7 +58,6 @@ const (
 	DefaultHelloTimeout = 10 * time.Second
 	DefaultIdleTimeout  = 5 * time.Minute
 	DefaultWriteTimeout = 5 * time.Second
-	DefaultMaxConns     = 1024
 	directoryTimeout    = 5 * time.Second
 )
 
@@ -79,8 +80,11 @@ type Config struct {
 	HelloTimeout time.Duration // a new connection must say HELLO within this
 	IdleTimeout  time.Duration // a connection silent this long is closed
 	WriteTimeout time.Duration // a reply not taken within this closes the connection
-	MaxConns     int           // open connections over both sockets
-	Logger       *slog.Logger
+	// SessionsPerContainer bounds one container's connections to the
+	// library socket; AdminConns the admin socket's (limits.go).
+	SessionsPerContainer int
+	AdminConns           int
+	Logger               *slog.Logger
 
 	keepDecided  time.Duration // how long decisions and parked halves are kept; tests shorten it
 	commitWait   time.Duration // how long a fast PATH on an offer waits for its COMMIT; tests shorten it
@@ -137,6 +141,12 @@ type Agent struct {
 	pol       atomic.Pointer[policy.Policy]
 	set       atomic.Pointer[directory.Settings] // nil until first read
 
+	// What callers hold, per container (limits.go).
+	sessions, admins           *quota
+	refusals, strangerRefusals *quota
+	files                      atomic.Uint64 // RLIMIT_NOFILE when short of fileLimit; 0: not short
+	fills                      *quota        // LINK_FILLs in flight (xlink.go)
+
 	mu      sync.Mutex // guards conns and closing
 	conns   map[*net.UnixConn]struct{}
 	closing bool
@@ -166,6 +176,9 @@ func New(cfg Config, dir Directory) (*Agent, error) {
 		ids: newIdentities(), conns: map[*net.UnixConn]struct{}{},
 		rv: newRendezvous(cfg.keepDecided), listeners: newListeners(), live: newConnTable(), nonces: newNonces(),
 		shm: newShmBudget(ledgers), ledgers: ledgers, standbys: newStandbys(), xlinks: newXLinks(),
+		sessions: newQuota(cfg.SessionsPerContainer), admins: newQuota(cfg.AdminConns),
+		refusals: newQuota(refusalsPerContainer), strangerRefusals: newQuota(refusalsStrangers),
+		fills: newQuota(fillsPerContainer),
 	}
 	a.pool = newOfferPool(a)
 	return a, nil
@@ -184,8 +197,11 @@ func withDefaults(cfg Config) Config {
 	if cfg.BrokerPort <= 0 {
 		cfg.BrokerPort = DefaultBrokerPort
 	}
-	if cfg.MaxConns <= 0 {
-		cfg.MaxConns = DefaultMaxConns
+	if cfg.SessionsPerContainer <= 0 {
+		cfg.SessionsPerContainer = DefaultSessionsPerContainer
+	}
+	if cfg.AdminConns <= 0 {
+		cfg.AdminConns = DefaultAdminConns
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -200,7 +200,9 @@ func (s *session) handleBrokering(m *protocol.Message) (*protocol.Message, error
 	}
 	switch m.Type {
 	case protocol.TypeListen:
-		s.a.listeners.add(s, s.self.ID, local.Port())
+		if err := s.a.listeners.add(s, s.self.ID, local.Port()); err != nil {
+			return nil, err
+		}
 		return protocol.New(protocol.TypeOK, m.Seq), nil
 	case protocol.TypeUnlisten:
 		s.a.listeners.remove(s, s.self.ID, local.Port())
@@ -306,7 +308,7 @@ func (a *Agent) decide(s *session, k tuple, side side) (directory.Container, dec
 	}
 	lis := listenerKey{peer.ID, k.acc.Port()}
 	pids, lisShm := a.listeners.live(lis.id, lis.port)
-	d, h := a.meet(k, side, &listenerInfo{key: lis, pids: pids, shm: lisShm}, c, lib, a.finishLocal)
+	d, h := a.meet(k, side, &listenerInfo{key: lis, pids: pids, shm: lisShm, conn: s.self.ID}, c, lib, a.finishLocal)
 	return peer, d, h
 }
 

@@ -104,7 +104,7 @@ func TestBoundedWaitAndLateAsk(t *testing.T) {
 // some too far apart: both ends always get the same answer, and every
 // fast path's halves belong together.
 func TestDecideOnceUnderRace(t *testing.T) {
-	a := startAgent(t, newFakeDir(ffSelf), func(c *Config) { c.MaxConns = 512 })
+	a := startAgent(t, newFakeDir(ffSelf), nil)
 	if err := newLib(t, a).listen(selfSrv); err != nil {
 		t.Fatal(err)
 	}

@@ -28,8 +28,11 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(envChild) == "ask" {
+	switch os.Getenv(envChild) {
+	case "ask":
 		os.Exit(askChild())
+	case "hold":
+		os.Exit(holdChild())
 	}
 	if action := os.Getenv(envChild); action != "" {
 		res, err := runChild(action)

@@ -52,20 +52,24 @@ type connEntry struct {
 	charge *shmCharge // an shm end's charge, released with the entry
 }
 
-// maxConnEntries bounds the table: overlay connections of a process that lives
-// on are never reported closed, so without a bound a long-running server
-// would grow it forever. Beyond it an arbitrary overlay entry makes room.
-const maxConnEntries = 1 << 16
+// maxConnEntriesPerContainer bounds one container's entries (limits.go):
+// overlay connections of a process that lives on are never reported
+// closed, so without a bound a long-running server would grow the table
+// forever. Beyond it one of that container's own entries makes room, an
+// overlay one if it finds one, so no container can push another's
+// connections out of the listing.
+const maxConnEntriesPerContainer = 1 << 14
 
 // connTable is the agent's account of connections and its counters.
 type connTable struct {
 	mu    sync.Mutex
 	m     map[connKey]connEntry
+	held  map[string]int // entries per container
 	count ConnCounters
 }
 
 func newConnTable() *connTable {
-	return &connTable{m: map[connKey]connEntry{}, count: ConnCounters{
+	return &connTable{m: map[connKey]connEntry{}, held: map[string]int{}, count: ConnCounters{
 		FallbackReasons: map[string]uint64{}, NotShmReasons: map[string]uint64{}}}
 }
 
@@ -74,12 +78,14 @@ func newConnTable() *connTable {
 func (t *connTable) add(id string, pid int32, local, remote netip.AddrPort, info ConnInfo, charge *shmCharge) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if len(t.m) >= maxConnEntries {
-		t.evictLocked()
-	}
 	k := connKey{id, local, remote}
-	t.m[k].charge.release() // a reused 4-tuple whose CLOSED never came
+	if _, reused := t.m[k]; reused {
+		t.deleteLocked(k) // a reused 4-tuple whose CLOSED never came
+	} else if t.held[id] >= maxConnEntriesPerContainer {
+		t.evictLocked(id)
+	}
 	t.m[k] = connEntry{info: info, pid: pid, charge: charge}
+	t.held[id]++
 	switch info.Path {
 	case "shm":
 		t.count.FastPath++
@@ -99,12 +105,20 @@ func (t *connTable) add(id string, pid int32, local, remote netip.AddrPort, info
 	}
 }
 
-// evictLocked drops one overlay entry, or any entry if all are fast.
-func (t *connTable) evictLocked() {
+// evictLocked drops one of container id's entries: an overlay one among
+// the first evictScan of its entries met, else the first.
+func (t *connTable) evictLocked(id string) {
+	const evictScan = 1024
 	var victim *connKey
+	seen := 0
 	for k, e := range t.m {
-		victim = &k
-		if e.info.Path == "overlay" {
+		if k.id != id {
+			continue
+		}
+		if victim == nil || e.info.Path == "overlay" {
+			victim = &k
+		}
+		if seen++; e.info.Path == "overlay" || seen >= evictScan {
 			break
 		}
 	}
@@ -115,8 +129,15 @@ func (t *connTable) evictLocked() {
 
 // deleteLocked forgets an entry and releases its charge.
 func (t *connTable) deleteLocked(k connKey) {
-	t.m[k].charge.release()
+	e, ok := t.m[k]
+	if !ok {
+		return
+	}
+	e.charge.release()
 	delete(t.m, k)
+	if t.held[k.id]--; t.held[k.id] <= 0 {
+		delete(t.held, k.id)
+	}
 }
 
 // remove forgets a closed connection of container id (CLOSED).

@@ -32,7 +32,7 @@ func (a *Agent) offerRemote(self, peer directory.Container, k tuple, c *connecto
 	}
 	var x *xlinkAsk
 	if lib.xlink {
-		x = &xlinkAsk{pid: lib.pid}
+		x = &xlinkAsk{id: self.ID, pid: lib.pid}
 	}
 	d, fd := a.exchange(self, peer, k, lib.pid, x)
 	h := sockHalf(fd)

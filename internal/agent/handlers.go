@@ -14,21 +14,15 @@ func (s *session) handleHello(m *protocol.Message) (*protocol.Message, error) {
 		return nil, protocol.Errorf(protocol.CodeSequence, "second HELLO on one connection; open a new connection instead")
 	}
 	reply := protocol.New(protocol.TypeHelloReply, m.Seq, protocol.String(protocol.AttrAgentVersion, Version))
-	if s.admin {
-		if err := s.checkAdmin(); err != nil {
-			return nil, err
-		}
+	if s.admin { // admit checked the caller (checkAdmin)
 		s.hello = true
 		return reply, nil
 	}
-	c, err := s.caller()
-	if err != nil {
-		return nil, err
-	}
+	c := s.self // admit identified the caller (caller)
 	if caps, err := m.U32(protocol.AttrCaps); err == nil {
 		s.caps = caps // optional; bits the agent does not know are ignored
 	}
-	s.self, s.hello = c, true
+	s.hello = true
 	ip, _ := netip.ParseAddr(c.IP)
 	reply.Attrs = append(reply.Attrs,
 		protocol.String(protocol.AttrContainerID, c.ID),

@@ -99,6 +99,13 @@ func (s *identities) holder(k nsKey) (string, bool) {
 	return c.ID, ok
 }
 
+// count returns how many containers are registered.
+func (s *identities) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.byNS)
+}
+
 func (s *identities) has(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()

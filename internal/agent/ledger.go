@@ -99,9 +99,10 @@ type ledgers struct {
 	mu     sync.Mutex // guards m and folded; held while a mapping is read, so none is unmapped under a reader
 	m      map[int32]*ledger
 	folded openedCounts // of the ledgers replaced or dropped
+	limit  int          // ledgers per container (maxLedgersPerContainer)
 }
 
-func newLedgers() *ledgers { return &ledgers{m: map[int32]*ledger{}} }
+func newLedgers() *ledgers { return &ledgers{m: map[int32]*ledger{}, limit: maxLedgersPerContainer} }
 
 // handleLedger applies LEDGER, a notification: the memfd it carries
 // becomes the ledger of the caller's process.
@@ -134,11 +135,32 @@ func (s *ledgers) add(pid int32, self directory.Container, fd int) error {
 		unix.Munmap(mem)
 		return nil
 	}
+	if s.m[pid] == nil && s.countLocked(self.ID) >= s.limit {
+		unix.Munmap(mem)
+		return protocol.Errorf(protocol.CodeLimit,
+			"container %s has %d processes with a ledger, its limit; this process's linked connections are not listed", self.ID, s.limit)
+	}
 	if s.m[pid] != nil {
 		s.dropLocked(pid)
 	}
 	s.m[pid] = &ledger{self: self, mem: mem, ino: ino}
 	return nil
+}
+
+// maxLedgersPerContainer bounds the ledgers one container's processes
+// have mapped at once (limits.go): each is a mapping of up to 4 MiB of
+// the agent's address space and one of its memory maps.
+const maxLedgersPerContainer = 1024
+
+// countLocked returns how many ledgers container id's processes have.
+func (s *ledgers) countLocked(id string) int {
+	n := 0
+	for _, l := range s.m {
+		if l.self.ID == id {
+			n++
+		}
+	}
+	return n
 }
 
 // mapLedger checks that fd is a ledger memfd (size, seals, header) and

@@ -23,10 +23,25 @@ type listenerKey struct {
 // that exits without UNLISTEN leaves nothing behind that would make
 // connectors wait for an ACCEPT that never comes. After an agent restart
 // the table is empty until the libraries register their listeners again.
+//
+// A container holds at most maxListensPerContainer registrations; one more
+// is refused (LIMIT) once the container's registrations of processes that
+// are gone have been swept (at most once per listenSweepEvery), so a
+// container whose processes exit without UNLISTEN does not run out.
 type listeners struct {
-	mu sync.Mutex
-	m  map[listenerKey]map[int32]registration // by pid
+	mu    sync.Mutex
+	m     map[listenerKey]map[int32]registration // by pid
+	held  map[string]int                         // registrations per container
+	swept map[string]time.Time                   // when each container's were last swept
 }
+
+const (
+	// maxListensPerContainer bounds one container's registrations (one per
+	// listening port and process; a pre-forked server's workers each
+	// register its port).
+	maxListensPerContainer = 4096
+	listenSweepEvery       = time.Second
+)
 
 // registration is one process's LISTEN.
 type registration struct {
@@ -58,16 +73,68 @@ func (r *registration) current(pid int32, now time.Time) bool {
 	return true
 }
 
-func newListeners() *listeners { return &listeners{m: map[listenerKey]map[int32]registration{}} }
+func newListeners() *listeners {
+	return &listeners{m: map[listenerKey]map[int32]registration{}, held: map[string]int{}, swept: map[string]time.Time{}}
+}
 
-func (l *listeners) add(s *session, id string, port uint16) {
+// add registers s's process on container id's port, unless the container
+// holds maxListensPerContainer registrations of live processes.
+func (l *listeners) add(s *session, id string, port uint16) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	k := listenerKey{id, port}
+	if _, again := l.m[k][s.pid]; !again && !l.roomLocked(id) {
+		return protocol.Errorf(protocol.CodeLimit,
+			"container %s holds %d listener registrations, its limit; this listener's connections take the overlay", id, maxListensPerContainer)
+	}
 	if l.m[k] == nil {
 		l.m[k] = map[int32]registration{}
 	}
+	if _, again := l.m[k][s.pid]; !again {
+		l.held[id]++
+	}
 	l.m[k][s.pid] = registration{ns: s.ns, shm: s.caps&protocol.CapShm != 0}
+	return nil
+}
+
+// roomLocked reports whether container id may register one more,
+// sweeping its registrations of processes that are gone first if it is
+// at its limit.
+func (l *listeners) roomLocked(id string) bool {
+	if l.held[id] < maxListensPerContainer {
+		return true
+	}
+	now := time.Now()
+	if now.Sub(l.swept[id]) < listenSweepEvery {
+		return false
+	}
+	l.swept[id] = now
+	for k, pids := range l.m {
+		if k.id != id {
+			continue
+		}
+		for pid, reg := range pids {
+			if !reg.current(pid, now) {
+				l.deleteLocked(k, pid)
+			}
+		}
+	}
+	return l.held[id] < maxListensPerContainer
+}
+
+// deleteLocked forgets process pid's registration of k.
+func (l *listeners) deleteLocked(k listenerKey, pid int32) {
+	if _, ok := l.m[k][pid]; !ok {
+		return
+	}
+	delete(l.m[k], pid)
+	if len(l.m[k]) == 0 {
+		delete(l.m, k)
+	}
+	if l.held[k.id]--; l.held[k.id] <= 0 {
+		delete(l.held, k.id)
+		delete(l.swept, k.id)
+	}
 }
 
 // remove withdraws the registration of s's process; an unknown one is
@@ -75,11 +142,7 @@ func (l *listeners) add(s *session, id string, port uint16) {
 func (l *listeners) remove(s *session, id string, port uint16) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	k := listenerKey{id, port}
-	delete(l.m[k], s.pid)
-	if len(l.m[k]) == 0 {
-		delete(l.m, k)
-	}
+	l.deleteLocked(listenerKey{id, port}, s.pid)
 }
 
 // has reports whether a library-enabled process of container id listens
@@ -104,15 +167,12 @@ func (l *listeners) live(id string, port uint16) (pids []int32, shm bool) {
 	now := time.Now()
 	for pid, reg := range l.m[k] {
 		if !reg.current(pid, now) {
-			delete(l.m[k], pid)
+			l.deleteLocked(k, pid)
 			continue
 		}
 		l.m[k][pid] = reg
 		pids = append(pids, pid)
 		shm = shm && reg.shm
-	}
-	if len(pids) == 0 {
-		delete(l.m, k)
 	}
 	return pids, shm && len(pids) > 0
 }

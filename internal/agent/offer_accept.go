@@ -161,7 +161,7 @@ func (a *Agent) offerPrecheck(k tuple, sender directory.Host) (*listenerInfo, st
 	if ok, why := a.policy().Trust(conn, acc); !ok {
 		return nil, why
 	}
-	li := &listenerInfo{key: listenerKey{acc.ID, k.acc.Port()}}
+	li := &listenerInfo{key: listenerKey{acc.ID, k.acc.Port()}, conn: conn.ID}
 	if li.pids = a.listeners.pids(li.key.id, li.key.port); len(li.pids) == 0 {
 		return nil, reasonNoListener
 	}

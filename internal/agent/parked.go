@@ -11,6 +11,7 @@ type listenerInfo struct {
 	key  listenerKey
 	pids []int32
 	shm  bool
+	conn string // the connecting container, whose share a parked half takes (limits.go)
 }
 
 // awaitAcceptLocked records that m's connector waits on this agent for an
@@ -18,11 +19,10 @@ type listenerInfo struct {
 // registered it is waiting in a CONNECT for another tuple: its ACCEPT
 // cannot come before that CONNECT is answered.
 func (r *rendezvous) awaitAcceptLocked(m *meeting, li *listenerInfo) {
-	m.lis = li.key
+	m.lis, m.parker = li.key, li.conn
 	for _, pid := range li.pids {
 		for k := range r.connecting[pid] {
-			if k != m.k {
-				r.parkLocked(m)
+			if k != m.k && r.parkLocked(m) {
 				return
 			}
 		}
@@ -68,11 +68,27 @@ func (r *rendezvous) endConnect(c *connector, k tuple) {
 
 // parkLocked tells m's waiting connector to complete m without the
 // acceptor: its half stays in m.halves until its ACCEPT claims it (join,
-// decideNow) or r.keep passes (expire).
-func (r *rendezvous) parkLocked(m *meeting) {
-	m.park = true
+// decideNow) or r.keep passes (expire). The half is counted in the
+// connecting container's share of parked halves; with that share used up
+// m is not parked (false) and its connector waits for the ACCEPT as if no
+// rule applied: at worst peer-timeout, the overlay.
+func (r *rendezvous) parkLocked(m *meeting) bool {
+	if !r.parked.take(m.parker) {
+		return false
+	}
+	m.park, m.parkHeld = true, true
 	delete(r.waitingAccept, m.k)
 	m.wakeLocked()
+	return true
+}
+
+// unparkLocked gives back m's place in its connector's share once its
+// parked half is claimed, closed, or was never made.
+func (r *rendezvous) unparkLocked(m *meeting) {
+	if m.parkHeld {
+		m.parkHeld = false
+		r.parked.release(m.parker)
+	}
 }
 
 // parkedFor reports whether m, decided, holds a half for side s that s
@@ -87,4 +103,5 @@ func (r *rendezvous) expire(m *meeting) {
 	defer r.mu.Unlock()
 	m.halves[sideAcceptor].close()
 	m.halves[sideAcceptor] = noHalf
+	r.unparkLocked(m)
 }

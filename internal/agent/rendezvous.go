@@ -36,18 +36,20 @@ const (
 // meeting is where the two asks about one tuple meet. Its fields are
 // guarded by rendezvous.mu; arrived and done are closed under it.
 type meeting struct {
-	k       tuple
-	lis     listenerKey // a waiting connector's: the listener whose ACCEPT it needs
-	present [2]bool
-	arrived chan struct{} // closed when both sides have asked, or m is parked
-	woken   bool          // arrived is closed
-	park    bool          // decide without the acceptor's ask (parked.go)
-	libs    [2]asking     // each side's asking library, as far as known
-	done    chan struct{} // closed once dec is final
-	decided bool
-	dec     decision
-	halves  [2]half // each side's half of the channel; noHalf once taken or if none
-	at      time.Time
+	k        tuple
+	lis      listenerKey // a waiting connector's: the listener whose ACCEPT it needs
+	present  [2]bool
+	arrived  chan struct{} // closed when both sides have asked, or m is parked
+	woken    bool          // arrived is closed
+	park     bool          // decide without the acceptor's ask (parked.go)
+	parker   string        // the connecting container, charged for a parked half
+	parkHeld bool          // m holds a place in parker's share of parked halves
+	libs     [2]asking     // each side's asking library, as far as known
+	done     chan struct{} // closed once dec is final
+	decided  bool
+	dec      decision
+	halves   [2]half // each side's half of the channel; noHalf once taken or if none
+	at       time.Time
 }
 
 // asking is what a meeting knows of one side's library: what its
@@ -135,12 +137,14 @@ type rendezvous struct {
 	// connecting and waitingAccept drive parking (parked.go).
 	connecting    map[int32]map[tuple]int // pid -> the CONNECTs it waits in now (a count per tuple)
 	waitingAccept map[tuple]*meeting      // undecided: the connector waits for an ACCEPT
+	parked        *quota                  // parked halves per connecting container (maxParkedPerContainer)
 }
 
 func newRendezvous(keep time.Duration) *rendezvous {
 	return &rendezvous{
 		m: map[tuple]*meeting{}, keep: keep,
 		connecting: map[int32]map[tuple]int{}, waitingAccept: map[tuple]*meeting{},
+		parked: newQuota(maxParkedPerContainer),
 	}
 }
 
@@ -275,6 +279,8 @@ func (r *rendezvous) decideLocked(m *meeting, d decision, hs [2]half) {
 	close(m.done)
 	if !m.present[sideAcceptor] && hs[sideAcceptor].fd >= 0 {
 		time.AfterFunc(r.keep, func() { r.expire(m) })
+	} else if hs[sideAcceptor].fd < 0 {
+		r.unparkLocked(m) // nothing was parked after all
 	}
 }
 
@@ -326,6 +332,9 @@ func (r *rendezvous) takeHalf(m *meeting, s side) (decision, half) {
 	defer r.mu.Unlock()
 	h := m.halves[s]
 	m.halves[s] = noHalf
+	if s == sideAcceptor {
+		r.unparkLocked(m)
+	}
 	return m.dec, h
 }
 
@@ -347,6 +356,7 @@ func (r *rendezvous) pruneLocked(now time.Time) {
 		if m.decided && now.Sub(m.at) > r.keep {
 			closeHalves(m.halves)
 			m.halves = noHalves // expire may still run for m
+			r.unparkLocked(m)
 			delete(r.m, k)
 		}
 	}

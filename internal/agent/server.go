@@ -29,7 +29,25 @@ func (a *Agent) Listen() error {
 	}
 	a.lib, a.admin = lib, admin
 	a.listenBroker()
+	a.raiseFileLimit()
 	return nil
+}
+
+// raiseFileLimit makes room for every container's full share of
+// connections (limits.go); short of it, the share shrinks with the number
+// of containers registered (sessionShare).
+func (a *Agent) raiseFileLimit() {
+	want := fileLimit(a.subnet, a.cfg.SessionsPerContainer, a.cfg.AdminConns)
+	got, err := raiseFileLimit(want)
+	if got >= want {
+		return
+	}
+	a.files.Store(got)
+	a.log.Warn("the open-file limit is short of every container's full share of sessions; "+
+		"a container's share shrinks to fit as containers register. "+
+		"Give freeflowd CAP_SYS_RESOURCE or a higher hard limit (LimitNOFILE), or lower -sessions-per-container",
+		"want_files", want, "have_files", got, "sessions_per_container_with_the_subnet_full",
+		min(sessionsFitting(subnetContainers(a.subnet), a.cfg.AdminConns, got), a.cfg.SessionsPerContainer), "err", err)
 }
 
 func listen(path string, mode os.FileMode) (*net.UnixListener, error) {
@@ -93,16 +111,13 @@ func (a *Agent) acceptLoop(ctx context.Context, l *net.UnixListener, admin bool)
 	}
 }
 
-// track records uc so shutdown can close it; it refuses connections beyond
-// MaxConns and during shutdown.
+// track records uc so shutdown can close it; it refuses connections
+// during shutdown. What a connection may hold is counted per caller once
+// its goroutine knows who the caller is (admit).
 func (a *Agent) track(uc *net.UnixConn) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closing {
-		return false
-	}
-	if len(a.conns) >= a.cfg.MaxConns {
-		a.log.Warn("too many connections; refusing a new one", "max", a.cfg.MaxConns)
 		return false
 	}
 	a.conns[uc] = struct{}{}

@@ -27,6 +27,10 @@ type session struct {
 	ns      nsKey
 	peerErr error // why the caller's namespace is unknown, if it is
 
+	slot    *quota // the share this connection is counted in (limits.go)
+	holder  string // whose share: a container id, or strangers
+	refused error  // set: a refusal, which answers its first message with this and closes
+
 	hello bool                // HELLO was answered with HELLO_REPLY
 	self  directory.Container // library socket: the caller's container
 	caps  uint32              // CAPS of the caller's HELLO (protocol.Cap*)
@@ -37,15 +41,80 @@ type session struct {
 
 func (a *Agent) serveConn(ctx context.Context, uc *net.UnixConn, admin bool) {
 	defer a.untrack(uc)
-	s := &session{a: a, ctx: ctx, conn: protocol.NewConn(uc), admin: admin}
+	s := &session{a: a, ctx: ctx, admin: admin}
 	defer func() {
 		if r := recover(); r != nil {
 			a.log.Error("handler panicked; connection closed", "pid", s.pid, "panic", r, "stack", string(debug.Stack()))
 		}
 	}()
 	s.identifyPeer(uc)
+	if !a.admit(s) {
+		return
+	}
+	defer s.slot.release(s.holder)
+	s.conn = protocol.NewConn(uc) // its buffers only once the connection is counted
 	for s.serveOne() {
 	}
+}
+
+// admit counts s in its caller's share (limits.go): a session of its
+// container or of the admin socket, or else a refusal that tells the
+// caller why not. It reports false when even the refusals are used up:
+// the connection is closed at once.
+func (a *Agent) admit(s *session) bool {
+	holder, refused := s.classify()
+	if refused == nil {
+		q, limit := a.sessions, a.sessionShare()
+		if s.admin {
+			q, limit = a.admins, a.cfg.AdminConns
+		}
+		if q.takeWithin(holder, limit) {
+			s.slot, s.holder = q, holder
+			return true
+		}
+		refused = a.overLimit(s, holder, limit)
+	}
+	q := a.refusals
+	if holder == strangers {
+		q = a.strangerRefusals
+	}
+	if !q.take(holder) {
+		a.log.Debug("refusals used up; connection closed at accept", "pid", s.pid, "container", holder, "admin", s.admin)
+		return false
+	}
+	s.slot, s.holder, s.refused = q, holder, refused
+	return true
+}
+
+// classify returns whose share s is counted in, and why it is refused, if
+// it is: a library caller must be in a registered container, an admin
+// caller root and outside every container (checkAdmin).
+func (s *session) classify() (string, error) {
+	if s.admin {
+		err := s.checkAdmin()
+		if c, ok := s.a.identify(s.ns); ok && s.peerErr == nil {
+			return c.ID, err
+		}
+		return strangers, err
+	}
+	c, err := s.caller()
+	if err != nil {
+		return strangers, err
+	}
+	s.self = c
+	return c.ID, nil
+}
+
+// overLimit is the refusal of a session beyond its share.
+func (a *Agent) overLimit(s *session, holder string, limit int) error {
+	if s.admin {
+		a.log.Warn("admin socket at its limit; refusing a connection", "limit", limit, "pid", s.pid)
+		return protocol.Errorf(protocol.CodeLimit, "the admin socket of host %s serves %d connections at once; close some and retry", a.cfg.Host, limit)
+	}
+	a.log.Debug("container at its session limit; refusing a session", "container", holder, "limit", limit, "pid", s.pid)
+	return protocol.Errorf(protocol.CodeLimit,
+		"container %s holds %d sessions with the agent of host %s, its limit; this connection takes the overlay (a thread's session ends with the thread, or after %v idle)",
+		holder, limit, a.cfg.Host, a.cfg.IdleTimeout)
 }
 
 // identifyPeer reads the caller's pid, uid and network namespace from the
@@ -64,7 +133,10 @@ func (s *session) identifyPeer(uc *net.UnixConn) {
 // notification); it reports whether the connection stays open.
 func (s *session) serveOne() bool {
 	timeout := s.a.cfg.IdleTimeout
-	if !s.hello {
+	switch {
+	case s.refused != nil:
+		timeout = refuseWait
+	case !s.hello:
 		timeout = s.a.cfg.HelloTimeout
 	}
 	s.conn.SetReadDeadline(time.Now().Add(timeout))
@@ -76,6 +148,9 @@ func (s *session) serveOne() bool {
 	}()
 	var reply *protocol.Message
 	switch {
+	case err == nil && s.refused != nil:
+		s.replyError(m, s.refused)
+		return false
 	case err == nil:
 		reply, err = s.handle(m)
 	case isDisconnect(err):

@@ -150,14 +150,6 @@ func TestHandlerPanicClosesOnlyThatConnection(t *testing.T) {
 	checkGoodClient(t, a)
 }
 
-func TestConnectionLimit(t *testing.T) {
-	a := startAgent(t, newFakeDir(selfContainer), func(c *Config) { c.MaxConns = 2 })
-	dialRaw(t, a.cfg.LibrarySocket())
-	dialRaw(t, a.cfg.LibrarySocket())
-	sleepMS(100)
-	wantClosed(t, dialRaw(t, a.cfg.LibrarySocket()))
-}
-
 // Brokering requests are checked like any other: a missing attribute is
 // INVALID, a reply type is not a request, and the admin socket refuses
 // them.

@@ -22,6 +22,17 @@ type Status struct {
 	BrokerAddr        string           `json:"broker_addr,omitempty"`        // where cross-host offers are served
 	BrokerError       string           `json:"broker_error,omitempty"`       // why they are not
 	FabricGuardError  string           `json:"fabric_guard_error,omitempty"` // why no fabric socket is handed
+	Limits            Limits           `json:"limits"`
+	// SessionsHeld is how many library-socket sessions each local
+	// container (by id) holds now.
+	SessionsHeld map[string]int `json:"sessions_held"`
+}
+
+// Limits are the per-container limits in force (limits.go; ARCHITECTURE.md,
+// "Limits").
+type Limits struct {
+	SessionsPerContainer int `json:"sessions_per_container"` // what one container may hold now
+	AdminConns           int `json:"admin_conns"`
 }
 
 func (a *Agent) status() Status {
@@ -44,6 +55,8 @@ func (a *Agent) status() Status {
 		BrokerAddr:        a.brokerAddr(),
 		BrokerError:       a.brokerErr,
 		FabricGuardError:  a.guardErr,
+		Limits:            Limits{SessionsPerContainer: a.sessionShare(), AdminConns: a.cfg.AdminConns},
+		SessionsHeld:      a.sessions.all(),
 	}
 }
 

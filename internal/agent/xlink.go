@@ -53,11 +53,19 @@ import (
 )
 
 const (
-	// maxXLinks bounds the connector agent's records. A grant beyond it is
-	// not recorded: that connection goes without a link.
-	maxXLinks = 4096
+	// maxXLinksPerContainer bounds the connector agent's records of one
+	// container's processes (limits.go): a link is granted per pair of
+	// processes and lives LINK_TTL unless used, so a real program holds a
+	// few; a grant beyond it is not recorded, and that connection goes
+	// without a link.
+	maxXLinksPerContainer = 1024
 	// maxStockFill is the most stock connections one LINK_FILL asks for.
 	maxStockFill = 16
+	// fillsPerContainer bounds one container's LINK_FILLs in flight, each
+	// holding up to maxStockFill sockets for up to stockDialWait: a
+	// process refills its stock long before it runs out, so a few at once
+	// are plenty.
+	fillsPerContainer = 16
 	// stockDialWait bounds a LINK_FILL's dials.
 	stockDialWait = 100 * time.Millisecond
 	// xlinkBacklog is the link listener's listen() backlog.
@@ -163,6 +171,7 @@ func (g *xlinkGrant) half() half {
 // process, and the name and token of the link granted (0 and nil for
 // none).
 type xlinkAsk struct {
+	id    string // the connecting process's container
 	pid   int32
 	name  uint64
 	token []byte
@@ -170,6 +179,7 @@ type xlinkAsk struct {
 
 // xlinkRecord is the connector agent's record of a cross-host link.
 type xlinkRecord struct {
+	id     string         // the connecting process's container
 	pid    int32          // the connecting process
 	peer   netip.AddrPort // the acceptor host's fabric address and LINK_PORT
 	token  []byte
@@ -180,10 +190,11 @@ type xlinkRecord struct {
 type xlinks struct {
 	mu        sync.Mutex
 	m         map[uint64]xlinkRecord
+	held      map[string]int // records per container
 	lastPrune time.Time
 }
 
-func newXLinks() *xlinks { return &xlinks{m: map[uint64]xlinkRecord{}} }
+func newXLinks() *xlinks { return &xlinks{m: map[uint64]xlinkRecord{}, held: map[string]int{}} }
 
 // recordXLink keeps the link the acceptor agent's reply on c grants to
 // x's process, and sets x's name and token; it leaves them unset if the
@@ -196,26 +207,26 @@ func (a *Agent) recordXLink(x *xlinkAsk, c *net.TCPConn, reply *protocol.Message
 		return
 	}
 	now := time.Now()
-	r := xlinkRecord{pid: x.pid, peer: netip.AddrPortFrom(peer, port), token: bytes.Clone(token), expiry: now.Add(linkTTL)}
+	r := xlinkRecord{id: x.id, pid: x.pid, peer: netip.AddrPortFrom(peer, port), token: bytes.Clone(token), expiry: now.Add(linkTTL)}
 	if x.name = a.xlinks.add(r, now); x.name != 0 {
 		x.token = r.token
 	}
 }
 
 // add records r under a new random nonzero name and returns the name, or
-// 0 if the table is full of live links.
+// 0 if r's container holds maxXLinksPerContainer live links.
 func (x *xlinks) add(r xlinkRecord, now time.Time) uint64 {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if len(x.m) >= maxXLinks && now.Sub(x.lastPrune) >= linkTTL/20 { // a full table is swept at most every 100 ms
+	if x.held[r.id] >= maxXLinksPerContainer && now.Sub(x.lastPrune) >= linkTTL/20 { // swept at most every 100 ms
 		x.lastPrune = now
 		for name, old := range x.m {
 			if !now.Before(old.expiry) {
-				delete(x.m, name)
+				x.deleteLocked(name)
 			}
 		}
 	}
-	if len(x.m) >= maxXLinks {
+	if x.held[r.id] >= maxXLinksPerContainer {
 		return 0
 	}
 	var b [8]byte
@@ -224,8 +235,20 @@ func (x *xlinks) add(r xlinkRecord, now time.Time) uint64 {
 		name := binary.LittleEndian.Uint64(b[:])
 		if _, used := x.m[name]; name != 0 && !used {
 			x.m[name] = r
+			x.held[r.id]++
 			return name
 		}
+	}
+}
+
+func (x *xlinks) deleteLocked(name uint64) {
+	r, ok := x.m[name]
+	if !ok {
+		return
+	}
+	delete(x.m, name)
+	if x.held[r.id]--; x.held[r.id] <= 0 {
+		delete(x.held, r.id)
 	}
 }
 
@@ -235,7 +258,7 @@ func (x *xlinks) get(name uint64, pid int32, now time.Time) (xlinkRecord, bool) 
 	defer x.mu.Unlock()
 	r, ok := x.m[name]
 	if ok && !now.Before(r.expiry) {
-		delete(x.m, name)
+		x.deleteLocked(name)
 		return r, false
 	}
 	return r, ok && r.pid == pid
@@ -244,7 +267,7 @@ func (x *xlinks) get(name uint64, pid int32, now time.Time) (xlinkRecord, bool) 
 func (x *xlinks) drop(name uint64) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	delete(x.m, name)
+	x.deleteLocked(name)
 }
 
 // handleLinkFill answers LINK_FILL with up to COUNT new stock connections
@@ -268,6 +291,11 @@ func (s *session) handleLinkFill(m *protocol.Message) (*protocol.Message, error)
 	if !ok {
 		return nil, errXLinkGone()
 	}
+	if !s.a.fills.take(s.self.ID) {
+		return nil, protocol.Errorf(protocol.CodeUnavailable,
+			"container %s has %d LINK_FILLs in flight, its limit; connect through the agent", s.self.ID, fillsPerContainer)
+	}
+	defer s.a.fills.release(s.self.ID)
 	fds, refused, why := s.a.dialStock(r, int(count))
 	if refused {
 		closeFDs(fds)

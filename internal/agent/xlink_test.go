@@ -409,23 +409,29 @@ func TestLinkFillUnavailableWhenNothingConnects(t *testing.T) {
 	}
 }
 
-// The table of links is bounded: full of live links it records no more
-// (that connection goes without a link), and expired ones make room.
-func TestXLinkTableBoundedExpiredMakeRoom(t *testing.T) {
+// The table of links is bounded per container: one container full of
+// live links records no more (that connection goes without a link), while
+// another container's links are still recorded, and expired ones make
+// room.
+func TestXLinkTableBoundedPerContainerExpiredMakeRoom(t *testing.T) {
 	x := newXLinks()
 	now := time.Now()
-	live := xlinkRecord{pid: 7, expiry: now.Add(linkTTL)}
-	for i := range maxXLinks {
+	live := xlinkRecord{id: "hog", pid: 7, expiry: now.Add(linkTTL)}
+	for i := range maxXLinksPerContainer {
 		r := live
 		if i == 0 {
 			r.expiry = now.Add(time.Millisecond)
 		}
 		if x.add(r, now) == 0 {
-			t.Fatalf("link %d of %d not recorded", i, maxXLinks)
+			t.Fatalf("link %d of %d not recorded", i, maxXLinksPerContainer)
 		}
 	}
 	if name := x.add(live, now); name != 0 {
-		t.Fatalf("a full table recorded link %#x", name)
+		t.Fatalf("a container at its limit got link %#x recorded", name)
+	}
+	other := xlinkRecord{id: "web", pid: 9, expiry: now.Add(linkTTL)}
+	if name := x.add(other, now); name == 0 {
+		t.Fatal("another container's link was not recorded while one container is at its limit")
 	}
 	later := now.Add(200 * time.Millisecond)
 	name := x.add(live, later)

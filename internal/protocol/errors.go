@@ -10,21 +10,23 @@ type Code uint32
 
 // Error codes of version 1.
 const (
-	CodeBadMsg      Code = 1 // malformed; closes the connection
-	CodeVersion     Code = 2 // unsupported version; closes the connection
-	CodeUnknown     Code = 3 // unknown message type
-	CodeSequence    Code = 4 // out of order; closes the connection
-	CodeDenied      Code = 5 // the caller may not do this
-	CodeNotFound    Code = 6 // the named object does not exist
-	CodeInvalid     Code = 7 // well-formed but invalid request
-	CodeUnavailable Code = 8 // the directory cannot be reached for a write
-	CodeInternal    Code = 9 // the agent failed; its log says why
+	CodeBadMsg      Code = 1  // malformed; closes the connection
+	CodeVersion     Code = 2  // unsupported version; closes the connection
+	CodeUnknown     Code = 3  // unknown message type
+	CodeSequence    Code = 4  // out of order; closes the connection
+	CodeDenied      Code = 5  // the caller may not do this
+	CodeNotFound    Code = 6  // the named object does not exist
+	CodeInvalid     Code = 7  // well-formed but invalid request
+	CodeUnavailable Code = 8  // the directory cannot be reached for a write
+	CodeInternal    Code = 9  // the agent failed; its log says why
+	CodeLimit       Code = 10 // the caller's container is at one of its limits at the agent
 )
 
 var codeNames = map[Code]string{
 	CodeBadMsg: "BADMSG", CodeVersion: "VERSION", CodeUnknown: "UNKNOWN",
 	CodeSequence: "SEQUENCE", CodeDenied: "DENIED", CodeNotFound: "NOTFOUND",
 	CodeInvalid: "INVALID", CodeUnavailable: "UNAVAILABLE", CodeInternal: "INTERNAL",
+	CodeLimit: "LIMIT",
 }
 
 func (c Code) String() string {

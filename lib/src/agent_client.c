@@ -107,6 +107,8 @@ const char *ff_agent_strerror(int err)
 {
 	if (err == -FF_EUNTRUSTED)
 		return "its socket is not served by root outside this container: not trusted";
+	if (err == -FF_ELIMIT)
+		return "agent session limit: this container holds all the sessions it may";
 	return strerror(-err);
 }
 

@@ -82,6 +82,8 @@ int ff_agent_connect(struct ff_agent *a, const char *path, int timeout_ms);
  * not trusted from one that is not there.
  */
 #define FF_EUNTRUSTED	EKEYREJECTED
+/* The agent's LIMIT to a HELLO: this container holds all the sessions it may. */
+#define FF_ELIMIT	EUSERS
 
 /*
  * Whether the process serving a's connection may be the agent, as the
@@ -94,7 +96,7 @@ int ff_agent_connect(struct ff_agent *a, const char *path, int timeout_ms);
  */
 int ff_agent_verify(const struct ff_agent *a, struct ucred *peer);
 
-/* err (negative) in words for FREEFLOW_DEBUG: strerror's, or what FF_EUNTRUSTED means. */
+/* err (negative) in words for FREEFLOW_DEBUG: strerror's, or what FF_EUNTRUSTED or FF_ELIMIT mean. */
 const char *ff_agent_strerror(int err);
 
 /* Take over an already connected SOCK_SEQPACKET socket (it becomes non-blocking). */

@@ -126,6 +126,18 @@ static int connect_agent(struct ff_agent *a)
 	return ret;
 }
 
+/*
+ * What a failed HELLO means to the caller: the agent's LIMIT (this
+ * container holds all the sessions it may) is -FF_ELIMIT, any other ERROR
+ * (e.g. DENIED: not a container) -EPERM, a local failure itself.
+ */
+static int hello_refused(int ret)
+{
+	if (ret == FF_ERR_LIMIT)
+		return -FF_ELIMIT;
+	return ret > 0 ? -EPERM : ret;
+}
+
 static int open_session(void)
 {
 	struct ff_hello_info hello;
@@ -140,7 +152,7 @@ static int open_session(void)
 	if (ret) {
 		ff_agent_close(&ctl.agent);
 		/* A positive code is the agent's ERROR (e.g. DENIED): not a container. */
-		return ret > 0 ? -EPERM : ret;
+		return hello_refused(ret);
 	}
 	ctl.fd = ctl.agent.fd;
 	ctl.pid = getpid();
@@ -157,7 +169,7 @@ int ff_control_open_own(struct ff_agent *a)
 	if (!ret && (ret = ff_agent_hello(a, NULL, &hello)))
 		ff_agent_close(a);
 	if (ret)
-		return ret > 0 ? -EPERM : ret;
+		return hello_refused(ret);
 	ff_fd_mark_control(a->fd, 1);
 	return 0;
 }

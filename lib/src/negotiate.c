@@ -481,7 +481,7 @@ static int ask_agent(uint8_t msg, const struct sockaddr_storage *local,
 			  &r), fast = -1;
 
 	if (ret < 0) {
-		snprintf(why, cap, "agent unreachable: %s", ff_agent_strerror(ret));
+		snprintf(why, cap, ret == -FF_ELIMIT ? "%s" : "agent unreachable: %s", ff_agent_strerror(ret));
 		return -1;
 	}
 	fast = read_path(&r, msg, h, link, why, cap);

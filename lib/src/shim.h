@@ -200,7 +200,7 @@ struct ff_reply;
 /*
  * This thread's session (connected, HELLO done, listeners re-sent if the
  * agent may have lost them): 0 if it was open already, 1 if just opened,
- * or a -errno.
+ * or a -errno (-FF_ELIMIT: the agent refused it, LIMIT).
  */
 int ff_control_get(struct ff_agent **out);
 /* After a failed request (err < 0): forget the session if ff_agent closed it. */

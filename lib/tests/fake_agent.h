@@ -14,6 +14,8 @@
  *   recorded decision.
  * FA_OVERLAY: every CONNECT/ACCEPT gets PATH overlay at once.
  * FA_SILENT: accepts connections, never answers anything.
+ * FA_LIMIT: answers every HELLO with ERROR LIMIT and closes the session, as
+ *   an agent does to a container at its session limit.
  * FA_HOSTILE: every CONNECT/ACCEPT gets a broken PATH at once; the k-th
  *   tuple gets case k % FA_HOSTILE_CASES (enum fa_hostile), both of its
  *   ends the same one.
@@ -76,7 +78,7 @@
 #define FA_SHM_RING_DEFAULT	(256u << 10)
 #define FA_MAX_XLINKS	64
 
-enum fa_mode { FA_BROKER, FA_OVERLAY, FA_SILENT, FA_HOSTILE };
+enum fa_mode { FA_BROKER, FA_OVERLAY, FA_SILENT, FA_HOSTILE, FA_LIMIT };
 
 /* What FA_HOSTILE gets wrong; every one must leave the connection on TCP. */
 enum fa_hostile {
@@ -388,15 +390,20 @@ static inline void fa_xlink_grant(struct fa_state *st, int conn, int acc, uint32
 	close(fds[1]);
 }
 
-static inline void fa_fill_refused(struct fa_state *st, int fd, uint32_t seq)
+static inline void fa_error(int fd, uint32_t seq, uint32_t code)
 {
 	uint8_t buf[64];
 	struct ff_enc e;
 
-	fa_log(st, "fill refused");
 	ff_enc_start(&e, buf, sizeof(buf), FF_MSG_ERROR, seq);
-	ff_enc_u32(&e, FF_ATTR_ERR_CODE, FF_ERR_NOTFOUND);
+	ff_enc_u32(&e, FF_ATTR_ERR_CODE, code);
 	t_send_fds(fd, buf, (size_t)ff_enc_finish(&e), NULL, 0);
+}
+
+static inline void fa_fill_refused(struct fa_state *st, int fd, uint32_t seq)
+{
+	fa_log(st, "fill refused");
+	fa_error(fd, seq, FF_ERR_NOTFOUND);
 }
 
 /* LINK_FILL: dial the stock to the link's listener. */
@@ -626,6 +633,20 @@ static inline void fa_ledger(struct fa_state *st, int lfd)
 		close(lfd);
 }
 
+/* Close client fd and forget it. */
+static inline void fa_drop(struct fa_state *st, int fd)
+{
+	close(fd);
+	if (fd < FA_MAX_FD)
+		st->caps[fd] = 0;
+	for (int i = 0; i < st->nt; i++)
+		if (st->t[i].waiter == fd)
+			st->t[i].waiter = -1;
+	for (int i = 1; i < st->n; i++)
+		if (st->p[i].fd == fd)
+			st->p[i] = st->p[--st->n];
+}
+
 static inline void fa_request(struct fa_state *st, int fd)
 {
 	static uint8_t in[FF_MAX_MESSAGE];
@@ -652,15 +673,7 @@ static inline void fa_request(struct fa_state *st, int fd)
 	}
 
 	if (n <= 0 || ff_msg_decode(in, (size_t)n, &m)) {
-		close(fd);
-		if (fd < FA_MAX_FD)
-			st->caps[fd] = 0;
-		for (int i = 0; i < st->nt; i++)
-			if (st->t[i].waiter == fd)
-				st->t[i].waiter = -1;
-		for (int i = 1; i < st->n; i++)
-			if (st->p[i].fd == fd)
-				st->p[i] = st->p[--st->n];
+		fa_drop(st, fd);
 		return;
 	}
 	if (st->mode == FA_SILENT)
@@ -668,6 +681,13 @@ static inline void fa_request(struct fa_state *st, int fd)
 	switch (m.type) {
 	case FF_MSG_HELLO: {
 		const struct ff_attr *caps = ff_msg_get(&m, FF_ATTR_CAPS);
+
+		if (st->mode == FA_LIMIT) {
+			fa_log(st, "limit");
+			fa_error(fd, m.seq, FF_ERR_LIMIT);
+			fa_drop(st, fd);
+			break;
+		}
 
 		if (fd < FA_MAX_FD)
 			st->caps[fd] = caps ? (uint8_t)ff_attr_u32(caps) : 0;

@@ -1216,4 +1216,16 @@ static inline int t_role(const char *role, const char *debug, const char *sock,
 	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+/*
+ * Run this test's role with FREEFLOW_DEBUG=debug (t_role); returns the
+ * lines it printed on stderr, or -1 if one lacks must_contain.
+ */
+static inline int t_stderr_lines(const char *role, const char *debug, const char *must_contain)
+{
+	int lines, with, code = t_role(role, debug, NULL, must_contain, &lines, &with);
+
+	CHECK(code == 0, "%s role exited with %d", role, code);
+	return with == lines ? lines : -1;
+}
+
 #endif

@@ -12,15 +12,6 @@ static int pair_only(void)
 	return write(cfd, "a", 1) == 1 && read(sfd, &c, 1) == 1 ? 0 : 1;
 }
 
-/* Run the pair role with FREEFLOW_DEBUG=debug; returns lines it printed, or -1. */
-static int stderr_lines(const char *debug, const char *must_contain)
-{
-	int lines, with, code = t_role("pair", debug, NULL, must_contain, &lines, &with);
-
-	CHECK(code == 0, "pair role exited with %d", code);
-	return with == lines ? lines : -1;
-}
-
 int main(int argc, char **argv)
 {
 	int64_t t0;
@@ -38,10 +29,10 @@ int main(int argc, char **argv)
 	CHECK(write(cfd, "x", 1) == 1 && read(sfd, &c, 1) == 1 && c == 'x', "data");
 	close(cfd);
 	close(sfd);
-	n = stderr_lines("1", "stays on the overlay");
+	n = t_stderr_lines("pair", "1", "stays on the overlay");
 	/* The listener and the connecting end each say why; the accepted end was never asked. */
 	CHECK(n == 2, "FREEFLOW_DEBUG=1 printed %d lines (-1: a line without the reason)", n);
-	n = stderr_lines("0", "");
+	n = t_stderr_lines("pair", "0", "");
 	CHECK(n == 0, "FREEFLOW_DEBUG=0 printed %d lines", n);
 	return t_shim_finish();
 }

@@ -111,6 +111,7 @@ enum ff_err {
 	FF_ERR_INVALID		= 7,
 	FF_ERR_UNAVAILABLE	= 8,
 	FF_ERR_INTERNAL		= 9,
+	FF_ERR_LIMIT		= 10,
 };
 
 /* One attribute; val points into the message it came from. */
