@@ -55,12 +55,12 @@ func chainName(id string) string {
 }
 
 // Install replaces container id's chain with one hooked to its veth.
-func (NFTables) Install(id string, p Port) error {
+func (n NFTables) Install(id string, p Port) error {
 	veth, err := hostVeth(p.HostSide)
 	if err != nil {
 		return err
 	}
-	if err := (NFTables{}).Remove(id); err != nil {
+	if err := n.Remove(id); err != nil {
 		return err
 	}
 	return nft(sourceRules(chainName(id), veth, p))
