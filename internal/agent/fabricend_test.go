@@ -7,8 +7,7 @@ import (
 )
 
 // Every fabric socket the agents hand ends without TIME_WAIT once closed
-// (fabricend.go): TCP_LINGER2 -1 on host-tcp connections, both ends; on
-// a link listener and the stock dialed to it, both ends of each.
+// (fabricend.go): TCP_LINGER2 -1 on host-tcp connections, both ends.
 func TestFabricSocketsEndOnceAcked(t *testing.T) {
 	hs := startTwoHosts(t, nil)
 	if err := newLib(t, hs.h2).listen(srv2); err != nil {
@@ -18,7 +17,12 @@ func TestFabricSocketsEndOnceAcked(t *testing.T) {
 		wantLinger2(t, "connector's host-tcp connection", con.FD)
 		wantLinger2(t, "acceptor's host-tcp connection", acc.FD)
 	})
+}
 
+// The same for a link listener and the stock dialed to it, both ends of
+// each.
+func TestXLinkSocketsEndOnceAcked(t *testing.T) {
+	hs := startTwoHosts(t, nil)
 	cli, con, acc := grantedXLink(t, hs, 49700)
 	t.Cleanup(func() { closeResult(con); closeResult(acc) })
 	wantLinger2(t, "link listener", acc.Link)
