@@ -4,10 +4,11 @@
 set -euo pipefail
 
 # Debian packages: runtime parts (crun, CNI plugins, etcd, iproute2, iptables
-# for the agent's fabric guard) and the real programs the tests and benchmarks
+# for the agent's fabric guard, nftables for the overlay guard and the
+# per-container source checks) and the real programs the tests and benchmarks
 # run inside containers.
 PACKAGES=(
-  crun containernetworking-plugins etcd-server etcd-client iproute2 iptables util-linux procps
+  crun containernetworking-plugins etcd-server etcd-client iproute2 iptables nftables util-linux procps
   iperf3 sockperf netpipe-tcp python3
   # applications `freeflow bench` runs as server + client containers
   redis-server redis-tools nginx-light wrk memcached libmemcached-tools postgresql

@@ -1,5 +1,6 @@
 // Command freeflow-cni is FreeFlow's CNI plugin: chained after bridge +
-// host-local, it registers containers with their host's agent (see
+// host-local, it checks the source of what each container sends and
+// registers containers with their host's agent (see
 // internal/cni for the configuration and CNI_ARGS it reads).
 package main
 
@@ -12,6 +13,6 @@ import (
 )
 
 func main() {
-	p := &cni.Plugin{Dial: cni.DialAgent, Now: time.Now, Stdout: os.Stdout}
+	p := &cni.Plugin{Dial: cni.DialAgent, Guard: cni.NFTables{}, Now: time.Now, Stdout: os.Stdout}
 	skel.PluginMainFuncs(p.Funcs(), cni.Versions(), "freeflow-cni: registers containers with the FreeFlow host agent")
 }

@@ -182,7 +182,7 @@ func (a *Agent) dialBroker(h directory.Host, deadline time.Time) (*net.TCPConn, 
 	if err != nil {
 		return nil, fmt.Errorf("this host's fabric IP %q: %w", a.cfg.FabricIP, err)
 	}
-	d := net.Dialer{Deadline: deadline, KeepAlive: -1, LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(local, 0))}
+	d := net.Dialer{Deadline: deadline, KeepAlive: -1, Control: fabricControl, LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(local, 0))}
 	c, err := d.Dial("tcp", net.JoinHostPort(h.FabricIP, strconv.Itoa(a.cfg.BrokerPort)))
 	if err != nil {
 		return nil, err
@@ -232,7 +232,7 @@ func (a *Agent) listenBroker() {
 		return
 	}
 	addr := net.JoinHostPort(a.cfg.FabricIP, strconv.Itoa(a.cfg.BrokerPort))
-	lc := net.ListenConfig{KeepAlive: -1}
+	lc := net.ListenConfig{KeepAlive: -1, Control: fabricControl}
 	ln, err := lc.Listen(context.Background(), "tcp", addr)
 	if err != nil {
 		a.brokerErr = fmt.Sprintf("listen on broker port %s: %v; cross-host fast paths to this host use the overlay", addr, err)

@@ -109,7 +109,8 @@ func (a *Agent) grantXLink(p *offerPeer, m *meeting, lis listenerKey) *xlinkGran
 }
 
 // newXLinkGrant makes a link listener on this host's fabric address, port
-// 0, marked for the fabric guard, and a random token.
+// 0, marked for the fabric guard, whose connections end without TIME_WAIT
+// (endOnceAcked: they inherit it), and a random token.
 func (a *Agent) newXLinkGrant() (*xlinkGrant, error) {
 	ip, err := a.fabric4()
 	if err != nil {
@@ -120,6 +121,10 @@ func (a *Agent) newXLinkGrant() (*xlinkGrant, error) {
 		return nil, fmt.Errorf("socket: %w", err)
 	}
 	g := &xlinkGrant{ln: fd, token: make([]byte, xlinkTokenSize)}
+	if err := endOnceAcked(fd); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
 	if err := g.listen(ip); err != nil {
 		unix.Close(fd)
 		return nil, err
@@ -374,6 +379,9 @@ func startDial(local [4]byte, to *unix.SockaddrInet4) (int, error) {
 	// The port is chosen at connect, for this destination, so a stock
 	// shares the ephemeral ports with connections to other destinations.
 	unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_BIND_ADDRESS_NO_PORT, 1)
+	if err := endOnceAcked(fd); err != nil {
+		return fd, err
+	}
 	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: local}); err != nil {
 		return fd, fmt.Errorf("bind to %v: %w", netip.AddrFrom4(local), err)
 	}

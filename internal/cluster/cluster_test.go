@@ -30,7 +30,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	skipReason = testenv.Missing("ip", "bridge", "nsenter", "/usr/bin/etcd")
+	skipReason = testenv.Missing("ip", "bridge", "nsenter", "nft", "/usr/bin/etcd")
 	if skipReason == "" {
 		// BuildBinaries makes the directory readable by everyone:
 		// TestNotRoot runs the CLI as nobody.

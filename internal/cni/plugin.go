@@ -29,6 +29,7 @@ const agentTimeout = 10 * time.Second
 // Plugin implements the CNI commands of freeflow-cni.
 type Plugin struct {
 	Dial   func(socket string) (Registry, error)
+	Guard  SourceGuard // the per-container source checks (sourceguard.go)
 	Now    func() time.Time
 	Stdout io.Writer // where ADD prints its result
 }
@@ -38,11 +39,19 @@ func (p *Plugin) Funcs() skel.CNIFuncs {
 	return skel.CNIFuncs{Add: p.Add, Del: p.Del, Check: p.Check}
 }
 
-// Add registers the container with the host agent and passes prevResult on
-// unchanged.
+// Add installs the container's source checks, registers the container
+// with the host agent and passes prevResult on unchanged. A container
+// whose checks cannot be installed is not attached.
 func (p *Plugin) Add(args *skel.CmdArgs) error {
 	conf, rec, err := p.load(args)
 	if err != nil {
+		return err
+	}
+	port, err := portOf(conf, net.ParseIP(rec.IP))
+	if err != nil {
+		return err
+	}
+	if err := p.Guard.Install(args.ContainerID, port); err != nil {
 		return err
 	}
 	err = p.withAgent(conf.AgentSocket, func(ctx context.Context, reg Registry) error {
@@ -52,24 +61,30 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		return nil
 	})
 	if err != nil {
+		p.Guard.Remove(args.ContainerID) // the error that matters is err
 		return err
 	}
 	return printResult(p.Stdout, conf)
 }
 
-// Del unregisters the container. It needs no prevResult and succeeds when
-// the container is not registered, so it can be repeated.
+// Del unregisters the container and removes its source checks, the
+// second even when the first fails. It needs no prevResult and succeeds
+// when the container is not registered, so it can be repeated.
 func (p *Plugin) Del(args *skel.CmdArgs) error {
 	conf, err := loadNetConf(args.StdinData)
 	if err != nil {
 		return err
 	}
-	return p.withAgent(conf.AgentSocket, func(ctx context.Context, reg Registry) error {
+	err = p.withAgent(conf.AgentSocket, func(ctx context.Context, reg Registry) error {
 		if err := reg.Unregister(ctx, args.ContainerID); err != nil {
 			return agentError("unregister container "+args.ContainerID, conf.AgentSocket, err)
 		}
 		return nil
 	})
+	if gerr := p.Guard.Remove(args.ContainerID); err == nil {
+		err = gerr
+	}
+	return err
 }
 
 // Check verifies that the agent has the container registered with the IP
@@ -175,6 +190,15 @@ func containerIP(conf *NetConf, netns string) (net.IP, error) {
 			"freeflow: prevResult has no IP address for container in "+netns+"; is IPAM configured in the plugin before freeflow?", "")
 	}
 	return best, nil
+}
+
+// portOf returns the port of the container at ip, from prevResult.
+func portOf(conf *NetConf, ip net.IP) (Port, error) {
+	res, err := current.NewResultFromResult(conf.PrevResult)
+	if err != nil {
+		return Port{}, types.NewError(types.ErrDecodingFailure, "freeflow: convert prevResult", err.Error())
+	}
+	return containerPort(res, ip)
 }
 
 // printResult writes prevResult unchanged, in the configuration's version.

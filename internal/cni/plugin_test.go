@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -50,9 +51,26 @@ func (f *fakeAgent) Close() error { f.closed++; return nil }
 
 var created = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 
+// fakeGuard records the source checks installed, by container id.
+type fakeGuard struct {
+	ports map[string]Port
+	err   error // returned by Install when set
+}
+
+func (g *fakeGuard) Install(id string, p Port) error {
+	if g.err != nil {
+		return g.err
+	}
+	g.ports[id] = p
+	return nil
+}
+
+func (g *fakeGuard) Remove(id string) error { delete(g.ports, id); return nil }
+
 func newTestPlugin(f *fakeAgent, out *bytes.Buffer) *Plugin {
 	return &Plugin{
 		Dial:   func(string) (Registry, error) { return f, nil },
+		Guard:  &fakeGuard{ports: map[string]Port{}},
 		Now:    func() time.Time { return created },
 		Stdout: out,
 	}
@@ -61,7 +79,7 @@ func newTestPlugin(f *fakeAgent, out *bytes.Buffer) *Plugin {
 // prevResult is what bridge + host-local hand on: host veth, bridge, and
 // the container interface (index 2) holding the address.
 const prevResult = `{"cniVersion":"1.0.0","interfaces":[{"name":"ffbr0"},{"name":"veth1"},
- {"name":"eth0","sandbox":"/run/netns/t-c-srv"}],
+ {"name":"eth0","mac":"02:42:0a:f4:01:07","sandbox":"/run/netns/t-c-srv"}],
  "ips":[{"address":"10.244.1.1/24","interface":0},{"address":"10.244.1.7/24","gateway":"10.244.1.1","interface":2}],
  "routes":[{"dst":"0.0.0.0/0","gw":"10.244.1.1"}]}`
 
@@ -103,6 +121,48 @@ func TestAddRegistersAndPassesResultOn(t *testing.T) {
 	}
 	if f.closed != 1 {
 		t.Fatalf("agent connection closed %d times, want 1", f.closed)
+	}
+	port := p.Guard.(*fakeGuard).ports["t-srv"]
+	if strings.Join(port.HostSide, ",") != "ffbr0,veth1" || port.MAC != "02:42:0a:f4:01:07" || port.IP.String() != "10.244.1.7" {
+		t.Fatalf("source checks installed for %+v; want host side ffbr0,veth1, MAC 02:42:0a:f4:01:07, IP 10.244.1.7", port)
+	}
+}
+
+// TestAddWithoutSourceChecksAttachesNothing: a container whose source
+// checks cannot be installed is not registered; one the agent refuses
+// keeps no checks.
+func TestAddWithoutSourceChecksAttachesNothing(t *testing.T) {
+	f := &fakeAgent{byID: map[string]directory.Container{}}
+	p := newTestPlugin(f, &bytes.Buffer{})
+	g := p.Guard.(*fakeGuard)
+	g.err = types.NewError(types.ErrInternal, "freeflow: nft", "no nft")
+	assertCNIError(t, "guard fails", p.Add(cmdArgs(t, "1.0.0", prevResult, "")), types.ErrInternal, "nft")
+	if len(f.byID) != 0 {
+		t.Fatalf("registered without source checks: %v", f.byID)
+	}
+	g.err, f.err = nil, errors.New("INVALID: duplicate name")
+	assertCNIError(t, "agent refuses", p.Add(cmdArgs(t, "1.0.0", prevResult, "")), types.ErrInternal, "register")
+	if len(g.ports) != 0 {
+		t.Fatalf("source checks left after a refused registration: %v", g.ports)
+	}
+}
+
+// TestSourceRules: the chain hooks the container's veth and drops every
+// frame whose MAC, IPv4 source or ARP sender is not the container's, and
+// every other protocol.
+func TestSourceRules(t *testing.T) {
+	got := sourceRules("c-1", "veth1", Port{MAC: "02:42:0a:f4:01:07", IP: net.ParseIP("10.244.1.7")})
+	for _, want := range []string{
+		`add chain netdev freeflow c-1 { type filter hook ingress device "veth1" priority filter; policy accept; }`,
+		"ether saddr != 02:42:0a:f4:01:07 drop",
+		"arp saddr ether != 02:42:0a:f4:01:07 drop",
+		"arp saddr ip != 10.244.1.7 drop",
+		"ip saddr != 10.244.1.7 drop",
+		"ether type != { ip, arp } drop",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("rules lack %q:\n%s", want, got)
+		}
 	}
 }
 
@@ -161,7 +221,8 @@ func assertCNIError(t *testing.T, name string, err error, code uint, msg string)
 }
 
 func TestAgentDownNamesSocket(t *testing.T) {
-	p := &Plugin{Dial: func(string) (Registry, error) { return nil, errors.New("connection refused") }, Now: time.Now}
+	p := &Plugin{Dial: func(string) (Registry, error) { return nil, errors.New("connection refused") },
+		Guard: &fakeGuard{ports: map[string]Port{}}, Now: time.Now}
 	err := p.Del(cmdArgs(t, "1.0.0", "", ""))
 	assertCNIError(t, "agent down", err, types.ErrTryAgainLater, "/run/freeflow/t/hosts/h1/admin.sock; the agent may be down")
 }
@@ -176,6 +237,17 @@ func TestDelIsIdempotent(t *testing.T) {
 	}
 	if len(f.byID) != 0 {
 		t.Fatalf("still registered after DEL: %v", f.byID)
+	}
+}
+
+// TestDelRemovesSourceChecksWhenAgentDown: DEL removes the checks even
+// when the agent cannot be reached, and says so.
+func TestDelRemovesSourceChecksWhenAgentDown(t *testing.T) {
+	g := &fakeGuard{ports: map[string]Port{"t-srv": {}}}
+	p := &Plugin{Dial: func(string) (Registry, error) { return nil, errors.New("connection refused") }, Guard: g, Now: time.Now}
+	assertCNIError(t, "agent down", p.Del(cmdArgs(t, "1.0.0", "", "")), types.ErrTryAgainLater, "agent may be down")
+	if len(g.ports) != 0 {
+		t.Fatalf("source checks left after DEL: %v", g.ports)
 	}
 }
 

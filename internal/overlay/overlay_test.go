@@ -24,7 +24,7 @@ import (
 // cluster name and removes every namespace when the test ends.
 func testCluster(t *testing.T, n int) (state.Layout, []state.Host) {
 	t.Helper()
-	if why := testenv.Missing("ip", "bridge", "nsenter"); why != "" {
+	if why := testenv.Missing("ip", "bridge", "nsenter", "nft"); why != "" {
 		t.Skip(why)
 	}
 	l := state.NewLayout(testenv.RandomName("t", 4))

@@ -16,10 +16,14 @@ const (
 	Bridge      = "ffbr0" // the container bridge; CNI's bridge plugin attaches containers to it
 )
 
-// SetupHost gives host h its container bridge and its VXLAN device with a
-// static route, neighbour and FDB entry for every peer.
+// SetupHost gives host h its overlay guard (guard.go), its container
+// bridge and its VXLAN device with a static route, neighbour and FDB
+// entry for every peer.
 func SetupHost(l state.Layout, h state.Host, peers []state.Host) error {
 	ns := l.HostNetNS(h.Name)
+	if err := guardHost(ns); err != nil {
+		return err
+	}
 	if err := enableForwarding(ns); err != nil {
 		return err
 	}

@@ -48,6 +48,14 @@
  *   LINK_TTL, the acceptor keeps the listener a second longer for offers
  *   made just before; listener close and fork close acceptor links, a fork
  *   child closes all, and links are used only while the agent is there.
+ * - A link is closed when it expires even if the process never calls the
+ *   library again: an idle acceptor (an event loop waiting in epoll, a
+ *   process busy elsewhere) would otherwise keep its listener and its stock,
+ *   in CLOSE_WAIT once the connector let go, for good. A thread of the
+ *   library's, the reaper, sleeps until the next expiry while links exist,
+ *   with every signal blocked, and closes them then, with the overlay
+ *   sockets waiting for ff_xlink_close_later. (The fabric sockets themselves
+ *   end without TIME_WAIT: the agents set TCP_LINGER2 on them, PROTOCOL.md.)
  *
  * Locking: mu guards the table and is never held across a wait or an agent
  * round trip; fill_mu guards the fill session and the sockets to close
@@ -135,6 +143,11 @@ static int nlater;
 /* The accepting side's epoll set (mu); a fork child forgets it (ff_xlinks_after_fork). */
 static int ep = -1;
 
+/* The reaper thread runs (mu); reap_cv wakes it for a new link, which may expire first. */
+static int reaping;
+static pthread_cond_t reap_cv;
+static pthread_once_t reap_once = PTHREAD_ONCE_INIT;
+
 int ff_xlinks_any(void)
 {
 	return atomic_load_explicit(&any, memory_order_relaxed);
@@ -188,6 +201,80 @@ static struct xlink *free_slot(void)
 	return f;
 }
 
+static void close_now(void);
+
+/* Close the links that expired (fill_mu and mu held); the next expiry, 0 if no link is left. */
+static int64_t expire(void)
+{
+	int64_t now = ff_now_ms(), next = 0;
+
+	close_now();
+	for (int i = 0; i < XLINK_MAX; i++) {
+		if (!xl[i].used)
+			continue;
+		if (xl[i].expires <= now)
+			xlink_close(&xl[i]);
+		else if (!next || xl[i].expires < next)
+			next = xl[i].expires;
+	}
+	return next;
+}
+
+static void *reap(void *arg)
+{
+	struct timespec ts;
+	int64_t next;
+
+	(void)arg;
+	for (;;) {
+		pthread_mutex_lock(&fill_mu);
+		pthread_mutex_lock(&mu);
+		next = expire();
+		pthread_mutex_unlock(&fill_mu);
+		if (!next)
+			break;
+		ts.tv_sec = next / 1000;
+		ts.tv_nsec = next % 1000 * 1000000;
+		pthread_cond_timedwait(&reap_cv, &mu, &ts);
+		pthread_mutex_unlock(&mu);
+	}
+	reaping = 0;
+	pthread_mutex_unlock(&mu);
+	return NULL;
+}
+
+static void reap_init(void)
+{
+	pthread_condattr_t a;
+
+	pthread_condattr_init(&a);
+	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+	pthread_cond_init(&reap_cv, &a);
+	pthread_condattr_destroy(&a);
+}
+
+/* See that the reaper runs, and wakes for a new link (mu held). */
+static void reaper(void)
+{
+	pthread_attr_t a;
+	pthread_t t;
+	sigset_t all, old;
+
+	if (reaping) {
+		pthread_cond_signal(&reap_cv);
+		return;
+	}
+	pthread_once(&reap_once, reap_init);
+	sigfillset(&all);
+	pthread_attr_init(&a);
+	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	/* Without it (no thread to be had), links still close when next used, as ever. */
+	reaping = !pthread_create(&t, &a, reap, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_attr_destroy(&a);
+}
+
 void ff_xlink_add(const struct sockaddr_storage *local, const struct sockaddr_storage *remote,
 		  uint32_t ttl_ms, uint64_t name, int listener, const uint8_t *token)
 {
@@ -217,6 +304,7 @@ void ff_xlink_add(const struct sockaddr_storage *local, const struct sockaddr_st
 		if (k.acceptor && ep_live())
 			ep_watch(listener, EPOLL_CTL_ADD, EPOLLIN);
 		atomic_store(&any, 1);
+		reaper();
 	} else if (listener >= 0) {
 		ff_real.close(listener);
 	}
@@ -918,6 +1006,8 @@ void ff_xlinks_after_fork(int child)
 	if (child) {
 		ep = -1;	/* closed with the control sessions (ff_control_atfork_child) */
 		nlater = 0;	/* the same */
+		reaping = 0;	/* threads do not fork; nor do the waits on reap_cv */
+		reap_init();
 		fill_agent.fd = fill_fd = -1;
 		fill_for = 0;
 		atomic_store(&fill_out, 0);

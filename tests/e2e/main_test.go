@@ -17,7 +17,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	skipReason = testenv.Missing("crun", "ip", "nsenter", "unshare", "python3", "etcd", "/usr/lib/cni/bridge")
+	skipReason = testenv.Missing("crun", "ip", "nsenter", "unshare", "python3", "etcd", "nft", "/usr/lib/cni/bridge")
 	if skipReason == "" {
 		var err error
 		if binDir, err = testenv.BuildBinaries(); err != nil {
