@@ -127,25 +127,54 @@ func (t *connTable) remove(id string, local, remote netip.AddrPort) {
 }
 
 // connList is the CONNS reply: the connections the agent answered and the
-// live entries of the processes' ledgers, sorted.
+// live entries of the processes' ledgers (each once), sorted.
 func (a *Agent) connList() []ConnInfo {
-	out := append(a.live.list(), a.ledgerConns()...)
+	a.refreshIdentities() // a restarted agent finds its host's ledgers (ledgerscan.go)
+	ends := a.ledgers.ends("")
+	out, ends := a.live.listLacking(ends)
+	out = append(out, a.ledgerConns(ends)...)
 	sortConns(out)
 	return out
+}
+
+// untabled returns the live entries of the ledgers of container id ("":
+// of every container) that the table does not list. A library lists what
+// the agent answered in its ledger too, so that a restarted agent finds
+// it; until its CLOSED the table's entry, and its charge, stand for it.
+// The ledgers are read before the table: an answer enters the table
+// before its PATH is sent, hence before its ledger entry, and leaves it
+// after (CLOSED follows the entry's close), so a live connection is in
+// one of them at every moment.
+func (a *Agent) untabled(id string) []ledgerEnd {
+	_, ends := a.live.listLacking(a.ledgers.ends(id))
+	return ends
 }
 
 // list prunes the entries whose process is gone and returns the others,
 // sorted.
 func (t *connTable) list() []ConnInfo {
+	out, _ := t.listLacking(nil)
+	sortConns(out)
+	return out
+}
+
+// listLacking prunes the entries whose process is gone and returns the
+// others, and those of ends that it has no entry for.
+func (t *connTable) listLacking(ends []ledgerEnd) ([]ConnInfo, []ledgerEnd) {
 	t.prune()
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	out := make([]ConnInfo, 0, len(t.m))
 	for _, e := range t.m {
 		out = append(out, e.info)
 	}
-	t.mu.Unlock()
-	sortConns(out)
-	return out
+	lacking := ends[:0]
+	for _, e := range ends {
+		if _, ok := t.m[e.key()]; !ok {
+			lacking = append(lacking, e)
+		}
+	}
+	return out, lacking
 }
 
 // sortConns sorts by local container, then local address, then remote.

@@ -39,6 +39,7 @@ import (
 	"maps"
 	"net/netip"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -51,20 +52,23 @@ import (
 // The ledger's layout, in host byte order (PROTOCOL.md, "The ledger").
 const (
 	ledgerMagic        = "FFLG"
-	ledgerVersion      = 1
+	ledgerVersion      = 2
 	ledgerHeaderSize   = 64
-	ledgerEntrySize    = 64
+	ledgerEntrySize    = 128
 	ledgerMaxSlots     = 1 << 16
 	ledgerOffOpened    = 16 // header: u64, linked shm connections the process ever opened
 	ledgerOffOpenedTCP = 24 // header: u64, the same for linked host-tcp connections
 
-	entryOffBytes     = 4  // u32: the shm memory the entry's channel holds
-	entryOffLocalLen  = 8  // u8: 6 or 18
-	entryOffRemoteLen = 9  // u8: 6 or 18
-	entryOffPath      = 10 // u8: 3, shm; 2, host-tcp
-	entryOffLocal     = 12 // an endpoint attribute's value, 18 bytes of room
-	entryOffRemote    = 30 // likewise
-	entryFieldsEnd    = 48 // the fields end here; the rest of the entry is 0
+	entryOffBytes     = 4   // u32: the shm memory the entry's channel holds
+	entryOffLocalLen  = 8   // u8: 6 or 18
+	entryOffRemoteLen = 9   // u8: 6 or 18
+	entryOffPath      = 10  // u8: a PATH_KIND, 0 to 3
+	entryOffReasonLen = 11  // u8: 0 to 64
+	entryOffLocal     = 12  // an endpoint attribute's value, 18 bytes of room
+	entryOffRemote    = 30  // likewise
+	entryOffReason    = 48  // the REASON the agent answered, 64 bytes of room
+	entryFieldsEnd    = 112 // the fields end here; the rest of the entry is 0
+	entryMaxReason    = entryFieldsEnd - entryOffReason
 )
 
 // ledgerSeals are the seals a ledger needs so that its mapping keeps its
@@ -78,11 +82,13 @@ type ledger struct {
 	ino  uint64              // the memfd's inode: the same ledger sent again
 }
 
-// ledgerEntry is a live entry: one end of a linked connection.
+// ledgerEntry is a live entry: one end of a connection, decided over a
+// link or answered by an agent.
 type ledgerEntry struct {
-	path          uint8  // pathShm or pathHostTCP
-	bytes         uint32 // 0 for host-tcp
+	path          uint8  // a PATH_KIND
+	bytes         uint32 // 0 but for shm
 	local, remote netip.AddrPort
+	reason        string // why overlay, or for unix why not shm
 }
 
 // openedCounts are a ledger header's counts of the linked connections its
@@ -123,14 +129,19 @@ func (s *session) handleLedger() error {
 // (the agent may have restarted); the same memfd (inode) again changes
 // nothing, so its opened counts are not folded in twice.
 func (s *ledgers) add(pid int32, self directory.Container, fd int) error {
+	s.prune() // nobody may list for a while: processes that are gone leave room here
+	return s.put(pid, self, fd)
+}
+
+// put is add without the pruning, for many ledgers at once.
+func (s *ledgers) put(pid int32, self directory.Container, fd int) error {
 	mem, ino, err := mapLedger(fd)
 	if err != nil {
 		return err
 	}
-	s.prune() // nobody may list for a while: processes that are gone leave room here
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if old := s.m[pid]; old != nil && old.ino == ino {
+	if s.hasLocked(ino) { // sent again, or found again by a scan (ledgerscan.go)
 		unix.Munmap(mem)
 		return nil
 	}
@@ -139,6 +150,18 @@ func (s *ledgers) add(pid int32, self directory.Container, fd int) error {
 	}
 	s.m[pid] = &ledger{self: self, mem: mem, ino: ino}
 	return nil
+}
+
+// hasLocked reports whether a process's ledger is the memfd of inode ino:
+// one memfd, held by two processes (one inherited it without the library
+// knowing), is listed once.
+func (s *ledgers) hasLocked(ino uint64) bool {
+	for _, l := range s.m {
+		if l.ino == ino {
+			return true
+		}
+	}
+	return false
 }
 
 // mapLedger checks that fd is a ledger memfd (size, seals, header) and
@@ -152,7 +175,7 @@ func mapLedger(fd int) ([]byte, uint64, error) {
 	if size < ledgerHeaderSize+ledgerEntrySize || size > ledgerHeaderSize+ledgerMaxSlots*ledgerEntrySize ||
 		(size-ledgerHeaderSize)%ledgerEntrySize != 0 {
 		return nil, 0, protocol.Errorf(protocol.CodeInvalid,
-			"LEDGER's descriptor is not a ledger memfd of 64 + 64 * slots bytes, 1 to %d slots (it has %d bytes); make it as PROTOCOL.md says",
+			"LEDGER's descriptor is not a ledger memfd of 64 + 128 * slots bytes, 1 to %d slots (it has %d bytes); make it as PROTOCOL.md says",
 			ledgerMaxSlots, size)
 	}
 	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0) // EINVAL: not a memfd
@@ -182,11 +205,11 @@ func checkLedgerHeader(mem []byte) error {
 	case magic != binary.NativeEndian.Uint32([]byte(ledgerMagic)):
 		bad = "it does not start with FFLG"
 	case version != ledgerVersion:
-		bad = "its version is not 1"
+		bad = "its version is not 2"
 	case n != uint32(slots):
 		bad = "its slots do not match its size"
 	case entry != ledgerEntrySize:
-		bad = "its entry_size is not 64"
+		bad = "its entry_size is not 128"
 	default:
 		return nil
 	}
@@ -244,29 +267,13 @@ func (s *ledgers) read(fn func(*ledger)) (folded openedCounts) {
 	return s.folded
 }
 
-// held returns the bytes of the live entries of container id's ledgers.
-func (s *ledgers) held(id string) uint64 {
-	var n uint64
-	s.read(func(l *ledger) {
-		if l.self.ID == id {
-			l.each(func(e ledgerEntry) { n += uint64(e.bytes) })
-		}
-	})
-	return n
-}
-
-// counts returns what STATUS adds from the ledgers: the linked connections
-// ever opened, the live entries and their bytes.
-func (s *ledgers) counts() (opened openedCounts, live int, bytes uint64) {
-	folded := s.read(func(l *ledger) {
-		opened.add(l.opened())
-		l.each(func(e ledgerEntry) {
-			live++
-			bytes += uint64(e.bytes)
-		})
-	})
+// opened returns the linked connections the processes ever opened, by
+// path, those of the ledgers dropped included.
+func (s *ledgers) opened() openedCounts {
+	var opened openedCounts
+	folded := s.read(func(l *ledger) { opened.add(l.opened()) })
 	opened.add(folded)
-	return opened, live, bytes
+	return opened
 }
 
 // ledgerEnd is a live entry and the container of its ledger.
@@ -275,27 +282,32 @@ type ledgerEnd struct {
 	ledgerEntry
 }
 
-// ends returns the live entries of every ledger.
-func (s *ledgers) ends() []ledgerEnd {
+func (e ledgerEnd) key() connKey { return connKey{e.self.ID, e.local, e.remote} }
+
+// ends returns the live entries of the ledgers of container id, or of
+// every container if id is "".
+func (s *ledgers) ends(id string) []ledgerEnd {
 	var out []ledgerEnd
 	s.read(func(l *ledger) {
-		l.each(func(e ledgerEntry) { out = append(out, ledgerEnd{l.self, e}) })
+		if id == "" || l.self.ID == id {
+			l.each(func(e ledgerEntry) { out = append(out, ledgerEnd{l.self, e}) })
+		}
 	})
 	return out
 }
 
-// ledgerConns lists the live ledger entries as connection ends of their
+// ledgerConns lists live ledger entries as connection ends of their
 // process's container; the remote container is the one that has the
-// remote address: for shm one of this host, as a same-host link joins two
-// processes of this host, for host-tcp one of any host.
-func (a *Agent) ledgerConns() []ConnInfo {
-	var out []ConnInfo
-	for _, e := range a.ledgers.ends() {
+// remote address: for shm and unix one of this host, as they join two
+// processes of this host, otherwise one of any host.
+func (a *Agent) ledgerConns(ends []ledgerEnd) []ConnInfo {
+	out := make([]ConnInfo, 0, len(ends))
+	for _, e := range ends {
 		peer, _ := a.dir.LookupIP(e.remote.Addr().String())
-		if e.path == pathShm && peer.Host != a.cfg.Host {
+		if (e.path == pathShm || e.path == pathUnix) && peer.Host != a.cfg.Host {
 			peer = directory.Container{}
 		}
-		out = append(out, connInfo(e.self, peer, e.local, e.remote, decision{kind: e.path}))
+		out = append(out, connInfo(e.self, peer, e.local, e.remote, decision{kind: e.path, reason: e.reason}))
 	}
 	return out
 }
@@ -344,8 +356,8 @@ func readEntry(mem []byte, off int) (e ledgerEntry, ok bool) {
 	for w := 4; w < entryFieldsEnd; w += 4 {
 		binary.NativeEndian.PutUint32(f[w:], load32(mem, off+w))
 	}
-	path := f[entryOffPath]
-	if load32(mem, off) != seq || (path != pathShm && path != pathHostTCP) {
+	path, reasonLen := f[entryOffPath], int(f[entryOffReasonLen])
+	if load32(mem, off) != seq || path > pathShm || reasonLen > entryMaxReason {
 		return e, false
 	}
 	local, okLocal := entryEndpoint(f[:], entryOffLocal, f[entryOffLocalLen])
@@ -353,7 +365,8 @@ func readEntry(mem []byte, off int) (e ledgerEntry, ok bool) {
 	if !okLocal || !okRemote {
 		return e, false
 	}
-	e = ledgerEntry{path: path, local: unmapEP(local), remote: unmapEP(remote)}
+	e = ledgerEntry{path: path, local: unmapEP(local), remote: unmapEP(remote),
+		reason: strings.ToValidUTF8(string(f[entryOffReason:entryOffReason+reasonLen]), "?")}
 	if path == pathShm {
 		e.bytes = binary.NativeEndian.Uint32(f[entryOffBytes:])
 	}

@@ -225,8 +225,9 @@ static inline int t_agent_await(const char *word, int want)
 }
 
 /*
- * Linked connection ends that the processes of this test opened (all, or
- * only those still open), as their ledgers say: the fake agent keeps each
+ * Connection ends of the processes of this test, as their ledgers say: the
+ * linked ones ever opened (live 0), or every one still open, linked or
+ * answered by the agent (live 1). The fake agent keeps each
  * ledger's memfd open and logs its fd ("ledger <fd>"), which this reads
  * through /proc (docs/PROTOCOL.md, "The ledger", has the layout).
  */
@@ -270,7 +271,7 @@ static inline int t_ledger_ends(int live)
 		/* opened (shm) at 16, then opened_tcp (host-tcp) at 24 */
 		for (off_t at = 16; !live && at <= 24 && pread(lfd, &opened, 8, at) == 8; at += 8)
 			total += opened;
-		for (off_t at = 64; live && pread(lfd, &seq, 4, at) == 4; at += 64)
+		for (off_t at = 64; live && pread(lfd, &seq, 4, at) == 4; at += 128)
 			total += seq & 1;
 		close(lfd);
 	}
@@ -521,14 +522,21 @@ static inline int t_tcp_state(uint16_t lport, uint16_t rport)
 	return state;
 }
 
+/*
+ * Open fds of this process, but its ledger's: the library makes that at the
+ * first answer or link and keeps it for the process's life (ledger.c).
+ */
 static inline int t_count_fds(void)
 {
-	char p[64];
+	static const char ledger[] = "/memfd:freeflow-ledger (deleted)";
+	char p[64], to[sizeof(ledger) + 1];
 	int n = 0;
+	ssize_t l;
 
 	for (int fd = 0; fd < 1024; fd++) {
 		snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
-		n += access(p, F_OK) == 0;
+		l = readlink(p, to, sizeof(to));
+		n += l >= 0 && !(l == (ssize_t)sizeof(ledger) - 1 && !memcmp(to, ledger, (size_t)l));
 	}
 	return n;
 }
