@@ -31,6 +31,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envChild) == "ask" {
 		os.Exit(askChild())
 	}
+	if os.Getenv(envChild) == "hold" {
+		os.Exit(holdChild())
+	}
 	if action := os.Getenv(envChild); action != "" {
 		res, err := runChild(action)
 		if err != nil {
