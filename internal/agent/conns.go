@@ -2,12 +2,15 @@ package agent
 
 import (
 	"cmp"
+	"encoding/json"
 	"errors"
 	"maps"
 	"net/netip"
 	"slices"
 	"sync"
 	"syscall"
+
+	"github.com/freeflow-net/freeflow/internal/protocol"
 )
 
 // ConnInfo is one live connection an agent answered CONNECT or ACCEPT
@@ -126,7 +129,41 @@ func (t *connTable) remove(id string, local, remote netip.AddrPort) {
 	t.deleteLocked(connKey{id, local, remote})
 }
 
-// connList is the CONNS reply: the connections the agent answered and the
+// connsPage is the reply to CONNS: as many entries of the list from its
+// OFFSET on (0 if absent) as fit one message, and how many the list has
+// (COUNT), so that a client asks again for the rest.
+func (a *Agent) connsPage(m *protocol.Message) (*protocol.Message, error) {
+	var offset uint32
+	if _, ok := m.Get(protocol.AttrOffset); ok {
+		var err error
+		if offset, err = m.U32(protocol.AttrOffset); err != nil {
+			return nil, err
+		}
+	}
+	all := a.connList()
+	page := []byte{'['}
+	for i := int(offset); i < len(all); i++ {
+		e, err := json.Marshal(all[i])
+		if err != nil {
+			return nil, protocol.Errorf(protocol.CodeInternal, "encode a connection: %v", err)
+		}
+		if len(page)+len(e)+1 > maxConnsJSON {
+			break
+		}
+		if len(page) > 1 {
+			page = append(page, ',')
+		}
+		page = append(page, e...)
+	}
+	page = append(page, ']')
+	return protocol.New(protocol.TypeOK, m.Seq, protocol.Attr{Type: protocol.AttrJSON, Value: page},
+		protocol.U32(protocol.AttrCount, uint32(len(all)))), nil
+}
+
+// maxConnsJSON is the room for a CONNS page: a JSON attribute's limit.
+const maxConnsJSON = 65000
+
+// connList is the list CONNS pages through: the connections the agent answered and the
 // live entries of the processes' ledgers (each once), sorted.
 func (a *Agent) connList() []ConnInfo {
 	a.refreshIdentities() // a restarted agent finds its host's ledgers (ledgerscan.go)

@@ -78,7 +78,7 @@ enum ff_attr_type {
 	FF_ATTR_LINK		= 24,	/* u64, a cross-host link's name (PATH host-tcp, LINK_FILL) */
 	FF_ATTR_COUNT		= 25,	/* u32, stock connections asked for (LINK_FILL) */
 	FF_ATTR_TOKEN		= 26,	/* 16 bytes, a cross-host link's secret */
-	/* 27 (LINK_PORT) is agent to agent: unknown here. */
+	/* 27 (LINK_PORT) is agent to agent, 28 (OFFSET) admin only: unknown here. */
 	FF_ATTR__COUNT			/* one past the highest known type */
 };
 
