@@ -9,6 +9,9 @@ package agent
 // MAP_SHARED, so it sees the library's writes, closes the descriptor, and
 // reads the mapping only when it lists or counts: CONNS, STATUS, and the
 // budget checks of a link grant and of a channel's reservation (shm.go).
+// It reads the entries each time: a ledger is up to 8 MiB (65536 entries
+// of 128 bytes, room for a reason), of which only the pages written are
+// read (below).
 // A ledger belongs to its process (the session's pid, from the kernel): a
 // new LEDGER of that pid replaces it, and it is unmapped once the process
 // is gone, which every read checks first. Either way its opened counts
@@ -16,7 +19,11 @@ package agent
 //
 // Cross-host links (xlink.go) list their connections here too: path
 // host-tcp, holding no shm (bytes 0 whatever the entry says), counted in
-// the header's opened_tcp.
+// the header's opened_tcp. So does every connection the agent answered
+// (any path, with the answer's reason; not counted in the header): the
+// agent's table lists such an end until CLOSED, the ledger after it, and
+// a restarted agent, whose table is empty, finds them all here, in the
+// ledgers it looks for itself (ledgerscan.go).
 //
 // The library can write the memory while the agent reads it, so nothing
 // read from it is trusted. The size and the slot count are those checked

@@ -31,7 +31,10 @@ package agent
 // the connection table; it is released when the entry goes (CLOSED, its
 // process gone, eviction) or when a half is closed untaken (a parked half
 // that expires, a meeting decided twice). Before refusing, the agent
-// drops the entries of processes that exited without CLOSED.
+// drops the entries of processes that exited without CLOSED. The library
+// lists the end in its process's ledger too, which is charged for it once
+// the table's entry is gone (conns.go, untabled): so an agent that
+// restarted, with no table, charges the channels its predecessor made.
 //
 // Links (broker.go says why and how they are used). With an shm channel
 // the agent also hands the two ends a link, one end each as PATH's third

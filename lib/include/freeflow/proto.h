@@ -46,6 +46,7 @@ enum ff_msg_type {
 	FF_MSG_LIST		= 0x42,
 	FF_MSG_STATUS		= 0x43,
 	FF_MSG_OK		= 0x44,
+	FF_MSG_CONNS		= 0x45,	/* admin: the live connections, a page from OFFSET */
 	FF_MSG_ERROR		= 0x7f,
 };
 
