@@ -2,6 +2,7 @@ package agent
 
 import (
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -713,4 +714,46 @@ func TestLedgerAnsweredConnectionsListedOnce(t *testing.T) {
 	l.free(0)
 	l.free(1)
 	wantListed("after the ledger's entries were freed", []ConnInfo{}, 0)
+}
+
+// TestLedgerVectors: the ledger lines of docs/protocol-vectors.txt (a
+// one-slot ledger each, as the library's layout constants give it; the C
+// vector test checks that) read as they say.
+func TestLedgerVectors(t *testing.T) {
+	b, err := os.ReadFile("../../docs/protocol-vectors.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 4 || f[1] != "ledger" || strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		n++
+		mem, err := hex.DecodeString(f[2])
+		if err != nil || len(mem) != ledgerHeaderSize+ledgerEntrySize {
+			t.Errorf("%s: %d bytes (%v); want a ledger of one slot", f[0], len(mem), err)
+			continue
+		}
+		if err := checkLedgerHeader(mem); err != nil {
+			t.Errorf("%s: %v", f[0], err)
+			continue
+		}
+		e, ok := readEntry(mem, ledgerHeaderSize)
+		if !ok {
+			t.Errorf("%s: the entry is not read as live and valid", f[0])
+			continue
+		}
+		ep := func(ap netip.AddrPort) []byte { return protocol.Endpoint(protocol.AttrLocalEndpoint, ap).Value }
+		opened := (&ledger{mem: mem}).opened()
+		got := fmt.Sprintf("opened=%d opened_tcp=%d seq=%d bytes=%d path=%d local=%x remote=%x reason=%s",
+			opened.shm, opened.tcp, load32(mem, ledgerHeaderSize), e.bytes, e.path, ep(e.local), ep(e.remote), e.reason)
+		if want := strings.Join(f[3:], " "); got != want {
+			t.Errorf("%s: read\n %s\nwant %s", f[0], got, want)
+		}
+	}
+	if n < 2 {
+		t.Fatalf("%d ledger vectors; the file looks truncated", n)
+	}
 }

@@ -38,24 +38,13 @@
 #include <unistd.h>
 
 #include "freeflow/proto.h"
+#include "ledger.h"
 #include "shim.h"
 
-#define SLOTS		65536u
-#define HDR		64u
-#define ENTRY		128u
-#define VERSION		2u
-#define OFF_OPENED	16u	/* header: u64, shm */
-#define OFF_OPENED_TCP	24u	/* header: u64, host-tcp */
-#define OFF_SEQ		0u	/* entry: u32 */
-#define OFF_BYTES	4u
-#define OFF_LOCAL_LEN	8u
-#define OFF_REMOTE_LEN	9u
-#define OFF_PATH	10u
-#define OFF_REASON_LEN	11u
-#define OFF_LOCAL	12u
-#define OFF_REMOTE	30u
-#define OFF_REASON	48u
-#define REASON_MAX	64u
+#define SLOTS		FF_LEDGER_SLOTS_MAX
+#define HDR		FF_LEDGER_HDR
+#define ENTRY		FF_LEDGER_ENTRY
+#define REASON_MAX	FF_LEDGER_REASON_MAX
 
 #define SIZE		(HDR + (size_t)SLOTS * ENTRY)
 
@@ -71,7 +60,7 @@ static uint32_t nfree, free_cap;
 
 static _Atomic uint32_t *seq_of(uint32_t i)
 {
-	return (_Atomic uint32_t *)(void *)(base + HDR + (size_t)i * ENTRY + OFF_SEQ);
+	return (_Atomic uint32_t *)(void *)(base + HDR + (size_t)i * ENTRY + FF_LEDGER_E_SEQ);
 }
 
 /* A new ledger: its memfd (or -errno), mapped at *at. */
@@ -90,10 +79,10 @@ static int make(uint8_t **at)
 		return ret;
 	}
 	*at = p;
-	memcpy(p, "FFLG", 4);
-	*(uint32_t *)(void *)(*at + 4) = VERSION;
-	*(uint32_t *)(void *)(*at + 8) = SLOTS;
-	*(uint32_t *)(void *)(*at + 12) = ENTRY;
+	memcpy(p, FF_LEDGER_MAGIC, 4);
+	*(uint32_t *)(void *)(*at + FF_LEDGER_OFF_VERSION) = FF_LEDGER_VERSION;
+	*(uint32_t *)(void *)(*at + FF_LEDGER_OFF_SLOTS) = SLOTS;
+	*(uint32_t *)(void *)(*at + FF_LEDGER_OFF_ENTRY) = ENTRY;
 	return fd;
 }
 
@@ -184,19 +173,20 @@ void ff_ledger_publish(uint64_t e, const struct sockaddr_storage *local,
 	i = index_of(e);
 	if (i >= 0) {
 		p = base + HDR + (size_t)i * ENTRY;
-		ll = ff_endpoint(local, p + OFF_LOCAL);
-		rl = ff_endpoint(remote, p + OFF_REMOTE);
-		*(uint32_t *)(void *)(p + OFF_BYTES) = bytes;
-		p[OFF_LOCAL_LEN] = ll > 0 ? (uint8_t)ll : 0;
-		p[OFF_REMOTE_LEN] = rl > 0 ? (uint8_t)rl : 0;
-		p[OFF_PATH] = path;
-		p[OFF_REASON_LEN] = (uint8_t)rn;
-		memcpy(p + OFF_REASON, reason ? reason : "", rn);
-		if (linked)	/* the agent counts what it answered itself */
-			atomic_fetch_add_explicit((_Atomic uint64_t *)(void *)(base + (path == FF_PATH_SHM
-										 ? OFF_OPENED
-										 : OFF_OPENED_TCP)),
-						  1, memory_order_relaxed);
+		ll = ff_endpoint(local, p + FF_LEDGER_E_LOCAL);
+		rl = ff_endpoint(remote, p + FF_LEDGER_E_REMOTE);
+		*(uint32_t *)(void *)(p + FF_LEDGER_E_BYTES) = bytes;
+		p[FF_LEDGER_E_LOCAL_LEN] = ll > 0 ? (uint8_t)ll : 0;
+		p[FF_LEDGER_E_REMOTE_LEN] = rl > 0 ? (uint8_t)rl : 0;
+		p[FF_LEDGER_E_PATH] = path;
+		p[FF_LEDGER_E_REASON_LEN] = (uint8_t)rn;
+		memcpy(p + FF_LEDGER_E_REASON, reason ? reason : "", rn);
+		if (linked) {	/* the agent counts what it answered itself */
+			size_t at = path == FF_PATH_SHM ? FF_LEDGER_OFF_OPENED : FF_LEDGER_OFF_OPENED_TCP;
+
+			atomic_fetch_add_explicit((_Atomic uint64_t *)(void *)(base + at), 1,
+						  memory_order_relaxed);
+		}
 		atomic_fetch_add_explicit(seq_of((uint32_t)i), 1, memory_order_release);
 	}
 	pthread_mutex_unlock(&mu);
