@@ -167,6 +167,7 @@ const maxConnsJSON = 65000
 // live entries of the processes' ledgers (each once), sorted.
 func (a *Agent) connList() []ConnInfo {
 	a.refreshIdentities() // a restarted agent finds its host's ledgers (ledgerscan.go)
+	a.ledgers.prune()
 	ends := a.ledgers.ends("")
 	out, ends := a.live.listLacking(ends)
 	out = append(out, a.ledgerConns(ends)...)
@@ -183,8 +184,7 @@ func (a *Agent) connList() []ConnInfo {
 // after (CLOSED follows the entry's close), so a live connection is in
 // one of them at every moment.
 func (a *Agent) untabled(id string) []ledgerEnd {
-	_, ends := a.live.listLacking(a.ledgers.ends(id))
-	return ends
+	return a.live.lacking(a.ledgers.ends(id))
 }
 
 // list prunes the entries whose process is gone and returns the others,
@@ -196,7 +196,7 @@ func (t *connTable) list() []ConnInfo {
 }
 
 // listLacking prunes the entries whose process is gone and returns the
-// others, and those of ends that it has no entry for.
+// others, and those of ends that it has no entry for, at one moment.
 func (t *connTable) listLacking(ends []ledgerEnd) ([]ConnInfo, []ledgerEnd) {
 	t.prune()
 	t.mu.Lock()
@@ -205,13 +205,24 @@ func (t *connTable) listLacking(ends []ledgerEnd) ([]ConnInfo, []ledgerEnd) {
 	for _, e := range t.m {
 		out = append(out, e.info)
 	}
-	lacking := ends[:0]
+	return out, t.lackingLocked(ends)
+}
+
+// lacking returns those of ends that the table has no entry for.
+func (t *connTable) lacking(ends []ledgerEnd) []ledgerEnd {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.lackingLocked(ends)
+}
+
+func (t *connTable) lackingLocked(ends []ledgerEnd) []ledgerEnd {
+	out := ends[:0]
 	for _, e := range ends {
 		if _, ok := t.m[e.key()]; !ok {
-			lacking = append(lacking, e)
+			out = append(out, e)
 		}
 	}
-	return out, lacking
+	return out
 }
 
 // sortConns sorts by local container, then local address, then remote.

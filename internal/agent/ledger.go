@@ -14,8 +14,9 @@ package agent
 // read (below).
 // A ledger belongs to its process (the session's pid, from the kernel): a
 // new LEDGER of that pid replaces it, and it is unmapped once the process
-// is gone, which every read checks first. Either way its opened counts
-// are folded into the totals.
+// is gone, which every listing or count checks first (a budget check
+// only before it refuses). Either way its opened counts are folded into
+// the totals.
 //
 // Cross-host links (xlink.go) list their connections here too: path
 // host-tcp, holding no shm (bytes 0 whatever the entry says), counted in
@@ -262,10 +263,12 @@ func (s *ledgers) close() {
 	}
 }
 
-// read prunes, then calls fn for every ledger with the store locked, and
-// returns the opened counts of the ledgers dropped so far.
+// read calls fn for every ledger with the store locked, and returns the
+// opened counts of the ledgers dropped so far. It does not prune: a
+// budget check, on the path of every new channel, would pay a syscall per
+// process; whoever lists prunes first, and so does a budget check before
+// it refuses.
 func (s *ledgers) read(fn func(*ledger)) (folded openedCounts) {
-	s.prune()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, l := range s.m {

@@ -189,7 +189,11 @@ func (a *Agent) chargeShm(ids [2]string, set directory.Settings) ([2]*shmCharge,
 	if c, ok := a.shm.reserve(ids, limit, shmChannelBytes, listed); ok {
 		return c, true
 	}
-	a.live.prune()
+	a.live.prune() // processes that exited hold nothing
+	a.ledgers.prune()
+	for _, id := range ids {
+		listed[id] = a.untabledBytes(id)
+	}
 	return a.shm.reserve(ids, limit, shmChannelBytes, listed)
 }
 

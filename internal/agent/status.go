@@ -51,8 +51,9 @@ func (a *Agent) status() Status {
 // now, the processes' ledgers included (each connection end once).
 func (a *Agent) connCounters() ConnCounters {
 	a.refreshIdentities() // a restarted agent finds its host's ledgers (ledgerscan.go)
+	a.ledgers.prune()
+	c := a.live.counters() // prunes the table
 	listed := a.untabled("")
-	c := a.live.counters()
 	_, c.ShmBytes = a.shm.charged("")
 	opened := a.ledgers.opened()
 	c.FastPath += opened.shm + opened.tcp
