@@ -376,11 +376,24 @@ func readEntry(mem []byte, off int) (e ledgerEntry, ok bool) {
 		return e, false
 	}
 	e = ledgerEntry{path: path, local: unmapEP(local), remote: unmapEP(remote),
-		reason: strings.ToValidUTF8(string(f[entryOffReason:entryOffReason+reasonLen]), "?")}
+		reason: printable(f[entryOffReason : entryOffReason+reasonLen])}
 	if path == pathShm {
 		e.bytes = binary.NativeEndian.Uint32(f[entryOffBytes:])
 	}
 	return e, true
+}
+
+// printable returns b with every byte that is not printable ASCII as '?':
+// a reason is a word such as shm-budget, and what a library writes must
+// not reach the terminal of whoever runs `freeflow conns` as control
+// sequences.
+func printable(b []byte) string {
+	return strings.Map(func(r rune) rune {
+		if r < '!' || r > '~' {
+			return '?'
+		}
+		return r
+	}, string(b))
 }
 
 // entryEndpoint decodes the endpoint of n bytes at off in an entry's

@@ -406,8 +406,8 @@ func TestRetiredOpenedIsUnknown(t *testing.T) {
 }
 
 // An entry is taken only when it is live (odd seq) and valid: lengths 6
-// or 18, a path kind of 0 to 3 and a reason of at most 64 bytes; nothing
-// in it can make the agent read out of bounds.
+// or 18, a path kind of 0 to 3 and a reason of at most 64 bytes, shown as
+// printable ASCII; nothing in it can make the agent read out of bounds.
 func TestLedgerTornEntriesSkipped(t *testing.T) {
 	a := startAgent(t, newFakeDir(ffSelf), nil)
 	cli := newLib(t, a)
@@ -425,12 +425,15 @@ func TestLedgerTornEntriesSkipped(t *testing.T) {
 	l.publish(7, with(entryOffPath, 255))
 	l.publish(9, with(entryOffReasonLen, entryMaxReason+1))
 	l.publish(10, with(entryOffReasonLen, 255))
+	l.putAnswer(11, pathUnix, 0, selfCli(47411), selfSrv, "\x1b[2J\xffshm budget")
 	l.put(8, 100, "[fd00::9]:47408", "[fd00::8]:8080")
 	if err := cli.ledger(l.fd); err != nil {
 		t.Fatal(err)
 	}
 	wantNoReplies(t, cli)
-	want := []ConnInfo{linkedEnd(selfCli(47400), selfSrv, "self"), linkedEnd("[fd00::9]:47408", "[fd00::8]:8080", "")}
+	escaped := ConnInfo{Local: selfCli(47411), Remote: selfSrv, LocalContainer: "self", RemoteContainer: "self",
+		Path: "unix", Reason: "?[2J?shm?budget"} // no control sequence reaches a terminal
+	want := []ConnInfo{linkedEnd(selfCli(47400), selfSrv, "self"), linkedEnd("[fd00::9]:47408", "[fd00::8]:8080", ""), escaped}
 	sortConns(want)
 	if got := a.connList(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("conns:\n got %+v\nwant %+v", got, want)
