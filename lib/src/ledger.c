@@ -115,7 +115,8 @@ int ff_ledger_ready(void)
 	}
 	pthread_mutex_unlock(&make_mu);
 	if (ret)
-		ff_debug("no ledger for the agent (%s): links not used", strerror(-ret));
+		ff_debug("no ledger for the agent (%s): links not used, answers listed by the agent alone",
+			 strerror(-ret));
 	return ret;
 }
 
