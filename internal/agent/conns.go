@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/freeflow-net/freeflow/internal/protocol"
 )
@@ -65,6 +66,32 @@ type connTable struct {
 	mu    sync.Mutex
 	m     map[connKey]connEntry
 	count ConnCounters
+
+	pages connPages // the list CONNS pages through
+}
+
+// connPages keeps the list a CONNS from offset 0 made for the pages after
+// it: making it reads every ledger and sorts (half a second for 65536
+// connections), and a client asks for about 480 entries a page.
+type connPages struct {
+	mu   sync.Mutex
+	list []ConnInfo
+	at   time.Time
+}
+
+// connPagesFresh is how long the pages after the first come from the list
+// the first one made: a client asks for them at once.
+const connPagesFresh = 5 * time.Second
+
+// get returns the list for a page from offset: made afresh for offset 0
+// (or if it is older than connPagesFresh), else the one made last.
+func (p *connPages) get(offset uint32, build func() []ConnInfo) []ConnInfo {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if offset == 0 || time.Since(p.at) > connPagesFresh {
+		p.list, p.at = build(), time.Now()
+	}
+	return p.list
 }
 
 func newConnTable() *connTable {
@@ -140,7 +167,7 @@ func (a *Agent) connsPage(m *protocol.Message) (*protocol.Message, error) {
 			return nil, err
 		}
 	}
-	all := a.connList()
+	all := a.live.pages.get(offset, a.connList)
 	page := []byte{'['}
 	for i := int(offset); i < len(all); i++ {
 		e, err := json.Marshal(all[i])
@@ -163,8 +190,9 @@ func (a *Agent) connsPage(m *protocol.Message) (*protocol.Message, error) {
 // maxConnsJSON is the room for a CONNS page: a JSON attribute's limit.
 const maxConnsJSON = 65000
 
-// connList is the list CONNS pages through: the connections the agent answered and the
-// live entries of the processes' ledgers (each once), sorted.
+// connList is the list CONNS pages through: the connections the agent
+// answered and the live entries of the processes' ledgers (each end once),
+// sorted.
 func (a *Agent) connList() []ConnInfo {
 	a.refreshIdentities() // a restarted agent finds its host's ledgers (ledgerscan.go)
 	a.ledgers.prune()
@@ -213,6 +241,23 @@ func (t *connTable) lacking(ends []ledgerEnd) []ledgerEnd {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.lackingLocked(ends)
+}
+
+// lackingBytes returns the bytes of the entries of container id that each
+// yields and the table has no entry for. each runs with the table locked
+// (the ledgers' lock is taken inside it; nothing takes the two the other
+// way), so that a budget check on the path of every new channel copies
+// nothing and locks the table once.
+func (t *connTable) lackingBytes(id string, each func(fn func(ledgerEntry))) uint64 {
+	var n uint64
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	each(func(e ledgerEntry) {
+		if _, ok := t.m[connKey{id, e.local, e.remote}]; !ok {
+			n += uint64(e.bytes)
+		}
+	})
+	return n
 }
 
 func (t *connTable) lackingLocked(ends []ledgerEnd) []ledgerEnd {

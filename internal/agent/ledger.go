@@ -286,6 +286,16 @@ func (s *ledgers) opened() openedCounts {
 	return opened
 }
 
+// shmEntries calls fn for every live shm entry of the ledgers of
+// container id, with the store locked.
+func (s *ledgers) shmEntries(id string, fn func(ledgerEntry)) {
+	s.read(func(l *ledger) {
+		if l.self.ID == id {
+			l.read(true, fn)
+		}
+	})
+}
+
 // ledgerEnd is a live entry and the container of its ledger.
 type ledgerEnd struct {
 	self directory.Container
@@ -331,14 +341,18 @@ func (l *ledger) opened() openedCounts {
 }
 
 // each calls fn for every live entry of l, reading only resident pages.
-func (l *ledger) each(fn func(ledgerEntry)) {
+func (l *ledger) each(fn func(ledgerEntry)) { l.read(false, fn) }
+
+// read calls fn for every live entry of l, or with shmOnly for every live
+// shm entry (reason unread), reading only resident pages.
+func (l *ledger) read(shmOnly bool, fn func(ledgerEntry)) {
 	page := os.Getpagesize()
 	resident := residentPages(l.mem, page)
 	for off := ledgerHeaderSize; off < len(l.mem); off += ledgerEntrySize {
 		if resident != nil && resident[off/page]&1 == 0 {
 			continue
 		}
-		if e, ok := readEntry(l.mem, off); ok {
+		if e, ok := readEntry(l.mem, off, shmOnly); ok {
 			fn(e)
 		}
 	}
@@ -356,19 +370,28 @@ func residentPages(mem []byte, page int) []byte {
 }
 
 // readEntry reads the entry at off of a ledger mapped at mem; ok is false
-// unless it is live, read whole and valid.
-func readEntry(mem []byte, off int) (e ledgerEntry, ok bool) {
+// unless it is live, read whole and valid, and with shmOnly an shm entry,
+// whose reason is then not read (a budget check, on the path of every new
+// channel, needs only the endpoints and the bytes).
+func readEntry(mem []byte, off int, shmOnly bool) (e ledgerEntry, ok bool) {
 	seq := load32(mem, off)
 	if seq&1 == 0 {
 		return e, false
 	}
 	var f [entryFieldsEnd]byte // a copy of the fields, taken word by word
-	for w := 4; w < entryFieldsEnd; w += 4 {
+	end := entryFieldsEnd
+	if shmOnly {
+		end = entryOffReason
+	}
+	for w := 4; w < end; w += 4 {
 		binary.NativeEndian.PutUint32(f[w:], load32(mem, off+w))
 	}
 	path, reasonLen := f[entryOffPath], int(f[entryOffReasonLen])
-	if load32(mem, off) != seq || path > pathShm || reasonLen > entryMaxReason {
+	if load32(mem, off) != seq || path > pathShm || reasonLen > entryMaxReason || (shmOnly && path != pathShm) {
 		return e, false
+	}
+	if shmOnly {
+		reasonLen = 0
 	}
 	local, okLocal := entryEndpoint(f[:], entryOffLocal, f[entryOffLocalLen])
 	remote, okRemote := entryEndpoint(f[:], entryOffRemote, f[entryOffRemoteLen])

@@ -483,7 +483,7 @@ func TestLedgerEntryReadWhileWritten(t *testing.T) {
 	taken, deadline := 0, time.Now().Add(300*time.Millisecond)
 	for time.Now().Before(deadline) {
 		for range 1000 {
-			e, ok := readEntry(l.mem, ledgerHeaderSize)
+			e, ok := readEntry(l.mem, ledgerHeaderSize, false)
 			if !ok {
 				continue
 			}
@@ -743,7 +743,7 @@ func TestLedgerVectors(t *testing.T) {
 			t.Errorf("%s: %v", f[0], err)
 			continue
 		}
-		e, ok := readEntry(mem, ledgerHeaderSize)
+		e, ok := readEntry(mem, ledgerHeaderSize, false)
 		if !ok {
 			t.Errorf("%s: the entry is not read as live and valid", f[0])
 			continue

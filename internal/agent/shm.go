@@ -206,13 +206,9 @@ func (a *Agent) shmHeld(id string) uint64 {
 }
 
 // untabledBytes returns the bytes of container id's ledger entries that
-// the connection table does not list ("": of every container).
+// the connection table does not list (conns.go, untabled).
 func (a *Agent) untabledBytes(id string) uint64 {
-	var n uint64
-	for _, e := range a.untabled(id) {
-		n += uint64(e.bytes)
-	}
-	return n
+	return a.live.lackingBytes(id, func(fn func(ledgerEntry)) { a.ledgers.shmEntries(id, fn) })
 }
 
 // newShmHalves makes a channel with rings of ring bytes: the memfd, and
