@@ -7,11 +7,11 @@ package agent
 // session it opens after one broke. An agent that restarted would thus
 // know a process's connections only once that process talks to it again,
 // and those of a process that never does, never. So when the agent comes
-// to know a local container (at start, or when its directory cache
-// brings one it did not know), it finds the ledgers of that container's
-// processes itself: every process whose network namespace is the
-// container's (the same identification as a caller's, identity.go), and
-// in it the descriptor whose link reads as a memfd named
+// to know a local container (at start, when its directory cache brings
+// one it did not know, or at REGISTER), it finds the ledgers of that
+// container's processes itself: every process whose network namespace is
+// the container's (the same identification as a caller's, identity.go),
+// and in it the descriptor whose link reads as a memfd named
 // "freeflow-ledger". The agent runs as root on the host, so it may open
 // that memfd through /proc/<pid>/fd/<n>, read-only; from there it is
 // checked and mapped as a handed one (mapLedger), and a memfd already

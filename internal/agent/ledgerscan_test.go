@@ -150,3 +150,17 @@ func TestLedgerCandidateMustBeMemfd(t *testing.T) {
 		}
 	}
 }
+
+// TestLedgersFoundWhenContainerRegistered: a container registered with an
+// agent while its processes already run (registered again after the
+// agent restarted) is listed with their ledgers at once.
+func TestLedgersFoundWhenContainerRegistered(t *testing.T) {
+	needRoot(t, "ip")
+	nsWeb := makeNetns(t)
+	holdInNetns(t, nsWeb, libraryLedger(t))
+	a := startAgent(t, newFakeDir(neighbour, remoteContainer), nil)
+	if err := adminClient(t, a).Register(ctxT(t), container("web0", "web", "10.244.1.2", nsWeb)); err != nil {
+		t.Fatal(err)
+	}
+	wantWebEnds(t, a, 0)
+}
