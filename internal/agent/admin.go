@@ -29,7 +29,7 @@ func (s *session) handleAdmin(m *protocol.Message) (*protocol.Message, error) {
 	case protocol.TypeList:
 		return okReply(m.Seq, nonNil(s.a.dir.Containers()), nil)
 	case protocol.TypeConns:
-		return okReply(m.Seq, s.a.connList(), nil)
+		return s.a.connsPage(m)
 	default: // STATUS
 		return okReply(m.Seq, s.a.status(), nil)
 	}
@@ -73,6 +73,7 @@ func (a *Agent) register(ctx context.Context, c directory.Container) error {
 		return protocol.Errorf(protocol.CodeUnavailable, "write container %s to the directory: %v; try again when etcd is reachable", c.ID, err)
 	}
 	a.ids.put(c, k)
+	a.scanLedgers(map[nsKey]directory.Container{k: c}) // registered again while it runs: its ledgers
 	a.log.Info("container registered", "id", c.ID, "name", c.Name, "ip", c.IP, "netns", c.NetNS)
 	return nil
 }

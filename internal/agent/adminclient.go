@@ -68,13 +68,28 @@ func (a *AdminClient) Status(ctx context.Context) (Status, error) {
 }
 
 // Conns returns the live connections the agent answered for and those
-// the processes' ledgers list.
+// the processes' ledgers list, asking for them a page at a time.
 func (a *AdminClient) Conns(ctx context.Context) ([]ConnInfo, error) {
-	var cs []ConnInfo
-	if err := a.okJSON(ctx, protocol.TypeConns, &cs); err != nil {
-		return nil, err
+	cs := []ConnInfo{}
+	for {
+		m := protocol.New(protocol.TypeConns, 0, protocol.U32(protocol.AttrOffset, uint32(len(cs))))
+		r, err := a.c.call(ctx, m, protocol.TypeOK)
+		if err != nil {
+			return nil, fmt.Errorf("agent %v: %w", protocol.TypeConns, err)
+		}
+		var page []ConnInfo
+		total, err := r.U32(protocol.AttrCount)
+		if err == nil {
+			err = r.JSON(&page)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("agent %v reply: %w", protocol.TypeConns, err)
+		}
+		cs = append(cs, page...)
+		if len(page) == 0 || len(cs) >= int(total) { // the list may shrink meanwhile
+			return cs, nil
+		}
 	}
-	return cs, nil
 }
 
 func (a *AdminClient) okJSON(ctx context.Context, t protocol.Type, v any) error {

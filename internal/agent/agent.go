@@ -175,7 +175,7 @@ func New(cfg Config, dir Directory) (*Agent, error) {
 		cfg: cfg, subnet: subnet.Masked(), dir: dir, log: cfg.Logger, selfNS: self,
 		ids: newIdentities(), conns: map[*net.UnixConn]struct{}{},
 		rv: newRendezvous(cfg.keepDecided), listeners: newListeners(), live: newConnTable(), nonces: newNonces(),
-		shm: newShmBudget(ledgers), ledgers: ledgers, standbys: newStandbys(), xlinks: newXLinks(),
+		shm: newShmBudget(), ledgers: ledgers, standbys: newStandbys(), xlinks: newXLinks(),
 		sessions: newQuota(cfg.SessionsPerContainer), admins: newQuota(cfg.AdminConns),
 		refusals: newQuota(refusalsPerContainer), strangerRefusals: newQuota(refusalsStrangers),
 		fills: newQuota(fillsPerContainer),

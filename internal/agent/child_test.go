@@ -33,6 +33,8 @@ func TestMain(m *testing.M) {
 		os.Exit(askChild())
 	case "hold":
 		os.Exit(holdChild())
+	case "hold-ledger":
+		os.Exit(holdLedgerChild())
 	}
 	if action := os.Getenv(envChild); action != "" {
 		res, err := runChild(action)

@@ -2,12 +2,16 @@ package agent
 
 import (
 	"cmp"
+	"encoding/json"
 	"errors"
 	"maps"
 	"net/netip"
 	"slices"
 	"sync"
 	"syscall"
+	"time"
+
+	"github.com/freeflow-net/freeflow/internal/protocol"
 )
 
 // ConnInfo is one live connection an agent answered CONNECT or ACCEPT
@@ -66,6 +70,32 @@ type connTable struct {
 	m     map[connKey]connEntry
 	held  map[string]int // entries per container
 	count ConnCounters
+
+	pages connPages // the list CONNS pages through
+}
+
+// connPages keeps the list a CONNS from offset 0 made for the pages after
+// it: making it reads every ledger and sorts (half a second for 65536
+// connections), and a client asks for about 480 entries a page.
+type connPages struct {
+	mu   sync.Mutex
+	list []ConnInfo
+	at   time.Time
+}
+
+// connPagesFresh is how long the pages after the first come from the list
+// the first one made: a client asks for them at once.
+const connPagesFresh = 5 * time.Second
+
+// get returns the list for a page from offset: made afresh for offset 0
+// (or if it is older than connPagesFresh), else the one made last.
+func (p *connPages) get(offset uint32, build func() []ConnInfo) []ConnInfo {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if offset == 0 || time.Since(p.at) > connPagesFresh {
+		p.list, p.at = build(), time.Now()
+	}
+	return p.list
 }
 
 func newConnTable() *connTable {
@@ -147,25 +177,117 @@ func (t *connTable) remove(id string, local, remote netip.AddrPort) {
 	t.deleteLocked(connKey{id, local, remote})
 }
 
-// connList is the CONNS reply: the connections the agent answered and the
-// live entries of the processes' ledgers, sorted.
+// connsPage is the reply to CONNS: as many entries of the list from its
+// OFFSET on (0 if absent) as fit one message, and how many the list has
+// (COUNT), so that a client asks again for the rest.
+func (a *Agent) connsPage(m *protocol.Message) (*protocol.Message, error) {
+	var offset uint32
+	if _, ok := m.Get(protocol.AttrOffset); ok {
+		var err error
+		if offset, err = m.U32(protocol.AttrOffset); err != nil {
+			return nil, err
+		}
+	}
+	all := a.live.pages.get(offset, a.connList)
+	page := []byte{'['}
+	for i := int(offset); i < len(all); i++ {
+		e, err := json.Marshal(all[i])
+		if err != nil {
+			return nil, protocol.Errorf(protocol.CodeInternal, "encode a connection: %v", err)
+		}
+		if len(page)+len(e)+1 > maxConnsJSON {
+			break
+		}
+		if len(page) > 1 {
+			page = append(page, ',')
+		}
+		page = append(page, e...)
+	}
+	page = append(page, ']')
+	return protocol.New(protocol.TypeOK, m.Seq, protocol.Attr{Type: protocol.AttrJSON, Value: page},
+		protocol.U32(protocol.AttrCount, uint32(len(all)))), nil
+}
+
+// maxConnsJSON is the room for a CONNS page: a JSON attribute's limit.
+const maxConnsJSON = 65000
+
+// connList is the list CONNS pages through: the connections the agent
+// answered and the live entries of the processes' ledgers (each end once),
+// sorted.
 func (a *Agent) connList() []ConnInfo {
-	out := append(a.live.list(), a.ledgerConns()...)
+	a.refreshIdentities() // a restarted agent finds its host's ledgers (ledgerscan.go)
+	a.ledgers.prune()
+	ends := a.ledgers.ends("")
+	out, ends := a.live.listLacking(ends)
+	out = append(out, a.ledgerConns(ends)...)
 	sortConns(out)
 	return out
+}
+
+// untabled returns the live entries of the ledgers of container id ("":
+// of every container) that the table does not list. A library lists what
+// the agent answered in its ledger too, so that a restarted agent finds
+// it; until its CLOSED the table's entry, and its charge, stand for it.
+// The ledgers are read before the table: an answer enters the table
+// before its PATH is sent, hence before its ledger entry, and leaves it
+// after (CLOSED follows the entry's close), so a live connection is in
+// one of them at every moment.
+func (a *Agent) untabled(id string) []ledgerEnd {
+	return a.live.lacking(a.ledgers.ends(id))
 }
 
 // list prunes the entries whose process is gone and returns the others,
 // sorted.
 func (t *connTable) list() []ConnInfo {
+	out, _ := t.listLacking(nil)
+	sortConns(out)
+	return out
+}
+
+// listLacking prunes the entries whose process is gone and returns the
+// others, and those of ends that it has no entry for, at one moment.
+func (t *connTable) listLacking(ends []ledgerEnd) ([]ConnInfo, []ledgerEnd) {
 	t.prune()
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	out := make([]ConnInfo, 0, len(t.m))
 	for _, e := range t.m {
 		out = append(out, e.info)
 	}
-	t.mu.Unlock()
-	sortConns(out)
+	return out, t.lackingLocked(ends)
+}
+
+// lacking returns those of ends that the table has no entry for.
+func (t *connTable) lacking(ends []ledgerEnd) []ledgerEnd {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.lackingLocked(ends)
+}
+
+// lackingBytes returns the bytes of the entries of container id that each
+// yields and the table has no entry for. each runs with the table locked
+// (the ledgers' lock is taken inside it; nothing takes the two the other
+// way), so that a budget check on the path of every new channel copies
+// nothing and locks the table once.
+func (t *connTable) lackingBytes(id string, each func(fn func(ledgerEntry))) uint64 {
+	var n uint64
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	each(func(e ledgerEntry) {
+		if _, ok := t.m[connKey{id, e.local, e.remote}]; !ok {
+			n += uint64(e.bytes)
+		}
+	})
+	return n
+}
+
+func (t *connTable) lackingLocked(ends []ledgerEnd) []ledgerEnd {
+	out := ends[:0]
+	for _, e := range ends {
+		if _, ok := t.m[e.key()]; !ok {
+			out = append(out, e)
+		}
+	}
 	return out
 }
 

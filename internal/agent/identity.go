@@ -61,6 +61,10 @@ type identities struct {
 	mu     sync.Mutex
 	byNS   map[nsKey]directory.Container
 	nsByID map[string]nsKey
+	// refresh is held through a refresh and the scan for the ledgers of
+	// the containers it adds, so that whoever lists after a refresh lists
+	// what the scan found.
+	refresh sync.Mutex
 }
 
 func newIdentities() *identities {
@@ -114,12 +118,17 @@ func (s *identities) has(id string) bool {
 }
 
 // refreshIdentities adds every container of this host that the directory
-// knows and whose namespace still exists. It only adds: the directory cache
-// may not yet hold a registration this agent just wrote, and removals come
-// through UNREGISTER. A restarted agent calls it on start and on every
-// caller it does not recognise, since its directory cache fills
-// asynchronously.
+// knows and whose namespace still exists, and maps the ledgers of the
+// processes of those it adds (ledgerscan.go). It only adds: the directory
+// cache may not yet hold a registration this agent just wrote, and removals
+// come through UNREGISTER. A restarted agent calls it on start, on every
+// caller it does not recognise and before it lists or counts connections,
+// since its directory cache fills asynchronously.
 func (a *Agent) refreshIdentities() {
+	a.ids.refresh.Lock()
+	defer a.ids.refresh.Unlock()
+	added := map[nsKey]directory.Container{}
+	defer func() { a.scanLedgers(added) }()
 	for _, c := range a.dir.Containers() {
 		if c.Host != a.cfg.Host || a.ids.has(c.ID) {
 			continue
@@ -138,6 +147,7 @@ func (a *Agent) refreshIdentities() {
 			continue
 		}
 		a.ids.put(c, k)
+		added[k] = c
 	}
 }
 

@@ -9,14 +9,22 @@ package agent
 // MAP_SHARED, so it sees the library's writes, closes the descriptor, and
 // reads the mapping only when it lists or counts: CONNS, STATUS, and the
 // budget checks of a link grant and of a channel's reservation (shm.go).
+// It reads the entries each time: a ledger is up to 8 MiB (65536 entries
+// of 128 bytes, room for a reason), of which only the pages written are
+// read (below).
 // A ledger belongs to its process (the session's pid, from the kernel): a
 // new LEDGER of that pid replaces it, and it is unmapped once the process
-// is gone, which every read checks first. Either way its opened counts
-// are folded into the totals.
+// is gone, which every listing or count checks first (a budget check
+// only before it refuses). Either way its opened counts are folded into
+// the totals.
 //
 // Cross-host links (xlink.go) list their connections here too: path
 // host-tcp, holding no shm (bytes 0 whatever the entry says), counted in
-// the header's opened_tcp.
+// the header's opened_tcp. So does every connection the agent answered
+// (any path, with the answer's reason; not counted in the header): the
+// agent's table lists such an end until CLOSED, the ledger after it, and
+// a restarted agent, whose table is empty, finds them all here, in the
+// ledgers it looks for itself (ledgerscan.go).
 //
 // The library can write the memory while the agent reads it, so nothing
 // read from it is trusted. The size and the slot count are those checked
@@ -39,6 +47,7 @@ import (
 	"maps"
 	"net/netip"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -51,20 +60,23 @@ import (
 // The ledger's layout, in host byte order (PROTOCOL.md, "The ledger").
 const (
 	ledgerMagic        = "FFLG"
-	ledgerVersion      = 1
+	ledgerVersion      = 2
 	ledgerHeaderSize   = 64
-	ledgerEntrySize    = 64
+	ledgerEntrySize    = 128
 	ledgerMaxSlots     = 1 << 16
 	ledgerOffOpened    = 16 // header: u64, linked shm connections the process ever opened
 	ledgerOffOpenedTCP = 24 // header: u64, the same for linked host-tcp connections
 
-	entryOffBytes     = 4  // u32: the shm memory the entry's channel holds
-	entryOffLocalLen  = 8  // u8: 6 or 18
-	entryOffRemoteLen = 9  // u8: 6 or 18
-	entryOffPath      = 10 // u8: 3, shm; 2, host-tcp
-	entryOffLocal     = 12 // an endpoint attribute's value, 18 bytes of room
-	entryOffRemote    = 30 // likewise
-	entryFieldsEnd    = 48 // the fields end here; the rest of the entry is 0
+	entryOffBytes     = 4   // u32: the shm memory the entry's channel holds
+	entryOffLocalLen  = 8   // u8: 6 or 18
+	entryOffRemoteLen = 9   // u8: 6 or 18
+	entryOffPath      = 10  // u8: a PATH_KIND, 0 to 3
+	entryOffReasonLen = 11  // u8: 0 to 64
+	entryOffLocal     = 12  // an endpoint attribute's value, 18 bytes of room
+	entryOffRemote    = 30  // likewise
+	entryOffReason    = 48  // the REASON the agent answered, 64 bytes of room
+	entryFieldsEnd    = 112 // the fields end here; the rest of the entry is 0
+	entryMaxReason    = entryFieldsEnd - entryOffReason
 )
 
 // ledgerSeals are the seals a ledger needs so that its mapping keeps its
@@ -78,11 +90,13 @@ type ledger struct {
 	ino  uint64              // the memfd's inode: the same ledger sent again
 }
 
-// ledgerEntry is a live entry: one end of a linked connection.
+// ledgerEntry is a live entry: one end of a connection, decided over a
+// link or answered by an agent.
 type ledgerEntry struct {
-	path          uint8  // pathShm or pathHostTCP
-	bytes         uint32 // 0 for host-tcp
+	path          uint8  // a PATH_KIND
+	bytes         uint32 // 0 but for shm
 	local, remote netip.AddrPort
+	reason        string // why overlay, or for unix why not shm
 }
 
 // openedCounts are a ledger header's counts of the linked connections its
@@ -124,14 +138,19 @@ func (s *session) handleLedger() error {
 // (the agent may have restarted); the same memfd (inode) again changes
 // nothing, so its opened counts are not folded in twice.
 func (s *ledgers) add(pid int32, self directory.Container, fd int) error {
+	s.prune() // nobody may list for a while: processes that are gone leave room here
+	return s.put(pid, self, fd)
+}
+
+// put is add without the pruning, for many ledgers at once.
+func (s *ledgers) put(pid int32, self directory.Container, fd int) error {
 	mem, ino, err := mapLedger(fd)
 	if err != nil {
 		return err
 	}
-	s.prune() // nobody may list for a while: processes that are gone leave room here
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if old := s.m[pid]; old != nil && old.ino == ino {
+	if s.hasLocked(ino) { // sent again, or found again by a scan (ledgerscan.go)
 		unix.Munmap(mem)
 		return nil
 	}
@@ -163,6 +182,18 @@ func (s *ledgers) countLocked(id string) int {
 	return n
 }
 
+// hasLocked reports whether a process's ledger is the memfd of inode ino:
+// one memfd, held by two processes (one inherited it without the library
+// knowing), is listed once.
+func (s *ledgers) hasLocked(ino uint64) bool {
+	for _, l := range s.m {
+		if l.ino == ino {
+			return true
+		}
+	}
+	return false
+}
+
 // mapLedger checks that fd is a ledger memfd (size, seals, header) and
 // maps it read-only; it returns the mapping and the memfd's inode.
 func mapLedger(fd int) ([]byte, uint64, error) {
@@ -174,7 +205,7 @@ func mapLedger(fd int) ([]byte, uint64, error) {
 	if size < ledgerHeaderSize+ledgerEntrySize || size > ledgerHeaderSize+ledgerMaxSlots*ledgerEntrySize ||
 		(size-ledgerHeaderSize)%ledgerEntrySize != 0 {
 		return nil, 0, protocol.Errorf(protocol.CodeInvalid,
-			"LEDGER's descriptor is not a ledger memfd of 64 + 64 * slots bytes, 1 to %d slots (it has %d bytes); make it as PROTOCOL.md says",
+			"LEDGER's descriptor is not a ledger memfd of 64 + 128 * slots bytes, 1 to %d slots (it has %d bytes); make it as PROTOCOL.md says",
 			ledgerMaxSlots, size)
 	}
 	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0) // EINVAL: not a memfd
@@ -204,11 +235,11 @@ func checkLedgerHeader(mem []byte) error {
 	case magic != binary.NativeEndian.Uint32([]byte(ledgerMagic)):
 		bad = "it does not start with FFLG"
 	case version != ledgerVersion:
-		bad = "its version is not 1"
+		bad = "its version is not 2"
 	case n != uint32(slots):
 		bad = "its slots do not match its size"
 	case entry != ledgerEntrySize:
-		bad = "its entry_size is not 64"
+		bad = "its entry_size is not 128"
 	default:
 		return nil
 	}
@@ -254,10 +285,12 @@ func (s *ledgers) close() {
 	}
 }
 
-// read prunes, then calls fn for every ledger with the store locked, and
-// returns the opened counts of the ledgers dropped so far.
+// read calls fn for every ledger with the store locked, and returns the
+// opened counts of the ledgers dropped so far. It does not prune: a
+// budget check, on the path of every new channel, would pay a syscall per
+// process; whoever lists prunes first, and so does a budget check before
+// it refuses.
 func (s *ledgers) read(fn func(*ledger)) (folded openedCounts) {
-	s.prune()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, l := range s.m {
@@ -266,29 +299,23 @@ func (s *ledgers) read(fn func(*ledger)) (folded openedCounts) {
 	return s.folded
 }
 
-// held returns the bytes of the live entries of container id's ledgers.
-func (s *ledgers) held(id string) uint64 {
-	var n uint64
-	s.read(func(l *ledger) {
-		if l.self.ID == id {
-			l.each(func(e ledgerEntry) { n += uint64(e.bytes) })
-		}
-	})
-	return n
+// opened returns the linked connections the processes ever opened, by
+// path, those of the ledgers dropped included.
+func (s *ledgers) opened() openedCounts {
+	var opened openedCounts
+	folded := s.read(func(l *ledger) { opened.add(l.opened()) })
+	opened.add(folded)
+	return opened
 }
 
-// counts returns what STATUS adds from the ledgers: the linked connections
-// ever opened, the live entries and their bytes.
-func (s *ledgers) counts() (opened openedCounts, live int, bytes uint64) {
-	folded := s.read(func(l *ledger) {
-		opened.add(l.opened())
-		l.each(func(e ledgerEntry) {
-			live++
-			bytes += uint64(e.bytes)
-		})
+// shmEntries calls fn for every live shm entry of the ledgers of
+// container id, with the store locked.
+func (s *ledgers) shmEntries(id string, fn func(ledgerEntry)) {
+	s.read(func(l *ledger) {
+		if l.self.ID == id {
+			l.read(true, fn)
+		}
 	})
-	opened.add(folded)
-	return opened, live, bytes
 }
 
 // ledgerEnd is a live entry and the container of its ledger.
@@ -297,27 +324,32 @@ type ledgerEnd struct {
 	ledgerEntry
 }
 
-// ends returns the live entries of every ledger.
-func (s *ledgers) ends() []ledgerEnd {
+func (e ledgerEnd) key() connKey { return connKey{e.self.ID, e.local, e.remote} }
+
+// ends returns the live entries of the ledgers of container id, or of
+// every container if id is "".
+func (s *ledgers) ends(id string) []ledgerEnd {
 	var out []ledgerEnd
 	s.read(func(l *ledger) {
-		l.each(func(e ledgerEntry) { out = append(out, ledgerEnd{l.self, e}) })
+		if id == "" || l.self.ID == id {
+			l.each(func(e ledgerEntry) { out = append(out, ledgerEnd{l.self, e}) })
+		}
 	})
 	return out
 }
 
-// ledgerConns lists the live ledger entries as connection ends of their
+// ledgerConns lists live ledger entries as connection ends of their
 // process's container; the remote container is the one that has the
-// remote address: for shm one of this host, as a same-host link joins two
-// processes of this host, for host-tcp one of any host.
-func (a *Agent) ledgerConns() []ConnInfo {
-	var out []ConnInfo
-	for _, e := range a.ledgers.ends() {
+// remote address: for shm and unix one of this host, as they join two
+// processes of this host, otherwise one of any host.
+func (a *Agent) ledgerConns(ends []ledgerEnd) []ConnInfo {
+	out := make([]ConnInfo, 0, len(ends))
+	for _, e := range ends {
 		peer, _ := a.dir.LookupIP(e.remote.Addr().String())
-		if e.path == pathShm && peer.Host != a.cfg.Host {
+		if (e.path == pathShm || e.path == pathUnix) && peer.Host != a.cfg.Host {
 			peer = directory.Container{}
 		}
-		out = append(out, connInfo(e.self, peer, e.local, e.remote, decision{kind: e.path}))
+		out = append(out, connInfo(e.self, peer, e.local, e.remote, decision{kind: e.path, reason: e.reason}))
 	}
 	return out
 }
@@ -331,14 +363,18 @@ func (l *ledger) opened() openedCounts {
 }
 
 // each calls fn for every live entry of l, reading only resident pages.
-func (l *ledger) each(fn func(ledgerEntry)) {
+func (l *ledger) each(fn func(ledgerEntry)) { l.read(false, fn) }
+
+// read calls fn for every live entry of l, or with shmOnly for every live
+// shm entry (reason unread), reading only resident pages.
+func (l *ledger) read(shmOnly bool, fn func(ledgerEntry)) {
 	page := os.Getpagesize()
 	resident := residentPages(l.mem, page)
 	for off := ledgerHeaderSize; off < len(l.mem); off += ledgerEntrySize {
 		if resident != nil && resident[off/page]&1 == 0 {
 			continue
 		}
-		if e, ok := readEntry(l.mem, off); ok {
+		if e, ok := readEntry(l.mem, off, shmOnly); ok {
 			fn(e)
 		}
 	}
@@ -356,30 +392,53 @@ func residentPages(mem []byte, page int) []byte {
 }
 
 // readEntry reads the entry at off of a ledger mapped at mem; ok is false
-// unless it is live, read whole and valid.
-func readEntry(mem []byte, off int) (e ledgerEntry, ok bool) {
+// unless it is live, read whole and valid, and with shmOnly an shm entry,
+// whose reason is then not read (a budget check, on the path of every new
+// channel, needs only the endpoints and the bytes).
+func readEntry(mem []byte, off int, shmOnly bool) (e ledgerEntry, ok bool) {
 	seq := load32(mem, off)
 	if seq&1 == 0 {
 		return e, false
 	}
 	var f [entryFieldsEnd]byte // a copy of the fields, taken word by word
-	for w := 4; w < entryFieldsEnd; w += 4 {
+	end := entryFieldsEnd
+	if shmOnly {
+		end = entryOffReason
+	}
+	for w := 4; w < end; w += 4 {
 		binary.NativeEndian.PutUint32(f[w:], load32(mem, off+w))
 	}
-	path := f[entryOffPath]
-	if load32(mem, off) != seq || (path != pathShm && path != pathHostTCP) {
+	path, reasonLen := f[entryOffPath], int(f[entryOffReasonLen])
+	if load32(mem, off) != seq || path > pathShm || reasonLen > entryMaxReason || (shmOnly && path != pathShm) {
 		return e, false
+	}
+	if shmOnly {
+		reasonLen = 0
 	}
 	local, okLocal := entryEndpoint(f[:], entryOffLocal, f[entryOffLocalLen])
 	remote, okRemote := entryEndpoint(f[:], entryOffRemote, f[entryOffRemoteLen])
 	if !okLocal || !okRemote {
 		return e, false
 	}
-	e = ledgerEntry{path: path, local: unmapEP(local), remote: unmapEP(remote)}
+	e = ledgerEntry{path: path, local: unmapEP(local), remote: unmapEP(remote),
+		reason: printable(f[entryOffReason : entryOffReason+reasonLen])}
 	if path == pathShm {
 		e.bytes = binary.NativeEndian.Uint32(f[entryOffBytes:])
 	}
 	return e, true
+}
+
+// printable returns b with every byte that is not printable ASCII as '?':
+// a reason is a word such as shm-budget, and what a library writes must
+// not reach the terminal of whoever runs `freeflow conns` as control
+// sequences.
+func printable(b []byte) string {
+	return strings.Map(func(r rune) rune {
+		if r < '!' || r > '~' {
+			return '?'
+		}
+		return r
+	}, string(b))
 }
 
 // entryEndpoint decodes the endpoint of n bytes at off in an entry's

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -38,7 +39,14 @@ func newTestLedger(t *testing.T, slots uint32) *testLedger {
 // says slots, sealed with seals; the test undoes it when it ends.
 func newLedgerMemfd(t *testing.T, size int64, slots uint32, seals int) *testLedger {
 	t.Helper()
-	l := &testLedger{name: "fft-ledger-" + randName(8), fd: -1}
+	return newNamedLedger(t, "fft-ledger-"+randName(8), size, slots, seals)
+}
+
+// newNamedLedger is newLedgerMemfd for a memfd named name; a library's is
+// named "freeflow-ledger", which the agent looks for (ledgerscan.go).
+func newNamedLedger(t *testing.T, name string, size int64, slots uint32, seals int) *testLedger {
+	t.Helper()
+	l := &testLedger{name: name, fd: -1}
 	fd, err := unix.MemfdCreate(l.name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		t.Fatal(err)
@@ -115,6 +123,15 @@ func (l *testLedger) put(i int, bytes uint32, local, remote string) {
 func (l *testLedger) putTCP(i int, bytes uint32, local, remote string) {
 	f := entryFields(bytes, local, remote)
 	f[entryOffPath] = pathHostTCP
+	l.publish(i, f)
+}
+
+// putAnswer publishes entry i: an end on path, holding bytes, with the
+// reason the agent answered, as a library lists what its agent answered.
+func (l *testLedger) putAnswer(i int, path uint8, bytes uint32, local, remote, reason string) {
+	f := entryFields(bytes, local, remote)
+	f[entryOffPath] = path
+	f[entryOffReasonLen] = byte(copy(f[entryOffReason:], reason))
 	l.publish(i, f)
 }
 
@@ -302,11 +319,11 @@ func ledgerRefusals() []ledgerRefusal {
 		return fdsOf(func(t *testing.T) *testLedger { return liveLedger(t, size, slots, sealsAll) })
 	}
 	sealed := func(seals int) func(t *testing.T) []int {
-		return fdsOf(func(t *testing.T) *testLedger { return liveLedger(t, 64+64*2, 2, seals) })
+		return fdsOf(func(t *testing.T) *testLedger { return liveLedger(t, 64+128*2, 2, seals) })
 	}
 	spoilt := func(magic string, version, slots, entrySize uint32) func(t *testing.T) []int {
 		return fdsOf(func(t *testing.T) *testLedger {
-			l := liveLedger(t, 64+64*2, 2, sealsAll)
+			l := liveLedger(t, 64+128*2, 2, sealsAll)
 			l.header(magic, version, slots, entrySize)
 			return l
 		})
@@ -314,7 +331,7 @@ func ledgerRefusals() []ledgerRefusal {
 	return []ledgerRefusal{
 		{"no descriptor", func(*testing.T) []int { return nil }, "carries 0 file descriptors"},
 		{"two descriptors", func(t *testing.T) []int {
-			return []int{liveLedger(t, 128, 1, sealsAll).fd, liveLedger(t, 128, 1, sealsAll).fd}
+			return []int{liveLedger(t, 192, 1, sealsAll).fd, liveLedger(t, 192, 1, sealsAll).fd}
 		}, "carries 2 file descriptors"},
 		{"a pipe", func(t *testing.T) []int {
 			var p [2]int
@@ -325,16 +342,16 @@ func ledgerRefusals() []ledgerRefusal {
 			return p[:1]
 		}, "not a ledger memfd"},
 		{"no slots", sized(64, 0), "not a ledger memfd"},
-		{"not whole entries", sized(64+64*2+8, 2), "not a ledger memfd"},
-		{"over 65536 slots", sized(64+64*65537, 65537), "not a ledger memfd"},
+		{"not whole entries", sized(64+128*2+8, 2), "not a ledger memfd"},
+		{"over 65536 slots", sized(64+128*65537, 65537), "not a ledger memfd"},
 		{"unsealed", sealed(0), "not sealed"},
 		{"may grow", sealed(unix.F_SEAL_SHRINK | unix.F_SEAL_SEAL), "not sealed"},
 		{"may shrink", sealed(unix.F_SEAL_GROW | unix.F_SEAL_SEAL), "not sealed"},
-		{"bad magic", spoilt("FFLX", 1, 2, 64), "FFLG"},
-		{"version 2", spoilt(ledgerMagic, 2, 2, 64), "version"},
-		{"slots 0", spoilt(ledgerMagic, 1, 0, 64), "slots"},
-		{"slots beyond the size", spoilt(ledgerMagic, 1, 3, 64), "slots"},
-		{"entry_size 32", spoilt(ledgerMagic, 1, 2, 32), "entry_size"},
+		{"bad magic", spoilt("FFLX", 2, 2, 128), "FFLG"},
+		{"version 1", spoilt(ledgerMagic, 1, 2, 128), "version"},
+		{"slots 0", spoilt(ledgerMagic, 2, 0, 128), "slots"},
+		{"slots beyond the size", spoilt(ledgerMagic, 2, 3, 128), "slots"},
+		{"entry_size 64", spoilt(ledgerMagic, 2, 2, 64), "entry_size"},
 	}
 }
 
@@ -389,8 +406,8 @@ func TestRetiredOpenedIsUnknown(t *testing.T) {
 }
 
 // An entry is taken only when it is live (odd seq) and valid: lengths 6
-// or 18 and path shm or host-tcp; nothing in it can make the agent read
-// out of bounds.
+// or 18, a path kind of 0 to 3 and a reason of at most 64 bytes, shown as
+// printable ASCII; nothing in it can make the agent read out of bounds.
 func TestLedgerTornEntriesSkipped(t *testing.T) {
 	a := startAgent(t, newFakeDir(ffSelf), nil)
 	cli := newLib(t, a)
@@ -404,14 +421,19 @@ func TestLedgerTornEntriesSkipped(t *testing.T) {
 	l.publish(3, with(entryOffRemoteLen, 0))
 	l.publish(4, with(entryOffLocalLen, 255))
 	l.publish(5, with(entryOffRemoteLen, 17))
-	l.publish(6, with(entryOffPath, pathUnix))
-	l.publish(7, with(entryOffPath, pathOverlay))
+	l.publish(6, with(entryOffPath, pathShm+1))
+	l.publish(7, with(entryOffPath, 255))
+	l.publish(9, with(entryOffReasonLen, entryMaxReason+1))
+	l.publish(10, with(entryOffReasonLen, 255))
+	l.putAnswer(11, pathUnix, 0, selfCli(47411), selfSrv, "\x1b[2J\xffshm budget")
 	l.put(8, 100, "[fd00::9]:47408", "[fd00::8]:8080")
 	if err := cli.ledger(l.fd); err != nil {
 		t.Fatal(err)
 	}
 	wantNoReplies(t, cli)
-	want := []ConnInfo{linkedEnd(selfCli(47400), selfSrv, "self"), linkedEnd("[fd00::9]:47408", "[fd00::8]:8080", "")}
+	escaped := ConnInfo{Local: selfCli(47411), Remote: selfSrv, LocalContainer: "self", RemoteContainer: "self",
+		Path: "unix", Reason: "?[2J?shm?budget"} // no control sequence reaches a terminal
+	want := []ConnInfo{linkedEnd(selfCli(47400), selfSrv, "self"), linkedEnd("[fd00::9]:47408", "[fd00::8]:8080", ""), escaped}
 	sortConns(want)
 	if got := a.connList(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("conns:\n got %+v\nwant %+v", got, want)
@@ -461,7 +483,7 @@ func TestLedgerEntryReadWhileWritten(t *testing.T) {
 	taken, deadline := 0, time.Now().Add(300*time.Millisecond)
 	for time.Now().Before(deadline) {
 		for range 1000 {
-			e, ok := readEntry(l.mem, ledgerHeaderSize)
+			e, ok := readEntry(l.mem, ledgerHeaderSize, false)
 			if !ok {
 				continue
 			}
@@ -643,5 +665,98 @@ func TestLedgerSentAgainIsNoOp(t *testing.T) {
 	}
 	if n := agentMaps(t, l.name); n != 1 {
 		t.Errorf("the ledger is mapped %d times, want once", n)
+	}
+}
+
+// A library lists what its agent answered in its ledger too: while the
+// agent's table has the answer, the connection is listed and charged once;
+// after CLOSED the ledger's entry stands for it, with the same listing and
+// charge; once the entry is freed, nothing is left.
+func TestLedgerAnsweredConnectionsListedOnce(t *testing.T) {
+	a := shmAgent(t, "")
+	srv, cli := newLibCaps(t, a, protocol.CapShm), newLibCaps(t, a, protocol.CapShm)
+	if err := srv.listen(selfSrv); err != nil {
+		t.Fatal(err)
+	}
+	con, acc := meetSelf(t, srv, cli, 48401)
+	wantShmPair(t, con, acc)
+	answered := a.connList()
+	l := newTestLedger(t, 4)
+	l.putAnswer(0, pathShm, uint32(shmBytes), selfCli(48401), selfSrv, "")
+	l.putAnswer(1, pathShm, uint32(shmBytes), selfSrv, selfCli(48401), "")
+	if err := cli.ledger(l.fd); err != nil {
+		t.Fatal(err)
+	}
+	wantNoReplies(t, cli)
+	wantListed := func(when string, want []ConnInfo, bytes uint64) {
+		t.Helper()
+		if got := a.connList(); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: conns\n got %+v\nwant %+v", when, got, want)
+		}
+		if c := a.status().Connections; c.Live != len(want) || c.ShmBytes != bytes {
+			t.Errorf("%s: %d live, %d shm bytes; want %d, %d", when, c.Live, c.ShmBytes, len(want), bytes)
+		}
+		if held := a.shmHeld(ffSelf.ID); held != bytes {
+			t.Errorf("%s: the container holds %d bytes of its budget, want %d", when, held, bytes)
+		}
+	}
+	if len(answered) != 2 {
+		t.Fatalf("the agent lists %+v; want both shm ends", answered)
+	}
+	wantListed("answered and in the ledger", answered, 2*shmBytes)
+
+	cli.closed(selfCli(48401), selfSrv)
+	srv.closed(selfSrv, selfCli(48401))
+	wantNoReplies(t, cli)
+	wantNoReplies(t, srv)
+	if mine, _ := a.shm.charged(ffSelf.ID); mine != 0 {
+		t.Fatalf("%d bytes still charged after CLOSED", mine)
+	}
+	wantListed("after CLOSED, in the ledger only", answered, 2*shmBytes)
+
+	l.free(0)
+	l.free(1)
+	wantListed("after the ledger's entries were freed", []ConnInfo{}, 0)
+}
+
+// TestLedgerVectors: the ledger lines of docs/protocol-vectors.txt (a
+// one-slot ledger each, as the library's layout constants give it; the C
+// vector test checks that) read as they say.
+func TestLedgerVectors(t *testing.T) {
+	b, err := os.ReadFile("../../docs/protocol-vectors.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 4 || f[1] != "ledger" || strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		n++
+		mem, err := hex.DecodeString(f[2])
+		if err != nil || len(mem) != ledgerHeaderSize+ledgerEntrySize {
+			t.Errorf("%s: %d bytes (%v); want a ledger of one slot", f[0], len(mem), err)
+			continue
+		}
+		if err := checkLedgerHeader(mem); err != nil {
+			t.Errorf("%s: %v", f[0], err)
+			continue
+		}
+		e, ok := readEntry(mem, ledgerHeaderSize, false)
+		if !ok {
+			t.Errorf("%s: the entry is not read as live and valid", f[0])
+			continue
+		}
+		ep := func(ap netip.AddrPort) []byte { return protocol.Endpoint(protocol.AttrLocalEndpoint, ap).Value }
+		opened := (&ledger{mem: mem}).opened()
+		got := fmt.Sprintf("opened=%d opened_tcp=%d seq=%d bytes=%d path=%d local=%x remote=%x reason=%s",
+			opened.shm, opened.tcp, load32(mem, ledgerHeaderSize), e.bytes, e.path, ep(e.local), ep(e.remote), e.reason)
+		if want := strings.Join(f[3:], " "); got != want {
+			t.Errorf("%s: read\n %s\nwant %s", f[0], got, want)
+		}
+	}
+	if n < 2 {
+		t.Fatalf("%d ledger vectors; the file looks truncated", n)
 	}
 }

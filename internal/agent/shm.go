@@ -31,7 +31,10 @@ package agent
 // the connection table; it is released when the entry goes (CLOSED, its
 // process gone, eviction) or when a half is closed untaken (a parked half
 // that expires, a meeting decided twice). Before refusing, the agent
-// drops the entries of processes that exited without CLOSED.
+// drops the entries of processes that exited without CLOSED. The library
+// lists the end in its process's ledger too, which is charged for it once
+// the table's entry is gone (conns.go, untabled): so an agent that
+// restarted, with no table, charges the channels its predecessor made.
 //
 // Links (broker.go says why and how they are used). With an shm channel
 // the agent also hands the two ends a link, one end each as PATH's third
@@ -135,7 +138,7 @@ func (a *Agent) linkAllowed(libs [2]asking, parked bool, ids [2]string, lis list
 		return false
 	}
 	for _, id := range ids {
-		if 2*a.shm.held(id) >= limit {
+		if 2*a.shmHeld(id) >= limit {
 			return false
 		}
 	}
@@ -179,11 +182,33 @@ func shmLimit(set directory.Settings) uint64 {
 // stands in the way.
 func (a *Agent) chargeShm(ids [2]string, set directory.Settings) ([2]*shmCharge, bool) {
 	limit := shmLimit(set)
-	if c, ok := a.shm.reserve(ids, limit, shmChannelBytes); ok {
+	listed := map[string]uint64{}
+	for _, id := range ids {
+		listed[id] = a.untabledBytes(id)
+	}
+	if c, ok := a.shm.reserve(ids, limit, shmChannelBytes, listed); ok {
 		return c, true
 	}
-	a.live.prune()
-	return a.shm.reserve(ids, limit, shmChannelBytes)
+	a.live.prune() // processes that exited hold nothing
+	a.ledgers.prune()
+	for _, id := range ids {
+		listed[id] = a.untabledBytes(id)
+	}
+	return a.shm.reserve(ids, limit, shmChannelBytes, listed)
+}
+
+// shmHeld returns what container id holds now: the channels charged to it,
+// and the shm entries of its processes' ledgers that no charge stands for
+// (conns.go, untabled).
+func (a *Agent) shmHeld(id string) uint64 {
+	mine, _ := a.shm.charged(id)
+	return mine + a.untabledBytes(id)
+}
+
+// untabledBytes returns the bytes of container id's ledger entries that
+// the connection table does not list (conns.go, untabled).
+func (a *Agent) untabledBytes(id string) uint64 {
+	return a.live.lackingBytes(id, func(fn func(ledgerEntry)) { a.ledgers.shmEntries(id, fn) })
 }
 
 // newShmHalves makes a channel with rings of ring bytes: the memfd, and
@@ -241,16 +266,16 @@ func newShmMemfd(ring uint32) (fd int, err error) {
 	return fd, nil
 }
 
-// shmBudget is what each container holds in shm: the channels the agent
-// charged it for, and the live entries of its processes' ledgers.
+// shmBudget is what the agent charged each container for the shm channels
+// it made; what a container holds is that and the entries of its
+// processes' ledgers that no charge stands for (shmHeld).
 type shmBudget struct {
-	mu      sync.Mutex
-	used    map[string]uint64 // container id -> bytes charged
-	total   uint64
-	ledgers *ledgers // read outside mu
+	mu    sync.Mutex
+	used  map[string]uint64 // container id -> bytes charged
+	total uint64
 }
 
-func newShmBudget(l *ledgers) *shmBudget { return &shmBudget{used: map[string]uint64{}, ledgers: l} }
+func newShmBudget() *shmBudget { return &shmBudget{used: map[string]uint64{}} }
 
 // shmCharge is one channel end's charge on its container. It is released
 // exactly once, by whoever holds it last; a nil charge releases nothing.
@@ -262,15 +287,15 @@ type shmCharge struct {
 }
 
 // reserve charges size to each of ids (twice to one container that is
-// both ends) if none would hold more than limit; otherwise it charges
-// nothing.
-func (b *shmBudget) reserve(ids [2]string, limit, size uint64) ([2]*shmCharge, bool) {
+// both ends) if none would hold more than limit, counting what listed
+// says each holds besides its charges; otherwise it charges nothing.
+func (b *shmBudget) reserve(ids [2]string, limit, size uint64, listed map[string]uint64) ([2]*shmCharge, bool) {
 	need := map[string]uint64{} // besides the charges: this channel and the ledgers
 	for _, id := range ids {
 		need[id] += size
 	}
 	for id := range need {
-		need[id] += b.ledgers.held(id)
+		need[id] += listed[id]
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -303,13 +328,6 @@ func (c *shmCharge) release() {
 		delete(b.used, c.id)
 	}
 	b.total -= c.bytes
-}
-
-// held returns what container id holds now: the channels charged to it
-// and the live entries of its processes' ledgers.
-func (b *shmBudget) held(id string) uint64 {
-	mine, _ := b.charged(id)
-	return mine + b.ledgers.held(id)
 }
 
 // charged returns the bytes charged to container id, and to all of them

@@ -254,12 +254,12 @@ func TestShmParkedHalfExpiryReleasesCharge(t *testing.T) {
 // newShmHalves makes what docs/SHM.md says, and a half closed untaken
 // gives its charge back exactly once.
 func TestShmHalvesAndCharges(t *testing.T) {
-	b := newShmBudget(newLedgers())
-	charges, ok := b.reserve([2]string{"x", "y"}, shmBytes, shmBytes)
+	b := newShmBudget()
+	charges, ok := b.reserve([2]string{"x", "y"}, shmBytes, shmBytes, nil)
 	if !ok {
 		t.Fatal("a channel within budget was refused")
 	}
-	if _, ok := b.reserve([2]string{"y", "z"}, shmBytes, shmBytes); ok {
+	if _, ok := b.reserve([2]string{"y", "z"}, shmBytes, shmBytes, nil); ok {
 		t.Fatal("y's second channel fits a one-channel budget")
 	}
 	if mine, all := b.charged("z"); mine != 0 || all != 2*shmBytes {

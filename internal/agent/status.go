@@ -61,16 +61,21 @@ func (a *Agent) status() Status {
 }
 
 // connCounters returns the connection counters with the shm memory held
-// now, the processes' ledgers included.
+// now, the processes' ledgers included (each connection end once).
 func (a *Agent) connCounters() ConnCounters {
-	c := a.live.counters()
+	a.refreshIdentities() // a restarted agent finds its host's ledgers (ledgerscan.go)
+	a.ledgers.prune()
+	c := a.live.counters() // prunes the table
+	listed := a.untabled("")
 	_, c.ShmBytes = a.shm.charged("")
-	opened, live, bytes := a.ledgers.counts()
+	opened := a.ledgers.opened()
 	c.FastPath += opened.shm + opened.tcp
 	c.Shm += opened.shm
 	c.HostTCP += opened.tcp
-	c.Live += live
-	c.ShmBytes += bytes
+	c.Live += len(listed)
+	for _, e := range listed {
+		c.ShmBytes += uint64(e.bytes)
+	}
 	return c
 }
 

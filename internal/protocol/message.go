@@ -107,6 +107,7 @@ const (
 	AttrCount          AttrType = 25 // LINK_FILL: u32, how many stock connections, 1 to 16
 	AttrToken          AttrType = 26 // cross-host link: its 16-byte secret
 	AttrLinkPort       AttrType = 27 // cross-host link: u16 big-endian, its listener's port
+	AttrOffset         AttrType = 28 // CONNS: u32, how many entries of the list to skip
 )
 
 // Bits of CAPS.
@@ -167,6 +168,7 @@ var attrSpecs = map[AttrType]attrSpec{
 	AttrCount:          {"COUNT", kindU32, 0},
 	AttrToken:          {"TOKEN", kindFixed, 16},
 	AttrLinkPort:       {"LINK_PORT", kindFixed, 2},
+	AttrOffset:         {"OFFSET", kindU32, 0},
 }
 
 func (a AttrType) String() string {

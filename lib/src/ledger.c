@@ -1,20 +1,28 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The ledger: this process's live linked connections, in a memfd the agent
- * maps read-only (docs/PROTOCOL.md, "The ledger").
+ * The ledger: this process's live connections, those decided over a link
+ * and those the agent answered, in a memfd the agent maps read-only
+ * (docs/PROTOCOL.md, "The ledger").
  *
  * Design note.
  * - A notice to the agent per linked connection (open and close, at each
  *   end) cost the agent more CPU than the link saved: four wake-ups of a Go
  *   process per connection. The ledger costs none: the agent reads it only
  *   when it lists or counts.
- * - It is made when the first link arrives, so a process that never gets
- *   one pays nothing; links are used only once the agent has it. Its memfd
- *   stays open: a session opened after one broke (the agent may have
- *   restarted, empty) sends it again (listeners.c), as it re-sends LISTEN.
- * - 65536 entries (the agent lists as many connections at most): the
- *   mapping is 4 MiB, but entries are reused lowest first, so only the
- *   pages of as many entries as were ever live at once are touched.
+ * - The connections the agent answered are listed here too: an agent
+ *   keeps them in memory only, so one that restarted would not know them,
+ *   nor the shm memory they hold. It finds the ledgers of its host's
+ *   processes itself (by the memfd's name, "freeflow-ledger"), without
+ *   waiting for them to talk.
+ * - It is made when the first link or answer arrives, so a process that
+ *   never gets one pays nothing; links are used only once the agent has
+ *   it. Its memfd stays open: a session opened after one broke (the agent
+ *   may have restarted, empty) sends it again (listeners.c), as it re-sends
+ *   LISTEN.
+ * - 65536 entries (the agent lists as many connections at most) of 128
+ *   bytes (room for a reason): the mapping is 8 MiB, but entries are
+ *   reused lowest first, so only the pages of as many entries as were ever
+ *   live at once are touched.
  * - An entry is published seqlock-style (fields, then seq odd with a release
  *   store; seq even again at close); the agent takes it only when it reads
  *   the same odd seq before and after the fields.
@@ -30,20 +38,13 @@
 #include <unistd.h>
 
 #include "freeflow/proto.h"
+#include "ledger.h"
 #include "shim.h"
 
-#define SLOTS		65536u
-#define HDR		64u
-#define ENTRY		64u
-#define OFF_OPENED	16u	/* header: u64, shm */
-#define OFF_OPENED_TCP	24u	/* header: u64, host-tcp */
-#define OFF_SEQ		0u	/* entry: u32 */
-#define OFF_BYTES	4u
-#define OFF_LOCAL_LEN	8u
-#define OFF_REMOTE_LEN	9u
-#define OFF_PATH	10u
-#define OFF_LOCAL	12u
-#define OFF_REMOTE	30u
+#define SLOTS		FF_LEDGER_SLOTS_MAX
+#define HDR		FF_LEDGER_HDR
+#define ENTRY		FF_LEDGER_ENTRY
+#define REASON_MAX	FF_LEDGER_REASON_MAX
 
 #define SIZE		(HDR + (size_t)SLOTS * ENTRY)
 
@@ -59,7 +60,7 @@ static uint32_t nfree, free_cap;
 
 static _Atomic uint32_t *seq_of(uint32_t i)
 {
-	return (_Atomic uint32_t *)(void *)(base + HDR + (size_t)i * ENTRY + OFF_SEQ);
+	return (_Atomic uint32_t *)(void *)(base + HDR + (size_t)i * ENTRY + FF_LEDGER_E_SEQ);
 }
 
 /* A new ledger: its memfd (or -errno), mapped at *at. */
@@ -78,10 +79,10 @@ static int make(uint8_t **at)
 		return ret;
 	}
 	*at = p;
-	memcpy(p, "FFLG", 4);
-	*(uint32_t *)(void *)(*at + 4) = 1;	/* version */
-	*(uint32_t *)(void *)(*at + 8) = SLOTS;
-	*(uint32_t *)(void *)(*at + 12) = ENTRY;
+	memcpy(p, FF_LEDGER_MAGIC, 4);
+	*(uint32_t *)(void *)(*at + FF_LEDGER_OFF_VERSION) = FF_LEDGER_VERSION;
+	*(uint32_t *)(void *)(*at + FF_LEDGER_OFF_SLOTS) = SLOTS;
+	*(uint32_t *)(void *)(*at + FF_LEDGER_OFF_ENTRY) = ENTRY;
 	return fd;
 }
 
@@ -114,7 +115,8 @@ int ff_ledger_ready(void)
 	}
 	pthread_mutex_unlock(&make_mu);
 	if (ret)
-		ff_debug("no ledger for the agent (%s): links not used", strerror(-ret));
+		ff_debug("no ledger for the agent (%s): links not used, answers listed by the agent alone",
+			 strerror(-ret));
 	return ret;
 }
 
@@ -160,8 +162,10 @@ static int64_t index_of(uint64_t e)
 }
 
 void ff_ledger_publish(uint64_t e, const struct sockaddr_storage *local,
-		       const struct sockaddr_storage *remote, uint8_t path, uint32_t bytes)
+		       const struct sockaddr_storage *remote, uint8_t path, uint32_t bytes,
+		       const char *reason, int linked)
 {
+	size_t rn = reason ? strnlen(reason, REASON_MAX) : 0;
 	int64_t i;
 	uint8_t *p;
 	int ll, rl;
@@ -170,16 +174,20 @@ void ff_ledger_publish(uint64_t e, const struct sockaddr_storage *local,
 	i = index_of(e);
 	if (i >= 0) {
 		p = base + HDR + (size_t)i * ENTRY;
-		ll = ff_endpoint(local, p + OFF_LOCAL);
-		rl = ff_endpoint(remote, p + OFF_REMOTE);
-		*(uint32_t *)(void *)(p + OFF_BYTES) = bytes;
-		p[OFF_LOCAL_LEN] = ll > 0 ? (uint8_t)ll : 0;
-		p[OFF_REMOTE_LEN] = rl > 0 ? (uint8_t)rl : 0;
-		p[OFF_PATH] = path;
-		atomic_fetch_add_explicit((_Atomic uint64_t *)(void *)(base + (path == FF_PATH_SHM
-									 ? OFF_OPENED
-									 : OFF_OPENED_TCP)),
-					  1, memory_order_relaxed);
+		ll = ff_endpoint(local, p + FF_LEDGER_E_LOCAL);
+		rl = ff_endpoint(remote, p + FF_LEDGER_E_REMOTE);
+		*(uint32_t *)(void *)(p + FF_LEDGER_E_BYTES) = bytes;
+		p[FF_LEDGER_E_LOCAL_LEN] = ll > 0 ? (uint8_t)ll : 0;
+		p[FF_LEDGER_E_REMOTE_LEN] = rl > 0 ? (uint8_t)rl : 0;
+		p[FF_LEDGER_E_PATH] = path;
+		p[FF_LEDGER_E_REASON_LEN] = (uint8_t)rn;
+		memcpy(p + FF_LEDGER_E_REASON, reason ? reason : "", rn);
+		if (linked) {	/* the agent counts what it answered itself */
+			size_t at = path == FF_PATH_SHM ? FF_LEDGER_OFF_OPENED : FF_LEDGER_OFF_OPENED_TCP;
+
+			atomic_fetch_add_explicit((_Atomic uint64_t *)(void *)(base + at), 1,
+						  memory_order_relaxed);
+		}
 		atomic_fetch_add_explicit(seq_of((uint32_t)i), 1, memory_order_release);
 	}
 	pthread_mutex_unlock(&mu);

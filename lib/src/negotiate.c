@@ -35,7 +35,8 @@
  *   the link instead (link.c: offered before the SYN, taken at accept),
  *   and listed in the process's ledger, which the agent reads (ledger.c);
  *   if the link does not decide within 5 ms, both ends ask the agent as
- *   above.
+ *   above. What the agent answers is listed there too (and told CLOSED at
+ *   close), so an agent that restarts finds it.
  * - Loopback (127.0.0.0/8, ::1) is never asked about: it stays in the
  *   container's own kernel, and the agent refuses it (DENIED), so asking
  *   would cost a round trip per connection for nothing; Open MPI and
@@ -471,10 +472,33 @@ static void decide(int fd, struct ff_conn *c, struct ff_handover *h, int accepti
 	ff_conn_forget_epregs(c);
 }
 
-/* Ask the agent about an established connection: 0 with h filled, or -1 (why says). */
+/* What the agent answered, as the ledger lists it: its path kind and REASON. */
+struct said {
+	uint8_t kind;
+	char reason[65];
+};
+
+/* Note in *said what PATH r says. */
+static void note_said(const struct ff_reply *r, struct said *said)
+{
+	const struct ff_attr *kind = ff_msg_get(&r->msg, FF_ATTR_PATH_KIND);
+	const struct ff_attr *reason = ff_msg_get(&r->msg, FF_ATTR_REASON);
+	size_t n = reason ? reason->len : 0;
+
+	said->kind = kind ? ff_attr_u8(kind) : FF_PATH_OVERLAY;
+	if (n >= sizeof(said->reason))
+		n = sizeof(said->reason) - 1;
+	memcpy(said->reason, n ? (const char *)reason->val : "", n);
+	said->reason[n] = 0;
+}
+
+/*
+ * Ask the agent about an established connection: 0 with h filled, or -1
+ * (why says). *answered: the agent answered with a PATH, noted in *said.
+ */
 static int ask_agent(uint8_t msg, const struct sockaddr_storage *local,
 		     const struct sockaddr_storage *remote, struct ff_handover *h,
-		     struct path_link *link, int *answered, char *why, size_t cap)
+		     struct path_link *link, int *answered, struct said *said, char *why, size_t cap)
 {
 	struct ff_reply r;
 	int ret = request(msg, &(struct req){ .local = local, .remote = remote }, -1, FF_MSG_PATH,
@@ -487,6 +511,8 @@ static int ask_agent(uint8_t msg, const struct sockaddr_storage *local,
 	fast = read_path(&r, msg, h, link, why, cap);
 	/* A PATH, whatever it says, is listed by the agent until CLOSED. */
 	*answered = r.msg.type == FF_MSG_PATH;
+	if (*answered)
+		note_said(&r, said);
 	ff_reply_close_fds(&r);
 	return fast;
 }
@@ -498,7 +524,8 @@ static int ask_agent(uint8_t msg, const struct sockaddr_storage *local,
  */
 static int choose(struct ff_conn *c, uint8_t msg, const struct sockaddr_storage *local,
 		  const struct sockaddr_storage *remote, struct ff_handover *h,
-		  struct path_link *link, int *answered, uint64_t *entry, char *why, size_t cap)
+		  struct path_link *link, int *answered, struct said *said, uint64_t *entry,
+		  char *why, size_t cap)
 {
 	int linked = 0;
 
@@ -518,7 +545,23 @@ static int choose(struct ff_conn *c, uint8_t msg, const struct sockaddr_storage 
 		return 0;
 	ff_ledger_release(*entry);
 	*entry = 0;
-	return ask_agent(msg, local, remote, h, link, answered, why, cap);
+	return ask_agent(msg, local, remote, h, link, answered, said, why, cap);
+}
+
+/*
+ * List the connection the agent answered (said) in entry e: what it is now,
+ * swapped onto the agent's path or on the overlay; swap-failed: the agent
+ * answered a fast path this end could not take (FREEFLOW_DEBUG says why).
+ */
+static void list_answer(uint64_t e, const struct sockaddr_storage *local,
+			const struct sockaddr_storage *remote, int swapped, uint32_t ring,
+			const struct said *said)
+{
+	uint8_t path = !swapped ? FF_PATH_OVERLAY : ring ? FF_PATH_SHM : said->kind;
+	const char *reason = swapped || said->kind == FF_PATH_OVERLAY ? said->reason
+								       : "swap-failed";
+
+	ff_ledger_publish(e, local, remote, path, ring ? FF_SHM_HDR_SIZE + 2 * ring : 0, reason, 0);
 }
 
 void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
@@ -530,7 +573,8 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 	char why[160] = "";
 	int answered = 0, swapped, spare = -1, linked, pair;
 	uint32_t ring = 0;
-	uint64_t entry = 0;
+	uint64_t entry = 0, listed = 0;
+	struct said said = { FF_PATH_OVERLAY, "" };
 
 	if (msg == FF_MSG_CONNECT && c->offer)
 		ff_offer_peer(c->offer, &remote, &rl);
@@ -540,11 +584,14 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 		snprintf(why, sizeof(why), "not connected: %s", strerror(errno));
 	} else if (skip_loopback(&local)) {
 		snprintf(why, sizeof(why), "loopback connection: not negotiated");
-	} else if (choose(c, msg, &local, &remote, &h, &link, &answered, &entry, why,
+	} else if (choose(c, msg, &local, &remote, &h, &link, &answered, &said, &entry, why,
 			  sizeof(why)) == 0) {
 		fast = &h;
 		ring = h.shm ? (uint32_t)h.shm->size : 0;
 	}
+	/* What the agent answered goes into the ledger too: a restarted agent reads it there. */
+	if (answered && ff_ledger_ready() == 0)
+		listed = ff_ledger_reserve();
 	ff_table_lock();
 	c->answered = answered;
 	c->local = local;
@@ -559,9 +606,13 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 	linked = entry != 0;	/* choose() keeps an entry only for a connection a link decided */
 	if (entry && swapped) {
 		ff_ledger_publish(entry, &local, &remote, ring ? FF_PATH_SHM : FF_PATH_HOST_TCP,
-				  ring ? FF_SHM_HDR_SIZE + 2 * ring : 0);
+				  ring ? FF_SHM_HDR_SIZE + 2 * ring : 0, NULL, 1);
 		c->ledger = entry;
 		entry = 0;
+	} else if (listed) {
+		list_answer(listed, &local, &remote, swapped, ring, &said);
+		c->ledger = listed;
+		listed = 0;
 	}
 	if (h.shm)
 		ff_shm_put(h.shm);	/* the swap failed: not attached */
@@ -569,6 +620,7 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 		ff_conn_free(c);
 	ff_table_unlock();
 	ff_ledger_release(entry);
+	ff_ledger_release(listed);
 	/* A link is used only once the agent has the ledger its connections go in. */
 	if (!swapped || !link.ttl_ms || ff_ledger_ready() != 0) {
 		if (link.fd >= 0)

@@ -314,21 +314,27 @@ void ff_links_atfork_prepare(void);
 void ff_links_atfork_parent(void);
 void ff_links_atfork_child(void);
 
-/* ---- ledger.c: this process's linked connections, as the agent reads them ---- */
+/* ---- ledger.c: this process's live connections, as the agent reads them ---- */
 
 /*
  * Make the ledger and hand it to the agent (once per process): 0 when the
  * agent has it, else -errno (then no link may be used).
  */
 int ff_ledger_ready(void);
-/* Reserve an entry for a connection about to be decided over a link; 0: none free (or no ledger). */
+/* Reserve an entry for a connection about to be decided; 0: none free (or no ledger). */
 uint64_t ff_ledger_reserve(void);
-/* Fill reserved entry e for the linked connection local -> remote on path (bytes of shm) and list it. */
+/*
+ * Fill reserved entry e for the connection local -> remote on path (bytes
+ * of shm; reason: why overlay, or why unix is not shm, NULL none) and list
+ * it; linked: decided over a link (counted in the header), else answered
+ * by the agent.
+ */
 void ff_ledger_publish(uint64_t e, const struct sockaddr_storage *local,
-		       const struct sockaddr_storage *remote, uint8_t path, uint32_t bytes);
+		       const struct sockaddr_storage *remote, uint8_t path, uint32_t bytes,
+		       const char *reason, int linked);
 /* Give back a reserved entry that was not published (0: nothing). */
 void ff_ledger_release(uint64_t e);
-/* The linked connection of entry e is closed: unlist it. */
+/* The connection of entry e is closed: unlist it. */
 void ff_ledger_close(uint64_t e);
 /* fork: the child's ledger is its parent's; it makes its own when it gets links. */
 void ff_ledger_atfork_prepare(void);

@@ -255,23 +255,23 @@ FF_EXPORT int accept4(int fd, struct sockaddr *sa, socklen_t *len, int flags)
 }
 
 /*
- * The last fd of a conn is gone: tell the agent what it keeps track of,
- * its registration of the listener (only the registering process's own,
- * listeners.c) and every connection it answered, fast or overlay (it lists
- * them until CLOSED), on this thread's session (a linked connection leaves
- * the ledger instead): UNLISTEN waits for the
- * agent's OK (bounded), CLOSED is a notification sent without waiting.
+ * The last fd of a conn is gone: it leaves the ledger, and the agent is
+ * told what it keeps track of, its registration of the listener (only the
+ * registering process's own, listeners.c) and every connection it
+ * answered, fast or overlay (it lists them until CLOSED), on this thread's
+ * session: UNLISTEN waits for the agent's OK (bounded), CLOSED is a
+ * notification sent without waiting.
  */
 static void conn_closed(struct ff_conn *c)
 {
+	if (c->ledger)
+		ff_ledger_close(c->ledger);
 	if (c->state == FF_ST_LISTEN)
 		ff_links_unlisten(&c->local);
 	if (c->state == FF_ST_LISTEN && c->registered && c->reg_pid == getpid())
 		ff_announce(FF_MSG_UNLISTEN, &c->local, NULL);
 	else if (c->answered && (c->state == FF_ST_SWAPPED || c->state == FF_ST_OVERLAY))
 		ff_announce(FF_MSG_CLOSED, &c->local, &c->remote);
-	else if (c->ledger)
-		ff_ledger_close(c->ledger);
 	ff_table_lock();
 	ff_conn_free(c);
 	ff_table_unlock();

@@ -40,6 +40,7 @@
 #include <sys/wait.h>
 
 #include "fake_agent.h"
+#include "ledger.h"
 #include "testutil.h"
 
 /* Scheduling noise on a loaded 2-core machine, not a protocol allowance. */
@@ -360,15 +361,15 @@ static inline int t_agent_await(const char *word, int want)
 }
 
 /*
- * Linked connection ends that the processes of this test opened (all, or
- * only those still open), as their ledgers say: the fake agent keeps each
- * ledger's memfd open and logs its fd ("ledger <fd>"), which the host side
- * hands over (t_keeper; docs/PROTOCOL.md, "The ledger", has the layout).
+ * The sum of fn over the ledgers of the processes of this test: the fake
+ * agent keeps each ledger's memfd open and logs its fd ("ledger <fd>"),
+ * which the host side hands over (t_keeper; docs/PROTOCOL.md, "The
+ * ledger", and src/ledger.h have the layout).
  */
-static inline int t_ledger_ends(int live)
+static inline int t_ledger_sum(long (*fn)(int lfd, const void *arg), const void *arg)
 {
 	char p[PATH_MAX + 16], line[256];
-	uint64_t total = 0;
+	long total = 0;
 	FILE *f;
 	int lfd;
 
@@ -381,8 +382,6 @@ static inline int t_ledger_ends(int live)
 	int nseen = 0;
 
 	while (fgets(line, sizeof(line), f)) {
-		uint32_t seq;
-		uint64_t opened;
 		char magic[4];
 		struct stat sb;
 		int dup = 0;
@@ -396,20 +395,70 @@ static inline int t_ledger_ends(int live)
 		fstat(lfd, &sb);
 		for (int i = 0; i < nseen; i++)
 			dup |= seen[i] == sb.st_ino;
-		if (dup || nseen == 64 || pread(lfd, magic, 4, 0) != 4 || memcmp(magic, "FFLG", 4)) {
+		if (dup || nseen == 64 || pread(lfd, magic, 4, 0) != 4 ||
+		    memcmp(magic, FF_LEDGER_MAGIC, 4)) {
 			close(lfd);
 			continue;
 		}
 		seen[nseen++] = sb.st_ino;
-		/* opened (shm) at 16, then opened_tcp (host-tcp) at 24 */
-		for (off_t at = 16; !live && at <= 24 && pread(lfd, &opened, 8, at) == 8; at += 8)
-			total += opened;
-		for (off_t at = 64; live && pread(lfd, &seq, 4, at) == 4; at += 64)
-			total += seq & 1;
+		total += fn(lfd, arg);
 		close(lfd);
 	}
 	fclose(f);
 	return (int)total;
+}
+
+/* Linked connections a ledger says its process ever opened, shm and host-tcp. */
+static inline long t_ledger_opened(int lfd, const void *arg)
+{
+	uint64_t n[2] = { 0 };
+
+	(void)arg;
+	if (pread(lfd, &n[0], 8, FF_LEDGER_OFF_OPENED) != 8 ||
+	    pread(lfd, &n[1], 8, FF_LEDGER_OFF_OPENED_TCP) != 8)
+		return 0;
+	return (long)(n[0] + n[1]);
+}
+
+/* Which live entries t_ledger_live counts: path -1 any, reason NULL any. */
+struct t_ledger_want {
+	int path;
+	const char *reason;
+};
+
+static inline long t_ledger_live(int lfd, const void *arg)
+{
+	const struct t_ledger_want *w = arg;
+	uint8_t e[FF_LEDGER_ENTRY];
+	uint32_t seq;
+	long n = 0;
+
+	for (off_t at = FF_LEDGER_HDR; pread(lfd, e, sizeof(e), at) == sizeof(e);
+	     at += FF_LEDGER_ENTRY) {
+		memcpy(&seq, e + FF_LEDGER_E_SEQ, 4);
+		n += (seq & 1) && (w->path < 0 || e[FF_LEDGER_E_PATH] == w->path) &&
+		     (!w->reason || (e[FF_LEDGER_E_REASON_LEN] == strlen(w->reason) &&
+				     !memcmp(e + FF_LEDGER_E_REASON, w->reason, strlen(w->reason))));
+	}
+	return n;
+}
+
+/*
+ * Connection ends of the processes of this test, as their ledgers say: the
+ * linked ones ever opened (live 0), or every one still open, linked or
+ * answered by the agent (live 1).
+ */
+static inline int t_ledger_ends(int live)
+{
+	if (!live)
+		return t_ledger_sum(t_ledger_opened, NULL);
+	return t_ledger_sum(t_ledger_live, &(struct t_ledger_want){ -1, NULL });
+}
+
+/* Live ledger entries on path (a PATH_KIND) with that reason ("" none). */
+static inline int t_ledger_entries(int path, const char *reason)
+{
+	return t_ledger_sum(t_ledger_live, &(struct t_ledger_want){ path, reason });
 }
 
 /* t_ledger_ends once it reaches want, or what it is after T_SLACK_MS. */
@@ -655,14 +704,21 @@ static inline int t_tcp_state(uint16_t lport, uint16_t rport)
 	return state;
 }
 
+/*
+ * Open fds of this process, but its ledger's: the library makes that at the
+ * first answer or link and keeps it for the process's life (ledger.c).
+ */
 static inline int t_count_fds(void)
 {
-	char p[64];
+	static const char ledger[] = "/memfd:freeflow-ledger (deleted)";
+	char p[64], to[sizeof(ledger) + 1];
 	int n = 0;
+	ssize_t l;
 
 	for (int fd = 0; fd < 1024; fd++) {
 		snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
-		n += access(p, F_OK) == 0;
+		l = readlink(p, to, sizeof(to));
+		n += l >= 0 && !(l == (ssize_t)sizeof(ledger) - 1 && !memcmp(to, ledger, (size_t)l));
 	}
 	return n;
 }

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* Description: the C decoder passes every line of docs/protocol-vectors.txt, and ok vectors re-encode to the same bytes; shm headers match the library's layout constants and the fake agent's memfds */
+/* Description: the C decoder passes every line of docs/protocol-vectors.txt, and ok vectors re-encode to the same bytes; shm headers match the library's layout constants and the fake agent's memfds; ledgers match the library's ledger layout */
 #include <stdlib.h>
 
 #include "fake_agent.h"
 #include "freeflow/proto.h"
+#include "ledger.h"
 #include "shm.h"
 #include "testutil.h"
 
@@ -24,7 +25,7 @@ static const uint8_t all_types[] = {
 };
 
 struct seen {
-	int ok, bad, shm;
+	int ok, bad, shm, ledger;
 	int types[256];
 	int codes[FF_ERR_INTERNAL + 1];
 };
@@ -133,7 +134,52 @@ static void check_shm(const char *name, const uint8_t *wire, long n,
 	s->shm++;
 }
 
-/* One line: "<name> ok <hex> <canonical>", "<name> bad <hex> <CODE>" or "<name> shm <hex> ring_size=<n>". */
+/*
+ * "<name> ledger <hex> opened=<n> opened_tcp=<n> seq=<n> bytes=<n> path=<n>
+ * local=<hex> remote=<hex> reason=<text>": a ledger of one slot, as the
+ * library's FF_LEDGER_* constants lay it out (host byte order: the
+ * vectors are those of a little-endian host).
+ */
+static void check_ledger(const char *name, const uint8_t *wire, long n, const char *want,
+			 struct seen *s)
+{
+	uint8_t l[FF_LEDGER_HDR + FF_LEDGER_ENTRY] = { 0 }, *e = l + FF_LEDGER_HDR;
+	unsigned long long opened, opened_tcp;
+	unsigned seq, bytes, path;
+	char local[40], remote[40];
+	uint32_t u32[3] = { FF_LEDGER_VERSION, 1, FF_LEDGER_ENTRY };
+	long ll, rl;
+	int at = -1;
+
+	if (sscanf(want, "opened=%llu opened_tcp=%llu seq=%u bytes=%u path=%u local=%39s "
+		   "remote=%39s reason=%n", &opened, &opened_tcp, &seq, &bytes, &path, local,
+		   remote, &at) != 7 || at < 0) {
+		CHECK(0, "%s: cannot read the fields %s", name, want);
+		return;
+	}
+	memcpy(l, FF_LEDGER_MAGIC, 4);
+	memcpy(l + FF_LEDGER_OFF_VERSION, &u32[0], 4);
+	memcpy(l + FF_LEDGER_OFF_SLOTS, &u32[1], 4);
+	memcpy(l + FF_LEDGER_OFF_ENTRY, &u32[2], 4);
+	memcpy(l + FF_LEDGER_OFF_OPENED, &(uint64_t){ opened }, 8);
+	memcpy(l + FF_LEDGER_OFF_OPENED_TCP, &(uint64_t){ opened_tcp }, 8);
+	memcpy(e + FF_LEDGER_E_SEQ, &(uint32_t){ seq }, 4);
+	memcpy(e + FF_LEDGER_E_BYTES, &(uint32_t){ bytes }, 4);
+	ll = t_unhex(local, strlen(local), e + FF_LEDGER_E_LOCAL, FF_EP6_LEN);
+	rl = t_unhex(remote, strlen(remote), e + FF_LEDGER_E_REMOTE, FF_EP6_LEN);
+	e[FF_LEDGER_E_LOCAL_LEN] = (uint8_t)ll;
+	e[FF_LEDGER_E_REMOTE_LEN] = (uint8_t)rl;
+	e[FF_LEDGER_E_PATH] = (uint8_t)path;
+	e[FF_LEDGER_E_REASON_LEN] = (uint8_t)strlen(want + at);
+	CHECK(ll > 0 && rl > 0 && strlen(want + at) <= FF_LEDGER_REASON_MAX, "%s: bad fields %s",
+	      name, want);
+	memcpy(e + FF_LEDGER_E_REASON, want + at, e[FF_LEDGER_E_REASON_LEN]);
+	CHECK(n == (long)sizeof(l) && !memcmp(l, wire, sizeof(l)),
+	      "%s: %ld bytes that differ from the library's ledger layout", name, n);
+	s->ledger++;
+}
+
+/* One line: "<name> ok <hex> <canonical>", "<name> bad <hex> <CODE>", "<name> shm <hex> ring_size=<n>" or "<name> ledger <hex> <fields>". */
 static void check_line(char *line, int lineno, uint8_t *wire, struct seen *s)
 {
 	char *name = strtok(line, " "), *kind = strtok(NULL, " ");
@@ -154,15 +200,17 @@ static void check_line(char *line, int lineno, uint8_t *wire, struct seen *s)
 		check_bad(name, wire, n, rest, s);
 	else if (!strcmp(kind, "shm"))
 		check_shm(name, wire, n, rest, s);
+	else if (!strcmp(kind, "ledger"))
+		check_ledger(name, wire, n, rest, s);
 	else
-		CHECK(0, "line %d (%s): kind %s is not ok, bad or shm", lineno, name, kind);
+		CHECK(0, "line %d (%s): kind %s is not ok, bad, shm or ledger", lineno, name, kind);
 }
 
 /* A vectors file that lost its lines must not pass by checking nothing. */
 static void check_coverage(const struct seen *s)
 {
-	CHECK(s->ok >= 10 && s->bad >= 10 && s->shm >= 1, "only %d ok, %d bad and %d shm vectors",
-	      s->ok, s->bad, s->shm);
+	CHECK(s->ok >= 10 && s->bad >= 10 && s->shm >= 1 && s->ledger >= 2,
+	      "only %d ok, %d bad, %d shm and %d ledger vectors", s->ok, s->bad, s->shm, s->ledger);
 	for (size_t i = 0; i < sizeof(all_types); i++)
 		CHECK(s->types[all_types[i]], "no ok vector of type 0x%02x", all_types[i]);
 	CHECK(s->codes[FF_ERR_BADMSG] && s->codes[FF_ERR_VERSION] &&
@@ -198,6 +246,6 @@ int main(int argc, char **argv)
 	free(line);
 	fclose(f);
 	check_coverage(&s);
-	printf("%d ok, %d bad and %d shm vectors checked\n", s.ok, s.bad, s.shm);
+	printf("%d ok, %d bad, %d shm and %d ledger vectors checked\n", s.ok, s.bad, s.shm, s.ledger);
 	return t_exit_code();
 }

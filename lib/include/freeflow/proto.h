@@ -46,6 +46,7 @@ enum ff_msg_type {
 	FF_MSG_LIST		= 0x42,
 	FF_MSG_STATUS		= 0x43,
 	FF_MSG_OK		= 0x44,
+	FF_MSG_CONNS		= 0x45,	/* admin: the live connections, a page from OFFSET */
 	FF_MSG_ERROR		= 0x7f,
 };
 
@@ -78,7 +79,7 @@ enum ff_attr_type {
 	FF_ATTR_LINK		= 24,	/* u64, a cross-host link's name (PATH host-tcp, LINK_FILL) */
 	FF_ATTR_COUNT		= 25,	/* u32, stock connections asked for (LINK_FILL) */
 	FF_ATTR_TOKEN		= 26,	/* 16 bytes, a cross-host link's secret */
-	/* 27 (LINK_PORT) is agent to agent: unknown here. */
+	/* 27 (LINK_PORT) is agent to agent, 28 (OFFSET) admin only: unknown here. */
 	FF_ATTR__COUNT			/* one past the highest known type */
 };
 

@@ -1,0 +1,33 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The ledger's layout (docs/PROTOCOL.md, "The ledger"), in host byte
+ * order: what ledger.c writes and what the agent reads; the test vectors
+ * (ledger lines of docs/protocol-vectors.txt) check it.
+ */
+#ifndef FREEFLOW_LEDGER_H
+#define FREEFLOW_LEDGER_H
+
+#define FF_LEDGER_MAGIC		"FFLG"
+#define FF_LEDGER_VERSION	2u
+#define FF_LEDGER_HDR		64u
+#define FF_LEDGER_ENTRY		128u
+#define FF_LEDGER_SLOTS_MAX	65536u
+/* header */
+#define FF_LEDGER_OFF_VERSION	4u	/* u32 */
+#define FF_LEDGER_OFF_SLOTS	8u	/* u32 */
+#define FF_LEDGER_OFF_ENTRY	12u	/* u32: FF_LEDGER_ENTRY */
+#define FF_LEDGER_OFF_OPENED	16u	/* u64: linked shm connections ever opened */
+#define FF_LEDGER_OFF_OPENED_TCP 24u	/* u64: linked host-tcp connections ever opened */
+/* entry */
+#define FF_LEDGER_E_SEQ		0u	/* u32: odd while live */
+#define FF_LEDGER_E_BYTES	4u	/* u32: the shm memory held */
+#define FF_LEDGER_E_LOCAL_LEN	8u	/* u8: 6 or 18 */
+#define FF_LEDGER_E_REMOTE_LEN	9u	/* u8: 6 or 18 */
+#define FF_LEDGER_E_PATH	10u	/* u8: a PATH_KIND */
+#define FF_LEDGER_E_REASON_LEN	11u	/* u8: 0 to FF_LEDGER_REASON_MAX */
+#define FF_LEDGER_E_LOCAL	12u	/* an endpoint attribute's value, 18 bytes of room */
+#define FF_LEDGER_E_REMOTE	30u	/* likewise */
+#define FF_LEDGER_E_REASON	48u	/* the agent's REASON */
+#define FF_LEDGER_REASON_MAX	64u
+
+#endif
