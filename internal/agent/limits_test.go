@@ -379,7 +379,7 @@ func TestLedgersBoundedPerContainer(t *testing.T) {
 	s.limit = 2
 	hog, web := directory.Container{ID: "hog"}, directory.Container{ID: "web"}
 	live := []int32{int32(os.Getpid()), 1, int32(os.Getppid())} // alive while the test runs
-	for _, pid := range live[:2] { // a ledger each: one memfd held by two processes is listed once
+	for _, pid := range live[:2] {                              // a ledger each: one memfd held by two processes is listed once
 		if err := s.add(pid, hog, newTestLedger(t, 4).fd); err != nil {
 			t.Fatalf("ledger of process %d: %v", pid, err)
 		}
