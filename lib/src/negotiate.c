@@ -588,6 +588,9 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 		ff_debug("fd %d swapped to %s, decided %s", fd,
 			 ring ? "shm" : pair ? "a socket pair" : "host tcp",
 			 linked ? "over a link" : "by the agent");
+	/* A process the shim cannot follow on shm (routes.c) keeps no shm connection. */
+	if (swapped && ring && atomic_load(&ff_shm_avoided))
+		ff_shm_switch(fd);
 }
 
 static int tcp_state(int fd)

@@ -18,6 +18,9 @@ static const char *const wrapped[] = {
 	"recvmmsg", "sendmmsg", "splice",
 	"execve", "execv", "execvp", "execvpe", "execl", "execlp", "execle", "fexecve",
 	"posix_spawn", "posix_spawnp", "vfork",
+	"syscall", "close_range", "closefrom", "fdopen", "fclose", "preadv2", "pwritev2",
+	"io_uring_setup", "io_uring_queue_init", "io_uring_queue_init_params",
+	"io_uring_queue_init_mem",
 };
 #define NWRAPPED (sizeof(wrapped) / sizeof(wrapped[0]))
 
