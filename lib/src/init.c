@@ -66,7 +66,7 @@ static void resolve_all(void)
 	NEED(epoll_pwait); NEED(ppoll);
 	NEED(pselect); NEED(recvmmsg); NEED(sendmmsg); NEED(splice);
 	NEED(execve); NEED(execvpe); NEED(fexecve); NEED(posix_spawn); NEED(posix_spawnp);
-	NEED(vfork); NEED(fdopen); NEED(fclose);
+	NEED(vfork); NEED(fdopen); NEED(fclose); NEED(system); NEED(popen);
 	/* Newer or fortify-only entry points: a program can only call them if libc has them. */
 	MAYBE(fcntl64, "fcntl64");
 	MAYBE(read_chk, "__read_chk");
@@ -79,6 +79,7 @@ static void resolve_all(void)
 	MAYBE(closefrom, "closefrom");
 	MAYBE(preadv2, "preadv2");
 	MAYBE(pwritev2, "pwritev2");
+	MAYBE(_Fork, "_Fork");
 }
 
 static void init_once_fn(void)

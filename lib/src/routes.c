@@ -2,8 +2,8 @@
 /*
  * The other routes to a descriptor: libc's syscall(), close_range and
  * closefrom, stdio on a socket (fdopen, fclose), preadv2/pwritev2, and
- * io_uring. docs/HARD-CASES.md, "Routes around the wrappers", has the
- * whole list and why each is handled so.
+ * io_uring. lib/README.md, "Routes around the wrappers", has the whole
+ * list and why each is handled so.
  *
  * The rule: a route the shim can follow goes through the same wrapper as
  * the plain call (a close is a close, whatever the entry point: the slot
@@ -147,6 +147,50 @@ FF_EXPORT ssize_t pwritev2(int fd, const struct iovec *iov, int cnt, off_t off, 
 {
 	ff_fd_to_kernel(fd, "pwritev2");
 	return REAL(pwritev2)(fd, iov, cnt, off, flags);
+}
+
+/* With _FILE_OFFSET_BITS=64 the headers name them so; the same calls on 64-bit ABIs. */
+FF_EXPORT ssize_t preadv64v2(int fd, const struct iovec *iov, int cnt, off_t off, int flags)
+{
+	return preadv2(fd, iov, cnt, off, flags);
+}
+
+FF_EXPORT ssize_t pwritev64v2(int fd, const struct iovec *iov, int cnt, off_t off, int flags)
+{
+	return pwritev2(fd, iov, cnt, off, flags);
+}
+
+/* ---- process copies libc makes without the wrapped entry points ---- */
+
+/* _Fork runs no fork handlers (fork.c): every shm connection moves down first, as for vfork. */
+FF_EXPORT pid_t _Fork(void)
+{
+	if (!ff_busy && !ff_vforked())
+		ff_shm_switch_all(0);
+	if (!REAL(_Fork)) {
+		errno = ENOSYS;
+		return -1;
+	}
+	return ff_real._Fork();
+}
+
+/*
+ * system and popen spawn a shell with libc's internal posix_spawn, which
+ * the exec wrappers never see: the fds the shell inherits (no
+ * FD_CLOEXEC) leave shm first.
+ */
+FF_EXPORT int system(const char *cmd)
+{
+	if (!ff_busy && cmd && !ff_vforked())
+		ff_shm_switch_all(FF_SHM_SWITCH_KEPT);
+	return REAL(system)(cmd);
+}
+
+FF_EXPORT FILE *popen(const char *cmd, const char *mode)
+{
+	if (!ff_busy && !ff_vforked())
+		ff_shm_switch_all(FF_SHM_SWITCH_KEPT);
+	return REAL(popen)(cmd, mode);
 }
 
 /* ---- io_uring ---- */

@@ -89,6 +89,9 @@ struct ff_real {
 	int (*fclose)(FILE *);
 	ssize_t (*preadv2)(int, const struct iovec *, int, off_t, int);
 	ssize_t (*pwritev2)(int, const struct iovec *, int, off_t, int);
+	pid_t (*_Fork)(void);
+	int (*system)(const char *);
+	FILE *(*popen)(const char *, const char *);
 };
 
 extern struct ff_real ff_real;
