@@ -16,7 +16,7 @@
 int main(int argc, char **argv)
 {
 	const char *lib = getenv("FF_LIBRARY"), *extra = getenv("FF_TEST_PRELOAD_EXTRA");
-	char abs[PATH_MAX], self[PATH_MAX], pre[3 * PATH_MAX + 8], out[4096] = "";
+	char abs[PATH_MAX], self[PATH_MAX] = "", pre[3 * PATH_MAX + 8], out[4096] = "";
 	struct pollfd p;
 	size_t got = 0;
 	int pipefd[2], status = 0, hung = 0;
@@ -32,7 +32,7 @@ int main(int argc, char **argv)
 	}
 	self[sizeof(self) - 1] = '\0';
 	snprintf(pre, sizeof(pre), "%s%s%s/hide_symbol.so %s", extra ? extra : "",
-		 extra && *extra ? " " : "", dirname(strdup(self)), abs);
+		 extra && *extra ? " " : "", dirname(self), abs);
 	CHECK(pipe2(pipefd, O_CLOEXEC) == 0, "pipe");
 	pid = fork();
 	if (pid == 0) {

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: an accepted, swapped socket closed with syscall(SYS_close) (as libuv closes): a 1 MiB file that then gets its number reads back intact, the agent hears CLOSED and the peer reads EOF */
-/* Channels: unix host-tcp shm */
+/* Channels: unix host-tcp shm shm-link */
 #include "shimtest.h"
 
 int main(int argc, char **argv)
