@@ -273,6 +273,14 @@ static struct ring *ring_of(int fd)
 	return NULL;
 }
 
+/* rings_mu held: forget r, unmapping it. */
+static void ring_drop(struct ring *r)
+{
+	munmap(r->sq_map, r->sq_len);
+	munmap(r->sqe_map, r->sqe_len);
+	*r = rings[--nrings];
+}
+
 /* Ring fd is closed: drop the shim's mapping, which would keep the ring alive. */
 void ff_ring_closed(int fd)
 {
@@ -280,11 +288,8 @@ void ff_ring_closed(int fd)
 
 	pthread_mutex_lock(&rings_mu);
 	r = ring_of(fd);
-	if (r) {
-		munmap(r->sq_map, r->sq_len);
-		munmap(r->sqe_map, r->sqe_len);
-		*r = rings[--nrings];
-	}
+	if (r)
+		ring_drop(r);
 	pthread_mutex_unlock(&rings_mu);
 }
 
@@ -298,7 +303,10 @@ static void ring_setup(int fd, const struct io_uring_params *p)
 		return;
 	}
 	pthread_mutex_lock(&rings_mu);
-	if (!ring_of(fd) && nrings < MAX_RINGS) {
+	/* A ring at this number before was closed by a route not seen: it is gone. */
+	if ((r = ring_of(fd)))
+		ring_drop(r);
+	if (nrings < MAX_RINGS) {
 		r = &rings[nrings];
 		err = ring_map(r, fd, p);
 		if (!err)
@@ -317,8 +325,7 @@ static void sqe_fd(int fd)
 {
 	struct ff_slot *s = ff_fd_slot(fd);
 
-	if (s && (atomic_load_explicit(&s->flags, memory_order_relaxed) &
-		  (FF_FD_SHM | FF_FD_PENDING | FF_FD_TRACKED)))
+	if (s && (atomic_load_explicit(&s->flags, memory_order_relaxed) & FF_FD_TRACKED))
 		ff_fd_to_kernel(fd, "used through io_uring");
 }
 
