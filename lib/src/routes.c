@@ -117,23 +117,52 @@ FF_EXPORT FILE *fdopen(int fd, const char *mode)
 	return REAL(fdopen)(fd, mode);
 }
 
+/* The fd of fp, about to be closed inside libc: its slot cleared, its conn if that was the last fd. */
+static struct ff_conn *stdio_closing(FILE *fp)
+{
+	struct ff_slot *s = ff_fd_slot(fp ? fileno(fp) : -1);
+	struct ff_conn *c;
+
+	if (ff_busy || !s || !atomic_load(&s->flags))
+		return NULL;
+	ff_table_lock();
+	c = ff_fd_forget(fileno(fp));
+	ff_table_unlock();
+	return c;
+}
+
 /* fclose closes the fd inside libc: the same bookkeeping as close(). */
 FF_EXPORT int fclose(FILE *fp)
 {
-	int fd = fp ? fileno(fp) : -1, ret, err;
-	struct ff_slot *s = ff_fd_slot(fd);
-	struct ff_conn *c = NULL;
+	struct ff_conn *c = stdio_closing(fp);
+	int ret = REAL(fclose)(fp), err = errno;
 
-	if (!ff_busy && s && atomic_load(&s->flags)) {
-		ff_table_lock();
-		c = ff_fd_forget(fd);
-		ff_table_unlock();
-	}
-	ret = REAL(fclose)(fp);
-	err = errno;
 	ff_conn_closed(c);
 	errno = err;
 	return ret;
+}
+
+/* freopen with a path closes the stream's fd inside libc, as fclose does. */
+static FILE *reopen(FILE *(*real)(const char *, const char *, FILE *), const char *path,
+		    const char *mode, FILE *fp)
+{
+	struct ff_conn *c = path ? stdio_closing(fp) : NULL;
+	FILE *ret = real(path, mode, fp);
+	int err = errno;
+
+	ff_conn_closed(c);
+	errno = err;
+	return ret;
+}
+
+FF_EXPORT FILE *freopen(const char *path, const char *mode, FILE *fp)
+{
+	return reopen(REAL(freopen), path, mode, fp);
+}
+
+FF_EXPORT FILE *freopen64(const char *path, const char *mode, FILE *fp)
+{
+	return reopen(REAL(freopen64), path, mode, fp);
 }
 
 /* Vectored I/O with an offset and flags: not a socket call the rings serve. */

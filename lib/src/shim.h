@@ -87,6 +87,8 @@ struct ff_real {
 	void (*closefrom)(int);
 	FILE *(*fdopen)(int, const char *);
 	int (*fclose)(FILE *);
+	FILE *(*freopen)(const char *, const char *, FILE *);
+	FILE *(*freopen64)(const char *, const char *, FILE *);
 	ssize_t (*preadv2)(int, const struct iovec *, int, off_t, int);
 	ssize_t (*pwritev2)(int, const struct iovec *, int, off_t, int);
 	pid_t (*_Fork)(void);
