@@ -570,7 +570,8 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 	ff_table_unlock();
 	ff_ledger_release(entry);
 	/* A link is used only once the agent has the ledger its connections go in. */
-	if (!swapped || !link.ttl_ms || ff_ledger_ready() != 0) {
+	if (!swapped || !link.ttl_ms || (ring && atomic_load(&ff_shm_avoided)) ||
+	    ff_ledger_ready() != 0) {
 		if (link.fd >= 0)
 			ff_real.close(link.fd);
 	} else if (ring) {

@@ -59,8 +59,11 @@ void ff_shm_avoid(const char *why)
 {
 	if (ff_busy || ff_vforked())
 		return;
-	if (!atomic_exchange(&ff_shm_avoided, 1))
+	if (!atomic_exchange(&ff_shm_avoided, 1)) {
 		ff_debug("no shared memory in this process from now on: %s", why);
+		/* Links make shm connections without the agent; the peers ask it instead. */
+		ff_links_drop_all();
+	}
 	ff_shm_switch_all(0);
 }
 

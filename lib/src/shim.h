@@ -357,6 +357,8 @@ int ff_link_take(const struct sockaddr_storage *local, const struct sockaddr_sto
 		 struct ff_handover *h);
 /* The listener at local is closed: its links and the offers they brought go. */
 void ff_links_unlisten(const struct sockaddr_storage *local);
+/* The process keeps off shm (routes.c): every same-host link and pending offer goes. */
+void ff_links_drop_all(void);
 void ff_links_atfork_prepare(void);
 void ff_links_atfork_parent(void);
 void ff_links_atfork_child(void);

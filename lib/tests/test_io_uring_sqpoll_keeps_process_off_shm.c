@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: MIT */
-/* Description: an io_uring the library cannot follow (SQPOLL: the kernel takes submissions without io_uring_enter) keeps the process off shm: its shm connection moves down at once, bytes intact both ways, and a later connection moves down right after its swap */
-/* Channels: shm */
+/* Description: an io_uring the library cannot follow (SQPOLL: the kernel takes submissions without io_uring_enter) keeps the process off shm: its shm connection moves down at once, bytes intact both ways, a later connection moves down right after its swap, and 300 connections in a row from a client on shm that writes at once (over a link, with shm-link, until the process drops its links) all stay intact, none reset */
+/* Channels: shm shm-link */
 #include <linux/io_uring.h>
 
 #include "shimtest.h"
 
 #define N	100000
+#define CONNS	300
 
 static void intact(int cfd, int sfd, const char *what)
 {
@@ -13,6 +14,34 @@ static void intact(int cfd, int sfd, const char *what)
 	      "%s: bytes one way", what);
 	CHECK(t_send_stream(sfd, N, 4) == 0 && t_recv_stream(cfd, N, 4) == 0,
 	      "%s: bytes the other way", what);
+}
+
+static int client(uint16_t port)
+{
+	for (int i = 0; i < CONNS; i++) {
+		int fd = t_connect_nth(port, i);
+
+		t_exchange_nth(fd, i, 3000, 1);
+		close(fd);
+	}
+	return t_exit_code();
+}
+
+/* Accept and exchange CONNS connections, each on its kernel channel (no shm mapping left). */
+static void serve(int conns)
+{
+	pid_t pid;
+	int lfd = t_fork_client(client, &pid), fd;
+
+	for (int i = 0; i < conns; i++) {
+		fd = accept(lfd, NULL, NULL);
+		CHECK(fd >= 0 && t_real_domain(fd) == AF_UNIX, "accept %d: %s", i, strerror(errno));
+		t_exchange_nth(fd, i, 3000, 0);
+		close(fd);
+	}
+	CHECK(t_shm_maps() == 0, "%d shm mappings left", t_shm_maps());
+	t_wait_child(pid, "client");
+	close(lfd);
 }
 
 int main(int argc, char **argv)
@@ -35,6 +64,7 @@ int main(int argc, char **argv)
 	CHECK(t_real_domain(s2) == AF_UNIX && t_shm_maps() == 0,
 	      "a later connection is on shm (%d shm mappings)", t_shm_maps());
 	intact(c2, s2, "later connection");
+	serve(CONNS);
 	close(ring);
 	close(c2);
 	close(s2);
