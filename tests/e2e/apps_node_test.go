@@ -73,7 +73,8 @@ func TestNodeServerReadsFilesBetweenResponses(t *testing.T) {
 			c.StartDetached(t, "h1", srv, volume(file, "/tmp/blob"), argv...)
 			c.WaitListening(t, srv, 7200)
 			paths := watchPaths(t, c, "h1")
-			r := runClient(t, c, "h1", nil, "env", "FREEFLOW_DEBUG=1", "node", "-e", nodeFileServerJS, "get", srv,
+			// Bounded: a client that waits forever for a body fails the test, not the run.
+			r := runClient(t, c, "h1", nil, "timeout", "120", "env", "FREEFLOW_DEBUG=1", "node", "-e", nodeFileServerJS, "get", srv,
 				fmt.Sprint(conns), fmt.Sprint(par), hex.EncodeToString(sum[:]))
 			if want := fmt.Sprintf("OK %d\n", conns); r.Stdout != want {
 				t.Fatalf("node client: %q, want %q (bodies that were the file, intact); stderr:\n%s\nserver's log:\n%s",
