@@ -9,7 +9,7 @@ set -euo pipefail
 # run inside containers.
 PACKAGES=(
   crun containernetworking-plugins etcd-server etcd-client iproute2 iptables nftables util-linux procps
-  iperf3 sockperf netpipe-tcp python3
+  iperf3 sockperf netpipe-tcp python3 nodejs liburing2
   # applications `freeflow bench` runs as server + client containers
   redis-server redis-tools nginx-light wrk memcached libmemcached-tools postgresql
   # Open MPI between containers (tests/e2e), curl for nginx checks

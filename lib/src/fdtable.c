@@ -153,6 +153,20 @@ void ff_fd_mark_control(int fd, int on)
 	ff_table_unlock();
 }
 
+void ff_fd_mark(int fd, uint8_t flag)
+{
+	struct ff_slot *s = ff_fd_slot(fd);
+
+	if (!s)
+		return;
+	ff_table_lock();
+	if (!s->conn) {
+		atomic_fetch_or(&s->flags, flag);
+		note_fd(fd);
+	}
+	ff_table_unlock();
+}
+
 struct ff_conn *ff_fd_detach(int fd)
 {
 	struct ff_slot *s = ff_fd_slot(fd);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "shim.h"
@@ -28,6 +29,8 @@ void ff_log_init(void);
 /*
  * A missing libc function means this libc is not one the shim can work
  * with; carrying on would call through NULL later, far from the cause.
+ * The message goes out by libc's syscall(), resolved first: write() is
+ * the shim's own wrapper, which would wait for this very initialisation.
  */
 static void *resolve(const char *name, int required)
 {
@@ -39,8 +42,9 @@ static void *resolve(const char *name, int required)
 				 "libfreeflow: cannot find libc's %s (%s); remove libfreeflow.so from LD_PRELOAD\n",
 				 name, dlerror());
 
-		if (write(2, msg, (size_t)n) < 0)
-			abort();
+		if (ff_real.syscall && n > 0)
+			ff_real.syscall(SYS_write, 2, msg, (size_t)n < sizeof(msg) ? (size_t)n
+								     : sizeof(msg) - 1);
 		abort();
 	}
 	return p;
@@ -51,6 +55,7 @@ static void *resolve(const char *name, int required)
 
 static void resolve_all(void)
 {
+	NEED(syscall);	/* first: resolve() reports through it */
 	NEED(socket); NEED(connect); NEED(listen); NEED(accept); NEED(accept4);
 	NEED(close); NEED(dup); NEED(dup2); NEED(dup3); NEED(fcntl);
 	NEED(shutdown); NEED(ioctl); NEED(read); NEED(write); NEED(readv); NEED(writev);
@@ -61,7 +66,8 @@ static void resolve_all(void)
 	NEED(epoll_pwait); NEED(ppoll);
 	NEED(pselect); NEED(recvmmsg); NEED(sendmmsg); NEED(splice);
 	NEED(execve); NEED(execvpe); NEED(fexecve); NEED(posix_spawn); NEED(posix_spawnp);
-	NEED(vfork);
+	NEED(vfork); NEED(fdopen); NEED(fclose); NEED(system); NEED(popen);
+	NEED(freopen); NEED(freopen64);
 	/* Newer or fortify-only entry points: a program can only call them if libc has them. */
 	MAYBE(fcntl64, "fcntl64");
 	MAYBE(read_chk, "__read_chk");
@@ -70,6 +76,11 @@ static void resolve_all(void)
 	MAYBE(poll_chk, "__poll_chk");
 	MAYBE(ppoll_chk, "__ppoll_chk");
 	MAYBE(epoll_pwait2, "epoll_pwait2");
+	MAYBE(close_range, "close_range");
+	MAYBE(closefrom, "closefrom");
+	MAYBE(preadv2, "preadv2");
+	MAYBE(pwritev2, "pwritev2");
+	MAYBE(_Fork, "_Fork");
 }
 
 static void init_once_fn(void)

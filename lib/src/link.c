@@ -747,6 +747,21 @@ void ff_links_unlisten(const struct sockaddr_storage *local)
 	pthread_mutex_unlock(&mu);
 }
 
+void ff_links_drop_all(void)
+{
+	if (!atomic_load_explicit(&any_link, memory_order_relaxed))
+		return;
+	pthread_mutex_lock(&mu);
+	/* As for a listener closed: the peers' next offers fail and go to the agent. */
+	for (int i = 0; i < nlinks; i++)
+		if (links[i].fd >= 0)
+			link_close(&links[i]);
+	for (int i = 0; i < PENDING_MAX; i++)
+		if (pend[i].bell >= 0)
+			pending_close(&pend[i]);
+	pthread_mutex_unlock(&mu);
+}
+
 /* ---- fork ---- */
 
 void ff_links_atfork_prepare(void)

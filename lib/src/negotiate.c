@@ -622,7 +622,8 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 	ff_ledger_release(entry);
 	ff_ledger_release(listed);
 	/* A link is used only once the agent has the ledger its connections go in. */
-	if (!swapped || !link.ttl_ms || ff_ledger_ready() != 0) {
+	if (!swapped || !link.ttl_ms || (ring && atomic_load(&ff_shm_avoided)) ||
+	    ff_ledger_ready() != 0) {
 		if (link.fd >= 0)
 			ff_real.close(link.fd);
 	} else if (ring) {
@@ -640,6 +641,9 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 		ff_debug("fd %d swapped to %s, decided %s", fd,
 			 ring ? "shm" : pair ? "a socket pair" : "host tcp",
 			 linked ? "over a link" : "by the agent");
+	/* A process the shim cannot follow on shm (routes.c) keeps no shm connection. */
+	if (swapped && ring && atomic_load(&ff_shm_avoided))
+		ff_shm_switch(fd);
 }
 
 static int tcp_state(int fd)

@@ -15,6 +15,7 @@
 #include <spawn.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
 #include <sys/socket.h>
@@ -81,6 +82,18 @@ struct ff_real {
 	int (*posix_spawnp)(pid_t *, const char *, const posix_spawn_file_actions_t *,
 			    const posix_spawnattr_t *, char *const[], char *const[]);
 	pid_t (*vfork)(void);
+	long (*syscall)(long, ...);
+	int (*close_range)(unsigned, unsigned, int);
+	void (*closefrom)(int);
+	FILE *(*fdopen)(int, const char *);
+	int (*fclose)(FILE *);
+	FILE *(*freopen)(const char *, const char *, FILE *);
+	FILE *(*freopen64)(const char *, const char *, FILE *);
+	ssize_t (*preadv2)(int, const struct iovec *, int, off_t, int);
+	ssize_t (*pwritev2)(int, const struct iovec *, int, off_t, int);
+	pid_t (*_Fork)(void);
+	int (*system)(const char *);
+	FILE *(*popen)(const char *, const char *);
 };
 
 extern struct ff_real ff_real;
@@ -161,6 +174,7 @@ struct ff_conn {
 #define FF_FD_CONTROL	4u	/* a control connection to the agent */
 #define FF_FD_SWAPPED	8u	/* conn is SWAPPED: a kernel channel sits at the fd */
 #define FF_FD_SHM	16u	/* conn->shm is set: the data path goes through shm.c */
+#define FF_FD_RING	32u	/* an io_uring whose submissions the shim follows (routes.c) */
 
 struct ff_slot {
 	_Atomic uint8_t flags;
@@ -181,6 +195,8 @@ extern _Atomic int ff_pending_count;
 
 /* Takes the table lock: mark fd as a control connection, or unmark it. */
 void ff_fd_mark_control(int fd, int on);
+/* Takes the table lock: add flag (FF_FD_RING) to the slot of fd, if no conn has it. */
+void ff_fd_mark(int fd, uint8_t flag);
 
 /* Under the table lock. */
 struct ff_conn *ff_conn_new(int family);
@@ -192,6 +208,37 @@ void ff_conn_set_state(struct ff_conn *c, enum ff_state st);
 int ff_conn_unref(struct ff_conn *c);
 void ff_conn_free(struct ff_conn *c);
 void ff_conn_forget_epregs(struct ff_conn *c);
+
+/* ---- socket_calls.c: what every close route shares ---- */
+
+/*
+ * Table lock held: fd is about to be closed (or replaced); its slot is
+ * cleared. Returns its conn if that was its last fd, for ff_conn_closed.
+ */
+struct ff_conn *ff_fd_forget(int fd);
+/* No lock held: the last fd of c is gone (NULL: nothing); tells the agent, frees c. */
+void ff_conn_closed(struct ff_conn *c);
+/*
+ * Something the shim cannot follow will use fd's socket as it is: a
+ * connection without its decision (or not connected yet) stays on the
+ * overlay, as a dup before the decision makes it. why: for FREEFLOW_DEBUG.
+ */
+void ff_fd_keep_overlay(int fd, const char *why);
+
+/* ---- routes.c: syscall(), close_range, stdio, io_uring ---- */
+
+/*
+ * fd is about to be used by a route the shim cannot serve on shm (the
+ * kernel or libc's internal I/O acts on it): decided or kept on the
+ * overlay, and moved down if on shm.
+ */
+void ff_fd_to_kernel(int fd, const char *why);
+/* Set once the process cannot be followed on shm: new shm connections move down at once. */
+extern _Atomic int ff_shm_avoided;
+/* Move every shm connection down, and every later one (ff_shm_avoided). */
+void ff_shm_avoid(const char *why);
+/* Ring fd (FF_FD_RING) is being closed: the shim's mapping of it goes. */
+void ff_ring_closed(int fd);
 
 /* ---- control.c: this thread's connection to the agent ---- */
 
@@ -310,6 +357,8 @@ int ff_link_take(const struct sockaddr_storage *local, const struct sockaddr_sto
 		 struct ff_handover *h);
 /* The listener at local is closed: its links and the offers they brought go. */
 void ff_links_unlisten(const struct sockaddr_storage *local);
+/* The process keeps off shm (routes.c): every same-host link and pending offer goes. */
+void ff_links_drop_all(void);
 void ff_links_atfork_prepare(void);
 void ff_links_atfork_parent(void);
 void ff_links_atfork_child(void);

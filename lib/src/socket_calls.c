@@ -35,15 +35,25 @@ static int is_tcp(int domain, int type, int protocol)
 	       (protocol == 0 || protocol == IPPROTO_TCP);
 }
 
-/* Table lock held: point fd at c, dropping a stale conn the slot still had. */
-static void put_slot(int fd, struct ff_conn *c)
+struct ff_conn *ff_fd_forget(int fd)
 {
-	struct ff_conn *old = ff_fd_detach(fd);
+	struct ff_conn *c = ff_fd_detach(fd);
 
-	if (old && ff_conn_unref(old))
-		ff_conn_free(old);
+	return c && ff_conn_unref(c) ? c : NULL;
+}
+
+/*
+ * Table lock held: point fd at c. A conn the slot still had (its fd was
+ * closed or replaced: dup2 over it, or a close the shim did not see) is
+ * returned if that was its last fd, for ff_conn_closed once unlocked.
+ */
+static struct ff_conn *put_slot(int fd, struct ff_conn *c)
+{
+	struct ff_conn *old = ff_fd_forget(fd);
+
 	if (c)
 		ff_fd_attach(fd, c);
+	return old;
 }
 
 /* The tracked conn of fd with the lock held, or NULL (lock not held). */
@@ -69,18 +79,20 @@ static struct ff_conn *lock_conn(int fd)
 static void untracked(int fd)
 {
 	struct ff_slot *s = ff_fd_slot(fd);
+	struct ff_conn *old;
 
 	if (!s || !(atomic_load_explicit(&s->flags, memory_order_relaxed) & FF_FD_TRACKED))
 		return;
 	ff_table_lock();
-	put_slot(fd, NULL);
+	old = put_slot(fd, NULL);
 	ff_table_unlock();
+	ff_conn_closed(old);
 }
 
 FF_EXPORT int socket(int domain, int type, int protocol)
 {
-	int fd = REAL(socket)(domain, type, protocol);
-	struct ff_conn *c;
+	int fd = REAL(socket)(domain, type, protocol), err = errno;
+	struct ff_conn *c, *old;
 
 	if (fd < 0 || ff_busy || !ff_fd_slot(fd))
 		return fd;
@@ -90,8 +102,10 @@ FF_EXPORT int socket(int domain, int type, int protocol)
 	}
 	c = ff_conn_new(domain);
 	ff_table_lock();
-	put_slot(fd, c);
+	old = put_slot(fd, c);
 	ff_table_unlock();
+	ff_conn_closed(old);
+	errno = err;
 	return fd;
 }
 
@@ -202,7 +216,7 @@ FF_EXPORT int listen(int fd, int backlog)
 /* A connection accepted on a registered listener is negotiated before the app sees it. */
 static int accepted(int lfd, int nfd)
 {
-	struct ff_conn *l = lock_conn(lfd), *c = NULL;
+	struct ff_conn *l = lock_conn(lfd), *c = NULL, *old;
 
 	if (l && l->state == FF_ST_LISTEN && l->registered && ff_fd_slot(nfd))
 		c = ff_conn_new(l->family);
@@ -213,11 +227,12 @@ static int accepted(int lfd, int nfd)
 		return nfd;
 	}
 	ff_sockopt_inherit(c, l);
-	put_slot(nfd, c);
+	old = put_slot(nfd, c);
 	c->pending_fd = nfd;
 	ff_conn_set_state(c, FF_ST_NEGOTIATING);
 	c->refs++;
 	ff_table_unlock();
+	ff_conn_closed(old);
 	ff_negotiate(nfd, c, FF_MSG_ACCEPT);
 	return nfd;
 }
@@ -262,8 +277,10 @@ FF_EXPORT int accept4(int fd, struct sockaddr *sa, socklen_t *len, int flags)
  * session: UNLISTEN waits for the agent's OK (bounded), CLOSED is a
  * notification sent without waiting.
  */
-static void conn_closed(struct ff_conn *c)
+void ff_conn_closed(struct ff_conn *c)
 {
+	if (!c)
+		return;
 	if (c->ledger)
 		ff_ledger_close(c->ledger);
 	if (c->state == FF_ST_LISTEN)
@@ -280,44 +297,82 @@ static void conn_closed(struct ff_conn *c)
 FF_EXPORT int close(int fd)
 {
 	struct ff_slot *s = ff_fd_slot(fd);
-	struct ff_conn *c = NULL;
-	int last = 0, ret, err;
+	struct ff_conn *c;
+	unsigned fl;
+	int ret, err;
 
-	if (ff_busy || !s || !atomic_load(&s->flags))
+	if (ff_busy || !s || !(fl = atomic_load(&s->flags)))
 		return REAL(close)(fd);
+	if (fl & FF_FD_RING)
+		ff_ring_closed(fd);
 	/* Clear the slot first: once closed, the number may be reused at once. */
 	ff_table_lock();
-	c = ff_fd_detach(fd);
-	last = c && ff_conn_unref(c);
+	c = ff_fd_forget(fd);
 	ff_table_unlock();
 	ret = ff_real.close(fd);
 	err = errno;
-	if (last)
-		conn_closed(c);
+	ff_conn_closed(c);
 	errno = err;
 	return ret;
+}
+
+/*
+ * Table lock held: the conn at slot s of fd (or NULL), kept on the overlay
+ * if it has no decision yet (*changed set then): a socket not connected
+ * yet is never negotiated, a pending one is opted out.
+ */
+static struct ff_conn *keep_overlay(int fd, struct ff_slot *s, int *changed)
+{
+	struct ff_conn *c;
+
+	*changed = 0;
+	while ((c = s ? s->conn : NULL) && c->state == FF_ST_NEGOTIATING)
+		ff_table_wait();
+	if (c && c->state == FF_ST_PENDING) {
+		ff_conn_set_state(c, FF_ST_OVERLAY);
+		ff_epoll_replay(fd, c->epregs, 0);
+		ff_conn_forget_epregs(c);
+		*changed = 1;
+	}
+	return c;
+}
+
+void ff_fd_keep_overlay(int fd, const char *why)
+{
+	struct ff_slot *s = ff_fd_slot(fd);
+	struct ff_conn *c;
+	int changed;
+
+	if (!s)
+		return;
+	ff_table_lock();
+	c = keep_overlay(fd, s, &changed);
+	if (c && c->state == FF_ST_SOCKET) {
+		ff_conn_set_state(c, FF_ST_OVERLAY);
+		changed = 1;
+	}
+	ff_table_unlock();
+	if (changed)
+		ff_fallback(fd, "%s before the decision", why);
 }
 
 /* newfd now refers to oldfd's file: make it share oldfd's conn. */
 static void dup_track(int oldfd, int newfd)
 {
 	struct ff_slot *s = ff_fd_slot(oldfd);
-	struct ff_conn *c;
-	int opted_out = 0;
+	struct ff_conn *c, *old;
+	int opted_out, ring;
 
 	if (!ff_fd_slot(newfd) || oldfd == newfd)
 		return;
+	ring = atomic_load(&ff_fd_slot(newfd)->flags) & FF_FD_RING;
 	ff_table_lock();
-	while ((c = s ? s->conn : NULL) && c->state == FF_ST_NEGOTIATING)
-		ff_table_wait();
-	if (c && c->state == FF_ST_PENDING) {
-		ff_conn_set_state(c, FF_ST_OVERLAY);
-		ff_epoll_replay(oldfd, c->epregs, 0);
-		ff_conn_forget_epregs(c);
-		opted_out = 1;
-	}
-	put_slot(newfd, c);
+	c = keep_overlay(oldfd, s, &opted_out);
+	old = put_slot(newfd, c);
 	ff_table_unlock();
+	ff_conn_closed(old);
+	if (ring)
+		ff_ring_closed(newfd);
 	if (opted_out)
 		ff_fallback(oldfd, "duplicated (as fd %d) before the decision", newfd);
 }

@@ -38,7 +38,7 @@ int main(int argc, char **argv)
 		lfd = socket(AF_INET, SOCK_STREAM, 0);
 		len = t_addr(AF_INET, &ss, 0);
 		bind(lfd, (void *)&ss, len);
-		syscall(SYS_listen, lfd, 4);	/* not announced: no wait here */
+		t_raw(SYS_listen, lfd, 4);	/* not announced: no wait here */
 		len = sizeof(ss);
 		getsockname(lfd, (void *)&ss, &len);
 		a.port = ntohs(((struct sockaddr_in *)&ss)->sin_port);

@@ -11,7 +11,7 @@ static void hidden_listener_pair(int *cfd, int *sfd)
 	socklen_t len = t_addr(AF_INET, &ss, 0);
 	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
-	if (lfd < 0 || bind(lfd, (void *)&ss, len) || syscall(SYS_listen, lfd, 4) ||
+	if (lfd < 0 || bind(lfd, (void *)&ss, len) || t_raw(SYS_listen, lfd, 4) ||
 	    getsockname(lfd, (void *)&ss, &len)) {
 		perror("hidden listener");
 		exit(T_EXIT_FAIL);

@@ -18,6 +18,10 @@ static const char *const wrapped[] = {
 	"recvmmsg", "sendmmsg", "splice",
 	"execve", "execv", "execvp", "execvpe", "execl", "execlp", "execle", "fexecve",
 	"posix_spawn", "posix_spawnp", "vfork",
+	"syscall", "close_range", "closefrom", "fdopen", "fclose", "preadv2", "pwritev2",
+	"preadv64v2", "pwritev64v2", "_Fork", "system", "popen", "freopen", "freopen64",
+	"io_uring_setup", "io_uring_queue_init", "io_uring_queue_init_params",
+	"io_uring_queue_init_mem",
 };
 #define NWRAPPED (sizeof(wrapped) / sizeof(wrapped[0]))
 

@@ -41,7 +41,7 @@ int main(int argc, char **argv)
 	}
 	lingering_pair(&cfd, &sfd);
 	CHECK(t_swapped(sfd), "lingering pair: not swapped");
-	CHECK(syscall(SYS_getsockopt, sfd, SOL_SOCKET, SO_LINGER, &lg, &l) == 0 && lg.l_onoff &&
+	CHECK(t_raw(SYS_getsockopt, sfd, SOL_SOCKET, SO_LINGER, &lg, &l) == 0 && lg.l_onoff &&
 	      lg.l_linger == LINGER, "the channel's SO_LINGER is %d/%d, want the program's 1/%d",
 	      lg.l_onoff, lg.l_linger, LINGER);
 	close(cfd);

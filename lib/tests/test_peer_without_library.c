@@ -13,21 +13,21 @@ int main(int argc, char **argv)
 	(void)argc;
 	t_shim_setup(argv, FA_BROKER);
 	/* Raw system calls: the shim never sees this listener. */
-	lfd = (int)syscall(SYS_socket, AF_INET, SOCK_STREAM, 0);
-	CHECK(syscall(SYS_bind, lfd, &sa, sizeof(sa)) == 0 && syscall(SYS_listen, lfd, 4) == 0, "listen");
-	syscall(SYS_getsockname, lfd, &sa, &len);
+	lfd = (int)t_raw(SYS_socket, AF_INET, SOCK_STREAM, 0);
+	CHECK(t_raw(SYS_bind, lfd, &sa, sizeof(sa)) == 0 && t_raw(SYS_listen, lfd, 4) == 0, "listen");
+	t_raw(SYS_getsockname, lfd, &sa, &len);
 	t0 = t_ms();
 	cfd = t_connect(AF_INET, ntohs(sa.sin_port));
 	dt = t_ms() - t0;
 	CHECK(dt < T_NO_WAIT_MS, "connect took %lld ms", (long long)dt);
 	CHECK(t_real_domain(cfd) == AF_INET, "swapped");
-	sfd = (int)syscall(SYS_accept4, lfd, NULL, NULL, 0);
+	sfd = (int)t_raw(SYS_accept4, lfd, NULL, NULL, 0);
 	CHECK(write(cfd, "only-this", 9) == 9, "write");
-	CHECK(syscall(SYS_read, sfd, buf, sizeof(buf)) == 9 && !memcmp(buf, "only-this", 9),
+	CHECK(t_raw(SYS_read, sfd, buf, sizeof(buf)) == 9 && !memcmp(buf, "only-this", 9),
 	      "the server saw bytes it was not sent");
 	CHECK(t_agent_count("overlay listener-not-freeflow") == 1, "agent decision missing");
 	close(cfd);
-	syscall(SYS_close, sfd);
-	syscall(SYS_close, lfd);
+	t_raw(SYS_close, sfd);
+	t_raw(SYS_close, lfd);
 	return t_shim_finish();
 }

@@ -16,7 +16,7 @@ static void tcp_pair(int *cfd, int *sfd)
 	struct t_conn_arg a = { .family = AF_INET };
 	pthread_t th;
 
-	if (lfd < 0 || bind(lfd, (void *)&ss, len) || syscall(SYS_listen, lfd, 4) ||
+	if (lfd < 0 || bind(lfd, (void *)&ss, len) || t_raw(SYS_listen, lfd, 4) ||
 	    getsockname(lfd, (void *)&ss, &len)) {
 		perror("overlay listener");
 		exit(T_EXIT_FAIL);

@@ -19,7 +19,7 @@ static void poke64(uint8_t *base, unsigned off, uint64_t v)
 /* A byte on the victim's bell socket, written past the shim onto the peer's end. */
 static void raw_bell(int peer, char c)
 {
-	CHECK(syscall(SYS_write, peer, &c, 1) == 1, "raw write on the bell: %s", strerror(errno));
+	CHECK(t_raw(SYS_write, peer, &c, 1) == 1, "raw write on the bell: %s", strerror(errno));
 }
 
 /* The direction the harm was done to fails first; then the connection stays failed. */

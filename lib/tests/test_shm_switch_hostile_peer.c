@@ -19,7 +19,7 @@ static void raw_switch(int peer, const int *fds, int nfd)
 {
 	struct t_fds_msg m;
 
-	CHECK(t_fds_msg(&m, "S", 1, fds, nfd) == 0 && syscall(SYS_sendmsg, peer, &m.mh, 0) == 1,
+	CHECK(t_fds_msg(&m, "S", 1, fds, nfd) == 0 && t_raw(SYS_sendmsg, peer, &m.mh, 0) == 1,
 	      "raw S: %s", strerror(errno));
 }
 
@@ -122,7 +122,7 @@ static void case_busy_dead(int cfd, int sfd, uint8_t *m)
 		return;
 	CHECK(send(sfd, "hello", 5, 0) == 5, "dead: setup");
 	poke32(m, CONS_BUSY_TX, 1);
-	syscall(SYS_close, sfd);	/* its last copy of the bell socket, past the shim */
+	t_raw(SYS_close, sfd);	/* its last copy of the bell socket, past the shim */
 	t0 = t_ms();
 	r = splice(cfd, NULL, p[1], NULL, 5, 0);
 	CHECK(r == 5 && read(p[0], buf, 5) == 5 && !memcmp(buf, "hello", 5),

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Description: a swapped fd closed behind the shim (close_range, a libc-internal close) whose number a UDP socket or an AF_UNIX accept then reuses: the new socket is plain (sendto with an address works, getpeername is its own), not taken for the old connection */
+/* Description: a swapped fd closed behind the shim (a system call the shim cannot see, as a libc-internal close makes) whose number a UDP socket or an AF_UNIX accept then reuses: the new socket is plain (sendto with an address works, getpeername is its own), not taken for the old connection */
 /* Channels: unix host-tcp shm shm-link */
 #include <sys/syscall.h>
 
@@ -7,7 +7,8 @@
 
 /*
  * Take every free number below fd, then close fd without the shim seeing
- * it (close_range is not wrapped): the next new file gets exactly fd.
+ * it (libc's syscall() itself, as an inline system call would): the next
+ * new file gets exactly fd.
  * Returns how many numbers fill[] took; release them with unfill().
  */
 static int close_behind(int fd, int fill[64])
@@ -21,7 +22,7 @@ static int close_behind(int fd, int fill[64])
 		}
 		fill[n++] = f;
 	}
-	CHECK(syscall(SYS_close_range, fd, fd, 0) == 0, "close_range: %s", strerror(errno));
+	CHECK(t_raw(SYS_close_range, fd, fd, 0) == 0, "close_range: %s", strerror(errno));
 	return n;
 }
 

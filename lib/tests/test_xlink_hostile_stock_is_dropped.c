@@ -24,10 +24,10 @@ static int write_part(uint16_t server_port)
 		struct sockaddr_in pa;
 		socklen_t pl = sizeof(pa);
 
-		if (t_real_domain(fd) != AF_INET || syscall(SYS_getpeername, fd, &pa, &pl) ||
+		if (t_real_domain(fd) != AF_INET || t_raw(SYS_getpeername, fd, &pa, &pl) ||
 		    pa.sin_port == htons(server_port))
 			continue;
-		n += syscall(SYS_write, fd, part, sizeof(part)) == sizeof(part);
+		n += t_raw(SYS_write, fd, part, sizeof(part)) == sizeof(part);
 	}
 	return n;
 }
