@@ -22,6 +22,7 @@ struct ff_real ff_real;
 _Thread_local int ff_busy;
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static atomic_int initialized;
 
 void ff_table_init(void);
 void ff_log_init(void);
@@ -92,6 +93,12 @@ static void init_once_fn(void)
 	ff_exec_restore();
 	ff_control_init();
 	ff_fork_init();
+	atomic_store_explicit(&initialized, 1, memory_order_release);
+}
+
+int ff_ready(void)
+{
+	return atomic_load_explicit(&initialized, memory_order_acquire);
 }
 
 void ff_init(void)

@@ -655,14 +655,16 @@ FF_EXPORT long syscall(long n, ...)
 	for (int i = 0; i < 6; i++)
 		a[i] = va_arg(ap, long);
 	va_end(ap);
-	if (!ff_busy && route(n, a, &ret))
+	if (!ff_busy && ff_ready() && route(n, a, &ret))
 		return ret;
 	if (!real) {
 		errno = ENOSYS;
 		return -1;
 	}
 	ret = real(n, a[0], a[1], a[2], a[3], a[4], a[5]);
-	if (n == SYS_io_uring_setup && ret >= 0 && !ff_busy && a[1])
+	if (n == SYS_io_uring_setup && ret >= 0 && !ff_busy && a[1]) {
+		ff_init();	/* a ring made before the first wrapped call is watched too */
 		ring_setup((int)ret, (const struct io_uring_params *)a[1]);
+	}
 	return ret;
 }

@@ -100,6 +100,13 @@ extern struct ff_real ff_real;
 
 /* Resolves ff_real and reads the environment, once; cheap after that. */
 void ff_init(void);
+/*
+ * Whether ff_init has run to its end. Entry points that an allocator takes
+ * during its own start-up (jemalloc reads /proc through syscall()) must not
+ * start the library, which allocates: before it started, no fd is tracked,
+ * so the kernel is the right answer.
+ */
+int ff_ready(void);
 
 /*
  * Set while the shim itself calls socket functions (the agent client): the
