@@ -23,7 +23,7 @@ import (
 const escapePy = `
 import ctypes, errno, os, platform, signal, socket, struct, sys, threading, time
 host, port, targets = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-libc = ctypes.CDLL(None, use_errno=True)
+libc = ctypes.CDLL("libc.so.6", use_errno=True)  # libc's own syscall(), not the library's (routes.c)
 SYS_CONNECT, SYS_GETPEERNAME, SYS_SETSOCKOPT = {"x86_64": (42, 52, 54), "aarch64": (203, 205, 208)}[platform.machine()]
 def raw(nr, *args):
     return 0 if libc.syscall(nr, *args) == 0 else ctypes.get_errno()
