@@ -22,6 +22,9 @@
  *   failed: both ask the agent, which decides as always). An offer the
  *   acceptor cannot use, or that died unread in a link that closed, ends
  *   as EOF on the connector's bell: it withdraws, and both ask the agent.
+ *   Waiting, the connector reads only doorbells from the bell: an acceptor
+ *   may move the connection down right after taking it, and the switch
+ *   message behind its doorbell belongs to the adoption (take_bells).
  * - Trust: the acceptor takes an offer only for a connection whose peer
  *   address is the one the link was granted for, so a link lets a process
  *   speak for its own container's connections only; the channel is checked
@@ -471,6 +474,27 @@ static int offer_decided(void *arg)
 }
 
 /*
+ * Read the doorbells at the head of bell, and nothing past them: a switch
+ * message (S with the new socket, docs/SHM.md "Moving down") must stay
+ * there for the connection's adoption; read with them, its fd would be
+ * closed unseen. 1 if only doorbells were there, 0 at EOF or when
+ * something else is next.
+ */
+static int take_bells(int bell)
+{
+	char b[64];
+	ssize_t n = ff_real.recv(bell, b, sizeof(b), MSG_DONTWAIT | MSG_PEEK), k;
+
+	if (n < 0)
+		return errno == EAGAIN || errno == EINTR;
+	for (k = 0; k < n && b[k] == FF_SHM_BELL; k++)
+		;
+	if (k)
+		ff_real.recv(bell, b, (size_t)k, MSG_DONTWAIT);
+	return n > 0 && k == n;
+}
+
+/*
  * Wait for the acceptor's answer: spin, then sleep on the bell with the
  * wake-up announced in offer_wait (the same Dekker pattern as the rings,
  * docs/SHM.md). Returns the word's final value, after withdrawing the
@@ -486,7 +510,6 @@ static uint32_t await_answer(struct ff_offer *o)
 	ff_shm_spin_until(offer_decided, word);
 	while ((left = deadline - ff_now_ms()) > 0) {
 		struct pollfd p = { .fd = o->bell, .events = POLLIN };
-		char junk[64];
 
 		atomic_store_explicit(wait, 1, memory_order_relaxed);
 		atomic_thread_fence(memory_order_seq_cst);
@@ -495,9 +518,10 @@ static uint32_t await_answer(struct ff_offer *o)
 		/*
 		 * EOF: the acceptor dropped the offer unread (its link closed
 		 * with the offer queued) or could not use it: ask the agent.
+		 * Anything but doorbells: the acceptor took the offer and
+		 * already moved the connection down.
 		 */
-		if (ff_real.poll(&p, 1, (int)left) > 0 &&
-		    ff_real.recv(o->bell, junk, sizeof(junk), MSG_DONTWAIT) == 0)
+		if (ff_real.poll(&p, 1, (int)left) > 0 && !take_bells(o->bell))
 			break;
 	}
 	atomic_compare_exchange_strong(word, &v, FF_OFFER_WITHDRAWN);

@@ -577,6 +577,32 @@ static inline int t_kept_maps_of(pid_t pid)
 	return t_maps_named(pid, "/memfd:freeflow-shm", NULL);
 }
 
+/*
+ * Note in inodes (*n of them, at most cap) each channel a connector made
+ * for a link offer that this process maps now and that is not noted yet:
+ * called after each connection, *n is how many channels the links made.
+ */
+static inline void t_note_link_channels(unsigned long *inodes, int *n, int cap)
+{
+	char line[512];
+	unsigned long ino;
+	FILE *f = fopen("/proc/self/maps", "r");
+
+	while (f && fgets(line, sizeof(line), f)) {
+		int seen = 0;
+
+		if (!strstr(line, "/memfd:freeflow-shm") ||
+		    sscanf(line, "%*s %*s %*s %*s %lu", &ino) != 1)
+			continue;
+		for (int i = *n - 1; i >= 0 && !seen; i--)
+			seen = inodes[i] == ino;
+		if (!seen && *n < cap)
+			inodes[(*n)++] = ino;
+	}
+	if (f)
+		fclose(f);
+}
+
 /* Shm channels mapped in pid: the fake agent's memfds, or a connector's for a link offer. */
 static inline int t_shm_maps_of(pid_t pid, uint8_t **first)
 {

@@ -11,33 +11,12 @@
 static unsigned long inodes[64];
 static int ninodes;
 
-static void note_channels(void)
-{
-	char line[512];
-	unsigned long ino;
-	FILE *f = fopen("/proc/self/maps", "r");
-
-	while (f && fgets(line, sizeof(line), f)) {
-		int seen = 0;
-
-		if (!strstr(line, "/memfd:freeflow-shm") ||
-		    sscanf(line, "%*s %*s %*s %*s %lu", &ino) != 1)
-			continue;
-		for (int i = 0; i < ninodes; i++)
-			seen |= inodes[i] == ino;
-		if (!seen && ninodes < 64)
-			inodes[ninodes++] = ino;
-	}
-	if (f)
-		fclose(f);
-}
-
 static int connect_swapped(uint16_t port, int i)
 {
 	int fd = t_connect(AF_INET, port);
 
 	CHECK(t_swapped(fd), "connection %d not swapped", i);
-	note_channels();
+	t_note_link_channels(inodes, &ninodes, 64);
 	return fd;
 }
 
