@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "agent_client.h"
+#include "epoll_shm.h"
 #include "freeflow/proto.h"
 #include "link.h"
 #include "shim.h"
@@ -305,6 +306,7 @@ static void dup_track(int oldfd, int newfd)
 	struct ff_conn *c;
 	int opted_out = 0;
 
+	ff_epset_dup(oldfd, newfd);
 	if (!ff_fd_slot(newfd) || oldfd == newfd)
 		return;
 	ff_table_lock();
