@@ -24,7 +24,7 @@
 #include "shimtest.h"
 
 /* Bounds a hang; a correct run on a loaded machine takes a few seconds. */
-#define EE_DEADLINE_MS	25000
+#define EE_DEADLINE_MS	20000
 /* Events per epoll_wait: fewer than connections, so reports share the array. */
 #define EE_EVENTS	8
 #define EE_BUF		(256u << 10)
@@ -33,6 +33,7 @@ struct ee_params {
 	int conns;		/* connections in all */
 	int in_flight;		/* open at once */
 	size_t max_size;	/* message sizes 1..max_size, log-uniform */
+	int fixed;		/* every message exactly max_size */
 	int edge;		/* EPOLLET, else level-triggered */
 	int other_thread;	/* server: accept and register in another thread */
 	int registry_dup;	/* register through a copy of the epoll fd, as tokio (mio) does */
@@ -60,6 +61,14 @@ static inline size_t ee_size(uint64_t *s, size_t max)
 	if (hi > max)
 		hi = max;
 	return 1 + (size_t)(ee_rnd(s) % hi);
+}
+
+/* Milliseconds to the deadline, at least 0 (a negative timeout waits forever). */
+static inline int ee_left(int64_t end)
+{
+	int64_t left = end - t_ms();
+
+	return left > 0 ? (int)left : 0;
 }
 
 static inline uint32_t ee_events(const struct ee_params *p)
@@ -217,7 +226,8 @@ static inline int ee_server_run(const struct ee_params *p, int lfd)
 	}
 	while (done < p->conns && t_ms() < end && !sv.bad) {
 		struct epoll_event ev[EE_EVENTS];
-		int n = epoll_wait(sv.ep, ev, EE_EVENTS, 1000);
+		/* Until the deadline: a timeout would hide a lost wake-up. */
+		int n = epoll_wait(sv.ep, ev, EE_EVENTS, ee_left(end));
 
 		for (int i = 0; i < n; i++) {
 			struct ee_conn *c = ev[i].data.ptr;
@@ -266,7 +276,7 @@ static inline void ee_client_start(struct ee_client *cl)
 
 	CHECK(c, "out of memory");
 	c->id = cl->started++;
-	c->total = ee_size(&cl->s, cl->p->max_size);
+	c->total = cl->p->fixed ? cl->p->max_size : ee_size(&cl->s, cl->p->max_size);
 	c->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	CHECK(c->fd >= 0, "socket: %s", strerror(errno));
 	if (connect(c->fd, (void *)&ss, len) && errno != EINPROGRESS)
@@ -342,7 +352,7 @@ static inline int ee_client_run(const struct ee_params *p, uint16_t port)
 		ee_client_start(&cl);
 	while (cl.finished < p->conns && t_ms() < end) {
 		struct epoll_event ev[EE_EVENTS];
-		int n = epoll_wait(cl.ep, ev, EE_EVENTS, 1000);
+		int n = epoll_wait(cl.ep, ev, EE_EVENTS, ee_left(end));
 
 		CHECK(n >= 0, "client epoll_wait: %s", strerror(errno));
 		for (int i = 0; i < n; i++) {
@@ -381,8 +391,9 @@ static inline int ee_main(char **argv, const struct ee_params *p)
 	int64_t t0;
 
 	t_shim_setup(argv, FA_BROKER);
-	printf("seed %llu, %d connections, %d in flight, sizes up to %zu, %s%s%s\n",
-	       (unsigned long long)p->seed, p->conns, p->in_flight, p->max_size,
+	printf("seed %llu, %d connections, %d in flight, sizes %s %zu, %s%s%s\n",
+	       (unsigned long long)p->seed, p->conns, p->in_flight, p->fixed ? "all" : "up to",
+	       p->max_size,
 	       p->edge ? "edge-triggered" : "level-triggered",
 	       p->other_thread ? ", registered from another thread" : "",
 	       p->registry_dup ? ", through a copy of the epoll fd" : "");
