@@ -504,7 +504,7 @@ static void look(struct cand *c)
 	 * Moved down: the move has replayed the registration natively
 	 * (ff_epoll_replay), and a later look drops this one (closed).
 	 */
-	bits = ff_shm_ready_held(r->fd, sh, ALL_READY, c->rung);
+	bits = ff_shm_ready_held(r->fd, sh, ALL_READY, c->rung ? FF_SHM_LOOK_RUNG : 0);
 	if (bits & FF_SHM_READY_MOVED)
 		return;
 	/* The indices as ff_shm_ready_held just validated them (shm.h). */

@@ -9,7 +9,9 @@
  * stops it until EPOLLOUT. Reads and writes take random sizes; an
  * edge-triggered reader may stop after a short read (as tokio does: a short
  * read says the socket was empty), a level-triggered one reads once per
- * report. With ee.other_thread the server accepts in a second thread and
+ * report. With ee.half_close the client shuts down writing once it sent
+ * all and ends at the echo's EOF (the server closes at ours), as an
+ * echo client on tokio (write_all, shutdown, read_to_end) does. With ee.other_thread the server accepts in a second thread and
  * adds the registrations to the set its loop thread is asleep in. With
  * ee.registry_dup both register through an F_DUPFD_CLOEXEC copy of the
  * epoll fd and wait on the original, as mio (tokio's I/O driver) does.
@@ -37,6 +39,7 @@ struct ee_params {
 	int edge;		/* EPOLLET, else level-triggered */
 	int other_thread;	/* server: accept and register in another thread */
 	int registry_dup;	/* register through a copy of the epoll fd, as tokio (mio) does */
+	int half_close;		/* client: shutdown(SHUT_WR) once sent, done at the echo's EOF */
 	uint64_t seed;
 };
 
@@ -81,7 +84,9 @@ struct ee_conn {
 	int fd;
 	int id;
 	size_t total;		/* client: the message */
-	size_t sent, got;	/* client: stream offsets; server: bytes echoed, read */
+	size_t sent, got;	/* client: stream offsets */
+	int shut;		/* client: shut down writing */
+	int rdhup;		/* EPOLLRDHUP/EPOLLHUP reported: kept, as tokio keeps READ_CLOSED */
 	uint8_t *buf;		/* server: bytes read, not yet echoed */
 	size_t len, off;
 	int eof;
@@ -99,8 +104,12 @@ static inline int ee_read(struct ee_conn *c, uint64_t *s, const struct ee_params
 	/* Level-triggered: one read per report, the rest is reported again. */
 	if (!p->edge)
 		return 0;
-	/* Edge-triggered: a short read says the socket was empty (tokio relies on it). */
-	return (size_t)*r == want || ee_rnd(s) % 2;
+	/*
+	 * Edge-triggered: a short read says the socket was empty (tokio relies
+	 * on it), except for an end of stream already reported: no new edge
+	 * comes for that one.
+	 */
+	return (size_t)*r == want || c->rdhup || ee_rnd(s) % 2;
 }
 
 /* ---- server ---- */
@@ -233,6 +242,8 @@ static inline int ee_server_run(const struct ee_params *p, int lfd)
 			struct ee_conn *c = ev[i].data.ptr;
 			int fd;
 
+			if (c)
+				c->rdhup |= (ev[i].events & (EPOLLRDHUP | EPOLLHUP)) != 0;
 			if (c) {
 				if (ee_serve(&sv, c) < 0) {
 					sv.bad += !c->eof;
@@ -309,12 +320,18 @@ static inline int ee_client_io(struct ee_client *cl, struct ee_conn *c)
 		}
 		c->sent += (size_t)r;
 	}
+	if (cl->p->half_close && c->sent == c->total && !c->shut) {
+		CHECK(shutdown(c->fd, SHUT_WR) == 0, "shutdown: %s", strerror(errno));
+		c->shut = 1;
+	}
 	for (;;) {
 		ssize_t r;
 		int more = ee_read(c, &cl->s, cl->p, cl->rbuf, EE_BUF, &r);
 
 		if (r < 0 && errno == EAGAIN)
 			return 0;
+		if (r == 0 && c->shut && c->got == c->total)
+			return 1;	/* the server's end of the echo */
 		if (r <= 0) {
 			fprintf(stderr, "client conn %d: read at %zu of %zu: %s\n", c->id, c->got,
 				c->total, r ? strerror(errno) : "end of stream");
@@ -327,9 +344,9 @@ static inline int ee_client_io(struct ee_client *cl, struct ee_conn *c)
 				return -1;
 			}
 		c->got += (size_t)r;
-		if (c->got == c->total)
+		if (c->got == c->total && !cl->p->half_close)
 			return 1;
-		if (c->got > c->sent) {
+		if (c->got > c->total || c->got > c->sent) {
 			fprintf(stderr, "client conn %d: more echoed than sent\n", c->id);
 			return -1;
 		}
@@ -357,7 +374,10 @@ static inline int ee_client_run(const struct ee_params *p, uint16_t port)
 		CHECK(n >= 0, "client epoll_wait: %s", strerror(errno));
 		for (int i = 0; i < n; i++) {
 			struct ee_conn *c = ev[i].data.ptr;
-			int r = ee_client_io(&cl, c);
+			int r;
+
+			c->rdhup |= (ev[i].events & (EPOLLRDHUP | EPOLLHUP)) != 0;
+			r = ee_client_io(&cl, c);
 
 			if (!r)
 				continue;
@@ -382,21 +402,26 @@ static inline int ee_client_run(const struct ee_params *p, uint16_t port)
 /*
  * main() of an echo test: the server in a forked process, the client
  * here; every connection must echo intact and end within the deadline.
+ * FF_TEST_SEED, if set, replaces the fixed seed (for stress runs).
  */
-static inline int ee_main(char **argv, const struct ee_params *p)
+static inline int ee_main(char **argv, struct ee_params *p)
 {
+	const char *seed = getenv("FF_TEST_SEED");	/* a stress run varies it */
 	uint16_t port;
 	pid_t pid;
 	int lfd, bad;
 	int64_t t0;
 
 	t_shim_setup(argv, FA_BROKER);
-	printf("seed %llu, %d connections, %d in flight, sizes %s %zu, %s%s%s\n",
+	if (seed && *seed)
+		p->seed = strtoull(seed, NULL, 0);
+	printf("seed %llu, %d connections, %d in flight, sizes %s %zu, %s%s%s%s\n",
 	       (unsigned long long)p->seed, p->conns, p->in_flight, p->fixed ? "all" : "up to",
 	       p->max_size,
 	       p->edge ? "edge-triggered" : "level-triggered",
 	       p->other_thread ? ", registered from another thread" : "",
-	       p->registry_dup ? ", through a copy of the epoll fd" : "");
+	       p->registry_dup ? ", through a copy of the epoll fd" : "",
+	       p->half_close ? ", half-closed" : "");
 	lfd = t_listen(AF_INET, &port);
 	pid = fork();
 	if (pid == 0)
