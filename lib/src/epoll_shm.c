@@ -604,6 +604,14 @@ void ff_epset_rang(struct ff_epset *es, int epfd, int fd, uint32_t events)
 		if (r->fd != fd)
 			continue;
 		r->rung = 1;
+		/*
+		 * The kernel says the peer's bell is gone (its last copy closed):
+		 * noted now. Its close may have come behind doorbells not yet
+		 * read, and a look that finds those stops there; this edge would
+		 * not come again (the design note in shm_ring.c, "End of stream").
+		 */
+		if (events & (EPOLLHUP | EPOLLERR))
+			atomic_fetch_or(&r->sh->state, FF_SHM_PEER_GONE);
 		/* A kick: taken back, or each doorbell the peer drains would wake us. */
 		if ((events & EPOLLOUT) && r->kicked && !closed(r))
 			bell_ctl(epfd, EPOLL_CTL_MOD, r, 0);
