@@ -54,6 +54,13 @@
  *    consumes no event); then arm every registration that is on
  *    (ff_shm_arm: the peer will ring), sleep in the kernel's epoll_wait with
  *    the time left, disarm, and look again. An idle set costs one spin.
+ *  - No wake-up is lost (docs/SHM.md, "Event loops"): what the peer changes
+ *    in the rings comes with a bell once we armed (arm, fence, look again,
+ *    then sleep: Dekker's pattern, shm_ring.c); what only the bell carries
+ *    (the peer's close, whose EOF comes before its flags and may sit behind
+ *    unread doorbells) is taken from the kernel's event itself (EPOLLHUP)
+ *    and by reading the bell on every look its edge caused, ready or not:
+ *    an edge-triggered bell reports it once.
  *  - A registration added or re-enabled while another thread sleeps in the
  *    set is not armed by that thread. So EPOLL_CTL_ADD, EPOLL_CTL_MOD and
  *    the replay then also register the bell for EPOLLOUT ("kick"): a bell
