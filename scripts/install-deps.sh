@@ -9,6 +9,8 @@ set -euo pipefail
 PACKAGES=(
   crun containernetworking-plugins etcd-server etcd-client iproute2 iptables util-linux procps
   iperf3 sockperf netpipe-tcp python3
+  # event loops the e2e tests run on shm: asyncio on uvloop (libuv), Node.js
+  python3-uvloop nodejs
   # applications `freeflow bench` runs as server + client containers
   redis-server redis-tools nginx-light wrk memcached libmemcached-tools postgresql
   # Open MPI between containers (tests/e2e), curl for nginx checks
