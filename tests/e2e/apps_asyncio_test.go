@@ -88,7 +88,8 @@ async def send(host, conns, inflight, size):
         nonlocal ok
         async with sem:
             try:
-                ok += await asyncio.wait_for(one(host, i, size), 20)
+                intact = await asyncio.wait_for(one(host, i, size), 20)
+                ok += intact
             except Exception as e:
                 print("connection", i, repr(e), file=sys.stderr)
     await asyncio.gather(*(run(i) for i in range(conns)))
