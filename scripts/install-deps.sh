@@ -9,7 +9,9 @@ set -euo pipefail
 # run inside containers.
 PACKAGES=(
   crun containernetworking-plugins etcd-server etcd-client iproute2 iptables nftables util-linux procps
-  iperf3 sockperf netpipe-tcp python3 nodejs liburing2
+  iperf3 sockperf netpipe-tcp python3
+  # event loops and io_uring the e2e tests run on shm: asyncio on uvloop (libuv), Node.js, liburing
+  python3-uvloop nodejs liburing2
   # applications `freeflow bench` runs as server + client containers
   redis-server redis-tools nginx-light wrk memcached libmemcached-tools postgresql
   # Open MPI between containers (tests/e2e), curl for nginx checks

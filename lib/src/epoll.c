@@ -54,6 +54,13 @@
  *    consumes no event); then arm every registration that is on
  *    (ff_shm_arm: the peer will ring), sleep in the kernel's epoll_wait with
  *    the time left, disarm, and look again. An idle set costs one spin.
+ *  - No wake-up is lost (docs/SHM.md, "Event loops"): what the peer changes
+ *    in the rings comes with a bell once we armed (arm, fence, look again,
+ *    then sleep: Dekker's pattern, shm_ring.c); what only the bell carries
+ *    (the peer's close, whose EOF comes before its flags and may sit behind
+ *    unread doorbells) is taken from the kernel's event itself (EPOLLHUP)
+ *    and by reading the bell on every look its edge caused, ready or not:
+ *    an edge-triggered bell reports it once.
  *  - A registration added or re-enabled while another thread sleeps in the
  *    set is not armed by that thread. So EPOLL_CTL_ADD, EPOLL_CTL_MOD and
  *    the replay then also register the bell for EPOLLOUT ("kick"): a bell
@@ -71,6 +78,13 @@
  *    natively with the program's events and data (an EPOLLONESHOT one that
  *    had fired, disabled, as the kernel keeps it). epoll_create reusing
  *    the number of an epoll fd the program closed starts with nothing.
+ *  - Copies: the kernel keys a set by its epoll file, and a program may
+ *    register through one fd and wait on a copy (mio, under tokio, does:
+ *    its Registry is an F_DUPFD_CLOEXEC copy of the fd its driver waits
+ *    on). So the numbers made by dup/dup2/dup3/F_DUPFD* of an epoll fd
+ *    lead to one set (ff_epset_dup); a number dup'ed over, or reused by
+ *    epoll_create, leads to its new set only, and a set no number leads
+ *    to any more drops its registrations.
  *
  * Locks: the table lock, then a set's mu. A set's mu guards the set's list
  * and the registrations' fields; it is never held while calling into shm.c
@@ -79,7 +93,8 @@
  * shim's own epoll_ctl calls on bells.
  *
  * Known limits: lib/README.md, "Known limits" (shm, poll/epoll): an epoll
- * fd nested in another set or in poll, dup()ed or shared across fork; the
+ * fd nested in another set or in poll, copied past libc's dup/fcntl (a raw
+ * system call, SCM_RIGHTS) or shared across fork; the
  * cost of a look growing with the set; EPOLLEXCLUSIVE waking every set;
  * spurious edge-triggered EPOLLOUT; a registration whose fd was closed while
  * a dup keeps the connection reports nothing more ("orphan"). And for

@@ -53,6 +53,14 @@ struct ff_epset {
 	unsigned rounds;		/* rounds of ff_epset_scan: each reports a registration once */
 	_Atomic unsigned split;		/* alternates the odd slot between shm and kernel */
 	_Atomic int64_t asked;		/* when the kernel's events were last asked for */
+	/*
+	 * The fd numbers that lead to this set: an epoll fd and its copies
+	 * (dup, F_DUPFD: mio registers through a copy and waits on the
+	 * original). Under sets_mu. And the number the program used with it
+	 * last, for the shim's own calls on its behalf.
+	 */
+	int names;
+	_Atomic int epfd;
 };
 
 /* Sets by epoll fd number: a directory of lazily made chunks; sets are never freed. */
@@ -63,9 +71,32 @@ static pthread_mutex_t sets_mu = PTHREAD_MUTEX_INITIALIZER;
 /* shm registrations in this process: while 0, epoll_wait goes straight to libc. */
 _Atomic int ff_ep_total;
 
+/* sets_mu held: the slot of epfd's set, its chunk made if need be (NULL: out of memory). */
+static _Atomic(struct ff_epset *) *slot_of(int epfd)
+{
+	_Atomic(struct ff_epset *) *chunk = atomic_load(&sets[epfd / CHUNK]);
+
+	if (!chunk && (chunk = calloc(CHUNK, sizeof(*chunk))))
+		atomic_store(&sets[epfd / CHUNK], chunk);
+	return chunk ? &chunk[epfd % CHUNK] : NULL;
+}
+
+/* sets_mu held: a new, empty set named by epfd alone (NULL: out of memory). */
+static struct ff_epset *new_set(int epfd)
+{
+	struct ff_epset *es = calloc(1, sizeof(*es));
+
+	if (es) {
+		pthread_mutex_init(&es->mu, NULL);
+		es->names = 1;
+		atomic_init(&es->epfd, epfd);
+	}
+	return es;
+}
+
 struct ff_epset *ff_epset_get(int epfd, int create)
 {
-	_Atomic(struct ff_epset *) *chunk;
+	_Atomic(struct ff_epset *) *chunk, *slot;
 	struct ff_epset *es;
 
 	if (epfd < 0 || epfd >= CHUNK * NCHUNKS)
@@ -75,13 +106,8 @@ struct ff_epset *ff_epset_get(int epfd, int create)
 	if (es || !create)
 		return es;
 	pthread_mutex_lock(&sets_mu);
-	if (!(chunk = atomic_load(&sets[epfd / CHUNK])) &&
-	    (chunk = calloc(CHUNK, sizeof(*chunk))))
-		atomic_store(&sets[epfd / CHUNK], chunk);
-	if (chunk && !(es = atomic_load(&chunk[epfd % CHUNK])) && (es = calloc(1, sizeof(*es)))) {
-		pthread_mutex_init(&es->mu, NULL);
-		atomic_store(&chunk[epfd % CHUNK], es);
-	}
+	if ((slot = slot_of(epfd)) && !(es = atomic_load(slot)) && (es = new_set(epfd)))
+		atomic_store(slot, es);
 	pthread_mutex_unlock(&sets_mu);
 	return es;
 }
@@ -221,6 +247,7 @@ int ff_epset_ctl(int epfd, int op, int fd, const struct epoll_event *ev)
 		ff_shm_put(sh);
 		return -ENOMEM;
 	}
+	atomic_store(&es->epfd, epfd);
 	pthread_mutex_lock(&es->mu);
 	p = find(es, fd, sh);
 	ret = check_op(op, ev, *p);
@@ -297,10 +324,16 @@ static void for_each_set(void (*fn)(struct ff_epset *es, int epfd, void *arg), v
 		for (int i = 0; chunk && i < CHUNK; i++) {
 			struct ff_epset *es = atomic_load(&chunk[i]);
 
+			int epfd;
+
 			if (!ff_epset_busy(es))
 				continue;
+			epfd = atomic_load(&es->epfd);
+			/* A copy of the epoll fd may have been closed: the number used last is live. */
+			if (ff_epset_get(epfd, 0) != es)
+				epfd = c * CHUNK + i;
 			pthread_mutex_lock(&es->mu);
-			fn(es, c * CHUNK + i, arg);
+			fn(es, epfd, arg);
 			pthread_mutex_unlock(&es->mu);
 		}
 	}
@@ -339,19 +372,73 @@ static void sweep_in(struct ff_epset *es, int epfd, void *arg)
 	sweep(es);
 }
 
-/* A new epoll fd: a set left under its number by a closed one is not its own. */
+/*
+ * sets_mu held: the slot of epfd now leads to es (NULL: nothing). A set
+ * no number leads to any more lost its epoll file: its registrations go
+ * (under its mu, taken after sets_mu), their references with them.
+ */
+static void rename_slot(_Atomic(struct ff_epset *) *slot, struct ff_epset *es)
+{
+	struct ff_epset *old = atomic_load(slot);
+
+	if (old == es)
+		return;
+	if (es)
+		es->names++;
+	atomic_store(slot, es);
+	if (old && --old->names == 0) {
+		pthread_mutex_lock(&old->mu);
+		forget_all(old, -1, NULL);
+		pthread_mutex_unlock(&old->mu);
+	}
+}
+
+/*
+ * A new epoll fd: a set left under its number by a closed one is not its
+ * own. Made now, so that a copy of the fd (ff_epset_dup) finds it.
+ */
 void ff_epset_new(int epfd)
 {
+	_Atomic(struct ff_epset *) *slot;
 	struct ff_epset *es;
 
-	if (epfd < 0 || ff_busy || !atomic_load(&ff_ep_total))
+	if (epfd < 0 || epfd >= CHUNK * NCHUNKS || ff_busy)
 		return;
-	if ((es = ff_epset_get(epfd, 0))) {
+	pthread_mutex_lock(&sets_mu);
+	if (!(slot = slot_of(epfd))) {
+		/* out of memory: ff_epset_get makes it at the first registration */
+	} else if ((es = atomic_load(slot)) && es->names == 1) {
+		/* Its own already (the usual case): emptied in place. */
 		pthread_mutex_lock(&es->mu);
 		forget_all(es, epfd, NULL);
+		atomic_store(&es->epfd, epfd);
 		pthread_mutex_unlock(&es->mu);
+	} else if ((es = new_set(epfd))) {
+		/* Shared with copies of a closed epoll fd, or none yet. */
+		es->names = 0;		/* counted by rename_slot */
+		rename_slot(slot, es);
 	}
-	for_each_set(sweep_in, NULL);
+	pthread_mutex_unlock(&sets_mu);
+	if (atomic_load(&ff_ep_total))
+		for_each_set(sweep_in, NULL);
+}
+
+/* newfd is a copy of oldfd now (dup, dup2, dup3, F_DUPFD): if oldfd is an epoll fd, one set. */
+void ff_epset_dup(int oldfd, int newfd)
+{
+	_Atomic(struct ff_epset *) *slot;
+	struct ff_epset *es;
+
+	if (oldfd == newfd || newfd < 0 || newfd >= CHUNK * NCHUNKS || ff_busy)
+		return;
+	es = ff_epset_get(oldfd, 0);
+	/* Neither is an epoll fd the shim knows: nothing to do, and nothing made. */
+	if (!es && !ff_epset_get(newfd, 0))
+		return;
+	pthread_mutex_lock(&sets_mu);
+	if ((slot = slot_of(newfd)))
+		rename_slot(slot, es);
+	pthread_mutex_unlock(&sets_mu);
 }
 
 /* ---- looking at a set's registrations ---- */
@@ -417,7 +504,7 @@ static void look(struct cand *c)
 	 * Moved down: the move has replayed the registration natively
 	 * (ff_epoll_replay), and a later look drops this one (closed).
 	 */
-	bits = ff_shm_ready_held(r->fd, sh, ALL_READY, c->rung);
+	bits = ff_shm_ready_held(r->fd, sh, ALL_READY, c->rung ? FF_SHM_LOOK_RUNG : 0);
 	if (bits & FF_SHM_READY_MOVED)
 		return;
 	/* The indices as ff_shm_ready_held just validated them (shm.h). */
@@ -517,6 +604,14 @@ void ff_epset_rang(struct ff_epset *es, int epfd, int fd, uint32_t events)
 		if (r->fd != fd)
 			continue;
 		r->rung = 1;
+		/*
+		 * The kernel says the peer's bell is gone (its last copy closed):
+		 * noted now. Its close may have come behind doorbells not yet
+		 * read, and a look that finds those stops there; this edge would
+		 * not come again (the design note in shm_ring.c, "End of stream").
+		 */
+		if (events & (EPOLLHUP | EPOLLERR))
+			atomic_fetch_or(&r->sh->state, FF_SHM_PEER_GONE);
 		/* A kick: taken back, or each doorbell the peer drains would wake us. */
 		if ((events & EPOLLOUT) && r->kicked && !closed(r))
 			bell_ctl(epfd, EPOLL_CTL_MOD, r, 0);

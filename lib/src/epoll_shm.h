@@ -37,6 +37,13 @@ void ff_epset_adopt(int fd, struct ff_shm *sh, const struct ff_epreg *regs);
 void ff_epset_moved(int fd, const struct ff_shm *sh);
 /* epoll_create returned epfd: what a closed epoll fd of that number left is not its. */
 void ff_epset_new(int epfd);
+/*
+ * newfd was made a copy of oldfd (dup, dup2, dup3, F_DUPFD*): if oldfd is
+ * an epoll fd, both numbers lead to one set, as both lead to one epoll
+ * file in the kernel (mio registers through a copy and waits on the
+ * original). No lock held.
+ */
+void ff_epset_dup(int oldfd, int newfd);
 
 /* ---- for epoll_wait.c ---- */
 

@@ -40,6 +40,14 @@ static int kernel_wait(const struct ff_ewait *w, int room, int64_t end)
 	return ff_real.epoll_pwait(w->epfd, w->evs, room, ff_left_ms(end), w->mask);
 }
 
+/* Whether a registration made through reg is in epfd's set (reg may be a copy of epfd). */
+static int same_set(int reg, int epfd)
+{
+	struct ff_epset *es = ff_epset_get(reg, 0);
+
+	return reg == epfd || (es && es == ff_epset_get(epfd, 0));
+}
+
 /* Table lock held: the pending fd whose registration in epfd carries data. */
 static int match_pending(int epfd, uint64_t data)
 {
@@ -51,7 +59,7 @@ static int match_pending(int epfd, uint64_t data)
 		if (!(atomic_load_explicit(&s->flags, memory_order_relaxed) & FF_FD_PENDING))
 			continue;
 		for (struct ff_epreg *r = s->conn->epregs; r; r = r->next)
-			if (r->epfd == epfd && r->ev.data.u64 == data)
+			if (r->ev.data.u64 == data && same_set(r->epfd, epfd))
 				return fd;
 	}
 	return -1;

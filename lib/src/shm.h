@@ -218,7 +218,9 @@ void ff_shm_disarm(int fd, struct ff_shm_waiter *w);
  * epoll registration and look at many connections in turn:
  * ff_shm_ready_held: ff_shm_ready on sh, which sits at fd; look 0 leaves
  *   the bell socket alone (for a first look, before a sleep on the bell
- *   socket, which its EOF or a switch message would end at once).
+ *   socket, which its EOF or a switch message would end at once), 1 reads
+ *   it when nothing wanted is ready, FF_SHM_LOOK_RUNG always (its bell
+ *   rang, and an edge-triggered waiter gets no second wake-up for it).
  * ff_shm_maybe: no lock, no system call, possibly spurious: 0 means
  *   ff_shm_ready would report nothing of want now, save what only the
  *   bell socket can tell (the peer's exit, which wakes a poll of it).
@@ -228,6 +230,7 @@ void ff_shm_disarm(int fd, struct ff_shm_waiter *w);
  *   below the shm connections of this process (one moved down stays
  *   counted): while 0, poll and select need not look at their fds.
  */
+#define FF_SHM_LOOK_RUNG	2
 unsigned ff_shm_ready_held(int fd, struct ff_shm *sh, unsigned want, int look);
 int ff_shm_maybe(struct ff_shm *sh, unsigned want);
 int ff_shm_spin_until(int (*check)(void *arg), void *arg);

@@ -754,9 +754,16 @@ static unsigned ready_locked(int fd, struct ff_shm *sh, unsigned want, int look)
 	if (atomic_load_explicit(sh->switch_by, memory_order_relaxed))
 		return switch_ready(fd, sh);
 	r = mem_ready(sh) & (want | POLLERR | POLLHUP);
-	if (r || !look)
+	if (!look || (r && look != FF_SHM_LOOK_RUNG))
 		return r;
-	/* Nothing wanted is ready: the bell may say the peer left or switched. */
+	/*
+	 * Nothing wanted is ready, or the bell rang for an edge-triggered
+	 * waiter: the bell may say the peer left or switched. A peer that
+	 * closes ends its bell socket before its flags (socket_calls.c, close)
+	 * and rings for neither; an edge-triggered registration is woken by
+	 * that EOF once, so it is read now even when, say, POLLOUT is ready,
+	 * or the end of stream would never be reported.
+	 */
 	pthread_mutex_lock(&sh->wait_mu);
 	if (sh->rx.waiters + sh->tx.waiters == 0) {
 		drain(fd, sh, 1);

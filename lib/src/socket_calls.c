@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "agent_client.h"
+#include "epoll_shm.h"
 #include "freeflow/proto.h"
 #include "link.h"
 #include "shim.h"
@@ -363,6 +364,7 @@ static void dup_track(int oldfd, int newfd)
 	struct ff_conn *c, *old;
 	int opted_out, ring;
 
+	ff_epset_dup(oldfd, newfd);
 	if (!ff_fd_slot(newfd) || oldfd == newfd)
 		return;
 	ring = atomic_load(&ff_fd_slot(newfd)->flags) & FF_FD_RING;

@@ -275,11 +275,19 @@ FF_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 	if (level == SOL_SOCKET && name == SO_ERROR) {
 		struct ff_slot *s = ff_fd_slot(fd);
 
-		/* The usual way to learn a non-blocking connect completed: decide now. */
+		/*
+		 * The usual way to learn a non-blocking connect completed: decide
+		 * now. A reset may be the acceptor's own: it took this end's link
+		 * offer, went to the fast path and reset its TCP end before this
+		 * end looked. Decided on the fast path, the connection has no error.
+		 */
 		if (s && (atomic_load(&s->flags) & FF_FD_PENDING)) {
 			ret = REAL(getsockopt)(fd, level, name, val, len);
-			if (ret == 0 && val && *(int *)val == 0)
+			if (ret == 0 && val && (*(int *)val == 0 || *(int *)val == ECONNRESET)) {
 				ff_settle(fd, 1);
+				if (atomic_load(&s->flags) & FF_FD_SWAPPED)
+					*(int *)val = 0;
+			}
 			return ret;
 		}
 	}
