@@ -264,20 +264,17 @@ func (t *connTable) lacking(ends []ledgerEnd) []ledgerEnd {
 	return t.lackingLocked(ends)
 }
 
-// lackingBytes returns the bytes of the entries of container id that each
-// yields and the table has no entry for. each runs with the table locked
-// (the ledgers' lock is taken inside it; nothing takes the two the other
-// way), so that a budget check on the path of every new channel copies
-// nothing and locks the table once.
-func (t *connTable) lackingBytes(id string, each func(fn func(ledgerEntry))) uint64 {
+// lackingBytes returns the bytes of those of container id's entries es
+// that the table has no entry for, locking the table once.
+func (t *connTable) lackingBytes(id string, es []ledgerEntry) uint64 {
 	var n uint64
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	each(func(e ledgerEntry) {
+	for _, e := range es {
 		if _, ok := t.m[connKey{id, e.local, e.remote}]; !ok {
 			n += uint64(e.bytes)
 		}
-	})
+	}
 	return n
 }
 

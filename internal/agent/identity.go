@@ -61,9 +61,10 @@ type identities struct {
 	mu     sync.Mutex
 	byNS   map[nsKey]directory.Container
 	nsByID map[string]nsKey
-	// refresh is held through a refresh and the scan for the ledgers of
-	// the containers it adds, so that whoever lists after a refresh lists
-	// what the scan found.
+	// refresh is held through a refresh, so that two do not add one
+	// container twice; not through the scan for the ledgers of the
+	// containers it adds, which reads /proc of their processes and must
+	// not hold up every caller the agent does not recognise.
 	refresh sync.Mutex
 }
 
@@ -125,10 +126,15 @@ func (s *identities) has(id string) bool {
 // caller it does not recognise and before it lists or counts connections,
 // since its directory cache fills asynchronously.
 func (a *Agent) refreshIdentities() {
+	a.scanLedgers(a.addIdentities())
+}
+
+// addIdentities adds the local containers of the directory that the agent
+// does not know (refreshIdentities), and returns them.
+func (a *Agent) addIdentities() map[nsKey]directory.Container {
 	a.ids.refresh.Lock()
 	defer a.ids.refresh.Unlock()
 	added := map[nsKey]directory.Container{}
-	defer func() { a.scanLedgers(added) }()
 	for _, c := range a.dir.Containers() {
 		if c.Host != a.cfg.Host || a.ids.has(c.ID) {
 			continue
@@ -149,6 +155,7 @@ func (a *Agent) refreshIdentities() {
 		a.ids.put(c, k)
 		added[k] = c
 	}
+	return added
 }
 
 // identify returns the registered local container whose network namespace

@@ -35,7 +35,7 @@ package agent
 // costs only the liar: its own listing and its container's budget.
 //
 // Reading a memfd page that was never written allocates it, charged to
-// the reader. A ledger is up to 4 MiB, of which a library writes only the
+// the reader. A ledger is up to 8 MiB, of which a library writes only the
 // pages of the entries it ever had live at once, so the agent reads only
 // the pages mincore reports resident: a page never written holds no entry.
 // A page the kernel swapped out is skipped as well until the library
@@ -157,7 +157,7 @@ func (s *ledgers) put(pid int32, self directory.Container, fd int) error {
 	if s.m[pid] == nil && s.countLocked(self.ID) >= s.limit {
 		unix.Munmap(mem)
 		return protocol.Errorf(protocol.CodeLimit,
-			"container %s has %d processes with a ledger, its limit; this process's linked connections are not listed", self.ID, s.limit)
+			"container %s has %d processes with a ledger, its limit; this process's linked and agent-answered connections are not listed", self.ID, s.limit)
 	}
 	if s.m[pid] != nil {
 		s.dropLocked(pid)
@@ -167,7 +167,7 @@ func (s *ledgers) put(pid int32, self directory.Container, fd int) error {
 }
 
 // maxLedgersPerContainer bounds the ledgers one container's processes
-// have mapped at once (limits.go): each is a mapping of up to 4 MiB of
+// have mapped at once (limits.go): each is a mapping of up to 8 MiB of
 // the agent's address space and one of its memory maps.
 const maxLedgersPerContainer = 1024
 
@@ -308,14 +308,24 @@ func (s *ledgers) opened() openedCounts {
 	return opened
 }
 
-// shmEntries calls fn for every live shm entry of the ledgers of
-// container id, with the store locked.
-func (s *ledgers) shmEntries(id string, fn func(ledgerEntry)) {
+// shmEntries returns the live shm entries of the ledgers of container id,
+// at most max of them (copied with the store locked, so that no other lock
+// is held while a container's memory is read); over says there are more.
+func (s *ledgers) shmEntries(id string, max int) (out []ledgerEntry, over bool) {
 	s.read(func(l *ledger) {
-		if l.self.ID == id {
-			l.read(true, fn)
+		if l.self.ID != id || over {
+			return
 		}
+		l.read(true, func(e ledgerEntry) bool {
+			if len(out) == max {
+				over = true
+				return false
+			}
+			out = append(out, e)
+			return true
+		})
 	})
+	return out, over
 }
 
 // ledgerEnd is a live entry and the container of its ledger.
@@ -363,19 +373,22 @@ func (l *ledger) opened() openedCounts {
 }
 
 // each calls fn for every live entry of l, reading only resident pages.
-func (l *ledger) each(fn func(ledgerEntry)) { l.read(false, fn) }
+func (l *ledger) each(fn func(ledgerEntry)) {
+	l.read(false, func(e ledgerEntry) bool { fn(e); return true })
+}
 
 // read calls fn for every live entry of l, or with shmOnly for every live
-// shm entry (reason unread), reading only resident pages.
-func (l *ledger) read(shmOnly bool, fn func(ledgerEntry)) {
+// shm entry (reason unread), reading only resident pages, until fn returns
+// false.
+func (l *ledger) read(shmOnly bool, fn func(ledgerEntry) bool) {
 	page := os.Getpagesize()
 	resident := residentPages(l.mem, page)
 	for off := ledgerHeaderSize; off < len(l.mem); off += ledgerEntrySize {
 		if resident != nil && resident[off/page]&1 == 0 {
 			continue
 		}
-		if e, ok := readEntry(l.mem, off, shmOnly); ok {
-			fn(e)
+		if e, ok := readEntry(l.mem, off, shmOnly); ok && !fn(e) {
+			return
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -644,6 +645,66 @@ func TestShmBudgetCountsLedger(t *testing.T) {
 	wantShmPair(t, con, acc)
 }
 
+// TestShmEntriesBeyondBudgetRefused: a container whose ledger lists more
+// shm channels than its budget holds, each claiming no bytes (a lie), is
+// over its budget: the agent stops reading there and reserves it nothing.
+func TestShmEntriesBeyondBudgetRefused(t *testing.T) {
+	a := shmAgent(t, fmt.Sprintf(`{"shm_budget": %d}`, 6*shmBytes))
+	srv, cli := newLibCaps(t, a, protocol.CapShm), newLibCaps(t, a, protocol.CapShm)
+	if err := srv.listen(selfSrv); err != nil {
+		t.Fatal(err)
+	}
+	l := newTestLedger(t, 8)
+	for i := 0; i < 7; i++ {
+		l.put(i, 0, selfCli(48500+i), selfSrv)
+	}
+	if err := cli.ledger(l.fd); err != nil {
+		t.Fatal(err)
+	}
+	wantNoReplies(t, cli)
+	con, acc := meetSelf(t, srv, cli, 48510)
+	if con.Kind != pathUnix || acc.Kind != pathUnix || con.Reason != reasonShmBudget || acc.Reason != reasonShmBudget {
+		t.Errorf("with the ledger listing 7 channels of a 6-channel budget: %+v, %+v; want unix shm-budget", con, acc)
+	}
+}
+
+// TestLedgerReadWithoutConnTableLocked: a budget check reads a container's
+// ledgers (its own memory, up to 1024 of 8 MiB) without the connection
+// table locked, which every other container's answer needs.
+func TestLedgerReadWithoutConnTableLocked(t *testing.T) {
+	a := &Agent{ledgers: newLedgers(), live: newConnTable()}
+	defer a.ledgers.close()
+	l := newTestLedger(t, 4)
+	l.put(0, uint32(shmBytes), selfCli(48600), selfSrv)
+	if err := a.ledgers.put(int32(os.Getpid()), ffSelf, l.fd); err != nil {
+		t.Fatal(err)
+	}
+	a.ledgers.mu.Lock() // the ledgers are being read, for as long as this test likes
+	held := make(chan uint64)
+	go func() { held <- a.untabledBytes(ffSelf.ID, DefaultShmBudget) }()
+	waitInFunc(t, "agent.(*ledgers).read(")
+	table := a.live.mu.TryLock()
+	if table {
+		a.live.mu.Unlock()
+	}
+	a.ledgers.mu.Unlock()
+	if got := <-held; got != shmBytes {
+		t.Errorf("untabled bytes %d; want %d", got, shmBytes)
+	}
+	if !table {
+		t.Error("the connection table is locked while a budget check reads the ledgers")
+	}
+}
+
+// waitInFunc waits until some goroutine's stack has fn in it.
+func waitInFunc(t *testing.T, fn string) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	for !strings.Contains(string(buf[:runtime.Stack(buf, true)]), fn) {
+		runtime.Gosched()
+	}
+}
+
 // TestLedgerSentAgainIsNoOp: a library sends its ledger again on a new
 // session after one broke (the agent may have restarted); the same memfd
 // from the same process is kept as it is: listed once, opened counted once,
@@ -696,7 +757,7 @@ func TestLedgerAnsweredConnectionsListedOnce(t *testing.T) {
 		if c := a.status().Connections; c.Live != len(want) || c.ShmBytes != bytes {
 			t.Errorf("%s: %d live, %d shm bytes; want %d, %d", when, c.Live, c.ShmBytes, len(want), bytes)
 		}
-		if held := a.shmHeld(ffSelf.ID); held != bytes {
+		if held := a.shmHeld(ffSelf.ID, DefaultShmBudget); held != bytes {
 			t.Errorf("%s: the container holds %d bytes of its budget, want %d", when, held, bytes)
 		}
 	}

@@ -12,16 +12,19 @@ package agent
 // container's processes itself: every process whose network namespace is
 // the container's (the same identification as a caller's, identity.go),
 // and in it the descriptor whose link reads as a memfd named
-// "freeflow-ledger". The agent runs as root on the host, so it may open
-// that memfd through /proc/<pid>/fd/<n>, read-only; from there it is
-// checked and mapped as a handed one (mapLedger), and a memfd already
-// mapped (the same inode) is not mapped twice.
+// "freeflow-ledger". The agent runs as root on the host, so it may take a
+// copy of that descriptor (pidfd_getfd); from there it is checked and
+// mapped as a handed one (mapLedger), and a memfd already mapped (the
+// same inode) is not mapped twice.
 //
 // Nothing found is trusted more than a handed ledger: the name only
-// selects a candidate; the descriptor must be a regular file on the
-// memfd mount (the device of a memfd the agent makes itself), checked
-// before it is opened, so opening it has no side effect and cannot block
-// (O_NONBLOCK besides), and again after; then its size, seals and header.
+// selects a candidate, and a container can give any file that name. The
+// agent never opens the candidate's path (as root, through the
+// container's filesystem, where a FUSE or hung NFS file blocks and a
+// descriptor swapped in between two looks is a device or a FIFO): it
+// takes the open file itself, which must be a regular file on the memfd
+// mount (the device of a memfd the agent makes itself), then have a
+// ledger's size, seals and header.
 // A process lies only about itself, as with LEDGER, and at most one
 // ledger is taken per process. The cost is one readlink per descriptor of
 // the container's processes, once per container and agent start.
@@ -81,45 +84,50 @@ func (a *Agent) adoptLedger(pid int32, c directory.Container) bool {
 		return false
 	}
 	for _, fd := range fds {
-		path := dir + "/" + fd.Name()
-		if link, err := os.Readlink(path); err != nil || link != ledgerLink {
+		n, err := strconv.Atoi(fd.Name())
+		if err != nil {
 			continue
 		}
-		err := openLedger(path, func(lfd int) error { return a.ledgers.put(pid, c, lfd) })
+		if link, err := os.Readlink(dir + "/" + fd.Name()); err != nil || link != ledgerLink {
+			continue
+		}
+		err = takeLedger(pid, n, func(lfd int) error { return a.ledgers.put(pid, c, lfd) })
 		if err == nil {
 			return true
 		}
-		a.log.Debug("a process's ledger candidate is no ledger", "pid", pid, "container", c.ID, "fd", path, "err", err)
+		a.log.Debug("a process's ledger candidate is no ledger", "pid", pid, "container", c.ID, "fd", n, "err", err)
 	}
 	return false
 }
 
-// openLedger opens the ledger candidate at path (a /proc fd link) read-only
-// and calls use with it, once it is known to be a memfd.
-func openLedger(path string, use func(fd int) error) error {
+// takeLedger takes a copy of descriptor fd of process pid, the open file
+// itself (pidfd_getfd: no path is walked and nothing is opened, so a file
+// of the container's, a FIFO or a device swapped in, costs nothing), and
+// calls use with it once it is known to be a memfd; use (mapLedger)
+// checks its size, seals and header.
+func takeLedger(pid int32, fd int, use func(fd int) error) error {
 	dev, err := memfdDevice()
 	if err != nil {
 		return err
 	}
-	var before, after unix.Stat_t
-	if err := unix.Stat(path, &before); err != nil {
-		return err
-	}
-	if before.Mode&unix.S_IFMT != unix.S_IFREG || before.Dev != dev {
-		return fmt.Errorf("not a memfd (mode %#o, device %d)", before.Mode, before.Dev)
-	}
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	pidfd, err := unix.PidfdOpen(int(pid), 0)
 	if err != nil {
+		return fmt.Errorf("pidfd_open: %w", err)
+	}
+	defer unix.Close(pidfd)
+	got, err := unix.PidfdGetfd(pidfd, fd, 0)
+	if err != nil {
+		return fmt.Errorf("pidfd_getfd: %w", err)
+	}
+	defer unix.Close(got)
+	var st unix.Stat_t
+	if err := unix.Fstat(got, &st); err != nil {
 		return err
 	}
-	defer unix.Close(fd)
-	if err := unix.Fstat(fd, &after); err != nil {
-		return err
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Dev != dev {
+		return fmt.Errorf("not a memfd (mode %#o, device %d)", st.Mode, st.Dev)
 	}
-	if after.Dev != before.Dev || after.Ino != before.Ino {
-		return fmt.Errorf("the descriptor changed while it was opened")
-	}
-	return use(fd)
+	return use(got)
 }
 
 var memfdDev struct {

@@ -128,9 +128,10 @@ func TestLedgersFoundWhenContainerFound(t *testing.T) {
 	wantWebEnds(t, a, 0)
 }
 
-// openLedger takes only a regular memfd: a candidate that is anything
-// else is not even opened.
+// takeLedger takes only a regular memfd: a candidate that is anything
+// else, a plain file named like a ledger memfd too, is not used.
 func TestLedgerCandidateMustBeMemfd(t *testing.T) {
+	needRoot(t)
 	var p [2]int
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
 		t.Fatal(err)
@@ -142,13 +143,29 @@ func TestLedgerCandidateMustBeMemfd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer file.Close()
-	for name, fd := range map[string]int{"a pipe": p[0], "a file": int(file.Fd())} {
-		opened := false
-		err := openLedger(fmt.Sprintf("/proc/self/fd/%d", fd), func(int) error { opened = true; return nil })
-		if err == nil || opened {
-			t.Errorf("%s: opened (%v); want it refused before it is opened", name, err)
+	for name, fd := range map[string]int{"a pipe": p[0], "a file": int(file.Fd()), "a file named like a ledger": namedLikeLedger(t)} {
+		used := false
+		err := takeLedger(int32(os.Getpid()), fd, func(int) error { used = true; return nil })
+		if err == nil || used {
+			t.Errorf("%s: used (%v); want it refused before it is used", name, err)
 		}
 	}
+}
+
+// namedLikeLedger returns a plain file whose /proc fd link reads as a
+// ledger memfd's.
+func namedLikeLedger(t *testing.T) int {
+	path := strings.TrimSuffix(ledgerLink, " (deleted)")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(path)
+	t.Cleanup(func() { f.Close() })
+	if link, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd())); err != nil || link != ledgerLink {
+		t.Fatalf("a file at %s reads as %q (%v); want %q", path, link, err, ledgerLink)
+	}
+	return int(f.Fd())
 }
 
 // TestLedgersFoundWhenContainerRegistered: a container registered with an

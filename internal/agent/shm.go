@@ -138,7 +138,7 @@ func (a *Agent) linkAllowed(libs [2]asking, parked bool, ids [2]string, lis list
 		return false
 	}
 	for _, id := range ids {
-		if 2*a.shmHeld(id) >= limit {
+		if 2*a.shmHeld(id, limit) >= limit {
 			return false
 		}
 	}
@@ -184,7 +184,7 @@ func (a *Agent) chargeShm(ids [2]string, set directory.Settings) ([2]*shmCharge,
 	limit := shmLimit(set)
 	listed := map[string]uint64{}
 	for _, id := range ids {
-		listed[id] = a.untabledBytes(id)
+		listed[id] = a.untabledBytes(id, limit)
 	}
 	if c, ok := a.shm.reserve(ids, limit, shmChannelBytes, listed); ok {
 		return c, true
@@ -192,7 +192,7 @@ func (a *Agent) chargeShm(ids [2]string, set directory.Settings) ([2]*shmCharge,
 	a.live.prune() // processes that exited hold nothing
 	a.ledgers.prune()
 	for _, id := range ids {
-		listed[id] = a.untabledBytes(id)
+		listed[id] = a.untabledBytes(id, limit)
 	}
 	return a.shm.reserve(ids, limit, shmChannelBytes, listed)
 }
@@ -200,15 +200,23 @@ func (a *Agent) chargeShm(ids [2]string, set directory.Settings) ([2]*shmCharge,
 // shmHeld returns what container id holds now: the channels charged to it,
 // and the shm entries of its processes' ledgers that no charge stands for
 // (conns.go, untabled).
-func (a *Agent) shmHeld(id string) uint64 {
+func (a *Agent) shmHeld(id string, limit uint64) uint64 {
 	mine, _ := a.shm.charged(id)
-	return mine + a.untabledBytes(id)
+	return mine + a.untabledBytes(id, limit)
 }
 
-// untabledBytes returns the bytes of container id's ledger entries that
-// the connection table does not list (conns.go, untabled).
-func (a *Agent) untabledBytes(id string) uint64 {
-	return a.live.lackingBytes(id, func(fn func(ledgerEntry)) { a.ledgers.shmEntries(id, fn) })
+// untabledBytes returns the bytes of container id's ledger shm entries
+// that the connection table does not list (conns.go, untabled), or limit
+// if they are more entries than channels fit in limit: no honest
+// container has those, and the walk of a container's ledgers stops there.
+// The entries are copied first, so the table, which every container's
+// answers need, is never locked while a container's memory is read.
+func (a *Agent) untabledBytes(id string, limit uint64) uint64 {
+	es, over := a.ledgers.shmEntries(id, int(limit/shmChannelBytes))
+	if over {
+		return limit
+	}
+	return a.live.lackingBytes(id, es)
 }
 
 // newShmHalves makes a channel with rings of ring bytes: the memfd, and
