@@ -61,7 +61,7 @@ static void drop(int close_fd)
 {
 	if (ctl.fd < 0)
 		return;
-	ff_fd_mark_control(ctl.fd, 0);
+	ff_fd_mark(ctl.fd, 0);
 	if (close_fd && ctl.agent.fd >= 0)
 		ff_real.close(ctl.agent.fd);
 	ctl.agent.fd = -1;
@@ -156,7 +156,7 @@ static int open_session(void)
 	}
 	ctl.fd = ctl.agent.fd;
 	ctl.pid = getpid();
-	ff_fd_mark_control(ctl.fd, 1);
+	ff_fd_mark(ctl.fd, FF_FD_CONTROL);
 	pthread_setspecific(ctl_key, &ctl);
 	return 0;
 }
@@ -170,7 +170,7 @@ int ff_control_open_own(struct ff_agent *a)
 		ff_agent_close(a);
 	if (ret)
 		return hello_refused(ret);
-	ff_fd_mark_control(a->fd, 1);
+	ff_fd_mark(a->fd, FF_FD_CONTROL);
 	return 0;
 }
 
@@ -188,7 +188,7 @@ void ff_control_close_own(struct ff_agent *a)
 {
 	if (a->fd < 0)
 		return;
-	ff_fd_mark_control(a->fd, 0);
+	ff_fd_mark(a->fd, 0);
 	ff_real.close(a->fd);
 	a->fd = -1;
 }
@@ -238,7 +238,7 @@ void ff_control_broken(int err)
 {
 	/* ff_agent_request closed agent.fd already on transport errors. */
 	if (ctl.agent.fd < 0 && ctl.fd >= 0) {
-		ff_fd_mark_control(ctl.fd, 0);
+		ff_fd_mark(ctl.fd, 0);
 		ctl.fd = -1;
 		ff_listeners_lost();
 	}

@@ -9,6 +9,7 @@
  * nothing (and leak checkers still see the conns it points to). An fd above
  * the table is simply never tracked: it stays plain TCP.
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 
@@ -139,7 +140,7 @@ void ff_fd_attach(int fd, struct ff_conn *c)
 	note_fd(fd);
 }
 
-void ff_fd_mark_control(int fd, int on)
+void ff_fd_mark(int fd, uint8_t flags)
 {
 	struct ff_slot *s = ff_fd_slot(fd);
 
@@ -147,24 +148,30 @@ void ff_fd_mark_control(int fd, int on)
 		return;
 	ff_table_lock();
 	if (!s->conn) {
-		atomic_store(&s->flags, on ? FF_FD_CONTROL : 0);
+		atomic_store(&s->flags, flags);
 		note_fd(fd);
 	}
 	ff_table_unlock();
 }
 
-void ff_fd_mark(int fd, uint8_t flag)
+int ff_fd_close_control(int fd)
 {
 	struct ff_slot *s = ff_fd_slot(fd);
+	int ret = -EBADF;
 
 	if (!s)
-		return;
+		return ret;
+	/*
+	 * Under the lock: the application closing the number clears its slot
+	 * under it too, so a file it opens there after is never closed here.
+	 */
 	ff_table_lock();
-	if (!s->conn) {
-		atomic_fetch_or(&s->flags, flag);
-		note_fd(fd);
+	if (!s->conn && (atomic_load(&s->flags) & FF_FD_CONTROL)) {
+		atomic_store(&s->flags, 0);
+		ret = ff_real.close(fd) ? -errno : 0;
 	}
 	ff_table_unlock();
+	return ret;
 }
 
 struct ff_conn *ff_fd_detach(int fd)

@@ -204,14 +204,7 @@ static int agent_there(void)
 {
 	if (ff_control_alive())
 		return 1;
-	pthread_mutex_lock(&mu);
-	for (int i = 0; i < nlinks; i++)
-		if (links[i].fd >= 0)
-			link_close(&links[i]);
-	for (int i = 0; i < PENDING_MAX; i++)
-		if (pend[i].bell >= 0)
-			pending_close(&pend[i]);
-	pthread_mutex_unlock(&mu);
+	ff_links_drop_all();
 	ff_xlinks_drop();
 	return 0;
 }

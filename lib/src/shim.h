@@ -200,10 +200,13 @@ int ff_table_hiwater(void);
 /* Number of conns in PENDING/NEGOTIATING: poll/epoll_wait check it first. */
 extern _Atomic int ff_pending_count;
 
-/* Takes the table lock: mark fd as a control connection, or unmark it. */
-void ff_fd_mark_control(int fd, int on);
-/* Takes the table lock: add flag (FF_FD_RING) to the slot of fd, if no conn has it. */
-void ff_fd_mark(int fd, uint8_t flag);
+/*
+ * Takes the table lock: the slot of fd, if no conn has it, gets flags:
+ * FF_FD_CONTROL (the library's connection), FF_FD_RING, or 0 to unmark.
+ */
+void ff_fd_mark(int fd, uint8_t flags);
+/* Takes the table lock: unmarks and closes fd if it is still marked FF_FD_CONTROL; else -EBADF. */
+int ff_fd_close_control(int fd);
 
 /* Under the table lock. */
 struct ff_conn *ff_conn_new(int family);

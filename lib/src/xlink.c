@@ -403,7 +403,7 @@ static void fill_session_end(void)
 	if (fill_agent.fd >= 0)
 		ff_control_close_own(&fill_agent);
 	else if (fill_fd >= 0)
-		ff_fd_mark_control(fill_fd, 0);
+		ff_fd_mark(fill_fd, 0);
 	fill_fd = -1;
 }
 
@@ -615,7 +615,7 @@ static int ep_fd(void)
 	ep = ff_real.epoll_create1(EPOLL_CLOEXEC);
 	if (ep < 0)
 		return -1;
-	ff_fd_mark_control(ep, 1);
+	ff_fd_mark(ep, FF_FD_CONTROL);
 	for (int i = 0; i < XLINK_MAX; i++) {
 		struct xlink *l = &xl[i];
 
@@ -818,14 +818,8 @@ int ff_xlink_take(const struct ep *acc, const struct ep *conn, struct ff_handove
 /* Close what waits to be closed (fill_mu held); a number the application took back is left alone. */
 static void close_now(void)
 {
-	for (int i = 0; i < nlater; i++) {
-		struct ff_slot *s = ff_fd_slot(later[i]);
-
-		if (s && (atomic_load(&s->flags) & FF_FD_CONTROL)) {
-			ff_fd_mark_control(later[i], 0);
-			ff_real.close(later[i]);
-		}
-	}
+	for (int i = 0; i < nlater; i++)
+		ff_fd_close_control(later[i]);
 	nlater = 0;
 }
 
@@ -835,7 +829,7 @@ void ff_xlink_close_later(int fd)
 	if (nlater == LATER_MAX)
 		close_now();
 	/* Marked as the library's, like a session: the application closing the number unmarks it. */
-	ff_fd_mark_control(fd, 1);
+	ff_fd_mark(fd, FF_FD_CONTROL);
 	later[nlater++] = fd;
 	pthread_mutex_unlock(&fill_mu);
 }

@@ -957,6 +957,16 @@ static inline int t_recv_stream(int fd, size_t n, uint8_t seed)
 	return t_recv_stream_from(fd, 0, n, seed);
 }
 
+/* A pair in this process, one direction after the other: n bytes of stream seed, then of seed + 1 back. */
+static inline void t_both_ways(int cfd, int sfd, size_t n, uint8_t seed, const char *what)
+{
+	CHECK(t_send_stream(cfd, n, seed) == 0 && t_recv_stream(sfd, n, seed) == 0,
+	      "%s: bytes one way", what);
+	seed++;
+	CHECK(t_send_stream(sfd, n, seed) == 0 && t_recv_stream(cfd, n, seed) == 0,
+	      "%s: bytes the other way", what);
+}
+
 struct t_duplex_in {
 	int fd;
 	size_t from, n;
@@ -1304,6 +1314,16 @@ static inline void t_pair(int family, int *cfd, int *sfd)
 		perror("t_pair");
 		exit(T_EXIT_FAIL);
 	}
+}
+
+/* A role (t_stderr_lines) that makes one pair and passes a byte: its exit code, 0 if the byte went through. */
+static inline int t_pair_role(void)
+{
+	int cfd, sfd;
+	char c;
+
+	t_pair(AF_INET, &cfd, &sfd);
+	return write(cfd, "a", 1) == 1 && read(sfd, &c, 1) == 1 ? 0 : 1;
 }
 
 /* Stage 1 (t_shim_setup), then a connected pair in this process, CHECKed swapped at both ends. */

@@ -2,24 +2,15 @@
 /* Description: with no agent socket, connections stay on TCP with no error and no added delay, data flows, and FREEFLOW_DEBUG=1 prints one line per fallback saying why (silent otherwise) */
 #include "shimtest.h"
 
-/* "<self> pair": one connection pair; stderr is what the parent inspects. */
-static int pair_only(void)
-{
-	int cfd, sfd;
-	char c;
-
-	t_pair(AF_INET, &cfd, &sfd);
-	return write(cfd, "a", 1) == 1 && read(sfd, &c, 1) == 1 ? 0 : 1;
-}
-
 int main(int argc, char **argv)
 {
 	int64_t t0;
 	int cfd, sfd, n;
 	char c;
 
+	/* "<self> pair": one connection pair; stderr is what the parent inspects. */
 	if (argc == 2 && !strcmp(argv[1], "pair"))
-		return pair_only();
+		return t_pair_role();
 	t_shim_setup(argv, -1);
 	t0 = t_ms();
 	t_pair(AF_INET, &cfd, &sfd);

@@ -2,24 +2,15 @@
 /* Description: an agent that refuses the session with LIMIT (the container holds all the sessions it may) costs no wait: connections stay on TCP with no error, data flows, each connection asks once more, and FREEFLOW_DEBUG=1 says why ("agent session limit") */
 #include "shimtest.h"
 
-/* "<self> pair": one connection pair; stderr is what the parent inspects. */
-static int pair_only(void)
-{
-	int cfd, sfd;
-	char c;
-
-	t_pair(AF_INET, &cfd, &sfd);
-	return write(cfd, "a", 1) == 1 && read(sfd, &c, 1) == 1 ? 0 : 1;
-}
-
 int main(int argc, char **argv)
 {
 	int64_t t0;
 	int cfd, sfd, n, asked;
 	char c;
 
+	/* "<self> pair": one connection pair; stderr is what the parent inspects. */
 	if (argc == 2 && !strcmp(argv[1], "pair"))
-		return pair_only();
+		return t_pair_role();
 	t_shim_setup(argv, FA_LIMIT);
 	for (int i = 0; i < 2; i++) {
 		asked = t_agent_count("limit");

@@ -8,14 +8,6 @@
 #define N	100000
 #define CONNS	300
 
-static void intact(int cfd, int sfd, const char *what)
-{
-	CHECK(t_send_stream(cfd, N, 3) == 0 && t_recv_stream(sfd, N, 3) == 0,
-	      "%s: bytes one way", what);
-	CHECK(t_send_stream(sfd, N, 4) == 0 && t_recv_stream(cfd, N, 4) == 0,
-	      "%s: bytes the other way", what);
-}
-
 static int client(uint16_t port)
 {
 	for (int i = 0; i < CONNS; i++) {
@@ -59,11 +51,11 @@ int main(int argc, char **argv)
 		return T_EXIT_SKIP;
 	}
 	CHECK(t_moved_down(sfd, bell), "the shm connection stayed on shm after an SQPOLL ring");
-	intact(cfd, sfd, "moved down");
+	t_both_ways(cfd, sfd, N, 3, "moved down");
 	t_pair(AF_INET, &c2, &s2);
 	CHECK(t_real_domain(s2) == AF_UNIX && t_shm_maps() == 0,
 	      "a later connection is on shm (%d shm mappings)", t_shm_maps());
-	intact(c2, s2, "later connection");
+	t_both_ways(c2, s2, N, 3, "later connection");
 	serve(CONNS);
 	close(ring);
 	close(c2);

@@ -5,14 +5,6 @@
 
 #define N	100000
 
-static void intact(int cfd, int sfd, const char *what)
-{
-	CHECK(t_send_stream(cfd, N, 5) == 0 && t_recv_stream(sfd, N, 5) == 0,
-	      "%s: bytes one way", what);
-	CHECK(t_send_stream(sfd, N, 6) == 0 && t_recv_stream(cfd, N, 6) == 0,
-	      "%s: bytes the other way", what);
-}
-
 int main(int argc, char **argv)
 {
 	/* struct io_uring is 216 bytes in liburing 2.x; the program owns it. */
@@ -36,11 +28,11 @@ int main(int argc, char **argv)
 	bell = t_ino(sfd);
 	CHECK(init && fini && init(4, ring, 0) == 0, "io_uring_queue_init failed");
 	CHECK(t_moved_down(sfd, bell), "the shm connection stayed on shm after liburing set up a ring");
-	intact(cfd, sfd, "moved down");
+	t_both_ways(cfd, sfd, N, 5, "moved down");
 	t_pair(AF_INET, &c2, &s2);
 	CHECK(t_real_domain(s2) == AF_UNIX && t_shm_maps() == 0,
 	      "a later connection is on shm (%d shm mappings)", t_shm_maps());
-	intact(c2, s2, "later connection");
+	t_both_ways(c2, s2, N, 5, "later connection");
 	if (fini)
 		fini(ring);
 	close(c2);

@@ -92,23 +92,11 @@ static pid_t fork_now(void)
 /* Move fd down by passing it with SCM_RIGHTS over pass (both ends ours); the copy is closed. */
 static void pass_fd(int pass[2], int fd)
 {
-	union {
-		struct cmsghdr h;
-		char b[CMSG_SPACE(sizeof(int))];
-	} ctl;
-	char c;
-	struct iovec v = { &c, 1 };
-	struct msghdr mh = { .msg_iov = &v, .msg_iovlen = 1, .msg_control = ctl.b,
-			     .msg_controllen = sizeof(ctl.b) };
-	struct cmsghdr *cm;
-	int got = -1;
+	int got;
 
 	t_send_fds(pass[0], "p", 1, &fd, 1);
-	CHECK(recvmsg(pass[1], &mh, 0) == 1, "the fd passed to ourselves");
-	cm = CMSG_FIRSTHDR(&mh);
-	if (cm && cm->cmsg_type == SCM_RIGHTS)
-		memcpy(&got, CMSG_DATA(cm), sizeof(int));
-	CHECK(got >= 0, "no fd came with SCM_RIGHTS");
+	got = t_recv_fd(pass[1]);
+	CHECK(got >= 0, "the fd passed to ourselves: none came with SCM_RIGHTS");
 	close(got);
 }
 

@@ -25,31 +25,11 @@ static int peer(int lfd, int ready)
 	return 0;
 }
 
-/* One fd with SCM_RIGHTS from pass; -1 if none. */
-static int recv_fd(int pass)
-{
-	union {
-		char b[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} ctl;
-	char c;
-	struct iovec v = { &c, 1 };
-	struct msghdr mh = { .msg_iov = &v, .msg_iovlen = 1, .msg_control = ctl.b,
-			     .msg_controllen = sizeof(ctl.b) };
-	struct cmsghdr *cm;
-	int fd = -1;
-
-	if (recvmsg(pass, &mh, 0) != 1 || !(cm = CMSG_FIRSTHDR(&mh)) || cm->cmsg_type != SCM_RIGHTS)
-		return -1;
-	memcpy(&fd, CMSG_DATA(cm), sizeof(int));
-	return fd;
-}
-
 /* The receiving process: carries each passed connection on, reports a status byte. */
 static int receiver(int pass)
 {
 	for (int i = 0; i < ROUNDS; i++) {
-		int fd = recv_fd(pass);
+		int fd = t_recv_fd(pass);
 		char st = 0;
 
 		if (fd < 0)
@@ -67,19 +47,11 @@ static int receiver(int pass)
 
 static void pass_fd(int pass, int fd, int mmsg)
 {
-	union {
-		char b[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} ctl;
-	struct iovec v = { "f", 1 };
-	struct mmsghdr m = { .msg_hdr = { .msg_iov = &v, .msg_iovlen = 1, .msg_control = ctl.b,
-					  .msg_controllen = sizeof(ctl.b) } };
-	struct cmsghdr *cm = CMSG_FIRSTHDR(&m.msg_hdr);
+	struct mmsghdr m = { 0 };
+	struct t_fds_msg f;
 
-	cm->cmsg_level = SOL_SOCKET;
-	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+	CHECK(t_fds_msg(&f, "f", 1, &fd, 1) == 0, "one fd to pass");
+	m.msg_hdr = f.mh;
 	if (mmsg)
 		CHECK(sendmmsg(pass, &m, 1, 0) == 1, "sendmmsg: %s", strerror(errno));
 	else

@@ -116,4 +116,25 @@ static inline void t_send_fds(int fd, const void *buf, size_t n, const int *fds,
 		sendmsg(fd, &m.mh, MSG_NOSIGNAL);
 }
 
+/* The fd that came with a one-byte message on fd (SCM_RIGHTS, as t_send_fds sends it); -1 if none. */
+static inline int t_recv_fd(int fd)
+{
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int))];
+	} ctl;
+	char c;
+	struct iovec v = { &c, 1 };
+	struct msghdr mh = { .msg_iov = &v, .msg_iovlen = 1, .msg_control = ctl.b,
+			     .msg_controllen = sizeof(ctl.b) };
+	struct cmsghdr *cm;
+	int got = -1;
+
+	if (recvmsg(fd, &mh, 0) != 1 || !(cm = CMSG_FIRSTHDR(&mh)) || cm->cmsg_level != SOL_SOCKET ||
+	    cm->cmsg_type != SCM_RIGHTS || cm->cmsg_len != CMSG_LEN(sizeof(int)))
+		return -1;
+	memcpy(&got, CMSG_DATA(cm), sizeof(int));
+	return got;
+}
+
 #endif
