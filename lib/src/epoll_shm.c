@@ -56,18 +56,25 @@ struct ff_epset {
 	/*
 	 * The fd numbers that lead to this set: an epoll fd and its copies
 	 * (dup, F_DUPFD: mio registers through a copy and waits on the
-	 * original). Under sets_mu. And the number the program used with it
-	 * last, for the shim's own calls on its behalf.
+	 * original). Changed under sets_mu; read without it by ff_epset_new's
+	 * early return. And the number the program used with it last, for the
+	 * shim's own calls on its behalf.
 	 */
-	int names;
+	_Atomic int names;
 	_Atomic int epfd;
+	struct ff_epset *next_free;	/* on free_sets, under sets_mu */
 };
 
-/* Sets by epoll fd number: a directory of lazily made chunks; sets are never freed. */
+/*
+ * Sets by epoll fd number: a directory of lazily made chunks. A set no
+ * number leads to any more goes to free_sets, to be the next new one: never
+ * freed, as ff_epset_get and the waits use sets without a lock.
+ */
 #define CHUNK		1024
 #define NCHUNKS		1024
 static _Atomic(struct ff_epset *) *_Atomic sets[NCHUNKS];
 static pthread_mutex_t sets_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct ff_epset *free_sets;
 /* shm registrations in this process: while 0, epoll_wait goes straight to libc. */
 _Atomic int ff_ep_total;
 
@@ -81,16 +88,27 @@ static _Atomic(struct ff_epset *) *slot_of(int epfd)
 	return chunk ? &chunk[epfd % CHUNK] : NULL;
 }
 
-/* sets_mu held: a new, empty set named by epfd alone (NULL: out of memory). */
+static void forget_all(struct ff_epset *es, int epfd, void *arg);
+
+/* sets_mu held: a new, empty set named by epfd alone, a free one if any (NULL: out of memory). */
 static struct ff_epset *new_set(int epfd)
 {
-	struct ff_epset *es = calloc(1, sizeof(*es));
+	struct ff_epset *es = free_sets;
 
 	if (es) {
+		free_sets = es->next_free;
+		/* What a call racing the rename that freed it added, e.g. epoll_ctl vs dup2. */
+		pthread_mutex_lock(&es->mu);
+		forget_all(es, epfd, NULL);
+		pthread_mutex_unlock(&es->mu);
+		atomic_store(&es->asked, 0);
+	} else if ((es = calloc(1, sizeof(*es)))) {
 		pthread_mutex_init(&es->mu, NULL);
-		es->names = 1;
-		atomic_init(&es->epfd, epfd);
+	} else {
+		return NULL;
 	}
+	atomic_store(&es->names, 1);
+	atomic_store(&es->epfd, epfd);
 	return es;
 }
 
@@ -390,6 +408,8 @@ static void rename_slot(_Atomic(struct ff_epset *) *slot, struct ff_epset *es)
 		pthread_mutex_lock(&old->mu);
 		forget_all(old, -1, NULL);
 		pthread_mutex_unlock(&old->mu);
+		old->next_free = free_sets;
+		free_sets = old;
 	}
 }
 
@@ -404,6 +424,12 @@ void ff_epset_new(int epfd)
 
 	if (epfd < 0 || epfd >= CHUNK * NCHUNKS || ff_busy)
 		return;
+	/* Its own set already, and no shm registration anywhere: it is empty (no lock). */
+	es = ff_epset_get(epfd, 0);
+	if (es && !atomic_load(&ff_ep_total) && atomic_load(&es->names) == 1) {
+		atomic_store(&es->epfd, epfd);
+		return;
+	}
 	pthread_mutex_lock(&sets_mu);
 	if (!(slot = slot_of(epfd))) {
 		/* out of memory: ff_epset_get makes it at the first registration */

@@ -259,16 +259,12 @@ FF_EXPORT int epoll_pwait(int epfd, struct epoll_event *evs, int max, int timeou
 	return ewait(&w);
 }
 
-/* Linux 5.11 / glibc 2.35; a program can only call it if libc has it. */
+/* Linux 5.11 / glibc 2.35; the system call itself on an older libc (init.c). */
 FF_EXPORT int epoll_pwait2(int epfd, struct epoll_event *evs, int max,
 			   const struct timespec *timeout, const sigset_t *sigmask)
 {
 	struct ff_ewait w = { .epfd = epfd, .evs = evs, .max = max, .ts = timeout,
 			      .use_ts = 1, .mask = sigmask };
 
-	if (!REAL(epoll_pwait2)) {
-		errno = ENOSYS;
-		return -1;
-	}
 	return ewait(&w);
 }

@@ -9,6 +9,7 @@
  * wrapped function, or pthread_once would wait on itself.
  */
 #include <dlfcn.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +54,29 @@ static void *resolve(const char *name, int required)
 
 #define NEED(fn)		(ff_real.fn = resolve(#fn, 1))
 #define MAYBE(fn, sym)		(ff_real.fn = resolve(sym, 0))
+/* As MAYBE, or the system call itself when libc lacks the function (older than the kernel). */
+#define OR_SYS(fn, sym)		do { if (!MAYBE(fn, sym)) ff_real.fn = sys_##fn; } while (0)
+
+/*
+ * What syscall(SYS_close_range), syscall(SYS_epoll_pwait2) and closefrom
+ * did without the shim on a libc older than the kernel; the wrappers of
+ * the functions (and syscall(), routes.c) go through these then.
+ */
+static int sys_close_range(unsigned first, unsigned last, int flags)
+{
+	return (int)ff_real.syscall(SYS_close_range, first, last, flags);
+}
+
+static int sys_epoll_pwait2(int epfd, struct epoll_event *evs, int max,
+			    const struct timespec *ts, const sigset_t *mask)
+{
+	return (int)ff_real.syscall(SYS_epoll_pwait2, epfd, evs, max, ts, mask, _NSIG / 8);
+}
+
+static void sys_closefrom(int lowfd)
+{
+	ff_real.syscall(SYS_close_range, lowfd, ~0u, 0);
+}
 
 static void resolve_all(void)
 {
@@ -76,9 +100,9 @@ static void resolve_all(void)
 	MAYBE(recvfrom_chk, "__recvfrom_chk");
 	MAYBE(poll_chk, "__poll_chk");
 	MAYBE(ppoll_chk, "__ppoll_chk");
-	MAYBE(epoll_pwait2, "epoll_pwait2");
-	MAYBE(close_range, "close_range");
-	MAYBE(closefrom, "closefrom");
+	OR_SYS(epoll_pwait2, "epoll_pwait2");
+	OR_SYS(close_range, "close_range");
+	OR_SYS(closefrom, "closefrom");
 	MAYBE(preadv2, "preadv2");
 	MAYBE(pwritev2, "pwritev2");
 	MAYBE(_Fork, "_Fork");

@@ -59,11 +59,11 @@ void ff_shm_avoid(const char *why)
 {
 	if (ff_busy || ff_vforked())
 		return;
-	if (!atomic_exchange(&ff_shm_avoided, 1)) {
-		ff_debug("no shared memory in this process from now on: %s", why);
-		/* Links make shm connections without the agent; the peers ask it instead. */
-		ff_links_drop_all();
-	}
+	if (atomic_exchange(&ff_shm_avoided, 1))
+		return;		/* done once: each later swap moves down itself (negotiate.c) */
+	ff_debug("no shared memory in this process from now on: %s", why);
+	/* Links make shm connections without the agent; the peers ask it instead. */
+	ff_links_drop_all();
 	ff_shm_switch_all(0);
 }
 
@@ -94,19 +94,14 @@ FF_EXPORT int close_range(unsigned first, unsigned last, int flags)
 	 */
 	if (!ff_busy && first <= last && !(flags & CLOSE_RANGE_CLOEXEC))
 		close_tracked(first, last);
-	if (!REAL(close_range)) {
-		errno = ENOSYS;
-		return -1;
-	}
-	return ff_real.close_range(first, last, flags);
+	return REAL(close_range)(first, last, flags);
 }
 
 FF_EXPORT void closefrom(int lowfd)
 {
 	if (!ff_busy && lowfd >= 0)
 		close_tracked((unsigned)lowfd, ~0u);
-	if (REAL(closefrom))
-		ff_real.closefrom(lowfd);
+	REAL(closefrom)(lowfd);
 }
 
 /*

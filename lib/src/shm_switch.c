@@ -542,7 +542,8 @@ void ff_shm_switch_all(unsigned how)
 
 	for (;;) {
 		ff_table_lock();
-		n = to_move(how, fds);
+		/* No shm connection (counted before it is installed, under this lock): no scan. */
+		n = atomic_load(&ff_shm_conns) ? to_move(how, fds) : 0;
 		if (!n)
 			break;
 		ff_table_unlock();
