@@ -15,8 +15,7 @@
 
 int main(int argc, char **argv)
 {
-	const char *lib = getenv("FF_LIBRARY"), *extra = getenv("FF_TEST_PRELOAD_EXTRA");
-	char abs[PATH_MAX], self[PATH_MAX] = "", pre[3 * PATH_MAX + 8], out[4096] = "";
+	char pre[3 * PATH_MAX + 8], out[4096] = "";
 	struct pollfd p;
 	size_t got = 0;
 	int pipefd[2], status = 0, hung = 0;
@@ -26,13 +25,7 @@ int main(int argc, char **argv)
 		close(-1);	/* the first wrapped call: the library starts up */
 		return 0;
 	}
-	if (!lib || !realpath(lib, abs) || readlink("/proc/self/exe", self, sizeof(self) - 1) < 0) {
-		printf("FF_LIBRARY must name the built libfreeflow.so\n");
-		return T_EXIT_SKIP;
-	}
-	self[sizeof(self) - 1] = '\0';
-	snprintf(pre, sizeof(pre), "%s%s%s/hide_symbol.so %s", extra ? extra : "",
-		 extra && *extra ? " " : "", dirname(self), abs);
+	t_preload_hiding(pre, sizeof(pre));
 	CHECK(pipe2(pipefd, O_CLOEXEC) == 0, "pipe");
 	pid = fork();
 	if (pid == 0) {

@@ -57,18 +57,11 @@ static void run_without(char **argv, const char *pre, const char *hidden)
 
 int main(int argc, char **argv)
 {
-	const char *lib = getenv("FF_LIBRARY"), *extra = getenv("FF_TEST_PRELOAD_EXTRA");
-	char abs[PATH_MAX], self[PATH_MAX] = "", pre[3 * PATH_MAX + 8];
+	char pre[3 * PATH_MAX + 8];
 
 	if (argc > 2 && !strcmp(argv[1], "child"))
 		return child(argv[2]);
-	if (!lib || !realpath(lib, abs) || readlink("/proc/self/exe", self, sizeof(self) - 1) < 0) {
-		printf("FF_LIBRARY must name the built libfreeflow.so\n");
-		return T_EXIT_SKIP;
-	}
-	self[sizeof(self) - 1] = '\0';
-	snprintf(pre, sizeof(pre), "%s%s%s/hide_symbol.so %s", extra ? extra : "",
-		 extra && *extra ? " " : "", dirname(self), abs);
+	t_preload_hiding(pre, sizeof(pre));
 	run_without(argv, pre, "close_range");
 	run_without(argv, pre, "closefrom");
 	run_without(argv, pre, "epoll_pwait2");

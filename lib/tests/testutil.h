@@ -7,10 +7,14 @@
 #ifndef FREEFLOW_TESTUTIL_H
 #define FREEFLOW_TESTUTIL_H
 
+#include <libgen.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #define T_EXIT_PASS	0
 #define T_EXIT_FAIL	1
@@ -135,6 +139,26 @@ static inline int t_recv_fd(int fd)
 		return -1;
 	memcpy(&got, CMSG_DATA(cm), sizeof(int));
 	return got;
+}
+
+/*
+ * The LD_PRELOAD list under which libc lacks what FF_TEST_HIDE names, for
+ * the library (tests/hide_symbol.c): FF_TEST_PRELOAD_EXTRA (a sanitizer
+ * first), hide_symbol.so next to this program, then FF_LIBRARY. Skips the
+ * test if FF_LIBRARY names no library.
+ */
+static inline void t_preload_hiding(char *pre, size_t cap)
+{
+	const char *lib = getenv("FF_LIBRARY"), *extra = getenv("FF_TEST_PRELOAD_EXTRA");
+	char abs[PATH_MAX], self[PATH_MAX] = "";
+
+	if (!lib || !realpath(lib, abs) || readlink("/proc/self/exe", self, sizeof(self) - 1) < 0) {
+		printf("FF_LIBRARY must name the built libfreeflow.so\n");
+		exit(T_EXIT_SKIP);
+	}
+	self[sizeof(self) - 1] = '\0';
+	snprintf(pre, cap, "%s%s%s/hide_symbol.so %s", extra ? extra : "",
+		 extra && *extra ? " " : "", dirname(self), abs);
 }
 
 #endif
