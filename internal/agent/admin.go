@@ -29,7 +29,7 @@ func (s *session) handleAdmin(m *protocol.Message) (*protocol.Message, error) {
 	case protocol.TypeList:
 		return okReply(m.Seq, nonNil(s.a.dir.Containers()), nil)
 	case protocol.TypeConns:
-		return s.a.connsPage(m)
+		return s.a.connsPage(m, &s.conns)
 	default: // STATUS
 		return okReply(m.Seq, s.a.status(), nil)
 	}

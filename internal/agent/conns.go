@@ -70,15 +70,14 @@ type connTable struct {
 	m     map[connKey]connEntry
 	held  map[string]int // entries per container
 	count ConnCounters
-
-	pages connPages // the list CONNS pages through
 }
 
 // connPages keeps the list a CONNS from offset 0 made for the pages after
 // it: making it reads every ledger and sorts (half a second for 65536
-// connections), and a client asks for about 480 entries a page.
+// connections), and a client asks for about 480 entries a page. Each
+// admin session keeps its own, so that two clients paging at once each
+// get their list whole, every entry once.
 type connPages struct {
-	mu   sync.Mutex
 	list []ConnInfo
 	at   time.Time
 }
@@ -90,8 +89,6 @@ const connPagesFresh = 5 * time.Second
 // get returns the list for a page from offset: made afresh for offset 0
 // (or if it is older than connPagesFresh), else the one made last.
 func (p *connPages) get(offset uint32, build func() []ConnInfo) []ConnInfo {
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	if offset == 0 || time.Since(p.at) > connPagesFresh {
 		p.list, p.at = build(), time.Now()
 	}
@@ -179,8 +176,9 @@ func (t *connTable) remove(id string, local, remote netip.AddrPort) {
 
 // connsPage is the reply to CONNS: as many entries of the list from its
 // OFFSET on (0 if absent) as fit one message, and how many the list has
-// (COUNT), so that a client asks again for the rest.
-func (a *Agent) connsPage(m *protocol.Message) (*protocol.Message, error) {
+// (COUNT), so that a client asks again for the rest; pages are the
+// asking session's.
+func (a *Agent) connsPage(m *protocol.Message, pages *connPages) (*protocol.Message, error) {
 	var offset uint32
 	if _, ok := m.Get(protocol.AttrOffset); ok {
 		var err error
@@ -188,7 +186,7 @@ func (a *Agent) connsPage(m *protocol.Message) (*protocol.Message, error) {
 			return nil, err
 		}
 	}
-	all := a.live.pages.get(offset, a.connList)
+	all := pages.get(offset, a.connList)
 	page := []byte{'['}
 	for i := int(offset); i < len(all); i++ {
 		e, err := json.Marshal(all[i])

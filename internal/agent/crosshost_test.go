@@ -54,6 +54,7 @@ func startTwoHosts(t *testing.T, mod func(*Config)) twoHosts {
 		if a.broker == nil {
 			t.Fatalf("agent %s has no broker port: %s", a.cfg.Host, a.brokerErr)
 		}
+		holdLedger(t, a)
 	}
 	waitFor(t, "both agents registered and hold the key", func() bool {
 		_, ok1 := h1.hostRecord("h2")

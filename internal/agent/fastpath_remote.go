@@ -31,7 +31,7 @@ func (a *Agent) offerRemote(self, peer directory.Container, k tuple, c *connecto
 		return a.rv.decision(m), noHalf
 	}
 	var x *xlinkAsk
-	if lib.xlink {
+	if lib.xlink && a.ledgers.holds(lib.pid) { // a link's connections are counted in the ledger
 		x = &xlinkAsk{id: self.ID, pid: lib.pid}
 	}
 	d, fd := a.exchange(self, peer, k, lib.pid, x)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 
@@ -61,15 +62,33 @@ func wantNoLink(t *testing.T, what string, con, acc pathResult) {
 	}
 }
 
-// shmAgent starts an agent whose cluster settings are settings and waits
-// until it has read them.
+// shmAgent starts an agent whose cluster settings are settings, waits
+// until it has read them and gives it the test process's ledger.
 func shmAgent(t *testing.T, settings string) *testAgent {
+	t.Helper()
+	a := shmAgentNoLedger(t, settings)
+	holdLedger(t, a)
+	return a
+}
+
+func shmAgentNoLedger(t *testing.T, settings string) *testAgent {
 	t.Helper()
 	dir := newFakeDir(ffSelf)
 	dir.setSettings(settings)
 	a := startAgent(t, dir, nil)
 	waitSettings(t, a, anySettings)
 	return a
+}
+
+// holdLedger sends agent a an empty ledger of the test process, as a
+// library does before it uses a link, and waits until a holds it.
+func holdLedger(t *testing.T, a *testAgent) {
+	t.Helper()
+	l := newTestLedger(t, 16)
+	if err := newLib(t, a).ledger(l.fd); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the agent holds the test process's ledger", func() bool { return a.ledgers.holds(int32(os.Getpid())) })
 }
 
 // Both libraries take links and the acceptor's process alone listens: the
@@ -89,6 +108,24 @@ func TestLinkGrantedForSoleListener(t *testing.T) {
 	if got, err := readDatagram(con.Link); err != nil || got != "" {
 		t.Errorf("link after the acceptor closed its end: %q, %v; want EOF (the agent must hold no copy)", got, err)
 	}
+}
+
+// A process whose ledger the agent does not hold (it never sent one, or
+// its LEDGER was refused) gets its shm channel without a link: what it
+// made over one would be in no count. Once its ledger is held, it does.
+func TestNoLinkForProcessWithoutLedger(t *testing.T) {
+	a := shmAgentNoLedger(t, "")
+	srv, cli := newLibCaps(t, a, capsLink), newLibCaps(t, a, capsLink)
+	if err := srv.listen(selfSrv); err != nil {
+		t.Fatal(err)
+	}
+	con, acc := meetSelf(t, srv, cli, 46040)
+	wantShmPair(t, con, acc)
+	wantNoLink(t, "no ledger held", con, acc)
+
+	holdLedger(t, a)
+	con, acc = meetSelf(t, srv, cli, 46041)
+	wantLinkPair(t, con, acc)
 }
 
 // A library that did not say CAPS bit 1, on either side, gets its shm

@@ -37,6 +37,8 @@ type session struct {
 
 	inFDs  []int // descriptors the request being served carries (LEDGER's memfd), then closed
 	outFDs []int // descriptors the next reply carries (PATH), then closed
+
+	conns connPages // admin socket: the list this session's CONNS pages through
 }
 
 func (a *Agent) serveConn(ctx context.Context, uc *net.UnixConn, admin bool) {

@@ -42,6 +42,8 @@ package agent
 // asked itself (the meeting is not parked); its listener is registered by
 // exactly one live process, the acceptor's (with forked workers sharing
 // it, another process could accept a connection offered over the link);
+// the agent holds both processes' ledgers (a library sends its ledger
+// after its first answer, so its first connection goes without a link);
 // and both containers hold less than half their budget, this channel
 // included. The budget is kept by granting links, not by refusing what
 // they made: a channel made over a link exists before the agent sees it,
@@ -134,7 +136,8 @@ func (a *Agent) shmChannel(m *meeting) ([2]half, string) {
 // linkAllowed applies the rules for a link with a new shm channel between
 // containers ids whose acceptor listens on lis (the design note above).
 func (a *Agent) linkAllowed(libs [2]asking, parked bool, ids [2]string, lis listenerKey, limit uint64) bool {
-	if !libs[sideConnector].link || !libs[sideAcceptor].link || !a.linkListener(parked, libs[sideAcceptor], lis) {
+	if !libs[sideConnector].link || !libs[sideAcceptor].link || !a.ledgers.holds(libs[sideConnector].pid) ||
+		!a.linkListener(parked, libs[sideAcceptor], lis) {
 		return false
 	}
 	for _, id := range ids {
@@ -149,13 +152,22 @@ func (a *Agent) linkAllowed(libs [2]asking, parked bool, ids [2]string, lis list
 // host, about its listener lis: the meeting is not parked (acc, the
 // acceptor, asked itself), and acc's process alone registered lis; with
 // forked workers sharing it, another process could accept a connection
-// offered over the link.
+// offered over the link. And the agent holds acc's process's ledger.
 func (a *Agent) linkListener(parked bool, acc asking, lis listenerKey) bool {
 	if parked {
 		return false
 	}
 	pid, ok := a.listeners.sole(lis.id, lis.port)
-	return ok && pid == acc.pid
+	return ok && pid == acc.pid && a.ledgers.holds(acc.pid)
+}
+
+// holds says whether the agent holds process pid's ledger: what a link
+// makes is counted only there, so a process without one gets no link.
+func (s *ledgers) holds(pid int32) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.m[pid]
+	return ok
 }
 
 // newLink returns the two ends of a link, or -1s if the socketpair cannot

@@ -12,11 +12,11 @@ package agent
 // by the two libraries.
 //
 // The grant rides on a host-tcp answer to an OFFER. The connector's agent
-// says CAPS bit 2 in its OFFER when the connecting session's HELLO did.
-// The acceptor's agent (meetOffer) grants when the OFFER said so, the
-// meeting is not parked, the accepting process alone registered the
-// listener (linkListener, the rule of same-host links) and its session
-// said CAPS bit 2: it makes a listener on its fabric address, marked for
+// says CAPS bit 2 in its OFFER when the connecting session's HELLO did and
+// it holds that process's ledger. The acceptor's agent (meetOffer) grants
+// when the OFFER said so, the meeting is not parked, the accepting process
+// alone registered the listener and sent its ledger (linkListener, the
+// rule of same-host links) and its session said CAPS bit 2: it makes a listener on its fabric address, marked for
 // the fabric guard (guard.go), and a random token, signs both into its
 // PATH and, after the COMMIT, hands the listener with the connection. A
 // listener nobody takes is closed with its half (no COMMIT, a meeting

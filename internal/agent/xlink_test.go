@@ -204,6 +204,36 @@ func TestXLinkNotGrantedForSharedListener(t *testing.T) {
 	closeResult(acc)
 }
 
+// A process whose ledger its agent does not hold, connecting or
+// accepting, gets host-tcp without a cross-host link: what it made over
+// one would be in no count. Once both ledgers are held, it does.
+func TestXLinkNotGrantedWithoutLedger(t *testing.T) {
+	hs := startTwoHosts(t, nil)
+	srv, cli := newLibCaps(t, hs.h2, protocol.CapXLink), newLibCaps(t, hs.h1, protocol.CapXLink)
+	if err := srv.listen(srv2); err != nil {
+		t.Fatal(err)
+	}
+	for i, h := range []*testAgent{hs.h1, hs.h2} {
+		dropLedger(h)
+		con, acc := meetCross(t, cli, srv, 49040+i)
+		wantNoXLink(t, "no ledger on "+h.cfg.Host, con, acc)
+		closeResult(con)
+		closeResult(acc)
+		holdLedger(t, h)
+	}
+	con, acc := meetCross(t, cli, srv, 49042)
+	wantXLinkGranted(t, hs, con, acc)
+	closeResult(con)
+	closeResult(acc)
+}
+
+// dropLedger drops a's ledger of the test process, as if it never came.
+func dropLedger(a *testAgent) {
+	a.ledgers.mu.Lock()
+	defer a.ledgers.mu.Unlock()
+	a.ledgers.dropLocked(int32(os.Getpid()))
+}
+
 // A parked meeting (the accepting process waits in a CONNECT of its own)
 // gets no link: nothing says its process is the one that will accept.
 func TestXLinkNotGrantedForParkedMeeting(t *testing.T) {

@@ -17,7 +17,7 @@ func StopAgent(l state.Layout, c *state.Cluster, h string, kill bool) error {
 	if err != nil {
 		return err
 	}
-	if !alive(host.AgentPID) {
+	if !runs(host.AgentPID, AgentBinary) {
 		return nil
 	}
 	sig := syscall.SIGTERM
@@ -28,7 +28,7 @@ func StopAgent(l state.Layout, c *state.Cluster, h string, kill bool) error {
 		return fmt.Errorf("signal agent on %s (pid %d): %w", h, host.AgentPID, err)
 	}
 	deadline := time.Now().Add(killGrace)
-	for alive(host.AgentPID) {
+	for runs(host.AgentPID, AgentBinary) {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("agent on %s (pid %d) did not exit after %v", h, host.AgentPID, sig)
 		}
@@ -44,7 +44,7 @@ func StartAgent(ctx context.Context, l state.Layout, c *state.Cluster, binDir, h
 	if err != nil {
 		return err
 	}
-	if alive(host.AgentPID) {
+	if runs(host.AgentPID, AgentBinary) {
 		return fmt.Errorf("agent on %s is already running (pid %d); use `freeflow agent restart`", h, host.AgentPID)
 	}
 	pid, err := startAgent(l, binDir, *host, c.Etcd)

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -38,18 +39,43 @@ func spawn(ns, logPath string, extra []*os.File, prog string, args ...string) (i
 
 // alive reports whether pid exists and is not a zombie.
 func alive(pid int) bool {
+	_, ok := procStat(pid)
+	return ok
+}
+
+// runs reports whether pid is alive and runs prog (by its file name): a
+// pid saved in the cluster state may since have been reused by another
+// program, which must be neither taken for the cluster's process nor
+// signalled. Only for a process past its exec: right after spawn the pid
+// may still run nsenter.
+func runs(pid int, prog string) bool {
+	comm, ok := procStat(pid)
+	name := filepath.Base(prog)
+	if len(name) > commLen {
+		name = name[:commLen]
+	}
+	return ok && comm == name
+}
+
+// commLen is how much of a program's file name the kernel keeps as its
+// command name (TASK_COMM_LEN - 1).
+const commLen = 15
+
+// procStat returns the command name of pid from /proc/<pid>/stat, and
+// false if pid does not exist or is a zombie.
+func procStat(pid int) (comm string, ok bool) {
 	if pid <= 0 {
-		return false
+		return "", false
 	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return false
+		return "", false
 	}
-	// The state follows the command name in parentheses, which may hold spaces.
-	for i := len(b) - 1; i >= 0; i-- {
-		if b[i] == ')' {
-			return i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
-		}
+	// The state follows the command name in parentheses, which may hold
+	// spaces and parentheses itself.
+	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+	if open < 0 || end < open || end+2 >= len(b) || b[end+2] == 'Z' || b[end+2] == 'X' {
+		return "", false
 	}
-	return false
+	return string(b[open+1 : end]), true
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/freeflow-net/freeflow/internal/agent"
+	"github.com/freeflow-net/freeflow/internal/etcdproc"
 	"github.com/freeflow-net/freeflow/internal/state"
 )
 
@@ -51,7 +52,7 @@ func Status(ctx context.Context, l state.Layout, c *state.Cluster) Report {
 		}
 	}
 	for _, h := range c.Hosts {
-		hr := HostReport{Host: h, AgentRunning: alive(h.AgentPID), Containers: byHost[h.Name]}
+		hr := HostReport{Host: h, AgentRunning: runs(h.AgentPID, AgentBinary), Containers: byHost[h.Name]}
 		pctx, cancel := context.WithTimeout(ctx, statusTimeout)
 		st, err := AgentStatus(pctx, l.AdminSocket(h.Name))
 		cancel()
@@ -70,7 +71,7 @@ func Status(ctx context.Context, l state.Layout, c *state.Cluster) Report {
 
 func etcdReport(ctx context.Context, l state.Layout, c *state.Cluster) EtcdReport {
 	e := EtcdReport{Endpoints: c.Etcd.Endpoints, Managed: c.Etcd.Managed, PID: c.Etcd.PID}
-	e.Running = e.Managed && alive(e.PID)
+	e.Running = e.Managed && runs(e.PID, etcdproc.Binary)
 	if len(c.Hosts) == 0 || len(e.Endpoints) == 0 {
 		e.Error = "not started"
 		return e

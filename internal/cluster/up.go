@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/freeflow-net/freeflow/internal/directory"
+	"github.com/freeflow-net/freeflow/internal/etcdproc"
 	"github.com/freeflow-net/freeflow/internal/netns"
 	"github.com/freeflow-net/freeflow/internal/overlay"
 	"github.com/freeflow-net/freeflow/internal/state"
@@ -144,7 +145,7 @@ func bringUpEtcd(ctx context.Context, l state.Layout, c *state.Cluster) error {
 		hint := "check that --etcd names a running etcd reachable from where freeflow runs"
 		return waitEtcd(ctx, "", c.Etcd.Endpoints[0], 0, hint)
 	}
-	if !alive(c.Etcd.PID) {
+	if !runs(c.Etcd.PID, etcdproc.Binary) {
 		if err := os.MkdirAll(l.EtcdDir(), 0o700); err != nil {
 			return fmt.Errorf("create etcd data directory: %w", err)
 		}
@@ -167,7 +168,7 @@ func bringUpAgents(ctx context.Context, l state.Layout, c *state.Cluster, binDir
 		return fmt.Errorf("agent binary: %w (build it with `make` or `go build -o bin/ ./cmd/...`)", err)
 	}
 	for i := range c.Hosts {
-		if alive(c.Hosts[i].AgentPID) {
+		if runs(c.Hosts[i].AgentPID, AgentBinary) {
 			continue
 		}
 		pid, err := startAgent(l, binDir, c.Hosts[i], c.Etcd)

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/freeflow-net/freeflow/internal/agent"
-	"github.com/freeflow-net/freeflow/internal/cluster"
 	"github.com/freeflow-net/freeflow/internal/testenv"
 )
 
@@ -62,22 +61,6 @@ func hostConns(t *testing.T, c *testenv.Cluster, host string) []agent.ConnInfo {
 	out := c.MustFF(t, "conns", "--host", host, "-o", "json")
 	must(t, json.Unmarshal([]byte(out), &all), "parse `freeflow conns -o json`: %s", out)
 	return all
-}
-
-// hostStatus returns host's agent's status as `freeflow status -o json`
-// shows it.
-func hostStatus(t *testing.T, c *testenv.Cluster, host string) agent.Status {
-	t.Helper()
-	var r cluster.Report
-	out := c.MustFF(t, "status", "-o", "json")
-	must(t, json.Unmarshal([]byte(out), &r), "parse `freeflow status -o json`: %s", out)
-	for _, h := range r.Hosts {
-		if h.Name == host && h.Agent != nil {
-			return *h.Agent
-		}
-	}
-	t.Fatalf("`freeflow status` shows no agent of %s: %s", host, out)
-	return agent.Status{}
 }
 
 // pathsOf counts conns by path.
@@ -140,7 +123,7 @@ func TestAgentRestartListsEveryConnection(t *testing.T) {
 			len(before), n, wantEnds)
 	}
 	t.Logf("h1's agent lists %d connection ends by path %v; overlay: %v", len(before), n, overlayReasons(before))
-	charge := hostStatus(t, c, "h1").Connections.ShmBytes
+	charge := agentStatus(t, c, "h1").Connections.ShmBytes
 	if charge == 0 {
 		t.Fatalf("h1's agent charges no shm with %d shm connections open", linked+pooled)
 	}
@@ -150,14 +133,14 @@ func TestAgentRestartListsEveryConnection(t *testing.T) {
 	// The agent answers before its directory cache has filled; it knows
 	// the connections once it knows its containers.
 	testenv.WaitFor(t, "h1's restarted agent to know its 4 containers", func() bool {
-		return hostStatus(t, c, "h1").LocalContainers == 4
+		return agentStatus(t, c, "h1").LocalContainers == 4
 	})
 	after := hostConns(t, c, "h1")
 	if fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Errorf("h1's restarted agent lists %d connection ends by path %v; before the restart %d by path %v",
 			len(after), pathsOf(after), len(before), pathsOf(before))
 	}
-	if got := hostStatus(t, c, "h1").Connections; got.ShmBytes != charge || got.Live != len(before) {
+	if got := agentStatus(t, c, "h1").Connections; got.ShmBytes != charge || got.Live != len(before) {
 		t.Errorf("h1's restarted agent: %d live ends, %d shm bytes charged; before the restart %d, %d",
 			got.Live, got.ShmBytes, len(before), charge)
 	}
@@ -167,7 +150,7 @@ func TestAgentRestartListsEveryConnection(t *testing.T) {
 		waitLog(t, c, cl.name, "closed")
 	}
 	testenv.WaitFor(t, "the closed connections to leave h1's listing and shm charge", func() bool {
-		st := hostStatus(t, c, "h1").Connections
+		st := agentStatus(t, c, "h1").Connections
 		return len(hostConns(t, c, "h1")) == 0 && st.ShmBytes == 0 && st.Live == 0
 	})
 }

@@ -110,17 +110,6 @@ func pidsMentioning(s string) []string {
 	return pids
 }
 
-// etcdPID returns the pid of the cluster's managed etcd.
-func etcdPID(t *testing.T, c *testenv.Cluster) int {
-	t.Helper()
-	cl, err := state.NewLayout(c.Name).LoadCluster()
-	must(t, err, "load the cluster's state")
-	if !cl.Etcd.Managed || cl.Etcd.PID <= 0 {
-		t.Fatalf("cluster %s has no managed etcd: %+v", c.Name, cl.Etcd)
-	}
-	return cl.Etcd.PID
-}
-
 // TestRunWithAgentDownLeavesNothing: with the host's agent stopped, `run`
 // fails with the plugin's clear error, undoes the half-made attachment
 // (bridge and host-local had run) and leaves nothing; a container that was
@@ -147,7 +136,7 @@ func TestRunWithEtcdDownLeavesNothing(t *testing.T) {
 	c := newCluster(t, 1)
 	runIdle(t, c, "h1", "alive", "blue")
 	before := footprint(t, c, "h1")
-	pid := etcdPID(t, c)
+	pid, _ := clusterPIDs(t, c)
 	for _, sig := range []struct {
 		name string
 		sig  syscall.Signal

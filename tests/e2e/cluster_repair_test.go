@@ -17,6 +17,9 @@ func clusterPIDs(t *testing.T, c *testenv.Cluster) (etcd int, agents map[string]
 	t.Helper()
 	cl, err := state.NewLayout(c.Name).LoadCluster()
 	must(t, err, "load the cluster's state")
+	if !cl.Etcd.Managed || cl.Etcd.PID <= 0 { // a pid to signal, never 0 or -1
+		t.Fatalf("cluster %s has no managed etcd: %+v", c.Name, cl.Etcd)
+	}
 	agents = map[string]int{}
 	for _, h := range cl.Hosts {
 		agents[h.Name] = h.AgentPID
