@@ -194,6 +194,15 @@ func (s *ledgers) hasLocked(ino uint64) bool {
 	return false
 }
 
+// holds says whether the agent holds process pid's ledger: what a link
+// makes is counted only there, so a process without one gets no link.
+func (s *ledgers) holds(pid int32) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.m[pid]
+	return ok
+}
+
 // mapLedger checks that fd is a ledger memfd (size, seals, header) and
 // maps it read-only; it returns the mapping and the memfd's inode.
 func mapLedger(fd int) ([]byte, uint64, error) {

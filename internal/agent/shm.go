@@ -161,15 +161,6 @@ func (a *Agent) linkListener(parked bool, acc asking, lis listenerKey) bool {
 	return ok && pid == acc.pid && a.ledgers.holds(acc.pid)
 }
 
-// holds says whether the agent holds process pid's ledger: what a link
-// makes is counted only there, so a process without one gets no link.
-func (s *ledgers) holds(pid int32) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.m[pid]
-	return ok
-}
-
 // newLink returns the two ends of a link, or -1s if the socketpair cannot
 // be made: the channel then goes without one.
 func (a *Agent) newLink() (int, int) {

@@ -1411,4 +1411,25 @@ static inline int t_stderr_lines(const char *role, const char *debug, const char
 	return with == lines ? lines : -1;
 }
 
+/*
+ * A pair whose listener the shim never saw (listen() by the raw system
+ * call): the fake agent does not know it, so only the connecting end asks
+ * and is told overlay, listener-not-freeflow.
+ */
+static inline void t_unannounced_pair(int *cfd, int *sfd)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = t_addr(AF_INET, &ss, 0);
+	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (lfd < 0 || bind(lfd, (void *)&ss, len) || t_raw(SYS_listen, lfd, 4) ||
+	    getsockname(lfd, (void *)&ss, &len)) {
+		perror("unannounced listener");
+		exit(T_EXIT_FAIL);
+	}
+	*cfd = t_connect(AF_INET, ntohs(((struct sockaddr_in *)&ss)->sin_port));
+	*sfd = accept(lfd, NULL, NULL);
+	close(lfd);
+}
+
 #endif

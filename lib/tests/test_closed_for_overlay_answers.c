@@ -4,23 +4,6 @@
 
 #include "shimtest.h"
 
-/* A pair whose listener the shim never saw: only the connecting end asks the agent. */
-static void hidden_listener_pair(int *cfd, int *sfd)
-{
-	struct sockaddr_storage ss;
-	socklen_t len = t_addr(AF_INET, &ss, 0);
-	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	if (lfd < 0 || bind(lfd, (void *)&ss, len) || t_raw(SYS_listen, lfd, 4) ||
-	    getsockname(lfd, (void *)&ss, &len)) {
-		perror("hidden listener");
-		exit(T_EXIT_FAIL);
-	}
-	*cfd = t_connect(AF_INET, ntohs(((struct sockaddr_in *)&ss)->sin_port));
-	*sfd = accept(lfd, NULL, NULL);
-	close(lfd);
-}
-
 int main(int argc, char **argv)
 {
 	int cfd, sfd, fd2;
@@ -43,7 +26,7 @@ int main(int argc, char **argv)
 	CHECK(t_agent_await("closed", 2) == 2, "%d CLOSED for two answered ends, want 2",
 	      t_agent_count("closed"));
 
-	hidden_listener_pair(&cfd, &sfd);
+	t_unannounced_pair(&cfd, &sfd);
 	CHECK(t_agent_count("ask") == 3, "%d asks, want 3 (only the connecting end)",
 	      t_agent_count("ask"));
 	close(cfd);

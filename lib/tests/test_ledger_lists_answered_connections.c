@@ -9,23 +9,6 @@ static int channel_path(void)
 	return fa_host_tcp() ? FF_PATH_HOST_TCP : fa_shm() ? FF_PATH_SHM : FF_PATH_UNIX;
 }
 
-/* A pair whose listener the fake agent does not know: overlay, listener-not-freeflow. */
-static void unannounced_pair(int *cfd, int *sfd)
-{
-	struct sockaddr_storage ss;
-	socklen_t len = t_addr(AF_INET, &ss, 0);
-	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	if (lfd < 0 || bind(lfd, (void *)&ss, len) || t_raw(SYS_listen, lfd, 4) ||
-	    getsockname(lfd, (void *)&ss, &len)) {
-		perror("unannounced listener");
-		exit(T_EXIT_FAIL);
-	}
-	*cfd = t_connect(AF_INET, ntohs(((struct sockaddr_in *)&ss)->sin_port));
-	*sfd = accept(lfd, NULL, NULL);
-	close(lfd);
-}
-
 int main(int argc, char **argv)
 {
 	int cfd, sfd, fd2;
@@ -44,7 +27,7 @@ int main(int argc, char **argv)
 	CHECK(t_ledger_ends(1) == 0, "%d live entries after the last closes", t_ledger_ends(1));
 	CHECK(t_agent_await("closed", 2) == 2, "%d CLOSED, want 2", t_agent_count("closed"));
 
-	unannounced_pair(&cfd, &sfd);
+	t_unannounced_pair(&cfd, &sfd);
 	CHECK(!t_swapped(cfd), "swapped although the agent said overlay");
 	CHECK(t_ledger_entries(FF_PATH_OVERLAY, "listener-not-freeflow") == 1,
 	      "%d live overlay entries with the agent's reason, want the connecting end's",
