@@ -106,6 +106,10 @@ struct ff_shm_map {
 	uint8_t *base;
 	size_t len;
 	uint32_t ring;			/* ring_size, as checked at attach */
+	/* shm_spill.c: waiting to give pages back (its list holds a reference), under its lock. */
+	_Atomic int queued;
+	struct ff_shm_map *next;
+	uint64_t seen[2];		/* each ring's tail at the last look */
 };
 
 struct ff_shm {
@@ -173,6 +177,20 @@ void ff_shm_map_put(struct ff_shm_map *m);
 int ff_shm_map_idle(const struct ff_shm_map *m);
 /* Lay the header out as new for the next offer (only when idle), offer word OFFERED. */
 void ff_shm_map_reset(struct ff_shm_map *m);
+/*
+ * Giving memory back (docs/SHM.md; shm_spill.c). A ring of m was seen
+ * empty with its spill word USED: give its pages past FF_SHM_KEEP back
+ * once it has stayed so for FF_SHM_IDLE_MS (a burst that goes on or comes
+ * again soon keeps its pages, so it pays no page faults). Cheap when m is
+ * waiting already. No lock held.
+ */
+#define FF_SHM_IDLE_MS		20
+void ff_shm_spill_later(struct ff_shm_map *m);
+void ff_shm_spill_atfork_prepare(void);
+void ff_shm_spill_atfork_parent(void);
+void ff_shm_spill_atfork_child(void);
+/* Give the pages of ring data (ring bytes) past FF_SHM_KEEP back: they read as zero again. */
+void ff_shm_give_back(uint8_t *data, uint64_t ring);
 /*
  * Table lock held: c, whose bell socket was just put at its fd (O_NONBLOCK
  * as nonblock), takes sh.

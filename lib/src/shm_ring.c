@@ -263,13 +263,6 @@ int ff_shm_map_idle(const struct ff_shm_map *m)
 	       atomic_load_explicit(map_word(m, FF_SHM_OFF_DONE + 4), memory_order_acquire);
 }
 
-/* Give a ring's pages past FF_SHM_KEEP back to the kernel (they read as zero again). */
-static void give_back(uint8_t *data, uint64_t ring)
-{
-	if (ring > FF_SHM_KEEP)
-		madvise(data + FF_SHM_KEEP, ring - FF_SHM_KEEP, MADV_REMOVE);
-}
-
 void ff_shm_map_reset(struct ff_shm_map *m)
 {
 	static const size_t words[] = {
@@ -286,8 +279,8 @@ void ff_shm_map_reset(struct ff_shm_map *m)
 	for (size_t b = FF_SHM_OFF_CTL0; b <= FF_SHM_OFF_CTL1; b += 512) {	/* both control blocks */
 		/* The last connection left bytes past FF_SHM_KEEP unread: nobody reads them now. */
 		if (atomic_load_explicit(map_word(m, b + FF_SHM_CTL_SPILL), memory_order_relaxed))
-			give_back(m->base + FF_SHM_HDR_SIZE + (b - FF_SHM_OFF_CTL0) / 512 * m->ring,
-				  m->ring);
+			ff_shm_give_back(m->base + FF_SHM_HDR_SIZE + (b - FF_SHM_OFF_CTL0) / 512 * m->ring,
+					 m->ring);
 		for (size_t i = 0; i < sizeof(idx) / sizeof(idx[0]); i++)
 			atomic_store_explicit((_Atomic uint64_t *)(void *)(m->base + b + idx[i]), 0,
 					      memory_order_relaxed);
@@ -466,33 +459,6 @@ static void ring_bell(int fd)
 	ff_real.send(fd, &bell, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
-/*
- * r's mu held, r seen empty, its producer done with the pages past
- * FF_SHM_KEEP (USED): give them back, unless the producer claims them
- * (WRITING: the CAS fails) or the ring is not empty after all (nothing is
- * given back, the word goes back to USED). Either end may do it: the
- * consumer after it took the last byte, the producer after it released its
- * claim and found the last byte taken; each stores its index, fences, then
- * looks at the other's, so at least one of them sees the ring empty with
- * the word USED (docs/SHM.md, "Giving memory back"). The CAS picks one.
- */
-static void spill_give_back(struct ff_shm *sh, struct ff_shm_ring *r)
-{
-	uint32_t v = FF_SPILL_USED;
-	uint64_t mine = atomic_load_explicit(&r->mine, memory_order_relaxed);
-
-	if (!atomic_compare_exchange_strong(r->spill, &v, FF_SPILL_FREEING))
-		return;
-	/* The peer's index; its lie could only cost the peer its own bytes. */
-	if (atomic_load_explicit(r == &sh->rx ? r->head : r->tail, memory_order_acquire) == mine) {
-		give_back(r->data, sh->size);
-		v = FF_SPILL_NONE;
-	} else {
-		v = FF_SPILL_USED;
-	}
-	atomic_store_explicit(r->spill, v, memory_order_release);
-}
-
 void ff_shm_rx_consumed(int fd, struct ff_shm *sh, uint64_t n)
 {
 	struct ff_shm_ring *r = &sh->rx;
@@ -511,7 +477,7 @@ void ff_shm_rx_consumed(int fd, struct ff_shm *sh, uint64_t n)
 		ring_bell(fd);
 	/* Drained after a burst past FF_SHM_KEEP: once per burst, not per byte. */
 	if (h == t && atomic_load_explicit(r->spill, memory_order_relaxed) == FF_SPILL_USED)
-		spill_give_back(sh, r);
+		ff_shm_spill_later(sh->map);
 }
 
 int ff_shm_tx_claim(struct ff_shm *sh, uint64_t i, size_t n)
@@ -563,7 +529,7 @@ void ff_shm_tx_produced(int fd, struct ff_shm *sh, uint64_t n)
 		ring_bell(fd);
 	/* The consumer may have taken the last byte while we held the claim. */
 	if (spilled && atomic_load_explicit(r->tail, memory_order_relaxed) == h)
-		spill_give_back(sh, r);
+		ff_shm_spill_later(sh->map);
 }
 
 int ff_shm_rx_shut(struct ff_shm *sh)
