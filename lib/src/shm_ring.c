@@ -8,9 +8,11 @@
  * copied; the indices we own are kept in our own memory (ring.mine) and
  * only published; the peer's index is accepted only if it moved forward by
  * no more than is possible (ff_shm_rx_avail, ff_shm_tx_room). Every offset
- * into the data is index & (size - 1) of such validated values, so no value
- * the peer writes can make us touch memory outside the mapping, and the
- * memfd's seals mean the mapping itself cannot shrink under us (no SIGBUS).
+ * into the data is (index - base) & (size - 1) (ff_shm_seg), whatever base
+ * the peer wrote, so no value the peer writes can make us touch memory
+ * outside the mapping, and the memfd's seals mean the mapping itself
+ * cannot shrink under us (no SIGBUS; a hole punched by giving pages back
+ * reads as zero).
  *
  * Memory ordering (docs/SHM.md, "Waiting and waking"):
  *  - the producer copies data, then stores head with release; the consumer
@@ -502,7 +504,7 @@ int ff_shm_tx_claim(struct ff_shm *sh, uint64_t i, size_t n)
 			r->spilling = 1;
 			return 0;
 		}
-		/* The consumer is giving the pages back: one madvise. */
+		/* They are being given back (shm_spill.c): one madvise. */
 		if (!end)
 			end = now_ns() + SPILL_WAIT_NS;
 		else if (now_ns() > end)
