@@ -107,7 +107,7 @@ func (t *connTable) add(id string, pid int32, local, remote netip.AddrPort, info
 	defer t.mu.Unlock()
 	k := connKey{id, local, remote}
 	if _, reused := t.m[k]; reused {
-		t.deleteLocked(k) // a reused 4-tuple whose CLOSED never came
+		t.deleteLocked(k) // a reused 4-tuple: its ledger entry stands for the earlier one (matcher)
 	} else if t.held[id] >= maxConnEntriesPerContainer {
 		t.evictLocked(id)
 	}
@@ -268,8 +268,9 @@ func (t *connTable) lackingBytes(id string, es []ledgerEntry) uint64 {
 	var n uint64
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	tabled := t.matcher()
 	for _, e := range es {
-		if _, ok := t.m[connKey{id, e.local, e.remote}]; !ok {
+		if !tabled(connKey{id, e.local, e.remote}) {
 			n += uint64(e.bytes)
 		}
 	}
@@ -278,12 +279,32 @@ func (t *connTable) lackingBytes(id string, es []ledgerEntry) uint64 {
 
 func (t *connTable) lackingLocked(ends []ledgerEnd) []ledgerEnd {
 	out := ends[:0]
+	tabled := t.matcher()
 	for _, e := range ends {
-		if _, ok := t.m[e.key()]; !ok {
+		if !tabled(e.key()) {
 			out = append(out, e)
 		}
 	}
 	return out
+}
+
+// matcher returns a function that says whether a ledger entry of key k is
+// the end an entry of the table stands for (t.mu held). Each table entry
+// stands for one ledger entry at most: a swapped connection's overlay
+// socket is closed, so the kernel may give its port to the process's next
+// connection to the same listener, and two live connections then share a
+// 4-tuple (one the agent answered, listed in the table and the ledger,
+// the other linked, in the ledger only; or two the agent answered, of
+// which the table keeps the later).
+func (t *connTable) matcher() func(k connKey) bool {
+	taken := map[connKey]bool{}
+	return func(k connKey) bool {
+		if _, ok := t.m[k]; !ok || taken[k] {
+			return false
+		}
+		taken[k] = true
+		return true
+	}
 }
 
 // sortConns sorts by local container, then local address, then remote.
