@@ -215,51 +215,92 @@ const maxConnsJSON = 65000
 func (a *Agent) connList() []ConnInfo {
 	a.refreshIdentities() // a restarted agent finds its host's ledgers (ledgerscan.go)
 	a.ledgers.prune()
-	ends := a.ledgers.ends("")
-	out, ends := a.live.listLacking(ends)
-	out = append(out, a.ledgerConns(ends)...)
+	a.live.prune()
+	ends := a.reconciled("", 0)
+	out := append(a.live.infos(), a.ledgerConns(ends)...)
 	sortConns(out)
 	return out
 }
 
-// untabled returns the live entries of the ledgers of container id ("":
-// of every container) that the table does not list. A library lists what
-// the agent answered in its ledger too, so that a restarted agent finds
-// it; until its CLOSED the table's entry, and its charge, stand for it.
-// The ledgers are read before the table: an answer enters the table
-// before its PATH is sent, hence before its ledger entry, and leaves it
-// after (CLOSED follows the entry's close), so a live connection is in
-// one of them at every moment.
-func (a *Agent) untabled(id string) []ledgerEnd {
-	return a.live.lacking(a.ledgers.ends(id))
+// ledgerCheckEvery is how often a budget check, which a container can
+// provoke with every connection, may check a ledger's entries against
+// the descriptors of its process (ledger.go, verify).
+const ledgerCheckEvery = time.Second
+
+// reconciled returns the live entries of the ledgers of container id ("":
+// of every container) that the table does not list, each end once, after
+// bringing the table in line with them. A library lists what the agent
+// answered in its ledger too, so that a restarted agent finds it; until
+// its CLOSED the table's entry, and its charge, stand for it, but the
+// entry says what the end is now: the table's entry of an end whose
+// process no longer holds it (verify, for ledgers checked minAge ago or
+// more) goes, with its charge, and one the library moved down to a socket
+// pair (or could not swap in) takes the entry's path and drops its shm
+// charge. The ledgers are read before the table: an answer enters the
+// table before its PATH is sent, hence before its ledger entry, and
+// leaves it after (CLOSED follows the entry's close), so a live
+// connection is in one of them at every moment.
+func (a *Agent) reconciled(id string, minAge time.Duration) []ledgerEnd {
+	return a.live.reconcile(a.ledgers.verify(a.ledgers.ends(id), minAge))
 }
 
 // list prunes the entries whose process is gone and returns the others,
 // sorted.
 func (t *connTable) list() []ConnInfo {
-	out, _ := t.listLacking(nil)
+	t.prune()
+	out := t.infos()
 	sortConns(out)
 	return out
 }
 
-// listLacking prunes the entries whose process is gone and returns the
-// others, and those of ends that it has no entry for, at one moment.
-func (t *connTable) listLacking(ends []ledgerEnd) ([]ConnInfo, []ledgerEnd) {
-	t.prune()
+// infos returns the table's entries.
+func (t *connTable) infos() []ConnInfo {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := make([]ConnInfo, 0, len(t.m))
 	for _, e := range t.m {
 		out = append(out, e.info)
 	}
-	return out, t.lackingLocked(ends)
+	return out
 }
 
-// lacking returns those of ends that the table has no entry for.
-func (t *connTable) lacking(ends []ledgerEnd) []ledgerEnd {
+// reconcile applies live and dead ledger ends to the table (reconciled)
+// and returns the live ones it has no entry for, each key once.
+func (t *connTable) reconcile(live, dead []ledgerEnd) []ledgerEnd {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.lackingLocked(ends)
+	for _, e := range dead {
+		if te, ok := t.m[e.key()]; ok && te.pid == e.l.pid {
+			t.deleteLocked(e.key())
+		}
+	}
+	seen := map[connKey]bool{}
+	out := live[:0]
+	for _, e := range live {
+		k := e.key()
+		if seen[k] {
+			continue // held by two processes (a fork): one end
+		}
+		seen[k] = true
+		if te, ok := t.m[k]; ok {
+			t.m[k] = te.follow(e)
+		} else {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// follow returns te saying what its end's ledger entry e says it is now.
+func (te connEntry) follow(e ledgerEnd) connEntry {
+	if path := pathName(e.path); path != te.info.Path {
+		te.info.Path, te.info.Reason = path, e.reason
+		if e.path != pathShm {
+			te.charge.release()
+			te.charge = nil
+		}
+	}
+	return te
 }
 
 // lackingBytes returns the bytes of those of container id's entries es
@@ -274,16 +315,6 @@ func (t *connTable) lackingBytes(id string, es []ledgerEntry) uint64 {
 		}
 	}
 	return n
-}
-
-func (t *connTable) lackingLocked(ends []ledgerEnd) []ledgerEnd {
-	out := ends[:0]
-	for _, e := range ends {
-		if _, ok := t.m[e.key()]; !ok {
-			out = append(out, e)
-		}
-	}
-	return out
 }
 
 // sortConns sorts by local container, then local address, then remote.

@@ -29,12 +29,18 @@
  * - Entries are named by generation and index: a fork child gets a new
  *   generation (its inherited connections' entries are its parent's, and
  *   stay its parent's to clear), and so does every ledger made after it.
+ * - An entry names the fd the connection is at and the inode of the socket
+ *   there, and is rewritten when the connection moves down to a socket
+ *   pair: the agent checks that the process still holds that socket, so a
+ *   close the library never sees (an inline system call) still ends the
+ *   listing and the shm charge.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "freeflow/proto.h"
@@ -161,11 +167,25 @@ static int64_t index_of(uint64_t e)
 	return (int64_t)(uint32_t)e - 1;
 }
 
-void ff_ledger_publish(uint64_t e, const struct sockaddr_storage *local,
+/* mu held: entry i's path, bytes, reason, and where it is: fd and its socket's inode. */
+static void put_state(uint8_t *p, int fd, uint8_t path, uint32_t bytes, const char *reason)
+{
+	size_t rn = reason ? strnlen(reason, REASON_MAX) : 0;
+	struct stat st;
+
+	*(uint32_t *)(void *)(p + FF_LEDGER_E_BYTES) = bytes;
+	p[FF_LEDGER_E_PATH] = path;
+	p[FF_LEDGER_E_REASON_LEN] = (uint8_t)rn;
+	memcpy(p + FF_LEDGER_E_REASON, reason ? reason : "", rn);
+	*(int32_t *)(void *)(p + FF_LEDGER_E_FD) = fd;
+	/* 0 (not checked) if fd cannot be read: never an inode the agent would take as closed. */
+	*(uint64_t *)(void *)(p + FF_LEDGER_E_INO) = fstat(fd, &st) ? 0 : (uint64_t)st.st_ino;
+}
+
+void ff_ledger_publish(uint64_t e, int fd, const struct sockaddr_storage *local,
 		       const struct sockaddr_storage *remote, uint8_t path, uint32_t bytes,
 		       const char *reason, int linked)
 {
-	size_t rn = reason ? strnlen(reason, REASON_MAX) : 0;
 	int64_t i;
 	uint8_t *p;
 	int ll, rl;
@@ -176,18 +196,33 @@ void ff_ledger_publish(uint64_t e, const struct sockaddr_storage *local,
 		p = base + HDR + (size_t)i * ENTRY;
 		ll = ff_endpoint(local, p + FF_LEDGER_E_LOCAL);
 		rl = ff_endpoint(remote, p + FF_LEDGER_E_REMOTE);
-		*(uint32_t *)(void *)(p + FF_LEDGER_E_BYTES) = bytes;
 		p[FF_LEDGER_E_LOCAL_LEN] = ll > 0 ? (uint8_t)ll : 0;
 		p[FF_LEDGER_E_REMOTE_LEN] = rl > 0 ? (uint8_t)rl : 0;
-		p[FF_LEDGER_E_PATH] = path;
-		p[FF_LEDGER_E_REASON_LEN] = (uint8_t)rn;
-		memcpy(p + FF_LEDGER_E_REASON, reason ? reason : "", rn);
+		put_state(p, fd, path, bytes, reason);
 		if (linked) {	/* the agent counts what it answered itself */
 			size_t at = path == FF_PATH_SHM ? FF_LEDGER_OFF_OPENED : FF_LEDGER_OFF_OPENED_TCP;
 
 			atomic_fetch_add_explicit((_Atomic uint64_t *)(void *)(base + at), 1,
 						  memory_order_relaxed);
 		}
+		atomic_fetch_add_explicit(seq_of((uint32_t)i), 1, memory_order_release);
+	}
+	pthread_mutex_unlock(&mu);
+}
+
+/*
+ * The entry's seq goes even while it is rewritten: the agent skips it for
+ * that moment, and lists the connection from its own account meanwhile.
+ */
+void ff_ledger_moved(uint64_t e, int fd)
+{
+	int64_t i;
+
+	pthread_mutex_lock(&mu);
+	i = index_of(e);
+	if (i >= 0) {
+		atomic_fetch_add_explicit(seq_of((uint32_t)i), 1, memory_order_release);
+		put_state(base + HDR + (size_t)i * ENTRY, fd, FF_PATH_UNIX, 0, "moved-down");
 		atomic_fetch_add_explicit(seq_of((uint32_t)i), 1, memory_order_release);
 	}
 	pthread_mutex_unlock(&mu);

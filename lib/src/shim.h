@@ -383,14 +383,16 @@ int ff_ledger_ready(void);
 /* Reserve an entry for a connection about to be decided; 0: none free (or no ledger). */
 uint64_t ff_ledger_reserve(void);
 /*
- * Fill reserved entry e for the connection local -> remote on path (bytes
- * of shm; reason: why overlay, or why unix is not shm, NULL none) and list
- * it; linked: decided over a link (counted in the header), else answered
- * by the agent.
+ * Fill reserved entry e for the connection local -> remote at fd on path
+ * (bytes of shm; reason: why overlay, or why unix is not shm, NULL none)
+ * and list it; linked: decided over a link (counted in the header), else
+ * answered by the agent.
  */
-void ff_ledger_publish(uint64_t e, const struct sockaddr_storage *local,
+void ff_ledger_publish(uint64_t e, int fd, const struct sockaddr_storage *local,
 		       const struct sockaddr_storage *remote, uint8_t path, uint32_t bytes,
 		       const char *reason, int linked);
+/* The connection of entry e moved down to the socket pair now at fd. */
+void ff_ledger_moved(uint64_t e, int fd);
 /* Give back a reserved entry that was not published (0: nothing). */
 void ff_ledger_release(uint64_t e);
 /* The connection of entry e is closed: unlist it. */
