@@ -474,7 +474,7 @@ func readEntry(mem []byte, off int, shmOnly bool) (e ledgerEntry, ok bool) {
 	e = ledgerEntry{path: path, local: unmapEP(local), remote: unmapEP(remote),
 		reason: printable(f[entryOffReason : entryOffReason+reasonLen]),
 		fd:     int32(binary.NativeEndian.Uint32(f[entryOffFD:])), sock: binary.NativeEndian.Uint64(f[entryOffIno:]),
-		off:    off, seq: seq}
+		off: off, seq: seq}
 	if path == pathShm {
 		e.bytes = binary.NativeEndian.Uint32(f[entryOffBytes:])
 	}

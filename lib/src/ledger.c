@@ -64,6 +64,8 @@ static uint32_t used;		/* entries handed out so far: indexes 0 .. used-1 */
 static uint32_t *free_ix;	/* entries given back, reused last-in first */
 static uint32_t nfree, free_cap;
 
+_Atomic int ff_ledger_inherit_pending;
+
 static _Atomic uint32_t *seq_of(uint32_t i)
 {
 	return (_Atomic uint32_t *)(void *)(base + HDR + (size_t)i * ENTRY + FF_LEDGER_E_SEQ);
@@ -252,6 +254,53 @@ void ff_ledger_close(uint64_t e)
 	pthread_mutex_unlock(&mu);
 }
 
+/* Table lock held: whether e is an entry of the current ledger. */
+static int current(uint64_t e)
+{
+	int64_t i;
+
+	pthread_mutex_lock(&mu);
+	i = index_of(e);
+	pthread_mutex_unlock(&mu);
+	return i >= 0;
+}
+
+/*
+ * A fork child's connections are listed in its parent's ledger, an exec'd
+ * image's in the old image's (whose memfd the exec closed): when the
+ * parent closes its copy (a server that forks a worker per connection, or
+ * forks and execs one, as sshd does), or the old image is gone, nothing
+ * would list what this process holds. So at its first data call on a
+ * swapped fd it lists them in its own ledger: path as the socket at the
+ * fd is (after fork and exec, never shm), moved-down for a connection
+ * that came off shm. One try: an agent that is away then misses them
+ * (they show once the process exits: nothing is lost but the listing).
+ */
+void ff_ledger_list_inherited(void)
+{
+	int hw;
+
+	if (!atomic_exchange(&ff_ledger_inherit_pending, 0) || ff_ledger_ready())
+		return;
+	ff_table_lock();
+	hw = ff_table_hiwater();
+	for (int fd = 0; fd <= hw; fd++) {
+		struct ff_conn *c = ff_fd_slot(fd)->conn;
+		uint64_t e;
+
+		if (!c || c->state != FF_ST_SWAPPED || c->shm || current(c->ledger))
+			continue;
+		e = ff_ledger_reserve();
+		if (!e)
+			break;
+		ff_ledger_publish(e, fd, &c->local, &c->remote,
+				  c->kern_family == AF_UNIX ? FF_PATH_UNIX : FF_PATH_HOST_TCP, 0,
+				  c->moved ? "moved-down" : NULL, 0);
+		c->ledger = e;
+	}
+	ff_table_unlock();
+}
+
 /* make_mu first (fork.c takes these before the table lock), mu after it. */
 void ff_ledger_atfork_prepare(void)
 {
@@ -280,6 +329,7 @@ void ff_ledger_atfork_child(void)
 	atomic_store(&sent, 0);
 	gen++;
 	used = nfree = 0;
+	atomic_store(&ff_ledger_inherit_pending, 1);
 	pthread_mutex_unlock(&mu);
 	pthread_mutex_unlock(&make_mu);
 }
