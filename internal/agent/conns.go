@@ -216,8 +216,8 @@ func (a *Agent) connList() []ConnInfo {
 	a.refreshIdentities() // a restarted agent finds its host's ledgers (ledgerscan.go)
 	a.ledgers.prune()
 	a.live.prune()
-	ends := a.reconciled("", 0)
-	out := append(a.live.infos(), a.ledgerConns(ends)...)
+	out, ends := a.live.reconcile(a.ledgers.verify(a.ledgers.ends(""), 0))
+	out = append(out, a.ledgerConns(ends)...)
 	sortConns(out)
 	return out
 }
@@ -241,7 +241,8 @@ const ledgerCheckEvery = time.Second
 // leaves it after (CLOSED follows the entry's close), so a live
 // connection is in one of them at every moment.
 func (a *Agent) reconciled(id string, minAge time.Duration) []ledgerEnd {
-	return a.live.reconcile(a.ledgers.verify(a.ledgers.ends(id), minAge))
+	_, ends := a.live.reconcile(a.ledgers.verify(a.ledgers.ends(id), minAge))
+	return ends
 }
 
 // list prunes the entries whose process is gone and returns the others,
@@ -257,6 +258,10 @@ func (t *connTable) list() []ConnInfo {
 func (t *connTable) infos() []ConnInfo {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.infosLocked()
+}
+
+func (t *connTable) infosLocked() []ConnInfo {
 	out := make([]ConnInfo, 0, len(t.m))
 	for _, e := range t.m {
 		out = append(out, e.info)
@@ -265,8 +270,9 @@ func (t *connTable) infos() []ConnInfo {
 }
 
 // reconcile applies live and dead ledger ends to the table (reconciled)
-// and returns the live ones it has no entry for, each key once.
-func (t *connTable) reconcile(live, dead []ledgerEnd) []ledgerEnd {
+// and returns, at one moment, its entries and the live ends it has no
+// entry for, each key once.
+func (t *connTable) reconcile(live, dead []ledgerEnd) ([]ConnInfo, []ledgerEnd) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, e := range dead {
@@ -288,7 +294,7 @@ func (t *connTable) reconcile(live, dead []ledgerEnd) []ledgerEnd {
 			out = append(out, e)
 		}
 	}
-	return out
+	return t.infosLocked(), out
 }
 
 // follow returns te saying what its end's ledger entry e says it is now.
