@@ -271,7 +271,9 @@ func (t *connTable) infosLocked() []ConnInfo {
 
 // reconcile applies live and dead ledger ends to the table (reconciled)
 // and returns, at one moment, its entries and the live ends it has no
-// entry for, each key once.
+// entry for, each socket once. A table entry stands for one ledger end of
+// its 4-tuple: a 4-tuple reused by a later connection while the first
+// lives has two ends in the ledger, one answer in the table (the later).
 func (t *connTable) reconcile(live, dead []ledgerEnd) ([]ConnInfo, []ledgerEnd) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -280,21 +282,32 @@ func (t *connTable) reconcile(live, dead []ledgerEnd) ([]ConnInfo, []ledgerEnd) 
 			t.deleteLocked(e.key())
 		}
 	}
-	seen := map[connKey]bool{}
+	seen := map[sockKey]bool{}
+	covered := map[connKey]bool{}
 	out := live[:0]
 	for _, e := range live {
 		k := e.key()
-		if seen[k] {
-			continue // held by two processes (a fork): one end
+		if e.sock != 0 && seen[sockKey{k, e.sock}] {
+			continue // one socket held by two processes (a fork): one end
 		}
-		seen[k] = true
-		if te, ok := t.m[k]; ok {
+		seen[sockKey{k, e.sock}] = true
+		if te, ok := t.m[k]; ok && !covered[k] {
+			covered[k] = true
 			t.m[k] = te.follow(e)
 		} else {
 			out = append(out, e)
 		}
 	}
 	return t.infosLocked(), out
+}
+
+// sockKey is an end and the socket that is it: two live connections can
+// have one 4-tuple (the swap frees the overlay connection's port, which a
+// later connection between the same two containers may get), and one
+// socket can be in two processes' ledgers (a fork).
+type sockKey struct {
+	connKey
+	sock uint64
 }
 
 // follow returns te saying what its end's ledger entry e says it is now.
@@ -310,13 +323,18 @@ func (te connEntry) follow(e ledgerEnd) connEntry {
 }
 
 // lackingBytes returns the bytes of those of container id's entries es
-// that the table has no entry for, locking the table once.
+// that the table has no entry for (one entry stands for one of its
+// 4-tuple's, as in reconcile), locking the table once.
 func (t *connTable) lackingBytes(id string, es []ledgerEntry) uint64 {
 	var n uint64
+	covered := map[connKey]bool{}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, e := range es {
-		if _, ok := t.m[connKey{id, e.local, e.remote}]; !ok {
+		k := connKey{id, e.local, e.remote}
+		if _, ok := t.m[k]; ok && !covered[k] {
+			covered[k] = true
+		} else {
 			n += uint64(e.bytes)
 		}
 	}

@@ -3,6 +3,7 @@ package agent
 import (
 	"encoding/binary"
 	"fmt"
+	"os"
 	"os/exec"
 	"testing"
 
@@ -134,18 +135,40 @@ func TestLedgerEndHeldByTwoProcessesListedOnce(t *testing.T) {
 	defer closeResult(acc)
 	defer closeResult(con)
 	child := exec.Command("sleep", "60")
+	child.ExtraFiles = []*os.File{os.NewFile(uintptr(acc.FD), "acceptor")} // its fd 3
 	if err := child.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { child.Process.Kill(); child.Wait() }()
 	parent.free(1)
-	parent.putAnswer(1, pathUnix, 0, selfSrv, selfCli(48504), "moved-down") // no inode: not checked
+	parent.putHeld(t, 1, pathUnix, 0, selfSrv, selfCli(48504), "moved-down", acc.FD)
 	l := newTestLedger(t, 4)
-	l.putAnswer(0, pathUnix, 0, selfSrv, selfCli(48504), "moved-down")
+	l.putHeld(t, 0, pathUnix, 0, selfSrv, selfCli(48504), "moved-down", acc.FD)
+	binary.NativeEndian.PutUint32(l.mem[entryOff(0)+entryOffFD:], 3) // where the child holds it
 	if err := a.ledgers.put(int32(child.Process.Pid), ffSelf, l.fd); err != nil {
 		t.Fatal(err)
 	}
 	acceptor := shmEnd(selfSrv, selfCli(48504))
 	acceptor.Path, acceptor.Reason = "unix", "moved-down"
 	wantConns(t, a, "the acceptor's end in two ledgers", []ConnInfo{shmEnd(selfCli(48504), selfSrv), acceptor}, shmBytes)
+}
+
+// Two live connections with one 4-tuple (the swap freed the first one's
+// overlay port, and a later connection between the same two processes
+// got it): both ends of both are listed and counted, though the agent's
+// table, keyed by 4-tuple, has only the later answer.
+func TestLedgerReusedTupleListsBothConnections(t *testing.T) {
+	a, con, acc, l := answeredShmPair(t, 48505)
+	defer closeResult(acc)
+	defer closeResult(con)
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0) // the earlier connection's channel
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFD(pair[0])
+	defer closeFD(pair[1])
+	l.putHeld(t, 2, pathShm, uint32(shmBytes), selfCli(48505), selfSrv, "", pair[0])
+	l.putHeld(t, 3, pathShm, uint32(shmBytes), selfSrv, selfCli(48505), "", pair[1])
+	end := []ConnInfo{shmEnd(selfCli(48505), selfSrv), shmEnd(selfSrv, selfCli(48505))}
+	wantConns(t, a, "two connections on one 4-tuple", append(end, end...), 4*shmBytes)
 }

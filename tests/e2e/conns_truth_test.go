@@ -1,10 +1,12 @@
 package e2e
 
 import (
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/freeflow-net/freeflow/internal/agent"
 	"github.com/freeflow-net/freeflow/internal/testenv"
@@ -148,4 +150,69 @@ func TestForkExecServerListsBothEnds(t *testing.T) {
 	if got := counters(t, c, "h1").ShmBytes; got != 0 {
 		t.Errorf("status shm_bytes = %d; the only connection moved down to a socket pair", got)
 	}
+}
+
+// holdOpenPy opens N connections to HOST PORT, one after the other,
+// prints "opened N" and keeps them open (client HOST PORT N); or accepts
+// connections and keeps them open (serve PORT), waiting in accept alone:
+// a server that polls its connections costs each accept as much as it
+// holds.
+const holdOpenPy = `
+import signal, socket, sys
+if sys.argv[1] == "serve":
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", int(sys.argv[2]))); s.listen(4096)
+    held = []
+    while True:
+        held.append(s.accept()[0])
+held = [socket.create_connection((sys.argv[2], int(sys.argv[3]))) for _ in range(int(sys.argv[4]))]
+print("opened", len(held), flush=True)
+signal.pause()
+`
+
+// byContainerPath counts conns by local container and path.
+func byContainerPath(conns []agent.ConnInfo) map[string]int {
+	n := map[string]int{}
+	for _, e := range conns {
+		n[e.LocalContainer+" "+e.Path]++
+	}
+	return n
+}
+
+// TestConnsLists20000LiveConnections: with 20 000 live connections on one
+// host (two clients of 10 000 each, to two servers: a process may hold
+// at most its RLIMIT_NOFILE, 20 000 here), `freeflow conns` lists all
+// 40 000 ends, each once, both ends of every connection (also of two
+// connections that share a 4-tuple: the swap frees the overlay port).
+func TestConnsLists20000LiveConnections(t *testing.T) {
+	const perClient = 10000
+	c := newCluster(t, 1)
+	for i, port := range []string{"7001", "7002"} { // one client at a time: a busy agent answers late
+		srv, cli := "srv"+port, testenv.RandomName("many", 4)
+		c.StartDetached(t, "h1", srv, nil, "python3", "-c", holdOpenPy, "serve", port)
+		c.WaitListening(t, srv, 7001+i)
+		c.StartDetached(t, "h1", cli, nil, "python3", "-c", holdOpenPy, "client", srv, port, fmt.Sprint(perClient))
+		waitLogFor(t, c, cli, fmt.Sprintf("opened %d", perClient), 5*time.Minute)
+	}
+	start := time.Now()
+	all := hostConns(t, c, "h1")
+	took := time.Since(start)
+	if len(all) != 4*perClient {
+		t.Fatalf("conns lists %d ends (by container and path: %v); want %d, both ends of %d connections",
+			len(all), byContainerPath(all), 4*perClient, 2*perClient)
+	}
+	// Two live connections may share a 4-tuple (the swap frees the overlay
+	// port for a later connection): ends are counted, not a set.
+	type key struct{ container, local, remote string }
+	ends := map[key]int{}
+	for _, e := range all {
+		ends[key{e.LocalContainer, e.Local, e.Remote}]++
+	}
+	for _, e := range all {
+		k, other := key{e.LocalContainer, e.Local, e.Remote}, key{e.RemoteContainer, e.Remote, e.Local}
+		if ends[k] != ends[other] {
+			t.Fatalf("conns lists %d ends like %+v and %d of its other end", ends[k], e, ends[other])
+		}
+	}
+	t.Logf("conns listed %d ends in %v", len(all), took)
 }
