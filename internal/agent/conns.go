@@ -107,7 +107,9 @@ func (t *connTable) add(id string, pid int32, local, remote netip.AddrPort, info
 	defer t.mu.Unlock()
 	k := connKey{id, local, remote}
 	if _, reused := t.m[k]; reused {
-		t.deleteLocked(k) // a reused 4-tuple whose CLOSED never came
+		// A reused 4-tuple: the earlier connection's CLOSED never came, or it
+		// lives on (the swap freed its port) and its ledger entry lists it.
+		t.deleteLocked(k)
 	} else if t.held[id] >= maxConnEntriesPerContainer {
 		t.evictLocked(id)
 	}
