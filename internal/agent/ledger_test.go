@@ -780,44 +780,6 @@ func TestLedgerAnsweredConnectionsListedOnce(t *testing.T) {
 	wantListed("after the ledger's entries were freed", []ConnInfo{}, 0)
 }
 
-// TestConnsListTwoConnectionsSharingATuple: a swapped connection's
-// overlay socket is closed, so the client's next connection to the same
-// listener may get the same port while the first lives on: the agent
-// answered the first (its table and both ledgers list it), a link decided
-// the second (both ledgers list it, the table does not). Both are listed,
-// each end once, and both channels are counted.
-func TestConnsListTwoConnectionsSharingATuple(t *testing.T) {
-	a := shmAgent(t, "")
-	srv, cli := newLibCaps(t, a, protocol.CapShm), newLibCaps(t, a, protocol.CapShm)
-	if err := srv.listen(selfSrv); err != nil {
-		t.Fatal(err)
-	}
-	con, acc := meetSelf(t, srv, cli, 48402)
-	wantShmPair(t, con, acc)
-	answered := a.connList()
-	if len(answered) != 2 {
-		t.Fatalf("the agent lists %+v; want both shm ends", answered)
-	}
-	l := newTestLedger(t, 4)
-	l.putAnswer(0, pathShm, uint32(shmBytes), selfCli(48402), selfSrv, "")
-	l.putAnswer(1, pathShm, uint32(shmBytes), selfSrv, selfCli(48402), "")
-	l.put(2, uint32(shmBytes), selfCli(48402), selfSrv)
-	l.put(3, uint32(shmBytes), selfSrv, selfCli(48402))
-	if err := cli.ledger(l.fd); err != nil {
-		t.Fatal(err)
-	}
-	wantNoReplies(t, cli)
-	if got := a.connList(); len(got) != 4 {
-		t.Errorf("two connections of one tuple, one answered, one linked: conns lists %d ends, want 4:\n%+v", len(got), got)
-	}
-	if c := a.status().Connections; c.Live != 4 || c.ShmBytes != 4*shmBytes {
-		t.Errorf("%d live, %d shm bytes; want 4, %d", c.Live, c.ShmBytes, 4*shmBytes)
-	}
-	if held := a.shmHeld(ffSelf.ID, DefaultShmBudget); held != 4*shmBytes {
-		t.Errorf("the container holds %d bytes of its budget, want %d", held, 4*shmBytes)
-	}
-}
-
 // TestLedgerVectors: the ledger lines of docs/protocol-vectors.txt (a
 // one-slot ledger each, as the library's layout constants give it; the C
 // vector test checks that) read as they say.
@@ -849,8 +811,8 @@ func TestLedgerVectors(t *testing.T) {
 		}
 		ep := func(ap netip.AddrPort) []byte { return protocol.Endpoint(protocol.AttrLocalEndpoint, ap).Value }
 		opened := (&ledger{mem: mem}).opened()
-		got := fmt.Sprintf("opened=%d opened_tcp=%d seq=%d bytes=%d path=%d local=%x remote=%x reason=%s",
-			opened.shm, opened.tcp, load32(mem, ledgerHeaderSize), e.bytes, e.path, ep(e.local), ep(e.remote), e.reason)
+		got := fmt.Sprintf("opened=%d opened_tcp=%d seq=%d bytes=%d path=%d local=%x remote=%x fd=%d ino=%d reason=%s",
+			opened.shm, opened.tcp, load32(mem, ledgerHeaderSize), e.bytes, e.path, ep(e.local), ep(e.remote), e.fd, e.sock, e.reason)
 		if want := strings.Join(f[3:], " "); got != want {
 			t.Errorf("%s: read\n %s\nwant %s", f[0], got, want)
 		}
