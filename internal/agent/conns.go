@@ -107,7 +107,9 @@ func (t *connTable) add(id string, pid int32, local, remote netip.AddrPort, info
 	defer t.mu.Unlock()
 	k := connKey{id, local, remote}
 	if _, reused := t.m[k]; reused {
-		t.deleteLocked(k) // a reused 4-tuple whose CLOSED never came
+		// A reused 4-tuple: the earlier connection's CLOSED never came, or it
+		// lives on (the swap freed its port) and its ledger entry lists it.
+		t.deleteLocked(k)
 	} else if t.held[id] >= maxConnEntriesPerContainer {
 		t.evictLocked(id)
 	}
@@ -215,75 +217,130 @@ const maxConnsJSON = 65000
 func (a *Agent) connList() []ConnInfo {
 	a.refreshIdentities() // a restarted agent finds its host's ledgers (ledgerscan.go)
 	a.ledgers.prune()
-	ends := a.ledgers.ends("")
-	out, ends := a.live.listLacking(ends)
+	a.live.prune()
+	out, ends := a.live.reconcile(a.ledgers.verify(a.ledgers.ends(""), 0))
 	out = append(out, a.ledgerConns(ends)...)
 	sortConns(out)
 	return out
 }
 
-// untabled returns the live entries of the ledgers of container id ("":
-// of every container) that the table does not list. A library lists what
-// the agent answered in its ledger too, so that a restarted agent finds
-// it; until its CLOSED the table's entry, and its charge, stand for it.
-// The ledgers are read before the table: an answer enters the table
-// before its PATH is sent, hence before its ledger entry, and leaves it
-// after (CLOSED follows the entry's close), so a live connection is in
-// one of them at every moment.
-func (a *Agent) untabled(id string) []ledgerEnd {
-	return a.live.lacking(a.ledgers.ends(id))
+// ledgerCheckEvery is how often a budget check, which a container can
+// provoke with every connection, may check a ledger's entries against
+// the descriptors of its process (ledger.go, verify).
+const ledgerCheckEvery = time.Second
+
+// reconciled returns the live entries of the ledgers of container id ("":
+// of every container) that the table does not list, each end once, after
+// bringing the table in line with them. A library lists what the agent
+// answered in its ledger too, so that a restarted agent finds it; until
+// its CLOSED the table's entry, and its charge, stand for it, but the
+// entry says what the end is now: the table's entry of an end whose
+// process no longer holds it (verify, for ledgers checked minAge ago or
+// more) goes, with its charge, and one the library moved down to a socket
+// pair (or could not swap in) takes the entry's path and drops its shm
+// charge. The ledgers are read before the table: an answer enters the
+// table before its PATH is sent, hence before its ledger entry, and
+// leaves it after (CLOSED follows the entry's close), so a live
+// connection is in one of them at every moment.
+func (a *Agent) reconciled(id string, minAge time.Duration) []ledgerEnd {
+	_, ends := a.live.reconcile(a.ledgers.verify(a.ledgers.ends(id), minAge))
+	return ends
 }
 
 // list prunes the entries whose process is gone and returns the others,
 // sorted.
 func (t *connTable) list() []ConnInfo {
-	out, _ := t.listLacking(nil)
+	t.prune()
+	out := t.infos()
 	sortConns(out)
 	return out
 }
 
-// listLacking prunes the entries whose process is gone and returns the
-// others, and those of ends that it has no entry for, at one moment.
-func (t *connTable) listLacking(ends []ledgerEnd) ([]ConnInfo, []ledgerEnd) {
-	t.prune()
+// infos returns the table's entries.
+func (t *connTable) infos() []ConnInfo {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.infosLocked()
+}
+
+func (t *connTable) infosLocked() []ConnInfo {
 	out := make([]ConnInfo, 0, len(t.m))
 	for _, e := range t.m {
 		out = append(out, e.info)
 	}
-	return out, t.lackingLocked(ends)
+	return out
 }
 
-// lacking returns those of ends that the table has no entry for.
-func (t *connTable) lacking(ends []ledgerEnd) []ledgerEnd {
+// reconcile applies live and dead ledger ends to the table (reconciled)
+// and returns, at one moment, its entries and the live ends it has no
+// entry for, each socket once. A table entry stands for one ledger end of
+// its 4-tuple: a 4-tuple reused by a later connection while the first
+// lives has two ends in the ledger, one answer in the table (the later).
+func (t *connTable) reconcile(live, dead []ledgerEnd) ([]ConnInfo, []ledgerEnd) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.lackingLocked(ends)
+	for _, e := range dead {
+		if te, ok := t.m[e.key()]; ok && te.pid == e.l.pid {
+			t.deleteLocked(e.key())
+		}
+	}
+	seen := map[sockKey]bool{}
+	covered := map[connKey]bool{}
+	out := live[:0]
+	for _, e := range live {
+		k := e.key()
+		if e.sock != 0 && seen[sockKey{k, e.sock}] {
+			continue // one socket held by two processes (a fork): one end
+		}
+		seen[sockKey{k, e.sock}] = true
+		if te, ok := t.m[k]; ok && !covered[k] {
+			covered[k] = true
+			t.m[k] = te.follow(e)
+		} else {
+			out = append(out, e)
+		}
+	}
+	return t.infosLocked(), out
+}
+
+// sockKey is an end and the socket that is it: two live connections can
+// have one 4-tuple (the swap frees the overlay connection's port, which a
+// later connection between the same two containers may get), and one
+// socket can be in two processes' ledgers (a fork).
+type sockKey struct {
+	connKey
+	sock uint64
+}
+
+// follow returns te saying what its end's ledger entry e says it is now.
+func (te connEntry) follow(e ledgerEnd) connEntry {
+	if path := pathName(e.path); path != te.info.Path {
+		te.info.Path, te.info.Reason = path, e.reason
+		if e.path != pathShm {
+			te.charge.release()
+			te.charge = nil
+		}
+	}
+	return te
 }
 
 // lackingBytes returns the bytes of those of container id's entries es
-// that the table has no entry for, locking the table once.
+// that the table has no entry for (one entry stands for one of its
+// 4-tuple's, as in reconcile), locking the table once.
 func (t *connTable) lackingBytes(id string, es []ledgerEntry) uint64 {
 	var n uint64
+	covered := map[connKey]bool{}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, e := range es {
-		if _, ok := t.m[connKey{id, e.local, e.remote}]; !ok {
+		k := connKey{id, e.local, e.remote}
+		if _, ok := t.m[k]; ok && !covered[k] {
+			covered[k] = true
+		} else {
 			n += uint64(e.bytes)
 		}
 	}
 	return n
-}
-
-func (t *connTable) lackingLocked(ends []ledgerEnd) []ledgerEnd {
-	out := ends[:0]
-	for _, e := range ends {
-		if _, ok := t.m[e.key()]; !ok {
-			out = append(out, e)
-		}
-	}
-	return out
 }
 
 // sortConns sorts by local container, then local address, then remote.

@@ -41,6 +41,19 @@ package agent
 // A page the kernel swapped out is skipped as well until the library
 // touches it again; its entries are missing from the listing and the
 // budget meanwhile.
+//
+// An entry follows what the process really holds (verify): it names the
+// descriptor the library put the connection at and the inode of the
+// socket there, so a connection closed behind the library's back (an
+// inline system call, a Go program's own close, a thread's exit) is seen
+// as gone: /proc/<pid>/fd/<fd> no longer reads socket:[<ino>], nor does
+// any other descriptor of the process (a dup). The agent cannot write the
+// ledger, so it remembers the entry (its offset and seq) as dead until the
+// library reuses the slot. A check costs a readlink per live entry, and
+// one pass over the process's descriptors if an entry's own descriptor
+// misses; CONNS and STATUS (root callers only) check every time, a budget
+// check before it refuses (which a container can provoke) at most once a
+// second per ledger.
 
 import (
 	"encoding/binary"
@@ -50,6 +63,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/freeflow-net/freeflow/internal/directory"
@@ -60,7 +74,7 @@ import (
 // The ledger's layout, in host byte order (PROTOCOL.md, "The ledger").
 const (
 	ledgerMagic        = "FFLG"
-	ledgerVersion      = 2
+	ledgerVersion      = 3
 	ledgerHeaderSize   = 64
 	ledgerEntrySize    = 128
 	ledgerMaxSlots     = 1 << 16
@@ -75,8 +89,10 @@ const (
 	entryOffLocal     = 12  // an endpoint attribute's value, 18 bytes of room
 	entryOffRemote    = 30  // likewise
 	entryOffReason    = 48  // the REASON the agent answered, 64 bytes of room
-	entryFieldsEnd    = 112 // the fields end here; the rest of the entry is 0
-	entryMaxReason    = entryFieldsEnd - entryOffReason
+	entryMaxReason    = 64  // the reason's room
+	entryOffFD        = 112 // i32: the descriptor the library put the connection at
+	entryOffIno       = 120 // u64: the inode of the socket there; 0: not checked
+	entryFieldsEnd    = ledgerEntrySize
 )
 
 // ledgerSeals are the seals a ledger needs so that its mapping keeps its
@@ -85,9 +101,12 @@ const ledgerSeals = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW
 
 // ledger is one process's ledger, mapped.
 type ledger struct {
-	self directory.Container // the process's container
-	mem  []byte              // read-only, 64 + 64 * slots bytes, as checked at LEDGER
-	ino  uint64              // the memfd's inode: the same ledger sent again
+	self     directory.Container // the process's container
+	pid      int32               // the process
+	mem      []byte              // read-only, 64 + 64 * slots bytes, as checked at LEDGER
+	ino      uint64              // the memfd's inode: the same ledger sent again
+	dead     map[int]uint32      // entries found closed behind the library (verify): offset -> seq
+	verified time.Time           // of the last check of its entries
 }
 
 // ledgerEntry is a live entry: one end of a connection, decided over a
@@ -97,6 +116,10 @@ type ledgerEntry struct {
 	bytes         uint32 // 0 but for shm
 	local, remote netip.AddrPort
 	reason        string // why overlay, or for unix why not shm
+	fd            int32  // where the process holds it
+	sock          uint64 // the inode of the socket at fd; 0: not checked
+	off           int    // the entry's offset in the ledger
+	seq           uint32 // and its seq when read
 }
 
 // openedCounts are a ledger header's counts of the linked connections its
@@ -162,7 +185,7 @@ func (s *ledgers) put(pid int32, self directory.Container, fd int) error {
 	if s.m[pid] != nil {
 		s.dropLocked(pid)
 	}
-	s.m[pid] = &ledger{self: self, mem: mem, ino: ino}
+	s.m[pid] = &ledger{self: self, pid: pid, mem: mem, ino: ino, dead: map[int]uint32{}}
 	return nil
 }
 
@@ -244,7 +267,7 @@ func checkLedgerHeader(mem []byte) error {
 	case magic != binary.NativeEndian.Uint32([]byte(ledgerMagic)):
 		bad = "it does not start with FFLG"
 	case version != ledgerVersion:
-		bad = "its version is not 2"
+		bad = "its version is not 3"
 	case n != uint32(slots):
 		bad = "its slots do not match its size"
 	case entry != ledgerEntrySize:
@@ -337,9 +360,10 @@ func (s *ledgers) shmEntries(id string, max int) (out []ledgerEntry, over bool) 
 	return out, over
 }
 
-// ledgerEnd is a live entry and the container of its ledger.
+// ledgerEnd is a live entry and the ledger it is in.
 type ledgerEnd struct {
 	self directory.Container
+	l    *ledger
 	ledgerEntry
 }
 
@@ -351,7 +375,7 @@ func (s *ledgers) ends(id string) []ledgerEnd {
 	var out []ledgerEnd
 	s.read(func(l *ledger) {
 		if id == "" || l.self.ID == id {
-			l.each(func(e ledgerEntry) { out = append(out, ledgerEnd{l.self, e}) })
+			l.each(func(e ledgerEntry) { out = append(out, ledgerEnd{l.self, l, e}) })
 		}
 	})
 	return out
@@ -395,6 +419,11 @@ func (l *ledger) read(shmOnly bool, fn func(ledgerEntry) bool) {
 	for off := ledgerHeaderSize; off < len(l.mem); off += ledgerEntrySize {
 		if resident != nil && resident[off/page]&1 == 0 {
 			continue
+		}
+		if seq, dead := l.dead[off]; dead && seq == load32(l.mem, off) {
+			continue
+		} else if dead {
+			delete(l.dead, off) // the library freed or reused the slot
 		}
 		if e, ok := readEntry(l.mem, off, shmOnly); ok && !fn(e) {
 			return
@@ -443,7 +472,9 @@ func readEntry(mem []byte, off int, shmOnly bool) (e ledgerEntry, ok bool) {
 		return e, false
 	}
 	e = ledgerEntry{path: path, local: unmapEP(local), remote: unmapEP(remote),
-		reason: printable(f[entryOffReason : entryOffReason+reasonLen])}
+		reason: printable(f[entryOffReason : entryOffReason+reasonLen]),
+		fd:     int32(binary.NativeEndian.Uint32(f[entryOffFD:])), sock: binary.NativeEndian.Uint64(f[entryOffIno:]),
+		off: off, seq: seq}
 	if path == pathShm {
 		e.bytes = binary.NativeEndian.Uint32(f[entryOffBytes:])
 	}

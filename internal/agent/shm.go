@@ -37,7 +37,7 @@ package agent
 // that expires, a meeting decided twice). Before refusing, the agent
 // drops the entries of processes that exited without CLOSED. The library
 // lists the end in its process's ledger too, which is charged for it once
-// the table's entry is gone (conns.go, untabled): so an agent that
+// the table's entry is gone (conns.go, reconciled): so an agent that
 // restarted, with no table, charges the channels its predecessor made.
 //
 // Links (broker.go says why and how they are used). With an shm channel
@@ -208,6 +208,7 @@ func (a *Agent) chargeShm(ids [2]string, set directory.Settings) ([2]*shmCharge,
 	a.live.prune() // processes that exited hold nothing
 	a.ledgers.prune()
 	for _, id := range ids {
+		a.reconciled(id, ledgerCheckEvery) // nor ends closed behind the library, or moved down
 		listed[id] = a.untabledBytes(id, limit)
 	}
 	return a.shm.reserve(ids, limit, shmChannelBytes, listed)
@@ -215,14 +216,14 @@ func (a *Agent) chargeShm(ids [2]string, set directory.Settings) ([2]*shmCharge,
 
 // shmHeld returns what container id holds now: the channels charged to it,
 // and the shm entries of its processes' ledgers that no charge stands for
-// (conns.go, untabled).
+// (conns.go, reconciled).
 func (a *Agent) shmHeld(id string, limit uint64) uint64 {
 	mine, _ := a.shm.charged(id)
 	return mine + a.untabledBytes(id, limit)
 }
 
 // untabledBytes returns the bytes of container id's ledger shm entries
-// that the connection table does not list (conns.go, untabled), or limit
+// that the connection table does not list (conns.go, reconciled), or limit
 // if they are more entries than channels fit in limit: no honest
 // container has those, and the walk of a container's ledgers stops there.
 // The entries are copied first, so the table, which every container's

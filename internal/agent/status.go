@@ -65,8 +65,8 @@ func (a *Agent) status() Status {
 func (a *Agent) connCounters() ConnCounters {
 	a.refreshIdentities() // a restarted agent finds its host's ledgers (ledgerscan.go)
 	a.ledgers.prune()
+	listed := a.reconciled("", 0)
 	c := a.live.counters() // prunes the table
-	listed := a.untabled("")
 	_, c.ShmBytes = a.shm.charged("")
 	opened := a.ledgers.opened()
 	c.FastPath += opened.shm + opened.tcp

@@ -35,7 +35,13 @@ func (c *Cluster) WaitListening(t testing.TB, name string, ports ...int) {
 // WaitFor polls ok for up to 10 s and fails the test if it never holds.
 func WaitFor(t testing.TB, what string, ok func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	WaitWithin(t, 10*time.Second, what, ok)
+}
+
+// WaitWithin is WaitFor for up to d.
+func WaitWithin(t testing.TB, d time.Duration, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if ok() {
 			return
 		}

@@ -147,6 +147,8 @@ static int put_entry(struct out *o, int fd, const struct ff_conn *c, unsigned lo
 	put_u(o, ino, 16);
 	put_c(o, ',');
 	put_u(o, (unsigned int)c->kern_family, 10);
+	if (c->moved)
+		put_c(o, 'm');
 	put_c(o, ',');
 	put_hex(o, &c->local, c->local_len);
 	put_c(o, ',');
@@ -436,7 +438,7 @@ __attribute__((constructor)) static void take_description(void)
 }
 
 struct desc {
-	int fd, kern;
+	int fd, kern, moved;
 	unsigned long long ino;
 	struct ff_conn *conn;
 };
@@ -539,6 +541,8 @@ static int parse_entry(char *e, struct desc *d)
 	if (*p++ != ',')
 		return -1;
 	d->kern = (int)strtol(p, &p, 10);
+	d->moved = *p == 'm';
+	p += d->moved;
 	if (*p++ != ',' || (d->kern != AF_UNIX && d->kern != AF_INET && d->kern != AF_INET6))
 		return -1;
 	c = ff_conn_new(AF_INET);
@@ -550,6 +554,9 @@ static int parse_entry(char *e, struct desc *d)
 	}
 	c->family = c->local.ss_family;
 	c->kern_family = d->kern;
+	c->moved = d->moved;
+	/* Listed in this image's ledger (ff_ledger_inherited), so CLOSED at its last close. */
+	c->answered = c->state == FF_ST_SWAPPED;
 	d->conn = c;
 	return 0;
 }
@@ -580,6 +587,8 @@ static void adopt(struct desc *d, int nd)
 		for (int i = 0; s && !s->conn && i < nd; i++) {
 			if (same_socket(fd, &d[i])) {
 				ff_fd_attach(fd, d[i].conn);
+				if (d[i].conn->state == FF_ST_SWAPPED)
+					atomic_store(&ff_ledger_inherit_pending, 1);
 				break;
 			}
 		}

@@ -54,6 +54,8 @@ static int route(int fd, int nonblock)
 	 * under the table lock.
 	 */
 	fl = atomic_load_explicit(&s->flags, memory_order_relaxed);
+	if (fl & FF_FD_SWAPPED)
+		ff_ledger_inherited();
 	if (fl & FF_FD_PENDING) {
 		hold = ff_settle_slow(fd, nonblock);
 		if (hold)

@@ -29,12 +29,18 @@
  * - Entries are named by generation and index: a fork child gets a new
  *   generation (its inherited connections' entries are its parent's, and
  *   stay its parent's to clear), and so does every ledger made after it.
+ * - An entry names the fd the connection is at and the inode of the socket
+ *   there, and is rewritten when the connection moves down to a socket
+ *   pair: the agent checks that the process still holds that socket, so a
+ *   close the library never sees (an inline system call) still ends the
+ *   listing and the shm charge.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "freeflow/proto.h"
@@ -57,6 +63,8 @@ static uint32_t gen = 1;	/* of the current ledger */
 static uint32_t used;		/* entries handed out so far: indexes 0 .. used-1 */
 static uint32_t *free_ix;	/* entries given back, reused last-in first */
 static uint32_t nfree, free_cap;
+
+_Atomic int ff_ledger_inherit_pending;
 
 static _Atomic uint32_t *seq_of(uint32_t i)
 {
@@ -161,11 +169,25 @@ static int64_t index_of(uint64_t e)
 	return (int64_t)(uint32_t)e - 1;
 }
 
-void ff_ledger_publish(uint64_t e, const struct sockaddr_storage *local,
+/* mu held: entry i's path, bytes, reason, and where it is: fd and its socket's inode. */
+static void put_state(uint8_t *p, int fd, uint8_t path, uint32_t bytes, const char *reason)
+{
+	size_t rn = reason ? strnlen(reason, REASON_MAX) : 0;
+	struct stat st;
+
+	*(uint32_t *)(void *)(p + FF_LEDGER_E_BYTES) = bytes;
+	p[FF_LEDGER_E_PATH] = path;
+	p[FF_LEDGER_E_REASON_LEN] = (uint8_t)rn;
+	memcpy(p + FF_LEDGER_E_REASON, reason ? reason : "", rn);
+	*(int32_t *)(void *)(p + FF_LEDGER_E_FD) = fd;
+	/* 0 (not checked) if fd cannot be read: never an inode the agent would take as closed. */
+	*(uint64_t *)(void *)(p + FF_LEDGER_E_INO) = fstat(fd, &st) ? 0 : (uint64_t)st.st_ino;
+}
+
+void ff_ledger_publish(uint64_t e, int fd, const struct sockaddr_storage *local,
 		       const struct sockaddr_storage *remote, uint8_t path, uint32_t bytes,
 		       const char *reason, int linked)
 {
-	size_t rn = reason ? strnlen(reason, REASON_MAX) : 0;
 	int64_t i;
 	uint8_t *p;
 	int ll, rl;
@@ -176,18 +198,33 @@ void ff_ledger_publish(uint64_t e, const struct sockaddr_storage *local,
 		p = base + HDR + (size_t)i * ENTRY;
 		ll = ff_endpoint(local, p + FF_LEDGER_E_LOCAL);
 		rl = ff_endpoint(remote, p + FF_LEDGER_E_REMOTE);
-		*(uint32_t *)(void *)(p + FF_LEDGER_E_BYTES) = bytes;
 		p[FF_LEDGER_E_LOCAL_LEN] = ll > 0 ? (uint8_t)ll : 0;
 		p[FF_LEDGER_E_REMOTE_LEN] = rl > 0 ? (uint8_t)rl : 0;
-		p[FF_LEDGER_E_PATH] = path;
-		p[FF_LEDGER_E_REASON_LEN] = (uint8_t)rn;
-		memcpy(p + FF_LEDGER_E_REASON, reason ? reason : "", rn);
+		put_state(p, fd, path, bytes, reason);
 		if (linked) {	/* the agent counts what it answered itself */
 			size_t at = path == FF_PATH_SHM ? FF_LEDGER_OFF_OPENED : FF_LEDGER_OFF_OPENED_TCP;
 
 			atomic_fetch_add_explicit((_Atomic uint64_t *)(void *)(base + at), 1,
 						  memory_order_relaxed);
 		}
+		atomic_fetch_add_explicit(seq_of((uint32_t)i), 1, memory_order_release);
+	}
+	pthread_mutex_unlock(&mu);
+}
+
+/*
+ * The entry's seq goes even while it is rewritten: the agent skips it for
+ * that moment, and lists the connection from its own account meanwhile.
+ */
+void ff_ledger_moved(uint64_t e, int fd)
+{
+	int64_t i;
+
+	pthread_mutex_lock(&mu);
+	i = index_of(e);
+	if (i >= 0) {
+		atomic_fetch_add_explicit(seq_of((uint32_t)i), 1, memory_order_release);
+		put_state(base + HDR + (size_t)i * ENTRY, fd, FF_PATH_UNIX, 0, "moved-down");
 		atomic_fetch_add_explicit(seq_of((uint32_t)i), 1, memory_order_release);
 	}
 	pthread_mutex_unlock(&mu);
@@ -215,6 +252,53 @@ void ff_ledger_close(uint64_t e)
 		give_back((uint32_t)i);
 	}
 	pthread_mutex_unlock(&mu);
+}
+
+/* Table lock held: whether e is an entry of the current ledger. */
+static int current(uint64_t e)
+{
+	int64_t i;
+
+	pthread_mutex_lock(&mu);
+	i = index_of(e);
+	pthread_mutex_unlock(&mu);
+	return i >= 0;
+}
+
+/*
+ * A fork child's connections are listed in its parent's ledger, an exec'd
+ * image's in the old image's (whose memfd the exec closed): when the
+ * parent closes its copy (a server that forks a worker per connection, or
+ * forks and execs one, as sshd does), or the old image is gone, nothing
+ * would list what this process holds. So at its first data call on a
+ * swapped fd it lists them in its own ledger: path as the socket at the
+ * fd is (after fork and exec, never shm), moved-down for a connection
+ * that came off shm. One try: an agent that is away then misses them
+ * (they show once the process exits: nothing is lost but the listing).
+ */
+void ff_ledger_list_inherited(void)
+{
+	int hw;
+
+	if (!atomic_exchange(&ff_ledger_inherit_pending, 0) || ff_ledger_ready())
+		return;
+	ff_table_lock();
+	hw = ff_table_hiwater();
+	for (int fd = 0; fd <= hw; fd++) {
+		struct ff_conn *c = ff_fd_slot(fd)->conn;
+		uint64_t e;
+
+		if (!c || c->state != FF_ST_SWAPPED || c->shm || current(c->ledger))
+			continue;
+		e = ff_ledger_reserve();
+		if (!e)
+			break;
+		ff_ledger_publish(e, fd, &c->local, &c->remote,
+				  c->kern_family == AF_UNIX ? FF_PATH_UNIX : FF_PATH_HOST_TCP, 0,
+				  c->moved ? "moved-down" : NULL, 0);
+		c->ledger = e;
+	}
+	ff_table_unlock();
 }
 
 /* make_mu first (fork.c takes these before the table lock), mu after it. */
@@ -245,6 +329,7 @@ void ff_ledger_atfork_child(void)
 	atomic_store(&sent, 0);
 	gen++;
 	used = nfree = 0;
+	atomic_store(&ff_ledger_inherit_pending, 1);
 	pthread_mutex_unlock(&mu);
 	pthread_mutex_unlock(&make_mu);
 }

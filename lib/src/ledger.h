@@ -8,7 +8,7 @@
 #define FREEFLOW_LEDGER_H
 
 #define FF_LEDGER_MAGIC		"FFLG"
-#define FF_LEDGER_VERSION	2u
+#define FF_LEDGER_VERSION	3u
 #define FF_LEDGER_HDR		64u
 #define FF_LEDGER_ENTRY		128u
 #define FF_LEDGER_SLOTS_MAX	65536u
@@ -29,5 +29,7 @@
 #define FF_LEDGER_E_REMOTE	30u	/* likewise */
 #define FF_LEDGER_E_REASON	48u	/* the agent's REASON */
 #define FF_LEDGER_REASON_MAX	64u
+#define FF_LEDGER_E_FD		112u	/* i32: the fd the connection is at */
+#define FF_LEDGER_E_INO		120u	/* u64: the inode of the socket there */
 
 #endif

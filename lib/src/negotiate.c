@@ -553,7 +553,7 @@ static int choose(struct ff_conn *c, uint8_t msg, const struct sockaddr_storage 
  * swapped onto the agent's path or on the overlay; swap-failed: the agent
  * answered a fast path this end could not take (FREEFLOW_DEBUG says why).
  */
-static void list_answer(uint64_t e, const struct sockaddr_storage *local,
+static void list_answer(uint64_t e, int fd, const struct sockaddr_storage *local,
 			const struct sockaddr_storage *remote, int swapped, uint32_t ring,
 			const struct said *said)
 {
@@ -561,7 +561,7 @@ static void list_answer(uint64_t e, const struct sockaddr_storage *local,
 	const char *reason = swapped || said->kind == FF_PATH_OVERLAY ? said->reason
 								       : "swap-failed";
 
-	ff_ledger_publish(e, local, remote, path, ring ? FF_SHM_RESIDENT(ring) : 0, reason, 0);
+	ff_ledger_publish(e, fd, local, remote, path, ring ? FF_SHM_RESIDENT(ring) : 0, reason, 0);
 }
 
 void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
@@ -605,12 +605,12 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 	pair = c->kern_family == AF_UNIX;
 	linked = entry != 0;	/* choose() keeps an entry only for a connection a link decided */
 	if (entry && swapped) {
-		ff_ledger_publish(entry, &local, &remote, ring ? FF_PATH_SHM : FF_PATH_HOST_TCP,
+		ff_ledger_publish(entry, fd, &local, &remote, ring ? FF_PATH_SHM : FF_PATH_HOST_TCP,
 				  ring ? FF_SHM_RESIDENT(ring) : 0, NULL, 1);
 		c->ledger = entry;
 		entry = 0;
 	} else if (listed) {
-		list_answer(listed, &local, &remote, swapped, ring, &said);
+		list_answer(listed, fd, &local, &remote, swapped, ring, &said);
 		c->ledger = listed;
 		listed = 0;
 	}

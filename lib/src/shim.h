@@ -173,6 +173,7 @@ struct ff_conn {
 	struct ff_shm *shm;		/* SWAPPED onto the shared-memory channel (shm.h) */
 	struct ff_offer *offer;		/* connecting over a link: the channel offered (link.c) */
 	uint64_t ledger;		/* linked: its entry in the ledger (ledger.c); 0 none */
+	int moved;			/* moved down from shm to a socket pair (shm_switch.c) */
 };
 
 /* Bits of ff_slot.flags. */
@@ -383,14 +384,30 @@ int ff_ledger_ready(void);
 /* Reserve an entry for a connection about to be decided; 0: none free (or no ledger). */
 uint64_t ff_ledger_reserve(void);
 /*
- * Fill reserved entry e for the connection local -> remote on path (bytes
- * of shm; reason: why overlay, or why unix is not shm, NULL none) and list
- * it; linked: decided over a link (counted in the header), else answered
- * by the agent.
+ * Fill reserved entry e for the connection local -> remote at fd on path
+ * (bytes of shm; reason: why overlay, or why unix is not shm, NULL none)
+ * and list it; linked: decided over a link (counted in the header), else
+ * answered by the agent.
  */
-void ff_ledger_publish(uint64_t e, const struct sockaddr_storage *local,
+void ff_ledger_publish(uint64_t e, int fd, const struct sockaddr_storage *local,
 		       const struct sockaddr_storage *remote, uint8_t path, uint32_t bytes,
 		       const char *reason, int linked);
+/*
+ * Set in a fork child and in an exec'd image that adopted connections:
+ * they hold connections their own ledger does not list yet (their
+ * parent's, or the old image's, entries do).
+ */
+extern _Atomic int ff_ledger_inherit_pending;
+/* No lock held: list them, once (it may open an agent session and make the ledger). */
+void ff_ledger_list_inherited(void);
+/* At a data call on a swapped fd: a child lists what it holds when it first uses it. */
+static inline void ff_ledger_inherited(void)
+{
+	if (atomic_load_explicit(&ff_ledger_inherit_pending, memory_order_relaxed))
+		ff_ledger_list_inherited();
+}
+/* The connection of entry e moved down to the socket pair now at fd. */
+void ff_ledger_moved(uint64_t e, int fd);
 /* Give back a reserved entry that was not published (0: nothing). */
 void ff_ledger_release(uint64_t e);
 /* The connection of entry e is closed: unlist it. */

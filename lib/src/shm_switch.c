@@ -405,6 +405,8 @@ static int install(struct ff_shm *sh, int sock)
 	if (n > 0)
 		r = swap_fds(c, fds, n, sock);
 	if (n > 0 && !r) {
+		ff_ledger_moved(c->ledger, fds[0]);	/* the agent lists it as it is now */
+		c->moved = 1;
 		c->shm = NULL;
 		ff_conn_forget_epregs(c);
 		atomic_fetch_sub(&ff_shm_conns, 1);

@@ -68,6 +68,7 @@
 #include <unistd.h>
 
 #include "freeflow/proto.h"
+#include "ledger.h"
 #include "shm.h"
 #include "testutil.h"
 
@@ -624,7 +625,7 @@ static inline void fa_ledger(struct fa_state *st, int lfd)
 	struct stat sb;
 
 	if (lfd >= 0 && !fstat(lfd, &sb) && pread(lfd, hdr, sizeof(hdr), 0) == sizeof(hdr) &&
-	    !memcmp(hdr, "FFLG", 4) && hdr[1] == 2 && hdr[2] >= 1 && hdr[2] <= 65536 &&
+	    !memcmp(hdr, FF_LEDGER_MAGIC, 4) && hdr[1] == FF_LEDGER_VERSION && hdr[2] >= 1 && hdr[2] <= 65536 &&
 	    hdr[3] == 128 && sb.st_size == 64 + 128 * (off_t)hdr[2] &&
 	    (fcntl(lfd, F_GET_SEALS) & seals) == seals) {
 		fa_log(st, "ledger %d", lfd);

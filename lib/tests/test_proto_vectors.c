@@ -136,7 +136,7 @@ static void check_shm(const char *name, const uint8_t *wire, long n,
 
 /*
  * "<name> ledger <hex> opened=<n> opened_tcp=<n> seq=<n> bytes=<n> path=<n>
- * local=<hex> remote=<hex> reason=<text>": a ledger of one slot, as the
+ * local=<hex> remote=<hex> fd=<n> ino=<n> reason=<text>": a ledger of one slot, as the
  * library's FF_LEDGER_* constants lay it out (host byte order: the
  * vectors are those of a little-endian host).
  */
@@ -144,16 +144,17 @@ static void check_ledger(const char *name, const uint8_t *wire, long n, const ch
 			 struct seen *s)
 {
 	uint8_t l[FF_LEDGER_HDR + FF_LEDGER_ENTRY] = { 0 }, *e = l + FF_LEDGER_HDR;
-	unsigned long long opened, opened_tcp;
+	unsigned long long opened, opened_tcp, ino;
 	unsigned seq, bytes, path;
+	int fd;
 	char local[40], remote[40];
 	uint32_t u32[3] = { FF_LEDGER_VERSION, 1, FF_LEDGER_ENTRY };
 	long ll, rl;
 	int at = -1;
 
 	if (sscanf(want, "opened=%llu opened_tcp=%llu seq=%u bytes=%u path=%u local=%39s "
-		   "remote=%39s reason=%n", &opened, &opened_tcp, &seq, &bytes, &path, local,
-		   remote, &at) != 7 || at < 0) {
+		   "remote=%39s fd=%d ino=%llu reason=%n", &opened, &opened_tcp, &seq, &bytes, &path,
+		   local, remote, &fd, &ino, &at) != 9 || at < 0) {
 		CHECK(0, "%s: cannot read the fields %s", name, want);
 		return;
 	}
@@ -174,6 +175,8 @@ static void check_ledger(const char *name, const uint8_t *wire, long n, const ch
 	CHECK(ll > 0 && rl > 0 && strlen(want + at) <= FF_LEDGER_REASON_MAX, "%s: bad fields %s",
 	      name, want);
 	memcpy(e + FF_LEDGER_E_REASON, want + at, e[FF_LEDGER_E_REASON_LEN]);
+	memcpy(e + FF_LEDGER_E_FD, &(int32_t){ fd }, 4);
+	memcpy(e + FF_LEDGER_E_INO, &(uint64_t){ ino }, 8);
 	CHECK(n == (long)sizeof(l) && !memcmp(l, wire, sizeof(l)),
 	      "%s: %ld bytes that differ from the library's ledger layout", name, n);
 	s->ledger++;

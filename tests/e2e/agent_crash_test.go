@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/freeflow-net/freeflow/internal/testenv"
 )
@@ -102,7 +103,13 @@ func logLine(t *testing.T, c *testenv.Cluster, name, prefix string) string {
 // waitLog waits until container name has printed line; a CORRUPT line fails.
 func waitLog(t *testing.T, c *testenv.Cluster, name, line string) {
 	t.Helper()
-	testenv.WaitFor(t, fmt.Sprintf("%s to print %q", name, line), func() bool {
+	waitLogFor(t, c, name, line, 10*time.Second)
+}
+
+// waitLogFor is waitLog for up to d.
+func waitLogFor(t *testing.T, c *testenv.Cluster, name, line string, d time.Duration) {
+	t.Helper()
+	testenv.WaitWithin(t, d, fmt.Sprintf("%s to print %q", name, line), func() bool {
 		logs := c.MustFF(t, "logs", name)
 		if strings.Contains(logs, "CORRUPT") || strings.Contains(logs, "Traceback") {
 			t.Fatalf("%s failed:\n%s", name, logs)

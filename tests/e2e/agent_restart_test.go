@@ -72,6 +72,15 @@ func pathsOf(conns []agent.ConnInfo) map[string]int {
 	return n
 }
 
+// endsByContainer counts conns by local container, path and remote container.
+func endsByContainer(conns []agent.ConnInfo) map[string]int {
+	n := map[string]int{}
+	for _, e := range conns {
+		n[e.LocalContainer+" "+e.Path+" -> "+e.RemoteContainer]++
+	}
+	return n
+}
+
 // overlayReasons counts the overlay conns by reason.
 func overlayReasons(conns []agent.ConnInfo) map[string]int {
 	n := map[string]int{}
@@ -119,8 +128,8 @@ func TestAgentRestartListsEveryConnection(t *testing.T) {
 	wantEnds := 2*(linked+pooled+unix) + crossHost
 	n := pathsOf(before)
 	if len(before) != wantEnds || n["shm"] == 0 || n["unix"] == 0 || n["host-tcp"] == 0 {
-		t.Fatalf("h1's agent lists %d connection ends by path %v; want %d: shm, unix and host-tcp",
-			len(before), n, wantEnds)
+		t.Fatalf("h1's agent lists %d connection ends by path %v (overlay: %v); want %d: shm, unix and host-tcp\n%v",
+			len(before), n, overlayReasons(before), wantEnds, endsByContainer(before))
 	}
 	t.Logf("h1's agent lists %d connection ends by path %v; overlay: %v", len(before), n, overlayReasons(before))
 	charge := agentStatus(t, c, "h1").Connections.ShmBytes
