@@ -20,13 +20,17 @@ package agent
 // reference to it afterwards: the pages are freed when both libraries
 // have unmapped them, whatever the agent does (crash, restart).
 //
-// The budget. A memfd costs real memory only for the pages written, but
-// the ring pages a connection's bytes passed through stay allocated until
-// it is freed, up to all of both rings, so the agent charges each
-// container the full size of every live shm channel it is an end of (a
-// connection between two containers is charged to both; one within a
-// container twice) and refuses shm (shm-budget) once a container would
-// exceed its budget. A charge is reserved when the channel is made,
+// The budget. A memfd costs real memory only for the pages written. The
+// first protocol.ShmKeep of each ring stay allocated once bytes passed
+// through them, until the channel is freed; the pages past it hold the
+// bytes in flight of a burst and are given back as soon as the ring
+// drains (docs/SHM.md, "Giving memory back"), like the socket buffers of
+// a TCP connection, and like those they are charged by the kernel to the
+// memory cgroup of the writer that touched them. So the agent charges each
+// container what every live shm channel it is an end of holds once
+// drained, protocol.ShmResident (a connection between two containers is
+// charged to both; one within a container twice), and refuses shm
+// (shm-budget) once a container would exceed its budget. A charge is reserved when the channel is made,
 // carried by the half until the end takes it, then by the end's entry in
 // the connection table; it is released when the entry goes (CLOSED, its
 // process gone, eviction) or when a half is closed untaken (a parked half
@@ -65,22 +69,31 @@ import (
 
 const (
 	// shmRingSize is the size of each of a channel's two rings: the most
-	// bytes in flight one way. A memfd is protocol.ShmSize of it (528 KiB).
-	shmRingSize = 256 << 10
+	// bytes in flight one way. TCP between two containers of one host
+	// buffers up to its autotuned socket buffers (17 MiB one way measured
+	// here, tcp_rmem 32 MiB; several MiB on stock sysctls), and programs
+	// that write a whole message before they read rely on it, so a ring
+	// holds as much as the layout allows. Its pages cost memory only while
+	// bytes pass through them: past the first protocol.ShmKeep they are
+	// given back whenever the ring drains (docs/SHM.md).
+	shmRingSize = protocol.ShmRingMax
 	// linkTTL is how long a connecting library may offer connections over
 	// a link (LINK_TTL): short, so the budget check that granted the link
 	// stays close to the truth.
 	linkTTL = 2 * time.Second
 	// DefaultShmBudget is how many bytes of shm channels a container may
 	// be charged for at once unless the cluster settings say otherwise:
-	// room for about 15 800 channels of the default size, so 10 000 idle
-	// connections between two containers fit. A channel that moved no data
-	// holds only its header page; the budget bounds what channels can pin.
+	// room for about 15 800 channels (shmChannelBytes each), so 10 000
+	// idle connections between two containers fit. A channel that moved no
+	// data holds only its header page; the budget bounds what drained
+	// channels can pin.
 	DefaultShmBudget = 8 << 30
 )
 
-// shmChannelBytes is what one channel is charged to each of its ends.
-var shmChannelBytes = uint64(protocol.ShmSize(shmRingSize))
+// shmChannelBytes is what one channel is charged to each of its ends:
+// what it holds once drained (528 KiB), not the bytes in flight of a
+// burst (the design note above says why).
+var shmChannelBytes = uint64(protocol.ShmResident(shmRingSize))
 
 // Reasons a same-host fast path is unix rather than shm (REASON of PATH
 // unix, and `freeflow conns`).

@@ -12,7 +12,7 @@ import (
 )
 
 // shmBytes is what one shm channel is charged to each of its ends.
-var shmBytes = uint64(protocol.ShmSize(shmRingSize))
+var shmBytes = shmChannelBytes
 
 // waitSettings waits until the agent has read the cluster settings and
 // they satisfy ok.
@@ -275,8 +275,8 @@ func TestShmHalvesAndCharges(t *testing.T) {
 			t.Fatalf("half %+v: PATH must carry the bell socket, then the memfd", h)
 		}
 		mem := mustMapShm(t, h.mem)
-		if len(mem) != int(shmBytes) {
-			t.Fatalf("mapped %d bytes", len(mem))
+		if len(mem) != int(protocol.ShmSize(shmRingSize)) {
+			t.Fatalf("mapped %d bytes, want %d", len(mem), protocol.ShmSize(shmRingSize))
 		}
 	}
 	closeHalves(hs)

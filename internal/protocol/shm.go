@@ -9,12 +9,23 @@ import (
 // The agent writes it; the library checks it once, at attach.
 const (
 	ShmMagic      = 0x4d534646 // the bytes 46 46 53 4d, "FFSM"
-	ShmVersion    = 1
+	ShmVersion    = 2
 	ShmHeaderSize = 4096     // header and control blocks; the rings follow
 	ShmRingMin    = 4096     // smallest ring_size
 	ShmRingMax    = 16 << 20 // largest ring_size
 	shmHeaderUsed = 16       // magic, version, ring_size, reserved
+	// ShmKeep is how much of the start of each ring stays in memory once
+	// the ring drains; the pages past it are given back (docs/SHM.md,
+	// "Giving memory back").
+	ShmKeep = 256 << 10
 )
+
+// ShmResident is the most memory a channel whose rings have ringSize bytes
+// each holds once both rings drained: the header page and the kept start
+// of each ring.
+func ShmResident(ringSize uint32) int64 {
+	return ShmHeaderSize + 2*int64(min(ringSize, ShmKeep))
+}
 
 // ShmSize is the size of the memfd of a channel whose two rings have
 // ringSize bytes each.

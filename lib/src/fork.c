@@ -56,6 +56,7 @@ static void prepare(void)
 	ff_ledger_atfork_prepare();
 	ff_links_atfork_prepare();
 	ff_shm_switch_all(FF_SHM_SWITCH_LOCK);
+	ff_shm_spill_atfork_prepare();	/* after: a move down may queue a channel */
 	ff_ledger_atfork_locked();
 }
 
@@ -64,11 +65,13 @@ static void parent(void)
 	ff_table_unlock();
 	ff_ledger_atfork_parent();
 	ff_links_atfork_parent();
+	ff_shm_spill_atfork_parent();
 }
 
 static void child(void)
 {
 	self = getpid();
+	ff_shm_spill_atfork_child();
 	ff_links_atfork_child();
 	ff_ledger_atfork_child();
 	ff_table_atfork_child();

@@ -561,8 +561,7 @@ static void list_answer(uint64_t e, int fd, const struct sockaddr_storage *local
 	const char *reason = swapped || said->kind == FF_PATH_OVERLAY ? said->reason
 								       : "swap-failed";
 
-	ff_ledger_publish(e, fd, local, remote, path, ring ? FF_SHM_HDR_SIZE + 2 * ring : 0, reason,
-			  0);
+	ff_ledger_publish(e, fd, local, remote, path, ring ? FF_SHM_RESIDENT(ring) : 0, reason, 0);
 }
 
 void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
@@ -607,7 +606,7 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 	linked = entry != 0;	/* choose() keeps an entry only for a connection a link decided */
 	if (entry && swapped) {
 		ff_ledger_publish(entry, fd, &local, &remote, ring ? FF_PATH_SHM : FF_PATH_HOST_TCP,
-				  ring ? FF_SHM_HDR_SIZE + 2 * ring : 0, NULL, 1);
+				  ring ? FF_SHM_RESIDENT(ring) : 0, NULL, 1);
 		c->ledger = entry;
 		entry = 0;
 	} else if (listed) {

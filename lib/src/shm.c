@@ -444,6 +444,8 @@ static ssize_t tx_put(int fd, struct ff_shm *sh, struct source *s)
 		k = (size_t)room < s->left ? (size_t)room : s->left;
 		if (k > CHUNK)
 			k = CHUNK;
+		if ((ret = ff_shm_tx_claim(sh, i, k)))
+			break;
 		while (done < k && !s->eof) {
 			uint8_t *p;
 			size_t seg = ff_shm_seg(sh, r, i + done, k - done, &p);
@@ -455,7 +457,7 @@ static ssize_t tx_put(int fd, struct ff_shm *sh, struct source *s)
 			}
 			done += (size_t)n;
 		}
-		if (done)
+		if (done || r->spilling)	/* also gives a claim back */
 			ff_shm_tx_produced(fd, sh, done);
 		put += (ssize_t)done;
 		/* Moved down meanwhile: put no more here (the caller adopts, below). */

@@ -31,7 +31,7 @@
 
 /* Layout constants (docs/SHM.md, "Layout"). */
 #define FF_SHM_MAGIC		0x4d534646u
-#define FF_SHM_VERSION		1u
+#define FF_SHM_VERSION		2u
 #define FF_SHM_HDR_SIZE		4096u
 #define FF_SHM_RING_MIN		4096u
 #define FF_SHM_RING_MAX		(16u << 20)
@@ -43,12 +43,18 @@
 #define FF_SHM_OFF_CTL1		1536u
 /* Control block field offsets. */
 #define FF_SHM_CTL_HEAD		0u
+#define FF_SHM_CTL_BASE		8u	/* u64: the stream index at data offset 0 (producer) */
 #define FF_SHM_CTL_TAIL		64u
 #define FF_SHM_CTL_CONS_WAIT	128u
 #define FF_SHM_CTL_PROD_WAIT	192u
 #define FF_SHM_CTL_CONS_BUSY	256u
 #define FF_SHM_CTL_PROD_SHUT	320u
 #define FF_SHM_CTL_CONS_CLOSED	384u
+#define FF_SHM_CTL_SPILL	448u	/* u32: who may touch data past FF_SHM_KEEP (FF_SPILL_*) */
+/* Data pages of a ring past this offset are given back once the ring drains (docs/SHM.md). */
+#define FF_SHM_KEEP		(256u << 10)
+/* What a channel with rings of ring bytes holds once drained: its ledger entry's bytes. */
+#define FF_SHM_RESIDENT(ring)	(FF_SHM_HDR_SIZE + 2 * ((ring) < FF_SHM_KEEP ? (ring) : FF_SHM_KEEP))
 
 /* Bell socket bytes. */
 #define FF_SHM_BELL		'D'
@@ -69,8 +75,18 @@ enum ff_shm_role { FF_SHM_CONNECTOR = 1, FF_SHM_ACCEPTOR = 2 };
 struct ff_shm_ring {
 	/* Fields in the shared control block (untrusted: the peer writes them too). */
 	_Atomic uint64_t *head, *tail;
-	_Atomic uint32_t *cons_wait, *prod_wait, *cons_busy, *prod_shut, *cons_closed;
+	_Atomic uint32_t *cons_wait, *prod_wait, *cons_busy, *prod_shut, *cons_closed, *spill;
+	_Atomic uint64_t *base;
 	uint8_t *data;
+	/*
+	 * The stream index at data offset 0: tx, ours (the producer moves it
+	 * to head whenever it finds the ring empty, so a connection that
+	 * drains between messages stays in the first pages); rx, the peer's
+	 * base as read after the last head (any value maps inside the ring).
+	 * Under mu.
+	 */
+	uint64_t org;
+	int spilling;			/* tx: we hold the spill claim (WRITING); under mu */
 	pthread_mutex_t mu;		/* one thread of this process at a time moves bytes */
 	/*
 	 * Our own index (tx: head, rx: tail), the only copy we trust, and the
@@ -90,6 +106,10 @@ struct ff_shm_map {
 	uint8_t *base;
 	size_t len;
 	uint32_t ring;			/* ring_size, as checked at attach */
+	/* shm_spill.c: waiting to give pages back (its list holds a reference), under its lock. */
+	_Atomic int queued;
+	struct ff_shm_map *next;
+	uint64_t seen[2];		/* each ring's tail at the last look */
 };
 
 struct ff_shm {
@@ -113,6 +133,14 @@ enum ff_shm_offer {
 	FF_OFFER_OFFERED,	/* made by a connector, sent over a link */
 	FF_OFFER_TAKEN,		/* acceptor: both ends on shm */
 	FF_OFFER_WITHDRAWN,	/* connector: both ends ask the agent */
+};
+
+/* Values of a ring's spill word (docs/SHM.md, "Giving memory back"). */
+enum ff_shm_spill {
+	FF_SPILL_NONE = 0,	/* nothing past FF_SHM_KEEP was written since it was given back */
+	FF_SPILL_USED,		/* producer: it wrote past FF_SHM_KEEP; not now */
+	FF_SPILL_WRITING,	/* producer: it is writing past FF_SHM_KEEP */
+	FF_SPILL_FREEING,	/* consumer: the ring is empty and it gives those pages back */
 };
 
 static inline _Atomic uint32_t *ff_shm_word(struct ff_shm *sh, size_t off)
@@ -149,6 +177,20 @@ void ff_shm_map_put(struct ff_shm_map *m);
 int ff_shm_map_idle(const struct ff_shm_map *m);
 /* Lay the header out as new for the next offer (only when idle), offer word OFFERED. */
 void ff_shm_map_reset(struct ff_shm_map *m);
+/*
+ * Giving memory back (docs/SHM.md; shm_spill.c). A ring of m was seen
+ * empty with its spill word USED: give its pages past FF_SHM_KEEP back
+ * once it has stayed so for FF_SHM_IDLE_MS (a burst that goes on or comes
+ * again soon keeps its pages, so it pays no page faults). Cheap when m is
+ * waiting already. No lock held.
+ */
+#define FF_SHM_IDLE_MS		20
+void ff_shm_spill_later(struct ff_shm_map *m);
+void ff_shm_spill_atfork_prepare(void);
+void ff_shm_spill_atfork_parent(void);
+void ff_shm_spill_atfork_child(void);
+/* Give the pages of ring data (ring bytes) past FF_SHM_KEEP back: they read as zero again. */
+void ff_shm_give_back(uint8_t *data, uint64_t ring);
 /*
  * Table lock held: c, whose bell socket was just put at its fd (O_NONBLOCK
  * as nonblock), takes sh.
@@ -249,11 +291,17 @@ int64_t ff_shm_tx_room(struct ff_shm *sh);
 static inline size_t ff_shm_seg(const struct ff_shm *sh, const struct ff_shm_ring *r,
 				uint64_t i, size_t n, uint8_t **p)
 {
-	uint64_t o = i & (sh->size - 1);
+	uint64_t o = (i - r->org) & (sh->size - 1);
 
 	*p = r->data + o;
 	return n < sh->size - o ? n : (size_t)(sh->size - o);
 }
+/*
+ * tx.mu held, about to write [i, i + n) of tx: 0 (claimed the pages past
+ * FF_SHM_KEEP if the bytes reach them), or -ECONNRESET (the peer holds
+ * them for good). ff_shm_tx_produced releases the claim.
+ */
+int ff_shm_tx_claim(struct ff_shm *sh, uint64_t i, size_t n);
 /* Publish n more bytes consumed (rx) / produced (tx), waking the peer if it waits. mu held. */
 void ff_shm_rx_consumed(int fd, struct ff_shm *sh, uint64_t n);
 void ff_shm_tx_produced(int fd, struct ff_shm *sh, uint64_t n);

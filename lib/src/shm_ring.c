@@ -8,9 +8,11 @@
  * copied; the indices we own are kept in our own memory (ring.mine) and
  * only published; the peer's index is accepted only if it moved forward by
  * no more than is possible (ff_shm_rx_avail, ff_shm_tx_room). Every offset
- * into the data is index & (size - 1) of such validated values, so no value
- * the peer writes can make us touch memory outside the mapping, and the
- * memfd's seals mean the mapping itself cannot shrink under us (no SIGBUS).
+ * into the data is (index - base) & (size - 1) (ff_shm_seg), whatever base
+ * the peer wrote, so no value the peer writes can make us touch memory
+ * outside the mapping, and the memfd's seals mean the mapping itself
+ * cannot shrink under us (no SIGBUS; a hole punched by giving pages back
+ * reads as zero).
  *
  * Memory ordering (docs/SHM.md, "Waiting and waking"):
  *  - the producer copies data, then stores head with release; the consumer
@@ -62,6 +64,8 @@ _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,
 #define ROOM_WAKE(sh)		((sh)->size / 4)
 /* A waiter that woke for nothing while others were armed waits this long for their drain. */
 #define STEP_BACK_NS		1000000L
+/* How long a producer waits for the consumer to give the pages past FF_SHM_KEEP back. */
+#define SPILL_WAIT_NS		1000000000L
 
 long ff_shm_spin_ns = SPIN_DEFAULT_US * 1000L;
 
@@ -129,7 +133,7 @@ static int64_t check_memfd(int memfd, const char **why)
 	}
 	ring = get_le32(hdr + 8);
 	if (get_le32(hdr) != FF_SHM_MAGIC || get_le32(hdr + 4) != FF_SHM_VERSION) {
-		*why = "the memfd's magic or layout version is not FFSM 1";
+		*why = "the memfd's magic or layout version is not FFSM 2";
 		return -EPROTO;
 	}
 	if (ring < FF_SHM_RING_MIN || ring > FF_SHM_RING_MAX || (ring & (ring - 1))) {
@@ -152,7 +156,11 @@ static void ring_init(struct ff_shm_ring *r, uint8_t *ctl, uint8_t *data)
 	r->cons_busy = (_Atomic uint32_t *)(void *)(ctl + FF_SHM_CTL_CONS_BUSY);
 	r->prod_shut = (_Atomic uint32_t *)(void *)(ctl + FF_SHM_CTL_PROD_SHUT);
 	r->cons_closed = (_Atomic uint32_t *)(void *)(ctl + FF_SHM_CTL_CONS_CLOSED);
+	r->spill = (_Atomic uint32_t *)(void *)(ctl + FF_SHM_CTL_SPILL);
+	r->base = (_Atomic uint64_t *)(void *)(ctl + FF_SHM_CTL_BASE);
 	r->data = data;
+	r->org = 0;
+	r->spilling = 0;
 	pthread_mutex_init(&r->mu, NULL);
 	atomic_init(&r->mine, 0);
 	atomic_init(&r->theirs, 0);
@@ -264,16 +272,20 @@ void ff_shm_map_reset(struct ff_shm_map *m)
 	};
 	static const size_t ctl[] = {
 		FF_SHM_CTL_CONS_WAIT, FF_SHM_CTL_PROD_WAIT, FF_SHM_CTL_CONS_BUSY,
-		FF_SHM_CTL_PROD_SHUT, FF_SHM_CTL_CONS_CLOSED,
+		FF_SHM_CTL_PROD_SHUT, FF_SHM_CTL_CONS_CLOSED, FF_SHM_CTL_SPILL,
 	};
+	static const size_t idx[] = { FF_SHM_CTL_HEAD, FF_SHM_CTL_TAIL, FF_SHM_CTL_BASE };
 
 	for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
 		atomic_store_explicit(map_word(m, words[i]), 0, memory_order_relaxed);
 	for (size_t b = FF_SHM_OFF_CTL0; b <= FF_SHM_OFF_CTL1; b += 512) {	/* both control blocks */
-		atomic_store_explicit((_Atomic uint64_t *)(void *)(m->base + b + FF_SHM_CTL_HEAD), 0,
-				      memory_order_relaxed);
-		atomic_store_explicit((_Atomic uint64_t *)(void *)(m->base + b + FF_SHM_CTL_TAIL), 0,
-				      memory_order_relaxed);
+		/* The last connection left bytes past FF_SHM_KEEP unread: nobody reads them now. */
+		if (atomic_load_explicit(map_word(m, b + FF_SHM_CTL_SPILL), memory_order_relaxed))
+			ff_shm_give_back(m->base + FF_SHM_HDR_SIZE + (b - FF_SHM_OFF_CTL0) / 512 * m->ring,
+					 m->ring);
+		for (size_t i = 0; i < sizeof(idx) / sizeof(idx[0]); i++)
+			atomic_store_explicit((_Atomic uint64_t *)(void *)(m->base + b + idx[i]), 0,
+					      memory_order_relaxed);
 		for (size_t i = 0; i < sizeof(ctl) / sizeof(ctl[0]); i++)
 			atomic_store_explicit(map_word(m, b + ctl[i]), 0, memory_order_relaxed);
 	}
@@ -418,6 +430,12 @@ int64_t ff_shm_rx_avail(struct ff_shm *sh)
 	if (h - mine > sh->size || h - mine < seen - mine)
 		return ff_shm_broken(sh, "the peer's head moved backwards or past a full ring");
 	atomic_store_explicit(&r->theirs, h, memory_order_relaxed);
+	/*
+	 * After head (acquire): the base the bytes up to h were written at.
+	 * The producer moves it only when it found the ring empty, so never
+	 * under bytes we have not taken yet.
+	 */
+	r->org = atomic_load_explicit(r->base, memory_order_relaxed);
 	return (int64_t)(h - mine);
 }
 
@@ -459,18 +477,61 @@ void ff_shm_rx_consumed(int fd, struct ff_shm *sh, uint64_t n)
 	if (atomic_load_explicit(r->prod_wait, memory_order_relaxed) &&
 	    sh->size - (h - t) >= ROOM_WAKE(sh))
 		ring_bell(fd);
+	/* Drained after a burst past FF_SHM_KEEP: once per burst, not per byte. */
+	if (h == t && atomic_load_explicit(r->spill, memory_order_relaxed) == FF_SPILL_USED)
+		ff_shm_spill_later(sh->map);
+}
+
+int ff_shm_tx_claim(struct ff_shm *sh, uint64_t i, size_t n)
+{
+	struct ff_shm_ring *r = &sh->tx;
+	int64_t end = 0;
+
+	/* Empty (the tail last seen is i): start again at offset 0, in the pages kept. */
+	if (atomic_load_explicit(&r->theirs, memory_order_relaxed) == i && r->org != i) {
+		r->org = i;
+		atomic_store_explicit(r->base, i, memory_order_relaxed);	/* head's release publishes it */
+	}
+	if (r->spilling || ((i - r->org) & (sh->size - 1)) + n <= FF_SHM_KEEP)
+		return 0;
+	for (;;) {
+		uint32_t v = atomic_load_explicit(r->spill, memory_order_acquire);
+
+		if (v > FF_SPILL_FREEING)
+			return ff_shm_broken(sh, "the spill word holds no state");
+		if (v != FF_SPILL_FREEING &&
+		    atomic_compare_exchange_weak(r->spill, &v, FF_SPILL_WRITING)) {
+			r->spilling = 1;
+			return 0;
+		}
+		/* They are being given back (shm_spill.c): one madvise. */
+		if (!end)
+			end = now_ns() + SPILL_WAIT_NS;
+		else if (now_ns() > end)
+			return ff_shm_broken(sh, "the peer held the ring's pages past 256 KiB for 1 s");
+		sched_yield();
+	}
 }
 
 void ff_shm_tx_produced(int fd, struct ff_shm *sh, uint64_t n)
 {
 	struct ff_shm_ring *r = &sh->tx;
 	uint64_t h = atomic_load_explicit(&r->mine, memory_order_relaxed) + n;
+	int spilled = r->spilling;
 
 	atomic_store_explicit(&r->mine, h, memory_order_relaxed);
 	atomic_store_explicit(r->head, h, memory_order_release);
+	if (spilled) {
+		/* After head: a consumer that takes the word then sees these bytes. */
+		r->spilling = 0;
+		atomic_store_explicit(r->spill, FF_SPILL_USED, memory_order_release);
+	}
 	atomic_thread_fence(memory_order_seq_cst);
 	if (atomic_load_explicit(r->cons_wait, memory_order_relaxed))
 		ring_bell(fd);
+	/* The consumer may have taken the last byte while we held the claim. */
+	if (spilled && atomic_load_explicit(r->tail, memory_order_relaxed) == h)
+		ff_shm_spill_later(sh->map);
 }
 
 int ff_shm_rx_shut(struct ff_shm *sh)

@@ -30,7 +30,7 @@
  * socketpair (the bell socket), a sealed memfd laid out as docs/SHM.md
  * says] with PATH shm, if both ends' HELLO said CAPS bit 0 (as the agent
  * requires), else a unix channel. Rings are FF_TEST_SHM_RING bytes (default
- * 256 KiB); the memfd is named "ff-shm", which t_swapped looks for.
+ * 16 MiB, as the agent's); the memfd is named "ff-shm", which t_swapped looks for.
  * "shm-link" is "shm" plus a link with every shm channel whose two ends
  * said CAPS bit 1 (one end of a socketpair(AF_UNIX, SOCK_SEQPACKET) each,
  * LINK_TTL FF_TEST_LINK_TTL ms, default 2000), so that the ends' later
@@ -69,6 +69,7 @@
 
 #include "freeflow/proto.h"
 #include "ledger.h"
+#include "shm.h"
 #include "testutil.h"
 
 #define FA_WAIT_MS	50
@@ -76,7 +77,8 @@
 #define FA_MAX_TUPLES	512
 /* Client fds of the agent whose HELLO is remembered. */
 #define FA_MAX_FD	1024
-#define FA_SHM_RING_DEFAULT	(256u << 10)
+/* The agent's ring size (internal/agent/shm.go, shmRingSize). */
+#define FA_SHM_RING_DEFAULT	(16u << 20)
 #define FA_MAX_XLINKS	64
 
 enum fa_mode { FA_BROKER, FA_OVERLAY, FA_SILENT, FA_HOSTILE, FA_LIMIT };
@@ -261,7 +263,7 @@ static inline void fa_put_le32(uint8_t *p, uint32_t v)
 }
 
 /*
- * A memfd as docs/SHM.md lays it out: the header ("FFSM", version 1,
+ * A memfd as docs/SHM.md lays it out: the header ("FFSM", FF_SHM_VERSION,
  * ring_size), size bytes in all, with seals. The hostile cases pass what
  * to get wrong; a good one is fa_memfd(ring, "FFSM", 4096 + 2 * ring,
  * F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL).
@@ -272,7 +274,7 @@ static inline int fa_memfd(uint32_t ring, const char *magic, uint64_t size, int 
 	uint8_t hdr[16] = { 0 };
 
 	memcpy(hdr, magic, 4);
-	fa_put_le32(hdr + 4, 1);
+	fa_put_le32(hdr + 4, FF_SHM_VERSION);
 	fa_put_le32(hdr + 8, ring);
 	if (fd < 0 || ftruncate(fd, (off_t)size) || pwrite(fd, hdr, sizeof(hdr), 0) != sizeof(hdr) ||
 	    (seals && fcntl(fd, F_ADD_SEALS, seals)))

@@ -56,7 +56,7 @@ static void child(int cfd, int sfd, int ready, int go)
 
 int main(int argc, char **argv)
 {
-	uint32_t shm = 4096 + 2 * fa_shm_ring();	/* the memfd: header page and two rings */
+	uint32_t shm = FF_SHM_RESIDENT(fa_shm_ring());	/* what the channel holds drained */
 	int cfd, sfd, status, ready[2], go[2];
 	char c;
 	pid_t pid;

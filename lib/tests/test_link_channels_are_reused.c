@@ -54,6 +54,7 @@ int main(int argc, char **argv)
 	pid_t pid;
 
 	(void)argc;
+	setenv("FF_TEST_SHM_RING", "262144", 0);	/* read by the fake agent: the cases fill its rings */
 	t_shim_setup(argv, FA_BROKER);
 	lfd = t_fork_client(client, &pid);
 	for (int i = 0; i < SEQ + 2; i++) {

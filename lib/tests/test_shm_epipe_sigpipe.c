@@ -62,6 +62,7 @@ int main(int argc, char **argv)
 	ssize_t r;
 
 	(void)argc;
+	setenv("FF_TEST_SHM_RING", "262144", 0);	/* read by the fake agent: the cases fill its rings */
 	t_shim_setup(argv, FA_BROKER);
 	signal(SIGPIPE, on_pipe);
 	t_pair(AF_INET, &cfd, &sfd);

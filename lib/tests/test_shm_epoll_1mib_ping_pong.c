@@ -9,5 +9,6 @@ int main(int argc, char **argv)
 			       .edge = 1, .registry_dup = 1, .seed = 20261127 };
 
 	(void)argc;
+	setenv("FF_TEST_SHM_RING", "262144", 0);	/* read by the fake agent: the cases fill its rings */
 	return ee_main(argv, &p);
 }

@@ -29,6 +29,7 @@ int main(int argc, char **argv)
 	int cfd, sfd;
 
 	(void)argc;
+	setenv("FF_TEST_SHM_RING", "262144", 0);	/* read by the fake agent: the cases fill its rings */
 	t_setup_swapped_pair(argv, &cfd, &sfd);
 	pthread_create(&th, NULL, send_then_shut, &cfd);
 	CHECK(t_recv_stream(sfd, N, 6) == 0, "data before the half-close");

@@ -155,5 +155,6 @@ int main(int argc, char **argv)
 	};
 
 	(void)argc;
+	setenv("FF_TEST_SHM_RING", "262144", 0);	/* read by the fake agent: the cases fill its rings */
 	return t_run_shm_cases(argv, cases, sizeof(cases) / sizeof(cases[0]));
 }

@@ -64,6 +64,7 @@ static void one(int tx)
 int main(int argc, char **argv)
 {
 	(void)argc;
+	setenv("FF_TEST_SHM_RING", "262144", 0);	/* read by the fake agent: the cases fill its rings */
 	t_shim_setup(argv, FA_BROKER);
 	one(0);
 	one(1);

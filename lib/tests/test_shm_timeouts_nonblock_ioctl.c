@@ -89,6 +89,7 @@ int main(int argc, char **argv)
 	int cfd, sfd;
 
 	(void)argc;
+	setenv("FF_TEST_SHM_RING", "262144", 0);	/* read by the fake agent: the cases fill its rings */
 	t_setup_swapped_pair(argv, &cfd, &sfd);
 	case_timeouts(cfd, sfd);
 	case_nonblock(cfd);

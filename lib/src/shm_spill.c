@@ -1,0 +1,202 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Giving a burst's memory back (docs/SHM.md, "Giving memory back").
+ *
+ * A ring's pages past FF_SHM_KEEP hold bytes the reader had not caught up
+ * with. Freeing them at every drain made each later burst fault them in
+ * again (a 1 MiB ping-pong took 2.5 times as long), so a drained ring with
+ * its spill word USED is queued here instead, and a thread gives its pages
+ * back once the ring has stayed empty and untouched (tail unchanged) for
+ * FF_SHM_IDLE_MS: a connection that keeps carrying bursts keeps its pages,
+ * an idle one holds no more than the kept start of each ring.
+ *
+ * The thread works on the shared words only (spill, head, tail), as the
+ * protocol allows either end to: CAS USED -> FREEING, the ring still
+ * empty, madvise, NONE. It holds a reference to the mapping while it is
+ * queued, and runs only while something is queued (like xlink.c's
+ * reaper), with every signal blocked. Lock order: a ring's mu, then mu
+ * (ff_shm_spill_later is called with a ring's mu held); the thread takes
+ * no other lock.
+ *
+ * Queuing is Dekker's pattern again: a drain stores tail (or spill USED),
+ * fences, loads queued; the thread, dropping a map, stores queued = 0,
+ * fences, loads spill. Either the drain sees 0 and queues the map, or the
+ * thread sees USED and keeps it.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "shm.h"
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static struct ff_shm_map *queue;	/* under mu */
+static int giving;			/* the thread runs; under mu */
+
+void ff_shm_give_back(uint8_t *data, uint64_t ring)
+{
+	if (ring > FF_SHM_KEEP)
+		madvise(data + FF_SHM_KEEP, ring - FF_SHM_KEEP, MADV_REMOVE);
+}
+
+static _Atomic uint64_t *idx(const struct ff_shm_map *m, int ring, size_t field)
+{
+	return (_Atomic uint64_t *)(void *)(m->base + FF_SHM_OFF_CTL0 + 512 * (size_t)ring + field);
+}
+
+static _Atomic uint32_t *spill(const struct ff_shm_map *m, int ring)
+{
+	return (_Atomic uint32_t *)(void *)(m->base + FF_SHM_OFF_CTL0 + 512 * (size_t)ring +
+					    FF_SHM_CTL_SPILL);
+}
+
+/* One look at ring of m: 1 while it may still have pages to give back. */
+static int look(struct ff_shm_map *m, int ring)
+{
+	uint32_t v = atomic_load_explicit(spill(m, ring), memory_order_acquire);
+	uint64_t t = atomic_load_explicit(idx(m, ring, FF_SHM_CTL_TAIL), memory_order_acquire);
+
+	if (v == FF_SPILL_NONE || v > FF_SPILL_FREEING)
+		return 0;	/* given back, or the peer's garbage: nothing of ours to free */
+	if (v != FF_SPILL_USED || t != m->seen[ring]) {
+		m->seen[ring] = t;	/* in use: look again later */
+		return 1;
+	}
+	if (!atomic_compare_exchange_strong(spill(m, ring), &v, FF_SPILL_FREEING))
+		return 1;
+	if (atomic_load_explicit(idx(m, ring, FF_SHM_CTL_HEAD), memory_order_acquire) == t) {
+		ff_shm_give_back(m->base + FF_SHM_HDR_SIZE + (size_t)ring * m->ring, m->ring);
+		v = FF_SPILL_NONE;
+	} else {
+		v = FF_SPILL_USED;
+	}
+	atomic_store_explicit(spill(m, ring), v, memory_order_release);
+	return v != FF_SPILL_NONE;
+}
+
+/* mu held: whether m stays queued (a reference of ours is not the last, and a ring waits). */
+static int keep(struct ff_shm_map *m)
+{
+	int a, b;
+
+	if (atomic_load_explicit(&m->refs, memory_order_acquire) == 1)
+		return 0;	/* no connection of ours on it now: a reuse lays it out afresh */
+	a = look(m, 0);
+	b = look(m, 1);
+	if (a || b)
+		return 1;
+	atomic_store_explicit(&m->queued, 0, memory_order_relaxed);
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(spill(m, 0), memory_order_relaxed) == FF_SPILL_USED ||
+	    atomic_load_explicit(spill(m, 1), memory_order_relaxed) == FF_SPILL_USED) {
+		atomic_store_explicit(&m->queued, 1, memory_order_relaxed);
+		return 1;
+	}
+	return 0;
+}
+
+static void *give(void *arg)
+{
+	struct timespec ts;
+
+	(void)arg;
+	pthread_mutex_lock(&mu);
+	while (queue) {
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_nsec += FF_SHM_IDLE_MS * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		while (pthread_cond_timedwait(&cv, &mu, &ts) != ETIMEDOUT)
+			;
+		for (struct ff_shm_map **p = &queue; *p;) {
+			struct ff_shm_map *m = *p;
+
+			if (keep(m)) {
+				p = &m->next;
+				continue;
+			}
+			*p = m->next;
+			atomic_store_explicit(&m->queued, 0, memory_order_relaxed);
+			ff_shm_map_put(m);
+		}
+	}
+	giving = 0;
+	pthread_mutex_unlock(&mu);
+	return NULL;
+}
+
+static void init(void)
+{
+	pthread_condattr_t a;
+
+	pthread_condattr_init(&a);
+	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+	pthread_cond_init(&cv, &a);
+	pthread_condattr_destroy(&a);
+}
+
+/* mu held: see that the thread runs. Without one (none to be had), pages stay until the channel goes. */
+static void start(void)
+{
+	pthread_attr_t a;
+	pthread_t t;
+	sigset_t all, old;
+
+	if (giving)
+		return;
+	pthread_once(&once, init);
+	sigfillset(&all);
+	pthread_attr_init(&a);
+	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	giving = !pthread_create(&t, &a, give, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_attr_destroy(&a);
+}
+
+void ff_shm_spill_later(struct ff_shm_map *m)
+{
+	if (atomic_load_explicit(&m->queued, memory_order_relaxed))
+		return;
+	pthread_mutex_lock(&mu);
+	if (!atomic_load_explicit(&m->queued, memory_order_relaxed)) {
+		atomic_fetch_add(&m->refs, 1);
+		atomic_store_explicit(&m->queued, 1, memory_order_relaxed);
+		for (int r = 0; r < 2; r++)
+			m->seen[r] = atomic_load_explicit(idx(m, r, FF_SHM_CTL_TAIL), memory_order_relaxed);
+		m->next = queue;
+		queue = m;
+		start();
+	}
+	pthread_mutex_unlock(&mu);
+}
+
+void ff_shm_spill_atfork_prepare(void)
+{
+	pthread_mutex_lock(&mu);
+}
+
+void ff_shm_spill_atfork_parent(void)
+{
+	pthread_mutex_unlock(&mu);
+}
+
+/* The thread is not in the child, and its connections moved down: let go of the mappings. */
+void ff_shm_spill_atfork_child(void)
+{
+	while (queue) {
+		struct ff_shm_map *m = queue;
+
+		queue = m->next;
+		atomic_store_explicit(&m->queued, 0, memory_order_relaxed);
+		ff_shm_map_put(m);
+	}
+	giving = 0;
+	pthread_mutex_unlock(&mu);
+}
