@@ -35,12 +35,28 @@ import (
 //go:embed echo.js echo_uvloop.py tokio/Cargo.toml tokio/Cargo.lock tokio/src/main.rs
 var files embed.FS
 
+// The programs' file names, for Write.
+const (
+	NodeFile   = "echo.js"
+	UvloopFile = "echo_uvloop.py"
+)
+
 // Node is the Node.js program, for `node -e`.
-func Node() string { return read("echo.js") }
+func Node() string { return read(NodeFile) }
 
 // Uvloop is the Python program, for `python3 -c` (Debian's python3, which
 // python3-uvloop is for).
-func Uvloop() string { return read("echo_uvloop.py") }
+func Uvloop() string { return read(UvloopFile) }
+
+// Write writes the program file name (NodeFile, UvloopFile) into dir and
+// returns its path.
+func Write(dir, name string) (string, error) {
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(read(name)), 0o644); err != nil {
+		return "", fmt.Errorf("write the echo program %s: %w", name, err)
+	}
+	return path, nil
+}
 
 // DebianPython is the python3 that python3-uvloop is installed for; a
 // PATH may put another first.
