@@ -10,7 +10,9 @@ set -euo pipefail
 PACKAGES=(
   crun containernetworking-plugins etcd-server etcd-client iproute2 iptables nftables util-linux procps
   iperf3 sockperf netpipe-tcp python3
-  # event loops and io_uring the e2e tests run on shm: asyncio on uvloop (libuv), Node.js, liburing
+  # event loops and io_uring the e2e tests and the bench run on shm: asyncio on uvloop (libuv), Node.js,
+  # liburing. Not here: cargo for the tokio echo, as bookworm's Rust (1.63) is older than tokio needs
+  # (1.85): with Rust from rustup the tokio test and bench rows run; without, they say why not.
   python3-uvloop nodejs liburing2
   # applications `freeflow bench` runs as server + client containers
   redis-server redis-tools nginx-light wrk memcached libmemcached-tools postgresql

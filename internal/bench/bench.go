@@ -109,7 +109,7 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	defer func() { err = joinErr(err, t.remove()) }()
 
 	raw := newRaw(o, c, exps)
-	env := toolEnv{Script: string(connrateScript), Tools: t.dir, Full: !o.Quick}
+	env := toolEnv{Script: string(connrateScript), Tools: t.dir, Full: !o.Quick, Missing: prepareAll(ctx, exps, t.dir)}
 	if err := measure(ctx, o, c, raw, env, exps, paths); err != nil {
 		return nil, err
 	}
@@ -136,7 +136,7 @@ func measure(ctx context.Context, o Options, c *benchCluster, raw *Raw, env tool
 	fmt.Fprintf(o.Log, "bench: starting servers and clients in cluster %s\n", c.cli.Cluster)
 	r := &runner{cli: c.cli, env: env, pin: defaultPinning(), seconds: max(1, int(o.Duration.Round(time.Second)/time.Second)),
 		runCC: o.CC, machCC: raw.Machine.DefaultCC}
-	pl := plan(exps, paths, env, !o.Quick)
+	pl := plan(runnable(exps, env.Missing), paths, env, !o.Quick)
 	pl.Volumes = []string{env.Tools}
 	dep, err := Deploy(ctx, c.cli, c.state, state.RandomName("b", 4), r.pin, pl)
 	if err != nil {

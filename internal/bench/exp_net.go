@@ -8,15 +8,18 @@ import (
 
 // Ports the bench servers listen on, in every server site.
 const (
-	portSockperf  = 19111
-	portFFMem     = 19151
-	portNetPIPE   = 19161
-	portIperf     = 19201
-	portConnRate  = 19300
-	portRedis     = 19401
-	portNginx     = 19402
-	portMemcached = 19403
-	portPostgres  = 19404
+	portSockperf   = 19111
+	portFFMem      = 19151
+	portNetPIPE    = 19161
+	portIperf      = 19201
+	portConnRate   = 19300
+	portRedis      = 19401
+	portNginx      = 19402
+	portMemcached  = 19403
+	portPostgres   = 19404
+	portTokioEcho  = 19501
+	portUvloopEcho = 19502
+	portNodeEcho   = 19503
 )
 
 // sockperfSeconds is every sockperf run's length, whatever --duration

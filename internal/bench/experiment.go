@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -43,6 +44,8 @@ type toolEnv struct {
 	// launch agent.
 	Tools string
 	Full  bool // the full run, not --quick
+	// Missing says, per experiment that cannot run here, why (Prepare).
+	Missing map[string]string
 }
 
 // ffmem is the path of the bench's own measuring program.
@@ -116,6 +119,14 @@ type Experiment struct {
 	// between the containers and a launcher outside them; the path check
 	// ignores those.
 	LauncherFallback string
+	// Prepare readies what the experiment runs on this machine (builds or
+	// writes its program into the tools directory, tools.go); an error
+	// marks its rows as not run, with why, and the rest of the bench runs.
+	Prepare func(ctx context.Context, tools string) error
+	// CountsEnds adds to each sample on a checked FreeFlow path the
+	// connection ends the agents decided during the run, on the path
+	// checked and elsewhere.
+	CountsEnds bool
 }
 
 // seconds is how long e's clients run when the run says base.
@@ -171,7 +182,8 @@ func (e Experiment) reps(base int) int {
 
 // Experiments are the experiments the bench knows, in the order shown.
 var Experiments = []Experiment{limits, pingpong, latency, netpipe, throughput, throughputDefaultCC, stream,
-	capped, connRate, idle, scaleThroughput, scaleLatency, redisBench, nginxBench, memcachedBench, pgBench, mpiBench}
+	capped, connRate, idle, scaleThroughput, scaleLatency, redisBench, nginxBench, memcachedBench, pgBench, mpiBench,
+	tokioEcho, uvloopEcho, nodeEcho}
 
 // SelectExperiments returns the named experiments in table order; empty
 // names means all, or the quick ones when quick is set.

@@ -66,6 +66,10 @@ type runner struct {
 // a sample too: it is reported, never silently dropped.
 func (r *runner) run(ctx context.Context, j Job) []Sample {
 	s := Sample{Experiment: j.Exp.Info.Name, Case: j.Case.Name, X: j.Case.X, Path: j.Path.Name, Rep: j.Rep, Warmup: j.Rep == 0}
+	if why := r.env.Missing[j.Exp.Info.Name]; why != "" {
+		s.Error = why
+		return failedSamples(r.env, j, s)
+	}
 	env, err := r.prepare(ctx, j)
 	if j.Exp.Shaped {
 		defer r.shaper.Clear(context.Background())
@@ -84,11 +88,17 @@ func (r *runner) run(ctx context.Context, j Job) []Sample {
 	defer cancel()
 	check := r.startCheck(jctx, j)
 	before, cpuErr := readCPUTimes()
+	start := time.Now()
 	outs, err := runAll(jctx, cmds)
 	after, _ := readCPUTimes()
 	verdict := check.finish()
 	if err != nil {
 		s.Error, s.Output = displayError(err, r.env.Script), lastLines(string(outs[0]), 20)
+		// Killed at its limit, by this context or by the timeout inside its
+		// container (whole seconds): a hang, said as one.
+		if limit := j.Exp.limit(r.seconds); ctx.Err() == nil && time.Since(start) >= limit-time.Second {
+			s.Error = fmt.Sprintf("hung: no result within %v, killed: %s", limit, s.Error)
+		}
 		return failedSamples(env, j, s)
 	}
 	if j.Exp.sweep() {
@@ -105,6 +115,9 @@ func (r *runner) run(ctx context.Context, j Job) []Sample {
 	}
 	if verdict != "" {
 		s.Suspect = append(s.Suspect, verdict)
+	}
+	if on, off, ok := check.ends(); ok && j.Exp.CountsEnds {
+		s.Metrics[mPathEnds], s.Metrics[mOtherEnds] = float64(on), float64(off)
 	}
 	return []Sample{s}
 }
@@ -253,7 +266,9 @@ type checkRun struct {
 	cli    CLI
 	c      *pathCheck
 	before connCounters
+	after  connCounters
 	berr   error
+	aerr   error
 	stop   chan struct{}
 	done   chan struct{}
 }
@@ -289,11 +304,11 @@ func (run *checkRun) finish() string {
 	close(run.stop)
 	<-run.done
 	v := run.c.verdict()
-	after, err := readCounters(run.ctx, run.cli)
-	if err = errors.Join(run.berr, err); err != nil {
+	run.after, run.aerr = readCounters(run.ctx, run.cli)
+	if err := errors.Join(run.berr, run.aerr); err != nil {
 		return joinVerdicts(v, "agent counters not read: "+err.Error())
 	}
-	cv := counterVerdict(run.before, after, run.c.want, run.c.launcher)
+	cv := counterVerdict(run.before, run.after, run.c.want, run.c.launcher)
 	if len(run.c.seen) == 0 && run.c.err == nil && cv == "" {
 		return "" // conns missed them, the counters confirm them
 	}
@@ -301,6 +316,23 @@ func (run *checkRun) finish() string {
 		return joinVerdicts(v, cv)
 	}
 	return v
+}
+
+// ends counts the connection ends the agents decided while the client
+// ran (after finish): on the checked path, and on any other path or the
+// overlay; ok is false when nothing was checked or a reading failed.
+func (run *checkRun) ends() (on, off uint64, ok bool) {
+	if run == nil || run.berr != nil || run.aerr != nil {
+		return 0, 0, false
+	}
+	for p, n := range run.after.Paths {
+		if d := n - run.before.Paths[p]; p == run.c.want {
+			on += d
+		} else {
+			off += d
+		}
+	}
+	return on, off + run.after.Fallback - run.before.Fallback, true
 }
 
 func joinVerdicts(a, b string) string {

@@ -136,7 +136,8 @@ func TestPlanServers(t *testing.T) {
 	}
 	// limits and mpi need no server; pingpong, stream, idle and
 	// scale-latency share ffmem's.
-	want := []int{portFFMem, portSockperf, portNetPIPE, portIperf, portConnRate, portRedis, portNginx, portMemcached, portPostgres}
+	want := []int{portFFMem, portSockperf, portNetPIPE, portIperf, portConnRate, portRedis, portNginx, portMemcached, portPostgres,
+		portTokioEcho, portUvloopEcho, portNodeEcho}
 	if fmt.Sprint(ports) != fmt.Sprint(want) {
 		t.Errorf("server ports = %v, want %v", ports, want)
 	}

@@ -72,6 +72,11 @@ func TestExperimentsOnLoopback(t *testing.T) {
 			if why := testenv.Missing(appTools[e.Info.Name]...); why != "" {
 				t.Skip(why + " (scripts/install-deps.sh installs it)")
 			}
+			if e.Prepare != nil {
+				if err := e.Prepare(ctx, env.Tools); err != nil {
+					t.Skip(err) // the bench's row says the same
+				}
+			}
 			env := env
 			if e.DefaultCC {
 				env.CC = "" // the namespace has the run's, not the machine's
