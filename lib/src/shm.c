@@ -383,7 +383,7 @@ ssize_t ff_shm_recv(int fd, const struct iovec *iov, int cnt, int flags)
 	sh = ff_shm_get(fd);
 	if (!sh)
 		return FF_SHM_MOVED;
-	need = !(flags & MSG_WAITALL) ? 1 : c.left < sh->size ? c.left : (size_t)sh->size;
+	need = !(flags & MSG_WAITALL) ? 1 : c.left < sh->cap ? c.left : (size_t)sh->cap;
 	for (;;) {
 		if (flags & MSG_PEEK)
 			r = rx_peek(sh, &c, flags, need, &ended);
@@ -570,7 +570,7 @@ int ff_shm_ioctl(int fd, unsigned long req, int *val)
 		n = ff_shm_tx_room(sh);
 		pthread_mutex_unlock(&sh->tx.mu);
 		if (n >= 0)
-			n = (int64_t)sh->size - n;
+			n = (int64_t)sh->cap - n;
 	}
 	/* SIOCATMARK: never at an urgent mark, there is no urgent data. */
 	ff_shm_put(sh);

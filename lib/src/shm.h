@@ -119,6 +119,7 @@ struct ff_shm {
 	struct ff_shm_map *map;		/* one reference */
 	uint8_t *base;			/* map->base */
 	uint64_t size;			/* ring_size, read once at attach */
+	uint64_t cap;			/* what this end lets into a ring unread: ff_shm_cap() */
 	uint32_t role;			/* enum ff_shm_role */
 	pid_t pid;			/* the process that attached it (a fork child's copy is not it) */
 	_Atomic uint32_t *switch_by;
@@ -328,6 +329,8 @@ int ff_shm_wait(int fd, struct ff_shm *sh, unsigned dir, int ms);
 /* Spin budget in nanoseconds (FREEFLOW_SHM_SPIN_US), read at init. */
 extern long ff_shm_spin_ns;
 void ff_shm_init(void);
+/* What a ring of ring_size may hold unread: no more than a move down puts in a socket buffer. */
+uint64_t ff_shm_cap(uint64_t ring_size);
 
 /*
  * Moving down (docs/SHM.md, "Moving down"; shm_switch.c): make fd's

@@ -42,6 +42,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,7 +62,7 @@ _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,
 /* Default spin before sleeping: lib/README.md, "Shared memory", has the measurement. */
 #define SPIN_DEFAULT_US		20
 /* A producer waiting for room is woken once this much is free (as TCP waits for wspace). */
-#define ROOM_WAKE(sh)		((sh)->size / 4)
+#define ROOM_WAKE(sh)		((sh)->cap / 4)
 /* A waiter that woke for nothing while others were armed waits this long for their drain. */
 #define STEP_BACK_NS		1000000L
 /* How long a producer waits for the consumer to give the pages past FF_SHM_KEEP back. */
@@ -69,12 +70,50 @@ _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,
 
 long ff_shm_spin_ns = SPIN_DEFAULT_US * 1000L;
 
+/*
+ * Payload a socket buffer at its largest (twice net.core.wmem_max) takes:
+ * 7/8 of it leaves room for the kernel's per-skb overhead (an AF_UNIX pair
+ * written in 16 KiB pieces takes 96% of its buffer). Stock wmem_max: 364 KiB.
+ */
+#define MOVABLE(wmem_max)	((uint64_t)(wmem_max) * 2 / 8 * 7)
+static uint64_t movable = MOVABLE(212992);
+
+/*
+ * Moving down puts a ring's unread bytes into a socket pair's buffer
+ * (shm_switch.c), which the kernel caps at twice net.core.wmem_max for an
+ * unprivileged process. A ring never holds more unread than that, so a
+ * move never waits for a reader (who may be this very process, in fork):
+ * read once, the same on both ends of a channel (one host, one sysctl).
+ */
+static void read_wmem_max(void)
+{
+	char buf[32];
+	int fd = open("/proc/sys/net/core/wmem_max", O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd < 0 ? -1 : ff_real.read(fd, buf, sizeof(buf) - 1);
+	long long v;
+
+	if (fd >= 0)
+		ff_real.close(fd);
+	if (n <= 0)
+		return;
+	buf[n] = 0;
+	v = strtoll(buf, NULL, 10);
+	if (v > 0 && v <= INT_MAX)
+		movable = MOVABLE(v);
+}
+
+uint64_t ff_shm_cap(uint64_t ring_size)
+{
+	return ring_size < movable ? ring_size : movable;
+}
+
 void ff_shm_init(void)
 {
 	const char *v = getenv("FREEFLOW_SHM_SPIN_US");
 	char *end;
 	long us;
 
+	read_wmem_max();
 	if (!v || !*v)
 		return;
 	us = strtol(v, &end, 10);
@@ -181,6 +220,7 @@ static int view(struct ff_shm_map *m, enum ff_shm_role role, struct ff_shm **out
 	sh->map = m;
 	sh->base = m->base;
 	sh->size = m->ring;
+	sh->cap = ff_shm_cap(m->ring);
 	sh->role = role;
 	sh->pid = getpid();
 	sh->switch_by = ff_shm_word(sh, FF_SHM_OFF_SWITCH_BY);
@@ -450,7 +490,7 @@ int64_t ff_shm_tx_room(struct ff_shm *sh)
 	if (mine - t > mine - seen)
 		return ff_shm_broken(sh, "the peer's tail moved backwards or past our head");
 	atomic_store_explicit(&r->theirs, t, memory_order_relaxed);
-	return (int64_t)(sh->size - (mine - t));
+	return mine - t >= sh->cap ? 0 : (int64_t)(sh->cap - (mine - t));
 }
 
 /* Best effort: EAGAIN means bells are pending already; EPIPE, the peer is gone. */
@@ -475,7 +515,7 @@ void ff_shm_rx_consumed(int fd, struct ff_shm *sh, uint64_t n)
 	 * the peer sees: a bell too many, never one too few.
 	 */
 	if (atomic_load_explicit(r->prod_wait, memory_order_relaxed) &&
-	    sh->size - (h - t) >= ROOM_WAKE(sh))
+	    h - t + ROOM_WAKE(sh) <= sh->cap)
 		ring_bell(fd);
 	/* Drained after a burst past FF_SHM_KEEP: once per burst, not per byte. */
 	if (h == t && atomic_load_explicit(r->spill, memory_order_relaxed) == FF_SPILL_USED)
@@ -575,7 +615,7 @@ static int news(struct ff_shm *sh, unsigned dir, uint64_t room)
 				atomic_load_explicit(r->tail, memory_order_relaxed);
 
 		/* A used count over the ring is the peer's garbage: the caller's check says so. */
-		if (used <= sh->size - room || used > sh->size ||
+		if (used + room <= sh->cap || used > sh->size ||
 		    atomic_load_explicit(r->cons_closed, memory_order_relaxed))
 			return 1;
 	}

@@ -39,9 +39,9 @@
  *
  * Bounds, so that a broken or hostile peer costs a bounded wait and then
  * ECONNRESET, never a hang: B's consumer busy for BUSY_WAIT_MS; no `S`
- * within SWITCH_WAIT_MS of seeing switch_by; a move that does not fit the
- * socket buffers (rings larger than twice net.core.wmem_max) waits for the
- * reader up to MOVE_WAIT_MS. Anything malformed (an `S` without exactly
+ * within SWITCH_WAIT_MS of seeing switch_by; a peer whose ring holds more
+ * unread than its cap (ff_shm_cap: what a socket buffer takes) up to
+ * MOVE_WAIT_MS. Anything malformed (an `S` without exactly
  * one AF_UNIX stream socket, fds with a doorbell, switch_by naming this end
  * though it did not move) breaks the connection at once. A broken
  * connection's bell socket is shut down both ways, so the peer sees it end
@@ -226,7 +226,7 @@ static int flush_tx(struct ff_shm *sh, int sock)
 
 	if (room < 0)
 		return (int)room;
-	unread = sh->size - (uint64_t)room;
+	unread = sh->cap - (uint64_t)room;
 	n = ring_to_sock(sh, &sh->tx, atomic_load_explicit(&sh->tx.mine, memory_order_relaxed) - unread,
 			 unread, sock, now_ms() + MOVE_WAIT_MS);
 	if (n == -ETIMEDOUT)

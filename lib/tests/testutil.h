@@ -161,4 +161,18 @@ static inline void t_preload_hiding(char *pre, size_t cap)
 		 extra && *extra ? " " : "", dirname(self), abs);
 }
 
+/* The integer in sysctl file path, if it is below max; else (or unreadable) max. */
+static inline unsigned int t_sysctl_at_most(const char *path, unsigned int max)
+{
+	FILE *f = fopen(path, "r");
+	long long v = -1;
+
+	if (f) {
+		if (fscanf(f, "%lld", &v) != 1)
+			v = -1;
+		fclose(f);
+	}
+	return v > 0 && v < (long long)max ? (unsigned int)v : max;
+}
+
 #endif
