@@ -128,6 +128,11 @@ int ff_ledger_ready(void)
 	return ret;
 }
 
+int ff_ledger_held(void)
+{
+	return atomic_load_explicit(&sent, memory_order_acquire);
+}
+
 int ff_ledger_resend(struct ff_agent *a)
 {
 	return atomic_load_explicit(&sent, memory_order_acquire) ? ff_send_ledger_on(a, ledger_fd) : 0;

@@ -476,6 +476,7 @@ static void decide(int fd, struct ff_conn *c, struct ff_handover *h, int accepti
 struct said {
 	uint8_t kind;
 	char reason[65];
+	int unanswered;		/* asked, but no answer came: listed by this library alone */
 };
 
 /* Note in *said what PATH r says. */
@@ -506,6 +507,9 @@ static int ask_agent(uint8_t msg, const struct sockaddr_storage *local,
 
 	if (ret < 0) {
 		snprintf(why, cap, ret == -FF_ELIMIT ? "%s" : "agent unreachable: %s", ff_agent_strerror(ret));
+		snprintf(said->reason, sizeof(said->reason), "%s",
+			 ret == -FF_ELIMIT ? "agent-limit" : "agent-unreachable");
+		said->unanswered = 1;
 		return -1;
 	}
 	fast = read_path(&r, msg, h, link, why, cap);
@@ -574,7 +578,7 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 	int answered = 0, swapped, spare = -1, linked, pair;
 	uint32_t ring = 0;
 	uint64_t entry = 0, listed = 0;
-	struct said said = { FF_PATH_OVERLAY, "" };
+	struct said said = { FF_PATH_OVERLAY, "", 0 };
 
 	if (msg == FF_MSG_CONNECT && c->offer)
 		ff_offer_peer(c->offer, &remote, &rl);
@@ -589,8 +593,13 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 		fast = &h;
 		ring = h.shm ? (uint32_t)h.shm->size : 0;
 	}
-	/* What the agent answered goes into the ledger too: a restarted agent reads it there. */
-	if (answered && ff_ledger_ready() == 0)
+	/*
+	 * What the agent answered goes into the ledger too: a restarted agent
+	 * reads it there. So does what it did not answer (it was away or
+	 * refused us), if the agent already has the ledger: sending it now
+	 * would wait for the agent again.
+	 */
+	if ((answered && ff_ledger_ready() == 0) || (said.unanswered && ff_ledger_held()))
 		listed = ff_ledger_reserve();
 	ff_table_lock();
 	c->answered = answered;

@@ -381,6 +381,8 @@ void ff_links_atfork_child(void);
  * agent has it, else -errno (then no link may be used).
  */
 int ff_ledger_ready(void);
+/* Whether the agent has the ledger already (ff_ledger_ready without sending it). */
+int ff_ledger_held(void);
 /* Reserve an entry for a connection about to be decided; 0: none free (or no ledger). */
 uint64_t ff_ledger_reserve(void);
 /*
