@@ -225,28 +225,39 @@ func TestConnectorCommitsOnlyWithinBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	for _, tc := range []struct {
-		delay      time.Duration
-		kind       uint8
-		wantCommit bool
-	}{
-		{0, pathHostTCP, true},
-		{offerBudget + 100*time.Millisecond, pathOverlay, false},
-	} {
+	port := 45100
+	// offer has the fake answer after delay and returns what the connector
+	// got and what the fake read after its answer.
+	offer := func(delay time.Duration) (pathResult, string) {
+		port++
 		seen := make(chan string, 1)
-		go fakeAcceptorAgent(ln, hs.h1.clusterKey(), tc.delay, seen)
-		r, err := newLib(t, hs.h1).connect(selfCli(45100+int(tc.delay/time.Millisecond)), srv2)
+		go fakeAcceptorAgent(ln, hs.h1.clusterKey(), delay, seen)
+		r, err := newLib(t, hs.h1).connect(selfCli(port), srv2)
 		if err != nil {
 			t.Fatal(err)
 		}
 		closeFD(r.FD)
-		if got := <-seen; r.Kind != tc.kind || (got == "COMMIT") != tc.wantCommit {
-			t.Errorf("reply after %v: connector got %+v, the acceptor's agent read %s; want %s, COMMIT %v",
-				tc.delay, r, got, pathName(tc.kind), tc.wantCommit)
+		return r, <-seen
+	}
+	// An answer at once is committed. On a busy machine the exchange itself
+	// may outlast the budget; that attempt must then end as past it does.
+	committed := false
+	for try := 0; try < 3 && !committed; try++ {
+		r, got := offer(0)
+		switch {
+		case r.Kind == pathHostTCP && got == "COMMIT" && r.FD >= 0:
+			committed = true
+		case r.Kind == pathOverlay && got != "COMMIT" && r.Elapsed >= offerBudget:
+			t.Logf("attempt %d outlasted the budget (%v): overlay, no COMMIT", try, r.Elapsed)
+		default:
+			t.Fatalf("reply at once: connector got %+v, the acceptor's agent read %s; want host-tcp with a descriptor and COMMIT", r, got)
 		}
-		if tc.wantCommit && r.FD < 0 {
-			t.Errorf("reply after %v: the connecting library got no descriptor", tc.delay)
-		}
+	}
+	if !committed {
+		t.Fatal("3 exchanges in a row outlasted the budget: no reply at once was committed")
+	}
+	if r, got := offer(offerBudget + 100*time.Millisecond); r.Kind != pathOverlay || got == "COMMIT" {
+		t.Errorf("reply past the budget: connector got %+v, the acceptor's agent read %s; want overlay, no COMMIT", r, got)
 	}
 }
 
