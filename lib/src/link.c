@@ -304,10 +304,9 @@ static int send_offer(int link, const struct ep *conn, const struct ep *acc, uin
 static struct chan *reuse(struct link *l)
 {
 	for (int i = 0; i < CHANS_MAX; i++)
-		if (l->chans[i].map && ff_shm_map_idle(l->chans[i].map)) {
-			ff_shm_map_reset(l->chans[i].map);
+		if (l->chans[i].map && ff_shm_map_idle(l->chans[i].map) &&
+		    !ff_shm_map_reset(l->chans[i].map))
 			return &l->chans[i];
-		}
 	return NULL;
 }
 

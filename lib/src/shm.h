@@ -173,11 +173,16 @@ void ff_shm_map_put(struct ff_shm_map *m);
 /*
  * Whether both ends of the channel let go of it for good (the last
  * reference to each end's struct ff_shm went), after a connection the
- * acceptor took: then nobody touches it and its connector may reuse it.
+ * acceptor took, and this process's giving-back thread has let go of it:
+ * then nobody touches it and its connector may reuse it.
  */
 int ff_shm_map_idle(const struct ff_shm_map *m);
-/* Lay the header out as new for the next offer (only when idle), offer word OFFERED. */
-void ff_shm_map_reset(struct ff_shm_map *m);
+/*
+ * Lay the header out as new for the next offer (only when idle), offer
+ * word OFFERED: 0, or -EBUSY (a thread, ours or the peer's, is giving a
+ * ring's pages back: nothing changed, try another channel).
+ */
+int ff_shm_map_reset(struct ff_shm_map *m);
 /*
  * Giving memory back (docs/SHM.md; shm_spill.c). A ring of m was seen
  * empty with its spill word USED: give its pages past FF_SHM_KEEP back

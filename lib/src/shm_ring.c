@@ -302,25 +302,52 @@ int ff_shm_map_idle(const struct ff_shm_map *m)
 	return atomic_load_explicit(map_word(m, FF_SHM_OFF_OFFER), memory_order_acquire) ==
 		       FF_OFFER_TAKEN &&
 	       atomic_load_explicit(map_word(m, FF_SHM_OFF_DONE), memory_order_acquire) &&
-	       atomic_load_explicit(map_word(m, FF_SHM_OFF_DONE + 4), memory_order_acquire);
+	       atomic_load_explicit(map_word(m, FF_SHM_OFF_DONE + 4), memory_order_acquire) &&
+	       !atomic_load_explicit(&m->queued, memory_order_relaxed);
 }
 
-void ff_shm_map_reset(struct ff_shm_map *m)
+/*
+ * Take ring's spill word from NONE or USED to FREEING, so that no thread
+ * giving pages back (ours or the peer's) is between its CAS and its store:
+ * the old value, or -EBUSY.
+ */
+static int take_spill(struct ff_shm_map *m, size_t ctl)
+{
+	_Atomic uint32_t *w = map_word(m, ctl + FF_SHM_CTL_SPILL);
+	uint32_t v = atomic_load_explicit(w, memory_order_acquire);
+
+	if ((v != FF_SPILL_NONE && v != FF_SPILL_USED) ||
+	    !atomic_compare_exchange_strong(w, &v, FF_SPILL_FREEING))
+		return -EBUSY;
+	return (int)v;
+}
+
+int ff_shm_map_reset(struct ff_shm_map *m)
 {
 	static const size_t words[] = {
 		FF_SHM_OFF_SWITCH_BY, FF_SHM_OFF_OFFER_WAIT, FF_SHM_OFF_DONE, FF_SHM_OFF_DONE + 4,
 	};
 	static const size_t ctl[] = {
 		FF_SHM_CTL_CONS_WAIT, FF_SHM_CTL_PROD_WAIT, FF_SHM_CTL_CONS_BUSY,
-		FF_SHM_CTL_PROD_SHUT, FF_SHM_CTL_CONS_CLOSED, FF_SHM_CTL_SPILL,
+		FF_SHM_CTL_PROD_SHUT, FF_SHM_CTL_CONS_CLOSED,
 	};
 	static const size_t idx[] = { FF_SHM_CTL_HEAD, FF_SHM_CTL_TAIL, FF_SHM_CTL_BASE };
+	int was[2];
 
+	was[0] = take_spill(m, FF_SHM_OFF_CTL0);
+	if (was[0] < 0)
+		return was[0];
+	was[1] = take_spill(m, FF_SHM_OFF_CTL1);
+	if (was[1] < 0) {
+		atomic_store_explicit(map_word(m, FF_SHM_OFF_CTL0 + FF_SHM_CTL_SPILL), (uint32_t)was[0],
+				      memory_order_release);
+		return was[1];
+	}
 	for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
 		atomic_store_explicit(map_word(m, words[i]), 0, memory_order_relaxed);
 	for (size_t b = FF_SHM_OFF_CTL0; b <= FF_SHM_OFF_CTL1; b += 512) {	/* both control blocks */
 		/* The last connection left bytes past FF_SHM_KEEP unread: nobody reads them now. */
-		if (atomic_load_explicit(map_word(m, b + FF_SHM_CTL_SPILL), memory_order_relaxed))
+		if (was[(b - FF_SHM_OFF_CTL0) / 512] != FF_SPILL_NONE)
 			ff_shm_give_back(m->base + FF_SHM_HDR_SIZE + (b - FF_SHM_OFF_CTL0) / 512 * m->ring,
 					 m->ring);
 		for (size_t i = 0; i < sizeof(idx) / sizeof(idx[0]); i++)
@@ -328,8 +355,11 @@ void ff_shm_map_reset(struct ff_shm_map *m)
 					      memory_order_relaxed);
 		for (size_t i = 0; i < sizeof(ctl) / sizeof(ctl[0]); i++)
 			atomic_store_explicit(map_word(m, b + ctl[i]), 0, memory_order_relaxed);
+		atomic_store_explicit(map_word(m, b + FF_SHM_CTL_SPILL), FF_SPILL_NONE,
+				      memory_order_relaxed);
 	}
 	atomic_store_explicit(map_word(m, FF_SHM_OFF_OFFER), FF_OFFER_OFFERED, memory_order_release);
+	return 0;
 }
 
 int ff_shm_open(int memfd, enum ff_shm_role role, struct ff_shm **out, const char **why)

@@ -68,7 +68,12 @@ static int look(struct ff_shm_map *m, int ring)
 	}
 	if (!atomic_compare_exchange_strong(spill(m, ring), &v, FF_SPILL_FREEING))
 		return 1;
-	if (atomic_load_explicit(idx(m, ring, FF_SHM_CTL_HEAD), memory_order_acquire) == t) {
+	/*
+	 * Both indices again, after the CAS: a reuse (link.c) may have laid
+	 * the ring out afresh since t was loaded, so t alone proves nothing.
+	 */
+	if (atomic_load_explicit(idx(m, ring, FF_SHM_CTL_HEAD), memory_order_acquire) ==
+	    atomic_load_explicit(idx(m, ring, FF_SHM_CTL_TAIL), memory_order_acquire)) {
 		ff_shm_give_back(m->base + FF_SHM_HDR_SIZE + (size_t)ring * m->ring, m->ring);
 		v = FF_SPILL_NONE;
 	} else {
