@@ -444,7 +444,7 @@ static ssize_t tx_put(int fd, struct ff_shm *sh, struct source *s)
 		k = (size_t)room < s->left ? (size_t)room : s->left;
 		if (k > CHUNK)
 			k = CHUNK;
-		if ((ret = ff_shm_tx_claim(sh, i, k)))
+		if ((ret = ff_shm_tx_claim(sh, i, &k)) || !k)
 			break;
 		while (done < k && !s->eof) {
 			uint8_t *p;

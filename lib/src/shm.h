@@ -303,11 +303,13 @@ static inline size_t ff_shm_seg(const struct ff_shm *sh, const struct ff_shm_rin
 	return n < sh->size - o ? n : (size_t)(sh->size - o);
 }
 /*
- * tx.mu held, about to write [i, i + n) of tx: 0 (claimed the pages past
- * FF_SHM_KEEP if the bytes reach them), or -ECONNRESET (the peer holds
- * them for good). ff_shm_tx_produced releases the claim.
+ * tx.mu held, about to write [i, i + *n) of tx: 0 with the pages past
+ * FF_SHM_KEEP claimed if the bytes reach them, or *n cut to what fits
+ * before KEEP while the peer gives them back (0: none fits yet, wait as
+ * for room); or -ECONNRESET (the peer wrote garbage into the spill word).
+ * ff_shm_tx_produced releases the claim.
  */
-int ff_shm_tx_claim(struct ff_shm *sh, uint64_t i, size_t n);
+int ff_shm_tx_claim(struct ff_shm *sh, uint64_t i, size_t *n);
 /* Publish n more bytes consumed (rx) / produced (tx), waking the peer if it waits. mu held. */
 void ff_shm_rx_consumed(int fd, struct ff_shm *sh, uint64_t n);
 void ff_shm_tx_produced(int fd, struct ff_shm *sh, uint64_t n);

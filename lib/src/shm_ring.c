@@ -65,8 +65,14 @@ _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,
 #define ROOM_WAKE(sh)		((sh)->cap / 4)
 /* A waiter that woke for nothing while others were armed waits this long for their drain. */
 #define STEP_BACK_NS		1000000L
-/* How long a producer waits for the consumer to give the pages past FF_SHM_KEEP back. */
-#define SPILL_WAIT_NS		1000000000L
+/*
+ * A producer that must write past FF_SHM_KEEP while the peer gives those
+ * pages back (one madvise) looks again every SPILL_POLL_NS, for at most
+ * SPILL_WAIT_NS under tx.mu, then returns to wait as for room (so a
+ * nonblocking send gets EAGAIN).
+ */
+#define SPILL_POLL_NS		50000L
+#define SPILL_WAIT_NS		1000000L
 
 long ff_shm_spin_ns = SPIN_DEFAULT_US * 1000L;
 
@@ -552,34 +558,68 @@ void ff_shm_rx_consumed(int fd, struct ff_shm *sh, uint64_t n)
 		ff_shm_spill_later(sh->map);
 }
 
-int ff_shm_tx_claim(struct ff_shm *sh, uint64_t i, size_t n)
+/* tx.mu held: start again at offset 0, in the pages kept, if tx is empty (the tail last seen is i). */
+static void rebase(struct ff_shm_ring *r, uint64_t i)
 {
-	struct ff_shm_ring *r = &sh->tx;
-	int64_t end = 0;
-
-	/* Empty (the tail last seen is i): start again at offset 0, in the pages kept. */
 	if (atomic_load_explicit(&r->theirs, memory_order_relaxed) == i && r->org != i) {
 		r->org = i;
 		atomic_store_explicit(r->base, i, memory_order_relaxed);	/* head's release publishes it */
 	}
-	if (r->spilling || ((i - r->org) & (sh->size - 1)) + n <= FF_SHM_KEEP)
-		return 0;
-	for (;;) {
-		uint32_t v = atomic_load_explicit(r->spill, memory_order_acquire);
+}
 
+int ff_shm_tx_claim(struct ff_shm *sh, uint64_t i, size_t *n)
+{
+	struct ff_shm_ring *r = &sh->tx;
+	int64_t end = 0;
+	uint64_t o;
+
+	rebase(r, i);
+	for (;;) {
+		uint32_t v;
+		int64_t room;
+
+		o = (i - r->org) & (sh->size - 1);
+		if (r->spilling || o + *n <= FF_SHM_KEEP)
+			return 0;
+		v = atomic_load_explicit(r->spill, memory_order_acquire);
 		if (v > FF_SPILL_FREEING)
-			return ff_shm_broken(sh, "the spill word holds no state");
+			return ff_shm_broken(sh, "the peer wrote a value that is no state into the "
+						 "ring's spill word (docs/SHM.md): it breaks the protocol");
 		if (v != FF_SPILL_FREEING &&
 		    atomic_compare_exchange_weak(r->spill, &v, FF_SPILL_WRITING)) {
 			r->spilling = 1;
 			return 0;
 		}
-		/* They are being given back (shm_spill.c): one madvise. */
+		if (v != FF_SPILL_FREEING)
+			continue;
+		/*
+		 * The peer gives the pages past KEEP back, which it does only
+		 * while the ring is empty: write within KEEP meanwhile.
+		 */
+		if (o < FF_SHM_KEEP) {
+			*n = FF_SHM_KEEP - o;
+			return 0;
+		}
+		room = ff_shm_tx_room(sh);	/* the ring may be empty now: then rebase */
+		if (room < 0)
+			return (int)room;
+		rebase(r, i);
+		if (r->org == i)
+			continue;
+		/*
+		 * Not empty yet (its thread is about to find that out and store
+		 * USED back), or a peer that breaks the protocol: look again a
+		 * little later, then let the caller wait as for room. No
+		 * deadline: such a peer can stall the writer, as one that never
+		 * reads can, but never reset the connection.
+		 */
 		if (!end)
 			end = now_ns() + SPILL_WAIT_NS;
-		else if (now_ns() > end)
-			return ff_shm_broken(sh, "the peer held the ring's pages past 256 KiB for 1 s");
-		sched_yield();
+		else if (now_ns() >= end) {
+			*n = 0;
+			return 0;
+		}
+		nanosleep(&(struct timespec){ 0, SPILL_POLL_NS }, NULL);
 	}
 }
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Description: a peer that holds a ring's spill word at FREEING (as if giving its pages back, forever) or writes a value that is no state gets the writer ECONNRESET once its bytes reach past the first 256 KiB of the ring (after at most 1 s for FREEING): the bytes before go through, never a hang */
+/* Description: a peer that holds a ring's spill word at FREEING (as if giving its pages back, forever) keeps the writer within the first 256 KiB of the ring: what fits goes through, then EAGAIN (never ECONNRESET, never a hang), and once the peer reads, the writer goes on there; a peer that writes a value that is no state gets the writer ECONNRESET once its bytes reach past the first 256 KiB: the bytes before go through */
 /* Channels: shm shm-link */
 #include "shimtest.h"
 
@@ -8,29 +8,43 @@
 #define KEEP		(256u << 10)
 #define N		(KEEP + (64u << 10))
 
-static void held(int cfd, int sfd, uint8_t *m, uint32_t v, const char *what)
+/* The peer writes v into the spill word; the victim sends N: the KEEP bytes before the spill go through. */
+static void held(int cfd, uint8_t *m, uint32_t v, const char *what)
 {
 	static uint8_t buf[N];
 	ssize_t r;
 
-	(void)sfd;
 	__atomic_store_n((uint32_t *)(void *)(m + SPILL), v, __ATOMIC_SEQ_CST);
-	r = send(cfd, buf, N, MSG_NOSIGNAL);
+	r = send(cfd, buf, N, MSG_NOSIGNAL | MSG_DONTWAIT);
 	CHECK(r == (ssize_t)KEEP, "%s: send of %u bytes gave %zd (%s), want the %u before the spill",
 	      what, N, r, strerror(errno), KEEP);
-	r = send(cfd, buf, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-	CHECK(r == -1 && errno == ECONNRESET, "%s: the next send gave %zd (%s), want ECONNRESET",
-	      what, r, strerror(errno));
 }
 
 static void case_freeing_forever(int cfd, int sfd, uint8_t *m)
 {
-	held(cfd, sfd, m, 3, "spill held at FREEING");
+	ssize_t r;
+
+	held(cfd, m, 3, "spill held at FREEING");
+	r = send(cfd, "x", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+	CHECK(r == -1 && errno == EAGAIN, "spill held at FREEING: the next send gave %zd (%s), want EAGAIN",
+	      r, strerror(errno));
+	/* The peer reads it all: the ring is empty, the writer starts again within KEEP. */
+	CHECK(recv(sfd, (uint8_t[KEEP]){ 0 }, KEEP, MSG_WAITALL) ==
+	      (ssize_t)KEEP, "spill held at FREEING: the peer could not read the bytes sent");
+	r = send(cfd, (uint8_t[N - KEEP]){ 0 }, N - KEEP, MSG_NOSIGNAL | MSG_DONTWAIT);
+	CHECK(r == (ssize_t)(N - KEEP), "spill held at FREEING, ring empty: send of %u gave %zd (%s)",
+	      N - KEEP, r, strerror(errno));
 }
 
 static void case_no_state(int cfd, int sfd, uint8_t *m)
 {
-	held(cfd, sfd, m, 77, "spill holding no state");
+	ssize_t r;
+
+	(void)sfd;
+	held(cfd, m, 77, "spill holding no state");
+	r = send(cfd, "x", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+	CHECK(r == -1 && errno == ECONNRESET, "spill holding no state: the next send gave %zd (%s), "
+	      "want ECONNRESET", r, strerror(errno));
 }
 
 int main(int argc, char **argv)
