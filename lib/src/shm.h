@@ -110,6 +110,7 @@ struct ff_shm_map {
 	_Atomic int queued;
 	struct ff_shm_map *next;
 	uint64_t seen[2];		/* each ring's tail at the last look */
+	int64_t since[2];		/* CLOCK_MONOTONIC ns: when that tail was first seen */
 };
 
 struct ff_shm {

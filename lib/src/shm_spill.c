@@ -7,7 +7,8 @@
  * again (a 1 MiB ping-pong took 2.5 times as long), so a drained ring with
  * its spill word USED is queued here instead, and a thread gives its pages
  * back once the ring has stayed empty and untouched (tail unchanged) for
- * FF_SHM_IDLE_MS: a connection that keeps carrying bursts keeps its pages,
+ * FF_SHM_IDLE_MS, counted per ring from when it was queued or last seen
+ * in use: a connection that keeps carrying bursts keeps its pages,
  * an idle one holds no more than the kept start of each ring.
  *
  * The thread works on the shared words only (spill, head, tail), as the
@@ -31,9 +32,9 @@
 
 #include "shm.h"
 
+#define IDLE_NS		((int64_t)FF_SHM_IDLE_MS * 1000000)
+
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t cv;
-static pthread_once_t once = PTHREAD_ONCE_INIT;
 static struct ff_shm_map *queue;	/* under mu */
 static int giving;			/* the thread runs; under mu */
 
@@ -54,20 +55,36 @@ static _Atomic uint32_t *spill(const struct ff_shm_map *m, int ring)
 					    FF_SHM_CTL_SPILL);
 }
 
-/* One look at ring of m: 1 while it may still have pages to give back. */
-static int look(struct ff_shm_map *m, int ring)
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Ring of m was seen in use at now: its pages stay FF_SHM_IDLE_MS from now. */
+static int64_t in_use(struct ff_shm_map *m, int ring, uint64_t t, int64_t now)
+{
+	m->seen[ring] = t;
+	m->since[ring] = now;
+	return now + IDLE_NS;
+}
+
+/* One look at ring of m at now: when to look again, or 0 (nothing of ours to give back). */
+static int64_t look(struct ff_shm_map *m, int ring, int64_t now)
 {
 	uint32_t v = atomic_load_explicit(spill(m, ring), memory_order_acquire);
 	uint64_t t = atomic_load_explicit(idx(m, ring, FF_SHM_CTL_TAIL), memory_order_acquire);
 
 	if (v == FF_SPILL_NONE || v > FF_SPILL_FREEING)
 		return 0;	/* given back, or the peer's garbage: nothing of ours to free */
-	if (v != FF_SPILL_USED || t != m->seen[ring]) {
-		m->seen[ring] = t;	/* in use: look again later */
-		return 1;
-	}
+	if (v != FF_SPILL_USED || t != m->seen[ring])
+		return in_use(m, ring, t, now);
+	if (now - m->since[ring] < IDLE_NS)
+		return m->since[ring] + IDLE_NS;	/* drained, not for long enough yet */
 	if (!atomic_compare_exchange_strong(spill(m, ring), &v, FF_SPILL_FREEING))
-		return 1;
+		return in_use(m, ring, t, now);
 	/*
 	 * Both indices again, after the CAS: a reuse (link.c) may have laid
 	 * the ring out afresh since t was loaded, so t alone proves nothing.
@@ -80,18 +97,25 @@ static int look(struct ff_shm_map *m, int ring)
 		v = FF_SPILL_USED;
 	}
 	atomic_store_explicit(spill(m, ring), v, memory_order_release);
-	return v != FF_SPILL_NONE;
+	return v == FF_SPILL_NONE ? 0 : in_use(m, ring, t, now);
 }
 
-/* mu held: whether m stays queued (a reference of ours is not the last, and a ring waits). */
-static int keep(struct ff_shm_map *m)
+/*
+ * mu held: whether m stays queued (a reference of ours is not the last,
+ * and a ring waits); *next gets the earliest time a ring of it waits for.
+ */
+static int keep(struct ff_shm_map *m, int64_t now, int64_t *next)
 {
-	int a, b;
+	int64_t a, b;
 
 	if (atomic_load_explicit(&m->refs, memory_order_acquire) == 1)
 		return 0;	/* no connection of ours on it now: a reuse lays it out afresh */
-	a = look(m, 0);
-	b = look(m, 1);
+	a = look(m, 0, now);
+	b = look(m, 1, now);
+	if (a && a < *next)
+		*next = a;
+	if (b && b < *next)
+		*next = b;
 	if (a || b)
 		return 1;
 	atomic_store_explicit(&m->queued, 0, memory_order_relaxed);
@@ -99,30 +123,38 @@ static int keep(struct ff_shm_map *m)
 	if (atomic_load_explicit(spill(m, 0), memory_order_relaxed) == FF_SPILL_USED ||
 	    atomic_load_explicit(spill(m, 1), memory_order_relaxed) == FF_SPILL_USED) {
 		atomic_store_explicit(&m->queued, 1, memory_order_relaxed);
+		if (now + IDLE_NS < *next)
+			*next = now + IDLE_NS;
 		return 1;
 	}
 	return 0;
 }
 
+/*
+ * Sleeps until the first queued ring has been drained and untouched for
+ * FF_SHM_IDLE_MS. Nobody needs to wake it early: a ring queued while it
+ * sleeps is due FF_SHM_IDLE_MS later, after every one queued before.
+ */
 static void *give(void *arg)
 {
-	struct timespec ts;
+	int64_t next = now_ns() + IDLE_NS;
 
 	(void)arg;
 	pthread_mutex_lock(&mu);
 	while (queue) {
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		ts.tv_nsec += FF_SHM_IDLE_MS * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		while (pthread_cond_timedwait(&cv, &mu, &ts) != ETIMEDOUT)
+		struct timespec ts = { next / 1000000000, next % 1000000000 };
+		int64_t now;
+
+		pthread_mutex_unlock(&mu);
+		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
 			;
+		pthread_mutex_lock(&mu);
+		now = now_ns();
+		next = now + IDLE_NS;
 		for (struct ff_shm_map **p = &queue; *p;) {
 			struct ff_shm_map *m = *p;
 
-			if (keep(m)) {
+			if (keep(m, now, &next)) {
 				p = &m->next;
 				continue;
 			}
@@ -136,16 +168,6 @@ static void *give(void *arg)
 	return NULL;
 }
 
-static void init(void)
-{
-	pthread_condattr_t a;
-
-	pthread_condattr_init(&a);
-	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-	pthread_cond_init(&cv, &a);
-	pthread_condattr_destroy(&a);
-}
-
 /* mu held: see that the thread runs. Without one (none to be had), pages stay until the channel goes. */
 static void start(void)
 {
@@ -155,7 +177,6 @@ static void start(void)
 
 	if (giving)
 		return;
-	pthread_once(&once, init);
 	sigfillset(&all);
 	pthread_attr_init(&a);
 	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
@@ -174,7 +195,8 @@ void ff_shm_spill_later(struct ff_shm_map *m)
 		atomic_fetch_add(&m->refs, 1);
 		atomic_store_explicit(&m->queued, 1, memory_order_relaxed);
 		for (int r = 0; r < 2; r++)
-			m->seen[r] = atomic_load_explicit(idx(m, r, FF_SHM_CTL_TAIL), memory_order_relaxed);
+			in_use(m, r, atomic_load_explicit(idx(m, r, FF_SHM_CTL_TAIL), memory_order_relaxed),
+			       now_ns());
 		m->next = queue;
 		queue = m;
 		start();
