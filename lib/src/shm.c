@@ -330,7 +330,7 @@ static ssize_t rx_take(int fd, struct ff_shm *sh, struct cursor *c, int flags, i
 
 /*
  * MSG_PEEK: copy without taking (MSG_TRUNC: only count), once need bytes
- * are there (MSG_WAITALL: the whole length, up to what the ring can hold)
+ * are there (MSG_WAITALL: the whole length, up to what any writer lets in)
  * or the stream ended.
  */
 static ssize_t rx_peek(struct ff_shm *sh, struct cursor *c, int flags, size_t need, int *ended)
@@ -364,6 +364,14 @@ static ssize_t rx_peek(struct ff_shm *sh, struct cursor *c, int flags, size_t ne
 	return ret;
 }
 
+/* What a MSG_WAITALL peek of left bytes waits for: all, up to FF_SHM_KEEP and our cap. */
+static size_t peek_need(const struct ff_shm *sh, size_t left)
+{
+	uint64_t most = sh->cap < FF_SHM_KEEP ? sh->cap : FF_SHM_KEEP;
+
+	return left < most ? left : (size_t)most;
+}
+
 ssize_t ff_shm_recv(int fd, const struct iovec *iov, int cnt, int flags)
 {
 	struct blocking b = { 0 };
@@ -383,7 +391,12 @@ ssize_t ff_shm_recv(int fd, const struct iovec *iov, int cnt, int flags)
 	sh = ff_shm_get(fd);
 	if (!sh)
 		return FF_SHM_MOVED;
-	need = !(flags & MSG_WAITALL) ? 1 : c.left < sh->cap ? c.left : (size_t)sh->cap;
+	/*
+	 * MSG_WAITALL peeks wait for no more than any writer lets into the
+	 * ring: our cap comes from our own netns's wmem_max, the writer's
+	 * may be smaller, but every writer holds FF_SHM_KEEP.
+	 */
+	need = !(flags & MSG_WAITALL) ? 1 : peek_need(sh, c.left);
 	for (;;) {
 		if (flags & MSG_PEEK)
 			r = rx_peek(sh, &c, flags, need, &ended);
