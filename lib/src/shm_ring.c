@@ -584,7 +584,10 @@ int ff_shm_tx_claim(struct ff_shm *sh, uint64_t i, size_t *n)
 		v = atomic_load_explicit(r->spill, memory_order_acquire);
 		if (v > FF_SPILL_FREEING)
 			return ff_shm_broken(sh, "the peer wrote a value that is no state into the "
-						 "ring's spill word (docs/SHM.md): it breaks the protocol");
+						 "ring's spill word (docs/SHM.md, \"Giving memory back\"): "
+						 "the connection is reset; the peer's program writes into "
+						 "the shared memory or runs a mismatched libfreeflow: "
+						 "update or fix it");
 		if (v != FF_SPILL_FREEING &&
 		    atomic_compare_exchange_weak(r->spill, &v, FF_SPILL_WRITING)) {
 			r->spilling = 1;
