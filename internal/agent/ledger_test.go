@@ -749,22 +749,10 @@ func TestLedgerAnsweredConnectionsListedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantNoReplies(t, cli)
-	wantListed := func(when string, want []ConnInfo, bytes uint64) {
-		t.Helper()
-		if got := a.connList(); fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Errorf("%s: conns\n got %+v\nwant %+v", when, got, want)
-		}
-		if c := a.status().Connections; c.Live != len(want) || c.ShmBytes != bytes {
-			t.Errorf("%s: %d live, %d shm bytes; want %d, %d", when, c.Live, c.ShmBytes, len(want), bytes)
-		}
-		if held := a.shmHeld(ffSelf.ID, DefaultShmBudget); held != bytes {
-			t.Errorf("%s: the container holds %d bytes of its budget, want %d", when, held, bytes)
-		}
-	}
 	if len(answered) != 2 {
 		t.Fatalf("the agent lists %+v; want both shm ends", answered)
 	}
-	wantListed("answered and in the ledger", answered, 2*shmBytes)
+	wantConns(t, a, "answered and in the ledger", answered, 2*shmBytes)
 
 	cli.closed(selfCli(48401), selfSrv)
 	srv.closed(selfSrv, selfCli(48401))
@@ -773,11 +761,11 @@ func TestLedgerAnsweredConnectionsListedOnce(t *testing.T) {
 	if mine, _ := a.shm.charged(ffSelf.ID); mine != 0 {
 		t.Fatalf("%d bytes still charged after CLOSED", mine)
 	}
-	wantListed("after CLOSED, in the ledger only", answered, 2*shmBytes)
+	wantConns(t, a, "after CLOSED, in the ledger only", answered, 2*shmBytes)
 
 	l.free(0)
 	l.free(1)
-	wantListed("after the ledger's entries were freed", []ConnInfo{}, 0)
+	wantConns(t, a, "after the ledger's entries were freed", []ConnInfo{}, 0)
 }
 
 // TestLedgerVectors: the ledger lines of docs/protocol-vectors.txt (a
