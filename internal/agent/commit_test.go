@@ -225,19 +225,19 @@ func TestConnectorCommitsOnlyWithinBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
+	fake := startFakeAcceptor(ln, hs.h1.clusterKey())
 	port := 45100
 	// offer has the fake answer after delay and returns what the connector
 	// got and what the fake read after its answer.
 	offer := func(delay time.Duration) (pathResult, string) {
 		port++
-		seen := make(chan string, 1)
-		go fakeAcceptorAgent(ln, hs.h1.clusterKey(), delay, seen)
+		fake.delay <- delay
 		r, err := newLib(t, hs.h1).connect(selfCli(port), srv2)
 		if err != nil {
 			t.Fatal(err)
 		}
 		closeFD(r.FD)
-		return r, <-seen
+		return r, <-fake.seen
 	}
 	// An answer at once is committed. On a busy machine the exchange itself
 	// may outlast the budget; that attempt must then end as past it does.
@@ -261,34 +261,55 @@ func TestConnectorCommitsOnlyWithinBudget(t *testing.T) {
 	}
 }
 
-// fakeAcceptorAgent answers one offer with host-tcp after delay and says
-// what it read next: "COMMIT" for a valid one, else what went wrong.
-func fakeAcceptorAgent(ln net.Listener, key []byte, delay time.Duration, seen chan<- string) {
-	c, err := ln.Accept()
-	if err != nil {
-		seen <- "accept: " + err.Error()
-		return
-	}
+// fakeAcceptor stands in for h2's agent on its broker address: it takes
+// every connection h1's agent makes, fresh or pooled (a pooled one starts
+// with its HELLO), answers each OFFER host-tcp after the delay asked for
+// now, and says on seen what it read next: "COMMIT" for a valid one,
+// else what went wrong.
+type fakeAcceptor struct {
+	key   []byte
+	delay chan time.Duration // the next offer's delay
+	seen  chan string
+}
+
+func startFakeAcceptor(ln net.Listener, key []byte) *fakeAcceptor {
+	f := &fakeAcceptor{key: key, delay: make(chan time.Duration, 1), seen: make(chan string, 1)}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go f.serve(c)
+		}
+	}()
+	return f
+}
+
+func (f *fakeAcceptor) serve(c net.Conn) {
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(3 * time.Second))
+	c.SetDeadline(time.Now().Add(10 * time.Second))
 	offer, err := readFrame(c)
-	if err != nil || verify(key, offer) != nil {
-		seen <- "no valid offer"
+	if err == nil && offer.Type == protocol.TypeHello {
+		offer, err = readFrame(c) // a pooled connection: its offer comes later
+	}
+	if err != nil || offer.Type != protocol.TypeOffer || verify(f.key, offer) != nil {
 		return
 	}
+	delay := <-f.delay
 	nonce, _ := offer.Get(protocol.AttrNonce)
 	time.Sleep(delay)
 	r := protocol.New(protocol.TypePath, offer.Seq, protocol.U8(protocol.AttrPathKind, pathHostTCP),
 		protocol.Attr{Type: protocol.AttrNonce, Value: nonce})
-	sign(key, r)
+	sign(f.key, r)
 	writeFrame(c, r)
 	m, err := readFrame(c)
 	switch {
 	case err != nil:
-		seen <- "no COMMIT: " + err.Error()
-	case checkCommit(key, nonce, m) != nil:
-		seen <- "a bad COMMIT"
+		f.seen <- "no COMMIT: " + err.Error()
+	case checkCommit(f.key, nonce, m) != nil:
+		f.seen <- "a bad COMMIT"
 	default:
-		seen <- "COMMIT"
+		f.seen <- "COMMIT"
 	}
 }
