@@ -152,23 +152,3 @@ func TestLedgerEndHeldByTwoProcessesListedOnce(t *testing.T) {
 	acceptor.Path, acceptor.Reason = "unix", "moved-down"
 	wantConns(t, a, "the acceptor's end in two ledgers", []ConnInfo{shmEnd(selfCli(48504), selfSrv), acceptor}, shmBytes)
 }
-
-// Two live connections with one 4-tuple (the swap freed the first one's
-// overlay port, and a later connection between the same two processes
-// got it): both ends of both are listed and counted, though the agent's
-// table, keyed by 4-tuple, has only the later answer.
-func TestLedgerReusedTupleListsBothConnections(t *testing.T) {
-	a, con, acc, l := answeredShmPair(t, 48505)
-	defer closeResult(acc)
-	defer closeResult(con)
-	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0) // the earlier connection's channel
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeFD(pair[0])
-	defer closeFD(pair[1])
-	l.putHeld(t, 2, pathShm, uint32(shmBytes), selfCli(48505), selfSrv, "", pair[0])
-	l.putHeld(t, 3, pathShm, uint32(shmBytes), selfSrv, selfCli(48505), "", pair[1])
-	end := []ConnInfo{shmEnd(selfCli(48505), selfSrv), shmEnd(selfSrv, selfCli(48505))}
-	wantConns(t, a, "two connections on one 4-tuple", append(end, end...), 4*shmBytes)
-}
