@@ -129,3 +129,20 @@ void ff_init(void)
 {
 	pthread_once(&init_once, init_once_fn);
 }
+
+int ff_start_quiet_thread(void *(*fn)(void *))
+{
+	pthread_attr_t a;
+	pthread_t t;
+	sigset_t all, old;
+	int ok;
+
+	sigfillset(&all);
+	pthread_attr_init(&a);
+	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	ok = !pthread_create(&t, &a, fn, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_attr_destroy(&a);
+	return ok;
+}

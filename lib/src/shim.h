@@ -107,6 +107,12 @@ void ff_init(void);
  * so the kernel is the right answer.
  */
 int ff_ready(void);
+/*
+ * Start fn as a detached thread of the library's with every signal blocked
+ * (the application's handlers must never run on it): 1 if it runs, 0 if
+ * no thread was to be had.
+ */
+int ff_start_quiet_thread(void *(*fn)(void *));
 
 /*
  * Set while the shim itself calls socket functions (the agent client): the

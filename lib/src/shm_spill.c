@@ -26,7 +26,6 @@
  */
 #include <errno.h>
 #include <pthread.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <time.h>
 
@@ -171,19 +170,8 @@ static void *give(void *arg)
 /* mu held: see that the thread runs. Without one (none to be had), pages stay until the channel goes. */
 static void start(void)
 {
-	pthread_attr_t a;
-	pthread_t t;
-	sigset_t all, old;
-
-	if (giving)
-		return;
-	sigfillset(&all);
-	pthread_attr_init(&a);
-	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	giving = !pthread_create(&t, &a, give, NULL);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	pthread_attr_destroy(&a);
+	if (!giving)
+		giving = ff_start_quiet_thread(give);
 }
 
 void ff_shm_spill_later(struct ff_shm_map *m)

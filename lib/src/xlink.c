@@ -256,23 +256,13 @@ static void reap_init(void)
 /* See that the reaper runs, and wakes for a new link (mu held). */
 static void reaper(void)
 {
-	pthread_attr_t a;
-	pthread_t t;
-	sigset_t all, old;
-
 	if (reaping) {
 		pthread_cond_signal(&reap_cv);
 		return;
 	}
 	pthread_once(&reap_once, reap_init);
-	sigfillset(&all);
-	pthread_attr_init(&a);
-	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
 	/* Without it (no thread to be had), links still close when next used, as ever. */
-	reaping = !pthread_create(&t, &a, reap, NULL);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	pthread_attr_destroy(&a);
+	reaping = ff_start_quiet_thread(reap);
 }
 
 void ff_xlink_add(const struct sockaddr_storage *local, const struct sockaddr_storage *remote,
