@@ -153,9 +153,12 @@ const (
 
 // Reasons for an overlay decision (REASON). Policy adds its own.
 const (
-	reasonNotContainer  = "not-a-container"
-	reasonPeerNoLib     = "peer-not-freeflow"
-	reasonSelfNoLib     = "self-not-freeflow"
+	reasonNotContainer = "not-a-container"
+	reasonPeerNoLib    = "peer-not-freeflow"
+	reasonSelfNoLib    = "self-not-freeflow"
+	// The accepting library's own: the connecting program has no library
+	// (its SYN carries no mark), so nobody asked the agent.
+	reasonNoLibrary     = "peer-no-library"
 	reasonNoListener    = "listener-not-freeflow"
 	reasonTimeout       = "peer-timeout"
 	reasonUnreachable   = "agent-unreachable"

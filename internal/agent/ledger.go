@@ -80,6 +80,7 @@ const (
 	ledgerMaxSlots     = 1 << 16
 	ledgerOffOpened    = 16 // header: u64, linked shm connections the process ever opened
 	ledgerOffOpenedTCP = 24 // header: u64, the same for linked host-tcp connections
+	ledgerOffNoLibrary = 32 // header: u64, connections accepted from peers without the library
 
 	entryOffBytes     = 4   // u32: the shm memory the entry's channel holds
 	entryOffLocalLen  = 8   // u8: 6 or 18
@@ -122,13 +123,15 @@ type ledgerEntry struct {
 	seq           uint32 // and its seq when read
 }
 
-// openedCounts are a ledger header's counts of the linked connections its
-// process ever opened, by path.
-type openedCounts struct{ shm, tcp uint64 }
+// openedCounts are a ledger header's counts of the connections its process
+// decided without the agent: the linked ones it ever opened, by path, and
+// those it accepted from peers without the library (overlay).
+type openedCounts struct{ shm, tcp, noLibrary uint64 }
 
 func (o *openedCounts) add(p openedCounts) {
 	o.shm += p.shm
 	o.tcp += p.tcp
+	o.noLibrary += p.noLibrary
 }
 
 // ledgers holds the ledger of every process that sent one.
@@ -397,11 +400,13 @@ func (a *Agent) ledgerConns(ends []ledgerEnd) []ConnInfo {
 	return out
 }
 
-// opened is the header's counts of linked connections ever opened.
+// opened is the header's counts of the connections its process decided
+// without the agent.
 func (l *ledger) opened() openedCounts {
 	return openedCounts{
-		shm: atomic.LoadUint64((*uint64)(unsafe.Pointer(&l.mem[ledgerOffOpened]))),
-		tcp: atomic.LoadUint64((*uint64)(unsafe.Pointer(&l.mem[ledgerOffOpenedTCP]))),
+		shm:       atomic.LoadUint64((*uint64)(unsafe.Pointer(&l.mem[ledgerOffOpened]))),
+		tcp:       atomic.LoadUint64((*uint64)(unsafe.Pointer(&l.mem[ledgerOffOpenedTCP]))),
+		noLibrary: atomic.LoadUint64((*uint64)(unsafe.Pointer(&l.mem[ledgerOffNoLibrary]))),
 	}
 }
 

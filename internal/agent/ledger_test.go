@@ -799,8 +799,8 @@ func TestLedgerVectors(t *testing.T) {
 		}
 		ep := func(ap netip.AddrPort) []byte { return protocol.Endpoint(protocol.AttrLocalEndpoint, ap).Value }
 		opened := (&ledger{mem: mem}).opened()
-		got := fmt.Sprintf("opened=%d opened_tcp=%d seq=%d bytes=%d path=%d local=%x remote=%x fd=%d ino=%d reason=%s",
-			opened.shm, opened.tcp, load32(mem, ledgerHeaderSize), e.bytes, e.path, ep(e.local), ep(e.remote), e.fd, e.sock, e.reason)
+		got := fmt.Sprintf("opened=%d opened_tcp=%d no_library=%d seq=%d bytes=%d path=%d local=%x remote=%x fd=%d ino=%d reason=%s",
+			opened.shm, opened.tcp, opened.noLibrary, load32(mem, ledgerHeaderSize), e.bytes, e.path, ep(e.local), ep(e.remote), e.fd, e.sock, e.reason)
 		if want := strings.Join(f[3:], " "); got != want {
 			t.Errorf("%s: read\n %s\nwant %s", f[0], got, want)
 		}

@@ -72,6 +72,10 @@ func (a *Agent) connCounters() ConnCounters {
 	c.FastPath += opened.shm + opened.tcp
 	c.Shm += opened.shm
 	c.HostTCP += opened.tcp
+	if opened.noLibrary > 0 {
+		c.Fallback += opened.noLibrary
+		c.FallbackReasons[reasonNoLibrary] += opened.noLibrary
+	}
 	c.Live += len(listed)
 	for _, e := range listed {
 		c.ShmBytes += uint64(e.bytes)

@@ -13,7 +13,8 @@
  *  - close the inherited agent sessions (control.c), so parent and child
  *    never read each other's replies; each child thread reconnects;
  *  - give up on negotiations that a parent thread was running: that thread
- *    does not exist in the child, whose fd stays on the overlay socket;
+ *    does not exist in the child, whose fd stays on the overlay socket; so
+ *    does the settler thread, whose watch list is dropped (settler.c);
  *  - re-create the condition variable, which may count waiters that the
  *    child does not have;
  *  - have its first agent session register the inherited listeners in
@@ -43,6 +44,7 @@
  */
 #include <unistd.h>
 
+#include "settler.h"
 #include "shim.h"
 #include "shm.h"
 
@@ -74,6 +76,7 @@ static void child(void)
 	ff_shm_spill_atfork_child();
 	ff_links_atfork_child();
 	ff_ledger_atfork_child();
+	ff_settler_atfork_child();
 	ff_table_atfork_child();
 	ff_control_atfork_child();
 	ff_listeners_lost();

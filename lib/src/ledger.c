@@ -191,7 +191,7 @@ static void put_state(uint8_t *p, int fd, uint8_t path, uint32_t bytes, const ch
 
 void ff_ledger_publish(uint64_t e, int fd, const struct sockaddr_storage *local,
 		       const struct sockaddr_storage *remote, uint8_t path, uint32_t bytes,
-		       const char *reason, int linked)
+		       const char *reason, int alone)
 {
 	int64_t i;
 	uint8_t *p;
@@ -206,8 +206,10 @@ void ff_ledger_publish(uint64_t e, int fd, const struct sockaddr_storage *local,
 		p[FF_LEDGER_E_LOCAL_LEN] = ll > 0 ? (uint8_t)ll : 0;
 		p[FF_LEDGER_E_REMOTE_LEN] = rl > 0 ? (uint8_t)rl : 0;
 		put_state(p, fd, path, bytes, reason);
-		if (linked) {	/* the agent counts what it answered itself */
-			size_t at = path == FF_PATH_SHM ? FF_LEDGER_OFF_OPENED : FF_LEDGER_OFF_OPENED_TCP;
+		if (alone) {	/* the agent counts what it answered itself */
+			size_t at = path == FF_PATH_SHM	       ? FF_LEDGER_OFF_OPENED
+				    : path == FF_PATH_OVERLAY ? FF_LEDGER_OFF_NO_LIBRARY
+							      : FF_LEDGER_OFF_OPENED_TCP;
 
 			atomic_fetch_add_explicit((_Atomic uint64_t *)(void *)(base + at), 1,
 						  memory_order_relaxed);

@@ -18,6 +18,7 @@
 #define FF_LEDGER_OFF_ENTRY	12u	/* u32: FF_LEDGER_ENTRY */
 #define FF_LEDGER_OFF_OPENED	16u	/* u64: linked shm connections ever opened */
 #define FF_LEDGER_OFF_OPENED_TCP 24u	/* u64: linked host-tcp connections ever opened */
+#define FF_LEDGER_OFF_NO_LIBRARY 32u	/* u64: connections ever accepted from peers without the library */
 /* entry */
 #define FF_LEDGER_E_SEQ		0u	/* u32: odd while live */
 #define FF_LEDGER_E_BYTES	4u	/* u32: the shm memory held */

@@ -17,8 +17,9 @@
  *   fds to shm.c.
  * - The decision is made once a connection is established and before the
  *   application can move a byte on it: inside connect() for a blocking
- *   connect, inside accept()/accept4(), and for a non-blocking connect at
- *   the first moment the application can observe completion:
+ *   connect, inside accept()/accept4(), and for a non-blocking connect when
+ *   it completes (the settler thread, settler.c) or at the first moment the
+ *   application can observe completion, whichever comes first:
  *   getsockopt(SO_ERROR), any data call, poll/select reporting the fd, or
  *   epoll_wait reporting it (epoll.c). Until then a pending fd is polled for
  *   POLLOUT as well, so a program that waits only for the peer's first bytes
@@ -62,6 +63,7 @@
 #include "link.h"
 #include "shim.h"
 #include "shm.h"
+#include "synmark.h"
 
 /*
  * IPv4-mapped IPv6 addresses (a dual-stack listener) are sent as IPv4
@@ -118,7 +120,7 @@ static int is_loopback(const struct sockaddr_storage *sa)
 }
 
 /* Whether nothing about local is asked: see the design note. */
-static int skip_loopback(const struct sockaddr_storage *local)
+int ff_skip_loopback(const struct sockaddr_storage *local)
 {
 	pthread_once(&loopback_once, loopback_init);
 	return !negotiate_loopback && is_loopback(local);
@@ -190,7 +192,7 @@ static int request(uint8_t msg, const struct req *q, int fd, uint8_t want, struc
 	struct ff_agent *a;
 	int ret, fresh;
 
-	if (q->local && skip_loopback(q->local))
+	if (q->local && ff_skip_loopback(q->local))
 		return -EADDRNOTAVAIL;	/* before a session is even opened */
 	ff_busy = 1;
 	do {
@@ -272,7 +274,7 @@ int ff_announce_on(struct ff_agent *a, uint8_t msg, const struct sockaddr_storag
 {
 	struct ff_reply r;
 
-	if (skip_loopback(local))
+	if (ff_skip_loopback(local))
 		return -EADDRNOTAVAIL;
 	return announce_reply(request_on(a, msg, &(struct req){ .local = local, .remote = remote },
 					 -1, FF_MSG_OK, &r), &r);
@@ -477,6 +479,7 @@ struct said {
 	uint8_t kind;
 	char reason[65];
 	int unanswered;		/* asked, but no answer came: listed by this library alone */
+	int nolib;		/* not asked: the peer has no library; listed and counted by this library */
 };
 
 /* Note in *said what PATH r says. */
@@ -565,7 +568,8 @@ static void list_answer(uint64_t e, int fd, const struct sockaddr_storage *local
 	const char *reason = swapped || said->kind == FF_PATH_OVERLAY ? said->reason
 								       : "swap-failed";
 
-	ff_ledger_publish(e, fd, local, remote, path, ring ? FF_SHM_RESIDENT(ring) : 0, reason, 0);
+	ff_ledger_publish(e, fd, local, remote, path, ring ? FF_SHM_RESIDENT(ring) : 0, reason,
+			  said->nolib);
 }
 
 void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
@@ -578,7 +582,7 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 	int answered = 0, swapped, spare = -1, linked, pair;
 	uint32_t ring = 0;
 	uint64_t entry = 0, listed = 0;
-	struct said said = { FF_PATH_OVERLAY, "", 0 };
+	struct said said = { .kind = FF_PATH_OVERLAY };
 
 	if (msg == FF_MSG_CONNECT && c->offer)
 		ff_offer_peer(c->offer, &remote, &rl);
@@ -586,8 +590,12 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 	    (!(msg == FF_MSG_CONNECT && c->offer) &&
 	     ff_real.getpeername(fd, (void *)&remote, &rl))) {
 		snprintf(why, sizeof(why), "not connected: %s", strerror(errno));
-	} else if (skip_loopback(&local)) {
+	} else if (ff_skip_loopback(&local)) {
 		snprintf(why, sizeof(why), "loopback connection: not negotiated");
+	} else if (msg == FF_MSG_ACCEPT && c->peer_nolib) {
+		snprintf(why, sizeof(why), "the peer has no library: its SYN carries no FreeFlow mark");
+		snprintf(said.reason, sizeof(said.reason), "peer-no-library");
+		said.nolib = 1;
 	} else if (choose(c, msg, &local, &remote, &h, &link, &answered, &said, &entry, why,
 			  sizeof(why)) == 0) {
 		fast = &h;
@@ -599,7 +607,8 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 	 * refused us), if the agent already has the ledger: sending it now
 	 * would wait for the agent again.
 	 */
-	if ((answered && ff_ledger_ready() == 0) || (said.unanswered && ff_ledger_held()))
+	if (((answered || said.nolib) && ff_ledger_ready() == 0) ||
+	    (said.unanswered && ff_ledger_held()))
 		listed = ff_ledger_reserve();
 	ff_table_lock();
 	c->answered = answered;
@@ -611,6 +620,10 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 	decide(fd, c, fast, msg == FF_MSG_ACCEPT,
 	       msg == FF_MSG_ACCEPT && entry && fast && !h.shm ? &spare : NULL);
 	swapped = c->state == FF_ST_SWAPPED;
+	if (swapped)
+		c->syn_marked = 0;	/* that socket is gone */
+	else if (ff_fd_slot(fd)->conn == c)
+		ff_syn_unmark(fd, c);
 	pair = c->kern_family == AF_UNIX;
 	linked = entry != 0;	/* choose() keeps an entry only for a connection a link decided */
 	if (entry && swapped) {
@@ -705,6 +718,7 @@ int ff_settle_slow(int fd, int nonblock)
 		}
 		if (st != TCP_ESTABLISHED && st != TCP_CLOSE_WAIT &&
 		    !(c->offer && ff_offer_taken(c->offer))) {
+			ff_syn_unmark(fd, c);
 			ff_conn_set_state(c, FF_ST_OVERLAY);
 			ff_epoll_replay(fd, c->epregs, 0);
 			ff_conn_forget_epregs(c);

@@ -180,6 +180,10 @@ struct ff_conn {
 	struct ff_offer *offer;		/* connecting over a link: the channel offered (link.c) */
 	uint64_t ledger;		/* linked: its entry in the ledger (ledger.c); 0 none */
 	int moved;			/* moved down from shm to a socket pair (shm_switch.c) */
+	int syn_marked;			/* connecting: its SYN is marked until decided (synmark.h) */
+	int app_tos, app_tclass;	/* meanwhile, the application's IP_TOS and IPV6_TCLASS */
+	int peer_nolib;			/* accepted: its SYN carried no mark, the peer has no library */
+	int app_saves_syn;		/* listener: the application set TCP_SAVE_SYN itself */
 };
 
 /* Bits of ff_slot.flags. */
@@ -290,6 +294,8 @@ void ff_control_init(void);
 
 /* An endpoint attribute (FF_EP4_LEN/FF_EP6_LEN bytes) from a sockaddr. */
 int ff_endpoint(const struct sockaddr_storage *sa, uint8_t out[18]);
+/* Whether connections from or to sa are left alone (loopback; negotiate.c's design note). */
+int ff_skip_loopback(const struct sockaddr_storage *sa);
 /* Whether fd is a socket of type (SOCK_STREAM, ...), and AF_UNIX if must_be_unix. */
 int ff_is_socket(int fd, int type, int must_be_unix);
 /* Negotiate fd (connected, its conn in NEGOTIATING) with msg CONNECT/ACCEPT. */
@@ -394,12 +400,13 @@ uint64_t ff_ledger_reserve(void);
 /*
  * Fill reserved entry e for the connection local -> remote at fd on path
  * (bytes of shm; reason: why overlay, or why unix is not shm, NULL none)
- * and list it; linked: decided over a link (counted in the header), else
- * answered by the agent.
+ * and list it; alone: decided without the agent, over a link or (overlay)
+ * for a peer without the library, and counted in the header for it; else
+ * answered by the agent, which counts it itself.
  */
 void ff_ledger_publish(uint64_t e, int fd, const struct sockaddr_storage *local,
 		       const struct sockaddr_storage *remote, uint8_t path, uint32_t bytes,
-		       const char *reason, int linked);
+		       const char *reason, int alone);
 /*
  * Set in a fork child and in an exec'd image that adopted connections:
  * they hold connections their own ledger does not list yet (their

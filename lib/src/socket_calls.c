@@ -27,7 +27,9 @@
 #include "freeflow/proto.h"
 #include "link.h"
 #include "shim.h"
+#include "settler.h"
 #include "shm.h"
+#include "synmark.h"
 
 static int is_tcp(int domain, int type, int protocol)
 {
@@ -125,8 +127,39 @@ static void connect_done(int fd, struct ff_conn *c, int ret, int err)
 		c->pending_fd = fd;
 		ff_conn_set_state(c, FF_ST_PENDING);
 		ff_epoll_arm_pending(fd, c);
+		ff_table_unlock();
+		ff_settler_watch(fd);	/* decided when it completes, however late the program looks */
+		return;
 	}
+	ff_syn_unmark(fd, c);	/* no connection: the socket may connect again */
 	ff_table_unlock();
+}
+
+/*
+ * Before the SYN of a connection the shim will negotiate: mark it
+ * (synmark.h). A socket whose SYN cannot be marked stays on the overlay:
+ * its acceptor would take it for a peer without the library.
+ */
+static enum ff_state mark_syn(int fd, const struct sockaddr *sa, socklen_t len)
+{
+	struct sockaddr_storage to = { 0 };
+	struct ff_conn *c;
+	enum ff_state st;
+	int ret = 0;
+
+	memcpy(&to, sa, len < sizeof(to) ? len : sizeof(to));
+	if (ff_skip_loopback(&to))
+		return FF_ST_SOCKET;
+	c = lock_conn(fd);
+	if (!c)
+		return FF_ST_OVERLAY;	/* closed meanwhile */
+	if (c->state == FF_ST_SOCKET && (ret = ff_syn_mark(fd, c)))
+		ff_conn_set_state(c, FF_ST_OVERLAY);
+	st = c->state;
+	ff_table_unlock();
+	if (ret)
+		ff_fallback(fd, "its SYN could not be marked: %s", strerror(-ret));
+	return st;
 }
 
 static int is_inet(const struct sockaddr *sa)
@@ -149,6 +182,8 @@ FF_EXPORT int connect(int fd, const struct sockaddr *sa, socklen_t len)
 		errno = EISCONN;
 		return -1;
 	}
+	if (st == FF_ST_SOCKET && is_inet(sa))
+		st = mark_syn(fd, sa, len);
 	/* Before the SYN leaves, so the acceptor finds the offer (link.c). */
 	if (st == FF_ST_SOCKET && is_inet(sa))
 		offer = ff_link_offer(fd, sa, len);
@@ -183,11 +218,18 @@ FF_EXPORT int connect(int fd, const struct sockaddr *sa, socklen_t len)
 
 FF_EXPORT int listen(int fd, int backlog)
 {
-	int ret = REAL(listen)(fd, backlog), err = errno, ok;
 	struct sockaddr_storage local;
 	socklen_t ll = sizeof(local);
-	struct ff_conn *c;
+	struct ff_conn *c = lock_conn(fd);
+	int ret, err, ok;
 
+	/* From the first SYN on: accepted() reads each one's mark. */
+	if (c && c->state == FF_ST_SOCKET && !c->app_saves_syn)
+		ff_syn_keep(fd);
+	if (c)
+		ff_table_unlock();
+	ret = REAL(listen)(fd, backlog);
+	err = errno;
 	if (ret || ff_real.getsockname(fd, (void *)&local, &ll))
 		return ret;
 	c = lock_conn(fd);
@@ -218,6 +260,7 @@ FF_EXPORT int listen(int fd, int backlog)
 static int accepted(int lfd, int nfd)
 {
 	struct ff_conn *l = lock_conn(lfd), *c = NULL, *old;
+	int read_mark = 0;
 
 	if (l && l->state == FF_ST_LISTEN && l->registered && ff_fd_slot(nfd))
 		c = ff_conn_new(l->family);
@@ -228,12 +271,15 @@ static int accepted(int lfd, int nfd)
 		return nfd;
 	}
 	ff_sockopt_inherit(c, l);
+	read_mark = !l->app_saves_syn;	/* reading the SYN would take it from the application */
 	old = put_slot(nfd, c);
 	c->pending_fd = nfd;
 	ff_conn_set_state(c, FF_ST_NEGOTIATING);
 	c->refs++;
 	ff_table_unlock();
 	ff_conn_closed(old);
+	/* NEGOTIATING: no other thread touches c until ff_negotiate decides. */
+	c->peer_nolib = read_mark && ff_syn_unmarked(nfd);
 	ff_negotiate(nfd, c, FF_MSG_ACCEPT);
 	return nfd;
 }
@@ -330,6 +376,7 @@ static struct ff_conn *keep_overlay(int fd, struct ff_slot *s, int *changed)
 	while ((c = s ? s->conn : NULL) && c->state == FF_ST_NEGOTIATING)
 		ff_table_wait();
 	if (c && c->state == FF_ST_PENDING) {
+		ff_syn_unmark(fd, c);
 		ff_conn_set_state(c, FF_ST_OVERLAY);
 		ff_epoll_replay(fd, c->epregs, 0);
 		ff_conn_forget_epregs(c);

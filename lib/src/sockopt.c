@@ -37,6 +37,7 @@
 #include <sys/time.h>
 
 #include "shim.h"
+#include "synmark.h"
 
 static const int carried_tcp[] = {
 	TCP_NODELAY, TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT, TCP_USER_TIMEOUT,
@@ -220,6 +221,25 @@ static int get_locked(struct ff_conn *c, int level, int name, void *val, socklen
 	return 0;
 }
 
+static int saves_syn(int level, int name)
+{
+	return level == IPPROTO_TCP && name == TCP_SAVE_SYN;
+}
+
+/*
+ * Table lock held, c not swapped: what the shim holds for the application
+ * (synmark.h): its IP_TOS / IPV6_TCLASS while the SYN is marked, its
+ * TCP_SAVE_SYN, which the shim sets on every listener. 1: ask the kernel.
+ */
+static int get_held(struct ff_conn *c, int level, int name, void *val, socklen_t *len)
+{
+	if (saves_syn(level, name) && (c->state == FF_ST_SOCKET || c->state == FF_ST_LISTEN)) {
+		put_out(val, len, &c->app_saves_syn, sizeof(int));
+		return 0;
+	}
+	return ff_syn_held_get(c, level, name, val, len);
+}
+
 int ff_sockopt_get(int fd, int level, int name, void *val, socklen_t *len)
 {
 	struct ff_slot *s = ff_fd_slot(fd);
@@ -230,6 +250,8 @@ int ff_sockopt_get(int fd, int level, int name, void *val, socklen_t *len)
 	ff_table_lock();
 	if (s->conn && s->conn->state == FF_ST_SWAPPED)
 		ret = get_locked(s->conn, level, name, val, len);
+	else if (s->conn)
+		ret = get_held(s->conn, level, name, val, len);
 	ff_table_unlock();
 	return ret;
 }
@@ -250,6 +272,11 @@ int ff_sockopt_set(int fd, int level, int name, const void *val, socklen_t len)
 	if (c && app_set_size(c, level, name) && val && len >= sizeof(int) &&
 	    (o = find_opt(c, level, name, 1)))
 		memcpy(&o->value, val, sizeof(int));	/* and the real call sets it */
+	/* The shim reads a SYN the application keeps for itself: never again then. */
+	if (c && saves_syn(level, name) && val && len >= sizeof(int))
+		c->app_saves_syn = c->app_saves_syn || *(const int *)val;
+	if (c && c->state != FF_ST_SWAPPED)
+		ret = ff_syn_held_set(c, level, name, val, len);
 	if (c && c->state == FF_ST_SWAPPED && emulated(c, level)) {
 		ret = 0;
 		if (val && len >= sizeof(int))

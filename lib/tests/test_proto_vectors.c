@@ -135,7 +135,7 @@ static void check_shm(const char *name, const uint8_t *wire, long n,
 }
 
 /*
- * "<name> ledger <hex> opened=<n> opened_tcp=<n> seq=<n> bytes=<n> path=<n>
+ * "<name> ledger <hex> opened=<n> opened_tcp=<n> no_library=<n> seq=<n> bytes=<n> path=<n>
  * local=<hex> remote=<hex> fd=<n> ino=<n> reason=<text>": a ledger of one slot, as the
  * library's FF_LEDGER_* constants lay it out (host byte order: the
  * vectors are those of a little-endian host).
@@ -144,7 +144,7 @@ static void check_ledger(const char *name, const uint8_t *wire, long n, const ch
 			 struct seen *s)
 {
 	uint8_t l[FF_LEDGER_HDR + FF_LEDGER_ENTRY] = { 0 }, *e = l + FF_LEDGER_HDR;
-	unsigned long long opened, opened_tcp, ino;
+	unsigned long long opened, opened_tcp, no_library, ino;
 	unsigned seq, bytes, path;
 	int fd;
 	char local[40], remote[40];
@@ -152,9 +152,9 @@ static void check_ledger(const char *name, const uint8_t *wire, long n, const ch
 	long ll, rl;
 	int at = -1;
 
-	if (sscanf(want, "opened=%llu opened_tcp=%llu seq=%u bytes=%u path=%u local=%39s "
-		   "remote=%39s fd=%d ino=%llu reason=%n", &opened, &opened_tcp, &seq, &bytes, &path,
-		   local, remote, &fd, &ino, &at) != 9 || at < 0) {
+	if (sscanf(want, "opened=%llu opened_tcp=%llu no_library=%llu seq=%u bytes=%u path=%u "
+		   "local=%39s remote=%39s fd=%d ino=%llu reason=%n", &opened, &opened_tcp, &no_library,
+		   &seq, &bytes, &path, local, remote, &fd, &ino, &at) != 10 || at < 0) {
 		CHECK(0, "%s: cannot read the fields %s", name, want);
 		return;
 	}
@@ -164,6 +164,7 @@ static void check_ledger(const char *name, const uint8_t *wire, long n, const ch
 	memcpy(l + FF_LEDGER_OFF_ENTRY, &u32[2], 4);
 	memcpy(l + FF_LEDGER_OFF_OPENED, &(uint64_t){ opened }, 8);
 	memcpy(l + FF_LEDGER_OFF_OPENED_TCP, &(uint64_t){ opened_tcp }, 8);
+	memcpy(l + FF_LEDGER_OFF_NO_LIBRARY, &(uint64_t){ no_library }, 8);
 	memcpy(e + FF_LEDGER_E_SEQ, &(uint32_t){ seq }, 4);
 	memcpy(e + FF_LEDGER_E_BYTES, &(uint32_t){ bytes }, 4);
 	ll = t_unhex(local, strlen(local), e + FF_LEDGER_E_LOCAL, FF_EP6_LEN);

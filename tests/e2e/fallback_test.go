@@ -85,8 +85,32 @@ func TestStaticGoBinaryPeers(t *testing.T) {
 			paths := watchPaths(t, c, "h1")
 			echoOK(t, c.MustFF(t, append(append([]string{"run", "--host", host, "--name", testenv.RandomName("g", 4), "--rm"}, vol...),
 				"--", "/run/bin/echo", "send", "pysrv", "7001", fmt.Sprint(echoBytes))...), echoBytes)
-			paths.expect(t, "overlay", "peer-timeout")
+			// The server's library saw no mark in the SYN (PROTOCOL.md, "The SYN mark").
+			paths.expect(t, "overlay", "peer-no-library")
 		})
+	}
+}
+
+// TestStaticClientCostsAcceptorNoWait: 1000 connections from a static
+// binary (no library) to a library-enabled server on the same host: the
+// server's library tells from each SYN that the client has no library and
+// asks its agent nothing (it used to wait 45 ms for a CONNECT that could
+// not come: peer-timeout); each connection is counted as overlay
+// peer-no-library.
+func TestStaticClientCostsAcceptorNoWait(t *testing.T) {
+	c := newCluster(t, 1)
+	bin := staticEcho(t)
+	c.StartDetached(t, "h1", "pysrv", nil, "python3", "-c", echoPy, "serve", "7001")
+	c.WaitListening(t, "pysrv", 7001)
+	paths := watchPaths(t, c, "h1")
+	out := c.MustFF(t, "run", "--host", "h1", "--name", testenv.RandomName("g", 4), "--rm",
+		"-v", bin+":/run/bin/echo:ro", "--", "/run/bin/echo", "repeat", "pysrv", "7001", "64", "1000")
+	if n := strings.Count(out, "OK 64"); n != 1000 {
+		t.Fatalf("static client: %d of 1000 connections echoed intact:\n%s", n, out)
+	}
+	paths.expect(t, "overlay", "peer-no-library")
+	if got := pathDeltas(paths.before["h1"], counters(t, c, "h1"))["overlay"]; got != 1000 {
+		t.Errorf("the server's agent counts %d overlay ends, want 1000 (one per connection)", got)
 	}
 }
 

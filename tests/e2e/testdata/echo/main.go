@@ -3,6 +3,7 @@
 //
 //	echo serve PORT        echo every connection's bytes back
 //	echo send HOST PORT N  send N random bytes, check they come back intact
+//	echo repeat HOST PORT N COUNT  the same on COUNT connections, one after another
 package main
 
 import (
@@ -32,8 +33,23 @@ func run(args []string) error {
 			return err
 		}
 		return send(net.JoinHostPort(args[1], args[2]), n)
+	case len(args) == 5 && args[0] == "repeat":
+		n, err := strconv.Atoi(args[3])
+		if err != nil {
+			return err
+		}
+		count, err := strconv.Atoi(args[4])
+		if err != nil {
+			return err
+		}
+		for range count {
+			if err := send(net.JoinHostPort(args[1], args[2]), n); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
-	return fmt.Errorf("usage: echo serve PORT | echo send HOST PORT N")
+	return fmt.Errorf("usage: echo serve PORT | echo send HOST PORT N | echo repeat HOST PORT N COUNT")
 }
 
 func serve(port string) error {

@@ -1,0 +1,119 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The SYN mark. Why a mark in the SYN and not a message to the agent: the
+ * accepting side must know whether to expect its connector's CONNECT
+ * before it waits for it, and a message would cost every connection a
+ * round trip (docs/PROTOCOL.md, "The SYN mark", has the argument and what
+ * makes the mark safe to trust).
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <string.h>
+
+#include "synmark.h"
+
+static int tos_option(int level, int name)
+{
+	return (level == IPPROTO_IP && name == IP_TOS) ||
+	       (level == IPPROTO_IPV6 && name == IPV6_TCLASS);
+}
+
+static int get_int(int fd, int level, int name, int *v)
+{
+	socklen_t len = sizeof(*v);
+
+	return ff_real.getsockopt(fd, level, name, v, &len) ? -errno : 0;
+}
+
+static int set_int(int fd, int level, int name, int v)
+{
+	return ff_real.setsockopt(fd, level, name, &v, sizeof(v)) ? -errno : 0;
+}
+
+int ff_syn_mark(int fd, struct ff_conn *c)
+{
+	int ret;
+
+	if (c->syn_marked)
+		return 0;
+	/* An IPv6 socket may connect to an IPv4-mapped address: the IPv4 TOS goes then. */
+	ret = get_int(fd, IPPROTO_IP, IP_TOS, &c->app_tos);
+	if (!ret && c->family == AF_INET6)
+		ret = get_int(fd, IPPROTO_IPV6, IPV6_TCLASS, &c->app_tclass);
+	if (!ret)
+		ret = set_int(fd, IPPROTO_IP, IP_TOS, FF_SYN_TOS);
+	if (!ret && c->family == AF_INET6)
+		ret = set_int(fd, IPPROTO_IPV6, IPV6_TCLASS, FF_SYN_TOS);
+	if (ret) {
+		set_int(fd, IPPROTO_IP, IP_TOS, c->app_tos);
+		return ret;
+	}
+	c->syn_marked = 1;
+	return 0;
+}
+
+void ff_syn_unmark(int fd, struct ff_conn *c)
+{
+	if (!c->syn_marked)
+		return;
+	c->syn_marked = 0;
+	set_int(fd, IPPROTO_IP, IP_TOS, c->app_tos);
+	if (c->family == AF_INET6)
+		set_int(fd, IPPROTO_IPV6, IPV6_TCLASS, c->app_tclass);
+}
+
+int ff_syn_held_set(struct ff_conn *c, int level, int name, const void *val, socklen_t len)
+{
+	int v;
+
+	if (!c->syn_marked || !tos_option(level, name))
+		return 1;
+	if (!val || len < sizeof(int))
+		return -EINVAL;
+	memcpy(&v, val, sizeof(v));
+	/* As the kernel takes them: TCP owns the ECN bits; a traffic class of -1 is the default. */
+	if (name == IPV6_TCLASS && (v < -1 || v > 0xff))
+		return -EINVAL;
+	v = v < 0 ? 0 : v & FF_SYN_TOS_MASK;
+	if (name == IP_TOS)
+		c->app_tos = v;
+	else
+		c->app_tclass = v;
+	return 0;
+}
+
+int ff_syn_held_get(const struct ff_conn *c, int level, int name, void *val, socklen_t *len)
+{
+	int v;
+
+	if (!c->syn_marked || !tos_option(level, name))
+		return 1;
+	v = name == IP_TOS ? c->app_tos : c->app_tclass;
+	memcpy(val, &v, *len < sizeof(v) ? *len : sizeof(v));
+	*len = *len < sizeof(v) ? *len : sizeof(v);
+	return 0;
+}
+
+void ff_syn_keep(int fd)
+{
+	set_int(fd, IPPROTO_TCP, TCP_SAVE_SYN, 1);
+}
+
+int ff_syn_unmarked(int fd)
+{
+	uint8_t syn[512];
+	socklen_t len = sizeof(syn);
+	int tos;
+
+	/* Reading the kept SYN also frees it. */
+	if (ff_real.getsockopt(fd, IPPROTO_TCP, TCP_SAVED_SYN, syn, &len) || len < 2)
+		return 0;
+	if (syn[0] >> 4 == 4)
+		tos = syn[1];
+	else if (syn[0] >> 4 == 6)
+		tos = (syn[0] & 0x0f) << 4 | syn[1] >> 4;
+	else
+		return 0;
+	return (tos & FF_SYN_TOS_MASK) != FF_SYN_TOS;
+}

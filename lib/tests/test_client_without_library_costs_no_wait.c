@@ -1,0 +1,130 @@
+/* SPDX-License-Identifier: MIT */
+/* Description: a client without the library (its SYN carries no mark: a static binary's) costs a FreeFlow server's accept() no wait and no question to the agent; the connection is listed and counted as overlay peer-no-library; a client with the library marks its SYN, asks, and gets its IP_TOS back as it set it, also while the mark is on; a listener whose application keeps SYNs itself (TCP_SAVE_SYN) still finds them */
+#include "shimtest.h"
+#include "synmark.h"
+
+/* A client without the library: raw system calls, so its SYN goes out unmarked. */
+static int raw_client(uint16_t port)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = t_addr(AF_INET, &ss, port);
+	int fd = (int)t_raw(SYS_socket, AF_INET, SOCK_STREAM, 0);
+
+	CHECK(fd >= 0 && t_raw(SYS_connect, fd, &ss, len) == 0, "raw connect: %s", strerror(errno));
+	return fd;
+}
+
+static void *accept_thread(void *arg)
+{
+	struct t_conn_arg *a = arg;
+
+	a->fd = accept(a->fd, NULL, NULL);
+	return NULL;
+}
+
+static uint64_t no_library_count(int lfd, const void *arg)
+{
+	uint64_t n = 0;
+
+	(void)arg;
+	return pread(lfd, &n, 8, FF_LEDGER_OFF_NO_LIBRARY) == 8 ? n : 0;
+}
+
+static long no_library(int lfd, const void *arg)
+{
+	return (long)no_library_count(lfd, arg);
+}
+
+int main(int argc, char **argv)
+{
+	uint8_t syn[512];
+	socklen_t sl = sizeof(syn);
+	uint16_t port;
+	int lfd, cfd, sfd, asks, tos = 0x10, got, one = 1;
+	int64_t t0, dt;
+	char buf[16];
+
+	(void)argc;
+	t_shim_setup(argv, FA_BROKER);
+	lfd = t_listen(AF_INET, &port);
+
+	asks = t_agent_count("ask");
+	cfd = raw_client(port);
+	t0 = t_ms();
+	sfd = accept(lfd, NULL, NULL);
+	dt = t_ms() - t0;
+	CHECK(sfd >= 0, "accept: %s", strerror(errno));
+	CHECK(dt < T_NO_WAIT_MS, "accept of a client without the library took %lld ms",
+	      (long long)dt);
+	CHECK(t_agent_count("ask") == asks, "the server asked its agent about a client without the library");
+	CHECK(!t_swapped(sfd), "swapped with a peer that has no library");
+	CHECK(t_raw(SYS_write, cfd, "only-this", 9) == 9, "write");
+	CHECK(read(sfd, buf, sizeof(buf)) == 9 && !memcmp(buf, "only-this", 9), "bytes lost");
+	/* The ledger went to the agent without waiting for it (PROTOCOL.md, "The ledger"). */
+	CHECK(t_agent_await("ledger", 1) == 1, "no ledger sent");
+	CHECK(t_ledger_entries(FF_PATH_OVERLAY, "peer-no-library") == 1,
+	      "%d live overlay peer-no-library entries, want the server's end",
+	      t_ledger_entries(FF_PATH_OVERLAY, "peer-no-library"));
+	CHECK(t_ledger_sum(no_library, NULL) == 1, "%d counted in the ledger's header, want 1",
+	      t_ledger_sum(no_library, NULL));
+	close(sfd);
+	t_raw(SYS_close, cfd);
+	CHECK(t_ledger_entries(FF_PATH_OVERLAY, "peer-no-library") == 0, "listed after its close");
+
+	/* With the library: marked, asked, and the application's TOS is its own. */
+	{
+		struct t_conn_arg a = { .family = AF_INET, .port = port };
+		struct sockaddr_storage ss;
+		socklen_t len = t_addr(AF_INET, &ss, port), gl = sizeof(got);
+		struct pollfd p;
+		pthread_t th;
+
+		cfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+		CHECK(!setsockopt(cfd, IPPROTO_IP, IP_TOS, &tos, sizeof(tos)), "IP_TOS");
+		CHECK(connect(cfd, (void *)&ss, len) < 0 && errno == EINPROGRESS, "connect");
+		CHECK(!getsockopt(cfd, IPPROTO_IP, IP_TOS, &got, &gl) && got == tos,
+		      "IP_TOS reads %#x while the SYN is marked, want the application's %#x", got, tos);
+		CHECK(t_real_sockopt(cfd, IPPROTO_IP, IP_TOS) == FF_SYN_TOS, "the SYN is not marked");
+		a.fd = lfd;
+		pthread_create(&th, NULL, accept_thread, &a);
+		p = (struct pollfd){ .fd = cfd, .events = POLLOUT };
+		CHECK(poll(&p, 1, 5000) == 1, "connect never completed");
+		pthread_join(th, NULL);
+		sfd = a.fd;
+	}
+	CHECK(sfd >= 0, "accept: %s", strerror(errno));
+	CHECK(t_agent_count("ask") == asks + 2, "%d asks for a client with the library, want 2",
+	      t_agent_count("ask") - asks);
+	CHECK(t_swapped(sfd) && t_swapped(cfd), "a client with the library did not get the fast path");
+	close(sfd);
+	close(cfd);
+
+	/* Kept on the overlay (an unregistered listener): its TOS is the application's again. */
+	t_unannounced_pair(&cfd, &sfd);
+	CHECK(t_real_sockopt(cfd, IPPROTO_IP, IP_TOS) == 0, "IP_TOS %#x left on an overlay connection",
+	      t_real_sockopt(cfd, IPPROTO_IP, IP_TOS));
+	close(cfd);
+	close(sfd);
+
+	/* The application keeps SYNs: the shim leaves them to it. */
+	close(lfd);
+	lfd = socket(AF_INET, SOCK_STREAM, 0);
+	{
+		struct sockaddr_storage ss;
+		socklen_t len = t_addr(AF_INET, &ss, 0);
+
+		CHECK(!setsockopt(lfd, IPPROTO_TCP, TCP_SAVE_SYN, &one, sizeof(one)), "TCP_SAVE_SYN");
+		CHECK(!bind(lfd, (void *)&ss, len) && !listen(lfd, 4), "listen");
+		len = sizeof(ss);
+		getsockname(lfd, (void *)&ss, &len);
+		port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	}
+	cfd = raw_client(port);
+	sfd = accept(lfd, NULL, NULL);
+	CHECK(sfd >= 0 && !getsockopt(sfd, IPPROTO_TCP, TCP_SAVED_SYN, syn, &sl) && sl >= 40,
+	      "the application's TCP_SAVED_SYN: %u bytes (%s)", sl, strerror(errno));
+	close(sfd);
+	t_raw(SYS_close, cfd);
+	close(lfd);
+	return t_shim_finish();
+}
