@@ -205,6 +205,7 @@ FF_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 
 	if (!(fl & FF_FD_TRACKED))
 		return REAL(epoll_ctl)(epfd, op, fd, ev);
+again:
 	if (fl & FF_FD_SHM) {
 		ret = ff_epset_ctl(epfd, op, fd, ev);
 		if (ret != FF_SHM_MOVED) {
@@ -216,6 +217,15 @@ FF_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 	ff_table_lock();
 	while ((c = s->conn) && c->state == FF_ST_NEGOTIATING)
 		ff_table_wait();
+	/*
+	 * Another thread (the settler, settler.c) put it on shm meanwhile: a
+	 * kernel registration of its bell would never report the rings.
+	 */
+	if (!(fl & FF_FD_SHM) && (atomic_load(&s->flags) & FF_FD_SHM)) {
+		fl = FF_FD_SHM;
+		ff_table_unlock();
+		goto again;
+	}
 	if (!c || (c->state != FF_ST_SOCKET && c->state != FF_ST_PENDING) ||
 	    (op != EPOLL_CTL_DEL && !ev)) {
 		ff_table_unlock();

@@ -12,38 +12,24 @@
  *
  * It polls the pending fds with poll(2), which observes and never
  * consumes: an fd the application closed and reused meanwhile is woken
- * for, found not pending in the table, and dropped. An eventfd of its own
- * (marked FF_FD_CONTROL: a fork child closes it, and an application that
- * closes it is noticed, a new one made) brings new fds into its poll at
- * once. It sleeps on a condition variable while no connect is pending.
+ * for, found not pending in the table, and dropped. It owns no fd, so
+ * nothing a program closes (closefrom, close_range) can confuse it, and
+ * a program counting its fds finds none more. It sleeps on a condition
+ * variable while no connect is pending; while some are, new ones join its
+ * poll within TICK_MS (or at the next completion, usually sooner).
  */
 #include <poll.h>
 #include <pthread.h>
-#include <stdint.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 #include "settler.h"
 #include "shim.h"
 
 #define WATCH_MAX	1024	/* beyond, a connect waits for the application to look, as before */
+#define TICK_MS		5	/* well inside the agent's 45 ms peer wait */
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-static int watched[WATCH_MAX], nwatched, running, wake = -1;
-
-/* mu held: the wake eventfd, made anew if the application closed ours; or -1. */
-static int wake_fd(void)
-{
-	struct ff_slot *s = wake >= 0 ? ff_fd_slot(wake) : NULL;
-
-	if (s && (atomic_load(&s->flags) & FF_FD_CONTROL))
-		return wake;
-	wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (wake >= 0)
-		ff_fd_mark(wake, FF_FD_CONTROL);
-	return wake;
-}
+static int watched[WATCH_MAX], nwatched, running;
 
 static int pending(int fd)
 {
@@ -65,6 +51,16 @@ static void settle(int fd)
 		ff_settle_slow(fd, 1);
 }
 
+/* mu held. */
+static void forget(int fd)
+{
+	for (int i = 0; i < nwatched; i++)
+		if (watched[i] == fd) {
+			watched[i] = watched[--nwatched];
+			return;
+		}
+}
+
 /* mu held: drop the fds no longer pending. */
 static void prune(void)
 {
@@ -78,8 +74,7 @@ static void prune(void)
 
 static void *loop(void *arg)
 {
-	static struct pollfd p[WATCH_MAX + 1];
-	uint64_t v;
+	static struct pollfd p[WATCH_MAX];
 	int n;
 
 	(void)arg;
@@ -91,16 +86,16 @@ static void *loop(void *arg)
 		n = nwatched;
 		for (int i = 0; i < n; i++)
 			p[i] = (struct pollfd){ .fd = watched[i], .events = POLLOUT };
-		p[n] = (struct pollfd){ .fd = wake_fd(), .events = POLLIN };
 		pthread_mutex_unlock(&mu);
-		/* Without an eventfd (out of fds), new fds join at the next completion or after 1 ms. */
-		if (ff_real.poll(p, (nfds_t)n + 1, p[n].fd >= 0 ? -1 : 1) > 0)
+		if (ff_real.poll(p, (nfds_t)n, TICK_MS) > 0)
 			for (int i = 0; i < n; i++)
 				if (p[i].revents)
 					settle(p[i].fd);
-		if (p[n].revents & POLLIN)
-			(void)!ff_real.read(p[n].fd, &v, sizeof(v));
 		pthread_mutex_lock(&mu);
+		/* A fired fd is decided, or being decided by the application: not polled again. */
+		for (int i = 0; i < n; i++)
+			if (p[i].revents)
+				forget(p[i].fd);
 	}
 	return NULL;
 }
@@ -114,8 +109,6 @@ void ff_settler_watch(int fd)
 	if (!running)
 		running = ff_start_quiet_thread(loop);
 	pthread_cond_signal(&cv);
-	if (wake_fd() >= 0)
-		(void)!ff_real.write(wake, &(uint64_t){ 1 }, sizeof(uint64_t));
 	pthread_mutex_unlock(&mu);
 }
 
@@ -125,5 +118,4 @@ void ff_settler_atfork_child(void)
 	pthread_cond_init(&cv, NULL);
 	nwatched = 0;
 	running = 0;
-	wake = -1;	/* closed with the control fds (ff_control_atfork_child) */
 }

@@ -469,10 +469,31 @@ static int on_shm(int fd)
 	return !ff_busy && s && (atomic_load_explicit(&s->flags, memory_order_relaxed) & FF_FD_SHM);
 }
 
+/*
+ * O_NONBLOCK changed on a connection that another thread (the settler,
+ * settler.c) may be deciding: changed under the table lock once no
+ * decision is in progress, so that the swap, which copies the flag under
+ * that lock, cannot copy the old one. Returns with the lock held if taken.
+ */
+static int hold_decision(int fd)
+{
+	struct ff_slot *s = ff_fd_slot(fd);
+
+	if (ff_busy || !s || !(atomic_load_explicit(&s->flags, memory_order_relaxed) & FF_FD_PENDING))
+		return 0;
+	ff_table_lock();
+	while (s->conn && s->conn->state == FF_ST_NEGOTIATING)
+		ff_table_wait();
+	return 1;
+}
+
 /* O_NONBLOCK of an shm connection is cached for its data path (shm.c). */
 static int fcntl_common(int (*real)(int, int, ...), int fd, int cmd, void *arg)
 {
-	int ret = real(fd, cmd, arg), err = errno;
+	int held = cmd == F_SETFL && hold_decision(fd), ret = real(fd, cmd, arg), err = errno;
+
+	if (held)
+		ff_table_unlock();
 
 	if (ret >= 0 && !ff_busy && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC))
 		dup_track(fd, ret);
@@ -575,7 +596,7 @@ FF_EXPORT int ioctl(int fd, unsigned long req, ...)
 {
 	va_list ap;
 	void *arg;
-	int ret, val, err;
+	int ret, val, err, held;
 
 	va_start(ap, req);
 	arg = va_arg(ap, void *);
@@ -592,8 +613,11 @@ FF_EXPORT int ioctl(int fd, unsigned long req, ...)
 			return -1;
 		}
 	}
+	held = req == FIONBIO && hold_decision(fd);
 	ret = REAL(ioctl)(fd, req, arg);
 	err = errno;
+	if (held)
+		ff_table_unlock();
 	if (ret == 0 && req == FIONBIO && arg && on_shm(fd))
 		ff_shm_set_nonblock(fd, *(int *)arg != 0);
 	errno = err;
