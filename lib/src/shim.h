@@ -180,6 +180,7 @@ struct ff_conn {
 	struct ff_offer *offer;		/* connecting over a link: the channel offered (link.c) */
 	uint64_t ledger;		/* linked: its entry in the ledger (ledger.c); 0 none */
 	int moved;			/* moved down from shm to a socket pair (shm_switch.c) */
+	int withdrawn;			/* listener: accepts by a route the shim does not see (listeners.c) */
 };
 
 /* Bits of ff_slot.flags. */
@@ -439,6 +440,14 @@ void ff_listeners_lost(void);
 int ff_listeners_resync(struct ff_agent *a);
 /* LISTEN took: note who registered c (table lock held). */
 void ff_listener_registered(struct ff_conn *c, int ok);
+/*
+ * Listener fd accepts by a route the shim does not see (why: io_uring):
+ * UNLISTEN if this process registered it, its links closed, and it is not
+ * registered again, so its connectors take the overlay at once
+ * (listener-not-freeflow) instead of waiting for an ACCEPT that cannot
+ * come. Nothing if fd is no listener or was withdrawn already.
+ */
+void ff_listener_withdraw(int fd, const char *why);
 
 /* ---- epoll.c (table lock held) ---- */
 void ff_epoll_arm_pending(int fd, struct ff_conn *c);
