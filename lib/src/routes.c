@@ -15,7 +15,9 @@
  * or keeps it on the overlay, as a dup before the decision does. Where the
  * shim cannot see what will be done to which fd at all (an io_uring it did
  * not see set up, SQPOLL, liburing's inline system calls), the process
- * moves every shm connection down and takes no new one.
+ * moves every shm connection down and takes no new one. A listener a ring
+ * accepts on is withdrawn from the agent (listeners.c): what it accepts
+ * the shim never sees, so no ACCEPT would meet its connectors' CONNECT.
  */
 #include <dlfcn.h>
 #include <errno.h>
