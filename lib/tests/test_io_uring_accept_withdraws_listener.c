@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Description: a listener the program accepts on through io_uring (IORING_OP_ACCEPT, single and multishot, on the fd or as a fixed file given by io_uring_register or IORING_OP_FILES_UPDATE), whose connections the library never sees, is withdrawn when the entry is submitted: UNLISTEN at once, every connector gets overlay listener-not-freeflow at once (never peer-timeout), bytes intact; a later accept() on it takes its connection on the overlay; a forked child's withdrawal of its parent's listener sends no UNLISTEN and never registers it in the child's name */
+/* Description: a listener the program accepts on through io_uring (IORING_OP_ACCEPT, single and multishot, on the fd or as a fixed file given by io_uring_register or IORING_OP_FILES_UPDATE, also before listen()), whose connections the library never sees, is withdrawn when the entry is submitted (or never registered): UNLISTEN at once, every connector gets overlay listener-not-freeflow at once (never peer-timeout), bytes intact; a later accept() on it takes its connection on the overlay; a forked child's withdrawal of its parent's listener sends no UNLISTEN and never registers it in the child's name */
 #include "shimtest.h"
 #include "uring.h"
 
@@ -53,9 +53,11 @@ static void withdrawn(int unlistens, const char *name)
 
 int main(int argc, char **argv)
 {
-	int lfd[4], fds[2], cfd, sfd, plfd;
-	unsigned flags = 0;
+	int lfd[4], fds[3], cfd, sfd, plfd, early;
+	struct io_uring_files_update up = { .offset = 2, .fds = (uintptr_t)&early };
+	struct sockaddr_storage ss;
 	uint16_t port[4], p;
+	socklen_t sl;
 	struct uring u;
 	pid_t pid;
 
@@ -88,8 +90,8 @@ int main(int argc, char **argv)
 
 	/* Fixed files: registered, then given by IORING_OP_FILES_UPDATE. */
 	fds[0] = lfd[2];
-	fds[1] = -1;
-	CHECK(syscall(SYS_io_uring_register, u.fd, IORING_REGISTER_FILES, fds, 2) == 0,
+	fds[1] = fds[2] = -1;
+	CHECK(syscall(SYS_io_uring_register, u.fd, IORING_REGISTER_FILES, fds, 3) == 0,
 	      "register files: %s", strerror(errno));
 	withdrawn(3, "registered as a fixed file");
 	push_accept(&u, 0, IOSQE_FIXED_FILE, 0);
@@ -97,12 +99,26 @@ int main(int argc, char **argv)
 	connect_uring(&u, port[2], "fixed file");
 	uring_push(&u, &(struct io_uring_sqe){ .opcode = IORING_OP_FILES_UPDATE,
 					       .addr = (uintptr_t)&lfd[3], .len = 1, .off = 1 });
-	CHECK(uring_enter(&u, 1, 1) == 0 && uring_next(&u, &flags) == 1, "files update");
+	CHECK(uring_enter(&u, 1, 1) == 0 && uring_next(&u, NULL) == 1, "files update");
 	withdrawn(4, "given by IORING_OP_FILES_UPDATE");
 	push_accept(&u, 1, IOSQE_FIXED_FILE, 0);
 	CHECK(uring_enter(&u, 1, 0) == 0, "submit the updated fixed accept");
 	connect_uring(&u, port[3], "updated fixed file");
-	CHECK(t_agent_count("overlay listener-not-freeflow") == 6, "%d overlay listener-not-freeflow",
+
+	/* A socket given as a fixed file before it listens: listen() does not register it. */
+	early = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	sl = t_addr(AF_INET, &ss, 0);
+	CHECK(early >= 0 && !bind(early, (void *)&ss, sl), "bind: %s", strerror(errno));
+	CHECK(syscall(SYS_io_uring_register, u.fd, IORING_REGISTER_FILES_UPDATE, &up, 1) == 1,
+	      "update files: %s", strerror(errno));
+	CHECK(!listen(early, 16) && !getsockname(early, (void *)&ss, &sl), "listen: %s",
+	      strerror(errno));
+	CHECK(t_agent_count("listen") == 4, "a socket given to io_uring before listen() registered");
+	push_accept(&u, 2, IOSQE_FIXED_FILE, 0);
+	CHECK(uring_enter(&u, 1, 0) == 0, "submit the accept on the early fixed file");
+	connect_uring(&u, ntohs(((struct sockaddr_in *)&ss)->sin_port), "fixed before listen()");
+	close(early);
+	CHECK(t_agent_count("overlay listener-not-freeflow") == 7, "%d overlay listener-not-freeflow",
 	      t_agent_count("overlay listener-not-freeflow"));
 	CHECK(t_agent_count("overlay peer-timeout") == 0, "%d connections waited for an ACCEPT",
 	      t_agent_count("overlay peer-timeout"));
