@@ -363,12 +363,12 @@ static void sqe_fd(int fd)
 }
 
 /*
- * fds (n of them, -1 and IORING_REGISTER_FILES_SKIP leave a slot as it
- * is) become fixed files, which entries name by index: the shim cannot
- * tell which entry uses which, so each gets now what an entry naming it
- * would get, and a listener is withdrawn as for an ACCEPT. A socket not
- * yet listening or connected stays on the overlay: the kernel keeps the
- * file it was given, which a swap would replace at the number only.
+ * fds (n of them; -1 and IORING_REGISTER_FILES_SKIP name none) become
+ * fixed files, which entries name by index: the shim cannot tell which
+ * entry uses which, so each gets now what an entry naming it would get,
+ * and a listener is withdrawn as for an ACCEPT. A socket not yet
+ * listening or connected stays on the overlay: the ring keeps the file it
+ * was given, which a swap would replace at the number only.
  */
 static void fixed_files(const int *fds, unsigned n)
 {
