@@ -23,6 +23,15 @@
  * A registration is the registering process's own, so a close() sends
  * UNLISTEN only from that process (reg_pid): a forked worker closing its
  * copy of the listener must not withdraw its parent's.
+ *
+ * A listener the program accepts on through io_uring (routes.c) is
+ * withdrawn: the shim never sees those connections, so none of them sends
+ * ACCEPT, and a registration would make each connector wait for one. It
+ * stays withdrawn for the life of the socket in this process and in
+ * children forked after (not re-sent, not carried across exec). Only this
+ * process's registration can go: one another process made (the parent of
+ * a forked worker, or a worker whose own session registered it) stands
+ * until that process withdraws or closes it.
  */
 #include <errno.h>
 #include <string.h>
@@ -63,7 +72,7 @@ static int next_listener(int fd, struct sockaddr_storage *local)
 		struct ff_conn *c = ff_fd_slot(fd)->conn;
 
 		/* A listener whose listen() has not named it yet announces itself. */
-		if (c && c->state == FF_ST_LISTEN && c->local.ss_family) {
+		if (c && c->state == FF_ST_LISTEN && c->local.ss_family && !c->withdrawn) {
 			*local = c->local;
 			break;
 		}
@@ -72,16 +81,26 @@ static int next_listener(int fd, struct sockaddr_storage *local)
 	return fd <= hw ? fd : -1;
 }
 
-/* Record the agent's answer if fd is still the listener that was announced. */
-static void note_answer(int fd, const struct sockaddr_storage *local, int ok)
+/*
+ * Record the agent's answer if fd is still the listener that was
+ * announced. 1: it was withdrawn while LISTEN was on its way, so the
+ * registration just made must go too.
+ */
+static int note_answer(int fd, const struct sockaddr_storage *local, int ok)
 {
 	struct ff_conn *c;
+	int undo = 0;
 
 	ff_table_lock();
 	c = ff_fd_slot(fd)->conn;
-	if (c && c->state == FF_ST_LISTEN && !memcmp(&c->local, local, sizeof(*local)))
-		ff_listener_registered(c, ok);
+	if (c && c->state == FF_ST_LISTEN && !memcmp(&c->local, local, sizeof(*local))) {
+		if (c->withdrawn)
+			undo = ok;
+		else
+			ff_listener_registered(c, ok);
+	}
 	ff_table_unlock();
+	return undo;
 }
 
 int ff_listeners_resync(struct ff_agent *a)
@@ -97,7 +116,34 @@ int ff_listeners_resync(struct ff_agent *a)
 		/* The session broke: the caller reports it, which bumps lost_gen. */
 		if (a->fd < 0)
 			return ret < 0 ? ret : -ECONNRESET;
-		note_answer(fd, &local, ret == 0);
+		if (note_answer(fd, &local, ret == 0))
+			ff_announce_on(a, FF_MSG_UNLISTEN, &local, NULL);
 	}
 	return ff_ledger_resend(a);
+}
+
+void ff_listener_withdraw(int fd, const char *why)
+{
+	struct ff_slot *s = ff_fd_slot(fd);
+	struct sockaddr_storage local;
+	struct ff_conn *c;
+	int found = 0, mine = 0;
+
+	if (!s || !(atomic_load_explicit(&s->flags, memory_order_relaxed) & FF_FD_TRACKED))
+		return;
+	ff_table_lock();
+	c = s->conn;
+	if (c && c->state == FF_ST_LISTEN && !c->withdrawn) {
+		c->withdrawn = found = 1;
+		mine = c->registered && c->reg_pid == getpid();
+		c->registered = 0;	/* what it accepts is not negotiated, nor carried by exec */
+		local = c->local;
+	}
+	ff_table_unlock();
+	if (!found)
+		return;
+	ff_links_unlisten(&local);	/* offers over a link would wait for an accept() too */
+	if (mine)
+		ff_announce(FF_MSG_UNLISTEN, &local, NULL);
+	ff_fallback(fd, "listener withdrawn from the agent: %s", why);
 }

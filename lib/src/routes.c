@@ -15,7 +15,9 @@
  * or keeps it on the overlay, as a dup before the decision does. Where the
  * shim cannot see what will be done to which fd at all (an io_uring it did
  * not see set up, SQPOLL, liburing's inline system calls), the process
- * moves every shm connection down and takes no new one.
+ * moves every shm connection down and takes no new one. A listener a ring
+ * accepts on is withdrawn from the agent (listeners.c): what it accepts
+ * the shim never sees, so no ACCEPT would meet its connectors' CONNECT.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -232,6 +234,10 @@ FF_EXPORT FILE *popen(const char *cmd, const char *mode)
 #ifndef IORING_SETUP_NO_SQARRAY
 #define IORING_SETUP_NO_SQARRAY		(1u << 16)
 #endif
+/* An io_uring_register opcode flag newer than the headers: the ring is named by its index. */
+#ifndef IORING_REGISTER_USE_REGISTERED_RING
+#define IORING_REGISTER_USE_REGISTERED_RING	(1u << 31)
+#endif
 /* Flags whose rings the shim can read: any other (SQPOLL, NO_MMAP, ...) and the process avoids shm. */
 #define RING_FLAGS_READABLE	(((1u << 17) - 1) & ~(IORING_SETUP_SQPOLL | IORING_SETUP_NO_MMAP | \
 						     IORING_SETUP_REGISTERED_FD_ONLY))
@@ -356,6 +362,24 @@ static void sqe_fd(int fd)
 		ff_fd_to_kernel(fd, "used through io_uring");
 }
 
+/*
+ * fds (n of them; -1 and IORING_REGISTER_FILES_SKIP name none) become
+ * fixed files, which entries name by index: the shim cannot tell which
+ * entry uses which, so each gets now what an entry naming it would get,
+ * and a listener is withdrawn as for an ACCEPT. A socket not yet
+ * listening or connected stays on the overlay: the ring keeps the file it
+ * was given, which a swap would replace at the number only.
+ */
+static void fixed_files(const int *fds, unsigned n)
+{
+	if (!fds)
+		return;
+	for (unsigned i = 0; i < n; i++) {
+		ff_listener_withdraw(fds[i], "given to io_uring as a fixed file");
+		sqe_fd(fds[i]);
+	}
+}
+
 /* IORING_OP_CLOSE of fd: as close(), the kernel closing it after. */
 static void sqe_close(int fd)
 {
@@ -378,12 +402,18 @@ static void sqe_check(const struct io_uring_sqe *e)
 	int fixed = e->flags & IOSQE_FIXED_FILE;
 
 	if (op == IORING_OP_FILES_UPDATE) {
-		ff_shm_switch_all(0);	/* every fd it lists may become a fixed file */
+		fixed_files((const int *)(uintptr_t)e->addr, e->len);
 		return;
 	}
 	if (op == IORING_OP_CLOSE) {
 		if (!e->file_index)
 			sqe_close(e->fd);
+		return;
+	}
+	/* Single or multishot (ioprio): what it accepts the shim never sees. */
+	if (op == IORING_OP_ACCEPT) {
+		if (!fixed)
+			ff_listener_withdraw(e->fd, "it accepts through io_uring");
 		return;
 	}
 	if (!fixed)
@@ -431,12 +461,35 @@ static void ring_enter(int fd, unsigned flags)
 		ff_shm_avoid("io_uring_enter on a ring the library did not see set up");
 }
 
-/* io_uring_register: fds that become fixed files leave shm first. */
-static void ring_register(unsigned op)
+/*
+ * io_uring_register(op, arg, nr): fds that become fixed files are seen to
+ * first. The argument is read as the kernel reads it, only in the sizes it
+ * accepts.
+ */
+static void ring_register(unsigned op, const void *arg, unsigned nr)
 {
-	if (op == IORING_REGISTER_FILES || op == IORING_REGISTER_FILES2 ||
-	    op == IORING_REGISTER_FILES_UPDATE || op == IORING_REGISTER_FILES_UPDATE2)
-		ff_shm_switch_all(0);
+	const struct io_uring_rsrc_register *reg = arg;
+	const struct io_uring_rsrc_update2 *up2 = arg;
+	const struct io_uring_files_update *up = arg;
+
+	if (!arg)
+		return;
+	switch (op & ~IORING_REGISTER_USE_REGISTERED_RING) {
+	case IORING_REGISTER_FILES:
+		fixed_files(arg, nr);
+		break;
+	case IORING_REGISTER_FILES2:
+		if (nr == sizeof(*reg) && !(reg->flags & IORING_RSRC_REGISTER_SPARSE))
+			fixed_files((const int *)(uintptr_t)reg->data, reg->nr);
+		break;
+	case IORING_REGISTER_FILES_UPDATE:
+		fixed_files((const int *)(uintptr_t)up->fds, nr);
+		break;
+	case IORING_REGISTER_FILES_UPDATE2:
+		if (nr == sizeof(*up2))
+			fixed_files((const int *)(uintptr_t)up2->data, up2->nr);
+		break;
+	}
 }
 
 /*
@@ -633,7 +686,7 @@ static int route(long n, const long *a, long *ret)
 			ring_enter(fd, (unsigned)a[3]);
 		return 0;
 	case SYS_io_uring_register:
-		ring_register((unsigned)a[1]);
+		ring_register((unsigned)a[1], (const void *)a[2], (unsigned)a[3]);
 		return 0;
 	}
 	return 0;

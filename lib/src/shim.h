@@ -184,6 +184,7 @@ struct ff_conn {
 	int app_tos, app_tclass;	/* meanwhile, the application's IP_TOS and IPV6_TCLASS */
 	int peer_nolib;			/* accepted: its SYN carried no mark, the peer has no library */
 	int app_saves_syn;		/* listener: the application set TCP_SAVE_SYN itself */
+	int withdrawn;			/* listener: accepts by a route the shim does not see (listeners.c) */
 };
 
 /* Bits of ff_slot.flags. */
@@ -446,6 +447,14 @@ void ff_listeners_lost(void);
 int ff_listeners_resync(struct ff_agent *a);
 /* LISTEN took: note who registered c (table lock held). */
 void ff_listener_registered(struct ff_conn *c, int ok);
+/*
+ * Listener fd accepts by a route the shim does not see (why: io_uring):
+ * UNLISTEN if this process registered it, its links closed, and it is not
+ * registered again, so its connectors take the overlay at once
+ * (listener-not-freeflow) instead of waiting for an ACCEPT that cannot
+ * come. Nothing if fd is no listener or was withdrawn already.
+ */
+void ff_listener_withdraw(int fd, const char *why);
 
 /* ---- epoll.c (table lock held) ---- */
 void ff_epoll_arm_pending(int fd, struct ff_conn *c);
