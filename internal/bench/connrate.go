@@ -19,15 +19,21 @@ var connrateScript []byte
 const (
 	mConnRate   = "conn_per_s"
 	mConnErrors = "conn_errors"
+	// Each connection's time, connect to close (client-late only).
+	mConnMs    = "conn_ms"
+	mConnMsP99 = "conn_ms_p99"
 )
 
-// ParseConnRate reads the JSON line `connrate.py client` prints.
+// ParseConnRate reads the JSON line `connrate.py client` or `client-late`
+// prints; the per-connection times are there for client-late only.
 func ParseConnRate(out string) (map[string]float64, string, error) {
 	var r struct {
-		Connections float64 `json:"connections"`
-		Errors      float64 `json:"errors"`
-		Rate        float64 `json:"rate"`
-		LastError   string  `json:"last_error"`
+		Connections float64  `json:"connections"`
+		Errors      float64  `json:"errors"`
+		Rate        float64  `json:"rate"`
+		ConnMs      *float64 `json:"conn_ms_p50"`
+		ConnMsP99   *float64 `json:"conn_ms_p99"`
+		LastError   string   `json:"last_error"`
 	}
 	line := strings.TrimSpace(out)
 	if i := strings.LastIndexByte(line, '\n'); i >= 0 {
@@ -40,6 +46,9 @@ func ParseConnRate(out string) (map[string]float64, string, error) {
 		return nil, "", fmt.Errorf("connrate made no connection: %s", r.LastError)
 	}
 	m := map[string]float64{mConnRate: r.Rate, mConnErrors: r.Errors}
+	if r.ConnMs != nil && r.ConnMsP99 != nil {
+		m[mConnMs], m[mConnMsP99] = *r.ConnMs, *r.ConnMsP99
+	}
 	return m, r.LastError, nil
 }
 

@@ -13,6 +13,12 @@ import (
 // only FreeFlow containers talk to the agents, so what the counters gained
 // while a FreeFlow path's client ran are that client's connections.
 
+// Metrics the runner takes from the counters (see also mPathEnds).
+const (
+	mFastShare   = "fast_pct"     // FastShare: % of the ends decided that took a fast path
+	mOverlayEnds = "overlay_ends" // FallbackReasons: ends put on the overlay
+)
+
 // connCounters are the agents' connection counters, summed over hosts.
 type connCounters struct {
 	// Paths counts connection ends per fast path ("unix", "host-tcp",
@@ -71,6 +77,40 @@ func ParseStatusCounters(out []byte) (connCounters, error) {
 	return sum, nil
 }
 
+// gained is what the counters gained from a to b.
+func gained(a, b connCounters) connCounters {
+	d := connCounters{Paths: map[string]uint64{}, Fallback: b.Fallback - a.Fallback, Reasons: map[string]uint64{}}
+	for k, n := range b.Paths {
+		if n != a.Paths[k] {
+			d.Paths[k] = n - a.Paths[k]
+		}
+	}
+	for k, n := range b.Reasons {
+		if n != a.Reasons[k] {
+			d.Reasons[k] = n - a.Reasons[k]
+		}
+	}
+	return d
+}
+
+// fast is how many ends took a fast path, whichever.
+func (c connCounters) fast() uint64 {
+	var n uint64
+	for _, v := range c.Paths {
+		n += v
+	}
+	return n
+}
+
+// reasonList writes reasons as "peer-timeout ×12, no-fast-path ×1".
+func reasonList(reasons map[string]uint64) string {
+	var parts []string
+	for _, k := range sortedKeys(reasons) {
+		parts = append(parts, fmt.Sprintf("%s ×%d", k, reasons[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
 func readCounters(ctx context.Context, cli CLI) (connCounters, error) {
 	out, err := cli.run(ctx, "status", "-o", "json")
 	if err != nil {
@@ -104,6 +144,21 @@ func counterVerdict(a, b connCounters, want, launcher string) string {
 			got = append(got, fmt.Sprintf("%s +%d", k, b.Paths[k]-a.Paths[k]))
 		}
 		return fmt.Sprintf("the agents counted no %s connection during the run (%s)", want, strings.Join(got, ", "))
+	}
+	return ""
+}
+
+// noLibVerdict says what the counters gained while a client without the
+// library ran against a FreeFlow server: "" when the agents answered
+// connection ends (the server's: the client asks nothing) and put none on
+// a fast path. How they answered (the overlay reasons) is the row's
+// figure, not a doubt about it.
+func noLibVerdict(d connCounters) string {
+	if n := d.fast(); n > 0 {
+		return fmt.Sprintf("%d connection ends took a fast path (%s), but the client has no library", n, reasonList(d.Paths))
+	}
+	if d.Fallback == 0 {
+		return "the agents answered no connection end during the run: the server's library asked nothing, so no FreeFlow server was measured"
 	}
 	return ""
 }

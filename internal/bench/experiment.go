@@ -127,6 +127,14 @@ type Experiment struct {
 	// connection ends the agents decided during the run, on the path
 	// checked and elsewhere.
 	CountsEnds bool
+	// FastShare adds to each sample on a checked FreeFlow path the share
+	// of the connection ends the agents decided during the run that took
+	// a fast path (any: shm, unix, host-tcp), in percent.
+	FastShare bool
+	// NoLibClient runs the client without the FreeFlow library (LD_PRELOAD
+	// unset) in its container: the connection ends the agents answer are
+	// the server's, and none may take a fast path.
+	NoLibClient bool
 }
 
 // seconds is how long e's clients run when the run says base.
@@ -182,7 +190,7 @@ func (e Experiment) reps(base int) int {
 
 // Experiments are the experiments the bench knows, in the order shown.
 var Experiments = []Experiment{limits, pingpong, latency, netpipe, throughput, throughputDefaultCC, stream,
-	capped, connRate, idle, scaleThroughput, scaleLatency, redisBench, nginxBench, memcachedBench, pgBench, mpiBench,
+	capped, connRate, connRateNoLib, lateConnect, idle, scaleThroughput, scaleLatency, redisBench, nginxBench, memcachedBench, pgBench, mpiBench,
 	tokioEcho, uvloopEcho, nodeEcho}
 
 // SelectExperiments returns the named experiments in table order; empty

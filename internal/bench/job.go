@@ -28,7 +28,7 @@ func newRaw(o Options, c *benchCluster, exps []Experiment) *Raw {
 			Cluster:    c.cli.Cluster,
 			OwnCluster: c.own,
 			CC:         o.CC,
-			ConnRate:   "connrate.py (Python 3, blocking libc sockets), run as python3 -c; kept next to raw.json",
+			ConnRate:   "connrate.py (Python 3, libc sockets: blocking; non-blocking and looked at 100 ms late for late-connect), run as python3 -c; kept next to raw.json",
 		},
 	}
 	for _, e := range exps {
@@ -119,7 +119,25 @@ func (r *runner) run(ctx context.Context, j Job) []Sample {
 	if on, off, ok := check.ends(); ok && j.Exp.CountsEnds {
 		s.Metrics[mPathEnds], s.Metrics[mOtherEnds] = float64(on), float64(off)
 	}
+	if d, ok := check.gained(); ok {
+		addCounted(j.Exp, &s, d)
+	}
 	return []Sample{s}
+}
+
+// addCounted adds to s what the agents counted while its client ran, as
+// far as e asks for it: the share of ends on a fast path, the overlay
+// ends and their reasons.
+func addCounted(e Experiment, s *Sample, d connCounters) {
+	if all := d.fast() + d.Fallback; e.FastShare && all > 0 {
+		s.Metrics[mFastShare] = 100 * float64(d.fast()) / float64(all)
+	}
+	if e.Info.FallbackReasons {
+		s.Metrics[mOverlayEnds] = float64(d.Fallback)
+		if len(d.Reasons) > 0 {
+			s.Fallback = d.Reasons
+		}
+	}
 }
 
 // clientMargin is how much longer than its seconds a client may take
@@ -209,7 +227,7 @@ func sweepSamples(env toolEnv, j Job, s Sample, out []byte, verdict string) []Sa
 func (r *runner) clientCmds(env toolEnv, j Job) []*exec.Cmd {
 	cmds := make([]*exec.Cmd, j.Case.pairs())
 	for i := range cmds {
-		argv := j.Exp.Client(env, r.dep.Dial(j.Path, i), j.Case, j.Exp.seconds(r.seconds))
+		argv := clientArgv(env, j, r.dep.Dial(j.Path, i), r.seconds)
 		if j.Exp.Launcher {
 			cmds[i] = r.dep.LauncherCmd(j.Path, argv)
 		} else {
@@ -217,6 +235,16 @@ func (r *runner) clientCmds(env toolEnv, j Job) []*exec.Cmd {
 		}
 	}
 	return cmds
+}
+
+// clientArgv is j's client command for dial d, when the run says seconds;
+// a NoLibClient's runs without the FreeFlow library its container preloads.
+func clientArgv(env toolEnv, j Job, d dial, seconds int) []string {
+	argv := j.Exp.Client(env, d, j.Case, j.Exp.seconds(seconds))
+	if j.Exp.NoLibClient {
+		argv = append([]string{"/usr/bin/env", "-u", "LD_PRELOAD"}, argv...)
+	}
+	return argv
 }
 
 // runAll runs the commands at once and waits for all of them.
@@ -269,6 +297,7 @@ type checkRun struct {
 	after  connCounters
 	berr   error
 	aerr   error
+	noLib  bool // the client has no library (Experiment.NoLibClient)
 	stop   chan struct{}
 	done   chan struct{}
 }
@@ -284,7 +313,7 @@ func (r *runner) startCheck(ctx context.Context, j Job) *checkRun {
 		cli, srv := r.dep.Containers(j.Path, i)
 		c.pairs[[2]string{cli, srv}] = true
 	}
-	run := &checkRun{ctx: ctx, cli: r.cli, c: c, stop: make(chan struct{}), done: make(chan struct{})}
+	run := &checkRun{ctx: ctx, cli: r.cli, c: c, noLib: j.Exp.NoLibClient, stop: make(chan struct{}), done: make(chan struct{})}
 	run.before, run.berr = readCounters(ctx, r.cli)
 	go func() {
 		defer close(run.done)
@@ -308,6 +337,9 @@ func (run *checkRun) finish() string {
 	if err := errors.Join(run.berr, run.aerr); err != nil {
 		return joinVerdicts(v, "agent counters not read: "+err.Error())
 	}
+	if run.noLib { // conns lists no client end: the client asks nothing
+		return noLibVerdict(gained(run.before, run.after))
+	}
 	cv := counterVerdict(run.before, run.after, run.c.want, run.c.launcher)
 	if len(run.c.seen) == 0 && run.c.err == nil && cv == "" {
 		return "" // conns missed them, the counters confirm them
@@ -318,21 +350,25 @@ func (run *checkRun) finish() string {
 	return v
 }
 
+// gained is what the agents' counters gained while the client ran (after
+// finish); ok is false when nothing was checked or a reading failed.
+func (run *checkRun) gained() (connCounters, bool) {
+	if run == nil || run.berr != nil || run.aerr != nil {
+		return connCounters{}, false
+	}
+	return gained(run.before, run.after), true
+}
+
 // ends counts the connection ends the agents decided while the client
 // ran (after finish): on the checked path, and on any other path or the
 // overlay; ok is false when nothing was checked or a reading failed.
 func (run *checkRun) ends() (on, off uint64, ok bool) {
-	if run == nil || run.berr != nil || run.aerr != nil {
+	d, ok := run.gained()
+	if !ok {
 		return 0, 0, false
 	}
-	for p, n := range run.after.Paths {
-		if d := n - run.before.Paths[p]; p == run.c.want {
-			on += d
-		} else {
-			off += d
-		}
-	}
-	return on, off + run.after.Fallback - run.before.Fallback, true
+	on = d.Paths[run.c.want]
+	return on, d.fast() - on + d.Fallback, true
 }
 
 func joinVerdicts(a, b string) string {
@@ -372,6 +408,9 @@ func progressLine(samples []Sample) string {
 		if m.Headline {
 			what += fmt.Sprintf("  %s %s", formatValue(s.Metrics[m.Key]), m.Label)
 		}
+	}
+	if len(s.Fallback) > 0 {
+		what += "  overlay: " + reasonList(s.Fallback)
 	}
 	return what
 }

@@ -135,8 +135,9 @@ func TestPlanServers(t *testing.T) {
 		ports = append(ports, s.Port)
 	}
 	// limits and mpi need no server; pingpong, stream, idle and
-	// scale-latency share ffmem's.
-	want := []int{portFFMem, portSockperf, portNetPIPE, portIperf, portConnRate, portRedis, portNginx, portMemcached, portPostgres,
+	// scale-latency share ffmem's, connrate-nolib connrate's; late-connect
+	// has its own (threaded).
+	want := []int{portFFMem, portSockperf, portNetPIPE, portIperf, portConnRate, portLate, portRedis, portNginx, portMemcached, portPostgres,
 		portTokioEcho, portUvloopEcho, portNodeEcho}
 	if fmt.Sprint(ports) != fmt.Sprint(want) {
 		t.Errorf("server ports = %v, want %v", ports, want)

@@ -77,6 +77,10 @@ type ExperimentInfo struct {
 	// CC is the congestion control the experiment ran under, when it is
 	// not the run's (throughput-default-cc).
 	CC string `json:"cc,omitempty"`
+	// FallbackReasons: on checked FreeFlow paths the samples carry the
+	// overlay reasons the agents counted (Sample.Fallback) and the
+	// overlay ends (mOverlayEnds), and the table a column of the reasons.
+	FallbackReasons bool `json:"fallback_reasons,omitempty"`
 }
 
 // MetricInfo names one number a sample carries.
@@ -115,7 +119,10 @@ type Sample struct {
 	Metrics    map[string]float64 `json:"metrics,omitempty"`
 	Error      string             `json:"error,omitempty"`
 	Suspect    []string           `json:"suspect,omitempty"`
-	Output     string             `json:"output,omitempty"` // kept only when the run failed
+	// Fallback counts the connection ends the agents put on the overlay
+	// while the client ran, by reason (FallbackReasons experiments).
+	Fallback map[string]uint64 `json:"fallback,omitempty"`
+	Output   string            `json:"output,omitempty"` // kept only when the run failed
 }
 
 // SaveRaw writes raw as indented JSON.

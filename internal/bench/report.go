@@ -116,6 +116,9 @@ func writeExperiment(b *strings.Builder, raw *Raw, e ExperimentInfo, rows []Row)
 			head = append(head, m.Label+" (median)")
 		}
 	}
+	if e.FallbackReasons {
+		head = append(head, "overlay reasons (agents, total)")
+	}
 	head = append(head, "runs", "notes", "command")
 	fmt.Fprintf(b, "| %s |\n|%s\n", strings.Join(head, " | "), strings.Repeat("---|", len(head)))
 	for _, r := range rows {
@@ -148,6 +151,9 @@ func markdownCells(r Row) []string {
 			cells = append(cells, formatValue(st.Median))
 		}
 	}
+	if r.Exp.FallbackReasons {
+		cells = append(cells, fallbackCell(r))
+	}
 	runs := fmt.Sprint(r.Runs)
 	if r.Failed > 0 {
 		runs += fmt.Sprintf(" (+%d failed)", r.Failed)
@@ -157,6 +163,19 @@ func markdownCells(r Row) []string {
 		cmd = "`" + r.Command + "`"
 	}
 	return append(cells, runs, escapeCell(strings.Join(r.Notes, "; ")), cmd)
+}
+
+// fallbackCell lists the row's overlay reasons: "none" when the agents
+// counted its ends and put none on the overlay, "–" when they were not
+// counted (a path without FreeFlow).
+func fallbackCell(r Row) string {
+	switch {
+	case len(r.Fallback) > 0:
+		return reasonList(r.Fallback)
+	case r.Stats[mOverlayEnds].N > 0:
+		return "none"
+	}
+	return "–"
 }
 
 // pathLabel marks the baseline and reference rows.

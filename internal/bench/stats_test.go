@@ -114,7 +114,7 @@ func TestSelect(t *testing.T) {
 	for _, e := range quick {
 		names = append(names, e.Info.Name)
 	}
-	if fmt.Sprint(names) != "[limits pingpong throughput connrate tokio-echo uvloop-echo node-echo]" {
+	if fmt.Sprint(names) != "[limits pingpong throughput connrate connrate-nolib late-connect tokio-echo uvloop-echo node-echo]" {
 		t.Errorf("quick experiments: %v", names)
 	}
 	for _, g := range []string{SameHost, CrossHost} {

@@ -22,6 +22,9 @@ type Row struct {
 	Failed  int
 	Command string
 	Notes   []string
+	// Fallback sums the samples' overlay ends by reason
+	// (ExperimentInfo.FallbackReasons).
+	Fallback map[string]uint64
 }
 
 // ran reports whether the experiment ran this case on this path at all.
@@ -77,7 +80,7 @@ func casesOf(raw *Raw, exp string) []string {
 }
 
 func summarizeRow(raw *Raw, e ExperimentInfo, c string, p PathInfo) Row {
-	r := Row{Exp: e, Case: c, Path: p, Stats: map[string]Summary{}}
+	r := Row{Exp: e, Case: c, Path: p, Stats: map[string]Summary{}, Fallback: map[string]uint64{}}
 	values := map[string][]float64{}
 	for _, s := range raw.Samples {
 		if s.Experiment != e.Name || s.Case != c || s.Path != p.Name || s.Warmup {
@@ -99,6 +102,9 @@ func summarizeRow(raw *Raw, e ExperimentInfo, c string, p PathInfo) Row {
 		}
 		for _, why := range s.Suspect {
 			r.Notes = append(r.Notes, fmt.Sprintf("rep %d: %s", s.Rep, why))
+		}
+		for why, n := range s.Fallback {
+			r.Fallback[why] += n
 		}
 	}
 	for _, m := range e.Metrics {
