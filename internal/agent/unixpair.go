@@ -1,6 +1,6 @@
 package agent
 
-// Design note: the buffers of a unix channel (PROTOCOL.md, "PATH unix").
+// Design note: the buffers of a unix channel (PROTOCOL.md, "Shared memory").
 //
 // An AF_UNIX stream socket holds unread at most its own send buffer: the
 // peer's receive buffer plays no part. With the kernel's default
