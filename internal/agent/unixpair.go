@@ -19,8 +19,11 @@ package agent
 // charged to the memory cgroup of the process that wrote it, as the shm
 // channel's ring pages are (SHM.md) and a TCP connection's send buffer is,
 // so a container that writes without reading holds its own memory, at
-// most this much per connection and direction; no budget of the agent's
-// is needed for it. An application that sets SO_SNDBUF itself gets its
+// most this much per connection and direction (a peer that never reads
+// leaves it all with the writer, where TCP would hold the part past the
+// send buffer in the reader's cgroup). A container could pin as much with
+// socket pairs of its own (twice wmem_max each, no privilege needed), so
+// no budget of the agent's is needed for it. An application that sets SO_SNDBUF itself gets its
 // own size (lib/src/sockopt.c carries it over at the swap), as it asked.
 
 import (
@@ -33,19 +36,24 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// unixBufFallback is the send buffer of a unix channel's end when the TCP
-// sysctls cannot be read: their sum on Linux 6.18's defaults (4 MiB
-// tcp_wmem max, 32 MiB tcp_rmem max).
-const unixBufFallback = 36 << 20
+const (
+	// unixBufFallback is the send buffer of a unix channel's end when the
+	// TCP sysctls cannot be read: their sum on Linux 6.18's defaults
+	// (4 MiB tcp_wmem max, 32 MiB tcp_rmem max).
+	unixBufFallback = 36 << 20
+	// unixBufMax bounds it: SO_SNDBUFFORCE takes an int, which the kernel
+	// doubles.
+	unixBufMax = 1 << 30
+)
 
 // unixBuf is the send buffer each end of a unix channel gets.
 var unixBuf = sync.OnceValue(func() int {
 	w, errW := sysctlMax("/proc/sys/net/ipv4/tcp_wmem")
 	r, errR := sysctlMax("/proc/sys/net/ipv4/tcp_rmem")
-	if errW != nil || errR != nil || w+r > 1<<30 {
+	if errW != nil || errR != nil {
 		return unixBufFallback
 	}
-	return w + r
+	return min(w+r, unixBufMax)
 })
 
 // sysctlMax returns the last of the numbers in the sysctl file at path
