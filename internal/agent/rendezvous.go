@@ -404,6 +404,7 @@ func (a *Agent) finishLocal(m *meeting) {
 		a.rv.decide(m, overlay(reasonChannelFailed), [2]int{-1, -1})
 		return
 	}
+	a.sizeUnixPair(fds)
 	a.rv.decide(m, decision{kind: pathUnix, reason: why}, [2]int{fds[0], fds[1]})
 }
 
