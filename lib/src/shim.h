@@ -465,6 +465,11 @@ void ff_sockopt_carry(int oldfd, int newfd, struct ff_conn *c);
 void ff_sockopt_inherit(struct ff_conn *c, const struct ff_conn *l);
 int ff_sockopt_get(int fd, int level, int name, void *val, socklen_t *len);
 int ff_sockopt_set(int fd, int level, int name, const void *val, socklen_t len);
+/*
+ * SO_SNDBUF or SO_RCVBUF of a fresh stream socket of family (AF_UNIX or
+ * AF_INET) in this process's namespace, as getsockopt reads it; read once.
+ */
+int ff_fresh_size(int family, int name);
 
 /* ---- fork.c ---- */
 void ff_fork_init(void);

@@ -323,34 +323,6 @@ static int recv_switch(int fd, struct ff_shm *sh, int *out)
 static const int size_opts[] = { SO_SNDBUF, SO_RCVBUF };
 
 /*
- * The sizes a fresh AF_UNIX socket gets here (net.core.wmem_default and
- * rmem_default), as the bell socket got them from the agent unless the
- * program set them: a container's namespace has the host's values. Read
- * once, by whichever thread moves down first (no lock, so none a fork
- * could copy held: racing threads store the same values).
- */
-static _Atomic int fresh_size[2];
-
-static int fresh(size_t i)
-{
-	int v = atomic_load_explicit(&fresh_size[i], memory_order_relaxed);
-	int s;
-
-	if (v)
-		return v;
-	s = ff_real.socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	for (size_t j = 0; s >= 0 && j < 2; j++) {
-		socklen_t l = sizeof(v);
-
-		if (!ff_real.getsockopt(s, SOL_SOCKET, size_opts[j], &v, &l))
-			atomic_store_explicit(&fresh_size[j], v, memory_order_relaxed);
-	}
-	if (s >= 0)
-		ff_real.close(s);
-	return atomic_load_explicit(&fresh_size[i], memory_order_relaxed);
-}
-
-/*
  * The buffer sizes the program set on the bell socket onto sock. Not the
  * defaults: those would shrink sock from the ring's room (room_for_ring)
  * to the kernel's 208 KiB, and two ends that each write a whole message
@@ -364,7 +336,7 @@ static void carry_buffers(int bell, int sock)
 		socklen_t l = sizeof(v);
 
 		/* The kernel reports twice what was set, and doubles what is set. */
-		if (!ff_real.getsockopt(bell, SOL_SOCKET, size_opts[i], &v, &l) && v != fresh(i) &&
+		if (!ff_real.getsockopt(bell, SOL_SOCKET, size_opts[i], &v, &l) && v != ff_fresh_size(AF_UNIX, size_opts[i]) &&
 		    (v /= 2) > 0)
 			ff_real.setsockopt(sock, SOL_SOCKET, size_opts[i], &v, sizeof(v));
 	}

@@ -8,8 +8,9 @@
  * A unix channel has no TCP or IP level at all; there:
  *  - SOL_SOCKET options are native (SO_RCVBUF/SO_SNDBUF, SO_KEEPALIVE,
  *    SO_ERROR, SO_RCVTIMEO, SO_LINGER, ... all exist on AF_UNIX), except
- *    SO_DOMAIN, which answers the overlay family, and SO_PROTOCOL, which
- *    answers IPPROTO_TCP;
+ *    SO_DOMAIN, which answers the overlay family, SO_PROTOCOL, which
+ *    answers IPPROTO_TCP, and SO_RCVBUF/SO_SNDBUF the application did not
+ *    set, which read as a fresh TCP socket's (tcp_like_size);
  *  - IPPROTO_TCP / IPPROTO_IP / IPPROTO_IPV6 int options are stored on set
  *    and returned on get (defaults: Linux's for a fresh connection), so
  *    TCP_NODELAY, TCP_KEEPIDLE, IP_TOS and friends "stick" although they do
@@ -152,12 +153,15 @@ void ff_sockopt_carry(int oldfd, int newfd, struct ff_conn *c)
 					   sizeof(int));
 }
 
-/* Before the decision: the buffer sizes the application chose (see the top). */
+/*
+ * The buffer sizes the application chose (see the top): before the
+ * decision, and on a unix or shm channel (tcp_like_size).
+ */
 static int app_set_size(const struct ff_conn *c, int level, int name)
 {
 	return (c->state == FF_ST_SOCKET || c->state == FF_ST_PENDING ||
-		c->state == FF_ST_LISTEN) && level == SOL_SOCKET &&
-	       (name == SO_RCVBUF || name == SO_SNDBUF);
+		c->state == FF_ST_LISTEN || (c->state == FF_ST_SWAPPED && c->kern_family == AF_UNIX)) &&
+	       level == SOL_SOCKET && (name == SO_RCVBUF || name == SO_SNDBUF);
 }
 
 /* Whether (level) is emulated for this conn. */
@@ -191,12 +195,49 @@ static void put_out(void *val, socklen_t *len, const void *src, socklen_t n)
 	*len = n < *len ? n : *len;
 }
 
+/*
+ * No lock: racing threads store the same values, and a fork child copies
+ * no lock held; the kernel's defaults (net.core.*mem_default, tcp_wmem and
+ * tcp_rmem's middle values) are read once.
+ */
+int ff_fresh_size(int family, int name)
+{
+	static _Atomic int size[2][2];
+	int f = family != AF_UNIX, n = name != SO_SNDBUF, v = atomic_load(&size[f][n]), s;
+	socklen_t l = sizeof(v);
+
+	if (v)
+		return v;
+	s = ff_real.socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (s >= 0 && !ff_real.getsockopt(s, SOL_SOCKET, name, &v, &l))
+		atomic_store(&size[f][n], v);
+	if (s >= 0)
+		ff_real.close(s);
+	return atomic_load(&size[f][n]);
+}
+
+/*
+ * A unix or shm channel's buffer sizes are the agent's (PROTOCOL.md, the
+ * unix channel's buffers), tens of MiB, which a program sizing its own
+ * buffers by them would copy: unless the program set the size, it reads
+ * what a fresh TCP connection has.
+ */
+static int tcp_like_size(const struct ff_conn *c, int level, int name)
+{
+	return c->kern_family == AF_UNIX && level == SOL_SOCKET &&
+	       (name == SO_SNDBUF || name == SO_RCVBUF) && !find_opt((struct ff_conn *)c, level, name, 0);
+}
+
 /* Table lock held; returns 1 when the real call should answer. */
 static int get_locked(struct ff_conn *c, int level, int name, void *val, socklen_t *len)
 {
 	struct ff_opt *o;
 	int v;
 
+	if (tcp_like_size(c, level, name) && (v = ff_fresh_size(AF_INET, name)) > 0) {
+		put_out(val, len, &v, sizeof(v));
+		return 0;
+	}
 	if (level == SOL_SOCKET && (name == SO_DOMAIN || name == SO_PROTOCOL)) {
 		v = name == SO_DOMAIN ? c->family : IPPROTO_TCP;
 		put_out(val, len, &v, sizeof(v));

@@ -295,8 +295,14 @@ static inline int fa_channel(int sp[2], int *memfd, int shm_ok)
 		return fa_tcp_pair(sp) ? -1 : FF_PATH_HOST_TCP;
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp))
 		return -1;
-	if (!fa_shm() || !shm_ok)
+	if (!fa_shm() || !shm_ok) {
+		/* Sized as the real agent sizes a unix channel (PROTOCOL.md), where it can. */
+		int big = 16 << 20;
+
+		for (int i = 0; i < 2; i++)
+			setsockopt(sp[i], SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof(big));
 		return FF_PATH_UNIX;
+	}
 	*memfd = fa_memfd(fa_shm_ring(), "FFSM", 4096 + 2 * (uint64_t)fa_shm_ring(), FA_SEALS);
 	return FF_PATH_SHM;
 }

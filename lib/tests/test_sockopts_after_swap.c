@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Description: after the swap TCP_NODELAY, SO_KEEPALIVE, TCP_KEEPIDLE, SO_RCVBUF/SO_SNDBUF, SO_ERROR, TCP_INFO, SO_DOMAIN/SO_PROTOCOL/SO_TYPE, IP_TOS succeed with sensible values; options set before connect are carried */
+/* Description: after the swap TCP_NODELAY, SO_KEEPALIVE, TCP_KEEPIDLE, SO_RCVBUF/SO_SNDBUF (a TCP connection's sizes unless set), SO_ERROR, TCP_INFO, SO_DOMAIN/SO_PROTOCOL/SO_TYPE, IP_TOS succeed with sensible values; options set before connect are carried */
 /* Channels: unix host-tcp shm shm-link */
 #include <netinet/tcp.h>
 
@@ -65,7 +65,11 @@ int main(int argc, char **argv)
 	      get_int(fd, IPPROTO_TCP, TCP_KEEPIDLE) == 30, "TCP_KEEPIDLE");
 	CHECK(set_int(fd, SOL_SOCKET, SO_RCVBUF, 1 << 18) == 0, "set SO_RCVBUF: %s", strerror(errno));
 	CHECK(get_int(fd, SOL_SOCKET, SO_RCVBUF) >= 1 << 18, "SO_RCVBUF %d", get_int(fd, SOL_SOCKET, SO_RCVBUF));
-	CHECK(get_int(fd, SOL_SOCKET, SO_SNDBUF) > 0, "SO_SNDBUF");
+	/* Not the agent's tens of MiB of a unix channel: what a TCP connection starts with. */
+	CHECK(get_int(fd, SOL_SOCKET, SO_SNDBUF) > 0 && get_int(fd, SOL_SOCKET, SO_SNDBUF) <= 4 << 20,
+	      "SO_SNDBUF %d", get_int(fd, SOL_SOCKET, SO_SNDBUF));
+	CHECK(get_int(sfd, SOL_SOCKET, SO_SNDBUF) > 0 && get_int(sfd, SOL_SOCKET, SO_SNDBUF) <= 4 << 20,
+	      "the acceptor's SO_SNDBUF %d", get_int(sfd, SOL_SOCKET, SO_SNDBUF));
 	CHECK(get_int(fd, SOL_SOCKET, SO_ERROR) == 0, "SO_ERROR");
 	CHECK(get_int(fd, SOL_SOCKET, SO_DOMAIN) == AF_INET, "SO_DOMAIN %d", get_int(fd, SOL_SOCKET, SO_DOMAIN));
 	CHECK(get_int(fd, SOL_SOCKET, SO_PROTOCOL) == IPPROTO_TCP, "SO_PROTOCOL");
