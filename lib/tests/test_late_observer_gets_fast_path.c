@@ -39,7 +39,11 @@ static void case_read(uint16_t port)
 	int fd = pc_start_connect(port);
 
 	usleep(LATE_US);
-	pc_finish(fd, "read");
+	pc_expect(fd, "hello", "read");
+	CHECK(t_swapped(fd), "read: not swapped (kernel family %d)", t_real_domain(fd));
+	CHECK(write(fd, "ping", 4) == 4, "read: write");
+	pc_expect(fd, "ping", "read");
+	close(fd);
 }
 
 static void cases(uint16_t port)
