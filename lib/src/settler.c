@@ -19,9 +19,14 @@
  *   acceptor's accept() takes them: deciding them out of order would have
  *   this thread wait for an ACCEPT the acceptor sends only after the one
  *   it waits for itself, queued here behind it.
- * - Not those offered over a link (link.c): the acceptor takes an offer
- *   whenever it accepts, and the connector's 5 ms for that start when it
- *   looks; looking early would only withdraw offers of slow acceptors.
+ * - One offered over a link (link.c) is left to the program while the
+ *   offer can still be taken: the acceptor takes it whenever it accepts,
+ *   and the connector's 5 ms for that start when it looks, so looking early
+ *   would only withdraw offers of slow acceptors. Its bell socket's EOF
+ *   says the offer was lost (the acceptor's end of the link closed with it
+ *   unread, or the acceptor could not use it): then it goes to the agent
+ *   at once. One offered over a cross-host link is decided as soon as it
+ *   completes, no grace: the acceptor waits only 5 ms for its commit.
  * - poll(2) observes and never consumes: an fd the application closed and
  *   reused meanwhile is woken for, found not pending in the table, and
  *   dropped. The thread owns no fd, so nothing a program closes
@@ -44,7 +49,10 @@
 
 struct watch {
 	int fd;
+	int bell;	/* FF_SETTLE_OFFERED: the offer's bell socket */
+	int kind;	/* enum ff_settle_kind */
 	int64_t done;	/* when poll saw it complete; 0 not yet */
+	int lost;	/* FF_SETTLE_OFFERED: its bell ended */
 };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -59,14 +67,14 @@ static int pending(int fd)
 	return s && (atomic_load(&s->flags) & FF_FD_PENDING);
 }
 
-/* Complete GRACE_NS without the application looking: decide it, unless offered over a link. */
+/* Its time came (see next_late): decide it, unless the program is at it already. */
 static void settle(int fd)
 {
 	struct ff_slot *s = ff_fd_slot(fd);
 	int mine;
 
 	ff_table_lock();
-	mine = s->conn && s->conn->state == FF_ST_PENDING && !s->conn->offer;
+	mine = s->conn && s->conn->state == FF_ST_PENDING;
 	ff_table_unlock();
 	if (mine)
 		ff_settle_slow(fd, 1);
@@ -83,24 +91,46 @@ static void prune(void)
 	nwatched = n;
 }
 
-/* mu held: poll the fds not complete yet; returns when one completes, or within timeout. */
+/* mu held: poll the fds not complete yet, and the bells of offers; returns on news or within timeout. */
 static void await_completions(int timeout)
 {
-	static struct pollfd p[WATCH_MAX];
+	static struct pollfd p[2 * WATCH_MAX];
 	int n = 0, now;
 
-	for (int i = 0; i < nwatched; i++)
+	for (int i = 0; i < nwatched; i++) {
 		if (!watched[i].done)
 			p[n++] = (struct pollfd){ .fd = watched[i].fd, .events = POLLOUT };
+		if (watched[i].kind == FF_SETTLE_OFFERED && !watched[i].lost)
+			p[n++] = (struct pollfd){ .fd = watched[i].bell, .events = POLLRDHUP };
+	}
 	pthread_mutex_unlock(&mu);
 	now = n ? ff_real.poll(p, (nfds_t)n, timeout) : (ff_real.poll(NULL, 0, timeout), 0);
 	pthread_mutex_lock(&mu);
-	for (int j = 0; now > 0 && j < n; j++)
-		for (int i = 0; p[j].revents && i < nwatched; i++)
-			if (watched[i].fd == p[j].fd && !watched[i].done) {
-				watched[i].done = ff_now_ns();
-				break;
-			}
+	/* The list may have changed meanwhile: entries are found again by fd. */
+	for (int j = 0; now > 0 && j < n; j++) {
+		for (int i = 0; p[j].revents && i < nwatched; i++) {
+			struct watch *w = &watched[i];
+
+			if (p[j].events == POLLOUT && w->fd == p[j].fd && !w->done)
+				w->done = ff_now_ns();
+			else if (p[j].events == POLLRDHUP && w->kind == FF_SETTLE_OFFERED &&
+				 w->bell == p[j].fd && (p[j].revents & (POLLRDHUP | POLLHUP)))
+				w->lost = 1;
+		}
+	}
+}
+
+/* Whether w's connection is for this thread to decide now (see the top). */
+static int is_late(const struct watch *w, int64_t now)
+{
+	switch (w->kind) {
+	case FF_SETTLE_OFFERED:
+		return w->done && w->lost;
+	case FF_SETTLE_OFFERED_ACROSS:
+		return w->done != 0;
+	default:
+		return w->done && now - w->done >= GRACE_NS;
+	}
 }
 
 /* mu held: the first fd complete GRACE_NS ago (taken off the list), or -1; *wait_ms: until the next. */
@@ -110,15 +140,17 @@ static int next_late(int *wait_ms)
 
 	*wait_ms = TICK_MS;
 	for (int i = 0; i < nwatched; i++) {
-		if (!watched[i].done)
-			continue;
-		if (now - watched[i].done >= GRACE_NS) {
-			int fd = watched[i].fd;
+		struct watch *w = &watched[i];
 
-			watched[i].fd = -1;	/* prune drops it */
+		if (!w->done || (w->kind == FF_SETTLE_OFFERED && !w->lost))
+			continue;	/* not complete, or the program's while its offer stands */
+		if (is_late(w, now)) {
+			int fd = w->fd;
+
+			w->fd = -1;	/* prune drops it */
 			return fd;
 		}
-		*wait_ms = (int)((watched[i].done + GRACE_NS - now) / 1000000) + 1;
+		*wait_ms = (int)((w->done + GRACE_NS - now) / 1000000) + 1;
 		return -1;	/* the connects' order: a later one waits for this one */
 	}
 	return -1;
@@ -144,13 +176,13 @@ static void *loop(void *arg)
 	return NULL;
 }
 
-void ff_settler_watch(int fd)
+void ff_settler_watch(int fd, enum ff_settle_kind kind, int bell)
 {
 	pthread_mutex_lock(&mu);
 	if (nwatched == WATCH_MAX)
 		prune();
 	if (nwatched < WATCH_MAX)
-		watched[nwatched++] = (struct watch){ .fd = fd };
+		watched[nwatched++] = (struct watch){ .fd = fd, .kind = kind, .bell = bell };
 	if (!running)
 		running = ff_start_quiet_thread(loop);
 	pthread_cond_signal(&cv);
