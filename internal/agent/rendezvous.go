@@ -134,17 +134,18 @@ type rendezvous struct {
 	m         map[tuple]*meeting
 	keep      time.Duration // how long a decided tuple is remembered (keepDecided)
 	lastPrune time.Time
-	// connecting and waitingAccept drive parking (parked.go).
-	connecting    map[int32]map[tuple]int // pid -> the CONNECTs it waits in now (a count per tuple)
-	waitingAccept map[tuple]*meeting      // undecided: the connector waits for an ACCEPT
-	parked        *quota                  // parked halves per connecting container (maxParkedPerContainer)
+	// asking and waitingAccept drive parking (parked.go).
+	asking        [2]map[int32]map[tuple]int // by side: pid -> the CONNECTs / ACCEPTs it waits in now (a count per tuple)
+	waitingAccept map[tuple]*meeting         // undecided: the connector waits for an ACCEPT
+	parked        *quota                     // parked halves per connecting container (maxParkedPerContainer)
 }
 
 func newRendezvous(keep time.Duration) *rendezvous {
 	return &rendezvous{
 		m: map[tuple]*meeting{}, keep: keep,
-		connecting: map[int32]map[tuple]int{}, waitingAccept: map[tuple]*meeting{},
-		parked: newQuota(maxParkedPerContainer),
+		asking:        [2]map[int32]map[tuple]int{{}, {}},
+		waitingAccept: map[tuple]*meeting{},
+		parked:        newQuota(maxParkedPerContainer),
 	}
 }
 
@@ -164,7 +165,7 @@ func (r *rendezvous) join(k tuple, s side, li *listenerInfo, c *connector, lib a
 	defer r.mu.Unlock()
 	r.pruneLocked(time.Now())
 	if c != nil {
-		r.beginConnectLocked(c, k)
+		r.beginAskLocked(c, s, k)
 	}
 	m := r.reusedLocked(k, s)
 	switch {

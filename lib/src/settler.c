@@ -76,8 +76,10 @@ static void settle(int fd)
 	ff_table_lock();
 	mine = s->conn && s->conn->state == FF_ST_PENDING;
 	ff_table_unlock();
-	if (mine)
-		ff_settle_slow(fd, 1);
+	if (!mine)
+		return;
+	ff_debug("fd %d: connect complete, the program has not looked: deciding it now", fd);
+	ff_settle_slow(fd, 1);
 }
 
 /* mu held: drop the fds decided (or taken up by the application), keeping the order. */
