@@ -117,6 +117,25 @@ func TestCrossHostHostTCP(t *testing.T) {
 	})
 }
 
+// A connection whose 4-tuple an earlier one across hosts had (the swap
+// reset the first one's overlay socket, freeing its port, and the client
+// got it again within seconds) meets afresh on the connector's agent too,
+// where the acceptor never asks: host-tcp again, not the first one's
+// record (which answered PATH host-tcp without a descriptor).
+func TestCrossHostReusedTupleMeetsAfresh(t *testing.T) {
+	hs := startTwoHosts(t, nil)
+	if err := newLib(t, hs.h2).listen("0.0.0.0:5201"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		withHostTCP(t, hs, 43010, func(con, acc pathResult) {
+			if con.FD < 0 || acc.FD < 0 {
+				t.Errorf("connection %d on the same 4-tuple: connect %+v, accept %+v; want a descriptor each", i+1, con, acc)
+			}
+		})
+	}
+}
+
 func sockAddrs(t *testing.T, fd int) (local, remote netip.AddrPort) {
 	t.Helper()
 	f := func(sa syscall.Sockaddr, err error) netip.AddrPort {

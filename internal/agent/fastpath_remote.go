@@ -28,8 +28,9 @@ func (a *Agent) offerRemote(self, peer directory.Container, k tuple, c *connecto
 	case roleDuplicate:
 		return overlay(reasonDuplicate), noHalf
 	case roleDecided:
-		return a.rv.decision(m), noHalf
+		return a.rv.recorded(m), noHalf
 	}
+	a.rv.markAcross(m)
 	var x *xlinkAsk
 	if lib.xlink && a.ledgers.holds(lib.pid) { // a link's connections are counted in the ledger
 		x = &xlinkAsk{id: self.ID, pid: lib.pid}

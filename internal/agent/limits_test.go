@@ -271,7 +271,7 @@ func TestParkedHalvesBoundedPerContainer(t *testing.T) {
 	lisEP := netip.MustParseAddrPort("10.244.1.3:80")
 	// The listener's process waits in a CONNECT of its own: connectors to it are parked.
 	r.mu.Lock()
-	r.beginConnectLocked(&connector{pid: 42, mine: map[listenerKey]bool{lis: true}},
+	r.beginAskLocked(&connector{pid: 42, mine: map[listenerKey]bool{lis: true}}, sideConnector,
 		tuple{conn: netip.MustParseAddrPort("10.244.1.3:999"), acc: netip.MustParseAddrPort("10.244.1.9:1")})
 	r.mu.Unlock()
 	port := uint16(1000)

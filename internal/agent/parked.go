@@ -1,8 +1,10 @@
 package agent
 
 // Parking: the fast path of a connection decided before its acceptor
-// asks, because the acceptor's process is itself blocked in a CONNECT (see
-// "Simultaneous connects" in the design note in broker.go).
+// asks, because the acceptor's process is itself blocked in a CONNECT, or
+// in an ACCEPT of another connection (see "Simultaneous connects" and
+// "An acceptor busy with another connection" in the design note in
+// broker.go).
 
 // listenerInfo names the listener a connector waits on and the processes
 // that registered it; shm says whether all of them can take an shm
@@ -16,37 +18,40 @@ type listenerInfo struct {
 
 // awaitAcceptLocked records that m's connector waits on this agent for an
 // ACCEPT on li's listener, and parks m at once if a process that
-// registered it is waiting in a CONNECT for another tuple: its ACCEPT
-// cannot come before that CONNECT is answered.
+// registered it is waiting in a CONNECT, or in an ACCEPT, for another
+// tuple: its ACCEPT of m cannot come before that one is answered.
 func (r *rendezvous) awaitAcceptLocked(m *meeting, li *listenerInfo) {
 	m.lis, m.parker = li.key, li.conn
 	for _, pid := range li.pids {
-		for k := range r.connecting[pid] {
-			if k != m.k && r.parkLocked(m) {
-				return
+		for _, asks := range []map[tuple]int{r.asking[sideConnector][pid], r.asking[sideAcceptor][pid]} {
+			for k := range asks {
+				if k != m.k && r.parkLocked(m) {
+					return
+				}
 			}
 		}
 	}
 	r.waitingAccept[m.k] = m
 }
 
-// connector is the caller of a CONNECT: its process and the listeners
-// that process registered.
+// connector is the caller of a CONNECT or an ACCEPT: its process and the
+// listeners that process registered.
 type connector struct {
 	pid  int32
 	mine map[listenerKey]bool
 }
 
-// beginConnectLocked records that c's process waits in a CONNECT for k,
-// and parks every other meeting that waits for an ACCEPT on a listener it
-// registered: the process cannot accept while it waits here. It runs in
-// the same locked step as the CONNECT's join, so two crossed CONNECTs
-// always see each other, whichever comes first.
-func (r *rendezvous) beginConnectLocked(c *connector, k tuple) {
-	if r.connecting[c.pid] == nil {
-		r.connecting[c.pid] = map[tuple]int{}
+// beginAskLocked records that c's process waits in a CONNECT (s the
+// connector) or an ACCEPT (s the acceptor) for k, and parks every other
+// meeting that waits for an ACCEPT on a listener it registered: the
+// process cannot accept that one while it waits here. It runs in the same
+// locked step as the ask's join, so two crossed asks always see each
+// other, whichever comes first.
+func (r *rendezvous) beginAskLocked(c *connector, s side, k tuple) {
+	if r.asking[s][c.pid] == nil {
+		r.asking[s][c.pid] = map[tuple]int{}
 	}
-	r.connecting[c.pid][k]++
+	r.asking[s][c.pid][k]++
 	for wk, m := range r.waitingAccept {
 		if wk != k && c.mine[m.lis] {
 			r.parkLocked(m)
@@ -54,15 +59,16 @@ func (r *rendezvous) beginConnectLocked(c *connector, k tuple) {
 	}
 }
 
-// endConnect records that c's CONNECT for k was answered.
-func (r *rendezvous) endConnect(c *connector, k tuple) {
+// endAsk records that c's ask of side s for k was answered.
+func (r *rendezvous) endAsk(c *connector, s side, k tuple) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.connecting[c.pid][k]--; r.connecting[c.pid][k] <= 0 {
-		delete(r.connecting[c.pid], k)
+	asks := r.asking[s]
+	if asks[c.pid][k]--; asks[c.pid][k] <= 0 {
+		delete(asks[c.pid], k)
 	}
-	if len(r.connecting[c.pid]) == 0 {
-		delete(r.connecting, c.pid)
+	if len(asks[c.pid]) == 0 {
+		delete(asks, c.pid)
 	}
 }
 

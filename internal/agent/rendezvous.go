@@ -50,6 +50,7 @@ type meeting struct {
 	dec      decision
 	halves   [2]half // each side's half of the channel; noHalf once taken or if none
 	at       time.Time
+	across   bool // a local connector's, its acceptor on another host: that side never asks here
 }
 
 // asking is what a meeting knows of one side's library: what its
@@ -134,17 +135,18 @@ type rendezvous struct {
 	m         map[tuple]*meeting
 	keep      time.Duration // how long a decided tuple is remembered (keepDecided)
 	lastPrune time.Time
-	// connecting and waitingAccept drive parking (parked.go).
-	connecting    map[int32]map[tuple]int // pid -> the CONNECTs it waits in now (a count per tuple)
-	waitingAccept map[tuple]*meeting      // undecided: the connector waits for an ACCEPT
-	parked        *quota                  // parked halves per connecting container (maxParkedPerContainer)
+	// asking and waitingAccept drive parking (parked.go).
+	asking        [2]map[int32]map[tuple]int // by side: pid -> the CONNECTs / ACCEPTs it waits in now (a count per tuple)
+	waitingAccept map[tuple]*meeting         // undecided: the connector waits for an ACCEPT
+	parked        *quota                     // parked halves per connecting container (maxParkedPerContainer)
 }
 
 func newRendezvous(keep time.Duration) *rendezvous {
 	return &rendezvous{
 		m: map[tuple]*meeting{}, keep: keep,
-		connecting: map[int32]map[tuple]int{}, waitingAccept: map[tuple]*meeting{},
-		parked: newQuota(maxParkedPerContainer),
+		asking:        [2]map[int32]map[tuple]int{{}, {}},
+		waitingAccept: map[tuple]*meeting{},
+		parked:        newQuota(maxParkedPerContainer),
 	}
 }
 
@@ -164,7 +166,7 @@ func (r *rendezvous) join(k tuple, s side, li *listenerInfo, c *connector, lib a
 	defer r.mu.Unlock()
 	r.pruneLocked(time.Now())
 	if c != nil {
-		r.beginConnectLocked(c, k)
+		r.beginAskLocked(c, s, k)
 	}
 	m := r.reusedLocked(k, s)
 	switch {
@@ -203,7 +205,7 @@ func (r *rendezvous) join(k tuple, s side, li *listenerInfo, c *connector, lib a
 // still waits for one side's ask (a late ask, a parked half) is kept.
 func (r *rendezvous) reusedLocked(k tuple, s side) *meeting {
 	m := r.m[k]
-	if m == nil || !m.decided || !m.present[sideConnector] || !m.present[sideAcceptor] ||
+	if m == nil || !m.decided || !m.present[sideConnector] || !(m.present[sideAcceptor] || m.across) ||
 		m.halves[sideConnector].fd >= 0 || m.halves[sideAcceptor].fd >= 0 {
 		return m
 	}
@@ -217,6 +219,21 @@ func (m *meeting) wakeLocked() {
 		m.woken = true
 		close(m.arrived)
 	}
+}
+
+// markAcross marks m as a local connector's whose acceptor is on
+// another host (reusedLocked).
+func (r *rendezvous) markAcross(m *meeting) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m.across = true
+}
+
+// recorded is m's recorded decision for a repeated ask (recordedLocked).
+func (r *rendezvous) recorded(m *meeting) decision {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return m.recordedLocked()
 }
 
 // decideNow records an at-once decision d of side s for k, unless the
@@ -373,9 +390,7 @@ func (a *Agent) meet(k tuple, s side, li *listenerInfo, c *connector, lib asking
 	case roleDuplicate:
 		return overlay(reasonDuplicate), noHalf
 	case roleDecided:
-		a.rv.mu.Lock()
-		defer a.rv.mu.Unlock()
-		return m.recordedLocked(), noHalf
+		return a.rv.recorded(m), noHalf
 	case roleFirst:
 		if a.rv.await(m, meetWait) == turnParked && finish != nil {
 			finish(m)

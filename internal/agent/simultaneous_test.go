@@ -219,3 +219,60 @@ func TestSimultaneousConnectsBothFastCrossHost(t *testing.T) {
 		t.Errorf("A's second connect: %v", err)
 	}
 }
+
+// An acceptor busy with another connection: a single-threaded server
+// waits in the ACCEPT of one connection (Y) whose connector asks only
+// after its CONNECT of another connection to the same server (X) is
+// answered, as a client's library thread deciding its late connects one
+// at a time does (lib/src/settler.c). The server cannot ACCEPT X before Y
+// is answered, nor the client CONNECT Y before X is: the agent decides X
+// at once and parks the server's half, so nothing waits out the bound.
+func TestAcceptorBusyInAnotherAcceptParksConnector(t *testing.T) {
+	a := startAgent(t, newFakeDir(ffSelf), nil)
+	srv, cli := newLib(t, a), newLib(t, a)
+	lis, x, y := selfIP+":7001", selfCli(44031), selfCli(44032)
+	if err := srv.listen(lis); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		r   pathResult
+		err error
+	}
+	acceptY := make(chan result, 1)
+	go func() {
+		r, err := srv.accept(lis, y)
+		acceptY <- result{r, err}
+	}()
+	time.Sleep(5 * time.Millisecond) // the server's ACCEPT of Y waits first
+	cx, err := cli.connect(x, lis)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFD(cx.FD)
+	wantPrompt(t, "the CONNECT of X while the server waits in the ACCEPT of Y", cx, pathUnix)
+	cy, err := cli.connect(y, lis)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFD(cy.FD)
+	ay := <-acceptY
+	if ay.err != nil {
+		t.Fatal(ay.err)
+	}
+	defer closeFD(ay.r.FD)
+	ax, err := srv.accept(lis, x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFD(ax.FD)
+	wantPrompt(t, "the CONNECT of Y", cy, pathUnix)
+	wantPrompt(t, "the ACCEPT of X, its half parked", ax, pathUnix)
+	if ay.r.Kind != pathUnix || ay.r.FD < 0 {
+		t.Errorf("the ACCEPT of Y: %+v, want %s", ay.r, pathName(pathUnix))
+	}
+	for name, fds := range map[string][2]int{"X": {cx.FD, ax.FD}, "Y": {cy.FD, ay.r.FD}} {
+		if err := exchange(fds[0], fds[1]); err != nil {
+			t.Errorf("%s's two ends are not one channel: %v", name, err)
+		}
+	}
+}

@@ -740,7 +740,10 @@ int ff_link_take(const struct sockaddr_storage *local, const struct sockaddr_sto
 		return 0;
 	if (shm && shm_take(&acc, &conn, h))
 		return 1;
-	return ff_xlinks_any() && ff_xlink_take(&acc, &conn, h);
+	if (ff_xlinks_any() && ff_xlink_take(&acc, &conn, h))
+		return 1;
+	ff_debug("no link offer for this connection: asking the agent");
+	return 0;
 }
 
 void ff_links_unlisten(const struct sockaddr_storage *local)

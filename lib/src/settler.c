@@ -6,30 +6,59 @@
  * after its current round. Their acceptor's ACCEPT waits for the CONNECT
  * only 45 ms (PROTOCOL.md, "Connection brokering"), so such a connection
  * fell to the overlay (peer-timeout) and stalled the acceptor's accept()
- * meanwhile. This thread asks for the connector as soon as its connect
- * completes, exactly as an application thread that polled it would
- * (ff_settle_slow), so nothing about the decision changes but its time.
+ * meanwhile. This thread asks for the connector once its connect has been
+ * complete GRACE_MS without the application looking, exactly as an
+ * application thread that polled it would (ff_settle_slow), so nothing
+ * about the decision changes but its time.
  *
- * It polls the pending fds with poll(2), which observes and never
- * consumes: an fd the application closed and reused meanwhile is woken
- * for, found not pending in the table, and dropped. It owns no fd, so
- * nothing a program closes (closefrom, close_range) can confuse it, and
- * a program counting its fds finds none more. It sleeps on a condition
- * variable while no connect is pending; while some are, new ones join its
- * poll within TICK_MS (or at the next completion, usually sooner).
+ * - Only late ones: a program that looks in time decides its connections
+ *   itself, in its own threads, as before. This one thread decides one
+ *   connection at a time, and its wait for one acceptor must not hold up
+ *   connections whose programs look in time.
+ * - In the order of the connects, which is the order in which one
+ *   acceptor's accept() takes them: deciding them out of order would have
+ *   this thread wait for an ACCEPT the acceptor sends only after the one
+ *   it waits for itself, queued here behind it.
+ * - One offered over a link (link.c) is left to the program while the
+ *   offer can still be taken: the acceptor takes it whenever it accepts,
+ *   and the connector's 5 ms for that start when it looks, so looking early
+ *   would only withdraw offers of slow acceptors. Its bell socket's EOF
+ *   says the offer was lost (the acceptor's end of the link closed with it
+ *   unread, or the acceptor could not use it): then it goes to the agent
+ *   at once. One offered over a cross-host link is decided as soon as it
+ *   completes, no grace: the acceptor waits only 5 ms for its commit.
+ * - poll(2) observes and never consumes: an fd the application closed and
+ *   reused meanwhile is woken for, found not pending in the table, and
+ *   dropped. The thread owns no fd, so nothing a program closes
+ *   (closefrom, close_range) can confuse it, and a program counting its
+ *   fds finds none more. It sleeps on a condition variable while no
+ *   connect is pending; while some are, new ones join its poll within
+ *   TICK_MS, or at the next completion.
  */
 #include <poll.h>
 #include <pthread.h>
+#include <string.h>
 
+#include "readiness.h"
 #include "settler.h"
 #include "shim.h"
 
 #define WATCH_MAX	1024	/* beyond, a connect waits for the application to look, as before */
-#define TICK_MS		5	/* well inside the agent's 45 ms peer wait */
+#define TICK_MS		5
+#define GRACE_NS	(3 * 1000000)	/* with TICK_MS, well inside the agent's 45 ms peer wait */
+
+struct watch {
+	int fd;
+	int bell;	/* FF_SETTLE_OFFERED: the offer's bell socket */
+	int kind;	/* enum ff_settle_kind */
+	int64_t done;	/* when poll saw it complete; 0 not yet */
+	int lost;	/* FF_SETTLE_OFFERED: its bell ended */
+};
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-static int watched[WATCH_MAX], nwatched, running;
+static struct watch watched[WATCH_MAX];
+static int nwatched, running;
 
 static int pending(int fd)
 {
@@ -38,7 +67,7 @@ static int pending(int fd)
 	return s && (atomic_load(&s->flags) & FF_FD_PENDING);
 }
 
-/* fd completed (or failed): decide it, unless the application is at it already. */
+/* Its time came (see next_late): decide it, unless the program is at it already. */
 static void settle(int fd)
 {
 	struct ff_slot *s = ff_fd_slot(fd);
@@ -47,35 +76,91 @@ static void settle(int fd)
 	ff_table_lock();
 	mine = s->conn && s->conn->state == FF_ST_PENDING;
 	ff_table_unlock();
-	if (mine)
-		ff_settle_slow(fd, 1);
+	if (!mine)
+		return;
+	ff_debug("fd %d: connect complete, the program has not looked: deciding it now", fd);
+	ff_settle_slow(fd, 1);
 }
 
-/* mu held. */
-static void forget(int fd)
-{
-	for (int i = 0; i < nwatched; i++)
-		if (watched[i] == fd) {
-			watched[i] = watched[--nwatched];
-			return;
-		}
-}
-
-/* mu held: drop the fds no longer pending. */
+/* mu held: drop the fds decided (or taken up by the application), keeping the order. */
 static void prune(void)
 {
 	int n = 0;
 
 	for (int i = 0; i < nwatched; i++)
-		if (pending(watched[i]))
+		if (watched[i].fd >= 0 && pending(watched[i].fd))
 			watched[n++] = watched[i];
 	nwatched = n;
 }
 
+/* mu held: poll the fds not complete yet, and the bells of offers; returns on news or within timeout. */
+static void await_completions(int timeout)
+{
+	static struct pollfd p[2 * WATCH_MAX];
+	int n = 0, now;
+
+	for (int i = 0; i < nwatched; i++) {
+		if (!watched[i].done)
+			p[n++] = (struct pollfd){ .fd = watched[i].fd, .events = POLLOUT };
+		if (watched[i].kind == FF_SETTLE_OFFERED && !watched[i].lost)
+			p[n++] = (struct pollfd){ .fd = watched[i].bell, .events = POLLRDHUP };
+	}
+	pthread_mutex_unlock(&mu);
+	now = n ? ff_real.poll(p, (nfds_t)n, timeout) : (ff_real.poll(NULL, 0, timeout), 0);
+	pthread_mutex_lock(&mu);
+	/* The list may have changed meanwhile: entries are found again by fd. */
+	for (int j = 0; now > 0 && j < n; j++) {
+		for (int i = 0; p[j].revents && i < nwatched; i++) {
+			struct watch *w = &watched[i];
+
+			if (p[j].events == POLLOUT && w->fd == p[j].fd && !w->done)
+				w->done = ff_now_ns();
+			else if (p[j].events == POLLRDHUP && w->kind == FF_SETTLE_OFFERED &&
+				 w->bell == p[j].fd && (p[j].revents & (POLLRDHUP | POLLHUP)))
+				w->lost = 1;
+		}
+	}
+}
+
+/* Whether w's connection is for this thread to decide now (see the top). */
+static int is_late(const struct watch *w, int64_t now)
+{
+	switch (w->kind) {
+	case FF_SETTLE_OFFERED:
+		return w->done && w->lost;
+	case FF_SETTLE_OFFERED_ACROSS:
+		return w->done != 0;
+	default:
+		return w->done && now - w->done >= GRACE_NS;
+	}
+}
+
+/* mu held: the first fd complete GRACE_NS ago (taken off the list), or -1; *wait_ms: until the next. */
+static int next_late(int *wait_ms)
+{
+	int64_t now = ff_now_ns();
+
+	*wait_ms = TICK_MS;
+	for (int i = 0; i < nwatched; i++) {
+		struct watch *w = &watched[i];
+
+		if (!w->done || (w->kind == FF_SETTLE_OFFERED && !w->lost))
+			continue;	/* not complete, or the program's while its offer stands */
+		if (is_late(w, now)) {
+			int fd = w->fd;
+
+			w->fd = -1;	/* prune drops it */
+			return fd;
+		}
+		*wait_ms = (int)((w->done + GRACE_NS - now) / 1000000) + 1;
+		return -1;	/* the connects' order: a later one waits for this one */
+	}
+	return -1;
+}
+
 static void *loop(void *arg)
 {
-	static struct pollfd p[WATCH_MAX];
-	int n;
+	int fd, wait_ms;
 
 	(void)arg;
 	pthread_mutex_lock(&mu);
@@ -83,29 +168,23 @@ static void *loop(void *arg)
 		prune();
 		while (!nwatched)
 			pthread_cond_wait(&cv, &mu);
-		n = nwatched;
-		for (int i = 0; i < n; i++)
-			p[i] = (struct pollfd){ .fd = watched[i], .events = POLLOUT };
-		pthread_mutex_unlock(&mu);
-		if (ff_real.poll(p, (nfds_t)n, TICK_MS) > 0)
-			for (int i = 0; i < n; i++)
-				if (p[i].revents)
-					settle(p[i].fd);
-		pthread_mutex_lock(&mu);
-		/* A fired fd is decided, or being decided by the application: not polled again. */
-		for (int i = 0; i < n; i++)
-			if (p[i].revents)
-				forget(p[i].fd);
+		while ((fd = next_late(&wait_ms)) >= 0) {
+			pthread_mutex_unlock(&mu);
+			settle(fd);
+			pthread_mutex_lock(&mu);
+		}
+		await_completions(wait_ms);
 	}
 	return NULL;
 }
 
-void ff_settler_watch(int fd)
+void ff_settler_watch(int fd, enum ff_settle_kind kind, int bell)
 {
 	pthread_mutex_lock(&mu);
-	prune();
+	if (nwatched == WATCH_MAX)
+		prune();
 	if (nwatched < WATCH_MAX)
-		watched[nwatched++] = fd;
+		watched[nwatched++] = (struct watch){ .fd = fd, .kind = kind, .bell = bell };
 	if (!running)
 		running = ff_start_quiet_thread(loop);
 	pthread_cond_signal(&cv);

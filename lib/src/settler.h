@@ -6,8 +6,17 @@
 #ifndef FREEFLOW_SETTLER_H
 #define FREEFLOW_SETTLER_H
 
-/* fd's connect is in progress (its conn PENDING): decide it once it completes. */
-void ff_settler_watch(int fd);
+enum ff_settle_kind {
+	FF_SETTLE_PLAIN,		/* asks the agent */
+	FF_SETTLE_OFFERED,		/* offered over a link; bell: the offer's bell socket */
+	FF_SETTLE_OFFERED_ACROSS,	/* offered over a cross-host link */
+};
+
+/*
+ * fd's connect is in progress (its conn PENDING): decide it once it
+ * completes, if the program has not by then (settler.c says when).
+ */
+void ff_settler_watch(int fd, enum ff_settle_kind kind, int bell);
 /* In a fork child: the thread is the parent's. */
 void ff_settler_atfork_child(void);
 

@@ -124,11 +124,17 @@ static void connect_done(int fd, struct ff_conn *c, int ret, int err)
 		return;
 	}
 	if (err == EINPROGRESS || err == EINTR || err == EAGAIN) {
+		enum ff_settle_kind kind = !c->offer	  ? FF_SETTLE_PLAIN
+					   : c->offer->sh ? FF_SETTLE_OFFERED
+							  : FF_SETTLE_OFFERED_ACROSS;
+		int bell = c->offer ? c->offer->bell : -1;
+
 		c->pending_fd = fd;
 		ff_conn_set_state(c, FF_ST_PENDING);
 		ff_epoll_arm_pending(fd, c);
 		ff_table_unlock();
-		ff_settler_watch(fd);	/* decided when it completes, however late the program looks */
+		/* Decided once it completes, however late the program looks. */
+		ff_settler_watch(fd, kind, bell);
 		return;
 	}
 	ff_syn_unmark(fd, c);	/* no connection: the socket may connect again */

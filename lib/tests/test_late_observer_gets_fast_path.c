@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: a program that looks at its non-blocking connect long after it completed (200 ms, past the agent's peer wait; the JVM's HttpClient looks ~170 ms late) still gets the fast path at both ends, the acceptor's accept() not held up: the library decides the connect when it completes (settler.c); an epoll registration made before, edge-triggered, reports it on the new channel */
-/* Channels: unix host-tcp shm shm-link */
+/* Channels: unix host-tcp shm shm-link host-tcp-link */
 #include <sys/epoll.h>
 
 #include "pending_connect.h"
@@ -39,7 +39,11 @@ static void case_read(uint16_t port)
 	int fd = pc_start_connect(port);
 
 	usleep(LATE_US);
-	pc_finish(fd, "read");
+	pc_expect(fd, "hello", "read");
+	CHECK(t_swapped(fd), "read: not swapped (kernel family %d)", t_real_domain(fd));
+	CHECK(write(fd, "ping", 4) == 4, "read: write");
+	pc_expect(fd, "ping", "read");
+	close(fd);
 }
 
 static void cases(uint16_t port)
