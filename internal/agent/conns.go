@@ -215,7 +215,7 @@ const maxConnsJSON = 65000
 // answered and the live entries of the processes' ledgers (each end once),
 // sorted.
 func (a *Agent) connList() []ConnInfo {
-	a.refreshIdentities() // a restarted agent finds its host's ledgers (ledgerscan.go)
+	a.settled() // a restarted agent finds its host's ledgers (ledgerscan.go)
 	a.ledgers.prune()
 	a.live.prune()
 	out, ends := a.live.reconcile(a.ledgers.verify(a.ledgers.ends(""), 0))

@@ -66,6 +66,11 @@ type identities struct {
 	// containers it adds, which reads /proc of their processes and must
 	// not hold up every caller the agent does not recognise.
 	refresh sync.Mutex
+	// scans is read-held by each such scan, taken before refresh is let
+	// go: a listing waits for the scans under way (settled), or a
+	// container added by another caller's refresh a moment before would
+	// be listed without its ledgers.
+	scans sync.RWMutex
 }
 
 func newIdentities() *identities {
@@ -126,14 +131,26 @@ func (s *identities) has(id string) bool {
 // caller it does not recognise and before it lists or counts connections,
 // since its directory cache fills asynchronously.
 func (a *Agent) refreshIdentities() {
-	a.scanLedgers(a.addIdentities())
+	added := a.addIdentities()
+	defer a.ids.scans.RUnlock()
+	a.scanLedgers(added)
+}
+
+// settled is refreshIdentities for a listing: it returns once every
+// ledger scan under way, this caller's or another's, is done.
+func (a *Agent) settled() {
+	a.refreshIdentities()
+	a.ids.scans.Lock()
+	a.ids.scans.Unlock()
 }
 
 // addIdentities adds the local containers of the directory that the agent
-// does not know (refreshIdentities), and returns them.
+// does not know (refreshIdentities), and returns them, with ids.scans
+// read-held for their scan.
 func (a *Agent) addIdentities() map[nsKey]directory.Container {
 	a.ids.refresh.Lock()
 	defer a.ids.refresh.Unlock()
+	a.ids.scans.RLock()
 	added := map[nsKey]directory.Container{}
 	for _, c := range a.dir.Containers() {
 		if c.Host != a.cfg.Host || a.ids.has(c.ID) {

@@ -63,7 +63,7 @@ func (a *Agent) status() Status {
 // connCounters returns the connection counters with the shm memory held
 // now, the processes' ledgers included (each connection end once).
 func (a *Agent) connCounters() ConnCounters {
-	a.refreshIdentities() // a restarted agent finds its host's ledgers (ledgerscan.go)
+	a.settled() // a restarted agent finds its host's ledgers (ledgerscan.go)
 	a.ledgers.prune()
 	listed := a.reconciled("", 0)
 	c := a.live.counters() // prunes the table
