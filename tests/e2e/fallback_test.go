@@ -142,7 +142,8 @@ func TestHostProcessStaysOnOverlay(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	must(t, err, "client in h1's namespace: %s", out)
 	echoOK(t, string(out), echoBytes)
-	paths.expect(t, "overlay", "not-a-container")
+	// The server's library saw no mark in the SYN (PROTOCOL.md, "The SYN mark").
+	paths.expect(t, "overlay", "peer-no-library")
 }
 
 // containerIP returns the overlay IP of container name.
