@@ -78,12 +78,15 @@ package agent
 // So the agent tracks which local processes wait in a CONNECT right now
 // (the session's pid, from the kernel; a count per tuple), and an
 // acceptor whose listener's registering process (any of them,
-// listeners.go) is itself waiting in a CONNECT, or in an ACCEPT, for
-// another tuple is not waited for: the meeting is "parked". (An ACCEPT
-// too: a single-threaded server waiting in the ACCEPT of Y cannot accept
-// X, and if Y's connector asks only after X is answered, as a library
-// thread deciding late connects one at a time does, both would wait out
-// the bound.) Its connector completes it at once
+// listeners.go) is itself waiting in a CONNECT for another tuple, or in
+// an ACCEPT of another tuple from the same connecting container whose
+// CONNECT has not come, is not waited for: the meeting is "parked". (The
+// ACCEPT: a single-threaded server waiting in the ACCEPT of Y cannot
+// accept X, and if Y's connector asks only after X is answered, as a
+// library thread deciding late connects one at a time does, both would
+// wait out the bound. Only that case: an acceptor with a backlog of other
+// clients' connections is waited for, as a parked half it claims after
+// keepDecided would be gone.) Its connector completes it at once
 // as if the acceptor had asked (same host: a socketpair; cross host, on
 // the acceptor's agent handling the OFFER: the host-tcp reply is written
 // on the offer connection, and the half is parked only once the COMMIT
@@ -93,9 +96,10 @@ package agent
 // reads EOF, as it would see a reset had the connection been dropped from
 // the accept queue. The rule fires in both orders, each check and its
 // bookkeeping in one locked step of the CONNECT's (or OFFER's) join: a
-// connector that finds the listener's process already in a CONNECT or an
-// ACCEPT parks its own meeting; a CONNECT or an ACCEPT from pid X parks
-// every meeting that waits for an ACCEPT on a listener X registered. A process's CONNECT for the very
+// connector that finds the listener's process already in a CONNECT (or
+// such an ACCEPT) parks its own meeting; a CONNECT from pid X parks every
+// meeting that waits for an ACCEPT on a listener X registered (such an
+// ACCEPT, those of its connecting container). A process's CONNECT for the very
 // tuple does not count (a process connecting to itself is treated as
 // today). Only the acceptor side of the tuple can claim a parked half: an
 // ACCEPT naming it, from the acceptor's container (LOCAL_EP must be the

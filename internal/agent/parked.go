@@ -2,9 +2,8 @@ package agent
 
 // Parking: the fast path of a connection decided before its acceptor
 // asks, because the acceptor's process is itself blocked in a CONNECT, or
-// in an ACCEPT of another connection (see "Simultaneous connects" and
-// "An acceptor busy with another connection" in the design note in
-// broker.go).
+// in an ACCEPT that waits for the same connecting container (see
+// "Simultaneous connects" in the design note in broker.go).
 
 // listenerInfo names the listener a connector waits on and the processes
 // that registered it; shm says whether all of them can take an shm
@@ -23,15 +22,30 @@ type listenerInfo struct {
 func (r *rendezvous) awaitAcceptLocked(m *meeting, li *listenerInfo) {
 	m.lis, m.parker = li.key, li.conn
 	for _, pid := range li.pids {
-		for _, asks := range []map[tuple]int{r.asking[sideConnector][pid], r.asking[sideAcceptor][pid]} {
-			for k := range asks {
-				if k != m.k && r.parkLocked(m) {
-					return
-				}
+		for k := range r.asking[sideConnector][pid] {
+			if k != m.k && r.parkLocked(m) {
+				return
+			}
+		}
+		for k := range r.asking[sideAcceptor][pid] {
+			if r.stuckBehindLocked(k, m.k) && r.parkLocked(m) {
+				return
 			}
 		}
 	}
 	r.waitingAccept[m.k] = m
+}
+
+// stuckBehindLocked says whether an ACCEPT of k, which waits for its
+// CONNECT, may wait for the connector of other: the same connecting
+// container (its library may be deciding its connects one at a time,
+// lib/src/settler.c), k's CONNECT not there yet. Only then is other
+// parked: an acceptor with a backlog of other clients is waited for, as
+// its late ACCEPTs would find their parked halves closed.
+func (r *rendezvous) stuckBehindLocked(k, other tuple) bool {
+	m := r.m[k]
+	return k != other && k.conn.Addr() == other.conn.Addr() && m != nil && !m.decided &&
+		!m.present[sideConnector]
 }
 
 // connector is the caller of a CONNECT or an ACCEPT: its process and the
@@ -42,9 +56,11 @@ type connector struct {
 }
 
 // beginAskLocked records that c's process waits in a CONNECT (s the
-// connector) or an ACCEPT (s the acceptor) for k, and parks every other
-// meeting that waits for an ACCEPT on a listener it registered: the
-// process cannot accept that one while it waits here. It runs in the same
+// connector) or an ACCEPT that must wait for its CONNECT (s the acceptor)
+// for k, and parks the other meetings that wait for an ACCEPT on a
+// listener it registered and that it cannot accept while it waits here:
+// while in a CONNECT, all of them; while in such an ACCEPT, those of the
+// same connecting container (stuckBehindLocked). It runs in the same
 // locked step as the ask's join, so two crossed asks always see each
 // other, whichever comes first.
 func (r *rendezvous) beginAskLocked(c *connector, s side, k tuple) {
@@ -53,7 +69,7 @@ func (r *rendezvous) beginAskLocked(c *connector, s side, k tuple) {
 	}
 	r.asking[s][c.pid][k]++
 	for wk, m := range r.waitingAccept {
-		if wk != k && c.mine[m.lis] {
+		if c.mine[m.lis] && (s == sideConnector && wk != k || s == sideAcceptor && r.stuckBehindLocked(k, wk)) {
 			r.parkLocked(m)
 		}
 	}
@@ -64,6 +80,9 @@ func (r *rendezvous) endAsk(c *connector, s side, k tuple) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	asks := r.asking[s]
+	if asks[c.pid][k] == 0 {
+		return // an ACCEPT that did not wait (beginAskLocked)
+	}
 	if asks[c.pid][k]--; asks[c.pid][k] <= 0 {
 		delete(asks[c.pid], k)
 	}

@@ -157,7 +157,7 @@ func newMeeting(k tuple) *meeting {
 // join records that side s asked about k. li is set for a connector that
 // waits on this agent for a local ACCEPT (nil otherwise): the meeting may
 // then be parked at once, or later. c is set for a local process's
-// CONNECT, which the caller ends with endConnect (parked.go). lib is the
+// CONNECT or ACCEPT, which the caller ends with endAsk (parked.go). lib is the
 // asking library (its zero value across hosts: no shm, no link); a
 // waiting connector also records, for a meeting that may be parked,
 // whether its listener's processes can take shm.
@@ -165,7 +165,7 @@ func (r *rendezvous) join(k tuple, s side, li *listenerInfo, c *connector, lib a
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.pruneLocked(time.Now())
-	if c != nil {
+	if c != nil && s == sideConnector {
 		r.beginAskLocked(c, s, k)
 	}
 	m := r.reusedLocked(k, s)
@@ -174,6 +174,9 @@ func (r *rendezvous) join(k tuple, s side, li *listenerInfo, c *connector, lib a
 		m = newMeeting(k)
 		m.present[s], m.libs[s] = true, lib
 		r.m[k] = m
+		if c != nil && s == sideAcceptor { // it will wait for the CONNECT
+			r.beginAskLocked(c, s, k)
+		}
 		if li != nil {
 			m.libs[sideAcceptor] = asking{shm: li.shm}
 			r.awaitAcceptLocked(m, li)

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 	"syscall"
 	"testing"
@@ -274,5 +275,45 @@ func TestAcceptorBusyInAnotherAcceptParksConnector(t *testing.T) {
 		if err := exchange(fds[0], fds[1]); err != nil {
 			t.Errorf("%s's two ends are not one channel: %v", name, err)
 		}
+	}
+}
+
+// Which connectors an acceptor waiting in an ACCEPT parks (distinct
+// processes, at the rendezvous itself): not those of a backlog when its
+// ACCEPT waits for nothing (its CONNECT is there), nor another client's,
+// but the same client's while its ACCEPT waits for that client's CONNECT.
+func TestAcceptorWaitingParksOnlyItsClient(t *testing.T) {
+	r := newRendezvous(time.Second)
+	lis := listenerKey{"srv", 80}
+	srvEP := netip.MustParseAddrPort("10.244.1.3:80")
+	srv := &connector{pid: 7, mine: map[listenerKey]bool{lis: true}}
+	tup := func(cli string) tuple { return tuple{conn: netip.MustParseAddrPort(cli), acc: srvEP} }
+	connect := func(k tuple, pid int32) *meeting {
+		m, _ := r.join(k, sideConnector, &listenerInfo{key: lis, pids: []int32{srv.pid}, conn: "cli"},
+			&connector{pid: pid}, asking{})
+		return m
+	}
+	backlog := connect(tup("10.244.1.5:1001"), 50)
+	connect(tup("10.244.1.5:1002"), 51)
+	if _, role := r.join(tup("10.244.1.5:1002"), sideAcceptor, nil, srv, asking{}); role != roleSecond {
+		t.Fatalf("ACCEPT of a waiting CONNECT: role %v", role)
+	}
+	r.endAsk(srv, sideAcceptor, tup("10.244.1.5:1002"))
+	if backlog.park {
+		t.Error("an ACCEPT that waited for nothing parked a connector of the backlog")
+	}
+	r.join(tup("10.244.1.6:2001"), sideAcceptor, nil, srv, asking{}) // waits for another client
+	if backlog.park {
+		t.Error("an ACCEPT waiting for another client's CONNECT parked this client's")
+	}
+	r.join(tup("10.244.1.5:1003"), sideAcceptor, nil, srv, asking{}) // waits for this client
+	if !backlog.park {
+		t.Error("an ACCEPT waiting for this client's CONNECT did not park its waiting connector")
+	}
+	if late := connect(tup("10.244.1.5:1004"), 52); !late.park {
+		t.Error("a CONNECT of the client whose CONNECT the acceptor waits for was not parked")
+	}
+	if other := connect(tup("10.244.1.7:3001"), 53); other.park {
+		t.Error("another client's CONNECT was parked")
 	}
 }

@@ -158,7 +158,7 @@ func noLibVerdict(d connCounters) string {
 		return fmt.Sprintf("%d connection ends took a fast path (%s), but the client has no library", n, reasonList(d.Paths))
 	}
 	if d.Fallback == 0 {
-		return "the agents answered no connection end during the run: the server's library asked nothing, so no FreeFlow server was measured"
+		return "the agents counted no connection end during the run: no FreeFlow server was measured"
 	}
 	return ""
 }

@@ -193,9 +193,10 @@ var connRate = Experiment{
 // binary, a process without the preload) against a FreeFlow server, next
 // to the same server run with --no-freeflow (bridge): a FreeFlow server
 // must accept such clients as fast as a plain one (issue 13: at least
-// 0.95× the bridge), so its agent must answer each ACCEPT at once rather
-// than after waiting for a CONNECT that never comes. The reasons column
-// says how the agents answered the server's ends.
+// 0.95× the bridge), so it must not wait for a CONNECT that never comes
+// (its library tells from the SYN that the client has none, PROTOCOL.md
+// "The SYN mark"). The reasons column says how the server's ends were
+// decided, as its agent counts them.
 var connRateNoLib = Experiment{
 	Info: ExperimentInfo{Name: "connrate-nolib", Better: "higher", FallbackReasons: true,
 		Title: "Connection setup rate, client without the library: connrate.py run with LD_PRELOAD unset against a server with it, connections/s",

@@ -14,6 +14,7 @@
 #include <sys/resource.h>
 
 #include "shim.h"
+#include "synmark.h"
 #include "shm.h"
 
 #define FD_CAP		(1 << 20)
@@ -249,6 +250,7 @@ void ff_table_atfork_child(void)
 			c->offer = NULL;
 		}
 		if (c && c->state == FF_ST_NEGOTIATING) {
+			ff_syn_unmark(fd, c);
 			ff_conn_set_state(c, FF_ST_OVERLAY);
 			/* The parent's negotiating thread held a reference. */
 			c->refs--;

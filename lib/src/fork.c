@@ -55,6 +55,7 @@ static pid_t self;
 
 static void prepare(void)
 {
+	ff_settler_atfork_prepare();
 	ff_ledger_atfork_prepare();
 	ff_links_atfork_prepare();
 	ff_shm_switch_all(FF_SHM_SWITCH_LOCK);

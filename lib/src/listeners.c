@@ -40,6 +40,7 @@
 #include "agent_client.h"
 #include "freeflow/proto.h"
 #include "shim.h"
+#include "synmark.h"
 
 /*
  * lost_gen counts events; synced_gen is the count whose re-send was
@@ -138,6 +139,8 @@ void ff_listener_withdraw(int fd, const char *why)
 		mine = c->registered && c->reg_pid == getpid();
 		c->registered = 0;	/* what it accepts is not negotiated, nor carried by exec */
 		local = c->local;
+		if (!c->app_saves_syn)
+			ff_syn_keep(fd, 0);	/* nor read */
 	}
 	ff_table_unlock();
 	if (!found)

@@ -29,36 +29,59 @@
  *   completes, no grace: the acceptor waits only 5 ms for its commit.
  * - poll(2) observes and never consumes: an fd the application closed and
  *   reused meanwhile is woken for, found not pending in the table, and
- *   dropped. The thread owns no fd, so nothing a program closes
- *   (closefrom, close_range) can confuse it, and a program counting its
- *   fds finds none more. It sleeps on a condition variable while no
- *   connect is pending; while some are, new ones join its poll within
- *   TICK_MS, or at the next completion.
+ *   dropped. The thread sleeps on a condition variable while no connect
+ *   is pending; while some are, in poll, which an eventfd of its own
+ *   interrupts for a new one (marked FF_FD_CONTROL: a fork child closes
+ *   it, and one the program closed is made anew; without it, new ones
+ *   join within TICK_MS). It costs no CPU while nothing is due.
  */
 #include <poll.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <string.h>
+#include <sys/eventfd.h>
 
 #include "readiness.h"
 #include "settler.h"
 #include "shim.h"
 
 #define WATCH_MAX	1024	/* beyond, a connect waits for the application to look, as before */
-#define TICK_MS		5
+#define TICK_MS		5	/* without a wake eventfd */
 #define GRACE_NS	(3 * 1000000)	/* with TICK_MS, well inside the agent's 45 ms peer wait */
 
 struct watch {
 	int fd;
+	struct ff_conn *conn;	/* at fd when it was watched: the fd may be another's since */
+	unsigned forks;		/* forks when it was watched */
 	int bell;	/* FF_SETTLE_OFFERED: the offer's bell socket */
 	int kind;	/* enum ff_settle_kind */
 	int64_t done;	/* when poll saw it complete; 0 not yet */
 	int lost;	/* FF_SETTLE_OFFERED: its bell ended */
 };
 
+/*
+ * A connect pending across a fork is in both processes, and the one that
+ * looks first decides (fdtable.c): this thread, in the parent alone, must
+ * not take that from the program. Counted at each fork's prepare.
+ */
+static _Atomic unsigned forks;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static struct watch watched[WATCH_MAX];
-static int nwatched, running;
+static int nwatched, running, wake = -1;
+
+/* mu held: the wake eventfd, made anew if the program closed ours; or -1. */
+static int wake_fd(void)
+{
+	struct ff_slot *s = wake >= 0 ? ff_fd_slot(wake) : NULL;
+
+	if (s && (atomic_load(&s->flags) & FF_FD_CONTROL))
+		return wake;
+	wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (wake >= 0)
+		ff_fd_mark(wake, FF_FD_CONTROL);
+	return wake;
+}
 
 static int pending(int fd)
 {
@@ -67,14 +90,15 @@ static int pending(int fd)
 	return s && (atomic_load(&s->flags) & FF_FD_PENDING);
 }
 
-/* Its time came (see next_late): decide it, unless the program is at it already. */
-static void settle(int fd)
+/* w's time came (see next_late): decide it, unless the program is at it already. */
+static void settle(struct watch w)
 {
-	struct ff_slot *s = ff_fd_slot(fd);
-	int mine;
+	struct ff_slot *s = ff_fd_slot(w.fd);
+	int fd = w.fd, mine;
 
 	ff_table_lock();
-	mine = s->conn && s->conn->state == FF_ST_PENDING;
+	mine = s->conn == w.conn && s->conn->state == FF_ST_PENDING &&
+	       w.forks == atomic_load(&forks);
 	ff_table_unlock();
 	if (!mine)
 		return;
@@ -96,8 +120,9 @@ static void prune(void)
 /* mu held: poll the fds not complete yet, and the bells of offers; returns on news or within timeout. */
 static void await_completions(int timeout)
 {
-	static struct pollfd p[2 * WATCH_MAX];
-	int n = 0, now;
+	static struct pollfd p[2 * WATCH_MAX + 1];
+	int n = 0, now, w = wake_fd();
+	uint64_t v;
 
 	for (int i = 0; i < nwatched; i++) {
 		if (!watched[i].done)
@@ -105,8 +130,13 @@ static void await_completions(int timeout)
 		if (watched[i].kind == FF_SETTLE_OFFERED && !watched[i].lost)
 			p[n++] = (struct pollfd){ .fd = watched[i].bell, .events = POLLRDHUP };
 	}
+	p[n] = (struct pollfd){ .fd = w, .events = POLLIN };
 	pthread_mutex_unlock(&mu);
-	now = n ? ff_real.poll(p, (nfds_t)n, timeout) : (ff_real.poll(NULL, 0, timeout), 0);
+	if (w < 0 && (timeout < 0 || timeout > TICK_MS))
+		timeout = TICK_MS;
+	now = ff_real.poll(p, (nfds_t)n + 1, timeout);
+	if (p[n].revents & POLLIN)
+		(void)!ff_real.read(w, &v, sizeof(v));
 	pthread_mutex_lock(&mu);
 	/* The list may have changed meanwhile: entries are found again by fd. */
 	for (int j = 0; now > 0 && j < n; j++) {
@@ -135,32 +165,32 @@ static int is_late(const struct watch *w, int64_t now)
 	}
 }
 
-/* mu held: the first fd complete GRACE_NS ago (taken off the list), or -1; *wait_ms: until the next. */
-static int next_late(int *wait_ms)
+/* mu held: the first fd complete GRACE_NS ago into *out (taken off the list), or 0; *wait_ms: until the next. */
+static int next_late(struct watch *out, int *wait_ms)
 {
 	int64_t now = ff_now_ns();
 
-	*wait_ms = TICK_MS;
+	*wait_ms = -1;
 	for (int i = 0; i < nwatched; i++) {
 		struct watch *w = &watched[i];
 
-		if (!w->done || (w->kind == FF_SETTLE_OFFERED && !w->lost))
-			continue;	/* not complete, or the program's while its offer stands */
+		if (w->fd < 0 || !w->done || (w->kind == FF_SETTLE_OFFERED && !w->lost))
+			continue;	/* taken, not complete, or the program's while its offer stands */
 		if (is_late(w, now)) {
-			int fd = w->fd;
-
+			*out = *w;
 			w->fd = -1;	/* prune drops it */
-			return fd;
+			return 1;
 		}
 		*wait_ms = (int)((w->done + GRACE_NS - now) / 1000000) + 1;
-		return -1;	/* the connects' order: a later one waits for this one */
+		return 0;	/* the connects' order: a later one waits for this one */
 	}
-	return -1;
+	return 0;
 }
 
 static void *loop(void *arg)
 {
-	int fd, wait_ms;
+	struct watch w;
+	int wait_ms;
 
 	(void)arg;
 	pthread_mutex_lock(&mu);
@@ -168,9 +198,9 @@ static void *loop(void *arg)
 		prune();
 		while (!nwatched)
 			pthread_cond_wait(&cv, &mu);
-		while ((fd = next_late(&wait_ms)) >= 0) {
+		while (next_late(&w, &wait_ms)) {
 			pthread_mutex_unlock(&mu);
-			settle(fd);
+			settle(w);
 			pthread_mutex_lock(&mu);
 		}
 		await_completions(wait_ms);
@@ -178,17 +208,25 @@ static void *loop(void *arg)
 	return NULL;
 }
 
-void ff_settler_watch(int fd, enum ff_settle_kind kind, int bell)
+void ff_settler_watch(int fd, struct ff_conn *c, enum ff_settle_kind kind, int bell)
 {
 	pthread_mutex_lock(&mu);
 	if (nwatched == WATCH_MAX)
 		prune();
 	if (nwatched < WATCH_MAX)
-		watched[nwatched++] = (struct watch){ .fd = fd, .kind = kind, .bell = bell };
+		watched[nwatched++] = (struct watch){ .fd = fd, .conn = c, .kind = kind, .bell = bell,
+						      .forks = atomic_load(&forks) };
 	if (!running)
 		running = ff_start_quiet_thread(loop);
 	pthread_cond_signal(&cv);
+	if (wake_fd() >= 0)	/* made here, not by the thread: it exists once connect() returns */
+		(void)!ff_real.write(wake, &(uint64_t){ 1 }, sizeof(uint64_t));
 	pthread_mutex_unlock(&mu);
+}
+
+void ff_settler_atfork_prepare(void)
+{
+	atomic_fetch_add(&forks, 1);
 }
 
 void ff_settler_atfork_child(void)
@@ -197,4 +235,5 @@ void ff_settler_atfork_child(void)
 	pthread_cond_init(&cv, NULL);
 	nwatched = 0;
 	running = 0;
+	wake = -1;	/* closed with the control fds (ff_control_atfork_child) */
 }

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The settler: a library thread that decides each non-blocking connect as
- * soon as it completes, whenever the application looks at it.
+ * The settler: a library thread that decides a non-blocking connect the
+ * program has not looked at a few ms after it completed (settler.c).
  */
 #ifndef FREEFLOW_SETTLER_H
 #define FREEFLOW_SETTLER_H
+
+struct ff_conn;
 
 enum ff_settle_kind {
 	FF_SETTLE_PLAIN,		/* asks the agent */
@@ -16,7 +18,9 @@ enum ff_settle_kind {
  * fd's connect is in progress (its conn PENDING): decide it once it
  * completes, if the program has not by then (settler.c says when).
  */
-void ff_settler_watch(int fd, enum ff_settle_kind kind, int bell);
+void ff_settler_watch(int fd, struct ff_conn *c, enum ff_settle_kind kind, int bell);
+/* fork: what is pending now is the program's to decide, in either process. */
+void ff_settler_atfork_prepare(void);
 /* In a fork child: the thread is the parent's. */
 void ff_settler_atfork_child(void);
 

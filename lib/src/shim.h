@@ -183,7 +183,8 @@ struct ff_conn {
 	int syn_marked;			/* connecting: its SYN is marked until decided (synmark.h) */
 	int app_tos, app_tclass;	/* meanwhile, the application's IP_TOS and IPV6_TCLASS */
 	int peer_nolib;			/* accepted: its SYN carried no mark, the peer has no library */
-	int app_saves_syn;		/* listener: the application set TCP_SAVE_SYN itself */
+	int app_saves_syn;		/* listener: the application's TCP_SAVE_SYN (the shim sets its own) */
+	int fastopen;			/* TCP_FASTOPEN_CONNECT set: not negotiated (synmark.h) */
 	int withdrawn;			/* listener: accepts by a route the shim does not see (listeners.c) */
 };
 
@@ -463,13 +464,8 @@ void ff_epoll_replay(int fd, struct ff_epreg *regs, int swapped);
 /* ---- sockopt.c ---- */
 void ff_sockopt_carry(int oldfd, int newfd, struct ff_conn *c);
 void ff_sockopt_inherit(struct ff_conn *c, const struct ff_conn *l);
-int ff_sockopt_get(int fd, int level, int name, void *val, socklen_t *len);
-int ff_sockopt_set(int fd, int level, int name, const void *val, socklen_t len);
-/*
- * SO_SNDBUF or SO_RCVBUF of a fresh stream socket of family (AF_UNIX or
- * AF_INET) in this process's namespace, as getsockopt reads it; read once.
- */
-int ff_fresh_size(int family, int name);
+/* Table lock held: whether the application set option (level, name) on c (sockopt.c keeps those). */
+int ff_sockopt_app_set(struct ff_conn *c, int level, int name);
 
 /* ---- fork.c ---- */
 void ff_fork_init(void);

@@ -323,21 +323,21 @@ static int recv_switch(int fd, struct ff_shm *sh, int *out)
 static const int size_opts[] = { SO_SNDBUF, SO_RCVBUF };
 
 /*
- * The buffer sizes the program set on the bell socket onto sock. Not the
- * defaults: those would shrink sock from the ring's room (room_for_ring)
- * to the kernel's 208 KiB, and two ends that each write a whole message
- * before they read, which the ring held, would block forever (docs/SHM.md,
- * "Moving down").
+ * The buffer sizes the program set onto sock (sockopt.c keeps them). Not
+ * the bell socket's defaults: those would shrink sock from the ring's room
+ * (room_for_ring) to the kernel's 208 KiB, and two ends that each write a
+ * whole message before they read, which the ring held, would block
+ * forever (docs/SHM.md, "Moving down").
  */
-static void carry_buffers(int bell, int sock)
+static void carry_buffers(struct ff_conn *c, int bell, int sock)
 {
 	for (size_t i = 0; i < sizeof(size_opts) / sizeof(size_opts[0]); i++) {
 		int v = 0;
 		socklen_t l = sizeof(v);
 
 		/* The kernel reports twice what was set, and doubles what is set. */
-		if (!ff_real.getsockopt(bell, SOL_SOCKET, size_opts[i], &v, &l) && v != ff_fresh_size(AF_UNIX, size_opts[i]) &&
-		    (v /= 2) > 0)
+		if (ff_sockopt_app_set(c, SOL_SOCKET, size_opts[i]) &&
+		    !ff_real.getsockopt(bell, SOL_SOCKET, size_opts[i], &v, &l) && (v /= 2) > 0)
 			ff_real.setsockopt(sock, SOL_SOCKET, size_opts[i], &v, sizeof(v));
 	}
 }
@@ -368,7 +368,7 @@ static int swap_fds(struct ff_conn *c, const int *fds, int n, int sock)
 
 	if (fl < 0 || ff_real.fcntl(sock, F_SETFL, fl & O_NONBLOCK) < 0)
 		return -errno;
-	carry_buffers(fds[0], sock);
+	carry_buffers(c, fds[0], sock);
 	ff_sockopt_carry(fds[0], sock, c);
 	/* Wake this process's threads asleep on the bell: they retry and find it moved. */
 	ff_real.shutdown(fds[0], SHUT_RD);

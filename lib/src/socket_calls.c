@@ -134,7 +134,7 @@ static void connect_done(int fd, struct ff_conn *c, int ret, int err)
 		ff_epoll_arm_pending(fd, c);
 		ff_table_unlock();
 		/* Decided once it completes, however late the program looks. */
-		ff_settler_watch(fd, kind, bell);
+		ff_settler_watch(fd, c, kind, bell);
 		return;
 	}
 	ff_syn_unmark(fd, c);	/* no connection: the socket may connect again */
@@ -151,7 +151,7 @@ static enum ff_state mark_syn(int fd, const struct sockaddr *sa, socklen_t len)
 	struct sockaddr_storage to = { 0 };
 	struct ff_conn *c;
 	enum ff_state st;
-	int ret = 0;
+	int ret = 0, fastopen;
 
 	memcpy(&to, sa, len < sizeof(to) ? len : sizeof(to));
 	if (ff_skip_loopback(&to))
@@ -159,12 +159,17 @@ static enum ff_state mark_syn(int fd, const struct sockaddr *sa, socklen_t len)
 	c = lock_conn(fd);
 	if (!c)
 		return FF_ST_OVERLAY;	/* closed meanwhile */
-	if (c->state == FF_ST_SOCKET && (ret = ff_syn_mark(fd, c)))
+	/* With TCP Fast Open the SYN may leave after the decision, its mark gone. */
+	fastopen = c->state == FF_ST_SOCKET && c->fastopen;
+	if (c->state == FF_ST_SOCKET && !fastopen)
+		ret = ff_syn_mark(fd, c);
+	if (ret || fastopen)
 		ff_conn_set_state(c, FF_ST_OVERLAY);
 	st = c->state;
 	ff_table_unlock();
-	if (ret)
-		ff_fallback(fd, "its SYN could not be marked: %s", strerror(-ret));
+	if (ret || fastopen)
+		ff_fallback(fd, "its SYN cannot carry the mark: %s",
+			    fastopen ? "TCP_FASTOPEN_CONNECT" : strerror(-ret));
 	return st;
 }
 
@@ -212,10 +217,13 @@ FF_EXPORT int connect(int fd, const struct sockaddr *sa, socklen_t len)
 			c->offer = offer;
 			offer = NULL;
 		}
-		if (c && c->state == FF_ST_SOCKET)
+		if (c && c->state == FF_ST_SOCKET) {
 			connect_done(fd, c, ret, err);
-		else if (c)
+		} else if (c) {
+			if (c->state == FF_ST_OVERLAY)	/* kept there by another thread meanwhile */
+				ff_syn_unmark(fd, c);
 			ff_table_unlock();
+		}
 	}
 	ff_offer_free(offer);	/* the connection was not made */
 	errno = err;
@@ -231,7 +239,7 @@ FF_EXPORT int listen(int fd, int backlog)
 
 	/* From the first SYN on: accepted() reads each one's mark. */
 	if (c && c->state == FF_ST_SOCKET && !c->app_saves_syn)
-		ff_syn_keep(fd);
+		ff_syn_keep(fd, 1);
 	if (c)
 		ff_table_unlock();
 	ret = REAL(listen)(fd, backlog);
@@ -254,6 +262,9 @@ FF_EXPORT int listen(int fd, int backlog)
 	if (ok)
 		ff_fallback(fd, "listener not registered with the agent: %s", ff_agent_strerror(ok));
 	ff_table_lock();
+	/* Loopback: never announced, what it accepts never negotiated. */
+	if (ok == -EADDRNOTAVAIL && !c->app_saves_syn)
+		ff_syn_keep(fd, 0);
 	ff_listener_registered(c, ok == 0);
 	if (ff_conn_unref(c))
 		ff_conn_free(c);
@@ -476,10 +487,11 @@ static int on_shm(int fd)
 }
 
 /*
- * O_NONBLOCK changed on a connection that another thread (the settler,
- * settler.c) may be deciding: changed under the table lock once no
- * decision is in progress, so that the swap, which copies the flag under
- * that lock, cannot copy the old one. Returns with the lock held if taken.
+ * O_NONBLOCK or FD_CLOEXEC changed on a connection that another thread
+ * (the settler, settler.c) may be deciding: changed under the table lock
+ * once no decision is in progress, so that the swap, which copies both
+ * under that lock, cannot copy the old ones. Returns with the lock held
+ * if taken.
  */
 static int hold_decision(int fd)
 {
@@ -496,7 +508,8 @@ static int hold_decision(int fd)
 /* O_NONBLOCK of an shm connection is cached for its data path (shm.c). */
 static int fcntl_common(int (*real)(int, int, ...), int fd, int cmd, void *arg)
 {
-	int held = cmd == F_SETFL && hold_decision(fd), ret = real(fd, cmd, arg), err = errno;
+	int held = (cmd == F_SETFL || cmd == F_SETFD) && hold_decision(fd);
+	int ret = real(fd, cmd, arg), err = errno;
 
 	if (held)
 		ff_table_unlock();
@@ -619,7 +632,7 @@ FF_EXPORT int ioctl(int fd, unsigned long req, ...)
 			return -1;
 		}
 	}
-	held = req == FIONBIO && hold_decision(fd);
+	held = (req == FIONBIO || req == FIOCLEX || req == FIONCLEX) && hold_decision(fd);
 	ret = REAL(ioctl)(fd, req, arg);
 	err = errno;
 	if (held)

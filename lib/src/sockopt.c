@@ -10,7 +10,7 @@
  *    SO_ERROR, SO_RCVTIMEO, SO_LINGER, ... all exist on AF_UNIX), except
  *    SO_DOMAIN, which answers the overlay family, SO_PROTOCOL, which
  *    answers IPPROTO_TCP, and SO_RCVBUF/SO_SNDBUF the application did not
- *    set, which read as a fresh TCP socket's (tcp_like_size);
+ *    set, which read as an unconnected TCP socket's (tcp_like_size);
  *  - IPPROTO_TCP / IPPROTO_IP / IPPROTO_IPV6 int options are stored on set
  *    and returned on get (defaults: Linux's for a fresh connection), so
  *    TCP_NODELAY, TCP_KEEPIDLE, IP_TOS and friends "stick" although they do
@@ -196,36 +196,41 @@ static void put_out(void *val, socklen_t *len, const void *src, socklen_t n)
 }
 
 /*
- * No lock: racing threads store the same values, and a fork child copies
- * no lock held; the kernel's defaults (net.core.*mem_default, tcp_wmem and
- * tcp_rmem's middle values) are read once.
+ * SO_SNDBUF or SO_RCVBUF of an unconnected TCP socket here (tcp_wmem and
+ * tcp_rmem's middle values), read once. No lock: racing threads store the
+ * same value, and a fork child copies no lock held.
  */
-int ff_fresh_size(int family, int name)
+static int tcp_size(int name)
 {
-	static _Atomic int size[2][2];
-	int f = family != AF_UNIX, n = name != SO_SNDBUF, v = atomic_load(&size[f][n]), s;
+	static _Atomic int size[2];
+	int n = name != SO_SNDBUF, v = atomic_load(&size[n]), s;
 	socklen_t l = sizeof(v);
 
 	if (v)
 		return v;
-	s = ff_real.socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	s = ff_real.socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (s >= 0 && !ff_real.getsockopt(s, SOL_SOCKET, name, &v, &l))
-		atomic_store(&size[f][n], v);
+		atomic_store(&size[n], v);
 	if (s >= 0)
 		ff_real.close(s);
-	return atomic_load(&size[f][n]);
+	return atomic_load(&size[n]);
+}
+
+int ff_sockopt_app_set(struct ff_conn *c, int level, int name)
+{
+	return find_opt(c, level, name, 0) != NULL;
 }
 
 /*
  * A unix or shm channel's buffer sizes are the agent's (PROTOCOL.md, the
  * unix channel's buffers), tens of MiB, which a program sizing its own
  * buffers by them would copy: unless the program set the size, it reads
- * what a fresh TCP connection has.
+ * what an unconnected TCP socket has (what a connection starts from).
  */
-static int tcp_like_size(const struct ff_conn *c, int level, int name)
+static int tcp_like_size(struct ff_conn *c, int level, int name)
 {
 	return c->kern_family == AF_UNIX && level == SOL_SOCKET &&
-	       (name == SO_SNDBUF || name == SO_RCVBUF) && !find_opt((struct ff_conn *)c, level, name, 0);
+	       (name == SO_SNDBUF || name == SO_RCVBUF) && !ff_sockopt_app_set(c, level, name);
 }
 
 /* Table lock held; returns 1 when the real call should answer. */
@@ -234,7 +239,7 @@ static int get_locked(struct ff_conn *c, int level, int name, void *val, socklen
 	struct ff_opt *o;
 	int v;
 
-	if (tcp_like_size(c, level, name) && (v = ff_fresh_size(AF_INET, name)) > 0) {
+	if (tcp_like_size(c, level, name) && (v = tcp_size(name)) > 0) {
 		put_out(val, len, &v, sizeof(v));
 		return 0;
 	}
@@ -281,41 +286,33 @@ static int get_held(struct ff_conn *c, int level, int name, void *val, socklen_t
 	return ff_syn_held_get(c, level, name, val, len);
 }
 
-int ff_sockopt_get(int fd, int level, int name, void *val, socklen_t *len)
+/* Table lock held: 1 when the real call should answer. */
+static int sockopt_get(struct ff_conn *c, int level, int name, void *val, socklen_t *len)
 {
-	struct ff_slot *s = ff_fd_slot(fd);
-	int ret = 1;
-
-	if (!s || !(atomic_load(&s->flags) & FF_FD_TRACKED) || !val || !len)
+	if (!c || !val || !len)
 		return 1;
-	ff_table_lock();
-	if (s->conn && s->conn->state == FF_ST_SWAPPED)
-		ret = get_locked(s->conn, level, name, val, len);
-	else if (s->conn)
-		ret = get_held(s->conn, level, name, val, len);
-	ff_table_unlock();
-	return ret;
+	if (c->state == FF_ST_SWAPPED)
+		return get_locked(c, level, name, val, len);
+	return get_held(c, level, name, val, len);
 }
 
-int ff_sockopt_set(int fd, int level, int name, const void *val, socklen_t len)
+/* Table lock held: 1 when the real call should set it, 0 done, -errno. */
+static int sockopt_set(struct ff_conn *c, int level, int name, const void *val, socklen_t len)
 {
-	struct ff_slot *s = ff_fd_slot(fd);
-	struct ff_conn *c;
 	struct ff_opt *o;
 	int ret = 1, v = 0;
 
-	if (!s || !(atomic_load(&s->flags) & FF_FD_TRACKED))
-		return 1;
-	ff_table_lock();
-	c = s->conn;
 	if (c && carried(level, name))
 		c->opts_set = 1;
 	if (c && app_set_size(c, level, name) && val && len >= sizeof(int) &&
 	    (o = find_opt(c, level, name, 1)))
 		memcpy(&o->value, val, sizeof(int));	/* and the real call sets it */
-	/* The shim reads a SYN the application keeps for itself: never again then. */
+	/* A SYN the application keeps for itself is not the shim's to read (it would be gone). */
 	if (c && saves_syn(level, name) && val && len >= sizeof(int))
-		c->app_saves_syn = c->app_saves_syn || *(const int *)val;
+		c->app_saves_syn = *(const int *)val;
+	/* Its SYN may leave only at its first write (synmark.h): never negotiated. */
+	if (c && level == IPPROTO_TCP && name == TCP_FASTOPEN_CONNECT && val && len >= sizeof(int))
+		c->fastopen = *(const int *)val != 0;
 	if (c && c->state != FF_ST_SWAPPED)
 		ret = ff_syn_held_set(c, level, name, val, len);
 	if (c && c->state == FF_ST_SWAPPED && emulated(c, level)) {
@@ -330,12 +327,31 @@ int ff_sockopt_set(int fd, int level, int name, const void *val, socklen_t len)
 		if (!ret && (o = find_opt(c, level, name, 1)))
 			o->value = v;
 	}
-	ff_table_unlock();
 	return ret;
+}
+
+/*
+ * The table lock held and no decision in progress for s's fd, if tracked
+ * (else NULL, no lock): while its connect is pending, another thread (the
+ * settler) may swap it, and the option must land on the socket the swap
+ * carries options from, or be emulated after, not in between.
+ */
+static struct ff_conn *lock_settled(struct ff_slot *s)
+{
+	if (!s || !(atomic_load(&s->flags) & FF_FD_TRACKED))
+		return NULL;
+	ff_table_lock();
+	while (s->conn && s->conn->state == FF_ST_NEGOTIATING)
+		ff_table_wait();
+	if (s->conn)
+		return s->conn;
+	ff_table_unlock();
+	return NULL;
 }
 
 FF_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 {
+	struct ff_conn *c;
 	int ret;
 
 	if (ff_busy)
@@ -359,9 +375,12 @@ FF_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 			return ret;
 		}
 	}
-	ret = ff_sockopt_get(fd, level, name, val, len);
-	if (ret == 1)
+	if (!(c = lock_settled(ff_fd_slot(fd))))
 		return REAL(getsockopt)(fd, level, name, val, len);
+	ret = sockopt_get(c, level, name, val, len);
+	if (ret == 1)
+		ret = REAL(getsockopt)(fd, level, name, val, len) ? -errno : 0;
+	ff_table_unlock();
 	if (ret < 0) {
 		errno = -ret;
 		return -1;
@@ -371,13 +390,15 @@ FF_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 
 FF_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
 {
+	struct ff_conn *c;
 	int ret;
 
-	if (ff_busy)
+	if (ff_busy || !(c = lock_settled(ff_fd_slot(fd))))
 		return REAL(setsockopt)(fd, level, name, val, len);
-	ret = ff_sockopt_set(fd, level, name, val, len);
+	ret = sockopt_set(c, level, name, val, len);
 	if (ret == 1)
-		return REAL(setsockopt)(fd, level, name, val, len);
+		ret = REAL(setsockopt)(fd, level, name, val, len) ? -errno : 0;
+	ff_table_unlock();
 	if (ret < 0) {
 		errno = -ret;
 		return -1;

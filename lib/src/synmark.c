@@ -31,6 +31,22 @@ static int set_int(int fd, int level, int name, int v)
 	return ff_real.setsockopt(fd, level, name, &v, sizeof(v)) ? -errno : 0;
 }
 
+/*
+ * Setting IP_TOS also sets SO_PRIORITY from it (rt_tos2priority): the
+ * priority the socket had is put back after each TOS change.
+ */
+static int set_tos(int fd, int family, int tos, int tclass)
+{
+	int prio, ret, has_prio = !get_int(fd, SOL_SOCKET, SO_PRIORITY, &prio);
+
+	ret = set_int(fd, IPPROTO_IP, IP_TOS, tos);
+	if (!ret && family == AF_INET6)
+		ret = set_int(fd, IPPROTO_IPV6, IPV6_TCLASS, tclass);
+	if (has_prio)
+		set_int(fd, SOL_SOCKET, SO_PRIORITY, prio);
+	return ret;
+}
+
 int ff_syn_mark(int fd, struct ff_conn *c)
 {
 	int ret;
@@ -42,11 +58,9 @@ int ff_syn_mark(int fd, struct ff_conn *c)
 	if (!ret && c->family == AF_INET6)
 		ret = get_int(fd, IPPROTO_IPV6, IPV6_TCLASS, &c->app_tclass);
 	if (!ret)
-		ret = set_int(fd, IPPROTO_IP, IP_TOS, FF_SYN_TOS);
-	if (!ret && c->family == AF_INET6)
-		ret = set_int(fd, IPPROTO_IPV6, IPV6_TCLASS, FF_SYN_TOS);
+		ret = set_tos(fd, c->family, FF_SYN_TOS, FF_SYN_TOS);
 	if (ret) {
-		set_int(fd, IPPROTO_IP, IP_TOS, c->app_tos);
+		set_tos(fd, c->family, c->app_tos, c->app_tclass);
 		return ret;
 	}
 	c->syn_marked = 1;
@@ -58,20 +72,22 @@ void ff_syn_unmark(int fd, struct ff_conn *c)
 	if (!c->syn_marked)
 		return;
 	c->syn_marked = 0;
-	set_int(fd, IPPROTO_IP, IP_TOS, c->app_tos);
-	if (c->family == AF_INET6)
-		set_int(fd, IPPROTO_IPV6, IPV6_TCLASS, c->app_tclass);
+	set_tos(fd, c->family, c->app_tos, c->app_tclass);
 }
 
 int ff_syn_held_set(struct ff_conn *c, int level, int name, const void *val, socklen_t len)
 {
-	int v;
+	int v = 0;
 
-	if (!c->syn_marked || !tos_option(level, name))
+	if (!c->syn_marked || !tos_option(level, name) || (name == IPV6_TCLASS && c->family != AF_INET6))
 		return 1;
-	if (!val || len < sizeof(int))
+	/* As the kernel reads them: IP_TOS from one byte on, IPV6_TCLASS an int. */
+	if (!val || len < (name == IP_TOS ? 1 : sizeof(int)))
 		return -EINVAL;
-	memcpy(&v, val, sizeof(v));
+	if (len >= sizeof(int))
+		memcpy(&v, val, sizeof(v));
+	else
+		v = *(const unsigned char *)val;
 	/* As the kernel takes them: TCP owns the ECN bits; a traffic class of -1 is the default. */
 	if (name == IPV6_TCLASS && (v < -1 || v > 0xff))
 		return -EINVAL;
@@ -87,7 +103,7 @@ int ff_syn_held_get(const struct ff_conn *c, int level, int name, void *val, soc
 {
 	int v;
 
-	if (!c->syn_marked || !tos_option(level, name))
+	if (!c->syn_marked || !tos_option(level, name) || (name == IPV6_TCLASS && c->family != AF_INET6))
 		return 1;
 	v = name == IP_TOS ? c->app_tos : c->app_tclass;
 	memcpy(val, &v, *len < sizeof(v) ? *len : sizeof(v));
@@ -95,9 +111,9 @@ int ff_syn_held_get(const struct ff_conn *c, int level, int name, void *val, soc
 	return 0;
 }
 
-void ff_syn_keep(int fd)
+void ff_syn_keep(int fd, int keep)
 {
-	set_int(fd, IPPROTO_TCP, TCP_SAVE_SYN, 1);
+	set_int(fd, IPPROTO_TCP, TCP_SAVE_SYN, keep);
 }
 
 int ff_syn_unmarked(int fd)

@@ -28,8 +28,12 @@ void ff_syn_unmark(int fd, struct ff_conn *c);
  */
 int ff_syn_held_set(struct ff_conn *c, int level, int name, const void *val, socklen_t len);
 int ff_syn_held_get(const struct ff_conn *c, int level, int name, void *val, socklen_t *len);
-/* Before listen(): the kernel keeps each SYN this listener gets, for ff_syn_unmarked. */
-void ff_syn_keep(int fd);
+/*
+ * keep 1, before listen(): the kernel keeps each SYN this listener gets,
+ * for ff_syn_unmarked; 0: no more (a listener whose accepts are never
+ * negotiated, unless the application keeps SYNs itself).
+ */
+void ff_syn_keep(int fd, int keep);
 /*
  * An accepted connection: 1 if its SYN was kept and carries no mark (the
  * connector has no library), 0 if marked or not known (no SYN kept:
