@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Description: a program that looks at its non-blocking connect long after it completed (200 ms, past the agent's peer wait; the JVM's HttpClient looks ~170 ms late) still gets the fast path at both ends, the acceptor's accept() not held up: the library decides the connect when it completes (settler.c); an epoll registration made before, edge-triggered, reports it on the new channel */
+/* Description: a program that looks at its non-blocking connect long after it completed (200 ms, past the agent's peer wait; the JVM's HttpClient looks ~170 ms late) still gets the fast path at both ends: the library decides the connect when it completes (settler.c); an epoll registration made before, edge-triggered, reports it on the new channel */
 /* Channels: unix host-tcp shm shm-link host-tcp-link */
 #include <sys/epoll.h>
 
