@@ -13,14 +13,17 @@ import (
 	"github.com/freeflow-net/freeflow/internal/testenv"
 )
 
-// echoPy is an echo server (serve PORT) and a checking client (send HOST
-// PORT N) in python3, a library-enabled (dynamically linked) program.
+// echoPy is an echo server (serve PORT [GREET]: with GREET 1, it sends
+// "hello" first on each connection) and a checking client (send HOST PORT
+// N) in python3, a library-enabled (dynamically linked) program.
 const echoPy = `
 import hashlib, os, socket, sys, threading
 if sys.argv[1] == "serve":
+    greet = sys.argv[3:] == ["1"]
     s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("0.0.0.0", int(sys.argv[2]))); s.listen(16)
+    s.bind(("0.0.0.0", int(sys.argv[2]))); s.listen(256)
     def echo(c):
+        if greet: c.sendall(b"hello")
         while True:
             b = c.recv(65536)
             if not b: break

@@ -7,27 +7,13 @@ import (
 	"github.com/freeflow-net/freeflow/internal/testenv"
 )
 
-// lateConnectPy is a server (serve PORT GREET: echo each connection, after
-// sending "hello" first if GREET is 1) and a client that observes its
-// non-blocking connects late, as the JVM's HttpClient does (late HOST PORT
-// COUNT GREET: COUNT connections, 20 at a time; each connects
-// non-blocking, sleeps 100 ms, waits in epoll for EPOLLOUT, then with
-// GREET for EPOLLIN and the greeting, then checks an echo).
+// lateConnectPy is a client that observes its non-blocking connects late,
+// as the JVM's HttpClient does (late HOST PORT COUNT GREET: COUNT
+// connections, 20 at a time; each connects non-blocking, sleeps 100 ms,
+// waits in epoll for EPOLLOUT, then with GREET for EPOLLIN and echoPy's
+// greeting, then checks an echo).
 const lateConnectPy = `
 import os, select, socket, sys, threading, time
-if sys.argv[1] == "serve":
-    greet = sys.argv[3] == "1"
-    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("0.0.0.0", int(sys.argv[2]))); s.listen(256)
-    def echo(c):
-        if greet: c.sendall(b"hello")
-        while True:
-            b = c.recv(65536)
-            if not b: break
-            c.sendall(b)
-        c.close()
-    while True:
-        c, _ = s.accept(); threading.Thread(target=echo, args=(c,)).start()
 host, port, count, greet = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1"
 ok = []
 def one():
@@ -68,8 +54,8 @@ print("OK", len(ok))
 // the program looked.
 func TestLateObservingClientFastPath(t *testing.T) {
 	c := newCluster(t, 2)
-	c.StartDetached(t, "h1", "plain", nil, "python3", "-c", lateConnectPy, "serve", "7001", "0")
-	c.StartDetached(t, "h1", "greet", nil, "python3", "-c", lateConnectPy, "serve", "7002", "1")
+	c.StartDetached(t, "h1", "plain", nil, "python3", "-c", echoPy, "serve", "7001")
+	c.StartDetached(t, "h1", "greet", nil, "python3", "-c", echoPy, "serve", "7002", "1")
 	c.WaitListening(t, "plain", 7001)
 	c.WaitListening(t, "greet", 7002)
 	for _, tc := range []struct{ host, srv, port, greet, path string }{
