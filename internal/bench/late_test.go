@@ -49,7 +49,7 @@ func TestNoLibVerdict(t *testing.T) {
 	if v := noLibVerdict(gained(a, b)); v != "2 connection ends took a fast path (shm ×2), but the client has no library" {
 		t.Errorf("ends on shm: verdict %q", v)
 	}
-	if v := noLibVerdict(gained(a, a)); !strings.Contains(v, "answered no connection end") {
+	if v := noLibVerdict(gained(a, a)); !strings.Contains(v, "counted no connection end") {
 		t.Errorf("nothing answered: verdict %q", v)
 	}
 }
