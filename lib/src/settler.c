@@ -27,13 +27,18 @@
  *   unread, or the acceptor could not use it): then it goes to the agent
  *   at once. One offered over a cross-host link is decided as soon as it
  *   completes, no grace: the acceptor waits only 5 ms for its commit.
- * - poll(2) observes and never consumes: an fd the application closed and
- *   reused meanwhile is woken for, found not pending in the table, and
- *   dropped. The thread sleeps on a condition variable while no connect
- *   is pending; while some are, in poll, which an eventfd of its own
- *   interrupts for a new one (marked FF_FD_CONTROL: a fork child closes
- *   it, and one the program closed is made anew; without it, new ones
- *   join within TICK_MS). It costs no CPU while nothing is due.
+ * - Cheap for programs that look in time, which are nearly all: a connect
+ *   costs an entry in a list, no wake-up. While entries wait, the thread
+ *   ticks every TICK_MS and looks at those GRACE_NS old with a poll(2) of
+ *   no timeout, which observes and never consumes (an fd the program closed
+ *   and reused meanwhile is found not pending in the table, and dropped);
+ *   it sleeps on a condition variable once there were none for LINGER_NS
+ *   (so that a program connecting often wakes it seldom). It polls
+ *   without a tick only the offers' bells and the cross-host offers, and an
+ *   eventfd of its own (marked FF_FD_CONTROL: a fork child closes it, and
+ *   one the program closed is made anew) wakes it for a new connect then.
+ *   A connect not complete after GIVEUP_NS (a host that does not answer)
+ *   is left to the program.
  */
 #include <poll.h>
 #include <pthread.h>
@@ -45,18 +50,22 @@
 #include "settler.h"
 #include "shim.h"
 
-#define WATCH_MAX	1024	/* beyond, a connect waits for the application to look, as before */
-#define TICK_MS		5	/* without a wake eventfd */
+#define WATCH_MAX	1024	/* beyond, a connect waits for the program to look, as before */
+#define TICK_MS		5
 #define GRACE_NS	(3 * 1000000)	/* with TICK_MS, well inside the agent's 45 ms peer wait */
+#define GIVEUP_NS	(1000 * 1000000LL)
+/* Ticks go on this long after the list emptied: a connect then costs no wake-up. */
+#define LINGER_NS	(200 * 1000000LL)
 
 struct watch {
 	int fd;
 	struct ff_conn *conn;	/* at fd when it was watched: the fd may be another's since */
 	unsigned forks;		/* forks when it was watched */
-	int bell;	/* FF_SETTLE_OFFERED: the offer's bell socket */
-	int kind;	/* enum ff_settle_kind */
-	int64_t done;	/* when poll saw it complete; 0 not yet */
-	int lost;	/* FF_SETTLE_OFFERED: its bell ended */
+	int bell;		/* FF_SETTLE_OFFERED: the offer's bell socket */
+	int kind;		/* enum ff_settle_kind */
+	int64_t since;		/* when connect() returned */
+	int done;		/* complete (or failed) */
+	int lost;		/* FF_SETTLE_OFFERED: its bell ended */
 };
 
 /*
@@ -69,6 +78,9 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static struct watch watched[WATCH_MAX];
 static int nwatched, running, wake = -1;
+static int sleeping;	/* in a poll without a tick: a new connect writes to wake */
+static int waiting;	/* on cv: a new connect signals it */
+static int64_t last_watch;
 
 /* mu held: the wake eventfd, made anew if the program closed ours; or -1. */
 static int wake_fd(void)
@@ -106,48 +118,67 @@ static void settle(struct watch w)
 	ff_settle_slow(fd, 1);
 }
 
-/* mu held: drop the fds decided (or taken up by the application), keeping the order. */
+/* mu held: drop the fds decided (or taken up by the program), keeping the order. */
 static void prune(void)
 {
+	int64_t now = ff_now_ns();
 	int n = 0;
 
-	for (int i = 0; i < nwatched; i++)
-		if (watched[i].fd >= 0 && pending(watched[i].fd))
-			watched[n++] = watched[i];
+	for (int i = 0; i < nwatched; i++) {
+		struct watch *w = &watched[i];
+
+		if (w->fd >= 0 && pending(w->fd) && (w->done || now - w->since < GIVEUP_NS))
+			watched[n++] = *w;
+	}
 	nwatched = n;
 }
 
-/* mu held: poll the fds not complete yet, and the bells of offers; returns on news or within timeout. */
-static void await_completions(int timeout)
+/* Whether w is looked at on ticks (else on events: its bell, its completion). */
+static int ticked(const struct watch *w)
+{
+	return w->kind == FF_SETTLE_PLAIN;
+}
+
+/*
+ * mu held: one poll, for the completion of the entries due (a ticked one
+ * only once GRACE_NS old: the program looks at nearly all before) and of
+ * the cross-host offers, for the offers' bells, and, with timeout -1
+ * (nothing ticked), for wake.
+ */
+static void poll_once(int timeout)
 {
 	static struct pollfd p[2 * WATCH_MAX + 1];
-	int n = 0, now, w = wake_fd();
+	int64_t now = ff_now_ns();
+	int n = 0, got, w = timeout < 0 ? wake_fd() : -1;
 	uint64_t v;
 
 	for (int i = 0; i < nwatched; i++) {
-		if (!watched[i].done)
-			p[n++] = (struct pollfd){ .fd = watched[i].fd, .events = POLLOUT };
-		if (watched[i].kind == FF_SETTLE_OFFERED && !watched[i].lost)
-			p[n++] = (struct pollfd){ .fd = watched[i].bell, .events = POLLRDHUP };
+		const struct watch *e = &watched[i];
+
+		if (!e->done && (!ticked(e) || now - e->since >= GRACE_NS))
+			p[n++] = (struct pollfd){ .fd = e->fd, .events = POLLOUT };
+		if (e->kind == FF_SETTLE_OFFERED && !e->lost)
+			p[n++] = (struct pollfd){ .fd = e->bell, .events = POLLRDHUP };
 	}
 	p[n] = (struct pollfd){ .fd = w, .events = POLLIN };
+	sleeping = timeout < 0 && w >= 0;
 	pthread_mutex_unlock(&mu);
-	if (w < 0 && (timeout < 0 || timeout > TICK_MS))
-		timeout = TICK_MS;
-	now = ff_real.poll(p, (nfds_t)n + 1, timeout);
-	if (p[n].revents & POLLIN)
+	/* Without a wake eventfd (out of fds), new connects join at the next tick. */
+	got = ff_real.poll(p, (nfds_t)n + 1, timeout < 0 && w < 0 ? TICK_MS : timeout);
+	if (got > 0 && (p[n].revents & POLLIN))
 		(void)!ff_real.read(w, &v, sizeof(v));
 	pthread_mutex_lock(&mu);
+	sleeping = 0;
 	/* The list may have changed meanwhile: entries are found again by fd. */
-	for (int j = 0; now > 0 && j < n; j++) {
+	for (int j = 0; got > 0 && j < n; j++) {
 		for (int i = 0; p[j].revents && i < nwatched; i++) {
-			struct watch *w = &watched[i];
+			struct watch *e = &watched[i];
 
-			if (p[j].events == POLLOUT && w->fd == p[j].fd && !w->done)
-				w->done = ff_now_ns();
-			else if (p[j].events == POLLRDHUP && w->kind == FF_SETTLE_OFFERED &&
-				 w->bell == p[j].fd && (p[j].revents & (POLLRDHUP | POLLHUP)))
-				w->lost = 1;
+			if (p[j].events == POLLOUT && e->fd == p[j].fd)
+				e->done = 1;
+			else if (p[j].events == POLLRDHUP && e->kind == FF_SETTLE_OFFERED &&
+				 e->bell == p[j].fd && (p[j].revents & (POLLRDHUP | POLLHUP)))
+				e->lost = 1;
 		}
 	}
 }
@@ -159,30 +190,27 @@ static int is_late(const struct watch *w, int64_t now)
 	case FF_SETTLE_OFFERED:
 		return w->done && w->lost;
 	case FF_SETTLE_OFFERED_ACROSS:
-		return w->done != 0;
+		return w->done;
 	default:
-		return w->done && now - w->done >= GRACE_NS;
+		return w->done && now - w->since >= GRACE_NS;
 	}
 }
 
-/* mu held: the first fd complete GRACE_NS ago into *out (taken off the list), or 0; *wait_ms: until the next. */
-static int next_late(struct watch *out, int *wait_ms)
+/* mu held: the first entry due into *out (taken off the list), or 0. */
+static int next_late(struct watch *out)
 {
 	int64_t now = ff_now_ns();
 
-	*wait_ms = -1;
 	for (int i = 0; i < nwatched; i++) {
 		struct watch *w = &watched[i];
 
 		if (w->fd < 0 || !w->done || (w->kind == FF_SETTLE_OFFERED && !w->lost))
 			continue;	/* taken, not complete, or the program's while its offer stands */
-		if (is_late(w, now)) {
-			*out = *w;
-			w->fd = -1;	/* prune drops it */
-			return 1;
-		}
-		*wait_ms = (int)((w->done + GRACE_NS - now) / 1000000) + 1;
-		return 0;	/* the connects' order: a later one waits for this one */
+		if (!is_late(w, now))
+			return 0;	/* the connects' order: a later one waits for this one */
+		*out = *w;
+		w->fd = -1;	/* prune drops it */
+		return 1;
 	}
 	return 0;
 }
@@ -190,20 +218,26 @@ static int next_late(struct watch *out, int *wait_ms)
 static void *loop(void *arg)
 {
 	struct watch w;
-	int wait_ms;
 
 	(void)arg;
 	pthread_mutex_lock(&mu);
 	for (;;) {
+		int tick = 0;
+
 		prune();
-		while (!nwatched)
+		while (!nwatched && ff_now_ns() - last_watch >= LINGER_NS) {
+			waiting = 1;
 			pthread_cond_wait(&cv, &mu);
-		while (next_late(&w, &wait_ms)) {
+			waiting = 0;
+		}
+		for (int i = 0; i < nwatched && !tick; i++)
+			tick = ticked(&watched[i]);
+		poll_once(tick || !nwatched ? TICK_MS : -1);
+		while (next_late(&w)) {
 			pthread_mutex_unlock(&mu);
 			settle(w);
 			pthread_mutex_lock(&mu);
 		}
-		await_completions(wait_ms);
 	}
 	return NULL;
 }
@@ -215,12 +249,16 @@ void ff_settler_watch(int fd, struct ff_conn *c, enum ff_settle_kind kind, int b
 		prune();
 	if (nwatched < WATCH_MAX)
 		watched[nwatched++] = (struct watch){ .fd = fd, .conn = c, .kind = kind, .bell = bell,
-						      .forks = atomic_load(&forks) };
+						      .forks = atomic_load(&forks),
+						      .since = ff_now_ns() };
+	/* Made here, not by the thread: it exists once connect() returns. */
+	if (wake_fd() >= 0 && sleeping)
+		(void)!ff_real.write(wake, &(uint64_t){ 1 }, sizeof(uint64_t));
 	if (!running)
 		running = ff_start_quiet_thread(loop);
-	pthread_cond_signal(&cv);
-	if (wake_fd() >= 0)	/* made here, not by the thread: it exists once connect() returns */
-		(void)!ff_real.write(wake, &(uint64_t){ 1 }, sizeof(uint64_t));
+	if (waiting)
+		pthread_cond_signal(&cv);
+	last_watch = ff_now_ns();
 	pthread_mutex_unlock(&mu);
 }
 

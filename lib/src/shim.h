@@ -182,6 +182,7 @@ struct ff_conn {
 	int moved;			/* moved down from shm to a socket pair (shm_switch.c) */
 	int syn_marked;			/* connecting: its SYN is marked until decided (synmark.h) */
 	int app_tos, app_tclass;	/* meanwhile, the application's IP_TOS and IPV6_TCLASS */
+	int tos_touched;		/* the application set IP_TOS, IPV6_TCLASS or SO_PRIORITY */
 	int peer_nolib;			/* accepted: its SYN carried no mark, the peer has no library */
 	int app_saves_syn;		/* listener: the application's TCP_SAVE_SYN (the shim sets its own) */
 	int fastopen;			/* TCP_FASTOPEN_CONNECT set: not negotiated (synmark.h) */

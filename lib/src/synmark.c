@@ -33,14 +33,16 @@ static int set_int(int fd, int level, int name, int v)
 
 /*
  * Setting IP_TOS also sets SO_PRIORITY from it (rt_tos2priority): the
- * priority the socket had is put back after each TOS change.
+ * priority the socket had is put back after each TOS change; it is 0,
+ * read from no socket, unless the application set these options
+ * (c->tos_touched): connects cost two system calls for the mark.
  */
-static int set_tos(int fd, int family, int tos, int tclass)
+static int set_tos(int fd, const struct ff_conn *c, int tos, int tclass)
 {
-	int prio, ret, has_prio = !get_int(fd, SOL_SOCKET, SO_PRIORITY, &prio);
+	int prio = 0, ret, has_prio = !c->tos_touched || !get_int(fd, SOL_SOCKET, SO_PRIORITY, &prio);
 
 	ret = set_int(fd, IPPROTO_IP, IP_TOS, tos);
-	if (!ret && family == AF_INET6)
+	if (!ret && c->family == AF_INET6)
 		ret = set_int(fd, IPPROTO_IPV6, IPV6_TCLASS, tclass);
 	if (has_prio)
 		set_int(fd, SOL_SOCKET, SO_PRIORITY, prio);
@@ -49,18 +51,20 @@ static int set_tos(int fd, int family, int tos, int tclass)
 
 int ff_syn_mark(int fd, struct ff_conn *c)
 {
-	int ret;
+	int ret = 0;
 
 	if (c->syn_marked)
 		return 0;
 	/* An IPv6 socket may connect to an IPv4-mapped address: the IPv4 TOS goes then. */
-	ret = get_int(fd, IPPROTO_IP, IP_TOS, &c->app_tos);
-	if (!ret && c->family == AF_INET6)
+	c->app_tos = c->app_tclass = 0;
+	if (c->tos_touched)
+		ret = get_int(fd, IPPROTO_IP, IP_TOS, &c->app_tos);
+	if (!ret && c->tos_touched && c->family == AF_INET6)
 		ret = get_int(fd, IPPROTO_IPV6, IPV6_TCLASS, &c->app_tclass);
 	if (!ret)
-		ret = set_tos(fd, c->family, FF_SYN_TOS, FF_SYN_TOS);
+		ret = set_tos(fd, c, FF_SYN_TOS, FF_SYN_TOS);
 	if (ret) {
-		set_tos(fd, c->family, c->app_tos, c->app_tclass);
+		set_tos(fd, c, c->app_tos, c->app_tclass);
 		return ret;
 	}
 	c->syn_marked = 1;
@@ -72,13 +76,15 @@ void ff_syn_unmark(int fd, struct ff_conn *c)
 	if (!c->syn_marked)
 		return;
 	c->syn_marked = 0;
-	set_tos(fd, c->family, c->app_tos, c->app_tclass);
+	set_tos(fd, c, c->app_tos, c->app_tclass);
 }
 
 int ff_syn_held_set(struct ff_conn *c, int level, int name, const void *val, socklen_t len)
 {
 	int v = 0;
 
+	if (tos_option(level, name) || (level == SOL_SOCKET && name == SO_PRIORITY))
+		c->tos_touched = 1;
 	if (!c->syn_marked || !tos_option(level, name) || (name == IPV6_TCLASS && c->family != AF_INET6))
 		return 1;
 	/* As the kernel reads them: IP_TOS from one byte on, IPV6_TCLASS an int. */
