@@ -135,7 +135,14 @@ func TestLedgerEndHeldByTwoProcessesListedOnce(t *testing.T) {
 	defer closeResult(acc)
 	defer closeResult(con)
 	child := exec.Command("sleep", "60")
-	child.ExtraFiles = []*os.File{os.NewFile(uintptr(acc.FD), "acceptor")} // its fd 3
+	// The File owns a copy: its finalizer closes its number, which must not be acc.FD (closed below).
+	dup, err := unix.FcntlInt(uintptr(acc.FD), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := os.NewFile(uintptr(dup), "acceptor")
+	defer held.Close()
+	child.ExtraFiles = []*os.File{held} // its fd 3
 	if err := child.Start(); err != nil {
 		t.Fatal(err)
 	}

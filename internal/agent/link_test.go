@@ -271,6 +271,6 @@ func crossedPairs(t *testing.T, a *testAgent, caps uint32, lisA, lisB, aCli, bCl
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { closeResult(ca); closeResult(cb); closeResult(aa); closeResult(ba) })
+	t.Cleanup(func() { closeResult(aa); closeResult(ba) }) // crossConnect closes ca and cb
 	return ca, cb, aa, ba
 }

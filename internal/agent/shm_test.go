@@ -235,7 +235,6 @@ func TestShmParkedHalfExpiryReleasesCharge(t *testing.T) {
 	procA.listen(lisA)
 	procB.listen(lisB)
 	ca, cb := crossConnect(t, procA, procB, selfCli(45401), lisB, selfCli(45402), lisA)
-	t.Cleanup(func() { closeResult(ca); closeResult(cb) })
 	if ca.Kind != pathShm || cb.Kind != pathShm {
 		t.Fatalf("connects: %+v, %+v; want shm", ca, cb)
 	}

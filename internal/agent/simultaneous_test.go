@@ -30,7 +30,7 @@ func crossConnect(t *testing.T, procA, procB *libClient, aLocal, aRemote, bLocal
 	if aerr := <-done; err != nil || aerr != nil {
 		t.Fatalf("A's connect: %v; B's connect: %v", aerr, err)
 	}
-	t.Cleanup(func() { closeFD(fromA.FD); closeFD(fromB.FD) })
+	t.Cleanup(func() { closeResult(fromA); closeResult(fromB) }) // each descriptor once: callers close none
 	return fromA, fromB
 }
 
