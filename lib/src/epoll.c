@@ -215,8 +215,7 @@ again:
 		}
 	}
 	ff_table_lock();
-	while ((c = s->conn) && c->state == FF_ST_NEGOTIATING)
-		ff_table_wait();
+	c = ff_conn_settled(s);
 	/*
 	 * Another thread (the settler, settler.c) put it on shm meanwhile: a
 	 * kernel registration of its bell would never report the rings.

@@ -87,6 +87,13 @@ void ff_table_wait(void)
 	pthread_cond_wait(&decided, &table_mu);
 }
 
+struct ff_conn *ff_conn_settled(struct ff_slot *s)
+{
+	while (s->conn && s->conn->state == FF_ST_NEGOTIATING)
+		ff_table_wait();
+	return s->conn;
+}
+
 void ff_table_broadcast(void)
 {
 	pthread_cond_broadcast(&decided);

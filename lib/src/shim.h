@@ -208,6 +208,8 @@ void ff_table_lock(void);
 void ff_table_unlock(void);
 /* Wait (table lock held) until some decision was made. */
 void ff_table_wait(void);
+/* Table lock held: s's conn once no decision is in progress for it (waits for one), or NULL. */
+struct ff_conn *ff_conn_settled(struct ff_slot *s);
 void ff_table_broadcast(void);
 /* Highest fd ever tracked, for scans. */
 int ff_table_hiwater(void);

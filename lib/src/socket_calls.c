@@ -390,8 +390,7 @@ static struct ff_conn *keep_overlay(int fd, struct ff_slot *s, int *changed)
 	struct ff_conn *c;
 
 	*changed = 0;
-	while ((c = s ? s->conn : NULL) && c->state == FF_ST_NEGOTIATING)
-		ff_table_wait();
+	c = s ? ff_conn_settled(s) : NULL;
 	if (c && c->state == FF_ST_PENDING) {
 		ff_syn_unmark(fd, c);
 		ff_conn_set_state(c, FF_ST_OVERLAY);
@@ -500,8 +499,7 @@ static int hold_decision(int fd)
 	if (ff_busy || !s || !(atomic_load_explicit(&s->flags, memory_order_relaxed) & FF_FD_PENDING))
 		return 0;
 	ff_table_lock();
-	while (s->conn && s->conn->state == FF_ST_NEGOTIATING)
-		ff_table_wait();
+	ff_conn_settled(s);
 	return 1;
 }
 

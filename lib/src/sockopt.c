@@ -341,9 +341,7 @@ static struct ff_conn *lock_settled(struct ff_slot *s)
 	if (!s || !(atomic_load(&s->flags) & FF_FD_TRACKED))
 		return NULL;
 	ff_table_lock();
-	while (s->conn && s->conn->state == FF_ST_NEGOTIATING)
-		ff_table_wait();
-	if (s->conn)
+	if (ff_conn_settled(s))
 		return s->conn;
 	ff_table_unlock();
 	return NULL;
