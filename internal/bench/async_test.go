@@ -3,9 +3,11 @@ package bench
 import (
 	"context"
 	"errors"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseAsyncEcho(t *testing.T) {
@@ -57,5 +59,35 @@ func TestUnavailableRuntime(t *testing.T) {
 	s := r.run(context.Background(), Job{Exp: broken, Case: broken.Cases(false)[1], Path: pathNamed(t, "freeflow"), Rep: 1})
 	if len(s) != 1 || s[0].Error != missing["node-echo"] || s[0].Case != "1 MiB" {
 		t.Errorf("samples %+v: want one failed 1 MiB sample saying why", s)
+	}
+}
+
+// TestUncheckedPathRunsUnderTheSamePolls: a baseline path's client runs
+// under the same `freeflow conns` polls as a FreeFlow path's, which it
+// does not check; a poll costs CPU, and only the FreeFlow paths paying it
+// made their connection rates look lower than they are.
+func TestUncheckedPathRunsUnderTheSamePolls(t *testing.T) {
+	dir := t.TempDir()
+	calls := dir + "/calls"
+	bin := dir + "/freeflow"
+	script := "#!/bin/sh\necho \"$@\" >> " + calls + "\necho '[]'\n"
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := &runner{cli: CLI{Bin: bin, Cluster: "c"}}
+	run := r.startCheck(context.Background(), Job{Path: Path{Name: "bridge"}})
+	var out []byte
+	for end := time.Now().Add(10 * connsPoll); time.Now().Before(end) && !strings.Contains(string(out), "conns -o json"); {
+		time.Sleep(connsPoll / 4)
+		out, _ = os.ReadFile(calls)
+	}
+	if v := run.finish(); v != "" {
+		t.Errorf("an unchecked path got verdict %q", v)
+	}
+	if !strings.Contains(string(out), "conns -o json") {
+		t.Errorf("no conns poll while the bridge client ran; calls: %q", out)
+	}
+	if _, _, ok := run.ends(); ok {
+		t.Error("ends counted on an unchecked path")
 	}
 }

@@ -85,9 +85,14 @@ func (c *pathCheck) verdict() string {
 
 // connsPoll is how often the bench asks while a client runs: often enough
 // to see short-lived connections (connrate), rarely enough to cost little.
+// Every path's client runs under the same polls, checked or not (a nil
+// pathCheck): a poll costs CPU (a CLI process, the agents' listing), and
+// only the FreeFlow paths paying it would bias their figures (connrate's
+// clients and servers keep both cores busy).
 const connsPoll = 400 * time.Millisecond
 
-// watchConns polls `freeflow conns` until stop is closed, then returns.
+// watchConns polls `freeflow conns` until stop is closed, then returns;
+// with c nil it only polls.
 func watchConns(ctx context.Context, cli CLI, c *pathCheck, stop <-chan struct{}) {
 	t := time.NewTicker(connsPoll)
 	defer t.Stop()
@@ -100,6 +105,9 @@ func watchConns(ctx context.Context, cli CLI, c *pathCheck, stop <-chan struct{}
 		case <-t.C:
 		}
 		out, err := cli.run(ctx, "conns", "-o", "json")
+		if c == nil {
+			continue
+		}
 		if err == nil {
 			var cs []connEntry
 			if cs, err = ParseConns(out); err == nil {

@@ -287,12 +287,12 @@ func parseAll(env toolEnv, e Experiment, outs [][]byte) (map[string]float64, []s
 }
 
 // checkRun is a running check of a FreeFlow path: `freeflow conns` polled
-// while the client runs, and the agents' counters before and after; nil
-// checks nothing.
+// while the client runs, and the agents' counters before and after; on
+// other paths only the polls (c nil, see connsPoll); nil checks nothing.
 type checkRun struct {
 	ctx    context.Context
 	cli    CLI
-	c      *pathCheck
+	c      *pathCheck // nil: the path is not checked
 	before connCounters
 	after  connCounters
 	berr   error
@@ -302,22 +302,22 @@ type checkRun struct {
 	done   chan struct{}
 }
 
-// startCheck starts watching the connections of a FreeFlow path's job.
+// startCheck starts watching the connections of a FreeFlow path's job,
+// and the same polls on any other path's.
 func (r *runner) startCheck(ctx context.Context, j Job) *checkRun {
-	if j.Path.Expect == "" {
-		return nil
+	run := &checkRun{ctx: ctx, cli: r.cli, noLib: j.Exp.NoLibClient, stop: make(chan struct{}), done: make(chan struct{})}
+	if j.Path.Expect != "" {
+		run.c = newPathCheck(j.Path.Expect)
+		run.c.launcher = j.Exp.LauncherFallback
+		for i := range j.Case.pairs() {
+			cli, srv := r.dep.Containers(j.Path, i)
+			run.c.pairs[[2]string{cli, srv}] = true
+		}
+		run.before, run.berr = readCounters(ctx, r.cli)
 	}
-	c := newPathCheck(j.Path.Expect)
-	c.launcher = j.Exp.LauncherFallback
-	for i := range j.Case.pairs() {
-		cli, srv := r.dep.Containers(j.Path, i)
-		c.pairs[[2]string{cli, srv}] = true
-	}
-	run := &checkRun{ctx: ctx, cli: r.cli, c: c, noLib: j.Exp.NoLibClient, stop: make(chan struct{}), done: make(chan struct{})}
-	run.before, run.berr = readCounters(ctx, r.cli)
 	go func() {
 		defer close(run.done)
-		watchConns(ctx, r.cli, c, run.stop)
+		watchConns(ctx, r.cli, run.c, run.stop)
 	}()
 	return run
 }
@@ -332,6 +332,9 @@ func (run *checkRun) finish() string {
 	}
 	close(run.stop)
 	<-run.done
+	if run.c == nil {
+		return ""
+	}
 	v := run.c.verdict()
 	run.after, run.aerr = readCounters(run.ctx, run.cli)
 	if err := errors.Join(run.berr, run.aerr); err != nil {
@@ -353,7 +356,7 @@ func (run *checkRun) finish() string {
 // gained is what the agents' counters gained while the client ran (after
 // finish); ok is false when nothing was checked or a reading failed.
 func (run *checkRun) gained() (connCounters, bool) {
-	if run == nil || run.berr != nil || run.aerr != nil {
+	if run == nil || run.c == nil || run.berr != nil || run.aerr != nil {
 		return connCounters{}, false
 	}
 	return gained(run.before, run.after), true
