@@ -31,6 +31,7 @@
 #include <sys/mman.h>
 #include <sys/sendfile.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "shim.h"
@@ -363,6 +364,36 @@ static void sqe_fd(int fd)
 }
 
 /*
+ * The n bytes at src, which a system call's argument names, into dst, read
+ * as the kernel reads them: an address the program got wrong fails the
+ * read (the kernel then fails the call with EFAULT) instead of faulting in
+ * the library. 0, or -1 with errno set.
+ */
+static int user_read(void *dst, const void *src, size_t n)
+{
+	struct iovec to = { .iov_base = dst, .iov_len = n };
+	struct iovec from = { .iov_base = (void *)(uintptr_t)src, .iov_len = n };
+	ssize_t got = process_vm_readv(getpid(), &to, 1, &from, 1, 0);
+
+	if (got == (ssize_t)n)
+		return 0;
+	if (got >= 0)
+		errno = EFAULT;
+	return -1;
+}
+
+/*
+ * Memory the library must see before the kernel uses it could not be read:
+ * a bad address is the kernel's to refuse; anything else (a sandbox that
+ * denies the read) leaves the library blind, so the process leaves shm.
+ */
+static void unread(const char *what)
+{
+	if (errno != EFAULT)
+		ff_shm_avoid(what);
+}
+
+/*
  * fds (n of them; -1 and IORING_REGISTER_FILES_SKIP name none) become
  * fixed files, which entries name by index: the shim cannot tell which
  * entry uses which, so each gets now what an entry naming it would get,
@@ -372,12 +403,47 @@ static void sqe_fd(int fd)
  */
 static void fixed_files(const int *fds, unsigned n)
 {
+	int chunk[256];
+
 	if (!fds)
 		return;
-	for (unsigned i = 0; i < n; i++) {
-		ff_listener_withdraw(fds[i], "given to io_uring as a fixed file");
-		sqe_fd(fds[i]);
+	for (unsigned at = 0; at < n; at += 256) {
+		unsigned k = n - at < 256 ? n - at : 256;
+
+		if (user_read(chunk, fds + at, k * sizeof(int))) {
+			unread("io_uring fixed files that could not be read");
+			return;
+		}
+		for (unsigned i = 0; i < k; i++) {
+			ff_listener_withdraw(chunk[i], "given to io_uring as a fixed file");
+			sqe_fd(chunk[i]);
+		}
 	}
+}
+
+/* IORING_OP_SENDMSG(_ZC)'s msghdr at addr: fds it passes leave shm first. */
+static void sqe_sendmsg(const void *addr)
+{
+	static _Thread_local uint8_t control[4096];	/* more than the kernel lets a message carry fds in */
+	struct msghdr mh;
+
+	if (!addr || user_read(&mh, addr, sizeof(mh))) {
+		if (addr)
+			unread("an io_uring sendmsg header that could not be read");
+		return;
+	}
+	if (!mh.msg_controllen)
+		return;
+	if (mh.msg_controllen > sizeof(control)) {
+		ff_shm_avoid("an io_uring sendmsg with more control data than the library reads");
+		return;
+	}
+	if (user_read(control, mh.msg_control, mh.msg_controllen)) {
+		unread("io_uring sendmsg control data that could not be read");
+		return;
+	}
+	mh.msg_control = control;
+	ff_shm_switch_passed(&mh);
 }
 
 /* IORING_OP_CLOSE of fd: as close(), the kernel closing it after. */
@@ -423,8 +489,8 @@ static void sqe_check(const struct io_uring_sqe *e)
 		sqe_fd(e->splice_fd_in);
 	if (op == IORING_OP_EPOLL_CTL)
 		sqe_fd((int)e->off);
-	if ((op == IORING_OP_SENDMSG || op == IORING_OP_SENDMSG_ZC) && e->addr)
-		ff_shm_switch_passed((const struct msghdr *)(uintptr_t)e->addr);
+	if (op == IORING_OP_SENDMSG || op == IORING_OP_SENDMSG_ZC)
+		sqe_sendmsg((const void *)(uintptr_t)e->addr);
 }
 
 /*
@@ -468,9 +534,9 @@ static void ring_enter(int fd, unsigned flags)
  */
 static void ring_register(unsigned op, const void *arg, unsigned nr)
 {
-	const struct io_uring_rsrc_register *reg = arg;
-	const struct io_uring_rsrc_update2 *up2 = arg;
-	const struct io_uring_files_update *up = arg;
+	struct io_uring_rsrc_register reg;
+	struct io_uring_rsrc_update2 up2;
+	struct io_uring_files_update up;
 
 	if (!arg)
 		return;
@@ -479,15 +545,26 @@ static void ring_register(unsigned op, const void *arg, unsigned nr)
 		fixed_files(arg, nr);
 		break;
 	case IORING_REGISTER_FILES2:
-		if (nr == sizeof(*reg) && !(reg->flags & IORING_RSRC_REGISTER_SPARSE))
-			fixed_files((const int *)(uintptr_t)reg->data, reg->nr);
+		if (nr != sizeof(reg))
+			break;
+		if (user_read(&reg, arg, sizeof(reg)))
+			unread("an io_uring_register argument that could not be read");
+		else if (!(reg.flags & IORING_RSRC_REGISTER_SPARSE))
+			fixed_files((const int *)(uintptr_t)reg.data, reg.nr);
 		break;
 	case IORING_REGISTER_FILES_UPDATE:
-		fixed_files((const int *)(uintptr_t)up->fds, nr);
+		if (user_read(&up, arg, sizeof(up)))
+			unread("an io_uring_register argument that could not be read");
+		else
+			fixed_files((const int *)(uintptr_t)up.fds, nr);
 		break;
 	case IORING_REGISTER_FILES_UPDATE2:
-		if (nr == sizeof(*up2))
-			fixed_files((const int *)(uintptr_t)up2->data, up2->nr);
+		if (nr != sizeof(up2))
+			break;
+		if (user_read(&up2, arg, sizeof(up2)))
+			unread("an io_uring_register argument that could not be read");
+		else
+			fixed_files((const int *)(uintptr_t)up2.data, up2.nr);
 		break;
 	}
 }
@@ -678,9 +755,14 @@ static int route(long n, const long *a, long *ret)
 		ff_shm_switch_all(0);
 		return 0;
 	case SYS_clone:		before_copy((unsigned long)a[0]); return 0;
-	case SYS_clone3:
-		before_copy(a[0] ? (unsigned long)*(const uint64_t *)a[0] : 0);
+	case SYS_clone3: {
+		uint64_t flags = 0;	/* clone_args.flags, its first field; unread: a process copy */
+
+		if (!a[0] || (user_read(&flags, (const void *)a[0], sizeof(flags)) && errno == EFAULT))
+			return 0;	/* the kernel refuses it (EINVAL, EFAULT): nothing copied */
+		before_copy((unsigned long)flags);
 		return 0;
+	}
 	case SYS_io_uring_enter:
 		if ((unsigned)a[1])	/* something to submit */
 			ring_enter(fd, (unsigned)a[3]);
