@@ -31,6 +31,7 @@ type listenerKey struct {
 type listeners struct {
 	mu    sync.Mutex
 	m     map[listenerKey]map[int32]registration // by pid
+	byPid map[int32]map[listenerKey]bool         // m's keys by pid: every CONNECT and ACCEPT reads one process's
 	held  map[string]int                         // registrations per container
 	swept map[string]time.Time                   // when each container's were last swept
 }
@@ -74,7 +75,8 @@ func (r *registration) current(pid int32, now time.Time) bool {
 }
 
 func newListeners() *listeners {
-	return &listeners{m: map[listenerKey]map[int32]registration{}, held: map[string]int{}, swept: map[string]time.Time{}}
+	return &listeners{m: map[listenerKey]map[int32]registration{}, byPid: map[int32]map[listenerKey]bool{},
+		held: map[string]int{}, swept: map[string]time.Time{}}
 }
 
 // add registers s's process on container id's port, unless the container
@@ -92,6 +94,10 @@ func (l *listeners) add(s *session, id string, port uint16) error {
 	}
 	if _, again := l.m[k][s.pid]; !again {
 		l.held[id]++
+		if l.byPid[s.pid] == nil {
+			l.byPid[s.pid] = map[listenerKey]bool{}
+		}
+		l.byPid[s.pid][k] = true
 	}
 	l.m[k][s.pid] = registration{ns: s.ns, shm: s.caps&protocol.CapShm != 0}
 	return nil
@@ -130,6 +136,9 @@ func (l *listeners) deleteLocked(k listenerKey, pid int32) {
 	delete(l.m[k], pid)
 	if len(l.m[k]) == 0 {
 		delete(l.m, k)
+	}
+	if delete(l.byPid[pid], k); len(l.byPid[pid]) == 0 {
+		delete(l.byPid, pid)
 	}
 	if l.held[k.id]--; l.held[k.id] <= 0 {
 		delete(l.held, k.id)
@@ -192,8 +201,8 @@ func (l *listeners) keysOf(pid int32, ns nsKey) map[listenerKey]bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	mine := map[listenerKey]bool{}
-	for k, pids := range l.m {
-		if reg, ok := pids[pid]; ok && reg.ns == ns {
+	for k := range l.byPid[pid] {
+		if l.m[k][pid].ns == ns {
 			mine[k] = true
 		}
 	}

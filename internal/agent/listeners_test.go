@@ -24,3 +24,43 @@ func TestListenerGoneWithItsProcess(t *testing.T) {
 		t.Errorf("CONNECT after the listener's process exited: %+v, %v; want overlay %s at once", r, err, reasonNoListener)
 	}
 }
+
+// keysOf lists exactly one process's registrations in its namespace,
+// through every add and removal (it reads an index, not the whole table:
+// every CONNECT and ACCEPT asks it).
+func TestListenerKeysOfOneProcess(t *testing.T) {
+	l := newListeners()
+	ns, other := nsKey{1, 1}, nsKey{1, 2}
+	p1, p2 := &session{pid: 10, ns: ns}, &session{pid: 11, ns: ns}
+	for _, port := range []uint16{80, 443} {
+		if err := l.add(p1, "c1", port); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.add(p2, "c1", 80); err != nil {
+		t.Fatal(err)
+	}
+	want := func(pid int32, in nsKey, keys ...listenerKey) {
+		t.Helper()
+		got := l.keysOf(pid, in)
+		if len(got) != len(keys) {
+			t.Fatalf("keysOf(%d) = %v, want %v", pid, got, keys)
+		}
+		for _, k := range keys {
+			if !got[k] {
+				t.Fatalf("keysOf(%d) = %v, want %v", pid, got, keys)
+			}
+		}
+	}
+	want(10, ns, listenerKey{"c1", 80}, listenerKey{"c1", 443})
+	want(11, ns, listenerKey{"c1", 80})
+	want(10, other)
+	l.remove(p1, "c1", 80)
+	want(10, ns, listenerKey{"c1", 443})
+	want(11, ns, listenerKey{"c1", 80})
+	l.remove(p1, "c1", 443)
+	want(10, ns)
+	if len(l.byPid) != 1 {
+		t.Errorf("index keeps %d processes, want 1: %v", len(l.byPid), l.byPid)
+	}
+}
