@@ -16,9 +16,12 @@
  *   connection at a time, and its wait for one acceptor must not hold up
  *   connections whose programs look in time.
  * - In the order of the connects, which is the order in which one
- *   acceptor's accept() takes them: deciding them out of order would have
- *   this thread wait for an ACCEPT the acceptor sends only after the one
- *   it waits for itself, queued here behind it.
+ *   acceptor's accept() takes them, and side by side: a decision waits for
+ *   its acceptor (up to the agent's peer wait, or a cross-host exchange),
+ *   and one after the other, a slow one made the acceptors of those queued
+ *   behind it, already waiting in accept(), give up (peer-timeout). While
+ *   one is being decided and another is complete, a helper thread (up to
+ *   HELPERS) takes the next due, and ends when none is.
  * - One offered over a link (link.c) is left to the program while the
  *   offer can still be taken: the acceptor takes it whenever it accepts,
  *   and the connector's 5 ms for that start when it looks, so looking early
@@ -28,7 +31,7 @@
  *   at once. One offered over a cross-host link is decided as soon as it
  *   completes, no grace: the acceptor waits only 5 ms for its commit.
  * - Cheap for programs that look in time, which are nearly all: a connect
- *   costs an entry in a list, no wake-up. While entries wait, the thread
+ *   costs an entry in a list, no wake-up, and no helper is started. While entries wait, the thread
  *   ticks every TICK_MS and looks at those GRACE_NS old with a poll(2) of
  *   no timeout, which observes and never consumes (an fd the program closed
  *   and reused meanwhile is found not pending in the table, and dropped);
@@ -51,6 +54,7 @@
 #include "shim.h"
 
 #define WATCH_MAX	1024	/* beyond, a connect waits for the program to look, as before */
+#define HELPERS		7	/* threads deciding besides the loop's */
 #define TICK_MS		5
 #define GRACE_NS	(3 * 1000000)	/* with TICK_MS, well inside the agent's 45 ms peer wait */
 #define GIVEUP_NS	(1000 * 1000000LL)
@@ -77,7 +81,7 @@ static _Atomic unsigned forks;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static struct watch watched[WATCH_MAX];
-static int nwatched, running, wake = -1;
+static int nwatched, running, helpers, wake = -1;
 static int sleeping;	/* in a poll without a tick: a new connect writes to wake */
 static int waiting;	/* on cv: a new connect signals it */
 static int64_t last_watch;
@@ -215,6 +219,41 @@ static int next_late(struct watch *out)
 	return 0;
 }
 
+static void *help(void *arg);
+
+/* mu held: whether an entry other than the ones being decided has completed. */
+static int another_done(void)
+{
+	for (int i = 0; i < nwatched; i++)
+		if (watched[i].fd >= 0 && watched[i].done)
+			return 1;
+	return 0;
+}
+
+/* mu held: take w (next_late's) out to decide, with a helper for the next if one may be due. */
+static void decide(struct watch w)
+{
+	if (another_done() && helpers < HELPERS)
+		helpers += ff_start_quiet_thread(help);
+	pthread_mutex_unlock(&mu);
+	settle(w);
+	pthread_mutex_lock(&mu);
+}
+
+/* A helper: decides what is due, in order, while the loop's thread decides too. */
+static void *help(void *arg)
+{
+	struct watch w;
+
+	(void)arg;
+	pthread_mutex_lock(&mu);
+	while (next_late(&w))
+		decide(w);
+	helpers--;
+	pthread_mutex_unlock(&mu);
+	return NULL;
+}
+
 static void *loop(void *arg)
 {
 	struct watch w;
@@ -233,11 +272,8 @@ static void *loop(void *arg)
 		for (int i = 0; i < nwatched && !tick; i++)
 			tick = ticked(&watched[i]);
 		poll_once(tick || !nwatched ? TICK_MS : -1);
-		while (next_late(&w)) {
-			pthread_mutex_unlock(&mu);
-			settle(w);
-			pthread_mutex_lock(&mu);
-		}
+		while (next_late(&w))
+			decide(w);
 	}
 	return NULL;
 }
@@ -272,6 +308,6 @@ void ff_settler_atfork_child(void)
 	pthread_mutex_init(&mu, NULL);
 	pthread_cond_init(&cv, NULL);
 	nwatched = 0;
-	running = 0;
+	running = helpers = 0;
 	wake = -1;	/* closed with the control fds (ff_control_atfork_child) */
 }

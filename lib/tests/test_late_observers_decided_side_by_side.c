@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: MIT */
+/* Description: connects the program looks at late are decided side by side: one whose acceptor never accepts (its decision waits out the agent's peer wait) does not hold up the next one, whose acceptor already waits in accept() for it; that one gets the fast path at both ends, bytes intact (a late connection across hosts fell to the overlay behind slower decisions: peer-timeout) */
+/* Channels: unix host-tcp shm */
+#include <pthread.h>
+
+#include "pending_connect.h"
+
+#define LATE_US	200000
+
+static int served = -1;	/* the accepted end: swapped (1) or not (0) */
+
+/* Accepts its one connection at once, greets and echoes (pc_server's exchange). */
+static void *serve_one(void *arg)
+{
+	int lfd = *(int *)arg, fd = accept(lfd, NULL, NULL);
+	char buf[4];
+
+	served = fd >= 0 && t_swapped(fd);
+	if (fd < 0 || write(fd, "hello", 5) != 5 || recv(fd, buf, 4, MSG_WAITALL) != 4 ||
+	    write(fd, buf, 4) != 4)
+		served = 0;
+	close(fd);
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	uint16_t slow_port, port;
+	int slow_lfd, lfd, slow, fd;
+	pthread_t th;
+
+	(void)argc;
+	t_shim_setup(argv, FA_BROKER);
+	slow_lfd = t_listen(AF_INET, &slow_port);	/* accepted only at the end */
+	lfd = t_listen(AF_INET, &port);
+	pthread_create(&th, NULL, serve_one, &lfd);
+
+	slow = pc_start_connect(slow_port);
+	fd = pc_start_connect(port);
+	usleep(LATE_US);	/* the program looks late at both */
+	pc_finish(fd, "the connect behind a slow decision");
+	pthread_join(th, NULL);
+	CHECK(served == 1, "the accepted end was not swapped or lost bytes");
+
+	close(accept(slow_lfd, NULL, NULL));
+	close(slow);
+	return t_shim_finish();
+}
