@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Description: connects the program looks at late are decided side by side: one whose acceptor never accepts (its decision waits out the agent's peer wait) does not hold up the next one, whose acceptor already waits in accept() for it; that one gets the fast path at both ends, bytes intact (a late connection across hosts fell to the overlay behind slower decisions: peer-timeout) */
+/* Description: connects the program looks at late are decided side by side: one whose acceptor never accepts (its decision waits out the agent's peer wait) does not hold up the next one, whose acceptor already waits in accept() for it; that one gets the fast path at both ends, bytes intact (one after the other, it fell to the overlay behind the slower decision: peer-timeout) */
 /* Channels: unix host-tcp shm */
 #include <pthread.h>
 
