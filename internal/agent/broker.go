@@ -166,8 +166,11 @@ const (
 	reasonSelfNoLib    = "self-not-freeflow"
 	// The accepting library's own: the connecting program has no library
 	// (its SYN carries no mark), so nobody asked the agent.
-	reasonNoLibrary     = "peer-no-library"
-	reasonNoListener    = "listener-not-freeflow"
+	reasonNoLibrary  = "peer-no-library"
+	reasonNoListener = "listener-not-freeflow"
+	// The connecting library predates the SYN mark (CAPS bit 3) and every
+	// listener's library asks only about marked SYNs: no ACCEPT will come.
+	reasonOldLibrary    = "old-library"
 	reasonTimeout       = "peer-timeout"
 	reasonUnreachable   = "agent-unreachable"
 	reasonNoKey         = "no-cluster-key"
@@ -293,7 +296,7 @@ func (a *Agent) decide(s *session, k tuple, side side) (directory.Container, dec
 	if side == sideAcceptor {
 		peerEP = k.conn
 	}
-	peer, reason := a.precheck(s.self, peerEP, side)
+	peer, reason := a.precheck(s.self, peerEP, side, s.caps&protocol.CapSynMark != 0)
 	if reason != "" {
 		d, parked := a.rv.decideNow(k, side, overlay(reason))
 		if parked != nil { // decided fast without us: take our half, as the connector has its own
@@ -302,7 +305,8 @@ func (a *Agent) decide(s *session, k tuple, side side) (directory.Container, dec
 		}
 		return peer, d, noHalf
 	}
-	lib := asking{shm: s.caps&protocol.CapShm != 0, link: s.caps&protocol.CapLink != 0, xlink: s.caps&protocol.CapXLink != 0, pid: s.pid}
+	lib := asking{shm: s.caps&protocol.CapShm != 0, link: s.caps&protocol.CapLink != 0, xlink: s.caps&protocol.CapXLink != 0,
+		mark: s.caps&protocol.CapSynMark != 0, pid: s.pid}
 	c := &connector{pid: s.pid, mine: a.listeners.keysOf(s.pid, s.ns)}
 	defer a.rv.endAsk(c, side, k)
 	if side == sideAcceptor {
@@ -318,14 +322,15 @@ func (a *Agent) decide(s *session, k tuple, side side) (directory.Container, dec
 		return peer, d, h
 	}
 	lis := listenerKey{peer.ID, k.acc.Port()}
-	pids, lisShm := a.listeners.live(lis.id, lis.port)
+	pids, lisShm, _ := a.listeners.live(lis.id, lis.port)
 	d, h := a.meet(k, side, &listenerInfo{key: lis, pids: pids, shm: lisShm, conn: s.self.ID}, c, lib, a.finishLocal)
 	return peer, d, h
 }
 
 // precheck applies the rules that decide overlay at once, from this side's
-// view; it returns the peer's record and the reason, or "" to go on.
-func (a *Agent) precheck(self directory.Container, peerEP netip.AddrPort, side side) (directory.Container, string) {
+// view; marks says the asking library marks its SYNs. It returns the
+// peer's record and the reason, or "" to go on.
+func (a *Agent) precheck(self directory.Container, peerEP netip.AddrPort, side side, marks bool) (directory.Container, string) {
 	peer, ok := a.dir.LookupIP(peerEP.Addr().String())
 	switch {
 	case !ok:
@@ -338,8 +343,8 @@ func (a *Agent) precheck(self directory.Container, peerEP netip.AddrPort, side s
 	if ok, why := a.policy().Trust(self, peer); !ok {
 		return peer, why
 	}
-	if side == sideConnector && peer.Host == a.cfg.Host && !a.listeners.has(peer.ID, peerEP.Port()) {
-		return peer, reasonNoListener
+	if side == sideConnector && peer.Host == a.cfg.Host {
+		return peer, listenerRefusal(a.listeners, peer.ID, peerEP.Port(), marks)
 	}
 	return peer, ""
 }

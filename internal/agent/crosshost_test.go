@@ -261,3 +261,22 @@ func sendOfferOn(t *testing.T, c *net.TCPConn, m *protocol.Message) string {
 	reason, _ := r.String(protocol.AttrReason)
 	return fmt.Sprintf("PATH %s %s", pathName(kind[0]), reason)
 }
+
+// Across hosts too: the OFFER says whether the connecting library marks
+// its SYNs (CAPS bit 3); one that does not gets the overlay at once
+// (old-library) from a listener whose libraries all do, instead of the
+// acceptor's agent's wait for an ACCEPT that will not come.
+func TestOldConnectorLibraryTakesOverlayAtOnceCrossHost(t *testing.T) {
+	hs := startTwoHosts(t, nil)
+	if err := newLibCaps(t, hs.h2, protocol.CapSynMark).listen(srv2); err != nil {
+		t.Fatal(err)
+	}
+	r, err := newLib(t, hs.h1).connect(selfCli(43301), srv2)
+	if err != nil || r.Kind != pathOverlay || r.Reason != reasonOldLibrary || r.Elapsed >= offerWait {
+		t.Errorf("old library: %+v, %v; want overlay %s at once", r, err, reasonOldLibrary)
+	}
+	r, err = newLibCaps(t, hs.h1, protocol.CapSynMark).connect(selfCli(43302), srv2)
+	if err != nil || r.Reason != reasonTimeout || r.Elapsed < offerWait {
+		t.Errorf("marking library: %+v, %v; want its ACCEPT waited for (%s)", r, err, reasonTimeout)
+	}
+}

@@ -35,7 +35,7 @@ func (a *Agent) offerRemote(self, peer directory.Container, k tuple, c *connecto
 	if lib.xlink && a.ledgers.holds(lib.pid) { // a link's connections are counted in the ledger
 		x = &xlinkAsk{id: self.ID, pid: lib.pid}
 	}
-	d, fd := a.exchange(self, peer, k, lib.pid, x)
+	d, fd := a.exchange(self, peer, k, lib, x)
 	h := sockHalf(fd)
 	if x != nil {
 		h.name, h.token = x.name, x.token // 0 and nil unless the link came with host-tcp
@@ -46,12 +46,12 @@ func (a *Agent) offerRemote(self, peer directory.Container, k tuple, c *connecto
 
 // exchange offers k to the peer host's agent, on a pooled connection or
 // else a fresh one, and returns its answer with, for host-tcp, a
-// descriptor of the connection the answer came on, which goes to process
-// pid, so it offers nothing while the fabric guard cannot hold that
-// socket. x, if not nil, asks for a cross-host link and gets its name and
-// token.
-func (a *Agent) exchange(self, peer directory.Container, k tuple, pid int32, x *xlinkAsk) (decision, int) {
-	if why := a.fabricRefusal(pid); why != "" {
+// descriptor of the connection the answer came on, which goes to the
+// connecting library's process, so it offers nothing while the fabric
+// guard cannot hold that socket. x, if not nil, asks for a cross-host link
+// and gets its name and token.
+func (a *Agent) exchange(self, peer directory.Container, k tuple, lib asking, x *xlinkAsk) (decision, int) {
+	if why := a.fabricRefusal(lib.pid); why != "" {
 		return overlay(why), -1
 	}
 	key := a.clusterKey()
@@ -63,8 +63,9 @@ func (a *Agent) exchange(self, peer directory.Container, k tuple, pid int32, x *
 		return overlay(reasonUnreachable), -1
 	}
 	deadline := time.Now().Add(offerBudget)
+	o := offerSpec{k: k, host: peer.Host, x: x, mark: lib.mark}
 	if c := a.pool.take(host); c != nil {
-		if d, fd, dead := a.offerOn(c, key, k, peer.Host, deadline, true, x); !dead {
+		if d, fd, dead := a.offerOn(c, key, o, deadline, true); !dead {
 			return d, fd
 		}
 		a.log.Debug("fast-path offer: the pooled connection was closed by the peer agent; dialing", "host", peer.Host)
@@ -74,24 +75,40 @@ func (a *Agent) exchange(self, peer directory.Container, k tuple, pid int32, x *
 		a.log.Info("fast-path offer: peer agent unreachable; using the overlay", "host", peer.Host, "err", err)
 		return overlay(reasonUnreachable), -1
 	}
-	d, fd, _ := a.offerOn(c, key, k, peer.Host, deadline, false, x)
+	d, fd, _ := a.offerOn(c, key, o, deadline, false)
 	return d, fd
 }
 
-// offerOn offers k on c and takes the answer; it closes c. For a pooled
+// offerSpec is what an OFFER says: the connection k to a container on
+// host; x, if not nil, asks for a cross-host link (CAPS bit 2); mark says
+// the connecting library marks its SYNs (CAPS bit 3).
+type offerSpec struct {
+	k    tuple
+	host string
+	x    *xlinkAsk
+	mark bool
+}
+
+// offerOn offers o on c and takes the answer; it closes c. For a pooled
 // connection that turns out dead before the peer said a word (it reset
 // or closed it: a restarted agent), it reports dead, and the caller may
-// offer again on a fresh connection: the peer never saw this offer. x is
-// as for exchange.
-func (a *Agent) offerOn(c *net.TCPConn, key []byte, k tuple, host string, deadline time.Time, pooled bool, x *xlinkAsk) (d decision, fd int, dead bool) {
+// offer again on a fresh connection: the peer never saw this offer.
+func (a *Agent) offerOn(c *net.TCPConn, key []byte, o offerSpec, deadline time.Time, pooled bool) (d decision, fd int, dead bool) {
 	defer c.Close()
 	c.SetDeadline(deadline)
 	nonce := newNonce()
 	offer := protocol.New(protocol.TypeOffer, 1,
-		protocol.Endpoint(protocol.AttrLocalEndpoint, k.conn), protocol.Endpoint(protocol.AttrRemoteEndpoint, k.acc),
+		protocol.Endpoint(protocol.AttrLocalEndpoint, o.k.conn), protocol.Endpoint(protocol.AttrRemoteEndpoint, o.k.acc),
 		protocol.String(protocol.AttrHost, a.cfg.Host), nonce, timeAttr(time.Now()))
-	if x != nil {
-		offer.Attrs = append(offer.Attrs, protocol.U32(protocol.AttrCaps, protocol.CapXLink))
+	var caps uint32
+	if o.x != nil {
+		caps |= protocol.CapXLink
+	}
+	if o.mark {
+		caps |= protocol.CapSynMark
+	}
+	if caps != 0 {
+		offer.Attrs = append(offer.Attrs, protocol.U32(protocol.AttrCaps, caps))
 	}
 	if err := sign(key, offer); err != nil {
 		return overlay(reasonChannelFailed), -1, false
@@ -100,7 +117,7 @@ func (a *Agent) offerOn(c *net.TCPConn, key []byte, k tuple, host string, deadli
 		if pooled {
 			return overlay(reasonUnreachable), -1, true
 		}
-		a.log.Info("fast-path offer: send failed; using the overlay", "host", host, "err", err)
+		a.log.Info("fast-path offer: send failed; using the overlay", "host", o.host, "err", err)
 		return overlay(reasonUnreachable), -1, false
 	}
 	reply, err := readFrame(c)
@@ -108,10 +125,10 @@ func (a *Agent) offerOn(c *net.TCPConn, key []byte, k tuple, host string, deadli
 		if pooled && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) {
 			return overlay(reasonUnreachable), -1, true
 		}
-		a.log.Info("fast-path offer: no reply; using the overlay", "host", host, "err", err)
+		a.log.Info("fast-path offer: no reply; using the overlay", "host", o.host, "err", err)
 		return overlay(reasonUnreachable), -1, false
 	}
-	d, fd = a.takeReply(c, key, nonce.Value, reply, x)
+	d, fd = a.takeReply(c, key, nonce.Value, reply, o.x)
 	return d, fd, false
 }
 

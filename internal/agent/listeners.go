@@ -48,6 +48,7 @@ const (
 type registration struct {
 	ns      nsKey     // the process's network namespace at LISTEN
 	shm     bool      // its library can take shm channels (CAPS of the session)
+	mark    bool      // its library asks only about connections whose SYN has the mark
 	checked time.Time // when ns was last found current
 }
 
@@ -99,7 +100,7 @@ func (l *listeners) add(s *session, id string, port uint16) error {
 		}
 		l.byPid[s.pid][k] = true
 	}
-	l.m[k][s.pid] = registration{ns: s.ns, shm: s.caps&protocol.CapShm != 0}
+	l.m[k][s.pid] = registration{ns: s.ns, shm: s.caps&protocol.CapShm != 0, mark: s.caps&protocol.CapSynMark != 0}
 	return nil
 }
 
@@ -154,25 +155,29 @@ func (l *listeners) remove(s *session, id string, port uint16) {
 	l.deleteLocked(listenerKey{id, port}, s.pid)
 }
 
-// has reports whether a library-enabled process of container id listens
-// on port.
-func (l *listeners) has(id string, port uint16) bool { return len(l.pids(id, port)) > 0 }
+// asksMarked reports whether a library-enabled process of container id
+// listens on port (has), and whether every one of them asks only about
+// connections whose SYN has the mark (marked).
+func (l *listeners) asksMarked(id string, port uint16) (has, marked bool) {
+	pids, _, marked := l.live(id, port)
+	return len(pids) > 0, marked
+}
 
 // pids returns the processes that registered container id's port.
 func (l *listeners) pids(id string, port uint16) []int32 {
-	pids, _ := l.live(id, port)
+	pids, _, _ := l.live(id, port)
 	return pids
 }
 
 // live returns the processes that registered container id's port, and
-// whether all of them can take shm channels, forgetting registrations
-// whose process is gone (or whose pid now names a process in another
-// namespace).
-func (l *listeners) live(id string, port uint16) (pids []int32, shm bool) {
+// whether all of them can take shm channels and all of them ask only
+// about marked SYNs, forgetting registrations whose process is gone (or
+// whose pid now names a process in another namespace).
+func (l *listeners) live(id string, port uint16) (pids []int32, shm, marked bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	k := listenerKey{id, port}
-	shm = true
+	shm, marked = true, true
 	now := time.Now()
 	for pid, reg := range l.m[k] {
 		if !reg.current(pid, now) {
@@ -182,14 +187,15 @@ func (l *listeners) live(id string, port uint16) (pids []int32, shm bool) {
 		l.m[k][pid] = reg
 		pids = append(pids, pid)
 		shm = shm && reg.shm
+		marked = marked && reg.mark
 	}
-	return pids, shm && len(pids) > 0
+	return pids, shm && len(pids) > 0, marked && len(pids) > 0
 }
 
 // sole returns the process that registered container id's port if it is
 // the only live one; false if none or several did.
 func (l *listeners) sole(id string, port uint16) (int32, bool) {
-	pids, _ := l.live(id, port)
+	pids, _, _ := l.live(id, port)
 	if len(pids) != 1 {
 		return 0, false
 	}
@@ -207,4 +213,20 @@ func (l *listeners) keysOf(pid int32, ns nsKey) map[listenerKey]bool {
 		}
 	}
 	return mine
+}
+
+// listenerRefusal is why a connection to container id's port, from a
+// library that marks its SYNs or not (marks), takes the overlay at once
+// on the acceptor's host: no library-enabled listener, or only listeners
+// whose libraries will not ask about an unmarked SYN; "" if an ACCEPT may
+// come.
+func listenerRefusal(l *listeners, id string, port uint16, marks bool) string {
+	has, marked := l.asksMarked(id, port)
+	switch {
+	case !has:
+		return reasonNoListener
+	case marked && !marks:
+		return reasonOldLibrary
+	}
+	return ""
 }

@@ -1,6 +1,11 @@
 package agent
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+
+	"github.com/freeflow-net/freeflow/internal/protocol"
+)
 
 // A listener's registration ends with its process: once the process that
 // sent LISTEN has exited, a CONNECT to its port is answered overlay
@@ -62,5 +67,35 @@ func TestListenerKeysOfOneProcess(t *testing.T) {
 	want(10, ns)
 	if len(l.byPid) != 1 {
 		t.Errorf("index keeps %d processes, want 1: %v", len(l.byPid), l.byPid)
+	}
+}
+
+// A connecting library older than the SYN mark (no CAPS bit 3) gets the
+// overlay at once (old-library) to a listener whose every library asks
+// only about marked SYNs: none of them will ask about its connection, and
+// it waited meetWait for each (a rolling upgrade made every connection of
+// a client not yet restarted wait 45 ms). A listener of an old library is
+// still waited for, and so is a marking connector.
+func TestOldConnectorLibraryTakesOverlayAtOnce(t *testing.T) {
+	nsB := makeNetns(t)
+	cb := container("cb", "db", "10.244.1.3", nsB)
+	cb.FreeFlow = true
+	a := startAgent(t, newFakeDir(ffSelf, cb), nil)
+	startAsker(t, nsB, askSpec{Sock: a.cfg.LibrarySocket(), Listen: "0.0.0.0:6379", Caps: protocol.CapSynMark})
+	startAsker(t, nsB, askSpec{Sock: a.cfg.LibrarySocket(), Listen: "0.0.0.0:6380"})
+	old, marking := newLib(t, a), newLibCaps(t, a, protocol.CapSynMark)
+	r, err := old.connect(selfCli(40201), "10.244.1.3:6379")
+	if err != nil || r.Kind != pathOverlay || r.Reason != reasonOldLibrary || r.Elapsed >= meetWait {
+		t.Errorf("old library to a marking listener: %+v, %v; want overlay %s at once", r, err, reasonOldLibrary)
+	}
+	for _, c := range []struct {
+		lib  *libClient
+		port int
+		what string
+	}{{old, 6380, "old library to an old listener"}, {marking, 6379, "marking library to a marking listener"}} {
+		r, err := c.lib.connect(selfCli(40202+c.port-6379), fmt.Sprintf("10.244.1.3:%d", c.port))
+		if err != nil || r.Reason != reasonTimeout || r.Elapsed < meetWait {
+			t.Errorf("%s: %+v, %v; want its ACCEPT waited for (%s)", c.what, r, err, reasonTimeout)
+		}
 	}
 }

@@ -37,7 +37,7 @@ func (a *Agent) serveOffer(ctx context.Context, c *net.TCPConn, release func()) 
 	nonce, _ := m.Get(protocol.AttrNonce)
 	caps, _ := m.U32(protocol.AttrCaps)
 	p := &offerPeer{c: c, key: key, seq: m.Seq, nonce: nonce, xlink: caps&protocol.CapXLink != 0}
-	li, reason := a.offerPrecheck(k, sender)
+	li, reason := a.offerPrecheck(k, sender, caps&protocol.CapSynMark != 0)
 	if reason != "" {
 		d, _ := a.rv.decideNow(k, sideConnector, overlay(reason)) // only an acceptor takes a parked half
 		p.reply(d)
@@ -144,7 +144,7 @@ func (a *Agent) offerSender(c *net.TCPConn, m *protocol.Message) (directory.Host
 // offerPrecheck applies this agent's rules to an authenticated offer, from
 // the view of the connecting side (the reason goes to its library). If
 // they pass, it returns the listener the offer waits on.
-func (a *Agent) offerPrecheck(k tuple, sender directory.Host) (*listenerInfo, string) {
+func (a *Agent) offerPrecheck(k tuple, sender directory.Host, marks bool) (*listenerInfo, string) {
 	if a.guardErr != "" {
 		return nil, reasonNoGuard
 	}
@@ -162,6 +162,9 @@ func (a *Agent) offerPrecheck(k tuple, sender directory.Host) (*listenerInfo, st
 		return nil, why
 	}
 	li := &listenerInfo{key: listenerKey{acc.ID, k.acc.Port()}, conn: conn.ID}
+	if why := listenerRefusal(a.listeners, li.key.id, li.key.port, marks); why != "" {
+		return nil, why
+	}
 	if li.pids = a.listeners.pids(li.key.id, li.key.port); len(li.pids) == 0 {
 		return nil, reasonNoListener
 	}

@@ -58,6 +58,7 @@ type meeting struct {
 // xlink.go), and its process, whose listener a link is granted for.
 type asking struct {
 	shm, link, xlink bool
+	mark             bool // it marks its SYNs (CAPS bit 3)
 	pid              int32
 }
 

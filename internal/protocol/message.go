@@ -117,6 +117,11 @@ const (
 	// CapXLink: the library can take a cross-host link; in an OFFER, the
 	// connecting library can.
 	CapXLink uint32 = 1 << 2
+	// CapSynMark: the library marks the SYN of every connection it asks
+	// about, and asks about an accepted one only if its SYN has the mark
+	// (PROTOCOL.md, "The SYN mark"); in an OFFER, the connecting library
+	// does.
+	CapSynMark uint32 = 1 << 3
 )
 
 // valueKind says how the decoder checks an attribute's value length.

@@ -87,6 +87,7 @@ enum ff_attr_type {
 #define FF_CAP_SHM		(1u << 0)	/* takes PATH_KIND shm */
 #define FF_CAP_LINK		(1u << 1)	/* takes links (PATH shm's third fd) */
 #define FF_CAP_XLINK		(1u << 2)	/* takes cross-host links (PATH host-tcp) */
+#define FF_CAP_SYN_MARK		(1u << 3)	/* marks its SYNs, asks only about marked ones (synmark.h) */
 #define FF_TOKEN_LEN		16
 
 /* Values of PATH_KIND. */
