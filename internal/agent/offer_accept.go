@@ -187,7 +187,7 @@ func (a *Agent) meetOffer(p *offerPeer, k tuple, li *listenerInfo) {
 		p.reply(a.rv.decision(m))
 		return
 	case roleFirst:
-		if a.rv.await(m, offerWait) == turnDecided {
+		if a.rv.await(m, offerWait, nil) == turnDecided {
 			p.reply(a.rv.decision(m))
 			return
 		}
