@@ -1,10 +1,11 @@
 package agent
 
 // Slow acceptors (see "Slow acceptors" in the design note in broker.go):
-// a same-host connector whose ACCEPT has not come within meetWait waits
-// on while its connection is still in the listener's accept queue, which
-// the agent reads from the kernel (NETLINK_SOCK_DIAG, inet_diag) in the
-// acceptor's network namespace.
+// a connector whose local ACCEPT has not come within the first bound
+// (meetWait same host, offerWait on the acceptor's agent of an offer)
+// waits on while its connection is still in the listener's accept queue,
+// which the agent reads from the kernel (NETLINK_SOCK_DIAG, inet_diag) in
+// the acceptor's network namespace.
 
 import (
 	"encoding/binary"
@@ -30,6 +31,13 @@ const (
 	// after the handshake (a busy event loop's round, a sleep between
 	// accepts). A later accept gets the overlay, peer-timeout, as before.
 	queuedWait = 150 * time.Millisecond
+	// offerQueuedWait is queuedWait for the acceptor's agent of a
+	// cross-host offer, from the offer: its reply, and the COMMIT the
+	// connector's agent writes on reading it, must still fit in that
+	// agent's budget (offerBudget, 150 ms from its CONNECT), with 40 ms to
+	// spare for a loaded host. Past the budget no COMMIT comes, and both
+	// ends take the overlay, as they would have without the wait.
+	offerQueuedWait = 110 * time.Millisecond
 	// queuedCheck is how often, past meetWait, the accept queue is read.
 	// A connection accepted with no ACCEPT following (the accepting
 	// process has no library, or does not ask) is seen at the next check
@@ -56,27 +64,33 @@ const (
 	acceptAccepted                    // a process accepted it
 )
 
-// queuedAccept is a same-host connector's wait past meetWait for the
-// ACCEPT of k, whose acceptor is container acc.
+// queuedAccept is a connector's wait past its first bound for the local
+// ACCEPT of k, whose acceptor is container acc: a same-host connector's
+// (meet), or the acceptor's agent's for an offer (meetOffer).
 type queuedAccept struct {
 	a        *Agent
 	acc      string // the acceptor's container
 	conn     string // the connecting container, charged in a.queued
 	k        tuple
-	asked    time.Time // the CONNECT's arrival
+	until    time.Time // the end of the wait: queuedWait or offerQueuedWait after the ask
 	held     bool      // a place in a.queued is taken
 	accepted bool      // a check found k accepted
 }
 
-func (a *Agent) queuedAccept(li *listenerInfo, k tuple, asked time.Time) *queuedAccept {
-	return &queuedAccept{a: a, acc: li.key.id, conn: li.conn, k: k, asked: asked}
+// awaitAccept is rv.await for a connector waiting on li's listener for
+// the ACCEPT of m: past wait, it waits on while m's connection is still
+// in the accept queue, until at most until.
+func (a *Agent) awaitAccept(m *meeting, wait time.Duration, li *listenerInfo, until time.Time) turn {
+	q := &queuedAccept{a: a, acc: li.key.id, conn: li.conn, k: m.k, until: until}
+	defer q.done()
+	return a.rv.await(m, wait, q.more)
 }
 
 // more says how much longer to wait for the ACCEPT: a check's interval
 // while the connection is queued (or was just accepted, its ACCEPT on the
-// way), within queuedWait; 0 otherwise.
+// way), within q.until; 0 otherwise.
 func (q *queuedAccept) more() time.Duration {
-	left := queuedWait - time.Since(q.asked)
+	left := time.Until(q.until)
 	if left <= 0 {
 		return 0
 	}

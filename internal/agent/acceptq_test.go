@@ -17,50 +17,66 @@ const slowIP = "10.244.1.2"
 // until the test does, and a connection to it from the same namespace,
 // handshake done, still in the listener's accept queue.
 type slowAcceptor struct {
-	a      *testAgent
-	ns     string
-	ln     net.Listener
-	client net.Conn
-	k      tuple
+	a  *testAgent // the acceptor's
+	ns string
+	ln net.Listener
+	k  tuple
 }
 
 func newSlowAcceptor(t *testing.T) *slowAcceptor {
 	t.Helper()
+	return slowAcceptorOn(t, startAgent(t, newFakeDir(), nil), slowIP, slowIP)
+}
+
+// slowAcceptorOn is newSlowAcceptor for container ca with IP accIP on
+// a's host, whose queued connection comes from cliIP (also on its
+// loopback: the connector's address, wherever the connector is).
+func slowAcceptorOn(t *testing.T, a *testAgent, accIP, cliIP string) *slowAcceptor {
+	t.Helper()
 	ns := makeNetns(t)
-	for _, args := range [][]string{{"link", "set", "lo", "up"}, {"addr", "add", slowIP + "/32", "dev", "lo"}} {
+	for _, args := range [][]string{{"link", "set", "lo", "up"}, {"addr", "add", accIP + "/32", "dev", "lo"},
+		{"addr", "replace", cliIP + "/32", "dev", "lo"}} {
 		if out, err := exec.Command("ip", append([]string{"-n", ns}, args...)...).CombinedOutput(); err != nil {
 			t.Fatalf("ip -n %s %v: %v: %s", ns, args, err, out)
 		}
 	}
-	a := startAgent(t, newFakeDir(), nil)
-	c := container("ca", "web", slowIP, ns)
-	c.FreeFlow = true
-	if err := adminClient(t, a).Register(ctxT(t), c); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := netns.Listen(netns.Path(ns), "tcp", slowIP+":7100")
+	c := container("ca", "web", accIP, ns)
+	c.Host, c.FreeFlow = a.cfg.Host, true
+	a.dir.putContainer(c) // as CNI's REGISTER would, which a cross-host test (the test process is container self2 to h2) may not send
+	a.refreshIdentities()
+	ln, err := netns.Listen(netns.Path(ns), "tcp", accIP+":7100")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	client, err := netns.Dial(ctxT(t), netns.Path(ns), "tcp", slowIP+":7100")
+	var client net.Conn
+	err = netns.Do(netns.Path(ns), func() error {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(cliIP)}}
+		client, err = d.DialContext(ctxT(t), "tcp", accIP+":7100")
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
-	cli := client.LocalAddr().(*net.TCPAddr).AddrPort()
-	return &slowAcceptor{a: a, ns: ns, ln: ln, client: client,
-		k: tuple{conn: cli, acc: netip.MustParseAddrPort(slowIP + ":7100")}}
+	return &slowAcceptor{a: a, ns: ns, ln: ln,
+		k: tuple{conn: client.LocalAddr().(*net.TCPAddr).AddrPort(), acc: netip.MustParseAddrPort(accIP + ":7100")}}
 }
 
-// askers starts the acceptor's library (it registers the listener) and
-// the connector's, both waiting for go.
+// acceptor starts the acceptor's library (it registers the listener),
+// waiting for go.
+func (s *slowAcceptor) acceptor(t *testing.T) *asker {
+	t.Helper()
+	return startAsker(t, s.ns, askSpec{Sock: s.a.cfg.LibrarySocket(), Listen: "0.0.0.0:7100", Ask: "accept",
+		Local: s.k.acc.String(), Remote: s.k.conn.String()})
+}
+
+// askers starts the acceptor's library and the connector's, in the
+// same container, both waiting for go.
 func (s *slowAcceptor) askers(t *testing.T) (con, acc *asker) {
 	t.Helper()
-	sock := s.a.cfg.LibrarySocket()
-	acc = startAsker(t, s.ns, askSpec{Sock: sock, Listen: "0.0.0.0:7100", Ask: "accept",
-		Local: s.k.acc.String(), Remote: s.k.conn.String()})
-	con = startAsker(t, s.ns, askSpec{Sock: sock, Ask: "connect", Local: s.k.conn.String(), Remote: s.k.acc.String()})
+	acc = s.acceptor(t)
+	con = startAsker(t, s.ns, askSpec{Sock: s.a.cfg.LibrarySocket(), Ask: "connect", Local: s.k.conn.String(), Remote: s.k.acc.String()})
 	return con, acc
 }
 
@@ -107,6 +123,39 @@ func TestSlowAcceptorAcceptedWithoutAskGetsOverlay(t *testing.T) {
 	}
 	if cr.Elapsed >= queuedWait {
 		t.Errorf("connector answered after %v; want the overlay at about %v + %v, before %v", cr.Elapsed, meetWait, queuedCheck, queuedWait)
+	}
+}
+
+// TestSlowAcceptorGetsFastPathCrossHost: across hosts the acceptor's
+// agent, whose wait for the ACCEPT of an offer is 40 ms, waits on too
+// while the connection is queued: a server accepting 80 ms after the
+// handshake still gets host-tcp at both ends, within the connector
+// agent's budget.
+func TestSlowAcceptorGetsFastPathCrossHost(t *testing.T) {
+	hs := startTwoHosts(t, nil)
+	s := slowAcceptorOn(t, hs.h2, "10.244.2.2", ffSelf.IP)
+	acc := s.acceptor(t)
+	cli := newLib(t, hs.h1)
+	done := make(chan pathResult, 1)
+	go func() {
+		r, err := cli.connect(s.k.conn.String(), s.k.acc.String())
+		if err != nil {
+			r.Reason = err.Error()
+		}
+		done <- r
+	}()
+	time.Sleep(80 * time.Millisecond) // the server's delay: the case under test, not a wait for an event
+	s.accept(t)
+	acc.goAhead()
+	cr := <-done
+	defer closeFD(cr.FD)
+	data := "no channel"
+	if cr.FD >= 0 {
+		data = pingPong(cr.FD, true)
+	}
+	ar := acc.result(t)
+	if cr.Kind != pathHostTCP || ar.Path != "host-tcp" || data != "ok" || ar.Data != "ok" {
+		t.Fatalf("connector %+v (round trip: %s), acceptor %+v; want both on host-tcp with the bytes through", cr, data, ar)
 	}
 }
 

@@ -61,9 +61,11 @@ package agent
 // the connector's goroutine, no table lock held, each bounded (5 ms);
 // one container's connectors wait so at most 64 at a time
 // (queuedPerContainer). A meeting parked meanwhile (below) wakes the
-// wait as always. Across hosts the acceptor's agent keeps its 40 ms: it
-// sits inside the connector's agent's 150 ms budget, and the commit
-// exchange must still fit.
+// wait as always. Across hosts the acceptor's agent, which waits 40 ms
+// for the ACCEPT of an offer, does the same up to 110 ms after the offer
+// (offerQueuedWait): its reply and the COMMIT must still fit in the
+// connector's agent's 150 ms budget; one that does not fit ends as any
+// late reply does (no COMMIT: both ends overlay).
 //
 // Cross host (fastpath_remote.go, offer_accept.go): the connector's agent
 // dials the acceptor's agent on the fabric (broker port 7947 on the host's

@@ -400,7 +400,7 @@ func (r *rendezvous) pruneLocked(now time.Time) {
 // meeting was parked (nil: the other side completes it). li, c and lib
 // are as for join.
 func (a *Agent) meet(k tuple, s side, li *listenerInfo, c *connector, lib asking, finish func(*meeting)) (decision, half) {
-	asked := time.Now()
+	until := time.Now().Add(queuedWait)
 	m, role := a.rv.join(k, s, li, c, lib)
 	switch role {
 	case roleDuplicate:
@@ -408,13 +408,13 @@ func (a *Agent) meet(k tuple, s side, li *listenerInfo, c *connector, lib asking
 	case roleDecided:
 		return a.rv.recorded(m), noHalf
 	case roleFirst:
-		var more func() time.Duration
-		if li != nil { // a local connector: its acceptor may not have accepted yet (acceptq.go)
-			q := a.queuedAccept(li, k, asked)
-			defer q.done()
-			more = q.more
+		var t turn
+		if li != nil { // a local connector: its acceptor may be slow to accept (acceptq.go)
+			t = a.awaitAccept(m, meetWait, li, until)
+		} else {
+			t = a.rv.await(m, meetWait, nil)
 		}
-		if a.rv.await(m, meetWait, more) == turnParked && finish != nil {
+		if t == turnParked && finish != nil {
 			finish(m)
 		}
 	case roleSecond:

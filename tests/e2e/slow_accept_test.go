@@ -54,18 +54,37 @@ else:
 // one of 20 connections gets shm at both ends (none falls to the overlay
 // with peer-timeout), every byte intact. The agent saw each connection
 // still in the accept queue and waited on (internal/agent/acceptq.go).
+// Across hosts, with the server 80 ms late (past the acceptor's agent's
+// 40 ms, inside the connector's agent's 150 ms budget), all on host-tcp.
 func TestSlowAcceptorServerOnShm(t *testing.T) {
-	c := newCluster(t, 1)
+	c := newCluster(t, 2)
 	c.StartDetached(t, "h1", "slow", nil, "python3", "-c", slowAcceptPy, "serve", "7001", "100")
+	c.StartDetached(t, "h1", "slow80", nil, "python3", "-c", slowAcceptPy, "serve", "7002", "80")
 	c.WaitListening(t, "slow", 7001)
-	paths := watchPaths(t, c, "h1")
-	out := c.MustFF(t, "run", "--host", "h1", "--name", testenv.RandomName("c", 4), "--rm", "--",
-		"python3", "-c", slowAcceptPy, "client", "slow", "7001", "20")
-	if strings.TrimSpace(out) != "OK 20" {
-		t.Fatalf("client: %q, want OK 20", out)
-	}
-	paths.expect(t, "shm", "")
-	if got := pathDeltas(paths.before["h1"], counters(t, c, "h1")); got["shm"] != 40 {
-		t.Errorf("h1's agent: %v; want shm for both ends of the 20 connections", got)
+	c.WaitListening(t, "slow80", 7002)
+	for _, tc := range []struct{ host, srv, port, path string }{
+		{"h1", "slow", "7001", "shm"},
+		{"h2", "slow80", "7002", "host-tcp"},
+	} {
+		t.Run(tc.srv+"-from-"+tc.host, func(t *testing.T) {
+			hosts := []string{"h1"}
+			if tc.host != "h1" {
+				hosts = append(hosts, tc.host)
+			}
+			paths := watchPaths(t, c, hosts...)
+			out := c.MustFF(t, "run", "--host", tc.host, "--name", testenv.RandomName("c", 4), "--rm", "--",
+				"python3", "-c", slowAcceptPy, "client", tc.srv, tc.port, "20")
+			if strings.TrimSpace(out) != "OK 20" {
+				t.Fatalf("client: %q, want OK 20", out)
+			}
+			paths.expect(t, tc.path, "")
+			ends := uint64(0)
+			for _, h := range hosts {
+				ends += pathDeltas(paths.before[h], counters(t, c, h))[tc.path]
+			}
+			if ends != 40 {
+				t.Errorf("%d connection ends on %s; want both ends of all 20", ends, tc.path)
+			}
+		})
 	}
 }
