@@ -126,6 +126,26 @@ func TestSlowAcceptorAcceptedWithoutAskGetsOverlay(t *testing.T) {
 	}
 }
 
+// TestSlowAcceptorWaitsBoundedPerContainer: a container whose connectors
+// already wait for slow acceptors queuedPerContainer times over (each
+// reads the kernel every 10 ms) gets no more such waits: its next
+// connector is answered at meetWait, as before (peer-timeout).
+func TestSlowAcceptorWaitsBoundedPerContainer(t *testing.T) {
+	s := newSlowAcceptor(t)
+	for range queuedPerContainer {
+		s.a.queued.take("ca")
+	}
+	con, acc := s.askers(t)
+	con.goAhead()
+	time.Sleep(100 * time.Millisecond) // the server's delay, as in TestSlowAcceptorGetsFastPath
+	s.accept(t)
+	acc.goAhead()
+	cr, ar := con.result(t), acc.result(t)
+	if cr.Path != "overlay" || cr.Reason != reasonTimeout || ar.Path != "overlay" || cr.Elapsed >= queuedWait {
+		t.Fatalf("connector %+v, acceptor %+v; want both on the overlay, %s, at about %v", cr, ar, reasonTimeout, meetWait)
+	}
+}
+
 // TestSlowAcceptorGetsFastPathCrossHost: across hosts the acceptor's
 // agent, whose wait for the ACCEPT of an offer is 40 ms, waits on too
 // while the connection is queued: a server accepting 80 ms after the
