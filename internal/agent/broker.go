@@ -57,10 +57,10 @@ package agent
 // paths). Accepted, its ACCEPT, sent right after accept() returns, gets
 // one more look's time to arrive; accepted with no ACCEPT, gone, or not
 // readable: peer-timeout at once, so only an acceptor that has not yet
-// accepted costs a connector more than meetWait and two looks. The lookups run in
-// the connector's goroutine, no table lock held, each bounded (5 ms);
-// one container's connectors wait so at most 64 at a time
-// (queuedPerContainer). A meeting parked meanwhile (below) wakes the
+// accepted costs a connector more than meetWait and two looks. The
+// lookups run in the connector's goroutine, no table lock held, each
+// bounded (5 ms); one container's connectors wait so at most 64 at a
+// time (queuedPerContainer). A meeting parked meanwhile (below) wakes the
 // wait as always. Across hosts the acceptor's agent, which waits 40 ms
 // for the ACCEPT of an offer, does the same up to 110 ms after the offer
 // (offerQueuedWait): its reply and the COMMIT must still fit in the

@@ -171,8 +171,8 @@ func (a *Agent) offerPrecheck(k tuple, sender directory.Host) (*listenerInfo, st
 // meetOffer plays the connecting side of k's meeting on this host. Once
 // the local ACCEPT is there (within offerWait, or offerQueuedWait while
 // the connection is still in the accept queue: acceptq.go), or the
-// meeting is parked (its acceptor's
-// process waits in a CONNECT of its own), it completes the meeting with
+// meeting is parked (its acceptor's process waits in a CONNECT of its
+// own), it completes the meeting with
 // commitOffer: the accepting library gets the connection (at once, or
 // when a parked half is claimed) only after the connector's agent has
 // committed to it, and always after the reply on the wire; with a
