@@ -94,6 +94,7 @@ func (a *Agent) unregister(ctx context.Context, id string) error {
 		return protocol.Errorf(protocol.CodeUnavailable, "remove container %s from the directory: %v; try again when etcd is reachable", id, err)
 	}
 	a.ids.remove(id)
+	a.diag.drop(id)
 	a.log.Info("container unregistered", "id", id)
 	return nil
 }

@@ -128,15 +128,16 @@ type Agent struct {
 	guardErr   string            // why the fabric guard is not installed; set: no fabric socket is handed
 	markNS     nsKey             // the user namespace owning the host's network namespace (mayClearMark)
 
-	rv        *rendezvous // connection brokering: one meeting per tuple
-	listeners *listeners  // library-enabled listeners of local containers
-	live      *connTable  // answered connections and counters
-	shm       *shmBudget  // what each container's shm channels are charged
-	ledgers   *ledgers    // the linked connections of each process (ledger.go)
-	xlinks    *xlinks     // cross-host links granted to local connecting processes (xlink.go)
-	nonces    *nonces     // of recent offers, against replays
-	pool      *offerPool  // connections to peer agents, ready for offers (offerpool.go)
-	standbys  *standbys   // pooled connections of peer agents waiting here
+	rv        *rendezvous  // connection brokering: one meeting per tuple
+	listeners *listeners   // library-enabled listeners of local containers
+	live      *connTable   // answered connections and counters
+	shm       *shmBudget   // what each container's shm channels are charged
+	ledgers   *ledgers     // the linked connections of each process (ledger.go)
+	xlinks    *xlinks      // cross-host links granted to local connecting processes (xlink.go)
+	nonces    *nonces      // of recent offers, against replays
+	pool      *offerPool   // connections to peer agents, ready for offers (offerpool.go)
+	standbys  *standbys    // pooled connections of peer agents waiting here
+	diag      *diagSockets // reads local containers' accept queues (acceptq.go)
 	key       atomic.Pointer[[]byte]
 	pol       atomic.Pointer[policy.Policy]
 	set       atomic.Pointer[directory.Settings] // nil until first read
@@ -146,6 +147,7 @@ type Agent struct {
 	refusals, strangerRefusals *quota
 	files                      atomic.Uint64 // RLIMIT_NOFILE when short of fileLimit; 0: not short
 	fills                      *quota        // LINK_FILLs in flight (xlink.go)
+	queued                     *quota        // connectors waiting for a slow acceptor (acceptq.go)
 
 	mu      sync.Mutex // guards conns and closing
 	conns   map[*net.UnixConn]struct{}
@@ -178,7 +180,7 @@ func New(cfg Config, dir Directory) (*Agent, error) {
 		shm: newShmBudget(), ledgers: ledgers, standbys: newStandbys(), xlinks: newXLinks(),
 		sessions: newQuota(cfg.SessionsPerContainer), admins: newQuota(cfg.AdminConns),
 		refusals: newQuota(refusalsPerContainer), strangerRefusals: newQuota(refusalsStrangers),
-		fills: newQuota(fillsPerContainer),
+		fills: newQuota(fillsPerContainer), queued: newQuota(queuedPerContainer), diag: newDiagSockets(),
 	}
 	a.pool = newOfferPool(a)
 	return a, nil

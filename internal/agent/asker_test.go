@@ -33,12 +33,13 @@ type askSpec struct {
 }
 
 type askResult struct {
-	Path     string `json:"path"`
-	Reason   string `json:"reason"`
-	Data     string `json:"data"`      // "ok" when the bytes made the round trip
-	SockName string `json:"sock_name"` // the handed socket's own address
-	PeerName string `json:"peer_name"`
-	Err      string `json:"err,omitempty"`
+	Path     string        `json:"path"`
+	Reason   string        `json:"reason"`
+	Data     string        `json:"data"`      // "ok" when the bytes made the round trip
+	SockName string        `json:"sock_name"` // the handed socket's own address
+	PeerName string        `json:"peer_name"`
+	Elapsed  time.Duration `json:"elapsed"` // from the ask to its answer
+	Err      string        `json:"err,omitempty"`
 }
 
 const envAsk = "FF_AGENT_TEST_ASK"
@@ -87,7 +88,7 @@ func runAsk(spec askSpec, in *bufio.Reader) (res askResult) {
 	if err != nil {
 		return askResult{Err: err.Error()}
 	}
-	res = askResult{Path: pathName(r.Kind), Reason: r.Reason}
+	res = askResult{Path: pathName(r.Kind), Reason: r.Reason, Elapsed: r.Elapsed}
 	if r.FD >= 0 {
 		defer closeResult(r)
 		res.SockName, res.PeerName = sockNames(r.FD)

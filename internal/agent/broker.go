@@ -17,7 +17,8 @@ package agent
 // the other end, whether it already waits or asks later, gets it at once.
 // Otherwise the first ask waits at most 45 ms (meetWait) for the second;
 // then both get the fast path, or, on timeout, both get overlay
-// (peer-timeout), unless the meeting is parked (below). A decided tuple is remembered for a few
+// (peer-timeout), unless the meeting is parked (below) or a slow
+// acceptor is waited for (below). A decided tuple is remembered for a few
 // seconds, so a late ask gets the recorded decision, or its parked half.
 // Waiting happens in the asking connection's goroutine with no table lock
 // held; a meeting is decided exactly once, under the table lock.
@@ -41,6 +42,30 @@ package agent
 // costs 50 ms at most. The agent hears of no connection decided over a
 // link: each process lists its linked connections in its ledger, a memfd
 // the agent maps and reads when it lists or counts (ledger.go).
+//
+// Slow acceptors (acceptq.go). A server whose accept() comes more than
+// 45 ms after the handshake (a busy event loop, a sleep between accepts)
+// has not had the chance to ask: its ACCEPT follows its accept(). So a
+// same-host connector whose meetWait passes looks at the acceptor's end
+// of the connection in the kernel (an exact 4-tuple inet_diag lookup in
+// the acceptor container's namespace, on a NETLINK_SOCK_DIAG socket made
+// there once and kept while the container is registered): while it is
+// still in the accept queue (established, no inode: no process holds it)
+// the connector waits on, looking again every 10 ms (queuedCheck), up to
+// 150 ms from its CONNECT (queuedWait: the library gives up at 250 ms,
+// and an answer it no longer waits for would leave the ends on different
+// paths). Accepted, its ACCEPT, sent right after accept() returns, gets
+// one more look's time to arrive; accepted with no ACCEPT, gone, or not
+// readable: peer-timeout at once, so only an acceptor that has not yet
+// accepted costs a connector more than meetWait and two looks. The
+// lookups run in the connector's goroutine, no table lock held, each
+// bounded (5 ms); one container's connectors wait so at most 64 at a
+// time (queuedPerContainer). A meeting parked meanwhile (below) wakes the
+// wait as always. Across hosts the acceptor's agent, which waits 40 ms
+// for the ACCEPT of an offer, does the same up to 110 ms after the offer
+// (offerQueuedWait): its reply and the COMMIT must still fit in the
+// connector's agent's 150 ms budget; one that does not fit ends as any
+// late reply does (no COMMIT: both ends overlay).
 //
 // Cross host (fastpath_remote.go, offer_accept.go): the connector's agent
 // dials the acceptor's agent on the fabric (broker port 7947 on the host's

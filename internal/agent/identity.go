@@ -109,6 +109,15 @@ func (s *identities) holder(k nsKey) (string, bool) {
 	return c.ID, ok
 }
 
+// local returns the registered local container id and the key of its
+// network namespace.
+func (s *identities) local(id string) (directory.Container, nsKey, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k, ok := s.nsByID[id]
+	return s.byNS[k], k, ok
+}
+
 // count returns how many containers are registered.
 func (s *identities) count() int {
 	s.mu.Lock()

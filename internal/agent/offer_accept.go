@@ -172,8 +172,10 @@ func (a *Agent) offerPrecheck(k tuple, sender directory.Host, marks bool) (*list
 }
 
 // meetOffer plays the connecting side of k's meeting on this host. Once
-// the local ACCEPT is there, or the meeting is parked (its acceptor's
-// process waits in a CONNECT of its own), it completes the meeting with
+// the local ACCEPT is there (within offerWait, or offerQueuedWait while
+// the connection is still in the accept queue: acceptq.go), or the
+// meeting is parked (its acceptor's process waits in a CONNECT of its
+// own), it completes the meeting with
 // commitOffer: the accepting library gets the connection (at once, or
 // when a parked half is claimed) only after the connector's agent has
 // committed to it, and always after the reply on the wire; with a
@@ -181,6 +183,7 @@ func (a *Agent) offerPrecheck(k tuple, sender directory.Host, marks bool) (*list
 // accepting process could clear the mark of the connection: then both ends
 // take the overlay, the connector's through the reply.
 func (a *Agent) meetOffer(p *offerPeer, k tuple, li *listenerInfo) {
+	until := time.Now().Add(offerQueuedWait)
 	m, role := a.rv.join(k, sideConnector, li, nil, asking{})
 	switch role {
 	case roleDuplicate:
@@ -190,7 +193,7 @@ func (a *Agent) meetOffer(p *offerPeer, k tuple, li *listenerInfo) {
 		p.reply(a.rv.decision(m))
 		return
 	case roleFirst:
-		if a.rv.await(m, offerWait) == turnDecided {
+		if a.awaitAccept(m, offerWait, li, until) == turnDecided {
 			p.reply(a.rv.decision(m))
 			return
 		}

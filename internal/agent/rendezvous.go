@@ -315,15 +315,27 @@ const (
 )
 
 // await waits until the other side asks, m is parked or decided, or wait
-// passes; on timeout it decides overlay (peer-timeout) unless the other
-// side arrived or m was parked meanwhile.
-func (r *rendezvous) await(m *meeting, wait time.Duration) turn {
+// passes; then, if more is not nil, as long again as more says (it is
+// called with no lock held, each time the wait passes, until it says 0).
+// On timeout it decides overlay (peer-timeout) unless the other side
+// arrived or m was parked meanwhile.
+func (r *rendezvous) await(m *meeting, wait time.Duration, more func() time.Duration) turn {
 	t := time.NewTimer(wait)
 	defer t.Stop()
-	select {
-	case <-m.arrived:
-	case <-m.done:
-	case <-t.C:
+	for {
+		select {
+		case <-m.arrived:
+		case <-m.done:
+		case <-t.C:
+			if more == nil {
+				break
+			}
+			if wait = more(); wait > 0 {
+				t.Reset(wait)
+				continue
+			}
+		}
+		break
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -389,6 +401,7 @@ func (r *rendezvous) pruneLocked(now time.Time) {
 // meeting was parked (nil: the other side completes it). li, c and lib
 // are as for join.
 func (a *Agent) meet(k tuple, s side, li *listenerInfo, c *connector, lib asking, finish func(*meeting)) (decision, half) {
+	until := time.Now().Add(queuedWait)
 	m, role := a.rv.join(k, s, li, c, lib)
 	switch role {
 	case roleDuplicate:
@@ -396,7 +409,13 @@ func (a *Agent) meet(k tuple, s side, li *listenerInfo, c *connector, lib asking
 	case roleDecided:
 		return a.rv.recorded(m), noHalf
 	case roleFirst:
-		if a.rv.await(m, meetWait) == turnParked && finish != nil {
+		var t turn
+		if li != nil { // a local connector: its acceptor may be slow to accept (acceptq.go)
+			t = a.awaitAccept(m, meetWait, li, until)
+		} else {
+			t = a.rv.await(m, meetWait, nil)
+		}
+		if t == turnParked && finish != nil {
 			finish(m)
 		}
 	case roleSecond:

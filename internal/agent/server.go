@@ -149,6 +149,7 @@ func (a *Agent) shutdown() {
 	}
 	a.wg.Wait()
 	a.ledgers.close()
+	a.diag.closeAll()
 	a.log.Info("agent stopped", "host", a.cfg.Host)
 }
 
