@@ -253,8 +253,9 @@ var lateConnect = Experiment{
 		return []string{"/usr/bin/python3", "-c", e.Script, "client-late", d.Addr, strconv.Itoa(portLate), strconv.Itoa(lateCount(e.Full))}
 	},
 	Parse: connRate.Parse,
-	// The share comes from the agents' counters: FreeFlow paths only.
-	OnPath:    func(p Path) bool { return p.Group == SameHost && p.Role == RoleCandidate },
+	// The share comes from the agents' counters: FreeFlow paths only,
+	// same host and across hosts.
+	OnPath:    func(p Path) bool { return p.Role == RoleCandidate },
 	FastShare: true,
 	// One run is the 1000 connections; on a path where each ACCEPT
 	// waits 45 ms in turn it takes under a minute.
