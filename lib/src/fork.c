@@ -14,7 +14,9 @@
  *    never read each other's replies; each child thread reconnects;
  *  - give up on negotiations that a parent thread was running: that thread
  *    does not exist in the child, whose fd stays on the overlay socket; so
- *    does the settler thread, whose watch list is dropped (settler.c);
+ *    does the settler thread, whose watch list is dropped (settler.c); the
+ *    settler's own decisions, which the program did not ask for, are
+ *    waited for in the prepare handler instead, so none is under way;
  *  - re-create the condition variable, which may count waiters that the
  *    child does not have;
  *  - have its first agent session register the inherited listeners in

@@ -75,13 +75,17 @@ struct watch {
 /*
  * A connect pending across a fork is in both processes, and the one that
  * looks first decides (fdtable.c): this thread, in the parent alone, must
- * not take that from the program. Counted at each fork's prepare.
+ * not take that from the program. Counted at each fork's prepare, which
+ * also waits for the decisions under way (deciding): one finished after
+ * the fork would move the parent's copy to its channel and leave the
+ * child's on an overlay socket its peer no longer reads.
  */
 static _Atomic unsigned forks;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t idle = PTHREAD_COND_INITIALIZER;	/* deciding went to 0 */
 static struct watch watched[WATCH_MAX];
-static int nwatched, running, helpers, wake = -1;
+static int nwatched, running, helpers, deciding, wake = -1;
 static int sleeping;	/* in a poll without a tick: a new connect writes to wake */
 static int waiting;	/* on cv: a new connect signals it */
 static int64_t last_watch;
@@ -235,9 +239,12 @@ static void decide(struct watch w)
 {
 	if (another_done() && helpers < HELPERS)
 		helpers += ff_start_quiet_thread(help);
+	deciding++;
 	pthread_mutex_unlock(&mu);
 	settle(w);
 	pthread_mutex_lock(&mu);
+	if (!--deciding)
+		pthread_cond_broadcast(&idle);
 }
 
 /* A helper: decides what is due, in order, while the loop's thread decides too. */
@@ -300,14 +307,19 @@ void ff_settler_watch(int fd, struct ff_conn *c, enum ff_settle_kind kind, int b
 
 void ff_settler_atfork_prepare(void)
 {
+	pthread_mutex_lock(&mu);
 	atomic_fetch_add(&forks, 1);
+	while (deciding)	/* bounded: each waits at most for its agent's answer */
+		pthread_cond_wait(&idle, &mu);
+	pthread_mutex_unlock(&mu);
 }
 
 void ff_settler_atfork_child(void)
 {
 	pthread_mutex_init(&mu, NULL);
 	pthread_cond_init(&cv, NULL);
+	pthread_cond_init(&idle, NULL);
 	nwatched = 0;
-	running = helpers = 0;
+	running = helpers = deciding = 0;
 	wake = -1;	/* closed with the control fds (ff_control_atfork_child) */
 }

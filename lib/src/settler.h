@@ -19,7 +19,7 @@ enum ff_settle_kind {
  * completes, if the program has not by then (settler.c says when).
  */
 void ff_settler_watch(int fd, struct ff_conn *c, enum ff_settle_kind kind, int bell);
-/* fork: what is pending now is the program's to decide, in either process. */
+/* fork: what is pending now is the program's to decide, in either process; waits for decisions under way. */
 void ff_settler_atfork_prepare(void);
 /* In a fork child: the thread is the parent's. */
 void ff_settler_atfork_child(void);
