@@ -15,20 +15,27 @@
 
 #define PC_CASES	3
 
-/* Server (another process): greet, echo 4 bytes; exit status = failures. */
+/* The server's side of one connection, accepted as fd: greet, echo 4 bytes, close; 0 or 1 failure. */
+static inline int pc_serve(int fd)
+{
+	char buf[4];
+	int bad = fd < 0 || write(fd, "hello", 5) != 5 || recv(fd, buf, 4, MSG_WAITALL) != 4 ||
+		  write(fd, buf, 4) != 4;
+
+	close(fd);
+	return bad;
+}
+
+/* Server (another process): PC_CASES connections, each swapped and served; exit status = failures. */
 static inline int pc_server(int lfd)
 {
 	int bad = 0;
 
 	for (int i = 0; i < PC_CASES; i++) {
 		int fd = accept(lfd, NULL, NULL);
-		char buf[4];
 
 		bad += !t_swapped(fd);
-		if (write(fd, "hello", 5) != 5 || recv(fd, buf, 4, MSG_WAITALL) != 4 ||
-		    write(fd, buf, 4) != 4)
-			bad++;
-		close(fd);
+		bad += pc_serve(fd);
 	}
 	return bad;
 }
