@@ -630,6 +630,7 @@ void ff_epset_rang(struct ff_epset *es, int epfd, int fd, uint32_t events)
 		if (r->fd != fd)
 			continue;
 		r->rung = 1;
+		ff_shm_bell_rang(r->sh);
 		/*
 		 * The kernel says the peer's bell is gone (its last copy closed):
 		 * noted now. Its close may have come behind doorbells not yet
@@ -719,14 +720,15 @@ void ff_epset_arm(struct ff_epset *es, struct ff_armed *a)
 
 		/* Not the connection registered any more (closed, fd reused): not ours to arm. */
 		if (!(got & FF_SHM_READY_MOVED) && x->w.sh != x->sh)
-			ff_shm_disarm(x->fd, &x->w);
+			ff_shm_disarm(x->fd, &x->w, 0);
 	}
 }
 
 void ff_epset_disarm(struct ff_armed *a)
 {
+	/* The bells the kernel reported are marked by ff_epset_rang, drained by the last waiter. */
 	for (int i = 0; i < a->n; i++)
-		ff_shm_disarm(a->v[i].fd, &a->v[i].w);
+		ff_shm_disarm(a->v[i].fd, &a->v[i].w, 0);
 	pthread_mutex_lock(&a->es->mu);
 	a->es->sleepers--;
 	pthread_mutex_unlock(&a->es->mu);
