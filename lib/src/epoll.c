@@ -22,7 +22,15 @@
  * drops that event (the replay re-queues the real readiness). It knows
  * only the data word of an event, so it matches it against the
  * registrations of pending fds (a scan of the table up to the highest
- * tracked fd, done only while some connection is pending).
+ * tracked fd, done only while some connection is pending). Another thread
+ * (the settler) may decide one while this one waits in the kernel: an
+ * event the kernel gave for the old file then has the data of a
+ * registration the swap brought onto shm during the call (ff_ep_adopts
+ * counts them), and is dropped too, as the look at that registration
+ * reports the connection in the same call (the kernel reports a
+ * registration once per call; a loop that frees a connection at its first
+ * event would use it freed at the second). A program giving two fds the
+ * same data could lose the other fd's event in that moment.
  *
  * Shared-memory connections (docs/SHM.md). The fd is the bell socket, which
  * carries only doorbells; readiness lives in the rings.

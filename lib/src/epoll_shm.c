@@ -39,6 +39,7 @@ struct shm_reg {
 	int kicked;			/* the bell is registered with EPOLLOUT too */
 	int rung;			/* the kernel reported its bell: look at it fully */
 	int pins;			/* looks in progress (they hold no lock) */
+	unsigned adopted;		/* brought in by a swap: ff_ep_adopts then; else 0 */
 	int dead;			/* unlinked; freed by the last unpin */
 	unsigned reported;		/* the round that reported it last */
 	struct seen last;		/* at the last report (edge-triggered) */
@@ -77,6 +78,7 @@ static pthread_mutex_t sets_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct ff_epset *free_sets;
 /* shm registrations in this process: while 0, epoll_wait goes straight to libc. */
 _Atomic int ff_ep_total;
+_Atomic unsigned ff_ep_adopts;
 
 /* sets_mu held: the slot of epfd's set, its chunk made if need be (NULL: out of memory). */
 static _Atomic(struct ff_epset *) *slot_of(int epfd)
@@ -211,14 +213,14 @@ static int bell_ctl(int epfd, int op, struct shm_reg *r, int kick)
  * caller's reference.
  */
 static int reg_add(struct ff_epset *es, int epfd, int op, int fd, struct ff_shm *sh,
-		   const struct epoll_event *ev)
+		   const struct epoll_event *ev, unsigned adopted)
 {
 	struct shm_reg *r = calloc(1, sizeof(*r));
 	int ret;
 
 	if (!r)
 		return -ENOMEM;
-	*r = (struct shm_reg){ .fd = fd, .sh = sh, .ev = *ev };
+	*r = (struct shm_reg){ .fd = fd, .sh = sh, .ev = *ev, .adopted = adopted };
 	fresh_look(r);
 	ret = bell_ctl(epfd, op, r, kick_needed(es));
 	if (ret) {
@@ -284,7 +286,7 @@ int ff_epset_ctl(int epfd, int op, int fd, const struct epoll_event *ev)
 			ret = bell_ctl(epfd, EPOLL_CTL_MOD, *p, 1);
 	} else {
 		/* New here; the kernel's answer to the bell says whether it may be. */
-		ret = reg_add(es, epfd, op, fd, sh, ev);
+		ret = reg_add(es, epfd, op, fd, sh, ev, 0);
 		sh = ret ? sh : NULL;	/* the registration took the reference */
 	}
 	pthread_mutex_unlock(&es->mu);
@@ -296,6 +298,9 @@ int ff_epset_ctl(int epfd, int op, int fd, const struct epoll_event *ev)
 /* Table lock held: sh, now at fd, takes the registrations made before the swap. */
 void ff_epset_adopt(int fd, struct ff_shm *sh, const struct ff_epreg *regs)
 {
+	/* After the swap's dup3: a kernel wait begun later sees no event of the old file. */
+	unsigned adopted = atomic_fetch_add(&ff_ep_adopts, 1) + 1;
+
 	for (const struct ff_epreg *g = regs; g; g = g->next) {
 		struct ff_epset *es = ff_epset_get(g->epfd, 1);
 		int ret = -ENOMEM;
@@ -304,7 +309,7 @@ void ff_epset_adopt(int fd, struct ff_shm *sh, const struct ff_epreg *regs)
 			/* The table lock is held: take the reference as ff_shm_get would. */
 			atomic_fetch_add_explicit(&sh->refs, 1, memory_order_relaxed);
 			pthread_mutex_lock(&es->mu);
-			ret = reg_add(es, g->epfd, EPOLL_CTL_ADD, fd, sh, &g->ev);
+			ret = reg_add(es, g->epfd, EPOLL_CTL_ADD, fd, sh, &g->ev, adopted);
 			pthread_mutex_unlock(&es->mu);
 			if (ret)
 				ff_shm_put(sh);
@@ -630,6 +635,7 @@ void ff_epset_rang(struct ff_epset *es, int epfd, int fd, uint32_t events)
 		if (r->fd != fd)
 			continue;
 		r->rung = 1;
+		ff_shm_bell_rang(r->sh);
 		/*
 		 * The kernel says the peer's bell is gone (its last copy closed):
 		 * noted now. Its close may have come behind doorbells not yet
@@ -654,6 +660,18 @@ int ff_epset_maybe(struct ff_epset *es)
 		any = maybe(r);
 	pthread_mutex_unlock(&es->mu);
 	return any;
+}
+
+int ff_epset_adopted_since(struct ff_epset *es, uint64_t data, unsigned adopts)
+{
+	int found = 0;
+
+	pthread_mutex_lock(&es->mu);
+	for (struct shm_reg *r = es->regs; r && !found; r = r->next)
+		found = r->adopted && (int)(r->adopted - adopts) > 0 && !r->dead &&
+			r->ev.data.u64 == data;
+	pthread_mutex_unlock(&es->mu);
+	return found;
 }
 
 int ff_epset_odd_to_shm(struct ff_epset *es)
@@ -719,14 +737,15 @@ void ff_epset_arm(struct ff_epset *es, struct ff_armed *a)
 
 		/* Not the connection registered any more (closed, fd reused): not ours to arm. */
 		if (!(got & FF_SHM_READY_MOVED) && x->w.sh != x->sh)
-			ff_shm_disarm(x->fd, &x->w);
+			ff_shm_disarm(x->fd, &x->w, 0);
 	}
 }
 
 void ff_epset_disarm(struct ff_armed *a)
 {
+	/* The bells the kernel reported are marked by ff_epset_rang, drained by the last waiter. */
 	for (int i = 0; i < a->n; i++)
-		ff_shm_disarm(a->v[i].fd, &a->v[i].w);
+		ff_shm_disarm(a->v[i].fd, &a->v[i].w, 0);
 	pthread_mutex_lock(&a->es->mu);
 	a->es->sleepers--;
 	pthread_mutex_unlock(&a->es->mu);

@@ -106,6 +106,23 @@ static int drop_bells(const struct ff_ewait *w, int n)
 	return kept;
 }
 
+/*
+ * Take out of evs[0..n) the events of connections another thread swapped
+ * onto shm since adopts (the settler, deciding a pending connect while this
+ * one waited in the kernel): the kernel gave them for the old file, and a
+ * look at the new registration reports the connection, once, in this same
+ * call. Returns how many are left.
+ */
+static int drop_swapped(struct epoll_event *evs, int n, struct ff_epset *es, unsigned adopts)
+{
+	int kept = 0;
+
+	for (int i = 0; i < n; i++)
+		if (!es || !ff_epset_adopted_since(es, evs[i].data.u64, adopts))
+			evs[kept++] = evs[i];
+	return kept;
+}
+
 /* The spin's check: a registration may have news, the kernel has events, or time is up. */
 struct spin {
 	struct ff_epset *es;
@@ -142,7 +159,7 @@ static int collect(const struct ff_ewait *w, struct ff_epset *es, int sleep, str
 	struct epoll_event *evs = w->evs;
 	int max = w->max, m = 0, k = 0, err = 0;
 	int64_t end = sleep ? w->end : 0;
-	unsigned round = 0;
+	unsigned round = 0, adopts = atomic_load(&ff_ep_adopts);
 	/* Not asked again so soon, unless this call is about to sleep or to end. */
 	int ask = sleep || ff_left_ns(w->end) == 0 || !ff_epset_asked_lately(es);
 
@@ -174,9 +191,11 @@ static int collect(const struct ff_ewait *w, struct ff_epset *es, int sleep, str
 	k = k < 0 ? 0 : drop_bells(w, k);
 	if (k && atomic_load(&ff_pending_count))
 		k = settle_reported(w->epfd, evs, k);
-	memmove(evs + k, evs + max - m, (size_t)m * sizeof(*evs));
 	/* Decided connects may have brought shm registrations: es is looked up again. */
 	es = ff_epset_get(w->epfd, 0);
+	if (k && atomic_load(&ff_ep_adopts) != adopts)
+		k = drop_swapped(evs, k, es, adopts);
+	memmove(evs + k, evs + max - m, (size_t)m * sizeof(*evs));
 	if (k + m < max && ff_epset_busy(es))
 		m += ff_epset_scan(es, &round, evs + k + m, max - k - m);
 	return k + m;

@@ -246,7 +246,7 @@ static int sleep_once(struct pcall *pc)
 		r = ff_shm_arm(pc->fds[i].fd, (unsigned short)pc->fds[i].events, &pc->w[i]);
 		if (!(r & FF_SHM_READY_MOVED) && pc->w[i].sh != pc->sh[i]) {
 			/* fd was closed and reused by another thread meanwhile. */
-			ff_shm_disarm(pc->fds[i].fd, &pc->w[i]);
+			ff_shm_disarm(pc->fds[i].fd, &pc->w[i], 0);
 			r = FF_SHM_READY_MOVED;
 		}
 		if (r & FF_SHM_READY_MOVED)
@@ -257,9 +257,11 @@ static int sleep_once(struct pcall *pc)
 		ret = kernel_poll(pc, ff_left_ts(pc->end, &ts), 1);
 		err = errno;
 	}
+	/* The bells the kernel found readable are drained (by the last waiter). */
 	for (nfds_t i = 0; i < pc->n; i++)
 		if (pc->w[i].sh)
-			ff_shm_disarm(pc->fds[i].fd, &pc->w[i]);
+			ff_shm_disarm(pc->fds[i].fd, &pc->w[i],
+				      !early && ret >= 0 && (pc->k[i].revents & (POLLIN | POLLHUP | POLLERR)));
 	if (ret < 0) {
 		errno = err;
 		return -1;

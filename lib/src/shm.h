@@ -126,6 +126,13 @@ struct ff_shm {
 	_Atomic uint32_t *switch_by;
 	struct ff_shm_ring tx, rx;
 	pthread_mutex_t wait_mu;	/* cons_wait/prod_wait, waiters, draining */
+	/*
+	 * A wait of this process was told the bell socket is readable since
+	 * its last drain: the last armed waiter to leave drains it then, and
+	 * only then (docs/SHM.md, "Waiting and waking"). Set without wait_mu,
+	 * taken under it.
+	 */
+	_Atomic int bell_unread;
 	pthread_cond_t drained;		/* broadcast after each drain of the bell */
 };
 
@@ -250,9 +257,14 @@ int ff_shm_shutdown(int fd, int how);
  *   reference until ff_shm_disarm, which must follow in every case (also
  *   for a nonzero result; a MOVED result leaves w empty).
  * ff_shm_disarm: after the sleep (or instead of it): withdraw the
- *   announcement and drop w's reference. The last armed waiter of the
- *   process drains the bell (docs/SHM.md, "Waiting and waking"), so a
- *   caller that finds nothing ready after its sleep simply arms again.
+ *   announcement and drop w's reference; rang: the sleep's kernel call
+ *   said the bell socket is readable (ff_shm_bell_rang). The last armed
+ *   waiter of the process drains the bell if a wait was told so since the
+ *   last drain (docs/SHM.md, "Waiting and waking"), so a caller that finds
+ *   nothing ready after its sleep simply arms again.
+ * ff_shm_bell_rang: a kernel wait (epoll's, reporting the bell) was told
+ *   the bell socket of sh is readable: the bell is drained by the last
+ *   armed waiter to leave, or by the next look (ff_shm_ready_held).
  */
 #define FF_SHM_READY_MOVED	0x80000000u
 struct ff_shm_waiter {
@@ -261,7 +273,8 @@ struct ff_shm_waiter {
 };
 unsigned ff_shm_ready(int fd, unsigned want);
 unsigned ff_shm_arm(int fd, unsigned want, struct ff_shm_waiter *w);
-void ff_shm_disarm(int fd, struct ff_shm_waiter *w);
+void ff_shm_disarm(int fd, struct ff_shm_waiter *w, int rang);
+void ff_shm_bell_rang(struct ff_shm *sh);
 /*
  * For poll.c and epoll.c, which hold a reference across a call or an
  * epoll registration and look at many connections in turn:

@@ -762,6 +762,8 @@ static void drain(int fd, struct ff_shm *sh, int thorough)
 	/* Let go of (moved down under wait_mu, or closed): fd is another socket now, or none. */
 	if (atomic_load_explicit(&sh->state, memory_order_relaxed) & FF_SHM_CLOSED)
 		return;
+	/* Before reading: a bell that comes after this is reported, and marked, anew. */
+	atomic_store_explicit(&sh->bell_unread, 0, memory_order_relaxed);
 	do {
 		n = ff_real.recv(fd, b, sizeof(b), MSG_DONTWAIT | MSG_PEEK);
 		if (n == 0)
@@ -783,19 +785,29 @@ static void drain(int fd, struct ff_shm *sh, int thorough)
 	} while (thorough || n == (ssize_t)sizeof(b));
 }
 
-/* Returns 1 when this was the last armed waiter (it drained the bell if readable). */
+/*
+ * Returns 1 when this was the last armed waiter: it drained the bell if a
+ * wait was told it is readable (this one: readable) since the last drain.
+ * Only then: an epoll set of many connections wakes for one bell, and a
+ * read of every other bell (EAGAIN) cost a system call each per wake-up.
+ * A bell no wait was told of yet is reported later (level-triggered: at
+ * once; edge-triggered: its arrival queued the event) and drained then.
+ */
 static int disarm(int fd, struct ff_shm *sh, unsigned dir, int readable)
 {
 	int last;
 
+	if (readable)
+		ff_shm_bell_rang(sh);
 	pthread_mutex_lock(&sh->wait_mu);
 	if ((dir & POLLIN) && --sh->rx.waiters == 0)
 		atomic_store_explicit(sh->rx.cons_wait, 0, memory_order_relaxed);
 	if ((dir & POLLOUT) && --sh->tx.waiters == 0)
 		atomic_store_explicit(sh->tx.prod_wait, 0, memory_order_relaxed);
 	last = sh->rx.waiters + sh->tx.waiters == 0;
-	if (last && readable) {
-		drain(fd, sh, 0);
+	if (last) {
+		if (atomic_load_explicit(&sh->bell_unread, memory_order_relaxed))
+			drain(fd, sh, 0);
 		pthread_cond_broadcast(&sh->drained);
 	}
 	pthread_mutex_unlock(&sh->wait_mu);
@@ -997,15 +1009,20 @@ unsigned ff_shm_arm(int fd, unsigned want, struct ff_shm_waiter *w)
 	arm(w->sh, w->want);
 	r = ready_locked(fd, w->sh, want, 0);
 	if (r & FF_SHM_READY_MOVED)
-		ff_shm_disarm(fd, w);
+		ff_shm_disarm(fd, w, 0);
 	return r;
 }
 
-void ff_shm_disarm(int fd, struct ff_shm_waiter *w)
+void ff_shm_bell_rang(struct ff_shm *sh)
+{
+	atomic_store_explicit(&sh->bell_unread, 1, memory_order_relaxed);
+}
+
+void ff_shm_disarm(int fd, struct ff_shm_waiter *w, int rang)
 {
 	if (!w->sh)
 		return;
-	disarm(fd, w->sh, w->want, 1);
+	disarm(fd, w->sh, w->want, rang);
 	ff_shm_put(w->sh);
 	w->sh = NULL;
 }

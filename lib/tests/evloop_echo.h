@@ -29,6 +29,23 @@
 #define EE_DEADLINE_MS	20000
 /* Events per epoll_wait: fewer than connections, so reports share the array. */
 #define EE_EVENTS	8
+
+/*
+ * As the kernel: one epoll_wait reports a registration once. Two events
+ * with one data in a batch would have the loop use a connection it freed
+ * at the first (a swap by the settler during the wait gave the old file's
+ * event and the new registration's).
+ */
+static inline void ee_once_each(const struct epoll_event *ev, int n, const char *who)
+{
+	for (int i = 0; i < n; i++)
+		for (int j = 0; j < i; j++)
+			if (ev[i].data.u64 == ev[j].data.u64) {
+				CHECK(0, "%s: one epoll_wait reported a registration twice (events %#x "
+				      "and %#x)", who, ev[j].events, ev[i].events);
+				exit(t_exit_code());
+			}
+}
 #define EE_BUF		(256u << 10)
 
 struct ee_params {
@@ -238,6 +255,7 @@ static inline int ee_server_run(const struct ee_params *p, int lfd)
 		/* Until the deadline: a timeout would hide a lost wake-up. */
 		int n = epoll_wait(sv.ep, ev, EE_EVENTS, ee_left(end));
 
+		ee_once_each(ev, n, "server");
 		for (int i = 0; i < n; i++) {
 			struct ee_conn *c = ev[i].data.ptr;
 			int fd;
@@ -372,6 +390,7 @@ static inline int ee_client_run(const struct ee_params *p, uint16_t port)
 		int n = epoll_wait(cl.ep, ev, EE_EVENTS, ee_left(end));
 
 		CHECK(n >= 0, "client epoll_wait: %s", strerror(errno));
+		ee_once_each(ev, n, "client");
 		for (int i = 0; i < n; i++) {
 			struct ee_conn *c = ev[i].data.ptr;
 			int r;

@@ -7,6 +7,7 @@
 #ifndef FREEFLOW_TESTUTIL_H
 #define FREEFLOW_TESTUTIL_H
 
+#include <dlfcn.h>
 #include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
@@ -159,6 +160,29 @@ static inline void t_preload_hiding(char *pre, size_t cap)
 	self[sizeof(self) - 1] = '\0';
 	snprintf(pre, cap, "%s%s%s/hide_symbol.so %s", extra ? extra : "",
 		 extra && *extra ? " " : "", dirname(self), abs);
+}
+
+/*
+ * Before t_shim_setup: the test runs with hide_symbol.so preloaded before
+ * the library too (hiding nothing), which counts the library's recv()
+ * calls per fd; t_lib_recvs() gives the counters in the preloaded run.
+ */
+static inline void t_preload_spy(void)
+{
+	const char *extra = getenv("FF_TEST_PRELOAD_EXTRA");
+	char self[PATH_MAX] = "", pre[2 * PATH_MAX + 32];
+
+	if (getenv("FF_TEST_DIR") || readlink("/proc/self/exe", self, sizeof(self) - 1) < 0)
+		return;		/* the preloaded run, or no way to find the spy: t_lib_recvs says so */
+	self[sizeof(self) - 1] = '\0';
+	snprintf(pre, sizeof(pre), "%s%s%s/hide_symbol.so", extra ? extra : "",
+		 extra && *extra ? " " : "", dirname(self));
+	setenv("FF_TEST_PRELOAD_EXTRA", pre, 1);
+}
+
+static inline _Atomic unsigned *t_lib_recvs(void)
+{
+	return dlsym(RTLD_DEFAULT, "ff_test_lib_recvs");
 }
 
 /* The integer in sysctl file path, if it is below max; else (or unreadable) max. */
