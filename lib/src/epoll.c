@@ -26,11 +26,11 @@
  * (the settler) may decide one while this one waits in the kernel: an
  * event the kernel gave for the old file then has the data of a
  * registration the swap brought onto shm during the call (ff_ep_adopts
- * counts them), and is dropped too, as the look at that registration
- * reports the connection in the same call (the kernel reports a
- * registration once per call; a loop that frees a connection at its first
- * event would use it freed at the second). A program giving two fds the
- * same data could lose the other fd's event in that moment.
+ * counts them), and is taken out of the batch: the registration reports
+ * it with its own bits, once (the kernel reports a registration once per
+ * call; a loop that frees a connection at its first event would use it
+ * freed at the second). Its bits go with that report, so a program that
+ * gave another fd the same data loses none of that fd's.
  *
  * Shared-memory connections (docs/SHM.md). The fd is the bell socket, which
  * carries only doorbells; readiness lives in the rings.

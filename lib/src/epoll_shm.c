@@ -40,6 +40,7 @@ struct shm_reg {
 	int rung;			/* the kernel reported its bell: look at it fully */
 	int pins;			/* looks in progress (they hold no lock) */
 	unsigned adopted;		/* brought in by a swap: ff_ep_adopts then; else 0 */
+	uint32_t absorbed;		/* kernel events with its data taken out of a batch (ff_epset_absorb) */
 	int dead;			/* unlinked; freed by the last unpin */
 	unsigned reported;		/* the round that reported it last */
 	struct seen last;		/* at the last report (edge-triggered) */
@@ -489,13 +490,14 @@ struct cand {
 static int decide(struct shm_reg *r, const struct seen *now, unsigned round,
 		  struct epoll_event *out)
 {
-	uint32_t ev = now->bits & (r->ev.events | EPOLLERR | EPOLLHUP);
+	uint32_t mask = r->ev.events | EPOLLERR | EPOLLHUP, own = now->bits & mask;
+	uint32_t ev = own | (r->absorbed & mask);
 
 	if (r->dead || r->off || !ev) {
-		r->last.bits &= ev;
+		r->last.bits &= own;
 		return 0;
 	}
-	if ((r->ev.events & EPOLLET) && !(ev & ~r->last.bits) &&
+	if ((r->ev.events & EPOLLET) && !r->absorbed && !(ev & ~r->last.bits) &&
 	    !((ev & EPOLLIN) && now->rx_head != r->last.rx_head) &&
 	    !((ev & EPOLLOUT) && now->tx_tail != r->last.tx_tail &&
 	      now->tx_head != r->last.tx_head)) {
@@ -503,7 +505,8 @@ static int decide(struct shm_reg *r, const struct seen *now, unsigned round,
 		return 0;
 	}
 	r->last = *now;
-	r->last.bits = ev;
+	r->last.bits = own;
+	r->absorbed = 0;
 	if (r->ev.events & EPOLLONESHOT)
 		r->off = 1;
 	r->reported = round;
@@ -662,16 +665,21 @@ int ff_epset_maybe(struct ff_epset *es)
 	return any;
 }
 
-int ff_epset_adopted_since(struct ff_epset *es, uint64_t data, unsigned adopts)
+int ff_epset_absorb(struct ff_epset *es, const struct epoll_event *ev, unsigned adopts)
 {
-	int found = 0;
+	struct shm_reg *r;
 
 	pthread_mutex_lock(&es->mu);
-	for (struct shm_reg *r = es->regs; r && !found; r = r->next)
-		found = r->adopted && (int)(r->adopted - adopts) > 0 && !r->dead &&
-			r->ev.data.u64 == data;
+	for (r = es->regs; r; r = r->next)
+		if (r->adopted && (int)(r->adopted - adopts) > 0 && !r->dead &&
+		    r->ev.data.u64 == ev->data.u64)
+			break;
+	if (r) {
+		r->absorbed |= ev->events;
+		r->rung = 1;	/* looked at (and reported) in this call's scan, or the next */
+	}
 	pthread_mutex_unlock(&es->mu);
-	return found;
+	return r != NULL;
 }
 
 int ff_epset_odd_to_shm(struct ff_epset *es)

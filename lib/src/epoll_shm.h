@@ -21,7 +21,7 @@ struct ff_epset;
 
 /* shm registrations in this process: while 0, no epoll fd has any. */
 extern _Atomic int ff_ep_total;
-/* Registrations a swap onto shm brought in so far (ff_epset_adopt), for ff_epset_adopted_since. */
+/* Registrations a swap onto shm brought in so far (ff_epset_adopt), for ff_epset_absorb. */
 extern _Atomic unsigned ff_ep_adopts;
 
 /* epfd's set, if it has one (create: made if not; NULL only when out of memory). */
@@ -59,13 +59,15 @@ int ff_epset_maybe(struct ff_epset *es);
 /* The kernel reported the bell at fd in es's epoll set (doorbells, its EOF, or a kick). */
 void ff_epset_rang(struct ff_epset *es, int epfd, int fd, uint32_t events);
 /*
- * Whether a swap onto shm brought in a registration of es with this data
- * after ff_ep_adopts was adopts: an event with this data that a kernel
+ * Whether a swap onto shm brought in a registration of es with ev's data
+ * after ff_ep_adopts was adopts: an event with that data that a kernel
  * wait begun before then returned is the old file's (the decision was made
- * by another thread meanwhile), and the registration's look reports the
- * connection now. No system call.
+ * by another thread meanwhile). If so, the registration takes ev's bits
+ * (1) and reports them with its own next time, in one event: that
+ * connection is reported once, and the bits of another fd a program gave
+ * the same data are not lost. No system call.
  */
-int ff_epset_adopted_since(struct ff_epset *es, uint64_t data, unsigned adopts);
+int ff_epset_absorb(struct ff_epset *es, const struct epoll_event *ev, unsigned adopts);
 /* Whether the odd slot of maxevents goes to shm events this time (it alternates). */
 int ff_epset_odd_to_shm(struct ff_epset *es);
 /*

@@ -109,16 +109,16 @@ static int drop_bells(const struct ff_ewait *w, int n)
 /*
  * Take out of evs[0..n) the events of connections another thread swapped
  * onto shm since adopts (the settler, deciding a pending connect while this
- * one waited in the kernel): the kernel gave them for the old file, and a
- * look at the new registration reports the connection, once, in this same
- * call. Returns how many are left.
+ * one waited in the kernel): the kernel gave them for the old file, and the
+ * new registration reports the connection, once, with their bits
+ * (ff_epset_absorb). Returns how many are left.
  */
 static int drop_swapped(struct epoll_event *evs, int n, struct ff_epset *es, unsigned adopts)
 {
 	int kept = 0;
 
 	for (int i = 0; i < n; i++)
-		if (!es || !ff_epset_adopted_since(es, evs[i].data.u64, adopts))
+		if (!es || !ff_epset_absorb(es, &evs[i], adopts))
 			evs[kept++] = evs[i];
 	return kept;
 }
