@@ -16,7 +16,8 @@
  *    does not exist in the child, whose fd stays on the overlay socket; so
  *    does the settler thread, whose watch list is dropped (settler.c); the
  *    settler's own decisions, which the program did not ask for, are
- *    waited for in the prepare handler instead, so none is under way;
+ *    waited for in the prepare handler instead (a bounded wait), and none
+ *    starts until the fork is done;
  *  - re-create the condition variable, which may count waiters that the
  *    child does not have;
  *  - have its first agent session register the inherited listeners in
@@ -68,6 +69,7 @@ static void prepare(void)
 static void parent(void)
 {
 	ff_table_unlock();
+	ff_settler_atfork_parent();
 	ff_ledger_atfork_parent();
 	ff_links_atfork_parent();
 	ff_shm_spill_atfork_parent();

@@ -17,11 +17,13 @@
  *   connections whose programs look in time.
  * - In the order of the connects, which is the order in which one
  *   acceptor's accept() takes them, and side by side: a decision waits for
- *   its acceptor (up to the agent's peer wait, or a cross-host exchange),
- *   and one after the other, a slow one made the acceptors of those queued
- *   behind it, already waiting in accept(), give up (peer-timeout). While
- *   one is being decided and another is complete, a helper thread (up to
- *   HELPERS) takes the next due, and ends when none is.
+ *   its acceptor (up to the agent's peer wait, or longer for a slow
+ *   acceptor), and one after the other, a slow one made the acceptors of
+ *   those queued behind it, already waiting in accept(), give up
+ *   (peer-timeout). So this thread only watches: each connect that comes
+ *   due goes to a helper thread (up to HELPERS at once, each ending when
+ *   none is due), and only if none can be started does it decide one
+ *   itself.
  * - One offered over a link (link.c) is left to the program while the
  *   offer can still be taken: the acceptor takes it whenever it accepts,
  *   and the connector's 5 ms for that start when it looks, so looking early
@@ -43,18 +45,22 @@
  *   A connect not complete after GIVEUP_NS (a host that does not answer)
  *   is left to the program.
  */
+#include <errno.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 
 #include "readiness.h"
 #include "settler.h"
 #include "shim.h"
 
 #define WATCH_MAX	1024	/* beyond, a connect waits for the program to look, as before */
-#define HELPERS		7	/* threads deciding besides the loop's */
+#define HELPERS		8	/* threads deciding at once */
+/* A fork waits this long at most for the decisions under way (the agent answers within 250 ms). */
+#define FORK_WAIT_NS	(500 * 1000000LL)
 #define TICK_MS		5
 #define GRACE_NS	(3 * 1000000)	/* with TICK_MS, well inside the agent's 45 ms peer wait */
 #define GIVEUP_NS	(1000 * 1000000LL)
@@ -76,16 +82,18 @@ struct watch {
  * A connect pending across a fork is in both processes, and the one that
  * looks first decides (fdtable.c): this thread, in the parent alone, must
  * not take that from the program. Counted at each fork's prepare, which
- * also waits for the decisions under way (deciding): one finished after
- * the fork would move the parent's copy to its channel and leave the
- * child's on an overlay socket its peer no longer reads.
+ * also waits for the decisions under way (deciding), starting none
+ * meanwhile (forking): one finished after the fork would move the parent's
+ * copy to its channel and leave the child's on an overlay socket its peer
+ * no longer reads. The wait is bounded: a prepare handler of another
+ * library, run before ours, may hold a lock a decision needs (malloc's).
  */
 static _Atomic unsigned forks;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static pthread_cond_t idle = PTHREAD_COND_INITIALIZER;	/* deciding went to 0 */
 static struct watch watched[WATCH_MAX];
-static int nwatched, running, helpers, deciding, wake = -1;
+static int nwatched, running, helpers, deciding, forking, wake = -1;
 static int sleeping;	/* in a poll without a tick: a new connect writes to wake */
 static int waiting;	/* on cv: a new connect signals it */
 static int64_t last_watch;
@@ -209,7 +217,7 @@ static int next_late(struct watch *out)
 {
 	int64_t now = ff_now_ns();
 
-	for (int i = 0; i < nwatched; i++) {
+	for (int i = 0; i < nwatched && !forking; i++) {
 		struct watch *w = &watched[i];
 
 		if (w->fd < 0 || !w->done || (w->kind == FF_SETTLE_OFFERED && !w->lost))
@@ -223,22 +231,27 @@ static int next_late(struct watch *out)
 	return 0;
 }
 
-static void *help(void *arg);
-
-/* mu held: whether an entry other than the ones being decided has completed. */
-static int another_done(void)
+/* mu held: how many next_late would hand out now, one after the other. */
+static int count_due(void)
 {
-	for (int i = 0; i < nwatched; i++)
-		if (watched[i].fd >= 0 && watched[i].done)
-			return 1;
-	return 0;
+	int64_t now = ff_now_ns();
+	int n = 0;
+
+	for (int i = 0; i < nwatched && !forking; i++) {
+		const struct watch *w = &watched[i];
+
+		if (w->fd < 0 || !w->done || (w->kind == FF_SETTLE_OFFERED && !w->lost))
+			continue;
+		if (!is_late(w, now))
+			break;
+		n++;
+	}
+	return n;
 }
 
-/* mu held: take w (next_late's) out to decide, with a helper for the next if one may be due. */
+/* mu held: decide w (next_late's), the lock dropped meanwhile. */
 static void decide(struct watch w)
 {
-	if (another_done() && helpers < HELPERS)
-		helpers += ff_start_quiet_thread(help);
 	deciding++;
 	pthread_mutex_unlock(&mu);
 	settle(w);
@@ -247,7 +260,7 @@ static void decide(struct watch w)
 		pthread_cond_broadcast(&idle);
 }
 
-/* A helper: decides what is due, in order, while the loop's thread decides too. */
+/* A helper: decides what is due, in order, while others decide theirs. */
 static void *help(void *arg)
 {
 	struct watch w;
@@ -279,8 +292,12 @@ static void *loop(void *arg)
 		for (int i = 0; i < nwatched && !tick; i++)
 			tick = ticked(&watched[i]);
 		poll_once(tick || !nwatched ? TICK_MS : -1);
-		while (next_late(&w))
-			decide(w);
+		/* A helper for each connect due that the helpers not yet deciding leave. */
+		for (int want = count_due() - (helpers - deciding); want > 0 && helpers < HELPERS &&
+		     ff_start_quiet_thread(help); want--)
+			helpers++;
+		if (!helpers && next_late(&w))
+			decide(w);	/* no thread to be had */
 	}
 	return NULL;
 }
@@ -307,10 +324,29 @@ void ff_settler_watch(int fd, struct ff_conn *c, enum ff_settle_kind kind, int b
 
 void ff_settler_atfork_prepare(void)
 {
+	struct timespec until;
+	int64_t end = ff_now_ns() + FORK_WAIT_NS;
+
 	pthread_mutex_lock(&mu);
 	atomic_fetch_add(&forks, 1);
-	while (deciding)	/* bounded: each waits at most for its agent's answer */
-		pthread_cond_wait(&idle, &mu);
+	forking = 1;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += FORK_WAIT_NS / 1000000000LL;
+	until.tv_nsec += FORK_WAIT_NS % 1000000000LL;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	while (deciding && ff_now_ns() < end &&
+	       pthread_cond_timedwait(&idle, &mu, &until) != ETIMEDOUT)
+		;
+	pthread_mutex_unlock(&mu);
+}
+
+void ff_settler_atfork_parent(void)
+{
+	pthread_mutex_lock(&mu);
+	forking = 0;
 	pthread_mutex_unlock(&mu);
 }
 
@@ -320,6 +356,6 @@ void ff_settler_atfork_child(void)
 	pthread_cond_init(&cv, NULL);
 	pthread_cond_init(&idle, NULL);
 	nwatched = 0;
-	running = helpers = deciding = 0;
+	running = helpers = deciding = forking = 0;
 	wake = -1;	/* closed with the control fds (ff_control_atfork_child) */
 }

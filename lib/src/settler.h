@@ -21,6 +21,8 @@ enum ff_settle_kind {
 void ff_settler_watch(int fd, struct ff_conn *c, enum ff_settle_kind kind, int bell);
 /* fork: what is pending now is the program's to decide, in either process; waits for decisions under way. */
 void ff_settler_atfork_prepare(void);
+/* After fork, in the parent: decisions may start again. */
+void ff_settler_atfork_parent(void);
 /* In a fork child: the thread is the parent's. */
 void ff_settler_atfork_child(void);
 

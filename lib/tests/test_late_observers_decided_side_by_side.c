@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Description: connects the program looks at late are decided side by side: one whose acceptor never accepts (its decision waits out the agent's peer wait) does not hold up the next one, whose acceptor already waits in accept() for it; that one gets the fast path at both ends, bytes intact (one after the other, it fell to the overlay behind the slower decision: peer-timeout) */
+/* Description: connects the program looks at late are decided side by side: one whose acceptor never accepts (its decision waits out the agent's peer wait) does not hold up the next one, made and completed while that decision waits, whose acceptor already waits in accept() for it; that one gets the fast path at both ends, bytes intact (one after the other, it fell to the overlay behind the slower decision: peer-timeout) */
 /* Channels: unix host-tcp shm */
 #include <pthread.h>
 
@@ -33,6 +33,8 @@ int main(int argc, char **argv)
 	pthread_create(&th, NULL, serve_one, &lfd);
 
 	slow = pc_start_connect(slow_port);
+	/* Made while the slow one is being decided: it completes meanwhile. */
+	CHECK(t_agent_await("ask", 1) >= 1, "the settler did not ask about the first connect");
 	fd = pc_start_connect(port);
 	usleep(LATE_US);	/* the program looks late at both */
 	pc_finish(fd, "the connect behind a slow decision");
