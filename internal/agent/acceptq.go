@@ -9,6 +9,7 @@ package agent
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -52,6 +53,13 @@ const (
 	// diagTimeout bounds one read of the accept queue: the kernel answers
 	// within the send, so this is only a guard.
 	diagTimeout = 5 * time.Millisecond
+	// acceptedLooks is how many checks an accepted connection's ACCEPT gets
+	// to arrive: the library sends it right after accept() returns, but may
+	// first open a session, and a busy host delays it.
+	acceptedLooks = 3
+	// diagRetry is how long a container whose socket could not be made is
+	// not tried again (and not logged again).
+	diagRetry = time.Second
 )
 
 // acceptState is what the kernel says of the acceptor's end of a
@@ -74,7 +82,7 @@ type queuedAccept struct {
 	k        tuple
 	until    time.Time // the end of the wait: queuedWait or offerQueuedWait after the ask
 	held     bool      // a place in a.queued is taken
-	accepted bool      // a check found k accepted
+	accepted int       // checks that found k accepted
 }
 
 // awaitAccept is rv.await for a connector waiting on li's listener for
@@ -102,10 +110,9 @@ func (q *queuedAccept) more() time.Duration {
 	switch q.a.acceptState(q.acc, q.k) {
 	case acceptQueued:
 	case acceptAccepted:
-		if q.accepted {
+		if q.accepted++; q.accepted >= acceptedLooks {
 			return 0
 		}
-		q.accepted = true
 	default:
 		return 0
 	}
@@ -126,9 +133,11 @@ func (a *Agent) acceptState(id string, k tuple) acceptState {
 	if !ok {
 		return acceptUnknown
 	}
-	s, err := a.diag.socket(c, ns)
+	s, err := a.diag.socket(c, ns, a.ids.has)
 	if err != nil {
-		a.log.Warn("cannot read accept queues; a slow acceptor's connections get the overlay", "container", id, "err", err)
+		if !errors.Is(err, errDiagRetryLater) {
+			a.log.Warn("cannot read accept queues; a slow acceptor's connections get the overlay", "container", id, "err", err)
+		}
 		return acceptUnknown
 	}
 	st, err := s.state(k)
@@ -142,9 +151,13 @@ func (a *Agent) acceptState(id string, k tuple) acceptState {
 // made in its network namespace when first needed (a socket stays in the
 // namespace it was made in) and closed when the container goes.
 type diagSockets struct {
-	mu    sync.Mutex
-	socks map[string]*diagSocket // by container id
+	mu     sync.Mutex
+	socks  map[string]*diagSocket // by container id
+	failed map[string]time.Time   // containers whose socket could not be made, and when
 }
+
+// errDiagRetryLater: the container's socket could not be made within diagRetry.
+var errDiagRetryLater = errors.New("socket-diagnostics socket failed lately; not tried again yet")
 
 // diagSocket reads sockets of one network namespace, one query at a time.
 type diagSocket struct {
@@ -155,11 +168,15 @@ type diagSocket struct {
 	buf []byte
 }
 
-func newDiagSockets() *diagSockets { return &diagSockets{socks: map[string]*diagSocket{}} }
+func newDiagSockets() *diagSockets {
+	return &diagSockets{socks: map[string]*diagSocket{}, failed: map[string]time.Time{}}
+}
 
 // socket returns container c's socket, made in its namespace ns; one made
-// in an earlier namespace of c is replaced.
-func (d *diagSockets) socket(c directory.Container, ns nsKey) (*diagSocket, error) {
+// in an earlier namespace of c is replaced. A socket made for a container
+// that registered says no longer (UNREGISTER ran meanwhile, and dropped
+// what it found) is closed, not kept.
+func (d *diagSockets) socket(c directory.Container, ns nsKey, registered func(id string) bool) (*diagSocket, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if s := d.socks[c.ID]; s != nil {
@@ -169,11 +186,20 @@ func (d *diagSockets) socket(c directory.Container, ns nsKey) (*diagSocket, erro
 		s.close()
 		delete(d.socks, c.ID)
 	}
+	if at, ok := d.failed[c.ID]; ok && time.Since(at) < diagRetry {
+		return nil, errDiagRetryLater
+	}
 	fd, err := openDiag(c.NetNS, ns)
 	if err != nil {
+		d.failed[c.ID] = time.Now()
 		return nil, err
 	}
+	delete(d.failed, c.ID)
 	s := &diagSocket{ns: ns, fd: fd, buf: make([]byte, 8192)}
+	if !registered(c.ID) {
+		s.close()
+		return nil, fmt.Errorf("container %s unregistered", c.ID)
+	}
 	d.socks[c.ID] = s
 	return s, nil
 }
@@ -186,6 +212,7 @@ func (d *diagSockets) drop(id string) {
 		s.close()
 		delete(d.socks, id)
 	}
+	delete(d.failed, id)
 }
 
 // closeAll closes every socket (the agent stops).
@@ -268,9 +295,16 @@ func (s *diagSocket) state(k tuple) (acceptState, error) {
 		return acceptUnknown, fmt.Errorf("send an inet_diag request: %w", err)
 	}
 	for range 4 { // replies to earlier queries whose reads timed out are skipped
-		n, _, err := unix.Recvfrom(s.fd, s.buf, 0)
+		n, from, err := unix.Recvfrom(s.fd, s.buf, 0)
+		if err == unix.EINTR {
+			n, from, err = unix.Recvfrom(s.fd, s.buf, 0)
+		}
 		if err != nil {
 			return acceptUnknown, fmt.Errorf("read an inet_diag reply: %w", err)
+		}
+		// Only the kernel (port id 0) answers; a process of the namespace could send too.
+		if nl, ok := from.(*unix.SockaddrNetlink); !ok || nl.Pid != 0 {
+			continue
 		}
 		if st, ok := diagReply(s.buf[:n], s.seq, k.conn.Port()); ok {
 			return st, nil

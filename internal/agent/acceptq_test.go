@@ -110,7 +110,7 @@ func TestSlowAcceptorGetsFastPath(t *testing.T) {
 
 // TestSlowAcceptorAcceptedWithoutAskGetsOverlay: a connection accepted
 // by a process that sends no ACCEPT (no library) is not waited for past
-// meetWait and a check or two: the connector gets the overlay well
+// meetWait and up to acceptedLooks checks: the connector gets the overlay well
 // before the bound for queued connections.
 func TestSlowAcceptorAcceptedWithoutAskGetsOverlay(t *testing.T) {
 	s := newSlowAcceptor(t)

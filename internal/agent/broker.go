@@ -54,10 +54,13 @@ package agent
 // the connector waits on, looking again every 10 ms (queuedCheck), up to
 // 150 ms from its CONNECT (queuedWait: the library gives up at 250 ms,
 // and an answer it no longer waits for would leave the ends on different
-// paths). Accepted, its ACCEPT, sent right after accept() returns, gets
-// one more look's time to arrive; accepted with no ACCEPT, gone, or not
-// readable: peer-timeout at once, so only an acceptor that has not yet
-// accepted costs a connector more than meetWait and two looks. The
+// paths). Accepted, its ACCEPT, sent right after accept() returns (maybe
+// after opening a session), gets up to acceptedLooks (3) looks' time to
+// arrive; accepted with no ACCEPT, gone, or not readable: peer-timeout at
+// once, so only an acceptor that has not yet accepted costs a connector
+// more than meetWait and three looks. A reply not from the kernel is
+// ignored; a container whose socket cannot be made is tried again (and
+// logged) once a second at most. The
 // lookups run in the connector's goroutine, no table lock held, each
 // bounded (5 ms); one container's connectors wait so at most 64 at a
 // time (queuedPerContainer). A meeting parked meanwhile (below) wakes the

@@ -27,8 +27,9 @@
 
 /*
  * Must exceed every bound the agents keep inside an answer (PROTOCOL.md,
- * "Timing"): the 50 ms peer wait, and the connector agent's 150 ms budget
- * for a whole cross-host exchange. If the library gave up while its agent
+ * "Timing"): the 50 ms peer wait, its wait of up to 150 ms for an acceptor
+ * whose connection is still in its accept queue, and the connector agent's
+ * 150 ms budget for a whole cross-host exchange. If the library gave up while its agent
  * is still deciding, one end could get the channel while the other stays
  * on TCP; on a busy 2-core host a scheduling delay of tens of ms is
  * ordinary, so the margin is generous. A silent or wedged agent still
