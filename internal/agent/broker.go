@@ -372,7 +372,8 @@ func (a *Agent) precheck(self directory.Container, peerEP netip.AddrPort, side s
 		return peer, why
 	}
 	if side == sideConnector && peer.Host == a.cfg.Host {
-		return peer, listenerRefusal(a.listeners, peer.ID, peerEP.Port(), marks)
+		_, why := a.listeners.refusal(peer.ID, peerEP.Port(), marks)
+		return peer, why
 	}
 	return peer, ""
 }

@@ -138,7 +138,8 @@ func (l *listeners) deleteLocked(k listenerKey, pid int32) {
 	if len(l.m[k]) == 0 {
 		delete(l.m, k)
 	}
-	if delete(l.byPid[pid], k); len(l.byPid[pid]) == 0 {
+	delete(l.byPid[pid], k)
+	if len(l.byPid[pid]) == 0 {
 		delete(l.byPid, pid)
 	}
 	if l.held[k.id]--; l.held[k.id] <= 0 {
@@ -153,14 +154,6 @@ func (l *listeners) remove(s *session, id string, port uint16) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.deleteLocked(listenerKey{id, port}, s.pid)
-}
-
-// asksMarked reports whether a library-enabled process of container id
-// listens on port (has), and whether every one of them asks only about
-// connections whose SYN has the mark (marked).
-func (l *listeners) asksMarked(id string, port uint16) (has, marked bool) {
-	pids, _, marked := l.live(id, port)
-	return len(pids) > 0, marked
 }
 
 // pids returns the processes that registered container id's port.
@@ -215,18 +208,18 @@ func (l *listeners) keysOf(pid int32, ns nsKey) map[listenerKey]bool {
 	return mine
 }
 
-// listenerRefusal is why a connection to container id's port, from a
-// library that marks its SYNs or not (marks), takes the overlay at once
-// on the acceptor's host: no library-enabled listener, or only listeners
-// whose libraries will not ask about an unmarked SYN; "" if an ACCEPT may
-// come.
-func listenerRefusal(l *listeners, id string, port uint16, marks bool) string {
-	has, marked := l.asksMarked(id, port)
+// refusal returns the processes listening on container id's port, and
+// why a connection to it from a library that marks its SYNs or not
+// (marks) takes the overlay at once on the acceptor's host: no
+// library-enabled listener, or only listeners whose libraries will not ask
+// about an unmarked SYN; "" if an ACCEPT may come.
+func (l *listeners) refusal(id string, port uint16, marks bool) ([]int32, string) {
+	pids, _, marked := l.live(id, port)
 	switch {
-	case !has:
-		return reasonNoListener
+	case len(pids) == 0:
+		return nil, reasonNoListener
 	case marked && !marks:
-		return reasonOldLibrary
+		return pids, reasonOldLibrary
 	}
-	return ""
+	return pids, ""
 }

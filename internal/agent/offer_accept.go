@@ -162,11 +162,9 @@ func (a *Agent) offerPrecheck(k tuple, sender directory.Host, marks bool) (*list
 		return nil, why
 	}
 	li := &listenerInfo{key: listenerKey{acc.ID, k.acc.Port()}, conn: conn.ID}
-	if why := listenerRefusal(a.listeners, li.key.id, li.key.port, marks); why != "" {
+	var why string
+	if li.pids, why = a.listeners.refusal(li.key.id, li.key.port, marks); why != "" {
 		return nil, why
-	}
-	if li.pids = a.listeners.pids(li.key.id, li.key.port); len(li.pids) == 0 {
-		return nil, reasonNoListener
 	}
 	return li, ""
 }

@@ -288,7 +288,7 @@ func parseAll(env toolEnv, e Experiment, outs [][]byte) (map[string]float64, []s
 
 // checkRun is a running check of a FreeFlow path: `freeflow conns` polled
 // while the client runs, and the agents' counters before and after; on
-// other paths only the polls (c nil, see connsPoll); nil checks nothing.
+// other paths only the polls (c nil, see connsPoll).
 type checkRun struct {
 	ctx    context.Context
 	cli    CLI
@@ -327,9 +327,6 @@ func (r *runner) startCheck(ctx context.Context, j Job) *checkRun {
 // counters must show no fallback; when conns saw none (connections too
 // short-lived to catch), the counters alone must confirm the path.
 func (run *checkRun) finish() string {
-	if run == nil {
-		return ""
-	}
 	close(run.stop)
 	<-run.done
 	if run.c == nil {

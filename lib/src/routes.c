@@ -366,8 +366,8 @@ static void sqe_fd(int fd)
 /*
  * The n bytes at src, which a system call's argument names, into dst, read
  * as the kernel reads them: an address the program got wrong fails the
- * read (the kernel then fails the call with EFAULT) instead of faulting in
- * the library. 0, or -1 with errno set.
+ * read (-EFAULT; the kernel then fails the call so) instead of faulting in
+ * the library. 0 or -errno.
  */
 static int user_read(void *dst, const void *src, size_t n)
 {
@@ -375,21 +375,18 @@ static int user_read(void *dst, const void *src, size_t n)
 	struct iovec from = { .iov_base = (void *)(uintptr_t)src, .iov_len = n };
 	ssize_t got = process_vm_readv(getpid(), &to, 1, &from, 1, 0);
 
-	if (got == (ssize_t)n)
-		return 0;
-	if (got >= 0)
-		errno = EFAULT;
-	return -1;
+	return got == (ssize_t)n ? 0 : got >= 0 ? -EFAULT : -errno;
 }
 
 /*
- * Memory the library must see before the kernel uses it could not be read:
- * a bad address is the kernel's to refuse; anything else (a sandbox that
- * denies the read) leaves the library blind, so the process leaves shm.
+ * Memory the library must see before the kernel uses it could not be read
+ * (err, user_read's): a bad address is the kernel's to refuse; anything
+ * else (a sandbox that denies the read) leaves the library blind, so the
+ * process leaves shm.
  */
-static void unread(const char *what)
+static void unread(int err, const char *what)
 {
-	if (errno != EFAULT)
+	if (err != -EFAULT)
 		ff_shm_avoid(what);
 }
 
@@ -401,17 +398,19 @@ static void unread(const char *what)
  * listening or connected stays on the overlay: the ring keeps the file it
  * was given, which a swap would replace at the number only.
  */
+#define FILES_CHUNK	256	/* fds read at a time */
+
 static void fixed_files(const int *fds, unsigned n)
 {
-	int chunk[256];
+	int chunk[FILES_CHUNK], err;
 
 	if (!fds)
 		return;
-	for (unsigned at = 0; at < n; at += 256) {
-		unsigned k = n - at < 256 ? n - at : 256;
+	for (unsigned at = 0; at < n; at += FILES_CHUNK) {
+		unsigned k = n - at < FILES_CHUNK ? n - at : FILES_CHUNK;
 
-		if (user_read(chunk, fds + at, k * sizeof(int))) {
-			unread("io_uring fixed files that could not be read");
+		if ((err = user_read(chunk, fds + at, k * sizeof(int)))) {
+			unread(err, "io_uring fixed files that could not be read");
 			return;
 		}
 		for (unsigned i = 0; i < k; i++) {
@@ -424,12 +423,14 @@ static void fixed_files(const int *fds, unsigned n)
 /* IORING_OP_SENDMSG(_ZC)'s msghdr at addr: fds it passes leave shm first. */
 static void sqe_sendmsg(const void *addr)
 {
-	static _Thread_local uint8_t control[4096];	/* more than the kernel lets a message carry fds in */
+	uint8_t control[4096];	/* more than the kernel lets a message carry fds in */
 	struct msghdr mh;
+	int err;
 
-	if (!addr || user_read(&mh, addr, sizeof(mh))) {
-		if (addr)
-			unread("an io_uring sendmsg header that could not be read");
+	if (!addr)
+		return;
+	if ((err = user_read(&mh, addr, sizeof(mh)))) {
+		unread(err, "an io_uring sendmsg header that could not be read");
 		return;
 	}
 	if (!mh.msg_controllen)
@@ -438,8 +439,8 @@ static void sqe_sendmsg(const void *addr)
 		ff_shm_avoid("an io_uring sendmsg with more control data than the library reads");
 		return;
 	}
-	if (user_read(control, mh.msg_control, mh.msg_controllen)) {
-		unread("io_uring sendmsg control data that could not be read");
+	if ((err = user_read(control, mh.msg_control, mh.msg_controllen))) {
+		unread(err, "io_uring sendmsg control data that could not be read");
 		return;
 	}
 	mh.msg_control = control;
@@ -537,6 +538,7 @@ static void ring_register(unsigned op, const void *arg, unsigned nr)
 	struct io_uring_rsrc_register reg;
 	struct io_uring_rsrc_update2 up2;
 	struct io_uring_files_update up;
+	int err;
 
 	if (!arg)
 		return;
@@ -547,22 +549,22 @@ static void ring_register(unsigned op, const void *arg, unsigned nr)
 	case IORING_REGISTER_FILES2:
 		if (nr != sizeof(reg))
 			break;
-		if (user_read(&reg, arg, sizeof(reg)))
-			unread("an io_uring_register argument that could not be read");
+		if ((err = user_read(&reg, arg, sizeof(reg))))
+			unread(err, "an io_uring_register argument that could not be read");
 		else if (!(reg.flags & IORING_RSRC_REGISTER_SPARSE))
 			fixed_files((const int *)(uintptr_t)reg.data, reg.nr);
 		break;
 	case IORING_REGISTER_FILES_UPDATE:
-		if (user_read(&up, arg, sizeof(up)))
-			unread("an io_uring_register argument that could not be read");
+		if ((err = user_read(&up, arg, sizeof(up))))
+			unread(err, "an io_uring_register argument that could not be read");
 		else
 			fixed_files((const int *)(uintptr_t)up.fds, nr);
 		break;
 	case IORING_REGISTER_FILES_UPDATE2:
 		if (nr != sizeof(up2))
 			break;
-		if (user_read(&up2, arg, sizeof(up2)))
-			unread("an io_uring_register argument that could not be read");
+		if ((err = user_read(&up2, arg, sizeof(up2))))
+			unread(err, "an io_uring_register argument that could not be read");
 		else
 			fixed_files((const int *)(uintptr_t)up2.data, up2.nr);
 		break;
@@ -758,7 +760,7 @@ static int route(long n, const long *a, long *ret)
 	case SYS_clone3: {
 		uint64_t flags = 0;	/* clone_args.flags, its first field; unread: a process copy */
 
-		if (!a[0] || (user_read(&flags, (const void *)a[0], sizeof(flags)) && errno == EFAULT))
+		if (!a[0] || user_read(&flags, (const void *)a[0], sizeof(flags)) == -EFAULT)
 			return 0;	/* the kernel refuses it (EINVAL, EFAULT): nothing copied */
 		before_copy((unsigned long)flags);
 		return 0;
