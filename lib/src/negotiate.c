@@ -584,11 +584,18 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 	uint64_t entry = 0, listed = 0;
 	struct said said = { .kind = FF_PATH_OVERLAY };
 
+	/* NEGOTIATING: c is this thread's alone (its SYN's names, read by accepted()). */
+	int named = msg == FF_MSG_ACCEPT && c->peer_nolib && c->local.ss_family != AF_UNSPEC;
+
 	if (msg == FF_MSG_CONNECT && c->offer)
 		ff_offer_peer(c->offer, &remote, &rl);
-	if (ff_real.getsockname(fd, (void *)&local, &ll) ||
-	    (!(msg == FF_MSG_CONNECT && c->offer) &&
-	     ff_real.getpeername(fd, (void *)&remote, &rl))) {
+	if (named) {
+		local = c->local, remote = c->remote;
+		ll = rl = local.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+	}
+	if (!named && (ff_real.getsockname(fd, (void *)&local, &ll) ||
+		       (!(msg == FF_MSG_CONNECT && c->offer) &&
+			ff_real.getpeername(fd, (void *)&remote, &rl)))) {
 		snprintf(why, sizeof(why), "not connected: %s", strerror(errno));
 	} else if (ff_skip_loopback(&local)) {
 		snprintf(why, sizeof(why), "loopback connection: not negotiated");

@@ -296,7 +296,7 @@ static int accepted(int lfd, int nfd)
 	ff_table_unlock();
 	ff_conn_closed(old);
 	/* NEGOTIATING: no other thread touches c until ff_negotiate decides. */
-	c->peer_nolib = read_mark && ff_syn_unmarked(nfd);
+	c->peer_nolib = read_mark && ff_syn_unmarked(nfd, c->family, &c->local, &c->remote);
 	ff_negotiate(nfd, c, FF_MSG_ACCEPT);
 	return nfd;
 }

@@ -122,12 +122,52 @@ void ff_syn_keep(int fd, int keep)
 	set_int(fd, IPPROTO_TCP, TCP_SAVE_SYN, keep);
 }
 
-int ff_syn_unmarked(int fd)
+/*
+ * The addresses of the SYN's IP and TCP headers (syn, len bytes) as
+ * getsockname/getpeername of the accepted socket give them, in the
+ * listener's family (an IPv4 SYN on an AF_INET6 listener v4-mapped); 0,
+ * or -1 when it does not say them all (an IPv6 extension header, a
+ * link-local address, whose scope only the kernel knows).
+ */
+static int syn_names(const uint8_t *syn, socklen_t len, int family, struct sockaddr_storage *local,
+		     struct sockaddr_storage *remote)
+{
+	const uint8_t *src, *dst, *tcp;
+	struct sockaddr_in6 l6 = { .sin6_family = AF_INET6 }, r6 = { .sin6_family = AF_INET6 };
+
+	if (syn[0] >> 4 == 4 && len >= (socklen_t)(syn[0] & 0x0f) * 4 + 4) {
+		src = syn + 12, dst = syn + 16, tcp = syn + (syn[0] & 0x0f) * 4;
+		if (family == AF_INET) {
+			struct sockaddr_in l = { .sin_family = AF_INET }, r = { .sin_family = AF_INET };
+
+			memcpy(&l.sin_addr, dst, 4), memcpy(&l.sin_port, tcp + 2, 2);
+			memcpy(&r.sin_addr, src, 4), memcpy(&r.sin_port, tcp, 2);
+			memcpy(local, &l, sizeof(l)), memcpy(remote, &r, sizeof(r));
+			return 0;
+		}
+		l6.sin6_addr.s6_addr[10] = l6.sin6_addr.s6_addr[11] = 0xff;
+		r6.sin6_addr.s6_addr[10] = r6.sin6_addr.s6_addr[11] = 0xff;
+		memcpy(l6.sin6_addr.s6_addr + 12, dst, 4), memcpy(r6.sin6_addr.s6_addr + 12, src, 4);
+	} else if (syn[0] >> 4 == 6 && family == AF_INET6 && len >= 44 && syn[6] == IPPROTO_TCP) {
+		src = syn + 8, dst = syn + 24, tcp = syn + 40;
+		memcpy(l6.sin6_addr.s6_addr, dst, 16), memcpy(r6.sin6_addr.s6_addr, src, 16);
+		if (IN6_IS_ADDR_LINKLOCAL(&l6.sin6_addr) || IN6_IS_ADDR_LINKLOCAL(&r6.sin6_addr))
+			return -1;
+	} else {
+		return -1;
+	}
+	memcpy(&l6.sin6_port, tcp + 2, 2), memcpy(&r6.sin6_port, tcp, 2);
+	memcpy(local, &l6, sizeof(l6)), memcpy(remote, &r6, sizeof(r6));
+	return 0;
+}
+
+int ff_syn_unmarked(int fd, int family, struct sockaddr_storage *local, struct sockaddr_storage *remote)
 {
 	uint8_t syn[512];
 	socklen_t len = sizeof(syn);
-	int tos;
+	int tos, unmarked;
 
+	local->ss_family = remote->ss_family = AF_UNSPEC;
 	/* Reading the kept SYN also frees it. */
 	if (ff_real.getsockopt(fd, IPPROTO_TCP, TCP_SAVED_SYN, syn, &len) || len < 2)
 		return 0;
@@ -137,5 +177,8 @@ int ff_syn_unmarked(int fd)
 		tos = (syn[0] & 0x0f) << 4 | syn[1] >> 4;
 	else
 		return 0;
-	return (tos & FF_SYN_TOS_MASK) != FF_SYN_TOS;
+	unmarked = (tos & FF_SYN_TOS_MASK) != FF_SYN_TOS;
+	if (unmarked && syn_names(syn, len, family, local, remote))
+		local->ss_family = remote->ss_family = AF_UNSPEC;
+	return unmarked;
 }

@@ -35,10 +35,13 @@ int ff_syn_held_get(const struct ff_conn *c, int level, int name, void *val, soc
  */
 void ff_syn_keep(int fd, int keep);
 /*
- * An accepted connection: 1 if its SYN was kept and carries no mark (the
- * connector has no library), 0 if marked or not known (no SYN kept:
- * syncookies, or a listener older than ff_syn_keep).
+ * An accepted connection of a listener of family: 1 if its SYN was kept
+ * and carries no mark (the connector has no library), 0 if marked or not
+ * known (no SYN kept: syncookies, or a listener older than ff_syn_keep).
+ * For 1, *local and *remote get the connection's addresses as
+ * getsockname/getpeername would, from the SYN (their family AF_UNSPEC
+ * where it does not say them), which spares two system calls.
  */
-int ff_syn_unmarked(int fd);
+int ff_syn_unmarked(int fd, int family, struct sockaddr_storage *local, struct sockaddr_storage *remote);
 
 #endif

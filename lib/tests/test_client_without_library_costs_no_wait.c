@@ -35,6 +35,64 @@ static long no_library(int lfd, const void *arg)
 	return (long)no_library_count(lfd, arg);
 }
 
+/* An endpoint as the ledger keeps it: address and port, a v4-mapped one as IPv4. */
+struct ends {
+	uint8_t l[18], r[18];
+	int ll, rl;
+};
+
+static int endpoint(const struct sockaddr_storage *ss, uint8_t out[18])
+{
+	const struct sockaddr_in *in = (const void *)ss;
+	const struct sockaddr_in6 *in6 = (const void *)ss;
+
+	if (ss->ss_family == AF_INET) {
+		memcpy(out, &in->sin_addr, 4), memcpy(out + 4, &in->sin_port, 2);
+		return 6;
+	}
+	if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) {
+		memcpy(out, &in6->sin6_addr.s6_addr[12], 4), memcpy(out + 4, &in6->sin6_port, 2);
+		return 6;
+	}
+	memcpy(out, &in6->sin6_addr, 16), memcpy(out + 16, &in6->sin6_port, 2);
+	return 18;
+}
+
+/* Live ledger entries whose endpoints are exactly arg's. */
+static long with_ends(int lfd, const void *arg)
+{
+	const struct ends *want = arg;
+	uint8_t e[FF_LEDGER_ENTRY];
+	uint32_t seq;
+	long n = 0;
+
+	for (off_t at = FF_LEDGER_HDR; pread(lfd, e, sizeof(e), at) == sizeof(e); at += FF_LEDGER_ENTRY) {
+		memcpy(&seq, e + FF_LEDGER_E_SEQ, 4);
+		n += (seq & 1) && e[FF_LEDGER_E_LOCAL_LEN] == want->ll &&
+		     e[FF_LEDGER_E_REMOTE_LEN] == want->rl &&
+		     !memcmp(e + FF_LEDGER_E_LOCAL, want->l, (size_t)want->ll) &&
+		     !memcmp(e + FF_LEDGER_E_REMOTE, want->r, (size_t)want->rl);
+	}
+	return n;
+}
+
+/*
+ * The accepted end sfd of a client without the library is listed with the
+ * names the kernel gives it (the library reads them from the SYN).
+ */
+static void listed_with_its_names(int sfd, const char *what)
+{
+	struct sockaddr_storage l, r;
+	socklen_t ll = sizeof(l), rl = sizeof(r);
+	struct ends want;
+
+	CHECK(!getsockname(sfd, (void *)&l, &ll) && !getpeername(sfd, (void *)&r, &rl), "%s: names", what);
+	want.ll = endpoint(&l, want.l);
+	want.rl = endpoint(&r, want.r);
+	CHECK(t_ledger_sum(with_ends, &want) == 1, "%s: %d live ledger entries with the connection's names, want 1",
+	      what, t_ledger_sum(with_ends, &want));
+}
+
 int main(int argc, char **argv)
 {
 	uint8_t syn[512];
@@ -67,9 +125,27 @@ int main(int argc, char **argv)
 	      t_ledger_entries(FF_PATH_OVERLAY, "peer-no-library"));
 	CHECK(t_ledger_sum(no_library, NULL) == 1, "%d counted in the ledger's header, want 1",
 	      t_ledger_sum(no_library, NULL));
+	listed_with_its_names(sfd, "IPv4 listener");
 	close(sfd);
 	t_raw(SYS_close, cfd);
 	CHECK(t_ledger_entries(FF_PATH_OVERLAY, "peer-no-library") == 0, "listed after its close");
+
+	/* A dual-stack listener: the IPv4 client's names are v4-mapped, as the kernel gives them. */
+	{
+		struct sockaddr_in6 any = { .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT };
+		socklen_t al = sizeof(any);
+		int l6 = socket(AF_INET6, SOCK_STREAM, 0);
+
+		CHECK(!bind(l6, (void *)&any, al) && !listen(l6, 4) && !getsockname(l6, (void *)&any, &al),
+		      "dual-stack listener: %s", strerror(errno));
+		cfd = raw_client(ntohs(any.sin6_port));
+		sfd = accept(l6, NULL, NULL);
+		CHECK(sfd >= 0 && !t_swapped(sfd), "dual-stack accept");
+		listed_with_its_names(sfd, "dual-stack listener");
+		close(sfd);
+		t_raw(SYS_close, cfd);
+		close(l6);
+	}
 
 	/* With the library: marked, asked, and the application's TOS is its own. */
 	{
