@@ -9,16 +9,19 @@ import (
 
 // slowAcceptPy is a server whose accept() comes a while after each
 // connection is queued, as a busy event loop's or one that sleeps
-// between accepts (serve PORT DELAY_MS: each accept DELAY_MS after select
-// says one is there; it echoes each connection), and a client (client
+// between accepts (serve PORT DELAY_MS [dual]: each accept DELAY_MS after
+// select says one is there; it echoes each connection; dual: on a
+// dual-stack [::] socket, as Node.js listens), and a client (client
 // HOST PORT COUNT: COUNT connections one after another, from one process,
 // so that later ones may go over a link; each sends 64 KiB of random
 // bytes and checks the echo).
 const slowAcceptPy = `
 import os, select, socket, sys, threading, time
 if sys.argv[1] == "serve":
-    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("0.0.0.0", int(sys.argv[2]))); s.listen(64)
+    dual = sys.argv[4:] == ["dual"]
+    s = socket.socket(socket.AF_INET6 if dual else socket.AF_INET)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("::" if dual else "0.0.0.0", int(sys.argv[2]))); s.listen(64)
     delay = int(sys.argv[3]) / 1000
     def echo(c):
         while True:
@@ -56,15 +59,21 @@ else:
 // still in the accept queue and waited on (internal/agent/acceptq.go).
 // Across hosts, with the server 80 ms late (past the acceptor's agent's
 // 40 ms, inside the connector's agent's 150 ms budget), all on host-tcp.
+// A dual-stack listener ([::], as Node.js listens) holds the IPv4
+// client's connection as a v4-mapped IPv6 socket: found in its queue all
+// the same, all on shm.
 func TestSlowAcceptorServerOnShm(t *testing.T) {
 	c := newCluster(t, 2)
 	c.StartDetached(t, "h1", "slow", nil, "python3", "-c", slowAcceptPy, "serve", "7001", "100")
 	c.StartDetached(t, "h1", "slow80", nil, "python3", "-c", slowAcceptPy, "serve", "7002", "80")
+	c.StartDetached(t, "h1", "slowdual", nil, "python3", "-c", slowAcceptPy, "serve", "7003", "100", "dual")
 	c.WaitListening(t, "slow", 7001)
 	c.WaitListening(t, "slow80", 7002)
+	c.WaitListening(t, "slowdual", 7003)
 	for _, tc := range []struct{ host, srv, port, path string }{
 		{"h1", "slow", "7001", "shm"},
 		{"h2", "slow80", "7002", "host-tcp"},
+		{"h1", "slowdual", "7003", "shm"},
 	} {
 		t.Run(tc.srv+"-from-"+tc.host, func(t *testing.T) {
 			hosts := []string{"h1"}
