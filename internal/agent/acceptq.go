@@ -42,9 +42,8 @@ const (
 	// queuedCheck is how often, past meetWait, the accept queue is read.
 	// A connection accepted with no ACCEPT following (the accepting
 	// process has no library, or does not ask) is seen at the next check
-	// and given one more for its ACCEPT, which the library sends right
-	// after accept() returns, to arrive: it costs meetWait plus at most
-	// two of these, not queuedWait.
+	// and given acceptedLooks checks for its ACCEPT to arrive: it costs
+	// meetWait plus a few of these, not queuedWait.
 	queuedCheck = 10 * time.Millisecond
 	// queuedPerContainer bounds the connectors of one container waiting
 	// past meetWait at once (each reads the kernel every queuedCheck);

@@ -324,7 +324,9 @@ func (a *Agent) decide(s *session, k tuple, side side) (directory.Container, dec
 	if side == sideAcceptor {
 		peerEP = k.conn
 	}
-	peer, reason := a.precheck(s.self, peerEP, side, s.caps&protocol.CapSynMark != 0)
+	lib := asking{shm: s.caps&protocol.CapShm != 0, link: s.caps&protocol.CapLink != 0, xlink: s.caps&protocol.CapXLink != 0,
+		mark: s.caps&protocol.CapSynMark != 0, pid: s.pid}
+	peer, li, reason := a.precheck(s.self, peerEP, side, lib.mark)
 	if reason != "" {
 		d, parked := a.rv.decideNow(k, side, overlay(reason))
 		if parked != nil { // decided fast without us: take our half, as the connector has its own
@@ -333,8 +335,6 @@ func (a *Agent) decide(s *session, k tuple, side side) (directory.Container, dec
 		}
 		return peer, d, noHalf
 	}
-	lib := asking{shm: s.caps&protocol.CapShm != 0, link: s.caps&protocol.CapLink != 0, xlink: s.caps&protocol.CapXLink != 0,
-		mark: s.caps&protocol.CapSynMark != 0, pid: s.pid}
 	c := &connector{pid: s.pid, mine: a.listeners.keysOf(s.pid, s.ns)}
 	defer a.rv.endAsk(c, side, k)
 	if side == sideAcceptor {
@@ -349,33 +349,32 @@ func (a *Agent) decide(s *session, k tuple, side side) (directory.Container, dec
 		d, h := a.offerRemote(s.self, peer, k, c, lib)
 		return peer, d, h
 	}
-	lis := listenerKey{peer.ID, k.acc.Port()}
-	pids, lisShm, _ := a.listeners.live(lis.id, lis.port)
-	d, h := a.meet(k, side, &listenerInfo{key: lis, pids: pids, shm: lisShm, conn: s.self.ID}, c, lib, a.finishLocal)
+	d, h := a.meet(k, side, li, c, lib, a.finishLocal)
 	return peer, d, h
 }
 
 // precheck applies the rules that decide overlay at once, from this side's
 // view; marks says the asking library marks its SYNs. It returns the
-// peer's record and the reason, or "" to go on.
-func (a *Agent) precheck(self directory.Container, peerEP netip.AddrPort, side side, marks bool) (directory.Container, string) {
+// peer's record, for a connector to a local container the listener it
+// waits on, and the reason, or "" to go on.
+func (a *Agent) precheck(self directory.Container, peerEP netip.AddrPort, side side, marks bool) (directory.Container, *listenerInfo, string) {
 	peer, ok := a.dir.LookupIP(peerEP.Addr().String())
 	switch {
 	case !ok:
-		return directory.Container{}, reasonNotContainer
+		return directory.Container{}, nil, reasonNotContainer
 	case !self.FreeFlow:
-		return peer, reasonSelfNoLib
+		return peer, nil, reasonSelfNoLib
 	case !peer.FreeFlow:
-		return peer, reasonPeerNoLib
+		return peer, nil, reasonPeerNoLib
 	}
 	if ok, why := a.policy().Trust(self, peer); !ok {
-		return peer, why
+		return peer, nil, why
 	}
 	if side == sideConnector && peer.Host == a.cfg.Host {
-		_, why := a.listeners.refusal(peer.ID, peerEP.Port(), marks)
-		return peer, why
+		li, why := a.listeners.waitOn(peer.ID, peerEP.Port(), self.ID, marks)
+		return peer, li, why
 	}
-	return peer, ""
+	return peer, nil, ""
 }
 
 // connInfo describes one answered connection for `freeflow conns`.

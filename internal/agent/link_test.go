@@ -160,7 +160,7 @@ func TestNoLinkForSharedListener(t *testing.T) {
 	if err := srv.listen(selfSrv); err != nil {
 		t.Fatal(err)
 	}
-	if pids := a.listeners.pids(ffSelf.ID, 8080); len(pids) != 2 {
+	if pids, _, _ := a.listeners.live(ffSelf.ID, 8080); len(pids) != 2 {
 		t.Fatalf("listener registered by pids %v; want the test process and the child", pids)
 	}
 	con, acc := meetSelf(t, srv, cli, 46020)

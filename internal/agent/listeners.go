@@ -156,12 +156,6 @@ func (l *listeners) remove(s *session, id string, port uint16) {
 	l.deleteLocked(listenerKey{id, port}, s.pid)
 }
 
-// pids returns the processes that registered container id's port.
-func (l *listeners) pids(id string, port uint16) []int32 {
-	pids, _, _ := l.live(id, port)
-	return pids
-}
-
 // live returns the processes that registered container id's port, and
 // whether all of them can take shm channels and all of them ask only
 // about marked SYNs, forgetting registrations whose process is gone (or
@@ -208,18 +202,18 @@ func (l *listeners) keysOf(pid int32, ns nsKey) map[listenerKey]bool {
 	return mine
 }
 
-// refusal returns the processes listening on container id's port, and
-// why a connection to it from a library that marks its SYNs or not
-// (marks) takes the overlay at once on the acceptor's host: no
-// library-enabled listener, or only listeners whose libraries will not ask
-// about an unmarked SYN; "" if an ACCEPT may come.
-func (l *listeners) refusal(id string, port uint16, marks bool) ([]int32, string) {
-	pids, _, marked := l.live(id, port)
+// waitOn returns the listener on container id's port that a connection
+// from container conn waits on for its ACCEPT (conn, from a library that
+// marks its SYNs or not: marks), or why it takes the overlay at once on
+// the acceptor's host: no library-enabled listener, or only listeners
+// whose libraries will not ask about an unmarked SYN.
+func (l *listeners) waitOn(id string, port uint16, conn string, marks bool) (*listenerInfo, string) {
+	pids, shm, marked := l.live(id, port)
 	switch {
 	case len(pids) == 0:
 		return nil, reasonNoListener
 	case marked && !marks:
-		return pids, reasonOldLibrary
+		return nil, reasonOldLibrary
 	}
-	return pids, ""
+	return &listenerInfo{key: listenerKey{id, port}, pids: pids, shm: shm, conn: conn}, ""
 }

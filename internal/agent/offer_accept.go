@@ -161,12 +161,7 @@ func (a *Agent) offerPrecheck(k tuple, sender directory.Host, marks bool) (*list
 	if ok, why := a.policy().Trust(conn, acc); !ok {
 		return nil, why
 	}
-	li := &listenerInfo{key: listenerKey{acc.ID, k.acc.Port()}, conn: conn.ID}
-	var why string
-	if li.pids, why = a.listeners.refusal(li.key.id, li.key.port, marks); why != "" {
-		return nil, why
-	}
-	return li, ""
+	return a.listeners.waitOn(acc.ID, k.acc.Port(), conn.ID, marks)
 }
 
 // meetOffer plays the connecting side of k's meeting on this host. Once

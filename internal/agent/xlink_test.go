@@ -190,7 +190,7 @@ func TestXLinkNotGrantedForSharedListener(t *testing.T) {
 	if err := srv.listen(srv2); err != nil {
 		t.Fatal(err)
 	}
-	if pids := hs.h2.listeners.pids(ffSelf2.ID, 5201); len(pids) != 2 {
+	if pids, _, _ := hs.h2.listeners.live(ffSelf2.ID, 5201); len(pids) != 2 {
 		t.Fatalf("listener registered by pids %v; want the test process and the child", pids)
 	}
 	con, acc := meetCross(t, cli, srv, 49020)
