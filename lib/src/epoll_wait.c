@@ -113,12 +113,12 @@ static int drop_bells(const struct ff_ewait *w, int n)
  * new registration reports the connection, once, with their bits
  * (ff_epset_absorb). Returns how many are left.
  */
-static int drop_swapped(struct epoll_event *evs, int n, struct ff_epset *es, unsigned adopts)
+static int absorb_swapped(struct epoll_event *evs, int n, struct ff_epset *es, unsigned adopts)
 {
 	int kept = 0;
 
 	for (int i = 0; i < n; i++)
-		if (!es || !ff_epset_absorb(es, &evs[i], adopts))
+		if (!ff_epset_absorb(es, &evs[i], adopts))
 			evs[kept++] = evs[i];
 	return kept;
 }
@@ -193,8 +193,8 @@ static int collect(const struct ff_ewait *w, struct ff_epset *es, int sleep, str
 		k = settle_reported(w->epfd, evs, k);
 	/* Decided connects may have brought shm registrations: es is looked up again. */
 	es = ff_epset_get(w->epfd, 0);
-	if (k && atomic_load(&ff_ep_adopts) != adopts)
-		k = drop_swapped(evs, k, es, adopts);
+	if (k && es && atomic_load(&ff_ep_adopts) != adopts)
+		k = absorb_swapped(evs, k, es, adopts);
 	memmove(evs + k, evs + max - m, (size_t)m * sizeof(*evs));
 	if (k + m < max && ff_epset_busy(es))
 		m += ff_epset_scan(es, &round, evs + k + m, max - k - m);

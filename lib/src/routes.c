@@ -379,15 +379,18 @@ static int user_read(void *dst, const void *src, size_t n)
 }
 
 /*
- * Memory the library must see before the kernel uses it could not be read
- * (err, user_read's): a bad address is the kernel's to refuse; anything
+ * user_read of memory the library must see before the kernel uses it; 0,
+ * or -1 if it cannot: a bad address is the kernel's to refuse; anything
  * else (a sandbox that denies the read) leaves the library blind, so the
- * process leaves shm.
+ * process leaves shm (what says why).
  */
-static void unread(int err, const char *what)
+static int must_read(void *dst, const void *src, size_t n, const char *what)
 {
-	if (err != -EFAULT)
+	int err = user_read(dst, src, n);
+
+	if (err && err != -EFAULT)
 		ff_shm_avoid(what);
+	return err ? -1 : 0;
 }
 
 /*
@@ -402,17 +405,15 @@ static void unread(int err, const char *what)
 
 static void fixed_files(const int *fds, unsigned n)
 {
-	int chunk[FILES_CHUNK], err;
+	int chunk[FILES_CHUNK];
 
 	if (!fds)
 		return;
 	for (unsigned at = 0; at < n; at += FILES_CHUNK) {
 		unsigned k = n - at < FILES_CHUNK ? n - at : FILES_CHUNK;
 
-		if ((err = user_read(chunk, fds + at, k * sizeof(int)))) {
-			unread(err, "io_uring fixed files that could not be read");
+		if (must_read(chunk, fds + at, k * sizeof(int), "io_uring fixed files that could not be read"))
 			return;
-		}
 		for (unsigned i = 0; i < k; i++) {
 			ff_listener_withdraw(chunk[i], "given to io_uring as a fixed file");
 			sqe_fd(chunk[i]);
@@ -425,24 +426,17 @@ static void sqe_sendmsg(const void *addr)
 {
 	uint8_t control[4096];	/* more than the kernel lets a message carry fds in */
 	struct msghdr mh;
-	int err;
 
-	if (!addr)
-		return;
-	if ((err = user_read(&mh, addr, sizeof(mh)))) {
-		unread(err, "an io_uring sendmsg header that could not be read");
-		return;
-	}
-	if (!mh.msg_controllen)
+	if (!addr || must_read(&mh, addr, sizeof(mh), "an io_uring sendmsg header that could not be read") ||
+	    !mh.msg_controllen)
 		return;
 	if (mh.msg_controllen > sizeof(control)) {
 		ff_shm_avoid("an io_uring sendmsg with more control data than the library reads");
 		return;
 	}
-	if ((err = user_read(control, mh.msg_control, mh.msg_controllen))) {
-		unread(err, "io_uring sendmsg control data that could not be read");
+	if (must_read(control, mh.msg_control, mh.msg_controllen,
+		      "io_uring sendmsg control data that could not be read"))
 		return;
-	}
 	mh.msg_control = control;
 	ff_shm_switch_passed(&mh);
 }
@@ -538,7 +532,7 @@ static void ring_register(unsigned op, const void *arg, unsigned nr)
 	struct io_uring_rsrc_register reg;
 	struct io_uring_rsrc_update2 up2;
 	struct io_uring_files_update up;
-	int err;
+	const char *why = "an io_uring_register argument that could not be read";
 
 	if (!arg)
 		return;
@@ -549,23 +543,17 @@ static void ring_register(unsigned op, const void *arg, unsigned nr)
 	case IORING_REGISTER_FILES2:
 		if (nr != sizeof(reg))
 			break;
-		if ((err = user_read(&reg, arg, sizeof(reg))))
-			unread(err, "an io_uring_register argument that could not be read");
-		else if (!(reg.flags & IORING_RSRC_REGISTER_SPARSE))
+		if (!must_read(&reg, arg, sizeof(reg), why) && !(reg.flags & IORING_RSRC_REGISTER_SPARSE))
 			fixed_files((const int *)(uintptr_t)reg.data, reg.nr);
 		break;
 	case IORING_REGISTER_FILES_UPDATE:
-		if ((err = user_read(&up, arg, sizeof(up))))
-			unread(err, "an io_uring_register argument that could not be read");
-		else
+		if (!must_read(&up, arg, sizeof(up), why))
 			fixed_files((const int *)(uintptr_t)up.fds, nr);
 		break;
 	case IORING_REGISTER_FILES_UPDATE2:
 		if (nr != sizeof(up2))
 			break;
-		if ((err = user_read(&up2, arg, sizeof(up2))))
-			unread(err, "an io_uring_register argument that could not be read");
-		else
+		if (!must_read(&up2, arg, sizeof(up2), why))
 			fixed_files((const int *)(uintptr_t)up2.data, up2.nr);
 		break;
 	}

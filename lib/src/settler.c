@@ -12,9 +12,7 @@
  * about the decision changes but its time.
  *
  * - Only late ones: a program that looks in time decides its connections
- *   itself, in its own threads, as before. This one thread decides one
- *   connection at a time, and its wait for one acceptor must not hold up
- *   connections whose programs look in time.
+ *   itself, in its own threads, as before.
  * - In the order of the connects, which is the order in which one
  *   acceptor's accept() takes them, and side by side: a decision waits for
  *   its acceptor (up to the agent's peer wait, or longer for a slow
@@ -199,51 +197,37 @@ static void poll_once(int timeout)
 	}
 }
 
-/* Whether w's connection is for this thread to decide now (see the top). */
-static int is_late(const struct watch *w, int64_t now)
+/*
+ * Whether w's connection is for this thread to decide now (see the top):
+ * 1 yes; 0 not yet, and the later ones wait for it (the connects' order);
+ * -1 not this thread's (taken, not complete, or the program's while its
+ * offer stands).
+ */
+static int due(const struct watch *w, int64_t now)
 {
-	switch (w->kind) {
-	case FF_SETTLE_OFFERED:
-		return w->done && w->lost;
-	case FF_SETTLE_OFFERED_ACROSS:
-		return w->done;
-	default:
-		return w->done && now - w->since >= GRACE_NS;
-	}
+	if (w->fd < 0 || !w->done || (w->kind == FF_SETTLE_OFFERED && !w->lost))
+		return -1;
+	return w->kind != FF_SETTLE_PLAIN || now - w->since >= GRACE_NS;
 }
 
-/* mu held: the first entry due into *out (taken off the list), or 0. */
+/*
+ * mu held: the entries due now, one after the other, none while a fork is
+ * under way: how many, and the first into *out (taken off the list) if
+ * out is not NULL.
+ */
 static int next_late(struct watch *out)
 {
 	int64_t now = ff_now_ns();
+	int n = 0, d;
 
-	for (int i = 0; i < nwatched && !forking; i++) {
-		struct watch *w = &watched[i];
-
-		if (w->fd < 0 || !w->done || (w->kind == FF_SETTLE_OFFERED && !w->lost))
-			continue;	/* taken, not complete, or the program's while its offer stands */
-		if (!is_late(w, now))
-			return 0;	/* the connects' order: a later one waits for this one */
-		*out = *w;
-		w->fd = -1;	/* prune drops it */
-		return 1;
-	}
-	return 0;
-}
-
-/* mu held: how many next_late would hand out now, one after the other. */
-static int count_due(void)
-{
-	int64_t now = ff_now_ns();
-	int n = 0;
-
-	for (int i = 0; i < nwatched && !forking; i++) {
-		const struct watch *w = &watched[i];
-
-		if (w->fd < 0 || !w->done || (w->kind == FF_SETTLE_OFFERED && !w->lost))
+	for (int i = 0; i < nwatched && !forking && (d = due(&watched[i], now)); i++) {
+		if (d < 0)
 			continue;
-		if (!is_late(w, now))
-			break;
+		if (out) {
+			*out = watched[i];
+			watched[i].fd = -1;	/* prune drops it */
+			return 1;
+		}
 		n++;
 	}
 	return n;
@@ -293,7 +277,7 @@ static void *loop(void *arg)
 			tick = ticked(&watched[i]);
 		poll_once(tick || !nwatched ? TICK_MS : -1);
 		/* A helper for each connect due that the helpers not yet deciding leave. */
-		for (int want = count_due() - (helpers - deciding); want > 0 && helpers < HELPERS &&
+		for (int want = next_late(NULL) - (helpers - deciding); want > 0 && helpers < HELPERS &&
 		     ff_start_quiet_thread(help); want--)
 			helpers++;
 		if (!helpers && next_late(&w))
@@ -325,7 +309,6 @@ void ff_settler_watch(int fd, struct ff_conn *c, enum ff_settle_kind kind, int b
 void ff_settler_atfork_prepare(void)
 {
 	struct timespec until;
-	int64_t end = ff_now_ns() + FORK_WAIT_NS;
 
 	pthread_mutex_lock(&mu);
 	atomic_fetch_add(&forks, 1);
@@ -337,8 +320,7 @@ void ff_settler_atfork_prepare(void)
 		until.tv_sec++;
 		until.tv_nsec -= 1000000000L;
 	}
-	while (deciding && ff_now_ns() < end &&
-	       pthread_cond_timedwait(&idle, &mu, &until) != ETIMEDOUT)
+	while (deciding && pthread_cond_timedwait(&idle, &mu, &until) != ETIMEDOUT)
 		;
 	pthread_mutex_unlock(&mu);
 }
