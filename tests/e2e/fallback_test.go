@@ -13,15 +13,24 @@ import (
 	"github.com/freeflow-net/freeflow/internal/testenv"
 )
 
-// echoPy is an echo server (serve PORT [GREET]: with GREET 1, it sends
-// "hello" first on each connection) and a checking client (send HOST PORT
-// N) in python3, a library-enabled (dynamically linked) program.
+// echoPy is an echo server and a checking client in python3, a
+// library-enabled (dynamically linked) program:
+//   - serve PORT [greet] [accept-after=MS] [dual]: greet sends "hello"
+//     first on each connection; accept-after calls accept() MS after
+//     select() says a connection is queued (a busy event loop, a server
+//     that sleeps between accepts); dual listens on a dual-stack [::]
+//     socket, as Node.js does;
+//   - send HOST PORT N [COUNT]: COUNT connections (1), one after another
+//     from one process, each sending N random bytes and checking the echo.
 const echoPy = `
-import hashlib, os, socket, sys, threading
+import os, select, socket, sys, threading, time
 if sys.argv[1] == "serve":
-    greet = sys.argv[3:] == ["1"]
-    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("0.0.0.0", int(sys.argv[2]))); s.listen(256)
+    opts = sys.argv[3:]
+    greet, dual = "greet" in opts, "dual" in opts
+    delay = [int(o.split("=")[1]) / 1000 for o in opts if o.startswith("accept-after=")]
+    s = socket.socket(socket.AF_INET6 if dual else socket.AF_INET)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("::" if dual else "0.0.0.0", int(sys.argv[2]))); s.listen(256)
     def echo(c):
         if greet: c.sendall(b"hello")
         while True:
@@ -30,17 +39,23 @@ if sys.argv[1] == "serve":
             c.sendall(b)
         c.close()
     while True:
+        if delay:
+            select.select([s], [], [])
+            time.sleep(delay[0])
         c, _ = s.accept(); threading.Thread(target=echo, args=(c,)).start()
 else:
-    n = int(sys.argv[4]); data = os.urandom(n)
-    c = socket.create_connection((sys.argv[2], int(sys.argv[3])))
-    threading.Thread(target=lambda: (c.sendall(data), c.shutdown(socket.SHUT_WR))).start()
-    got = b""
-    while True:
-        b = c.recv(65536)
-        if not b: break
-        got += b
-    assert got == data, "sent %d bytes, got %d back, not the same" % (n, len(got))
+    n, count = int(sys.argv[4]), int((sys.argv[5:] or ["1"])[0])
+    for i in range(count):
+        data = os.urandom(n)
+        c = socket.create_connection((sys.argv[2], int(sys.argv[3])))
+        threading.Thread(target=lambda: (c.sendall(data), c.shutdown(socket.SHUT_WR))).start()
+        got = b""
+        while True:
+            b = c.recv(65536)
+            if not b: break
+            got += b
+        assert got == data, "connection %d: sent %d bytes, got %d back, not the same" % (i, n, len(got))
+        c.close()
     print("OK", n)
 `
 

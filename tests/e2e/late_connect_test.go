@@ -55,7 +55,7 @@ print("OK", len(ok))
 func TestLateObservingClientFastPath(t *testing.T) {
 	c := newCluster(t, 2)
 	c.StartDetached(t, "h1", "plain", nil, "python3", "-c", echoPy, "serve", "7001")
-	c.StartDetached(t, "h1", "greet", nil, "python3", "-c", echoPy, "serve", "7002", "1")
+	c.StartDetached(t, "h1", "greet", nil, "python3", "-c", echoPy, "serve", "7002", "greet")
 	c.WaitListening(t, "plain", 7001)
 	c.WaitListening(t, "greet", 7002)
 	for _, tc := range []struct{ host, srv, port, greet, path string }{
