@@ -463,14 +463,25 @@ static int adopt(int fd, struct ff_shm *sh)
 	return r;
 }
 
-/* Whether fd still is the connection of sh (the program may close it in another thread). */
-static int still_at(int fd, const struct ff_shm *sh)
+/*
+ * Table lock held: whether fd still is the connection of sh. The program
+ * may close it in another thread, and its close forgets the slot under
+ * this lock first: while it is held and this says yes, the number is
+ * sh's, not a socket opened there since.
+ */
+static int at_locked(int fd, const struct ff_shm *sh)
 {
 	struct ff_slot *s = ff_fd_slot(fd);
+
+	return s && s->conn && s->conn->shm == sh;
+}
+
+static int still_at(int fd, const struct ff_shm *sh)
+{
 	int at;
 
 	ff_table_lock();
-	at = s && s->conn && s->conn->shm == sh;
+	at = at_locked(fd, sh);
 	ff_table_unlock();
 	return at;
 }
@@ -509,7 +520,15 @@ int ff_shm_switch(int fd)
 	r = switch_locked(fd, sh);
 	if (r < 0) {
 		ff_shm_broken(sh, "moving down failed");
-		ff_real.shutdown(fd, SHUT_RDWR);
+		/*
+		 * Only while fd is still it: a failed move of a connection the
+		 * program closed meanwhile shut down the socket it opened at the
+		 * number since (a listener: its clients got ECONNREFUSED).
+		 */
+		ff_table_lock();
+		if (at_locked(fd, sh))
+			ff_real.shutdown(fd, SHUT_RDWR);
+		ff_table_unlock();
 	}
 	pthread_mutex_unlock(&sh->tx.mu);
 	pthread_mutex_unlock(&sh->rx.mu);
