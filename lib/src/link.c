@@ -66,7 +66,7 @@
 #define PENDING_MAX	64	/* offers drained but not yet accepted */
 #define PENDING_KEEP_MS	1000	/* longer than any connector waits for its answer */
 #define OFFER_WAIT_MS	5	/* the connector's wait; the agent's peer wait adds 45 */
-#define CHANS_MAX	8	/* channels a link keeps mapped for reuse */
+#define CHANS_MAX	32	/* channels a link keeps mapped for reuse */
 
 /*
  * A channel a link keeps mapped between connections (map NULL: free). On

@@ -195,10 +195,15 @@ int ff_shm_map_reset(struct ff_shm_map *m);
  * Giving memory back (docs/SHM.md; shm_spill.c). A ring of m was seen
  * empty with its spill word USED: give its pages past FF_SHM_KEEP back
  * once it has stayed so for FF_SHM_IDLE_MS (a burst that goes on or comes
- * again soon keeps its pages, so it pays no page faults). Cheap when m is
- * waiting already. No lock held.
+ * again soon keeps its pages, so it pays no page faults), or for
+ * FF_SHM_CROWD_IDLE_MS while more than FF_SHM_WARM_CHANNELS channels of
+ * this process wait (bursts on many connections one after the other pin
+ * no more than a few bursts' pages). Cheap when m is waiting already. No
+ * lock held.
  */
-#define FF_SHM_IDLE_MS		20
+#define FF_SHM_IDLE_MS		1000
+#define FF_SHM_CROWD_IDLE_MS	20
+#define FF_SHM_WARM_CHANNELS	32
 void ff_shm_spill_later(struct ff_shm_map *m);
 void ff_shm_spill_atfork_prepare(void);
 void ff_shm_spill_atfork_parent(void);

@@ -308,8 +308,7 @@ int ff_shm_map_idle(const struct ff_shm_map *m)
 	return atomic_load_explicit(map_word(m, FF_SHM_OFF_OFFER), memory_order_acquire) ==
 		       FF_OFFER_TAKEN &&
 	       atomic_load_explicit(map_word(m, FF_SHM_OFF_DONE), memory_order_acquire) &&
-	       atomic_load_explicit(map_word(m, FF_SHM_OFF_DONE + 4), memory_order_acquire) &&
-	       !atomic_load_explicit(&m->queued, memory_order_relaxed);
+	       atomic_load_explicit(map_word(m, FF_SHM_OFF_DONE + 4), memory_order_acquire);
 }
 
 /*
@@ -352,19 +351,22 @@ int ff_shm_map_reset(struct ff_shm_map *m)
 	for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
 		atomic_store_explicit(map_word(m, words[i]), 0, memory_order_relaxed);
 	for (size_t b = FF_SHM_OFF_CTL0; b <= FF_SHM_OFF_CTL1; b += 512) {	/* both control blocks */
-		/* The last connection left bytes past FF_SHM_KEEP unread: nobody reads them now. */
-		if (was[(b - FF_SHM_OFF_CTL0) / 512] != FF_SPILL_NONE)
-			ff_shm_give_back(m->base + FF_SHM_HDR_SIZE + (b - FF_SHM_OFF_CTL0) / 512 * m->ring,
-					 m->ring);
 		for (size_t i = 0; i < sizeof(idx) / sizeof(idx[0]); i++)
 			atomic_store_explicit((_Atomic uint64_t *)(void *)(m->base + b + idx[i]), 0,
 					      memory_order_relaxed);
 		for (size_t i = 0; i < sizeof(ctl) / sizeof(ctl[0]); i++)
 			atomic_store_explicit(map_word(m, b + ctl[i]), 0, memory_order_relaxed);
-		atomic_store_explicit(map_word(m, b + FF_SHM_CTL_SPILL), FF_SPILL_NONE,
-				      memory_order_relaxed);
+		/*
+		 * Pages past FF_SHM_KEEP stay (USED) for the next connection,
+		 * which then writes a burst into warm pages; they go back once
+		 * the ring stays idle (shm_spill.c).
+		 */
+		atomic_store_explicit(map_word(m, b + FF_SHM_CTL_SPILL),
+				      (uint32_t)was[(b - FF_SHM_OFF_CTL0) / 512], memory_order_relaxed);
 	}
 	atomic_store_explicit(map_word(m, FF_SHM_OFF_OFFER), FF_OFFER_OFFERED, memory_order_release);
+	if (was[0] == FF_SPILL_USED || was[1] == FF_SPILL_USED)
+		ff_shm_spill_later(m);
 	return 0;
 }
 

@@ -9,7 +9,14 @@
  * back once the ring has stayed empty and untouched (tail unchanged) for
  * FF_SHM_IDLE_MS, counted per ring from when it was queued or last seen
  * in use: a connection that keeps carrying bursts keeps its pages,
- * an idle one holds no more than the kept start of each ring.
+ * an idle one holds no more than the kept start of each ring. The wait is
+ * long (a second, as malloc arenas keep freed memory) because 20 ms was
+ * shorter than a 1 MiB echo between two event loops: each connection
+ * wrote its bursts into fresh pages, 1.7 ms per MiB here against 0.2 warm.
+ * While more than FF_SHM_WARM_CHANNELS channels wait, it uses
+ * FF_SHM_CROWD_IDLE_MS instead (woken as the crowd forms), so bursts on
+ * many connections one after the other do not pin a second's worth of
+ * them.
  *
  * The thread works on the shared words only (spill, head, tail), as the
  * protocol allows either end to: CAS USED -> FREEING, the ring still
@@ -31,11 +38,15 @@
 
 #include "shm.h"
 
-#define IDLE_NS		((int64_t)FF_SHM_IDLE_MS * 1000000)
+#define MS		1000000LL
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct ff_shm_map *queue;	/* under mu */
 static int giving;			/* the thread runs; under mu */
+static int queued;			/* maps in queue; under mu */
+static int64_t idle_ns = FF_SHM_IDLE_MS * MS;	/* the wait (see the top); under mu */
+static pthread_cond_t crowd;		/* CLOCK_MONOTONIC; the thread sleeps on it */
+static int crowd_ready;			/* crowd is initialised; under mu */
 
 void ff_shm_give_back(uint8_t *data, uint64_t ring)
 {
@@ -62,12 +73,12 @@ static int64_t now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* Ring of m was seen in use at now: its pages stay FF_SHM_IDLE_MS from now. */
+/* Ring of m was seen in use at now: its pages stay idle_ns from now. */
 static int64_t in_use(struct ff_shm_map *m, int ring, uint64_t t, int64_t now)
 {
 	m->seen[ring] = t;
 	m->since[ring] = now;
-	return now + IDLE_NS;
+	return now + idle_ns;
 }
 
 /* One look at ring of m at now: when to look again, or 0 (nothing of ours to give back). */
@@ -80,8 +91,8 @@ static int64_t look(struct ff_shm_map *m, int ring, int64_t now)
 		return 0;	/* given back, or the peer's garbage: nothing of ours to free */
 	if (v != FF_SPILL_USED || t != m->seen[ring])
 		return in_use(m, ring, t, now);
-	if (now - m->since[ring] < IDLE_NS)
-		return m->since[ring] + IDLE_NS;	/* drained, not for long enough yet */
+	if (now - m->since[ring] < idle_ns)
+		return m->since[ring] + idle_ns;	/* drained, not for long enough yet */
 	if (!atomic_compare_exchange_strong(spill(m, ring), &v, FF_SPILL_FREEING))
 		return in_use(m, ring, t, now);
 	/*
@@ -122,21 +133,27 @@ static int keep(struct ff_shm_map *m, int64_t now, int64_t *next)
 	if (atomic_load_explicit(spill(m, 0), memory_order_relaxed) == FF_SPILL_USED ||
 	    atomic_load_explicit(spill(m, 1), memory_order_relaxed) == FF_SPILL_USED) {
 		atomic_store_explicit(&m->queued, 1, memory_order_relaxed);
-		if (now + IDLE_NS < *next)
-			*next = now + IDLE_NS;
+		if (now + idle_ns < *next)
+			*next = now + idle_ns;
 		return 1;
 	}
 	return 0;
 }
 
+/* mu held: the wait, by how many channels wait. */
+static int64_t wait_ns(void)
+{
+	return (queued > FF_SHM_WARM_CHANNELS ? FF_SHM_CROWD_IDLE_MS : FF_SHM_IDLE_MS) * MS;
+}
+
 /*
  * Sleeps until the first queued ring has been drained and untouched for
- * FF_SHM_IDLE_MS. Nobody needs to wake it early: a ring queued while it
- * sleeps is due FF_SHM_IDLE_MS later, after every one queued before.
+ * idle_ns. Only a crowd forming wakes it early: any other ring queued
+ * while it sleeps is due no sooner than every one queued before.
  */
 static void *give(void *arg)
 {
-	int64_t next = now_ns() + IDLE_NS;
+	int64_t next = now_ns() + idle_ns;
 
 	(void)arg;
 	pthread_mutex_lock(&mu);
@@ -144,12 +161,11 @@ static void *give(void *arg)
 		struct timespec ts = { next / 1000000000, next % 1000000000 };
 		int64_t now;
 
-		pthread_mutex_unlock(&mu);
-		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+		while (idle_ns == wait_ns() && pthread_cond_timedwait(&crowd, &mu, &ts) != ETIMEDOUT)
 			;
-		pthread_mutex_lock(&mu);
 		now = now_ns();
-		next = now + IDLE_NS;
+		idle_ns = wait_ns();
+		next = now + idle_ns;
 		for (struct ff_shm_map **p = &queue; *p;) {
 			struct ff_shm_map *m = *p;
 
@@ -158,6 +174,7 @@ static void *give(void *arg)
 				continue;
 			}
 			*p = m->next;
+			queued--;
 			atomic_store_explicit(&m->queued, 0, memory_order_relaxed);
 			ff_shm_map_put(m);
 		}
@@ -170,8 +187,19 @@ static void *give(void *arg)
 /* mu held: see that the thread runs. Without one (none to be had), pages stay until the channel goes. */
 static void start(void)
 {
+	if (!crowd_ready) {
+		pthread_condattr_t a;
+
+		pthread_condattr_init(&a);
+		pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+		pthread_cond_init(&crowd, &a);
+		pthread_condattr_destroy(&a);
+		crowd_ready = 1;
+	}
 	if (!giving)
 		giving = ff_start_quiet_thread(give);
+	else if (idle_ns != wait_ns())
+		pthread_cond_signal(&crowd);	/* a crowd formed: its rings are due sooner */
 }
 
 void ff_shm_spill_later(struct ff_shm_map *m)
@@ -187,6 +215,7 @@ void ff_shm_spill_later(struct ff_shm_map *m)
 			       now_ns());
 		m->next = queue;
 		queue = m;
+		queued++;
 		start();
 	}
 	pthread_mutex_unlock(&mu);
@@ -212,6 +241,7 @@ void ff_shm_spill_atfork_child(void)
 		atomic_store_explicit(&m->queued, 0, memory_order_relaxed);
 		ff_shm_map_put(m);
 	}
-	giving = 0;
+	giving = queued = crowd_ready = 0;	/* the thread may have left crowd in use */
+	idle_ns = FF_SHM_IDLE_MS * MS;
 	pthread_mutex_unlock(&mu);
 }

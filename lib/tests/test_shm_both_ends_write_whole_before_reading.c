@@ -15,8 +15,8 @@
 static unsigned int N = 4u << 20;
 #define DEADLINE_S	60
 #define STALL_MS	10000
-/* The pages are given back once a ring stays drained for 20 ms (FF_SHM_IDLE_MS). */
-#define GIVE_BACK_MS	2000
+/* The pages are given back once a ring stays drained for a second (FF_SHM_IDLE_MS). */
+#define GIVE_BACK_MS	3000
 /*
  * After the burst: the header and the start of each ring that is kept
  * (256 KiB, docs/SHM.md "Giving memory back"), each maybe in a 64 KiB folio.

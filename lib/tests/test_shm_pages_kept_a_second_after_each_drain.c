@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
-/* Description: a ring's pages past the first 256 KiB are given back only once that ring has stayed drained for 20 ms (FF_SHM_IDLE_MS), counted from its own drain, also when another connection's ring queued earlier is due sooner: a burst that drains just before the other is given back keeps its pages */
+/* Description: a ring's pages past the first 256 KiB are given back only once that ring has stayed drained for a second (FF_SHM_IDLE_MS), counted from its own drain, also when another connection's ring queued earlier is due sooner: a burst that drains just before the other is given back keeps its pages */
 /* Channels: shm */
 #include "shimtest.h"
 
 #define KEEP		(256u << 10)	/* FF_SHM_KEEP */
 #define N		(KEEP + (64u << 10))
-#define IDLE_MS		20		/* FF_SHM_IDLE_MS */
-#define ROUNDS		6
+#define IDLE_MS		1000		/* FF_SHM_IDLE_MS */
+#define ROUNDS		3
 
 static int64_t ms_since(const struct timespec *a)
 {
@@ -29,7 +29,7 @@ static void burst(int cfd, int sfd)
 static void case_own_drain(int cfd, int sfd, uint8_t *m)
 {
 	volatile uint8_t *past = m + 4096 + KEEP + 4096;	/* ring 0, a page past KEEP */
-	struct timespec lead = { 0, (IDLE_MS * 3 / 4) * 1000000L }, drained, settle = { 0, 60000000L };
+	struct timespec lead = { 0, (IDLE_MS * 3 / 4) * 1000000L }, drained, settle = { 1, 200000000L };
 	int other_c, other_s;
 	int64_t at;
 	uint8_t v;
