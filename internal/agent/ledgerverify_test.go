@@ -61,7 +61,7 @@ func wantConns(t *testing.T, a *testAgent, when string, want []ConnInfo, bytes u
 	if c := a.status().Connections; c.Live != len(want) || c.ShmBytes != bytes {
 		t.Errorf("%s: %d live, %d shm bytes; want %d, %d", when, c.Live, c.ShmBytes, len(want), bytes)
 	}
-	if held := a.shmHeld(ffSelf.ID, DefaultShmBudget); held != bytes {
+	if held := a.shmHeld(ffSelf.ID, a.untabledBytes(ffSelf.ID, DefaultShmBudget)); held != bytes {
 		t.Errorf("%s: the container holds %d bytes of its budget, want %d", when, held, bytes)
 	}
 }

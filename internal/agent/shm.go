@@ -128,7 +128,7 @@ func (a *Agent) shmChannel(m *meeting) ([2]half, string) {
 		return noHalves, reasonNoSettings
 	}
 	ids := [2]string{conn.ID, acc.ID}
-	charges, ok := a.chargeShm(ids, set)
+	charges, listed, ok := a.chargeShm(ids, set)
 	if !ok {
 		return noHalves, reasonShmBudget
 	}
@@ -140,21 +140,23 @@ func (a *Agent) shmChannel(m *meeting) ([2]half, string) {
 		return noHalves, reasonShmFailed
 	}
 	hs[sideConnector].charge, hs[sideAcceptor].charge = charges[sideConnector], charges[sideAcceptor]
-	if a.linkAllowed(libs, parked, ids, listenerKey{acc.ID, m.k.acc.Port()}, shmLimit(set)) {
+	if a.linkAllowed(libs, parked, ids, listenerKey{acc.ID, m.k.acc.Port()}, shmLimit(set), listed) {
 		hs[sideConnector].link, hs[sideAcceptor].link = a.newLink()
 	}
 	return hs, ""
 }
 
 // linkAllowed applies the rules for a link with a new shm channel between
-// containers ids whose acceptor listens on lis (the design note above).
-func (a *Agent) linkAllowed(libs [2]asking, parked bool, ids [2]string, lis listenerKey, limit uint64) bool {
+// containers ids whose acceptor listens on lis (the design note above);
+// listed is chargeShm's walk of their ledgers.
+func (a *Agent) linkAllowed(libs [2]asking, parked bool, ids [2]string, lis listenerKey, limit uint64,
+	listed map[string]uint64) bool {
 	if !libs[sideConnector].link || !libs[sideAcceptor].link || !a.ledgers.holds(libs[sideConnector].pid) ||
 		!a.linkListener(parked, libs[sideAcceptor], lis) {
 		return false
 	}
 	for _, id := range ids {
-		if 2*a.shmHeld(id, limit) >= limit {
+		if 2*a.shmHeld(id, listed[id]) >= limit {
 			return false
 		}
 	}
@@ -195,15 +197,17 @@ func shmLimit(set directory.Settings) uint64 {
 
 // chargeShm reserves one channel's memory on each of the two containers'
 // budgets, first dropping entries of exited processes if that is what
-// stands in the way.
-func (a *Agent) chargeShm(ids [2]string, set directory.Settings) ([2]*shmCharge, bool) {
+// stands in the way. It returns what it found in their ledgers
+// (untabledBytes), so that one decision walks them once: a walk reads
+// every resident page of each process's ledger.
+func (a *Agent) chargeShm(ids [2]string, set directory.Settings) ([2]*shmCharge, map[string]uint64, bool) {
 	limit := shmLimit(set)
 	listed := map[string]uint64{}
 	for _, id := range ids {
 		listed[id] = a.untabledBytes(id, limit)
 	}
 	if c, ok := a.shm.reserve(ids, limit, shmChannelBytes, listed); ok {
-		return c, true
+		return c, listed, true
 	}
 	a.live.prune() // processes that exited hold nothing
 	a.ledgers.prune()
@@ -211,15 +215,16 @@ func (a *Agent) chargeShm(ids [2]string, set directory.Settings) ([2]*shmCharge,
 		a.reconciled(id, ledgerCheckEvery) // nor ends closed behind the library, or moved down
 		listed[id] = a.untabledBytes(id, limit)
 	}
-	return a.shm.reserve(ids, limit, shmChannelBytes, listed)
+	c, ok := a.shm.reserve(ids, limit, shmChannelBytes, listed)
+	return c, listed, ok
 }
 
 // shmHeld returns what container id holds now: the channels charged to it,
-// and the shm entries of its processes' ledgers that no charge stands for
-// (conns.go, reconciled).
-func (a *Agent) shmHeld(id string, limit uint64) uint64 {
+// and untabled, the shm entries of its processes' ledgers that no charge
+// stands for (untabledBytes).
+func (a *Agent) shmHeld(id string, untabled uint64) uint64 {
 	mine, _ := a.shm.charged(id)
-	return mine + a.untabledBytes(id, limit)
+	return mine + untabled
 }
 
 // untabledBytes returns the bytes of container id's ledger shm entries
