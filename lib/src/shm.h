@@ -197,9 +197,9 @@ int ff_shm_map_reset(struct ff_shm_map *m);
  * once it has stayed so for FF_SHM_IDLE_MS (a burst that goes on or comes
  * again soon keeps its pages, so it pays no page faults), or for
  * FF_SHM_CROWD_IDLE_MS while more than FF_SHM_WARM_CHANNELS channels of
- * this process wait (bursts on many connections one after the other pin
- * no more than a few bursts' pages). Cheap when m is waiting already. No
- * lock held.
+ * this process wait (bursts on many connections one after the other: at
+ * most FF_SHM_WARM_CHANNELS channels' last bursts stay for the second).
+ * Cheap when m is waiting already. No lock held.
  */
 #define FF_SHM_IDLE_MS		1000
 #define FF_SHM_CROWD_IDLE_MS	20
