@@ -815,7 +815,9 @@ func TestLedgerVectors(t *testing.T) {
 // also one that runs over into the next page.
 func TestLedgerReadSkipsUnwrittenPages(t *testing.T) {
 	l := newTestLedger(t, 4096)
-	slots := []int{0, 31, 32, 95, 1000, 4095} // 31 and 95 start in a page and end in the next
+	// 31 and 95 start in a page and end in the next; 160 is the first entry of
+	// page 5, after unwritten page 4
+	slots := []int{0, 31, 32, 95, 160, 1000, 4095}
 	for i, s := range slots {
 		l.put(s, uint32(i), selfCli(48700+i), selfSrv)
 	}

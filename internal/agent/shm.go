@@ -23,7 +23,7 @@ package agent
 // The budget. A memfd costs real memory only for the pages written. The
 // first protocol.ShmKeep of each ring stay allocated once bytes passed
 // through them, until the channel is freed; the pages past it hold the
-// bytes in flight of a burst and are given back as soon as the ring
+// bytes in flight of a burst and are given back a second after the ring
 // drains (docs/SHM.md, "Giving memory back"), like the socket buffers of
 // a TCP connection, and like those they are charged by the kernel to the
 // memory cgroup of the writer that touched them. So the agent charges each
@@ -75,7 +75,7 @@ const (
 	// that write a whole message before they read rely on it, so a ring
 	// holds as much as the layout allows. Its pages cost memory only while
 	// bytes pass through them: past the first protocol.ShmKeep they are
-	// given back whenever the ring drains (docs/SHM.md).
+	// given back once the ring has drained and stayed idle (docs/SHM.md).
 	shmRingSize = protocol.ShmRingMax
 	// linkTTL is how long a connecting library may offer connections over
 	// a link (LINK_TTL): short, so the budget check that granted the link

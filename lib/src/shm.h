@@ -51,7 +51,7 @@
 #define FF_SHM_CTL_PROD_SHUT	320u
 #define FF_SHM_CTL_CONS_CLOSED	384u
 #define FF_SHM_CTL_SPILL	448u	/* u32: who may touch data past FF_SHM_KEEP (FF_SPILL_*) */
-/* Data pages of a ring past this offset are given back once the ring drains (docs/SHM.md). */
+/* Data pages of a ring past this offset are given back once the ring drains and stays idle (docs/SHM.md). */
 #define FF_SHM_KEEP		(256u << 10)
 /* What a channel with rings of ring bytes holds once drained: its ledger entry's bytes. */
 #define FF_SHM_RESIDENT(ring)	(FF_SHM_HDR_SIZE + 2 * ((ring) < FF_SHM_KEEP ? (ring) : FF_SHM_KEEP))
@@ -196,9 +196,9 @@ int ff_shm_map_reset(struct ff_shm_map *m);
  * empty with its spill word USED: give its pages past FF_SHM_KEEP back
  * once it has stayed so for FF_SHM_IDLE_MS (a burst that goes on or comes
  * again soon keeps its pages, so it pays no page faults), or for
- * FF_SHM_CROWD_IDLE_MS while more than FF_SHM_WARM_CHANNELS channels of
- * this process wait (bursts on many connections one after the other: at
- * most FF_SHM_WARM_CHANNELS channels' last bursts stay for the second).
+ * FF_SHM_CROWD_IDLE_MS for channels queued before the FF_SHM_WARM_CHANNELS
+ * this process queued last (bursts on many connections one after the
+ * other: at most that many channels' last bursts stay for the second).
  * Cheap when m is waiting already. No lock held.
  */
 #define FF_SHM_IDLE_MS		1000

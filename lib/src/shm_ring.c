@@ -365,6 +365,7 @@ int ff_shm_map_reset(struct ff_shm_map *m)
 				      (uint32_t)was[(b - FF_SHM_OFF_CTL0) / 512], memory_order_relaxed);
 	}
 	atomic_store_explicit(map_word(m, FF_SHM_OFF_OFFER), FF_OFFER_OFFERED, memory_order_release);
+	atomic_thread_fence(memory_order_seq_cst);	/* the spill words, then queued (shm_spill.c) */
 	if (was[0] == FF_SPILL_USED || was[1] == FF_SPILL_USED)
 		ff_shm_spill_later(m);
 	return 0;
@@ -467,9 +468,17 @@ void ff_shm_put(struct ff_shm *sh)
 	 * Nothing of this process touches the rings again: a link may reuse
 	 * them. Not said by a fork child dropping its copy: its parent goes on.
 	 */
-	if (sh->pid == getpid())
+	if (sh->pid == getpid()) {
 		atomic_store_explicit(ff_shm_word(sh, FF_SHM_OFF_DONE + 4 * (sh->role - 1)), 1,
 				      memory_order_release);
+		/*
+		 * A burst either way is given back by this process too: only the
+		 * reader of a ring queued it at its drain, and may exit first.
+		 */
+		if (atomic_load_explicit(sh->tx.spill, memory_order_acquire) == FF_SPILL_USED ||
+		    atomic_load_explicit(sh->rx.spill, memory_order_acquire) == FF_SPILL_USED)
+			ff_shm_spill_later(sh->map);
+	}
 	ff_shm_map_put(sh->map);
 	pthread_mutex_destroy(&sh->tx.mu);
 	pthread_mutex_destroy(&sh->rx.mu);

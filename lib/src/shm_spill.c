@@ -13,18 +13,18 @@
  * long (a second, as malloc arenas keep freed memory) because 20 ms was
  * shorter than a 1 MiB echo between two event loops: each connection
  * wrote its bursts into fresh pages, 1.7 ms per MiB here against 0.2 warm.
- * While more than FF_SHM_WARM_CHANNELS channels wait, it uses
- * FF_SHM_CROWD_IDLE_MS instead (woken as the crowd forms), so bursts on
- * many connections one after the other do not pin a second's worth of
- * them.
+ * Only the FF_SHM_WARM_CHANNELS channels queued last get that second; any
+ * queued before them, FF_SHM_CROWD_IDLE_MS (the thread is woken when one
+ * falls behind), so bursts on many connections one after the other do not
+ * pin a second's worth of them.
  *
  * The thread works on the shared words only (spill, head, tail), as the
  * protocol allows either end to: CAS USED -> FREEING, the ring still
  * empty, madvise, NONE. It holds a reference to the mapping while it is
  * queued, and runs only while something is queued (like xlink.c's
- * reaper), with every signal blocked. Lock order: a ring's mu, then mu
- * (ff_shm_spill_later is called with a ring's mu held); the thread takes
- * no other lock.
+ * reaper), with every signal blocked. Lock order: a ring's mu or link.c's,
+ * then mu (ff_shm_spill_later is called with either held); the thread
+ * takes no other lock.
  *
  * Queuing is Dekker's pattern again: a drain stores tail (or spill USED),
  * fences, loads queued; the thread, dropping a map, stores queued = 0,
@@ -44,9 +44,10 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct ff_shm_map *queue;	/* under mu */
 static int giving;			/* the thread runs; under mu */
 static int queued;			/* maps in queue; under mu */
-static int64_t idle_ns = FF_SHM_IDLE_MS * MS;	/* the wait (see the top); under mu */
-static pthread_cond_t crowd;		/* CLOCK_MONOTONIC; the thread sleeps on it */
-static int crowd_ready;			/* crowd is initialised; under mu */
+static pthread_cond_t poke_cv;		/* CLOCK_MONOTONIC: the thread sleeps on it */
+static int cv_ready;			/* poke_cv is initialised; under mu */
+static int poked;			/* the thread is to look now; under mu */
+static int64_t sleep_until;		/* the thread's next look, ns; under mu */
 
 void ff_shm_give_back(uint8_t *data, uint64_t ring)
 {
@@ -73,32 +74,37 @@ static int64_t now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* Ring of m was seen in use at now: its pages stay idle_ns from now. */
-static int64_t in_use(struct ff_shm_map *m, int ring, uint64_t t, int64_t now)
+/* Ring of m was seen in use at now (its tail t). */
+static void in_use(struct ff_shm_map *m, int ring, uint64_t t, int64_t now)
 {
 	m->seen[ring] = t;
 	m->since[ring] = now;
-	return now + idle_ns;
 }
 
-/* One look at ring of m at now: when to look again, or 0 (nothing of ours to give back). */
-static int64_t look(struct ff_shm_map *m, int ring, int64_t now)
+/*
+ * Whether ring of m carries bytes past FF_SHM_KEEP at its tail t: a burst
+ * being read. Small messages after it start again at base, within KEEP,
+ * and leave the burst's pages idle.
+ */
+static int past_keep(const struct ff_shm_map *m, int ring, uint64_t t)
 {
-	uint32_t v = atomic_load_explicit(spill(m, ring), memory_order_acquire);
-	uint64_t t = atomic_load_explicit(idx(m, ring, FF_SHM_CTL_TAIL), memory_order_acquire);
+	uint64_t b = atomic_load_explicit(idx(m, ring, FF_SHM_CTL_BASE), memory_order_relaxed);
 
-	if (v == FF_SPILL_NONE || v > FF_SPILL_FREEING)
-		return 0;	/* given back, or the peer's garbage: nothing of ours to free */
-	if (v != FF_SPILL_USED || t != m->seen[ring])
-		return in_use(m, ring, t, now);
-	if (now - m->since[ring] < idle_ns)
-		return m->since[ring] + idle_ns;	/* drained, not for long enough yet */
+	return ((t - b) & (m->ring - 1)) > FF_SHM_KEEP;
+}
+
+/*
+ * Give ring of m's pages past KEEP back if it is empty: CAS USED ->
+ * FREEING, then both indices again (a reuse, link.c, may have laid the
+ * ring out afresh since they were last loaded), and NONE, or USED back.
+ * Whether they were given back.
+ */
+static int give_back_if_empty(struct ff_shm_map *m, int ring)
+{
+	uint32_t v = FF_SPILL_USED;
+
 	if (!atomic_compare_exchange_strong(spill(m, ring), &v, FF_SPILL_FREEING))
-		return in_use(m, ring, t, now);
-	/*
-	 * Both indices again, after the CAS: a reuse (link.c) may have laid
-	 * the ring out afresh since t was loaded, so t alone proves nothing.
-	 */
+		return 0;
 	if (atomic_load_explicit(idx(m, ring, FF_SHM_CTL_HEAD), memory_order_acquire) ==
 	    atomic_load_explicit(idx(m, ring, FF_SHM_CTL_TAIL), memory_order_acquire)) {
 		ff_shm_give_back(m->base + FF_SHM_HDR_SIZE + (size_t)ring * m->ring, m->ring);
@@ -107,21 +113,48 @@ static int64_t look(struct ff_shm_map *m, int ring, int64_t now)
 		v = FF_SPILL_USED;
 	}
 	atomic_store_explicit(spill(m, ring), v, memory_order_release);
-	return v == FF_SPILL_NONE ? 0 : in_use(m, ring, t, now);
+	return v == FF_SPILL_NONE;
+}
+
+/*
+ * One look at ring of m at now, its pages kept idle ns past their last
+ * use: when to look again, or 0 (nothing of ours to give back).
+ */
+static int64_t look(struct ff_shm_map *m, int ring, int64_t now, int64_t idle)
+{
+	uint32_t v = atomic_load_explicit(spill(m, ring), memory_order_acquire);
+	uint64_t t = atomic_load_explicit(idx(m, ring, FF_SHM_CTL_TAIL), memory_order_acquire);
+
+	if (v == FF_SPILL_NONE || v > FF_SPILL_FREEING)
+		return 0;	/* given back, or the peer's garbage: nothing of ours to free */
+	if (v == FF_SPILL_USED && (t == m->seen[ring] || !past_keep(m, ring, t))) {
+		m->seen[ring] = t;
+		if (now - m->since[ring] < idle)
+			return m->since[ring] + idle;	/* drained, not for long enough yet */
+		if (give_back_if_empty(m, ring))
+			return 0;
+	}
+	in_use(m, ring, t, now);
+	return now + idle;
 }
 
 /*
  * mu held: whether m stays queued (a reference of ours is not the last,
- * and a ring waits); *next gets the earliest time a ring of it waits for.
+ * and a ring waits), its pages kept idle ns; *next gets the earliest time
+ * a ring of it waits for.
  */
-static int keep(struct ff_shm_map *m, int64_t now, int64_t *next)
+static int keep(struct ff_shm_map *m, int64_t now, int64_t idle, int64_t *next)
 {
 	int64_t a, b;
 
-	if (atomic_load_explicit(&m->refs, memory_order_acquire) == 1)
-		return 0;	/* no connection of ours on it now: a reuse lays it out afresh */
-	a = look(m, 0, now);
-	b = look(m, 1, now);
+	if (atomic_load_explicit(&m->refs, memory_order_acquire) == 1) {
+		/* Nothing of ours uses it again, but the peer may keep it mapped (its link). */
+		give_back_if_empty(m, 0);
+		give_back_if_empty(m, 1);
+		return 0;
+	}
+	a = look(m, 0, now, idle);
+	b = look(m, 1, now, idle);
 	if (a && a < *next)
 		*next = a;
 	if (b && b < *next)
@@ -133,43 +166,44 @@ static int keep(struct ff_shm_map *m, int64_t now, int64_t *next)
 	if (atomic_load_explicit(spill(m, 0), memory_order_relaxed) == FF_SPILL_USED ||
 	    atomic_load_explicit(spill(m, 1), memory_order_relaxed) == FF_SPILL_USED) {
 		atomic_store_explicit(&m->queued, 1, memory_order_relaxed);
-		if (now + idle_ns < *next)
-			*next = now + idle_ns;
+		if (now + idle < *next)
+			*next = now + idle;
 		return 1;
 	}
 	return 0;
 }
 
-/* mu held: the wait, by how many channels wait. */
-static int64_t wait_ns(void)
-{
-	return (queued > FF_SHM_WARM_CHANNELS ? FF_SHM_CROWD_IDLE_MS : FF_SHM_IDLE_MS) * MS;
-}
-
 /*
- * Sleeps until the first queued ring has been drained and untouched for
- * idle_ns. Only a crowd forming wakes it early: any other ring queued
- * while it sleeps is due no sooner than every one queued before.
+ * Sleeps until the first queued ring has been drained and untouched long
+ * enough: FF_SHM_IDLE_MS for the FF_SHM_WARM_CHANNELS maps first in the
+ * queue (queued last), FF_SHM_CROWD_IDLE_MS for the rest. A ring queued
+ * while it sleeps is due no sooner than every one queued before, but
+ * one it pushes past the first FF_SHM_WARM_CHANNELS may be: then it is
+ * poked (ff_shm_spill_later).
  */
 static void *give(void *arg)
 {
-	int64_t next = now_ns() + idle_ns;
+	int64_t next = now_ns() + FF_SHM_CROWD_IDLE_MS * MS;
 
 	(void)arg;
 	pthread_mutex_lock(&mu);
 	while (queue) {
 		struct timespec ts = { next / 1000000000, next % 1000000000 };
 		int64_t now;
+		int kept = 0;
 
-		while (idle_ns == wait_ns() && pthread_cond_timedwait(&crowd, &mu, &ts) != ETIMEDOUT)
+		sleep_until = next;
+		while (!poked && pthread_cond_timedwait(&poke_cv, &mu, &ts) != ETIMEDOUT)
 			;
+		poked = 0;
 		now = now_ns();
-		idle_ns = wait_ns();
-		next = now + idle_ns;
+		next = now + FF_SHM_IDLE_MS * MS;
 		for (struct ff_shm_map **p = &queue; *p;) {
 			struct ff_shm_map *m = *p;
+			int64_t idle = (kept < FF_SHM_WARM_CHANNELS ? FF_SHM_IDLE_MS : FF_SHM_CROWD_IDLE_MS) * MS;
 
-			if (keep(m, now, &next)) {
+			if (keep(m, now, idle, &next)) {
+				kept++;
 				p = &m->next;
 				continue;
 			}
@@ -184,22 +218,29 @@ static void *give(void *arg)
 	return NULL;
 }
 
-/* mu held: see that the thread runs. Without one (none to be had), pages stay until the channel goes. */
-static void start(void)
+/*
+ * mu held: see that the thread runs, and looks soon enough if a map just
+ * fell past the first FF_SHM_WARM_CHANNELS. Without a thread (none to be
+ * had), pages stay until the channel goes.
+ */
+static void start(int64_t now)
 {
-	if (!crowd_ready) {
+	if (!cv_ready) {
 		pthread_condattr_t a;
 
 		pthread_condattr_init(&a);
 		pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-		pthread_cond_init(&crowd, &a);
+		pthread_cond_init(&poke_cv, &a);
 		pthread_condattr_destroy(&a);
-		crowd_ready = 1;
+		cv_ready = 1;
 	}
-	if (!giving)
+	if (!giving) {
 		giving = ff_start_quiet_thread(give);
-	else if (idle_ns != wait_ns())
-		pthread_cond_signal(&crowd);	/* a crowd formed: its rings are due sooner */
+	} else if (queued > FF_SHM_WARM_CHANNELS && sleep_until > now + FF_SHM_CROWD_IDLE_MS * MS) {
+		sleep_until = now;	/* one poke until it has looked */
+		poked = 1;
+		pthread_cond_signal(&poke_cv);
+	}
 }
 
 void ff_shm_spill_later(struct ff_shm_map *m)
@@ -208,15 +249,17 @@ void ff_shm_spill_later(struct ff_shm_map *m)
 		return;
 	pthread_mutex_lock(&mu);
 	if (!atomic_load_explicit(&m->queued, memory_order_relaxed)) {
+		int64_t now = now_ns();
+
 		atomic_fetch_add(&m->refs, 1);
 		atomic_store_explicit(&m->queued, 1, memory_order_relaxed);
 		for (int r = 0; r < 2; r++)
 			in_use(m, r, atomic_load_explicit(idx(m, r, FF_SHM_CTL_TAIL), memory_order_relaxed),
-			       now_ns());
+			       now);
 		m->next = queue;
 		queue = m;
 		queued++;
-		start();
+		start(now);
 	}
 	pthread_mutex_unlock(&mu);
 }
@@ -241,7 +284,7 @@ void ff_shm_spill_atfork_child(void)
 		atomic_store_explicit(&m->queued, 0, memory_order_relaxed);
 		ff_shm_map_put(m);
 	}
-	giving = queued = crowd_ready = 0;	/* the thread may have left crowd in use */
-	idle_ns = FF_SHM_IDLE_MS * MS;
+	giving = queued = poked = cv_ready = 0;	/* the thread may have left poke_cv in use */
+	sleep_until = 0;
 	pthread_mutex_unlock(&mu);
 }

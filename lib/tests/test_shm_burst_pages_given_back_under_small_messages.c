@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: MIT */
+/* Description: a connection that carried one burst past the first 256 KiB and then goes on with small messages (within 256 KiB, written from the ring's start again) has the burst's pages given back about a second after it drained: the small traffic does not keep them */
+/* Channels: shm */
+#include "shimtest.h"
+
+#include <sys/mman.h>
+
+#define KEEP		(256u << 10)	/* FF_SHM_KEEP */
+#define N		(KEEP + (64u << 10))
+#define WITHIN_MS	3000		/* FF_SHM_IDLE_MS and margins */
+
+static int resident(const uint8_t *p)
+{
+	unsigned char v = 0;
+
+	return mincore((void *)((uintptr_t)p & ~(uintptr_t)4095), 4096, &v) == 0 && (v & 1);
+}
+
+static void case_small_after_burst(int cfd, int sfd, uint8_t *m)
+{
+	static uint8_t out[N], in[N];
+	const uint8_t *past = m + 4096 + KEEP + 4096;	/* ring 0, a page past KEEP */
+	int64_t start;
+
+	memset(out, 0xab, sizeof(out));
+	CHECK(send(cfd, out, N, MSG_DONTWAIT) == (ssize_t)N, "burst of %u not taken at once", N);
+	CHECK(recv(sfd, in, N, MSG_WAITALL) == (ssize_t)N && !memcmp(in, out, N), "burst lost");
+	CHECK(resident(past), "the burst did not reach past 256 KiB");
+	start = t_ms();
+	while (resident(past) && t_ms() - start < WITHIN_MS) {
+		char c = 'x';
+
+		CHECK(send(cfd, &c, 1, 0) == 1 && recv(sfd, &c, 1, 0) == 1 && c == 'x', "small message lost");
+		usleep(10000);
+	}
+	CHECK(!resident(past), "the burst's pages past 256 KiB still held %lld ms after it drained, under small messages",
+	      (long long)(t_ms() - start));
+}
+
+int main(int argc, char **argv)
+{
+	static void (*const cases[])(int, int, uint8_t *) = { case_small_after_burst };
+
+	(void)argc;
+	return t_run_shm_cases(argv, cases, 1);
+}
