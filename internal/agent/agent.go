@@ -95,7 +95,7 @@ type Config struct {
 func (c Config) LibrarySocket() string { return filepath.Join(c.SockDir, "agent.sock") }
 
 // Directory is what the agent needs of the cluster directory; the
-// etcd-backed *directory.Directory satisfies it.
+// etcd-backed *etcd.Directory (internal/directory/etcd) satisfies it.
 type Directory interface {
 	PutContainer(ctx context.Context, c directory.Container) error
 	DeleteContainer(ctx context.Context, id string) error
