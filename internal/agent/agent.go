@@ -50,9 +50,6 @@ import (
 	"github.com/freeflow-net/freeflow/internal/policy"
 )
 
-// Version is the agent version reported in HELLO_REPLY and STATUS.
-const Version = "0.1.0"
-
 // Defaults for the Config fields left zero.
 const (
 	DefaultHelloTimeout = 10 * time.Second

@@ -175,6 +175,7 @@ package agent
 import (
 	"net/netip"
 
+	"github.com/freeflow-net/freeflow/internal/agentapi"
 	"github.com/freeflow-net/freeflow/internal/directory"
 	"github.com/freeflow-net/freeflow/internal/protocol"
 )
@@ -378,8 +379,8 @@ func (a *Agent) precheck(self directory.Container, peerEP netip.AddrPort, side s
 }
 
 // connInfo describes one answered connection for `freeflow conns`.
-func connInfo(self, peer directory.Container, local, remote netip.AddrPort, d decision) ConnInfo {
-	return ConnInfo{
+func connInfo(self, peer directory.Container, local, remote netip.AddrPort, d decision) agentapi.ConnInfo {
+	return agentapi.ConnInfo{
 		Local: local.String(), Remote: remote.String(),
 		LocalContainer: self.Name, RemoteContainer: peer.Name,
 		Path: pathName(d.kind), Reason: d.reason,

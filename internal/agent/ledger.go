@@ -66,6 +66,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/freeflow-net/freeflow/internal/agentapi"
 	"github.com/freeflow-net/freeflow/internal/directory"
 	"github.com/freeflow-net/freeflow/internal/protocol"
 	"golang.org/x/sys/unix"
@@ -388,8 +389,8 @@ func (s *ledgers) ends(id string) []ledgerEnd {
 // process's container; the remote container is the one that has the
 // remote address: for shm and unix one of this host, as they join two
 // processes of this host, otherwise one of any host.
-func (a *Agent) ledgerConns(ends []ledgerEnd) []ConnInfo {
-	out := make([]ConnInfo, 0, len(ends))
+func (a *Agent) ledgerConns(ends []ledgerEnd) []agentapi.ConnInfo {
+	out := make([]agentapi.ConnInfo, 0, len(ends))
 	for _, e := range ends {
 		peer, _ := a.dir.LookupIP(e.remote.Addr().String())
 		if (e.path == pathShm || e.path == pathUnix) && peer.Host != a.cfg.Host {
