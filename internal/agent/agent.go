@@ -130,9 +130,9 @@ type Agent struct {
 	live      *connTable   // answered connections and counters
 	shm       *shmBudget   // what each container's shm channels are charged
 	ledgers   *ledgers     // the linked connections of each process (ledger.go)
-	xlinks    *xlinks      // cross-host links granted to local connecting processes (xlink.go)
+	xlinks    *xlinks      // cross-host links granted to local connecting processes (crosshost_link.go)
 	nonces    *nonces      // of recent offers, against replays
-	pool      *offerPool   // connections to peer agents, ready for offers (offerpool.go)
+	pool      *offerPool   // connections to peer agents, ready for offers (crosshost_pool.go)
 	standbys  *standbys    // pooled connections of peer agents waiting here
 	diag      *diagSockets // reads local containers' accept queues (acceptq.go)
 	key       atomic.Pointer[[]byte]
@@ -143,7 +143,7 @@ type Agent struct {
 	sessions, admins           *quota
 	refusals, strangerRefusals *quota
 	files                      atomic.Uint64 // RLIMIT_NOFILE when short of fileLimit; 0: not short
-	fills                      *quota        // LINK_FILLs in flight (xlink.go)
+	fills                      *quota        // LINK_FILLs in flight (crosshost_link.go)
 	queued                     *quota        // connectors waiting for a slow acceptor (acceptq.go)
 
 	mu      sync.Mutex // guards conns and closing

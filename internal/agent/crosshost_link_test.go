@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Cross-host links (xlink.go): the grant on a host-tcp meeting between
+// Cross-host links (crosshost_link.go): the grant on a host-tcp meeting between
 // h1 (connector) and h2 (acceptor), and LINK_FILL on h1. The test process
 // plays both libraries, as in crosshost_test.go.
 

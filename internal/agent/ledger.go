@@ -18,7 +18,7 @@ package agent
 // only before it refuses). Either way its opened counts are folded into
 // the totals.
 //
-// Cross-host links (xlink.go) list their connections here too: path
+// Cross-host links (crosshost_link.go) list their connections here too: path
 // host-tcp, holding no shm (bytes 0 whatever the entry says), counted in
 // the header's opened_tcp. So does every connection the agent answered
 // (any path, with the answer's reason; not counted in the header): the

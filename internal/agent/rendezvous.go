@@ -55,7 +55,7 @@ type meeting struct {
 
 // asking is what a meeting knows of one side's library: what its
 // session's HELLO said it can take (shm.go; xlink: a cross-host link,
-// xlink.go), and its process, whose listener a link is granted for.
+// crosshost_link.go), and its process, whose listener a link is granted for.
 type asking struct {
 	shm, link, xlink bool
 	mark             bool // it marks its SYNs (CAPS bit 3)
@@ -66,7 +66,7 @@ type asking struct {
 type half struct {
 	fd     int        // the channel's socket (for shm, the bell socket); -1 for none
 	mem    int        // shm: this side's copy of the memfd; -1 otherwise
-	link   int        // shm: this side's end of a link (shm.go); host-tcp: the acceptor's cross-host link listener (xlink.go); -1 for none
+	link   int        // shm: this side's end of a link (shm.go); host-tcp: the acceptor's cross-host link listener (crosshost_link.go); -1 for none
 	charge *shmCharge // shm: the budget charged to this side's container
 	token  []byte     // host-tcp: the TOKEN of the cross-host link whose listener is link (acceptor) or whose name is name (connector)
 	name   uint64     // host-tcp, connector: the name (LINK) of its cross-host link; 0 for none
