@@ -167,7 +167,7 @@ func (g *xlinkGrant) half() half {
 		return noHalf
 	}
 	h := noHalf
-	h.link, h.token = g.ln, g.token
+	h.xlinkListener, h.token = g.ln, g.token
 	return h
 }
 
