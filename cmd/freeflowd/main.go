@@ -20,7 +20,7 @@ import (
 	"syscall"
 
 	"github.com/freeflow-net/freeflow/internal/agent"
-	"github.com/freeflow-net/freeflow/internal/directory"
+	"github.com/freeflow-net/freeflow/internal/directory/etcd"
 	"github.com/freeflow-net/freeflow/internal/netns"
 	"github.com/freeflow-net/freeflow/internal/state"
 )
@@ -124,7 +124,7 @@ func run(o options) error {
 	o.agent.Logger = logger
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	dir, err := directory.New(ctx, directory.Config{
+	dir, err := etcd.New(ctx, etcd.Config{
 		Cluster:   o.agent.Cluster,
 		Endpoints: o.etcd,
 		Dialer:    etcdDialer(o.etcdNetNS),
@@ -143,7 +143,7 @@ func run(o options) error {
 
 // etcdDialer returns a dialer that creates etcd connections inside the
 // network namespace at path, or nil (dial from our own) when path is "".
-func etcdDialer(path string) directory.Dialer {
+func etcdDialer(path string) etcd.Dialer {
 	if path == "" {
 		return nil
 	}

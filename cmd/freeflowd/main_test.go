@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/freeflow-net/freeflow/internal/agent"
+	"github.com/freeflow-net/freeflow/internal/agentapi"
 	"github.com/freeflow-net/freeflow/internal/directory"
 )
 
@@ -114,9 +114,9 @@ func TestDaemonWithEtcd(t *testing.T) {
 	}
 }
 
-func dialAdmin(t *testing.T, path string) *agent.AdminClient {
+func dialAdmin(t *testing.T, path string) *agentapi.AdminClient {
 	for i := 0; ; i++ {
-		c, err := agent.DialAdmin(path)
+		c, err := agentapi.DialAdmin(path)
 		if err == nil {
 			return c
 		}
@@ -128,8 +128,8 @@ func dialAdmin(t *testing.T, path string) *agent.AdminClient {
 }
 
 // waitConnected waits for STATUS to report a live directory.
-func waitConnected(t *testing.T, c *agent.AdminClient) agent.Status {
-	var st agent.Status
+func waitConnected(t *testing.T, c *agentapi.AdminClient) agentapi.Status {
+	var st agentapi.Status
 	var err error
 	for i := 0; i < 100; i++ {
 		if st, err = c.Status(context.Background()); err == nil && st.Directory.Connected {
@@ -142,7 +142,7 @@ func waitConnected(t *testing.T, c *agent.AdminClient) agent.Status {
 }
 
 // waitListed waits for the watch to bring id into the agent's cache.
-func waitListed(t *testing.T, c *agent.AdminClient, id string) {
+func waitListed(t *testing.T, c *agentapi.AdminClient, id string) {
 	for i := 0; i < 100; i++ {
 		cs, err := c.List(context.Background())
 		if err != nil {

@@ -50,9 +50,6 @@ import (
 	"github.com/freeflow-net/freeflow/internal/policy"
 )
 
-// Version is the agent version reported in HELLO_REPLY and STATUS.
-const Version = "0.1.0"
-
 // Defaults for the Config fields left zero.
 const (
 	DefaultHelloTimeout = 10 * time.Second
@@ -95,7 +92,7 @@ type Config struct {
 func (c Config) LibrarySocket() string { return filepath.Join(c.SockDir, "agent.sock") }
 
 // Directory is what the agent needs of the cluster directory; the
-// etcd-backed *directory.Directory satisfies it.
+// etcd-backed *etcd.Directory (internal/directory/etcd) satisfies it.
 type Directory interface {
 	PutContainer(ctx context.Context, c directory.Container) error
 	DeleteContainer(ctx context.Context, id string) error
@@ -133,9 +130,9 @@ type Agent struct {
 	live      *connTable   // answered connections and counters
 	shm       *shmBudget   // what each container's shm channels are charged
 	ledgers   *ledgers     // the linked connections of each process (ledger.go)
-	xlinks    *xlinks      // cross-host links granted to local connecting processes (xlink.go)
+	xlinks    *xlinks      // cross-host links granted to local connecting processes (crosshost_link.go)
 	nonces    *nonces      // of recent offers, against replays
-	pool      *offerPool   // connections to peer agents, ready for offers (offerpool.go)
+	pool      *offerPool   // connections to peer agents, ready for offers (crosshost_pool.go)
 	standbys  *standbys    // pooled connections of peer agents waiting here
 	diag      *diagSockets // reads local containers' accept queues (acceptq.go)
 	key       atomic.Pointer[[]byte]
@@ -146,7 +143,7 @@ type Agent struct {
 	sessions, admins           *quota
 	refusals, strangerRefusals *quota
 	files                      atomic.Uint64 // RLIMIT_NOFILE when short of fileLimit; 0: not short
-	fills                      *quota        // LINK_FILLs in flight (xlink.go)
+	fills                      *quota        // LINK_FILLs in flight (crosshost_link.go)
 	queued                     *quota        // connectors waiting for a slow acceptor (acceptq.go)
 
 	mu      sync.Mutex // guards conns and closing

@@ -70,9 +70,9 @@ package agent
 // connector's agent's 150 ms budget; one that does not fit ends as any
 // late reply does (no COMMIT: both ends overlay).
 //
-// Cross host (fastpath_remote.go, offer_accept.go): the connector's agent
+// Cross host (crosshost_connect.go, crosshost_accept.go): the connector's agent
 // dials the acceptor's agent on the fabric (broker port 7947 on the host's
-// FabricIP), or takes a connection it dialed ahead (offerpool.go), and
+// FabricIP), or takes a connection it dialed ahead (crosshost_pool.go), and
 // sends an OFFER authenticated with HMAC-SHA256 under the cluster key. The acceptor's agent checks the MAC, the clock window, the
 // nonce, the sender and its own rules, then plays the connecting side of
 // the local meeting: once its local ACCEPT is there (at most 40 ms after
@@ -94,7 +94,7 @@ package agent
 // well beyond the connector's 150 ms budget, and the acceptor's ACCEPT is
 // answered at most 45 ms (its peer wait) plus that budget after it asks.
 // With the host-tcp answer the two processes may also get a cross-host
-// link (xlink.go), over which their libraries set up the next connections
+// link (crosshost_link.go), over which their libraries set up the next connections
 // between them on stock connections the connector's agent dialed ahead
 // (LINK_FILL), without either agent on the path.
 //
@@ -175,6 +175,7 @@ package agent
 import (
 	"net/netip"
 
+	"github.com/freeflow-net/freeflow/internal/agentapi"
 	"github.com/freeflow-net/freeflow/internal/directory"
 	"github.com/freeflow-net/freeflow/internal/protocol"
 )
@@ -378,8 +379,8 @@ func (a *Agent) precheck(self directory.Container, peerEP netip.AddrPort, side s
 }
 
 // connInfo describes one answered connection for `freeflow conns`.
-func connInfo(self, peer directory.Container, local, remote netip.AddrPort, d decision) ConnInfo {
-	return ConnInfo{
+func connInfo(self, peer directory.Container, local, remote netip.AddrPort, d decision) agentapi.ConnInfo {
+	return agentapi.ConnInfo{
 		Local: local.String(), Remote: remote.String(),
 		LocalContainer: self.Name, RemoteContainer: peer.Name,
 		Path: pathName(d.kind), Reason: d.reason,

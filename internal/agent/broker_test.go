@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/freeflow-net/freeflow/internal/agentapi"
 	"github.com/freeflow-net/freeflow/internal/directory"
 	"github.com/freeflow-net/freeflow/internal/protocol"
 )
@@ -248,7 +249,7 @@ func TestConnsListingAndClosed(t *testing.T) {
 	// This process is a container here, so the admin socket refuses it:
 	// read the tables directly (TestConnsOverAdminSocket goes over the wire).
 	got := a.live.list()
-	want := []ConnInfo{ // sorted by container, then local address as text
+	want := []agentapi.ConnInfo{ // sorted by container, then local address as text
 		{Local: selfCli(40001), Remote: selfSrv, LocalContainer: "self", RemoteContainer: "self", Path: "unix", Reason: reasonLibNoShm},
 		{Local: selfCli(40002), Remote: "10.1.2.3:443", LocalContainer: "self", Path: "overlay", Reason: reasonNotContainer},
 		{Local: selfSrv, Remote: selfCli(40001), LocalContainer: "self", RemoteContainer: "self", Path: "unix", Reason: reasonLibNoShm},

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/freeflow-net/freeflow/internal/agentapi"
 	"github.com/freeflow-net/freeflow/internal/directory"
 	"github.com/freeflow-net/freeflow/internal/protocol"
 )
@@ -66,7 +67,7 @@ func runChild(action string) (childResult, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	res := childResult{}
-	c, err := Dial(os.Getenv(envSock))
+	c, err := agentapi.Dial(os.Getenv(envSock))
 	if err != nil {
 		return nil, err
 	}
@@ -88,12 +89,12 @@ func runChild(action string) (childResult, error) {
 }
 
 // impersonate tries every way a library client could act as victim.
-func impersonate(ctx context.Context, c *Client, victim directory.Container, res childResult) {
+func impersonate(ctx context.Context, c *agentapi.Client, victim directory.Container, res childResult) {
 	ip := netip.MustParseAddr(victim.IP)
 	hello := protocol.New(protocol.TypeHello, 0,
 		protocol.String(protocol.AttrContainerID, victim.ID), protocol.String(protocol.AttrName, victim.Name),
 		protocol.IP(ip), protocol.String(protocol.AttrTenant, victim.Tenant), protocol.String(protocol.AttrHost, victim.Host))
-	r, err := c.call(ctx, hello, protocol.TypeHelloReply)
+	r, err := c.Call(ctx, hello, protocol.TypeHelloReply)
 	id := ""
 	if err == nil {
 		id, _ = r.String(protocol.AttrContainerID)
@@ -106,10 +107,10 @@ func impersonate(ctx context.Context, c *Client, victim directory.Container, res
 		"list":       protocol.New(protocol.TypeList, 0),
 		"status":     protocol.New(protocol.TypeStatus, 0),
 	} {
-		_, err := c.call(ctx, m, protocol.TypeOK)
+		_, err := c.Call(ctx, m, protocol.TypeOK)
 		res[name] = outcome("", err)
 	}
-	admin, err := DialAdmin(os.Getenv(envAdmin))
+	admin, err := agentapi.DialAdmin(os.Getenv(envAdmin))
 	if err == nil {
 		admin.Close()
 	}

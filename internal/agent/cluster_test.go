@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/freeflow-net/freeflow/internal/agentapi"
 	"github.com/freeflow-net/freeflow/internal/state"
 	"github.com/freeflow-net/freeflow/internal/testenv"
 )
@@ -47,9 +48,9 @@ func TestCrossHostOnRealCluster(t *testing.T) {
 	}
 	fab1, fab2 := cl.Hosts[0].FabricIP, cl.Hosts[1].FabricIP
 	waitFor(t, "both agents know both hosts and every container", func() bool {
-		st := map[string]Status{}
+		st := map[string]agentapi.Status{}
 		for _, h := range []string{"h1", "h2"} {
-			a, err := DialAdmin(l.AdminSocket(h))
+			a, err := agentapi.DialAdmin(l.AdminSocket(h))
 			if err != nil {
 				return false
 			}

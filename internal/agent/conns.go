@@ -11,39 +11,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/freeflow-net/freeflow/internal/agentapi"
 	"github.com/freeflow-net/freeflow/internal/protocol"
 )
-
-// ConnInfo is one live connection an agent answered CONNECT or ACCEPT
-// for, or that a process's ledger lists, as `freeflow conns -o json`
-// prints it.
-type ConnInfo struct {
-	Local           string `json:"local"`            // overlay address of this end
-	Remote          string `json:"remote"`           // overlay address of the peer
-	LocalContainer  string `json:"local_container"`  // name of this end's container
-	RemoteContainer string `json:"remote_container"` // the peer's container; "" if it is none
-	Path            string `json:"path"`             // overlay, shm, unix or host-tcp
-	Reason          string `json:"reason"`           // why overlay, or for unix why not shm; "" otherwise
-}
-
-// ConnCounters counts the connection ends this agent answered since it
-// started (a same-host connection has two ends here, a cross-host one has
-// one on each agent). Bytes moved are not counted: after the swap the data
-// never passes through the agent, and it keeps no reference to the
-// channels (one would keep a peer from seeing EOF, or keep shm memory).
-// ShmBytes is memory, not traffic: what the live shm channels are charged
-// now (each channel once per end).
-type ConnCounters struct {
-	FastPath        uint64            `json:"fast_path"` // shm + unix + host_tcp
-	Shm             uint64            `json:"shm"`
-	Unix            uint64            `json:"unix"`
-	HostTCP         uint64            `json:"host_tcp"`
-	Fallback        uint64            `json:"fallback"`
-	FallbackReasons map[string]uint64 `json:"fallback_reasons"`
-	NotShmReasons   map[string]uint64 `json:"not_shm_reasons"` // why unix ends were not shm
-	Live            int               `json:"live"`
-	ShmBytes        uint64            `json:"shm_bytes"`
-}
 
 type connKey struct {
 	id            string
@@ -51,7 +21,7 @@ type connKey struct {
 }
 
 type connEntry struct {
-	info   ConnInfo
+	info   agentapi.ConnInfo
 	pid    int32      // the library process that asked; the entry goes when it does
 	charge *shmCharge // an shm end's charge, released with the entry
 }
@@ -69,7 +39,7 @@ type connTable struct {
 	mu    sync.Mutex
 	m     map[connKey]connEntry
 	held  map[string]int // entries per container
-	count ConnCounters
+	count agentapi.ConnCounters
 }
 
 // connPages keeps the list a CONNS from offset 0 made for the pages after
@@ -78,7 +48,7 @@ type connTable struct {
 // admin session keeps its own, so that two clients paging at once each
 // get their list whole, every entry once.
 type connPages struct {
-	list []ConnInfo
+	list []agentapi.ConnInfo
 	at   time.Time
 }
 
@@ -88,7 +58,7 @@ const connPagesFresh = 5 * time.Second
 
 // get returns the list for a page from offset: made afresh for offset 0
 // (or if it is older than connPagesFresh), else the one made last.
-func (p *connPages) get(offset uint32, build func() []ConnInfo) []ConnInfo {
+func (p *connPages) get(offset uint32, build func() []agentapi.ConnInfo) []agentapi.ConnInfo {
 	if offset == 0 || time.Since(p.at) > connPagesFresh {
 		p.list, p.at = build(), time.Now()
 	}
@@ -96,13 +66,13 @@ func (p *connPages) get(offset uint32, build func() []ConnInfo) []ConnInfo {
 }
 
 func newConnTable() *connTable {
-	return &connTable{m: map[connKey]connEntry{}, held: map[string]int{}, count: ConnCounters{
+	return &connTable{m: map[connKey]connEntry{}, held: map[string]int{}, count: agentapi.ConnCounters{
 		FallbackReasons: map[string]uint64{}, NotShmReasons: map[string]uint64{}}}
 }
 
 // add records an answered ask of container id's process pid; the entry
 // takes over charge (nil for anything but shm).
-func (t *connTable) add(id string, pid int32, local, remote netip.AddrPort, info ConnInfo, charge *shmCharge) {
+func (t *connTable) add(id string, pid int32, local, remote netip.AddrPort, info agentapi.ConnInfo, charge *shmCharge) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	k := connKey{id, local, remote}
@@ -214,7 +184,7 @@ const maxConnsJSON = 65000
 // connList is the list CONNS pages through: the connections the agent
 // answered and the live entries of the processes' ledgers (each end once),
 // sorted.
-func (a *Agent) connList() []ConnInfo {
+func (a *Agent) connList() []agentapi.ConnInfo {
 	a.settled() // a restarted agent finds its host's ledgers (ledgerscan.go)
 	a.ledgers.prune()
 	a.live.prune()
@@ -249,7 +219,7 @@ func (a *Agent) reconciled(id string, minAge time.Duration) []ledgerEnd {
 
 // list prunes the entries whose process is gone and returns the others,
 // sorted.
-func (t *connTable) list() []ConnInfo {
+func (t *connTable) list() []agentapi.ConnInfo {
 	t.prune()
 	out := t.infos()
 	sortConns(out)
@@ -257,14 +227,14 @@ func (t *connTable) list() []ConnInfo {
 }
 
 // infos returns the table's entries.
-func (t *connTable) infos() []ConnInfo {
+func (t *connTable) infos() []agentapi.ConnInfo {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.infosLocked()
 }
 
-func (t *connTable) infosLocked() []ConnInfo {
-	out := make([]ConnInfo, 0, len(t.m))
+func (t *connTable) infosLocked() []agentapi.ConnInfo {
+	out := make([]agentapi.ConnInfo, 0, len(t.m))
 	for _, e := range t.m {
 		out = append(out, e.info)
 	}
@@ -276,7 +246,7 @@ func (t *connTable) infosLocked() []ConnInfo {
 // entry for, each socket once. A table entry stands for one ledger end of
 // its 4-tuple: a 4-tuple reused by a later connection while the first
 // lives has two ends in the ledger, one answer in the table (the later).
-func (t *connTable) reconcile(live, dead []ledgerEnd) ([]ConnInfo, []ledgerEnd) {
+func (t *connTable) reconcile(live, dead []ledgerEnd) ([]agentapi.ConnInfo, []ledgerEnd) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, e := range dead {
@@ -344,14 +314,14 @@ func (t *connTable) lackingBytes(id string, es []ledgerEntry) uint64 {
 }
 
 // sortConns sorts by local container, then local address, then remote.
-func sortConns(cs []ConnInfo) {
-	slices.SortFunc(cs, func(a, b ConnInfo) int {
+func sortConns(cs []agentapi.ConnInfo) {
+	slices.SortFunc(cs, func(a, b agentapi.ConnInfo) int {
 		return cmp.Or(cmp.Compare(a.LocalContainer, b.LocalContainer), cmp.Compare(a.Local, b.Local), cmp.Compare(a.Remote, b.Remote))
 	})
 }
 
 // counters returns a copy of the counters, with the live count current.
-func (t *connTable) counters() ConnCounters {
+func (t *connTable) counters() agentapi.ConnCounters {
 	t.prune()
 	t.mu.Lock()
 	defer t.mu.Unlock()

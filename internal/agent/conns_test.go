@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/freeflow-net/freeflow/internal/agentapi"
 	"github.com/freeflow-net/freeflow/internal/protocol"
 )
 
@@ -95,7 +96,7 @@ func rawAdmin(t *testing.T, a *testAgent) *protocol.Conn {
 
 // connsFrom asks on raw for the page of CONNS from offset and returns it
 // with the list's COUNT.
-func connsFrom(raw *protocol.Conn, offset uint32) ([]ConnInfo, uint32, error) {
+func connsFrom(raw *protocol.Conn, offset uint32) ([]agentapi.ConnInfo, uint32, error) {
 	if err := raw.WriteMsg(protocol.New(protocol.TypeConns, 7, protocol.U32(protocol.AttrOffset, offset))); err != nil {
 		return nil, 0, err
 	}
@@ -103,7 +104,7 @@ func connsFrom(raw *protocol.Conn, offset uint32) ([]ConnInfo, uint32, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	var page []ConnInfo
+	var page []agentapi.ConnInfo
 	total, err := r.U32(protocol.AttrCount)
 	if err == nil {
 		err = r.JSON(&page)

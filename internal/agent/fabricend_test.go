@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/freeflow-net/freeflow/internal/protocol"
 )
 
 // Every fabric socket the agents hand ends without TIME_WAIT once closed
@@ -30,7 +32,7 @@ func TestXLinkSocketsEndOnceAcked(t *testing.T) {
 	if err != nil || len(fds) != 1 {
 		t.Fatalf("LINK_FILL: %d connections, %v; want 1", len(fds), err)
 	}
-	t.Cleanup(func() { closeFDs(fds) })
+	t.Cleanup(func() { protocol.CloseFDs(fds) })
 	wantLinger2(t, "stock connection", fds[0])
 	unix.SetsockoptTimeval(acc.Link, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 5})
 	nfd, _, err := unix.Accept4(acc.Link, unix.SOCK_CLOEXEC)

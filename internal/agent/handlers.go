@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"github.com/freeflow-net/freeflow/internal/agentapi"
 	"github.com/freeflow-net/freeflow/internal/directory"
 	"github.com/freeflow-net/freeflow/internal/protocol"
 	"net/netip"
@@ -13,7 +14,7 @@ func (s *session) handleHello(m *protocol.Message) (*protocol.Message, error) {
 	if s.hello {
 		return nil, protocol.Errorf(protocol.CodeSequence, "second HELLO on one connection; open a new connection instead")
 	}
-	reply := protocol.New(protocol.TypeHelloReply, m.Seq, protocol.String(protocol.AttrAgentVersion, Version))
+	reply := protocol.New(protocol.TypeHelloReply, m.Seq, protocol.String(protocol.AttrAgentVersion, agentapi.Version))
 	if s.admin { // admit checked the caller (checkAdmin)
 		s.hello = true
 		return reply, nil

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/freeflow-net/freeflow/internal/agentapi"
 	"github.com/freeflow-net/freeflow/internal/protocol"
 )
 
@@ -17,7 +18,7 @@ func sleepMS(n int) { time.Sleep(time.Duration(n) * time.Millisecond) }
 func checkGoodClient(t testing.TB, a *testAgent) time.Duration {
 	t.Helper()
 	start := time.Now()
-	c, err := Dial(a.cfg.LibrarySocket())
+	c, err := agentapi.Dial(a.cfg.LibrarySocket())
 	if err != nil {
 		t.Fatal(err)
 	}

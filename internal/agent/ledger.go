@@ -18,7 +18,7 @@ package agent
 // only before it refuses). Either way its opened counts are folded into
 // the totals.
 //
-// Cross-host links (xlink.go) list their connections here too: path
+// Cross-host links (crosshost_link.go) list their connections here too: path
 // host-tcp, holding no shm (bytes 0 whatever the entry says), counted in
 // the header's opened_tcp. So does every connection the agent answered
 // (any path, with the answer's reason; not counted in the header): the
@@ -66,6 +66,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/freeflow-net/freeflow/internal/agentapi"
 	"github.com/freeflow-net/freeflow/internal/directory"
 	"github.com/freeflow-net/freeflow/internal/protocol"
 	"golang.org/x/sys/unix"
@@ -388,8 +389,8 @@ func (s *ledgers) ends(id string) []ledgerEnd {
 // process's container; the remote container is the one that has the
 // remote address: for shm and unix one of this host, as they join two
 // processes of this host, otherwise one of any host.
-func (a *Agent) ledgerConns(ends []ledgerEnd) []ConnInfo {
-	out := make([]ConnInfo, 0, len(ends))
+func (a *Agent) ledgerConns(ends []ledgerEnd) []agentapi.ConnInfo {
+	out := make([]agentapi.ConnInfo, 0, len(ends))
 	for _, e := range ends {
 		peer, _ := a.dir.LookupIP(e.remote.Addr().String())
 		if (e.path == pathShm || e.path == pathUnix) && peer.Host != a.cfg.Host {

@@ -15,6 +15,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/freeflow-net/freeflow/internal/agentapi"
 	"github.com/freeflow-net/freeflow/internal/directory"
 	"github.com/freeflow-net/freeflow/internal/protocol"
 	"golang.org/x/sys/unix"
@@ -187,11 +188,11 @@ func openFDs(t *testing.T, name string) int {
 // on another.
 var neighbour = directory.Container{ID: "nb0", Name: "neighbour", Host: testHost, IP: "10.244.1.20", Tenant: "blue", FreeFlow: true}
 
-func linkedEnd(local, remote, remoteContainer string) ConnInfo {
-	return ConnInfo{Local: local, Remote: remote, LocalContainer: "self", RemoteContainer: remoteContainer, Path: "shm"}
+func linkedEnd(local, remote, remoteContainer string) agentapi.ConnInfo {
+	return agentapi.ConnInfo{Local: local, Remote: remote, LocalContainer: "self", RemoteContainer: remoteContainer, Path: "shm"}
 }
 
-func linkedTCPEnd(local, remote, remoteContainer string) ConnInfo {
+func linkedTCPEnd(local, remote, remoteContainer string) agentapi.ConnInfo {
 	c := linkedEnd(local, remote, remoteContainer)
 	c.Path = "host-tcp"
 	return c
@@ -219,7 +220,7 @@ func TestLedgerListedAndCounted(t *testing.T) {
 	}
 
 	answered := a.live.list()
-	want := append([]ConnInfo{
+	want := append([]agentapi.ConnInfo{
 		linkedEnd(selfCli(47000), selfSrv, "self"),
 		linkedEnd(selfCli(47001), neighbour.IP+":9000", "neighbour"),
 		linkedEnd(selfCli(47002), "10.244.1.77:80", ""),
@@ -240,7 +241,7 @@ func TestLedgerListedAndCounted(t *testing.T) {
 
 	l.free(1)
 	l.free(150)
-	want = append([]ConnInfo{
+	want = append([]agentapi.ConnInfo{
 		linkedEnd(selfCli(47000), selfSrv, "self"),
 		linkedEnd(selfCli(47002), "10.244.1.77:80", ""),
 	}, answered...)
@@ -270,7 +271,7 @@ func TestLedgerListsHostTCPEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantNoReplies(t, cli)
-	want := []ConnInfo{
+	want := []agentapi.ConnInfo{
 		linkedEnd(selfCli(47500), neighbour.IP+":9000", "neighbour"),
 		linkedTCPEnd(selfCli(47501), remoteContainer.IP+":5432", "db"),
 		linkedTCPEnd(selfCli(47502), "10.244.2.77:80", ""),
@@ -432,9 +433,9 @@ func TestLedgerTornEntriesSkipped(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantNoReplies(t, cli)
-	escaped := ConnInfo{Local: selfCli(47411), Remote: selfSrv, LocalContainer: "self", RemoteContainer: "self",
+	escaped := agentapi.ConnInfo{Local: selfCli(47411), Remote: selfSrv, LocalContainer: "self", RemoteContainer: "self",
 		Path: "unix", Reason: "?[2J?shm?budget"} // no control sequence reaches a terminal
-	want := []ConnInfo{linkedEnd(selfCli(47400), selfSrv, "self"), linkedEnd("[fd00::9]:47408", "[fd00::8]:8080", ""), escaped}
+	want := []agentapi.ConnInfo{linkedEnd(selfCli(47400), selfSrv, "self"), linkedEnd("[fd00::9]:47408", "[fd00::8]:8080", ""), escaped}
 	sortConns(want)
 	if got := a.connList(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("conns:\n got %+v\nwant %+v", got, want)
@@ -529,7 +530,7 @@ func TestLedgerReplacedKeepsOpened(t *testing.T) {
 	}
 	wantNoReplies(t, cli)
 	first.put(1, 400, selfCli(48003), selfSrv) // no longer read
-	want := []ConnInfo{linkedEnd(selfCli(48001), selfSrv, "self"), linkedEnd(selfCli(48002), selfSrv, "self")}
+	want := []agentapi.ConnInfo{linkedEnd(selfCli(48001), selfSrv, "self"), linkedEnd(selfCli(48002), selfSrv, "self")}
 	if got := a.connList(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("conns after the second LEDGER:\n got %+v\nwant %+v", got, want)
 	}
@@ -568,7 +569,7 @@ func TestLedgerOfExitedProcessDropped(t *testing.T) {
 	l.fd = -1
 	child := startAsker(t, "", askSpec{Sock: a.cfg.LibrarySocket(), Ledger: true}, f)
 	f.Close()
-	want := []ConnInfo{linkedEnd(selfCli(48100), selfSrv, "self")}
+	want := []agentapi.ConnInfo{linkedEnd(selfCli(48100), selfSrv, "self")}
 	if got := a.connList(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("conns with the child's ledger:\n got %+v\nwant %+v", got, want)
 	}
@@ -765,7 +766,7 @@ func TestLedgerAnsweredConnectionsListedOnce(t *testing.T) {
 
 	l.free(0)
 	l.free(1)
-	wantConns(t, a, "after the ledger's entries were freed", []ConnInfo{}, 0)
+	wantConns(t, a, "after the ledger's entries were freed", []agentapi.ConnInfo{}, 0)
 }
 
 // TestLedgerVectors: the ledger lines of docs/protocol-vectors.txt (a

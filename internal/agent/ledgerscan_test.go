@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/freeflow-net/freeflow/internal/agentapi"
 )
 
 // holdLedgerChild is a process that only holds what it inherited (its fd 3: a
@@ -64,11 +66,11 @@ func libraryLedger(t *testing.T) *testLedger {
 // those freed, and counts them.
 func wantWebEnds(t *testing.T, a *testAgent, freed int) {
 	t.Helper()
-	end := func(port int, remote, rc, path, reason string) ConnInfo {
-		return ConnInfo{Local: fmt.Sprintf("10.244.1.2:%d", port), Remote: remote, LocalContainer: "web",
+	end := func(port int, remote, rc, path, reason string) agentapi.ConnInfo {
+		return agentapi.ConnInfo{Local: fmt.Sprintf("10.244.1.2:%d", port), Remote: remote, LocalContainer: "web",
 			RemoteContainer: rc, Path: path, Reason: reason}
 	}
-	want := []ConnInfo{
+	want := []agentapi.ConnInfo{
 		end(40001, neighbour.IP+":9000", "neighbour", "shm", ""),
 		end(40002, neighbour.IP+":9000", "neighbour", "unix", reasonShmBudget),
 		end(40003, remoteContainer.IP+":5432", remoteContainer.Name, "host-tcp", ""),

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"testing"
 
+	"github.com/freeflow-net/freeflow/internal/agentapi"
 	"github.com/freeflow-net/freeflow/internal/protocol"
 	"golang.org/x/sys/unix"
 )
@@ -52,7 +53,7 @@ func answeredShmPair(t *testing.T, port int) (*testAgent, pathResult, pathResult
 
 // wantConns checks the listing, the live count and the shm bytes of STATUS,
 // and what the test container is charged.
-func wantConns(t *testing.T, a *testAgent, when string, want []ConnInfo, bytes uint64) {
+func wantConns(t *testing.T, a *testAgent, when string, want []agentapi.ConnInfo, bytes uint64) {
 	t.Helper()
 	sortConns(want)
 	if got := a.connList(); fmt.Sprint(got) != fmt.Sprint(want) {
@@ -66,8 +67,8 @@ func wantConns(t *testing.T, a *testAgent, when string, want []ConnInfo, bytes u
 	}
 }
 
-func shmEnd(local, remote string) ConnInfo {
-	return ConnInfo{Local: local, Remote: remote, LocalContainer: "self", RemoteContainer: "self", Path: "shm"}
+func shmEnd(local, remote string) agentapi.ConnInfo {
+	return agentapi.ConnInfo{Local: local, Remote: remote, LocalContainer: "self", RemoteContainer: "self", Path: "shm"}
 }
 
 // A connection end closed where the library cannot see it (an inline
@@ -79,7 +80,7 @@ func TestLedgerEndClosedBehindLibraryReleased(t *testing.T) {
 	a, con, acc, _ := answeredShmPair(t, 48501)
 	defer closeResult(acc)
 	defer closeFD(con.Mem)
-	both := []ConnInfo{shmEnd(selfCli(48501), selfSrv), shmEnd(selfSrv, selfCli(48501))}
+	both := []agentapi.ConnInfo{shmEnd(selfCli(48501), selfSrv), shmEnd(selfSrv, selfCli(48501))}
 	wantConns(t, a, "both ends held", both, 2*shmBytes)
 
 	unix.Close(con.FD) // the connector's end, closed behind its library
@@ -101,7 +102,7 @@ func TestLedgerEndHeldAtDupStaysListed(t *testing.T) {
 	}
 	defer unix.Close(dup)
 	unix.Dup2(acc.FD, con.FD) // the entry's descriptor now holds another socket
-	both := []ConnInfo{shmEnd(selfCli(48502), selfSrv), shmEnd(selfSrv, selfCli(48502))}
+	both := []agentapi.ConnInfo{shmEnd(selfCli(48502), selfSrv), shmEnd(selfSrv, selfCli(48502))}
 	wantConns(t, a, "the connector's socket held at a dup only", both, 2*shmBytes)
 }
 
@@ -125,7 +126,7 @@ func TestLedgerEndMovedDownListedAsUnix(t *testing.T) {
 	l.putHeld(t, 0, pathUnix, 0, selfCli(48503), selfSrv, "moved-down", con.FD)
 	moved := shmEnd(selfCli(48503), selfSrv)
 	moved.Path, moved.Reason = "unix", "moved-down"
-	wantConns(t, a, "the connector moved down", []ConnInfo{moved, shmEnd(selfSrv, selfCli(48503))}, shmBytes)
+	wantConns(t, a, "the connector moved down", []agentapi.ConnInfo{moved, shmEnd(selfSrv, selfCli(48503))}, shmBytes)
 }
 
 // One end held by two processes (a fork child and its parent, each with its
@@ -157,5 +158,5 @@ func TestLedgerEndHeldByTwoProcessesListedOnce(t *testing.T) {
 	}
 	acceptor := shmEnd(selfSrv, selfCli(48504))
 	acceptor.Path, acceptor.Reason = "unix", "moved-down"
-	wantConns(t, a, "the acceptor's end in two ledgers", []ConnInfo{shmEnd(selfCli(48504), selfSrv), acceptor}, shmBytes)
+	wantConns(t, a, "the acceptor's end in two ledgers", []agentapi.ConnInfo{shmEnd(selfCli(48504), selfSrv), acceptor}, shmBytes)
 }

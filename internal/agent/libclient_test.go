@@ -78,11 +78,11 @@ func (l *libClient) call(m *protocol.Message) (*protocol.Message, []int, error) 
 		return nil, nil, err
 	}
 	if r.Seq != m.Seq {
-		closeFDs(fds)
+		protocol.CloseFDs(fds)
 		return nil, nil, fmt.Errorf("%v answered with %v of seq %d, want seq %d", m.Type, r.Type, r.Seq, m.Seq)
 	}
 	if e := r.Err(); e != nil {
-		closeFDs(fds)
+		protocol.CloseFDs(fds)
 		return nil, nil, e
 	}
 	return r, fds, nil
@@ -136,7 +136,7 @@ func (l *libClient) ask(t protocol.Type, local, remote string) (pathResult, erro
 		return res, err
 	}
 	if r.Type != protocol.TypePath {
-		closeFDs(fds)
+		protocol.CloseFDs(fds)
 		return res, fmt.Errorf("%v answered with %v", t, r.Type)
 	}
 	kind, _ := r.Get(protocol.AttrPathKind)
@@ -156,7 +156,7 @@ func (l *libClient) ask(t protocol.Type, local, remote string) (pathResult, erro
 	case res.Kind != pathOverlay && res.Kind != pathShm && len(fds) == 1:
 		res.FD = fds[0]
 	default:
-		closeFDs(fds)
+		protocol.CloseFDs(fds)
 		return res, fmt.Errorf("PATH kind %d (LINK_TTL %d) came with %d descriptors", res.Kind, res.LinkTTL, len(fds))
 	}
 	return res, nil
@@ -170,7 +170,7 @@ func (l *libClient) fill(name uint64, count uint32) ([]int, error) {
 		return nil, err
 	}
 	if kind, _ := r.U8(protocol.AttrPathKind); r.Type != protocol.TypePath || kind != pathHostTCP {
-		closeFDs(fds)
+		protocol.CloseFDs(fds)
 		return nil, fmt.Errorf("LINK_FILL answered with %v kind %d, want PATH host-tcp", r.Type, kind)
 	}
 	return fds, nil

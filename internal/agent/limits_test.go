@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/freeflow-net/freeflow/internal/agentapi"
 	"github.com/freeflow-net/freeflow/internal/directory"
 	"github.com/freeflow-net/freeflow/internal/protocol"
 )
@@ -220,7 +221,7 @@ func TestAdminSocketHasItsOwnCapacity(t *testing.T) {
 		t.Errorf("a container's process on the admin socket: %s, want DENIED", got)
 	}
 	adminClient(t, a)
-	_, err := DialAdmin(a.cfg.AdminSocket)
+	_, err := agentapi.DialAdmin(a.cfg.AdminSocket)
 	wantCode(t, err, protocol.CodeLimit)
 	if _, err := first.Status(ctxT(t)); err != nil {
 		t.Errorf("STATUS on an admin connection held: %v", err)
@@ -406,10 +407,10 @@ func TestConnEntriesBoundedPerContainer(t *testing.T) {
 		return netip.AddrPortFrom(netip.MustParseAddr(ip), uint16(port))
 	}
 	for i := range 10 {
-		tab.add("web", pid, ep("10.244.1.3", 40000+i), ep("10.244.1.4", 80), ConnInfo{LocalContainer: "web", Path: "shm"}, nil)
+		tab.add("web", pid, ep("10.244.1.3", 40000+i), ep("10.244.1.4", 80), agentapi.ConnInfo{LocalContainer: "web", Path: "shm"}, nil)
 	}
 	for i := range maxConnEntriesPerContainer + 100 {
-		tab.add("hog", pid, ep("10.244.1.2", 1+i%60000), ep("10.244.1.250", 1+i/60000), ConnInfo{LocalContainer: "hog", Path: "overlay"}, nil)
+		tab.add("hog", pid, ep("10.244.1.2", 1+i%60000), ep("10.244.1.250", 1+i/60000), agentapi.ConnInfo{LocalContainer: "hog", Path: "overlay"}, nil)
 	}
 	web := 0
 	for _, c := range tab.list() {
@@ -440,5 +441,5 @@ func TestLinkFillsInFlightBoundedPerContainer(t *testing.T) {
 	if err != nil || len(fds) != 1 {
 		t.Fatalf("LINK_FILL once a fill ended: %d connections, %v; want 1", len(fds), err)
 	}
-	closeFDs(fds)
+	protocol.CloseFDs(fds)
 }

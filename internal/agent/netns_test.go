@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/freeflow-net/freeflow/internal/agentapi"
 	"github.com/freeflow-net/freeflow/internal/directory"
 	"github.com/freeflow-net/freeflow/internal/protocol"
 )
@@ -16,9 +17,9 @@ func container(id, name, ip, ns string) directory.Container {
 	return directory.Container{ID: id, Name: name, Host: testHost, IP: ip, Tenant: "blue", NetNS: "/run/netns/" + ns}
 }
 
-func adminClient(t *testing.T, a *testAgent) *AdminClient {
+func adminClient(t *testing.T, a *testAgent) *agentapi.AdminClient {
 	t.Helper()
-	c, err := DialAdmin(a.cfg.AdminSocket)
+	c, err := agentapi.DialAdmin(a.cfg.AdminSocket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +160,7 @@ func TestAdminRegisterListStatusUnregister(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Host != testHost || st.Cluster != a.cfg.Cluster || st.PID != os.Getpid() || st.AgentVersion != Version ||
+	if st.Host != testHost || st.Cluster != a.cfg.Cluster || st.PID != os.Getpid() || st.AgentVersion != agentapi.Version ||
 		st.LocalContainers != 1 || st.Containers != 2 || st.ContainersPerHost["h2"] != 1 || !st.Directory.Connected {
 		t.Errorf("STATUS = %+v", st)
 	}
@@ -203,7 +204,7 @@ func TestSameHostFastPathBetweenContainers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []ConnInfo{
+	want := []agentapi.ConnInfo{
 		{Local: "10.244.1.3:6379", Remote: "10.244.1.2:40000", LocalContainer: "db", RemoteContainer: "web", Path: "unix", Reason: reasonLibNoShm},
 		{Local: "10.244.1.2:40000", Remote: "10.244.1.3:6379", LocalContainer: "web", RemoteContainer: "db", Path: "unix", Reason: reasonLibNoShm},
 	}

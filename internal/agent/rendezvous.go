@@ -55,7 +55,7 @@ type meeting struct {
 
 // asking is what a meeting knows of one side's library: what its
 // session's HELLO said it can take (shm.go; xlink: a cross-host link,
-// xlink.go), and its process, whose listener a link is granted for.
+// crosshost_link.go), and its process, whose listener a link is granted for.
 type asking struct {
 	shm, link, xlink bool
 	mark             bool // it marks its SYNs (CAPS bit 3)
@@ -66,26 +66,34 @@ type asking struct {
 type half struct {
 	fd     int        // the channel's socket (for shm, the bell socket); -1 for none
 	mem    int        // shm: this side's copy of the memfd; -1 otherwise
-	link   int        // shm: this side's end of a link (shm.go); host-tcp: the acceptor's cross-host link listener (xlink.go); -1 for none
 	charge *shmCharge // shm: the budget charged to this side's container
-	token  []byte     // host-tcp: the TOKEN of the cross-host link whose listener is link (acceptor) or whose name is name (connector)
-	name   uint64     // host-tcp, connector: the name (LINK) of its cross-host link; 0 for none
+	// link is, same host (shm), this side's end of the socketpair of a
+	// link between the two processes (shm.go); -1 for none.
+	link int
+	// xlinkListener is, across hosts (host-tcp), the acceptor's listener
+	// on its host's fabric address for the connector's next connections,
+	// the cross-host link (crosshost_link.go); -1 for none and on the
+	// connector's side.
+	xlinkListener int
+	token         []byte // host-tcp: the TOKEN of the cross-host link whose listener is xlinkListener (acceptor) or whose name is name (connector)
+	name          uint64 // host-tcp, connector: the name (LINK) of its cross-host link; 0 for none
 }
 
 var (
-	noHalf   = half{fd: -1, mem: -1, link: -1}
+	noHalf   = half{fd: -1, mem: -1, link: -1, xlinkListener: -1}
 	noHalves = [2]half{noHalf, noHalf}
 )
 
 // sockHalf is the half of a channel that is one socket per side.
-func sockHalf(fd int) half { return half{fd: fd, mem: -1, link: -1} }
+func sockHalf(fd int) half { return half{fd: fd, mem: -1, link: -1, xlinkListener: -1} }
 
 func sockHalves(fds [2]int) [2]half { return [2]half{sockHalf(fds[0]), sockHalf(fds[1])} }
 
-// fds returns the descriptors PATH carries, in the order PROTOCOL.md gives.
+// fds returns the descriptors PATH carries, in the order PROTOCOL.md gives
+// (a half has a link or a cross-host link listener, never both).
 func (h half) fds() []int {
 	var out []int
-	for _, fd := range []int{h.fd, h.mem, h.link} {
+	for _, fd := range []int{h.fd, h.mem, h.link, h.xlinkListener} {
 		if fd >= 0 {
 			out = append(out, fd)
 		}
@@ -98,7 +106,7 @@ func (h half) fds() []int {
 // (LINK), and both ends its TOKEN.
 func (h half) linkAttrs() []protocol.Attr {
 	var out []protocol.Attr
-	if h.link >= 0 || h.name != 0 {
+	if h.link >= 0 || h.xlinkListener >= 0 || h.name != 0 {
 		out = append(out, protocol.U32(protocol.AttrLinkTTL, uint32(linkTTL.Milliseconds())))
 	}
 	if h.name != 0 {
@@ -116,6 +124,7 @@ func (h half) close() {
 	closeFD(h.fd)
 	closeFD(h.mem)
 	closeFD(h.link)
+	closeFD(h.xlinkListener)
 	h.charge.release()
 }
 

@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"runtime/debug"
-	"syscall"
 	"time"
 
 	"github.com/freeflow-net/freeflow/internal/directory"
@@ -145,7 +144,7 @@ func (s *session) serveOne() bool {
 	m, fds, err := s.conn.ReadMsg()
 	s.inFDs = fds
 	defer func() { // a LEDGER's memfd stays mapped; a stray LINK_OFFER's are dropped
-		closeFDs(fds)
+		protocol.CloseFDs(fds)
 		s.inFDs = nil
 	}()
 	var reply *protocol.Message
@@ -205,7 +204,7 @@ func (s *session) replyError(m *protocol.Message, err error) bool {
 func (s *session) write(m *protocol.Message) bool {
 	s.conn.SetWriteDeadline(time.Now().Add(s.a.cfg.WriteTimeout))
 	fds := s.outFDs
-	defer func() { closeFDs(fds); s.outFDs = nil }()
+	defer func() { protocol.CloseFDs(fds); s.outFDs = nil }()
 	err := s.conn.WriteMsg(m, fds...)
 	var pe *protocol.Error
 	if errors.As(err, &pe) && m.Type != protocol.TypeError {
@@ -254,10 +253,4 @@ func (s *session) handle(m *protocol.Message) (*protocol.Message, error) {
 		return s.handleAdmin(m)
 	}
 	return nil, protocol.Errorf(protocol.CodeUnknown, "%v is a reply, not a request the agent serves", m.Type)
-}
-
-func closeFDs(fds []int) {
-	for _, fd := range fds {
-		syscall.Close(fd)
-	}
 }

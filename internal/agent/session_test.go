@@ -6,12 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/freeflow-net/freeflow/internal/agentapi"
 	"github.com/freeflow-net/freeflow/internal/protocol"
 )
 
 func TestHelloAndLookup(t *testing.T) {
 	a := startAgent(t, newFakeDir(selfContainer, remoteContainer), nil)
-	c, err := Dial(a.cfg.LibrarySocket())
+	c, err := agentapi.Dial(a.cfg.LibrarySocket())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +44,7 @@ func TestHelloAndLookup(t *testing.T) {
 
 func TestHostRegisteredOnStart(t *testing.T) {
 	a := startAgent(t, newFakeDir(), nil)
-	c, err := DialAdmin(a.cfg.AdminSocket)
+	c, err := agentapi.DialAdmin(a.cfg.AdminSocket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +115,7 @@ func TestMalformedMessages(t *testing.T) {
 
 func TestLibraryCallerNotRegisteredDenied(t *testing.T) {
 	a := startAgent(t, newFakeDir(remoteContainer), nil)
-	c, err := Dial(a.cfg.LibrarySocket())
+	c, err := agentapi.Dial(a.cfg.LibrarySocket())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +137,7 @@ func TestHandlerPanicClosesOnlyThatConnection(t *testing.T) {
 	dir := newFakeDir(selfContainer)
 	dir.panicIP = "10.9.9.9"
 	a := startAgent(t, dir, nil)
-	bad, err := Dial(a.cfg.LibrarySocket())
+	bad, err := agentapi.Dial(a.cfg.LibrarySocket())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +181,7 @@ func TestBrokeringRequestsChecked(t *testing.T) {
 	}
 	// On the admin socket (an agent where this process is no container).
 	b := startAgent(t, newFakeDir(), nil)
-	admin, err := Dial(b.cfg.AdminSocket)
+	admin, err := agentapi.Dial(b.cfg.AdminSocket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,6 +189,6 @@ func TestBrokeringRequestsChecked(t *testing.T) {
 	if _, err := admin.Hello(ctxT(t)); err != nil {
 		t.Skipf("admin socket unusable here (not root?): %v", err)
 	}
-	_, err = admin.call(ctxT(t), protocol.New(protocol.TypeListen, 0, local), protocol.TypeOK)
+	_, err = admin.Call(ctxT(t), protocol.New(protocol.TypeListen, 0, local), protocol.TypeOK)
 	wantCode(t, err, protocol.CodeDenied)
 }

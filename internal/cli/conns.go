@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/freeflow-net/freeflow/internal/agent"
+	"github.com/freeflow-net/freeflow/internal/agentapi"
 	"github.com/freeflow-net/freeflow/internal/state"
 )
 
@@ -41,7 +41,7 @@ func runConns(g *Global, args []string) error {
 	if err != nil {
 		return err
 	}
-	all := []agent.ConnInfo{}
+	all := []agentapi.ConnInfo{}
 	for _, h := range hosts {
 		cs, err := hostConns(g.Layout(), h)
 		if err != nil {
@@ -72,10 +72,10 @@ func connsHosts(c *state.Cluster, only string) ([]string, error) {
 	return names, nil
 }
 
-func hostConns(l state.Layout, host string) ([]agent.ConnInfo, error) {
+func hostConns(l state.Layout, host string) ([]agentapi.ConnInfo, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), connsTimeout)
 	defer cancel()
-	a, err := agent.DialAdmin(l.AdminSocket(host))
+	a, err := agentapi.DialAdmin(l.AdminSocket(host))
 	if err != nil {
 		return nil, fmt.Errorf("host %s: %w (is its agent running? see `freeflow status`)", host, err)
 	}
@@ -87,7 +87,7 @@ func hostConns(l state.Layout, host string) ([]agent.ConnInfo, error) {
 	return cs, nil
 }
 
-func printConns(w io.Writer, cs []agent.ConnInfo) error {
+func printConns(w io.Writer, cs []agentapi.ConnInfo) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "LOCAL\tREMOTE\tLOCAL-CONTAINER\tREMOTE-CONTAINER\tPATH\tREASON")
 	for _, c := range cs {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/freeflow-net/freeflow/internal/agent"
+	"github.com/freeflow-net/freeflow/internal/agentapi"
 	"github.com/freeflow-net/freeflow/internal/state"
 )
 
@@ -83,10 +83,10 @@ func agentReady(ctx context.Context, admin string) error {
 }
 
 // AgentStatus asks the agent behind admin socket path for its status.
-func AgentStatus(ctx context.Context, path string) (agent.Status, error) {
-	c, err := agent.DialAdmin(path)
+func AgentStatus(ctx context.Context, path string) (agentapi.Status, error) {
+	c, err := agentapi.DialAdmin(path)
 	if err != nil {
-		return agent.Status{}, err
+		return agentapi.Status{}, err
 	}
 	defer c.Close()
 	return c.Status(ctx)

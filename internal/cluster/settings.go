@@ -6,6 +6,7 @@ import (
 	"net"
 
 	"github.com/freeflow-net/freeflow/internal/directory"
+	"github.com/freeflow-net/freeflow/internal/directory/etcd"
 	"github.com/freeflow-net/freeflow/internal/netns"
 	"github.com/freeflow-net/freeflow/internal/state"
 )
@@ -15,12 +16,12 @@ import (
 // It always writes, so a cluster on an external etcd does not inherit the
 // settings of an earlier cluster of the same name.
 func putSettings(ctx context.Context, l state.Layout, c *state.Cluster, s directory.Settings) error {
-	var dial directory.Dialer
+	var dial etcd.Dialer
 	if c.Etcd.Managed { // reached from a host, as the agents reach it
 		ns := netns.Path(l.HostNetNS(c.Hosts[0].Name))
 		dial = func(ctx context.Context, addr string) (net.Conn, error) { return netns.Dial(ctx, ns, "tcp", addr) }
 	}
-	d, err := directory.New(ctx, directory.Config{
+	d, err := etcd.New(ctx, etcd.Config{
 		Cluster: l.Cluster, Endpoints: c.Etcd.Endpoints, Dialer: dial,
 		Logf: func(string, ...any) {}, // a failed write is reported below
 	})

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/freeflow-net/freeflow/internal/agent"
+	"github.com/freeflow-net/freeflow/internal/agentapi"
 	"github.com/freeflow-net/freeflow/internal/etcdproc"
 	"github.com/freeflow-net/freeflow/internal/state"
 )
@@ -36,10 +36,10 @@ type EtcdReport struct {
 // HostReport is one host with its agent.
 type HostReport struct {
 	state.Host
-	AgentRunning bool          `json:"agent_running"`
-	Agent        *agent.Status `json:"agent,omitempty"` // nil when it did not answer
-	AgentError   string        `json:"agent_error,omitempty"`
-	Containers   []string      `json:"containers"` // names the CLI started on this host
+	AgentRunning bool             `json:"agent_running"`
+	Agent        *agentapi.Status `json:"agent,omitempty"` // nil when it did not answer
+	AgentError   string           `json:"agent_error,omitempty"`
+	Containers   []string         `json:"containers"` // names the CLI started on this host
 }
 
 // Status probes every part of the cluster described by c.

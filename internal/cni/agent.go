@@ -4,13 +4,13 @@ import (
 	"errors"
 
 	"github.com/containernetworking/cni/pkg/types"
-	"github.com/freeflow-net/freeflow/internal/agent"
+	"github.com/freeflow-net/freeflow/internal/agentapi"
 	"github.com/freeflow-net/freeflow/internal/protocol"
 )
 
 // DialAgent connects to the host agent's admin socket.
 func DialAgent(socket string) (Registry, error) {
-	c, err := agent.DialAdmin(socket)
+	c, err := agentapi.DialAdmin(socket)
 	if err != nil {
 		return nil, err // a nil *AdminClient must not become a non-nil Registry
 	}

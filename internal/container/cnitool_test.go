@@ -10,6 +10,7 @@ import (
 
 	"github.com/freeflow-net/freeflow/internal/cni"
 	"github.com/freeflow-net/freeflow/internal/directory"
+	"github.com/freeflow-net/freeflow/internal/directory/etcd"
 	"github.com/freeflow-net/freeflow/internal/netns"
 	"github.com/freeflow-net/freeflow/internal/state"
 	"github.com/freeflow-net/freeflow/internal/testenv"
@@ -47,7 +48,7 @@ func (e *cniToolError) Error() string {
 func etcdRecords(t *testing.T, l state.Layout, h string) []directory.Container {
 	t.Helper()
 	c := netns.Command(state.NetNSPath(l.HostNetNS(h)), "etcdctl", "--endpoints", "http://"+state.FabricEtcd+":2379",
-		"get", "--prefix", "--print-value-only", directory.Prefix(l.Cluster)+"containers/")
+		"get", "--prefix", "--print-value-only", etcd.Prefix(l.Cluster)+"containers/")
 	c.Env = append(os.Environ(), "ETCDCTL_API=3")
 	out, err := c.Output()
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/freeflow-net/freeflow/internal/agent"
+	"github.com/freeflow-net/freeflow/internal/agentapi"
 	"github.com/freeflow-net/freeflow/internal/container"
 	"github.com/freeflow-net/freeflow/internal/directory"
 	"github.com/freeflow-net/freeflow/internal/netns"
@@ -180,7 +180,7 @@ func registered(t *testing.T, l state.Layout, host, id string) bool {
 
 func findRegistered(t *testing.T, l state.Layout, host string, match func(directory.Container) bool) *directory.Container {
 	t.Helper()
-	c, err := agent.DialAdmin(l.AdminSocket(host))
+	c, err := agentapi.DialAdmin(l.AdminSocket(host))
 	if err != nil {
 		t.Fatalf("dial agent of %s: %v", host, err)
 	}

@@ -1,10 +1,8 @@
-// Package directory is the cluster-wide map of where every container lives,
-// kept in etcd v3 and cached by every agent through a watch (push, not poll).
-//
-// Key layout (values are JSON of the types below):
-//
-//	/freeflow/<cluster>/containers/<id>   Container
-//	/freeflow/<cluster>/hosts/<name>      Host
+// Package directory holds the records of the cluster-wide map of where
+// every container lives: what the agents store, what the CNI plugin
+// registers, what the CLI lists. It has no etcd in it, so a client links it
+// cheaply; the etcd-backed store that every agent caches is
+// internal/directory/etcd.
 package directory
 
 import "time"
@@ -36,6 +34,3 @@ type Health struct {
 	LastSync  time.Time `json:"last_sync"`            // when the cache was last known complete
 	LastError string    `json:"last_error,omitempty"` // why it is not connected
 }
-
-// Prefix returns the key prefix of cluster.
-func Prefix(cluster string) string { return "/freeflow/" + cluster + "/" }

@@ -67,21 +67,21 @@ func (c *Conn) ReadMsg() (*Message, []int, error) {
 	fds, ferr := parseRights(c.oob[:oobn])
 	switch {
 	case ferr != nil:
-		closeAll(fds)
+		CloseFDs(fds)
 		return nil, nil, ferr
 	case flags&syscall.MSG_CTRUNC != 0:
-		closeAll(fds)
+		CloseFDs(fds)
 		return nil, nil, Errorf(CodeBadMsg, "message carries more than %d file descriptors", MaxFDs)
 	case flags&syscall.MSG_TRUNC != 0:
-		closeAll(fds)
+		CloseFDs(fds)
 		return nil, nil, Errorf(CodeBadMsg, "message is larger than %d bytes", MaxMessage)
 	case n == 0:
-		closeAll(fds)
+		CloseFDs(fds)
 		return nil, nil, io.EOF
 	}
 	m, err := Decode(c.buf[:n])
 	if err != nil {
-		closeAll(fds)
+		CloseFDs(fds)
 		return headerOnly(c.buf[:n]), nil, err
 	}
 	return m, fds, nil
@@ -143,7 +143,9 @@ func parseRights(oob []byte) ([]int, error) {
 	return fds, nil
 }
 
-func closeAll(fds []int) {
+// CloseFDs closes descriptors received with a message, for a caller that
+// has no use for them (errors are ignored: each was ours to close).
+func CloseFDs(fds []int) {
 	for _, fd := range fds {
 		syscall.Close(fd)
 	}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/freeflow-net/freeflow/internal/agent"
+	"github.com/freeflow-net/freeflow/internal/agentapi"
 	"github.com/freeflow-net/freeflow/internal/testenv"
 )
 
@@ -55,16 +55,16 @@ signal.sigwait({signal.SIGUSR1})
 `
 
 // hostConns returns `freeflow conns --host host -o json`.
-func hostConns(t *testing.T, c *testenv.Cluster, host string) []agent.ConnInfo {
+func hostConns(t *testing.T, c *testenv.Cluster, host string) []agentapi.ConnInfo {
 	t.Helper()
-	var all []agent.ConnInfo
+	var all []agentapi.ConnInfo
 	out := c.MustFF(t, "conns", "--host", host, "-o", "json")
 	must(t, json.Unmarshal([]byte(out), &all), "parse `freeflow conns -o json`: %s", out)
 	return all
 }
 
 // pathsOf counts conns by path.
-func pathsOf(conns []agent.ConnInfo) map[string]int {
+func pathsOf(conns []agentapi.ConnInfo) map[string]int {
 	n := map[string]int{}
 	for _, e := range conns {
 		n[e.Path]++
@@ -73,7 +73,7 @@ func pathsOf(conns []agent.ConnInfo) map[string]int {
 }
 
 // endsByContainer counts conns by local container, path and remote container.
-func endsByContainer(conns []agent.ConnInfo) map[string]int {
+func endsByContainer(conns []agentapi.ConnInfo) map[string]int {
 	n := map[string]int{}
 	for _, e := range conns {
 		n[e.LocalContainer+" "+e.Path+" -> "+e.RemoteContainer]++
@@ -82,7 +82,7 @@ func endsByContainer(conns []agent.ConnInfo) map[string]int {
 }
 
 // overlayReasons counts the overlay conns by reason.
-func overlayReasons(conns []agent.ConnInfo) map[string]int {
+func overlayReasons(conns []agentapi.ConnInfo) map[string]int {
 	n := map[string]int{}
 	for _, e := range conns {
 		if e.Path == "overlay" {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/freeflow-net/freeflow/internal/agent"
+	"github.com/freeflow-net/freeflow/internal/agentapi"
 	"github.com/freeflow-net/freeflow/internal/state"
 	"github.com/freeflow-net/freeflow/internal/testenv"
 )
@@ -67,11 +67,11 @@ while True:
 `
 
 // agentStatus returns host's agent's STATUS.
-func agentStatus(t *testing.T, c *testenv.Cluster, host string) agent.Status {
+func agentStatus(t *testing.T, c *testenv.Cluster, host string) agentapi.Status {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	a, err := agent.DialAdmin(state.NewLayout(c.Name).AdminSocket(host))
+	a, err := agentapi.DialAdmin(state.NewLayout(c.Name).AdminSocket(host))
 	must(t, err, "dial %s's agent", host)
 	defer a.Close()
 	st, err := a.Status(ctx)

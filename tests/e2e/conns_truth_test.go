@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/freeflow-net/freeflow/internal/agent"
+	"github.com/freeflow-net/freeflow/internal/agentapi"
 	"github.com/freeflow-net/freeflow/internal/testenv"
 )
 
@@ -136,13 +136,13 @@ func TestForkExecServerListsBothEnds(t *testing.T) {
 	cli := testenv.RandomName("fx", 4)
 	c.StartDetached(t, "h1", cli, nil, "python3", "-c", stepClientPy, "srv", "7001")
 	waitLog(t, c, cli, "step1 OK")
-	var ends []agent.ConnInfo
+	var ends []agentapi.ConnInfo
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("conns lists for the client's connection: %+v", ends)
 		}
 	})
-	moved := func(e agent.ConnInfo) bool { return e.Path == "unix" && e.Reason == "moved-down" }
+	moved := func(e agentapi.ConnInfo) bool { return e.Path == "unix" && e.Reason == "moved-down" }
 	testenv.WaitFor(t, "conns to list the connection's two ends, one in each container, both unix moved-down", func() bool {
 		ends = connsOf(t, c, cli)
 		return len(ends) == 2 && ends[0].LocalContainer != ends[1].LocalContainer && moved(ends[0]) && moved(ends[1])
@@ -171,7 +171,7 @@ signal.pause()
 `
 
 // byContainerPath counts conns by local container and path.
-func byContainerPath(conns []agent.ConnInfo) map[string]int {
+func byContainerPath(conns []agentapi.ConnInfo) map[string]int {
 	n := map[string]int{}
 	for _, e := range conns {
 		n[e.LocalContainer+" "+e.Path]++

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/freeflow-net/freeflow/internal/agent"
+	"github.com/freeflow-net/freeflow/internal/agentapi"
 	"github.com/freeflow-net/freeflow/internal/directory"
 	"github.com/freeflow-net/freeflow/internal/state"
 )
@@ -33,7 +33,7 @@ func lists(ctx context.Context, l state.Layout, host, name string) (bool, error)
 
 // listed returns the record of container name as host's agent lists it.
 func listed(ctx context.Context, l state.Layout, host, name string) (directory.Container, bool, error) {
-	a, err := agent.DialAdmin(l.AdminSocket(host))
+	a, err := agentapi.DialAdmin(l.AdminSocket(host))
 	if err != nil {
 		return directory.Container{}, false, err
 	}

@@ -5,17 +5,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/freeflow-net/freeflow/internal/agent"
+	"github.com/freeflow-net/freeflow/internal/agentapi"
 	"github.com/freeflow-net/freeflow/internal/state"
 	"github.com/freeflow-net/freeflow/internal/testenv"
 )
 
 // counters returns host's agent's connection counters.
-func counters(t testing.TB, c *testenv.Cluster, host string) agent.ConnCounters {
+func counters(t testing.TB, c *testenv.Cluster, host string) agentapi.ConnCounters {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	a, err := agent.DialAdmin(state.NewLayout(c.Name).AdminSocket(host))
+	a, err := agentapi.DialAdmin(state.NewLayout(c.Name).AdminSocket(host))
 	if err != nil {
 		t.Fatalf("dial %s's agent: %v", host, err)
 	}
@@ -32,11 +32,11 @@ func counters(t testing.TB, c *testenv.Cluster, host string) agent.ConnCounters 
 type pathCheck struct {
 	c      *testenv.Cluster
 	hosts  []string
-	before map[string]agent.ConnCounters
+	before map[string]agentapi.ConnCounters
 }
 
 func watchPaths(t testing.TB, c *testenv.Cluster, hosts ...string) *pathCheck {
-	p := &pathCheck{c: c, hosts: hosts, before: map[string]agent.ConnCounters{}}
+	p := &pathCheck{c: c, hosts: hosts, before: map[string]agentapi.ConnCounters{}}
 	for _, h := range hosts {
 		p.before[h] = counters(t, c, h)
 	}
@@ -73,7 +73,7 @@ func (p *pathCheck) expect(t testing.TB, path, reason string) {
 
 // pathDeltas counts the connection ends decided on each path between two
 // readings of an agent's counters.
-func pathDeltas(b, a agent.ConnCounters) map[string]uint64 {
+func pathDeltas(b, a agentapi.ConnCounters) map[string]uint64 {
 	return map[string]uint64{"shm": a.Shm - b.Shm, "unix": a.Unix - b.Unix, "host-tcp": a.HostTCP - b.HostTCP,
 		"overlay": a.Fallback - b.Fallback}
 }

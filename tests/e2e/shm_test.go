@@ -6,15 +6,15 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/freeflow-net/freeflow/internal/agent"
+	"github.com/freeflow-net/freeflow/internal/agentapi"
 	"github.com/freeflow-net/freeflow/internal/testenv"
 )
 
 // connsOf returns the entries of `freeflow conns -o json` that have
 // container name at either end.
-func connsOf(t *testing.T, c *testenv.Cluster, name string) []agent.ConnInfo {
+func connsOf(t *testing.T, c *testenv.Cluster, name string) []agentapi.ConnInfo {
 	t.Helper()
-	var all, mine []agent.ConnInfo
+	var all, mine []agentapi.ConnInfo
 	out := c.MustFF(t, "conns", "-o", "json")
 	must(t, json.Unmarshal([]byte(out), &all), "parse `freeflow conns -o json`: %s", out)
 	for _, e := range all {

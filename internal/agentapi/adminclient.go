@@ -1,4 +1,4 @@
-package agent
+package agentapi
 
 import (
 	"context"
@@ -35,7 +35,7 @@ func (a *AdminClient) Register(ctx context.Context, c directory.Container) error
 	if err != nil {
 		return err
 	}
-	if _, err := a.c.call(ctx, protocol.New(protocol.TypeRegister, 0, j), protocol.TypeOK); err != nil {
+	if _, err := a.c.Call(ctx, protocol.New(protocol.TypeRegister, 0, j), protocol.TypeOK); err != nil {
 		return fmt.Errorf("register container %s with the agent: %w", c.ID, err)
 	}
 	return nil
@@ -44,7 +44,7 @@ func (a *AdminClient) Register(ctx context.Context, c directory.Container) error
 // Unregister removes container id; an unknown id is not an error.
 func (a *AdminClient) Unregister(ctx context.Context, id string) error {
 	m := protocol.New(protocol.TypeUnregister, 0, protocol.String(protocol.AttrContainerID, id))
-	if _, err := a.c.call(ctx, m, protocol.TypeOK); err != nil {
+	if _, err := a.c.Call(ctx, m, protocol.TypeOK); err != nil {
 		return fmt.Errorf("unregister container %s from the agent: %w", id, err)
 	}
 	return nil
@@ -73,7 +73,7 @@ func (a *AdminClient) Conns(ctx context.Context) ([]ConnInfo, error) {
 	cs := []ConnInfo{}
 	for {
 		m := protocol.New(protocol.TypeConns, 0, protocol.U32(protocol.AttrOffset, uint32(len(cs))))
-		r, err := a.c.call(ctx, m, protocol.TypeOK)
+		r, err := a.c.Call(ctx, m, protocol.TypeOK)
 		if err != nil {
 			return nil, fmt.Errorf("agent %v: %w", protocol.TypeConns, err)
 		}
@@ -93,7 +93,7 @@ func (a *AdminClient) Conns(ctx context.Context) ([]ConnInfo, error) {
 }
 
 func (a *AdminClient) okJSON(ctx context.Context, t protocol.Type, v any) error {
-	r, err := a.c.call(ctx, protocol.New(t, 0), protocol.TypeOK)
+	r, err := a.c.Call(ctx, protocol.New(t, 0), protocol.TypeOK)
 	if err != nil {
 		return fmt.Errorf("agent %v: %w", t, err)
 	}

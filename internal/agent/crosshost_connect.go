@@ -21,7 +21,7 @@ import (
 // offerRemote is the connecting side of a cross-host connection: the
 // whole exchange with the acceptor's agent, recorded once for k. lib is
 // the connecting library; one that takes a cross-host link may get one
-// (xlink.go).
+// (crosshost_link.go).
 func (a *Agent) offerRemote(self, peer directory.Container, k tuple, c *connector, lib asking) (decision, half) {
 	m, role := a.rv.join(k, sideConnector, nil, c, asking{})
 	switch role {

@@ -1,12 +1,17 @@
-package directory
+package etcd
 
 import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/freeflow-net/freeflow/internal/directory"
 )
 
-// The two kinds of record under a cluster's prefix (see types.go).
+// Prefix returns the key prefix of cluster.
+func Prefix(cluster string) string { return "/freeflow/" + cluster + "/" }
+
+// The two kinds of record under a cluster's prefix (see directory.go).
 const (
 	containersDir = "containers/"
 	hostsDir      = "hosts/"
@@ -29,8 +34,8 @@ func (d *Directory) hostKey(name string) string    { return d.prefix + hostsDir 
 
 // record is one decoded key under the prefix: a container or a host.
 type record struct {
-	container *Container
-	host      *Host
+	container *directory.Container
+	host      *directory.Host
 }
 
 // recordKey is the cache's name for a key: its kind directory plus its id.
@@ -55,7 +60,7 @@ func recordKey(prefix, key string) (dir, name string, ok bool) {
 func decode(dir, name string, value []byte) (record, error) {
 	switch dir {
 	case containersDir:
-		var c Container
+		var c directory.Container
 		if err := json.Unmarshal(value, &c); err != nil {
 			return record{}, err
 		}
@@ -64,7 +69,7 @@ func decode(dir, name string, value []byte) (record, error) {
 		}
 		return record{container: &c}, nil
 	default:
-		var h Host
+		var h directory.Host
 		if err := json.Unmarshal(value, &h); err != nil {
 			return record{}, err
 		}

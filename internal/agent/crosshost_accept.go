@@ -14,7 +14,7 @@ import (
 
 // serveOffer is the accepting side of a cross-host connection: one OFFER
 // on a TCP connection from another agent, fresh or pooled (a HELLO first,
-// see offerpool.go), one reply, and for host-tcp, once the connector's
+// see crosshost_pool.go), one reply, and for host-tcp, once the connector's
 // agent has sent its COMMIT, the connection itself goes to the accepting
 // library. release ends the connection's count among the offers in flight.
 func (a *Agent) serveOffer(ctx context.Context, c *net.TCPConn, release func()) {
@@ -172,7 +172,7 @@ func (a *Agent) offerPrecheck(k tuple, sender directory.Host, marks bool) (*list
 // commitOffer: the accepting library gets the connection (at once, or
 // when a parked half is claimed) only after the connector's agent has
 // committed to it, and always after the reply on the wire; with a
-// cross-host link when the rules for one hold (xlink.go). Unless the
+// cross-host link when the rules for one hold (crosshost_link.go). Unless the
 // accepting process could clear the mark of the connection: then both ends
 // take the overlay, the connector's through the reply.
 func (a *Agent) meetOffer(p *offerPeer, k tuple, li *listenerInfo) {

@@ -1,6 +1,10 @@
-package directory
+package etcd
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/freeflow-net/freeflow/internal/directory"
+)
 
 // EventKind says what happened to a container.
 type EventKind int
@@ -30,7 +34,7 @@ func (k EventKind) String() string {
 // Event is one change to the cached view, delivered after the cache has it.
 type Event struct {
 	Kind      EventKind
-	Container Container
+	Container directory.Container
 }
 
 // subscriberBuffer is how many events a subscriber may fall behind before

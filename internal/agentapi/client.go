@@ -1,4 +1,4 @@
-package agent
+package agentapi
 
 import (
 	"context"
@@ -44,7 +44,7 @@ func (c *Client) Close() error { return c.conn.Close() }
 // agent identified it (only ID etc. on the library socket; empty on the
 // admin socket).
 func (c *Client) Hello(ctx context.Context) (directory.Container, error) {
-	r, err := c.call(ctx, protocol.New(protocol.TypeHello, 0, protocol.String(protocol.AttrLibVersion, "go-"+Version)), protocol.TypeHelloReply)
+	r, err := c.Call(ctx, protocol.New(protocol.TypeHello, 0, protocol.String(protocol.AttrLibVersion, "go-"+Version)), protocol.TypeHelloReply)
 	if err != nil {
 		return directory.Container{}, err
 	}
@@ -61,7 +61,7 @@ func (c *Client) Hello(ctx context.Context) (directory.Container, error) {
 
 // Lookup asks where ip lives; found is false if no container has it.
 func (c *Client) Lookup(ctx context.Context, ip netip.Addr) (p Peer, found bool, err error) {
-	r, err := c.call(ctx, protocol.New(protocol.TypeLookup, 0, protocol.IP(ip)), protocol.TypeLookupReply)
+	r, err := c.Call(ctx, protocol.New(protocol.TypeLookup, 0, protocol.IP(ip)), protocol.TypeLookupReply)
 	if err != nil {
 		return Peer{}, false, err
 	}
@@ -77,9 +77,10 @@ func (c *Client) Lookup(ctx context.Context, ip netip.Addr) (p Peer, found bool,
 	return p, true, nil
 }
 
-// call sends m with the next seq and returns the reply, which must have
-// type want and the same seq; an ERROR reply becomes its *protocol.Error.
-func (c *Client) call(ctx context.Context, m *protocol.Message, want protocol.Type) (*protocol.Message, error) {
+// Call sends request m with the next seq and returns the reply, which must
+// have type want and the same seq; an ERROR reply becomes its
+// *protocol.Error. It serves requests that have no method here.
+func (c *Client) Call(ctx context.Context, m *protocol.Message, want protocol.Type) (*protocol.Message, error) {
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(defaultCallTimeout)
@@ -92,7 +93,7 @@ func (c *Client) call(ctx context.Context, m *protocol.Message, want protocol.Ty
 		return nil, fmt.Errorf("send %v to agent: %w", m.Type, err)
 	}
 	r, fds, err := c.conn.ReadMsg()
-	closeFDs(fds)
+	protocol.CloseFDs(fds)
 	if err != nil {
 		return nil, fmt.Errorf("read agent reply to %v: %w", m.Type, err)
 	}

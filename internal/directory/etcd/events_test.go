@@ -1,6 +1,10 @@
-package directory
+package etcd
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/freeflow-net/freeflow/internal/directory"
+)
 
 // A subscriber that stops reading must never block the watch loop; it gets
 // one EventResync in place of what it missed, then events again.
@@ -10,10 +14,10 @@ func TestSubscriberOverflowResyncs(t *testing.T) {
 	ch, stop := d.Subscribe()
 	var burst []Event
 	for range 3 * subscriberBuffer {
-		burst = append(burst, Event{Kind: EventPut, Container: Container{Name: "x"}})
+		burst = append(burst, Event{Kind: EventPut, Container: directory.Container{Name: "x"}})
 	}
 	s.publish(burst) // must return although nobody reads
-	s.publish([]Event{{Kind: EventDelete, Container: Container{Name: "y"}}})
+	s.publish([]Event{{Kind: EventDelete, Container: directory.Container{Name: "y"}}})
 
 	if e := <-ch; e.Kind != EventResync {
 		t.Fatalf("first event after overflow = %v, want resync", e.Kind)

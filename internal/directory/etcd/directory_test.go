@@ -1,4 +1,4 @@
-package directory
+package etcd
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/freeflow-net/freeflow/internal/directory"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -104,12 +105,12 @@ func waitConnected(t *testing.T, d *Directory, limit time.Duration) {
 	eventually(t, limit, "Health().Connected", func() bool { return d.Health().Connected })
 }
 
-func testContainer(id, name, host, ip string) Container {
-	return Container{ID: id, Name: name, Host: host, IP: ip, Tenant: "blue",
+func testContainer(id, name, host, ip string) directory.Container {
+	return directory.Container{ID: id, Name: name, Host: host, IP: ip, Tenant: "blue",
 		NetNS: "/run/netns/" + id, Created: time.Now().Round(0)}
 }
 
-func put(t *testing.T, d *Directory, c Container) {
+func put(t *testing.T, d *Directory, c directory.Container) {
 	t.Helper()
 	if err := d.PutContainer(context.Background(), c); err != nil {
 		t.Fatalf("PutContainer %s: %v", c.ID, err)
@@ -183,7 +184,7 @@ func expectEvents(t *testing.T, ch <-chan Event, want ...string) {
 	}
 }
 
-func containerNames(cs []Container) string {
+func containerNames(cs []directory.Container) string {
 	var names []string
 	for _, c := range cs {
 		names = append(names, c.Name)
@@ -197,7 +198,7 @@ func checkRestartRebuilds(t *testing.T, endpoints []string) {
 	for i := range 5 {
 		put(t, d1, testContainer(fmt.Sprintf("id%d", i), fmt.Sprintf("c%d", i), "h1", fmt.Sprintf("10.244.1.%d", 10+i)))
 	}
-	for _, h := range []Host{{Name: "h1", FabricIP: "10.99.0.11", Subnet: "10.244.1.0/24"}, {Name: "h2", FabricIP: "10.99.0.12", Subnet: "10.244.2.0/24"}} {
+	for _, h := range []directory.Host{{Name: "h1", FabricIP: "10.99.0.11", Subnet: "10.244.1.0/24"}, {Name: "h2", FabricIP: "10.99.0.12", Subnet: "10.244.2.0/24"}} {
 		if err := d1.PutHost(context.Background(), h); err != nil {
 			t.Fatalf("PutHost: %v", err)
 		}

@@ -1,10 +1,12 @@
-package directory
+package etcd
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/freeflow-net/freeflow/internal/directory"
 )
 
 const (
@@ -16,7 +18,7 @@ const (
 // cache learns of them through the watch like every other agent's does.
 
 // PutContainer registers or replaces c under its ID.
-func (d *Directory) PutContainer(ctx context.Context, c Container) error {
+func (d *Directory) PutContainer(ctx context.Context, c directory.Container) error {
 	if err := checkName("container id", c.ID); err != nil {
 		return err
 	}
@@ -32,7 +34,7 @@ func (d *Directory) DeleteContainer(ctx context.Context, id string) error {
 }
 
 // PutHost registers or replaces h under its name.
-func (d *Directory) PutHost(ctx context.Context, h Host) error {
+func (d *Directory) PutHost(ctx context.Context, h directory.Host) error {
 	if err := checkName("host name", h.Name); err != nil {
 		return err
 	}

@@ -1,4 +1,11 @@
-package directory
+// Package etcd is the cluster directory kept in etcd v3 and cached by
+// every agent through a watch (push, not poll).
+//
+// Key layout (values are JSON of internal/directory's records):
+//
+//	/freeflow/<cluster>/containers/<id>   directory.Container
+//	/freeflow/<cluster>/hosts/<name>      directory.Host
+package etcd
 
 // Design note: why list + watch, and what happens when etcd is down.
 //
@@ -36,6 +43,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/freeflow-net/freeflow/internal/directory"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -139,7 +147,7 @@ func withDefaults(cfg Config) (Config, error) {
 }
 
 // Health reports whether the cache is live and, if not, why.
-func (d *Directory) Health() Health { return d.health.get() }
+func (d *Directory) Health() directory.Health { return d.health.get() }
 
 // Close stops the watch, closes every subscription and the etcd client.
 // The cache stays readable.

@@ -1,21 +1,23 @@
-package directory
+package etcd
 
 import (
 	"sync"
 	"time"
+
+	"github.com/freeflow-net/freeflow/internal/directory"
 )
 
 // healthState guards the Health the sync loop reports.
 type healthState struct {
 	mu sync.Mutex
-	h  Health
+	h  directory.Health
 }
 
 func newHealthState(why string) *healthState {
-	return &healthState{h: Health{LastError: why}}
+	return &healthState{h: directory.Health{LastError: why}}
 }
 
-func (s *healthState) get() Health {
+func (s *healthState) get() directory.Health {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.h

@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Cross-host links (xlink.go): the grant on a host-tcp meeting between
+// Cross-host links (crosshost_link.go): the grant on a host-tcp meeting between
 // h1 (connector) and h2 (acceptor), and LINK_FILL on h1. The test process
 // plays both libraries, as in crosshost_test.go.
 
@@ -108,7 +108,7 @@ func TestXLinkFillDialsStockToAcceptorsListener(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { closeFDs(fds) })
+	t.Cleanup(func() { protocol.CloseFDs(fds) })
 	if len(fds) != 3 {
 		t.Fatalf("LINK_FILL COUNT 3 gave %d connections", len(fds))
 	}
@@ -347,13 +347,13 @@ func TestLinkFillRefusedUnlessCallerHoldsLiveLink(t *testing.T) {
 	other := &session{a: hs.h1.Agent, pid: 1, self: ffSelf, hello: true}
 	_, err = other.handleLinkFill(protocol.New(protocol.TypeLinkFill, 1, protocol.U64(protocol.AttrLink, con.XLink), protocol.U32(protocol.AttrCount, 1)))
 	wantGone("another process", err)
-	closeFDs(other.outFDs)
+	protocol.CloseFDs(other.outFDs)
 
 	fds, err := cli.fill(con.XLink, 1) // the holder still can
 	if err != nil || len(fds) != 1 {
 		t.Fatalf("LINK_FILL of the link's process: %d connections, %v; want 1", len(fds), err)
 	}
-	closeFDs(fds)
+	protocol.CloseFDs(fds)
 	hs.h1.xlinks.mu.Lock()
 	r := hs.h1.xlinks.m[con.XLink]
 	r.expiry = time.Now()
@@ -382,7 +382,7 @@ func TestLinkFillRefusesBadCount(t *testing.T) {
 		wantCode(t, err, protocol.CodeInvalid)
 	}
 	fds, err := cli.fill(con.XLink, 16)
-	closeFDs(fds)
+	protocol.CloseFDs(fds)
 	if err != nil || len(fds) != 16 {
 		t.Errorf("LINK_FILL COUNT 16: %d connections, %v; want 16", len(fds), err)
 	}

@@ -1,12 +1,11 @@
-package directory
+package etcd
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"fmt"
 
+	"github.com/freeflow-net/freeflow/internal/directory"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -15,13 +14,11 @@ import (
 //
 //	/freeflow/<cluster>/key       the agents' broker key, 32 random bytes
 //	/freeflow/<cluster>/policy    the fast-path policy, JSON (internal/policy)
-//	/freeflow/<cluster>/settings  the cluster's settings, JSON (Settings)
+//	/freeflow/<cluster>/settings  the cluster's settings, JSON (directory.Settings)
 const (
 	keyName      = "key"
 	policyName   = "policy"
 	settingsName = "settings"
-	// ClusterKeySize is the length of the broker key.
-	ClusterKeySize = 32
 )
 
 // ClusterKey returns the key the agents of the cluster authenticate their
@@ -29,7 +26,7 @@ const (
 // puts a fresh random key only if none exists, and every caller returns
 // whatever the key holds afterwards, so concurrent first users agree.
 func (d *Directory) ClusterKey(ctx context.Context) ([]byte, error) {
-	fresh := make([]byte, ClusterKeySize)
+	fresh := make([]byte, directory.ClusterKeySize)
 	if _, err := rand.Read(fresh); err != nil {
 		return nil, fmt.Errorf("directory: generate cluster key: %w", err)
 	}
@@ -48,8 +45,8 @@ func (d *Directory) ClusterKey(ctx context.Context) ([]byte, error) {
 		return fresh, nil
 	}
 	kvs := resp.Responses[0].GetResponseRange().Kvs
-	if len(kvs) != 1 || len(kvs[0].Value) != ClusterKeySize {
-		return nil, fmt.Errorf("directory: cluster key %s is not %d bytes; delete it and restart the agents to make a new one", key, ClusterKeySize)
+	if len(kvs) != 1 || len(kvs[0].Value) != directory.ClusterKeySize {
+		return nil, fmt.Errorf("directory: cluster key %s is not %d bytes; delete it and restart the agents to make a new one", key, directory.ClusterKeySize)
 	}
 	return kvs[0].Value, nil
 }
@@ -94,34 +91,7 @@ func (d *Directory) PutPolicy(ctx context.Context, doc []byte) error {
 	})
 }
 
-// Settings are the cluster's settings, chosen at `freeflow cluster up`. The
-// zero value, also what an absent document means, is the default.
-type Settings struct {
-	// NoShm turns shared-memory channels off in the whole cluster: same-host
-	// fast paths are AF_UNIX socket pairs (`cluster up --no-shm`).
-	NoShm bool `json:"no_shm,omitempty"`
-	// ShmBudget is how many bytes of shared-memory channels one container
-	// may be charged for at once; 0 means the agents' default.
-	ShmBudget uint64 `json:"shm_budget,omitempty"`
-}
-
-// ParseSettings reads a settings document; nil or empty input is the
-// default. Unknown fields are refused, so a misspelt setting is an error
-// rather than a setting silently not applied.
-func ParseSettings(doc []byte) (Settings, error) {
-	var s Settings
-	if len(doc) == 0 {
-		return s, nil
-	}
-	dec := json.NewDecoder(bytes.NewReader(doc))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&s); err != nil {
-		return Settings{}, fmt.Errorf("directory: cluster settings: %w (want {\"no_shm\": true, \"shm_budget\": <bytes>})", err)
-	}
-	return s, nil
-}
-
 // PutSettings stores the cluster's settings.
-func (d *Directory) PutSettings(ctx context.Context, s Settings) error {
+func (d *Directory) PutSettings(ctx context.Context, s directory.Settings) error {
 	return d.put(ctx, d.prefix+settingsName, s)
 }

@@ -1,4 +1,4 @@
-package directory
+package etcd
 
 import (
 	"cmp"
@@ -7,22 +7,23 @@ import (
 	"sync"
 	"time"
 
+	"github.com/freeflow-net/freeflow/internal/directory"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // view is one consistent picture of the directory with its lookup indexes.
 type view struct {
-	containers map[string]Container // by id
-	hosts      map[string]Host      // by name
-	byIP       map[string]string    // container IP -> id
-	byName     map[string]string    // container name -> id
+	containers map[string]directory.Container // by id
+	hosts      map[string]directory.Host      // by name
+	byIP       map[string]string              // container IP -> id
+	byName     map[string]string              // container name -> id
 }
 
 func newView() view {
 	return view{
-		containers: map[string]Container{},
-		hosts:      map[string]Host{},
+		containers: map[string]directory.Container{},
+		hosts:      map[string]directory.Host{},
 		byIP:       map[string]string{},
 		byName:     map[string]string{},
 	}
@@ -47,14 +48,14 @@ func (v view) put(r record) {
 // remove drops a record and reports the container it was, if it was one.
 // Indexes are cleared only where they still point at this id, so a name or
 // IP already taken over by a newer record keeps pointing there.
-func (v view) remove(dir, name string) (Container, bool) {
+func (v view) remove(dir, name string) (directory.Container, bool) {
 	if dir == hostsDir {
 		delete(v.hosts, name)
-		return Container{}, false
+		return directory.Container{}, false
 	}
 	c, ok := v.containers[name]
 	if !ok {
-		return Container{}, false
+		return directory.Container{}, false
 	}
 	delete(v.containers, name)
 	if v.byIP[c.IP] == name {
@@ -181,7 +182,7 @@ func diff(old, next view) []Event {
 
 // sameContainer compares records; Created goes through Equal because two
 // decodes of one timestamp carry different *time.Location pointers.
-func sameContainer(a, b Container) bool {
+func sameContainer(a, b directory.Container) bool {
 	ta, tb := a.Created, b.Created
 	a.Created, b.Created = time.Time{}, time.Time{}
 	return a == b && ta.Equal(tb)

@@ -1,4 +1,4 @@
-package directory
+package etcd
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/freeflow-net/freeflow/internal/directory"
 	"github.com/freeflow-net/freeflow/internal/testenv"
 )
 
@@ -34,7 +35,7 @@ func TestClusterKeyAndPolicy(t *testing.T) {
 	}
 	wg.Wait()
 	for i, k := range keys {
-		if len(k) != ClusterKeySize || !bytes.Equal(k, keys[0]) {
+		if len(k) != directory.ClusterKeySize || !bytes.Equal(k, keys[0]) {
 			t.Fatalf("key %d = %x, key 0 = %x: concurrent first users disagree", i, k, keys[0])
 		}
 	}
@@ -67,10 +68,10 @@ func TestClusterSettings(t *testing.T) {
 	if doc, err := d.Settings(ctx); err != nil || doc != nil {
 		t.Fatalf("settings by default: %q, %v; want none", doc, err)
 	}
-	if s, err := ParseSettings(nil); err != nil || s != (Settings{}) {
+	if s, err := directory.ParseSettings(nil); err != nil || s != (directory.Settings{}) {
 		t.Fatalf("no document parses to %+v, %v; want the defaults", s, err)
 	}
-	want := Settings{NoShm: true, ShmBudget: 1 << 20}
+	want := directory.Settings{NoShm: true, ShmBudget: 1 << 20}
 	if err := d.PutSettings(ctx, want); err != nil {
 		t.Fatal(err)
 	}
@@ -78,10 +79,10 @@ func TestClusterSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := ParseSettings(doc); err != nil || got != want {
+	if got, err := directory.ParseSettings(doc); err != nil || got != want {
 		t.Errorf("settings read back: %+v, %v; want %+v", got, err, want)
 	}
-	if _, err := ParseSettings([]byte(`{"noshm": true}`)); err == nil {
+	if _, err := directory.ParseSettings([]byte(`{"noshm": true}`)); err == nil {
 		t.Error("a misspelt setting was accepted")
 	}
 }

@@ -1,16 +1,18 @@
-package directory
+package etcd
 
 import (
 	"cmp"
 	"maps"
 	"slices"
+
+	"github.com/freeflow-net/freeflow/internal/directory"
 )
 
 // Reads come only from the cache: they never wait for etcd, and while etcd
 // is unreachable they return its last known view (see Health).
 
 // LookupIP returns the container that owns overlay address ip.
-func (d *Directory) LookupIP(ip string) (Container, bool) {
+func (d *Directory) LookupIP(ip string) (directory.Container, bool) {
 	d.cache.mu.RLock()
 	defer d.cache.mu.RUnlock()
 	c, ok := d.cache.v.containers[d.cache.v.byIP[ip]]
@@ -18,7 +20,7 @@ func (d *Directory) LookupIP(ip string) (Container, bool) {
 }
 
 // Container returns the container with id.
-func (d *Directory) Container(id string) (Container, bool) {
+func (d *Directory) Container(id string) (directory.Container, bool) {
 	d.cache.mu.RLock()
 	defer d.cache.mu.RUnlock()
 	c, ok := d.cache.v.containers[id]
@@ -26,7 +28,7 @@ func (d *Directory) Container(id string) (Container, bool) {
 }
 
 // ContainerByName returns the container called name.
-func (d *Directory) ContainerByName(name string) (Container, bool) {
+func (d *Directory) ContainerByName(name string) (directory.Container, bool) {
 	d.cache.mu.RLock()
 	defer d.cache.mu.RUnlock()
 	c, ok := d.cache.v.containers[d.cache.v.byName[name]]
@@ -34,19 +36,19 @@ func (d *Directory) ContainerByName(name string) (Container, bool) {
 }
 
 // Containers returns every container, sorted by name (then id).
-func (d *Directory) Containers() []Container {
+func (d *Directory) Containers() []directory.Container {
 	d.cache.mu.RLock()
 	defer d.cache.mu.RUnlock()
-	return sortedValues(d.cache.v.containers, func(a, b Container) int {
+	return sortedValues(d.cache.v.containers, func(a, b directory.Container) int {
 		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.ID, b.ID))
 	})
 }
 
 // Hosts returns every host, sorted by name.
-func (d *Directory) Hosts() []Host {
+func (d *Directory) Hosts() []directory.Host {
 	d.cache.mu.RLock()
 	defer d.cache.mu.RUnlock()
-	return sortedValues(d.cache.v.hosts, func(a, b Host) int { return cmp.Compare(a.Name, b.Name) })
+	return sortedValues(d.cache.v.hosts, func(a, b directory.Host) int { return cmp.Compare(a.Name, b.Name) })
 }
 
 // sortedValues returns a copy of m's values (never nil, so an empty

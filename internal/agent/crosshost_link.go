@@ -167,7 +167,7 @@ func (g *xlinkGrant) half() half {
 		return noHalf
 	}
 	h := noHalf
-	h.link, h.token = g.ln, g.token
+	h.xlinkListener, h.token = g.ln, g.token
 	return h
 }
 
@@ -303,7 +303,7 @@ func (s *session) handleLinkFill(m *protocol.Message) (*protocol.Message, error)
 	defer s.a.fills.release(s.self.ID)
 	fds, refused, why := s.a.dialStock(r, int(count))
 	if refused {
-		closeFDs(fds)
+		protocol.CloseFDs(fds)
 		s.a.xlinks.drop(name)
 		return nil, errXLinkGone()
 	}
