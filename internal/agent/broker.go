@@ -1,176 +1,34 @@
 package agent
 
-// Design note: connection brokering (PROTOCOL.md, "Connection brokering").
+// Design note: connection brokering (PROTOCOL.md, "Connection brokering";
+// the reasoning at length in docs/BROKERING.md).
 //
 // Every established overlay TCP connection whose ends run the library is
 // asked about twice: CONNECT by the connecting end, ACCEPT by the accepting
 // end, both naming it by its overlay 4-tuple. The agent decides once per
-// tuple (connector ip:port -> acceptor ip:port) and gives both ends the
-// same answer; the table of meetings (rendezvous.go) is where the two asks
-// meet.
+// tuple and gives both ends the same answer; the table of meetings
+// (rendezvous.go) is where the two asks meet, and a meeting is decided
+// exactly once, under the table lock, waiting with no lock held.
 //
-// Overlay at once, with a reason, when a rule already says no: the peer is
-// no registered container (not-a-container), runs without the library
-// (peer-not-freeflow), policy refuses (tenant-differs, no-fast-path), or,
-// on the connecting side, no library-enabled process listens on the peer's
-// port (listener-not-freeflow). That answer is recorded for the tuple, so
-// the other end, whether it already waits or asks later, gets it at once.
-// Otherwise the first ask waits at most 45 ms (meetWait) for the second;
-// then both get the fast path, or, on timeout, both get overlay
-// (peer-timeout), unless the meeting is parked (below) or a slow
-// acceptor is waited for (below). A decided tuple is remembered for a few
-// seconds, so a late ask gets the recorded decision, or its parked half.
-// Waiting happens in the asking connection's goroutine with no table lock
-// held; a meeting is decided exactly once, under the table lock.
-//
-// Same host: the second ask creates the channel and each end gets one
-// half: an shm channel (shm.go) in PATH shm, or, when either end cannot
-// take one, socketpair(AF_UNIX, SOCK_STREAM) in PATH unix, with the reason
-// why not shm; the agent closes its copies.
-//
-// Links (shm.go has the rules for granting one and the budget). Two round
-// trips to the agent on every same-host connection's critical path limit
-// the setup rate (2.4k conn/s against 9.5k on the bridge overlay), so with
-// an shm channel the agent may also hand the two processes a link, a
-// SOCK_SEQPACKET socketpair (PATH shm, third fd, LINK_TTL). Over it the
-// connecting library offers its next connections to the same listener
-// itself (a memfd and bell pair it made, LINK_OFFER, sent before its SYN),
-// and the accepting library takes or refuses each by a compare-and-swap
-// in the memfd header, so exactly one decision wins; a connector whose
-// offer is not taken within 5 ms withdraws it and asks the agent as
-// before, which is why meetWait is 45 ms: a peer that never answers still
-// costs 50 ms at most. The agent hears of no connection decided over a
-// link: each process lists its linked connections in its ledger, a memfd
-// the agent maps and reads when it lists or counts (ledger.go).
-//
-// Slow acceptors (acceptq.go). A server whose accept() comes more than
-// 45 ms after the handshake (a busy event loop, a sleep between accepts)
-// has not had the chance to ask: its ACCEPT follows its accept(). So a
-// same-host connector whose meetWait passes looks at the acceptor's end
-// of the connection in the kernel (an exact 4-tuple inet_diag lookup in
-// the acceptor container's namespace, on a NETLINK_SOCK_DIAG socket made
-// there once and kept while the container is registered): while it is
-// still in the accept queue (established, no inode: no process holds it)
-// the connector waits on, looking again every 10 ms (queuedCheck), up to
-// 150 ms from its CONNECT (queuedWait: the library gives up at 250 ms,
-// and an answer it no longer waits for would leave the ends on different
-// paths). Accepted, its ACCEPT, sent right after accept() returns (maybe
-// after opening a session), gets up to acceptedLooks (3) looks' time to
-// arrive; accepted with no ACCEPT, gone, or not readable: peer-timeout at
-// once, so only an acceptor that has not yet accepted costs a connector
-// more than meetWait and three looks. A reply not from the kernel is
-// ignored; a container whose socket cannot be made is tried again (and
-// logged) once a second at most. The
-// lookups run in the connector's goroutine, no table lock held, each
-// bounded (5 ms); one container's connectors wait so at most 64 at a
-// time (queuedPerContainer). A meeting parked meanwhile (below) wakes the
-// wait as always. Across hosts the acceptor's agent, which waits 40 ms
-// for the ACCEPT of an offer, does the same up to 110 ms after the offer
-// (offerQueuedWait): its reply and the COMMIT must still fit in the
-// connector's agent's 150 ms budget; one that does not fit ends as any
-// late reply does (no COMMIT: both ends overlay).
-//
-// Cross host (crosshost_connect.go, crosshost_accept.go): the connector's agent
-// dials the acceptor's agent on the fabric (broker port 7947 on the host's
-// FabricIP), or takes a connection it dialed ahead (crosshost_pool.go), and
-// sends an OFFER authenticated with HMAC-SHA256 under the cluster key. The acceptor's agent checks the MAC, the clock window, the
-// nonce, the sender and its own rules, then plays the connecting side of
-// the local meeting: once its local ACCEPT is there (at most 40 ms after
-// the offer) it writes PATH host-tcp on that TCP connection. That is a
-// proposal, not yet the decision: two agents decide, each under its own
-// clock, and the connector's agent gives up when its budget (150 ms from
-// its CONNECT) passes, which a busy host can make it do just after the
-// acceptor's agent wrote host-tcp. So the connector's agent, having read
-// a valid fast PATH within its budget, writes a COMMIT (signed, carrying
-// the offer's nonce) and only then hands its end to the connecting
-// library; past its budget it writes nothing and closes. The acceptor's
-// agent hands (or parks) its end only after reading that COMMIT, within
-// commitWait (1 s); EOF, a timeout or anything but a valid COMMIT makes
-// its decision overlay (no-commit) and closes the connection. Each agent
-// reads exactly the bytes of the other's messages, so the application's
-// data, which follows on the wire, is left for the libraries. The data
-// then flows on a kernel TCP connection between the two hosts' fabric
-// addresses. The library waits 250 ms for any answer (lib/src/control.c),
-// well beyond the connector's 150 ms budget, and the acceptor's ACCEPT is
-// answered at most 45 ms (its peer wait) plus that budget after it asks.
-// With the host-tcp answer the two processes may also get a cross-host
-// link (crosshost_link.go), over which their libraries set up the next connections
-// between them on stock connections the connector's agent dialed ahead
-// (LINK_FILL), without either agent on the path.
-//
-// Simultaneous connects (parked.go). Two single-threaded processes A and
-// B, each listening, connect to each other at once (Open MPI's TCP
-// transport does this). A blocks in its CONNECT for A->B, waiting for B's
-// ACCEPT, but B accepts only after its own CONNECT for B->A returns, which
-// waits for A's ACCEPT: without a rule both would wait out peer-timeout.
-// So the agent tracks which local processes wait in a CONNECT right now
-// (the session's pid, from the kernel; a count per tuple), and an
-// acceptor whose listener's registering process (any of them,
-// listeners.go) is itself waiting in a CONNECT for another tuple, or in
-// an ACCEPT of another tuple from the same connecting container whose
-// CONNECT has not come, is not waited for: the meeting is "parked". (The
-// ACCEPT: a single-threaded server waiting in the ACCEPT of Y cannot
-// accept X, and if Y's connector asks only after X is answered, as a
-// library thread deciding late connects one at a time does, both would
-// wait out the bound. Only that case: an acceptor with a backlog of other
-// clients' connections is waited for, as a parked half it claims after
-// keepDecided would be gone.) Its connector completes it at once
-// as if the acceptor had asked (same host: a socketpair; cross host, on
-// the acceptor's agent handling the OFFER: the host-tcp reply is written
-// on the offer connection, and the half is parked only once the COMMIT
-// has come), takes its own half, and the acceptor's half
-// stays in the meeting until that side's ACCEPT claims it, with PATH fast,
-// or until keepDecided passes: then the half is closed and the connector
-// reads EOF, as it would see a reset had the connection been dropped from
-// the accept queue. The rule fires in both orders, each check and its
-// bookkeeping in one locked step of the CONNECT's (or OFFER's) join: a
-// connector that finds the listener's process already in a CONNECT (or
-// such an ACCEPT) parks its own meeting; a CONNECT from pid X parks every
-// meeting that waits for an ACCEPT on a listener X registered (such an
-// ACCEPT, those of its connecting container). A process's CONNECT for the very
-// tuple does not count (a process connecting to itself is treated as
-// today). Only the acceptor side of the tuple can claim a parked half: an
-// ACCEPT naming it, from the acceptor's container (LOCAL_EP must be the
-// caller's address). Once a meeting is parked, only its connector
-// completes it, and an acceptor that asks meanwhile, or whose own checks
-// would say overlay, takes the connector's decision, so both ends still
-// agree. Across hosts the rule works per agent on its own processes: the
-// first of two crossed CONNECTs is parked on the peer's agent for sure;
-// the second is parked too if the first process is still in its CONNECT
-// there, and otherwise meets that process's ACCEPT, which it can now send.
-//
-// Windows where the two ends can disagree. All need an agent (or a
-// library) to die or stall far beyond the bounds above; none can deliver
-// bytes to the wrong peer, and in each one both ends see their connection
-// end (EOF or reset), so no application hangs in a read:
-//   - Cross host, the connector's agent wrote COMMIT but died before its
-//     fd reached the connecting library (or that library had given up
-//     waiting, so the PATH found no reader and its fd was closed). The
-//     accepting library got host-tcp and reads EOF there once the dead
-//     agent's copy is closed; the connecting library keeps the overlay
-//     socket, whose peer (the accepting library) has closed it: EOF.
-//   - Cross host, a COMMIT that takes longer than commitWait to cross the
-//     fabric although it was written within the budget: the acceptor's
-//     agent closed the connection (overlay), so the connecting library's
-//     host-tcp socket reads EOF or a reset, and the accepting library's
-//     overlay socket reads EOF when the connector closes its overlay one.
-//   - The accepting library gave up (its 250 ms) before its agent got the
-//     COMMIT (a scheduling stall of more than ~50 ms on top of the full
-//     budget): the agent's PATH finds no reader, its fd is closed, and
-//     the connector's host-tcp socket reads EOF; the accepting library
-//     keeps the overlay, whose peer the connector closed: EOF.
-//   - Same host: an agent that dies between sending the two halves of a
-//     socketpair. The half it still held is closed with it: the end that
-//     got its half reads EOF, the other keeps its overlay socket whose
-//     peer is closed.
-//   - A library that dies after its ask: its end is gone anyway; the peer
-//     sees EOF on whichever socket it holds.
-// A connector's agent that merely passes its budget is no window any
-// more: it writes no COMMIT, so both ends keep the overlay.
-// An agent that is merely stopped or restarted loses its meetings; asks to
-// a new agent find no record and decide afresh, and an ask that reached
-// the old one gets no reply, so its library keeps the overlay (its own
-// reply timeout) while the other end waits out peer-timeout: overlay too.
+//   - Overlay at once, with a reason, when a rule already says no (recorded
+//     for the tuple, so the other end gets it too); otherwise the first ask
+//     waits at most meetWait (45 ms) for the second: then both get the fast
+//     path, or both overlay (peer-timeout).
+//   - Same host: an shm channel (shm.go) or a socketpair (PATH unix), and
+//     maybe a link over which the two libraries set up their next
+//     connections alone, listing them in their ledgers (ledger.go).
+//   - Slow acceptors (acceptq.go): past meetWait, a connector whose
+//     connection the kernel still shows in the acceptor's accept queue
+//     waits on, up to queuedWait (150 ms).
+//   - Cross host (crosshost_*.go): the connector's agent OFFERs the
+//     connection to the acceptor's agent, which proposes host-tcp; the
+//     connector's agent COMMITs within its 150 ms budget, and only then do
+//     both ends take the path.
+//   - Simultaneous connects (parked.go): a meeting whose acceptor is itself
+//     blocked in a CONNECT is parked, and its connector completes it alone.
+//   - The windows where the two ends can disagree all need an agent or a
+//     library to die or stall far beyond these bounds; in each, both ends
+//     see their connection end (EOF or reset), so no application hangs.
 
 import (
 	"net/netip"
