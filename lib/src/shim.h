@@ -6,6 +6,13 @@
  * Conventions: internal functions return 0 or -errno and never touch errno;
  * only the exported wrappers (the libc names) set errno. Everything here is
  * hidden by libfreeflow.map.
+ *
+ * Reaching libc (lib/README.md, "Rules for code inside the library"): inside
+ * the library a libc name is the library's own wrapper. Only exported
+ * functions use REAL(fn); all other code calls ff_real.fn. A wrapper calls
+ * another by name only on purpose, saying so (aliases, exec family,
+ * syscall()). ff_busy makes the wrappers pass straight to libc while the
+ * library runs code that may reach one anyway; it does not replace ff_real.
  */
 #ifndef FREEFLOW_SHIM_H
 #define FREEFLOW_SHIM_H
