@@ -29,7 +29,7 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
-/* ---- init.c: libc's own functions, resolved once ---- */
+/* ---- real.c: libc's own functions, resolved once; start.c: start-up ---- */
 
 struct ff_real {
 	int (*socket)(int, int, int);
@@ -104,6 +104,9 @@ struct ff_real {
 };
 
 extern struct ff_real ff_real;
+
+/* Fills ff_real, once (pthread_once); aborts if libc lacks a function the library needs. */
+void ff_real_resolve(void);
 
 /* Resolves ff_real and reads the environment, once; cheap after that. */
 void ff_init(void);
