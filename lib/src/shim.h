@@ -297,11 +297,12 @@ int ff_control_alive(void);
  * A session of the process's own beside the threads' (connected, HELLO
  * done, marked as the library's: a fork child closes it), for requests
  * answered later; 0 or -errno. Valid while pid (its opener) is this
- * process and the application has not taken its fd number.
+ * process and the application has not taken its fd number. ff_agent_close
+ * unmarks and closes it (a->close_fd is ff_fd_close_control), as it does a
+ * thread's session.
  */
 int ff_control_open_own(struct ff_agent *a);
 int ff_control_own_valid(struct ff_agent *a, pid_t pid);
-void ff_control_close_own(struct ff_agent *a);
 void ff_control_atfork_child(void);
 void ff_control_init(void);
 

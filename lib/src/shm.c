@@ -540,31 +540,6 @@ ssize_t ff_shm_sendfile(int out_fd, int in_fd, off_t *off, size_t n)
 	return send_from(out_fd, &s, 0);
 }
 
-/*
- * Peek, write to out_fd, then take exactly what it took: nothing is lost
- * when out_fd takes less or fails.
- */
-ssize_t ff_shm_sendfile_from(int out_fd, int in_fd, off_t *off, size_t n)
-{
-	uint8_t buf[16384];
-	struct iovec v = { buf, n < sizeof(buf) ? n : sizeof(buf) };
-	ssize_t got, w;
-
-	if (off)
-		return -ESPIPE;		/* a socket has no file offset */
-	got = ff_shm_recv(in_fd, &v, 1, MSG_PEEK);
-	if (got <= 0)
-		return got;
-	w = write(out_fd, buf, (size_t)got);
-	if (w < 0)
-		return -errno;
-	v = (struct iovec){ NULL, (size_t)w };
-	if (ff_shm_recv(in_fd, &v, 1, MSG_TRUNC | MSG_DONTWAIT) == FF_SHM_MOVED)
-		/* Moved down since the peek: the same bytes are first in the kernel socket now. */
-		ff_real.recv(in_fd, buf, (size_t)w, MSG_WAITALL);
-	return w;
-}
-
 /* ---- control ---- */
 
 int ff_shm_ioctl(int fd, unsigned long req, int *val)
