@@ -22,33 +22,8 @@
 #include <unistd.h>
 
 #include "agent_client.h"
+#include "deadline.h"
 #include "shim.h"
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Wait for ev on fd until deadline (ms, monotonic). */
-static int wait_fd(int fd, short ev, int64_t deadline)
-{
-	for (;;) {
-		struct pollfd p = { .fd = fd, .events = ev };
-		int64_t left = deadline - now_ms();
-		int n;
-
-		if (left <= 0)
-			return -ETIMEDOUT;
-		n = ff_real.poll(&p, 1, (int)left);
-		if (n > 0)
-			return 0;	/* ready, or HUP/ERR: the next call reports it */
-		if (n < 0 && errno != EINTR)
-			return -errno;
-	}
-}
 
 /*
  * A blocking AF_UNIX connect waits for room in the listener's backlog for at
@@ -58,7 +33,7 @@ static int wait_fd(int fd, short ev, int64_t deadline)
 static int connect_bounded(int fd, const struct sockaddr_un *sa, int64_t deadline)
 {
 	for (;;) {
-		int64_t left = deadline - now_ms();
+		int64_t left = deadline - ff_now_ms();
 		struct timeval tv;
 
 		if (left <= 0)
@@ -79,7 +54,7 @@ static int connect_bounded(int fd, const struct sockaddr_un *sa, int64_t deadlin
 int ff_agent_connect(struct ff_agent *a, const char *path, int timeout_ms)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int64_t deadline = now_ms() + timeout_ms;
+	int64_t deadline = ff_now_ms() + timeout_ms;
 	int fd, ret;
 
 	a->fd = -1;
@@ -178,9 +153,9 @@ static int send_msg(int fd, const void *buf, int len, int sendfd, int64_t deadli
 			return -ECONNRESET;
 		if (errno != EAGAIN && errno != EINTR)
 			return -errno;
-		ret = wait_fd(fd, POLLOUT, deadline);
-		if (ret)
-			return ret;
+		ret = ff_poll_until(fd, POLLOUT, deadline);
+		if (ret <= 0)
+			return ret ? ret : -ETIMEDOUT;
 	}
 }
 
@@ -238,9 +213,9 @@ static int recv_msg(int fd, struct ff_reply *r, int64_t deadline)
 			return -ECONNRESET;
 		if (errno != EAGAIN && errno != EINTR)
 			return -errno;
-		ret = wait_fd(fd, POLLIN, deadline);
-		if (ret)
-			return ret;
+		ret = ff_poll_until(fd, POLLIN, deadline);
+		if (ret <= 0)
+			return ret ? ret : -ETIMEDOUT;
 	}
 }
 
@@ -284,7 +259,7 @@ int ff_agent_notify(struct ff_agent *a, const void *msg, int len, int fd)
 		return -ENOTCONN;
 	if (len <= 0 || ff_msg_decode(msg, (size_t)len, &q))
 		return -EINVAL;
-	ret = send_msg(a->fd, msg, len, fd, now_ms() + a->timeout_ms);
+	ret = send_msg(a->fd, msg, len, fd, ff_now_ms() + a->timeout_ms);
 	if (ret)
 		ff_agent_close(a);
 	return ret;
@@ -299,7 +274,7 @@ int ff_agent_send(struct ff_agent *a, const void *req, int len)
 		return -ENOTCONN;
 	if (len <= 0 || ff_msg_decode(req, (size_t)len, &q))
 		return -EINVAL;
-	ret = send_msg(a->fd, req, len, -1, now_ms() + a->timeout_ms);
+	ret = send_msg(a->fd, req, len, -1, ff_now_ms() + a->timeout_ms);
 	if (ret)
 		ff_agent_close(a);
 	return ret;
@@ -313,7 +288,7 @@ int ff_agent_await(struct ff_agent *a, uint32_t seq, uint8_t want, struct ff_rep
 	r->nfds = 0;
 	if (a->fd < 0)
 		return -ENOTCONN;
-	ret = recv_reply(a->fd, r, seq, want, now_ms() + wait_ms);
+	ret = recv_reply(a->fd, r, seq, want, ff_now_ms() + wait_ms);
 	if (ret == -ETIMEDOUT && !wait_ms)
 		return -EAGAIN;
 	if (ret < 0) {

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "agent_client.h"
+#include "deadline.h"
 #include "shim.h"
 
 /*
@@ -48,14 +49,6 @@ struct control {
 static _Thread_local struct control ctl = { .fd = -1 };
 static pthread_key_t ctl_key;
 static const char *agent_path = FF_AGENT_SOCK_PATH;
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Drop the session; its fd is closed only if it is still ours (close_fd). */
 static void drop(void)
@@ -192,11 +185,11 @@ int ff_control_get(struct ff_agent **out)
 		*out = &ctl.agent;
 		return 0;
 	}
-	if (ctl.backoff_until && now_ms() < ctl.backoff_until)
+	if (ctl.backoff_until && ff_now_ms() < ctl.backoff_until)
 		return -ETIMEDOUT;
 	ret = open_session();
 	if (ret == -ETIMEDOUT)
-		ctl.backoff_until = now_ms() + BACKOFF_MS;
+		ctl.backoff_until = ff_now_ms() + BACKOFF_MS;
 	if (ret) {
 		ff_listeners_lost();
 		return ret;
@@ -233,7 +226,7 @@ void ff_control_broken(int err)
 		ff_listeners_lost();
 	}
 	if (err == -ETIMEDOUT)
-		ctl.backoff_until = now_ms() + BACKOFF_MS;
+		ctl.backoff_until = ff_now_ms() + BACKOFF_MS;
 }
 
 /* fork child: close every inherited session (under the table lock of fork.c). */

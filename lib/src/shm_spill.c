@@ -36,6 +36,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "deadline.h"
 #include "shm.h"
 
 #define MS		1000000LL
@@ -63,14 +64,6 @@ static _Atomic uint32_t *spill(const struct ff_shm_map *m, int ring)
 {
 	return (_Atomic uint32_t *)(void *)(m->base + FF_SHM_OFF_CTL0 + 512 * (size_t)ring +
 					    FF_SHM_CTL_SPILL);
-}
-
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 /* Ring of m was seen in use at now: its pages stay idle_ns from now. */
@@ -153,7 +146,7 @@ static int64_t wait_ns(void)
  */
 static void *give(void *arg)
 {
-	int64_t next = now_ns() + idle_ns;
+	int64_t next = ff_now_ns() + idle_ns;
 
 	(void)arg;
 	pthread_mutex_lock(&mu);
@@ -163,7 +156,7 @@ static void *give(void *arg)
 
 		while (idle_ns == wait_ns() && pthread_cond_timedwait(&crowd, &mu, &ts) != ETIMEDOUT)
 			;
-		now = now_ns();
+		now = ff_now_ns();
 		idle_ns = wait_ns();
 		next = now + idle_ns;
 		for (struct ff_shm_map **p = &queue; *p;) {
@@ -212,7 +205,7 @@ void ff_shm_spill_later(struct ff_shm_map *m)
 		atomic_store_explicit(&m->queued, 1, memory_order_relaxed);
 		for (int r = 0; r < 2; r++)
 			in_use(m, r, atomic_load_explicit(idx(m, r, FF_SHM_CTL_TAIL), memory_order_relaxed),
-			       now_ns());
+			       ff_now_ns());
 		m->next = queue;
 		queue = m;
 		queued++;
