@@ -7,8 +7,10 @@
  * monotonic deadline per call, so signals (EINTR) and partial progress never
  * stretch the bound the caller asked for.
  *
- * When the shim interposes poll/sendmsg/recvmsg (issue 3), these calls must
- * reach libc's real functions, not the shim's own wrappers.
+ * Inside the library a libc name is the library's own wrapper, so libc is
+ * reached through ff_real (lib/README.md, "Rules for code inside the
+ * library"), resolved on connect or attach: the unit tests link this file
+ * without the library.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -20,32 +22,8 @@
 #include <unistd.h>
 
 #include "agent_client.h"
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Wait for ev on fd until deadline (ms, monotonic). */
-static int wait_fd(int fd, short ev, int64_t deadline)
-{
-	for (;;) {
-		struct pollfd p = { .fd = fd, .events = ev };
-		int64_t left = deadline - now_ms();
-		int n;
-
-		if (left <= 0)
-			return -ETIMEDOUT;
-		n = poll(&p, 1, (int)left);
-		if (n > 0)
-			return 0;	/* ready, or HUP/ERR: the next call reports it */
-		if (n < 0 && errno != EINTR)
-			return -errno;
-	}
-}
+#include "deadline.h"
+#include "shim.h"
 
 /*
  * A blocking AF_UNIX connect waits for room in the listener's backlog for at
@@ -55,16 +33,16 @@ static int wait_fd(int fd, short ev, int64_t deadline)
 static int connect_bounded(int fd, const struct sockaddr_un *sa, int64_t deadline)
 {
 	for (;;) {
-		int64_t left = deadline - now_ms();
+		int64_t left = deadline - ff_now_ms();
 		struct timeval tv;
 
 		if (left <= 0)
 			return -ETIMEDOUT;
 		tv.tv_sec = left / 1000;
 		tv.tv_usec = (left % 1000) * 1000;
-		if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0)
+		if (ff_real.setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0)
 			return -errno;
-		if (connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) == 0)
+		if (ff_real.connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) == 0)
 			return 0;
 		if (errno == EAGAIN)
 			return -ETIMEDOUT;
@@ -76,21 +54,22 @@ static int connect_bounded(int fd, const struct sockaddr_un *sa, int64_t deadlin
 int ff_agent_connect(struct ff_agent *a, const char *path, int timeout_ms)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int64_t deadline = now_ms() + timeout_ms;
+	int64_t deadline = ff_now_ms() + timeout_ms;
 	int fd, ret;
 
 	a->fd = -1;
 	if (strlen(path) >= sizeof(sa.sun_path))
 		return -ENAMETOOLONG;
 	memcpy(sa.sun_path, path, strlen(path));
-	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	ff_real_resolve();
+	fd = ff_real.socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
 	ret = connect_bounded(fd, &sa, deadline);
 	if (!ret)
 		ret = ff_agent_attach(a, fd, timeout_ms);
 	if (ret)
-		close(fd);
+		ff_real.close(fd);
 	return ret;
 }
 
@@ -98,7 +77,7 @@ int ff_agent_verify(const struct ff_agent *a, struct ucred *peer)
 {
 	socklen_t len = sizeof(*peer);
 
-	if (getsockopt(a->fd, SOL_SOCKET, SO_PEERCRED, peer, &len) < 0)
+	if (ff_real.getsockopt(a->fd, SOL_SOCKET, SO_PEERCRED, peer, &len) < 0)
 		return -errno;
 	return peer->pid == 0 && peer->uid == 0 ? 0 : -FF_EUNTRUSTED;
 }
@@ -114,9 +93,11 @@ const char *ff_agent_strerror(int err)
 
 int ff_agent_attach(struct ff_agent *a, int fd, int timeout_ms)
 {
-	int fl = fcntl(fd, F_GETFL);
+	int fl;
 
-	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+	ff_real_resolve();
+	fl = ff_real.fcntl(fd, F_GETFL);
+	if (fl < 0 || ff_real.fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
 		return -errno;
 	*a = (struct ff_agent){ .fd = fd, .timeout_ms = timeout_ms };
 	return 0;
@@ -125,7 +106,7 @@ int ff_agent_attach(struct ff_agent *a, int fd, int timeout_ms)
 void ff_agent_close(struct ff_agent *a)
 {
 	if (a->fd >= 0)
-		close(a->fd);
+		(a->close_fd ? a->close_fd : ff_real.close)(a->fd);
 	a->fd = -1;
 }
 
@@ -138,7 +119,7 @@ void ff_reply_close_fds(struct ff_reply *r)
 {
 	for (unsigned int i = 0; i < r->nfds; i++)
 		if (r->fds[i] >= 0)	/* a caller took it (-1) */
-			close(r->fds[i]);
+			ff_real.close(r->fds[i]);
 	r->nfds = 0;
 }
 
@@ -161,7 +142,7 @@ static int send_msg(int fd, const void *buf, int len, int sendfd, int64_t deadli
 		memcpy(CMSG_DATA(&ctl.h), &sendfd, sizeof(int));
 	}
 	for (;;) {
-		ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+		ssize_t n = ff_real.sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 		int ret;
 
 		if (n == len)
@@ -172,9 +153,9 @@ static int send_msg(int fd, const void *buf, int len, int sendfd, int64_t deadli
 			return -ECONNRESET;
 		if (errno != EAGAIN && errno != EINTR)
 			return -errno;
-		ret = wait_fd(fd, POLLOUT, deadline);
-		if (ret)
-			return ret;
+		ret = ff_poll_until(fd, POLLOUT, deadline);
+		if (ret <= 0)
+			return ret ? ret : -ETIMEDOUT;
 	}
 }
 
@@ -196,7 +177,7 @@ static int take_fds(struct msghdr *mh, struct ff_reply *r)
 			if (r->nfds < FF_AGENT_MAX_FDS)
 				r->fds[r->nfds++] = fd;
 			else
-				close(fd);
+				ff_real.close(fd);
 		}
 	}
 	return mh->msg_flags & MSG_CTRUNC ? -EPROTO : 0;
@@ -219,7 +200,7 @@ static int recv_msg(int fd, struct ff_reply *r, int64_t deadline)
 	};
 
 	for (;;) {
-		ssize_t n = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		ssize_t n = ff_real.recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 		int ret;
 
 		if (n > 0) {
@@ -232,9 +213,9 @@ static int recv_msg(int fd, struct ff_reply *r, int64_t deadline)
 			return -ECONNRESET;
 		if (errno != EAGAIN && errno != EINTR)
 			return -errno;
-		ret = wait_fd(fd, POLLIN, deadline);
-		if (ret)
-			return ret;
+		ret = ff_poll_until(fd, POLLIN, deadline);
+		if (ret <= 0)
+			return ret ? ret : -ETIMEDOUT;
 	}
 }
 
@@ -278,7 +259,7 @@ int ff_agent_notify(struct ff_agent *a, const void *msg, int len, int fd)
 		return -ENOTCONN;
 	if (len <= 0 || ff_msg_decode(msg, (size_t)len, &q))
 		return -EINVAL;
-	ret = send_msg(a->fd, msg, len, fd, now_ms() + a->timeout_ms);
+	ret = send_msg(a->fd, msg, len, fd, ff_now_ms() + a->timeout_ms);
 	if (ret)
 		ff_agent_close(a);
 	return ret;
@@ -293,7 +274,7 @@ int ff_agent_send(struct ff_agent *a, const void *req, int len)
 		return -ENOTCONN;
 	if (len <= 0 || ff_msg_decode(req, (size_t)len, &q))
 		return -EINVAL;
-	ret = send_msg(a->fd, req, len, -1, now_ms() + a->timeout_ms);
+	ret = send_msg(a->fd, req, len, -1, ff_now_ms() + a->timeout_ms);
 	if (ret)
 		ff_agent_close(a);
 	return ret;
@@ -307,7 +288,7 @@ int ff_agent_await(struct ff_agent *a, uint32_t seq, uint8_t want, struct ff_rep
 	r->nfds = 0;
 	if (a->fd < 0)
 		return -ENOTCONN;
-	ret = recv_reply(a->fd, r, seq, want, now_ms() + wait_ms);
+	ret = recv_reply(a->fd, r, seq, want, ff_now_ms() + wait_ms);
 	if (ret == -ETIMEDOUT && !wait_ms)
 		return -EAGAIN;
 	if (ret < 0) {

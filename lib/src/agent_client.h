@@ -42,6 +42,12 @@ struct ff_agent {
 	int fd;
 	int timeout_ms;
 	uint32_t seq;
+	/*
+	 * How ff_agent_close closes fd; NULL (as connect and attach leave it):
+	 * libc's close. A library session sets it once the fd is marked in the
+	 * fd table, so the mark goes with the close (ff_fd_close_control).
+	 */
+	int (*close_fd)(int fd);
 };
 
 /* A reply: msg points into buf; fds are open, close-on-exec, owned by the caller. */

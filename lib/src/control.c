@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "agent_client.h"
+#include "deadline.h"
 #include "shim.h"
 
 /*
@@ -49,23 +50,12 @@ static _Thread_local struct control ctl = { .fd = -1 };
 static pthread_key_t ctl_key;
 static const char *agent_path = FF_AGENT_SOCK_PATH;
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Drop the session; close its fd only if it is still ours to close. */
-static void drop(int close_fd)
+/* Drop the session; its fd is closed only if it is still ours (close_fd). */
+static void drop(void)
 {
 	if (ctl.fd < 0)
 		return;
-	ff_fd_mark(ctl.fd, 0);
-	if (close_fd && ctl.agent.fd >= 0)
-		ff_real.close(ctl.agent.fd);
-	ctl.agent.fd = -1;
+	ff_agent_close(&ctl.agent);
 	ctl.fd = -1;
 }
 
@@ -74,7 +64,7 @@ static void thread_exit(void *p)
 	(void)p;
 	ff_busy = 1;
 	if (ctl.pid == getpid())
-		drop(1);
+		drop();
 	ff_busy = 0;
 }
 
@@ -158,6 +148,7 @@ static int open_session(void)
 	ctl.fd = ctl.agent.fd;
 	ctl.pid = getpid();
 	ff_fd_mark(ctl.fd, FF_FD_CONTROL);
+	ctl.agent.close_fd = ff_fd_close_control;
 	pthread_setspecific(ctl_key, &ctl);
 	return 0;
 }
@@ -172,6 +163,7 @@ int ff_control_open_own(struct ff_agent *a)
 	if (ret)
 		return hello_refused(ret);
 	ff_fd_mark(a->fd, FF_FD_CONTROL);
+	a->close_fd = ff_fd_close_control;
 	return 0;
 }
 
@@ -185,15 +177,6 @@ int ff_control_own_valid(struct ff_agent *a, pid_t pid)
 	return a->fd >= 0;
 }
 
-void ff_control_close_own(struct ff_agent *a)
-{
-	if (a->fd < 0)
-		return;
-	ff_fd_mark(a->fd, 0);
-	ff_real.close(a->fd);
-	a->fd = -1;
-}
-
 int ff_control_get(struct ff_agent **out)
 {
 	int ret;
@@ -202,11 +185,11 @@ int ff_control_get(struct ff_agent **out)
 		*out = &ctl.agent;
 		return 0;
 	}
-	if (ctl.backoff_until && now_ms() < ctl.backoff_until)
+	if (ctl.backoff_until && ff_now_ms() < ctl.backoff_until)
 		return -ETIMEDOUT;
 	ret = open_session();
 	if (ret == -ETIMEDOUT)
-		ctl.backoff_until = now_ms() + BACKOFF_MS;
+		ctl.backoff_until = ff_now_ms() + BACKOFF_MS;
 	if (ret) {
 		ff_listeners_lost();
 		return ret;
@@ -237,14 +220,13 @@ int ff_control_alive(void)
 
 void ff_control_broken(int err)
 {
-	/* ff_agent_request closed agent.fd already on transport errors. */
+	/* ff_agent_request closed agent.fd already on transport errors, and unmarked it (close_fd). */
 	if (ctl.agent.fd < 0 && ctl.fd >= 0) {
-		ff_fd_mark(ctl.fd, 0);
 		ctl.fd = -1;
 		ff_listeners_lost();
 	}
 	if (err == -ETIMEDOUT)
-		ctl.backoff_until = now_ms() + BACKOFF_MS;
+		ctl.backoff_until = ff_now_ms() + BACKOFF_MS;
 }
 
 /* fork child: close every inherited session (under the table lock of fork.c). */

@@ -278,7 +278,7 @@ FF_EXPORT int epoll_pwait(int epfd, struct epoll_event *evs, int max, int timeou
 	return ewait(&w);
 }
 
-/* Linux 5.11 / glibc 2.35; the system call itself on an older libc (init.c). */
+/* Linux 5.11 / glibc 2.35; the system call itself on an older libc (real.c). */
 FF_EXPORT int epoll_pwait2(int epfd, struct epoll_event *evs, int max,
 			   const struct timespec *timeout, const sigset_t *sigmask)
 {

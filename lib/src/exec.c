@@ -599,7 +599,7 @@ static void adopt(struct desc *d, int nd)
 	ff_table_unlock();
 }
 
-/* At init, table ready, no wrapped call allowed (see init.c). */
+/* At init, table ready, no wrapped call allowed (see start.c). */
 void ff_exec_restore(void)
 {
 	struct desc d[FF_EXEC_MAX_DESC];

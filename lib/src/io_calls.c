@@ -248,10 +248,37 @@ FF_EXPORT ssize_t sendmsg(int fd, const struct msghdr *mh, int flags)
 	return ff_real.sendmsg(fd, &m, flags);
 }
 
+/*
+ * sendfile with in_fd on shm (to any out_fd): peek, write to out_fd, then
+ * take exactly what it took: nothing is lost when out_fd takes less or
+ * fails. The write wrapper by name, on purpose: out_fd may itself be on
+ * shm or wait for its decision.
+ */
+static ssize_t shm_sendfile_from(int out_fd, int in_fd, off_t *off, size_t n)
+{
+	uint8_t buf[16384];
+	struct iovec v = { buf, n < sizeof(buf) ? n : sizeof(buf) };
+	ssize_t got, w;
+
+	if (off)
+		return -ESPIPE;		/* a socket has no file offset */
+	got = ff_shm_recv(in_fd, &v, 1, MSG_PEEK);
+	if (got <= 0)
+		return got;
+	w = write(out_fd, buf, (size_t)got);
+	if (w < 0)
+		return -errno;
+	v = (struct iovec){ NULL, (size_t)w };
+	if (ff_shm_recv(in_fd, &v, 1, MSG_TRUNC | MSG_DONTWAIT) == FF_SHM_MOVED)
+		/* Moved down since the peek: the same bytes are first in the kernel socket now. */
+		ff_real.recv(in_fd, buf, (size_t)w, MSG_WAITALL);
+	return w;
+}
+
 /* From an shm connection the kernel would read the bell socket: the shim reads the ring. */
 FF_EXPORT ssize_t sendfile(int out, int in, off_t *off, size_t n)
 {
-	ROUTE(in, 0, ff_shm_sendfile_from(out, in, off, n));
+	ROUTE(in, 0, shm_sendfile_from(out, in, off, n));
 	ROUTE(out, 0, ff_shm_sendfile(out, in, off, n));
 	return REAL(sendfile)(out, in, off, n);
 }

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "deadline.h"
 #include "freeflow/proto.h"
 #include "shim.h"
 
@@ -20,14 +21,6 @@ struct ep {
 	uint8_t b[FF_EP6_LEN];
 	uint8_t len;
 };
-
-static inline int64_t ff_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static inline int to_ep(const struct sockaddr_storage *sa, struct ep *e)
 {

@@ -6,6 +6,13 @@
  * Conventions: internal functions return 0 or -errno and never touch errno;
  * only the exported wrappers (the libc names) set errno. Everything here is
  * hidden by libfreeflow.map.
+ *
+ * Reaching libc (lib/README.md, "Rules for code inside the library"): inside
+ * the library a libc name is the library's own wrapper. Only exported
+ * functions use REAL(fn); all other code calls ff_real.fn. A wrapper calls
+ * another by name only on purpose, saying so (aliases, exec family,
+ * syscall()). ff_busy makes the wrappers pass straight to libc while the
+ * library runs code that may reach one anyway; it does not replace ff_real.
  */
 #ifndef FREEFLOW_SHIM_H
 #define FREEFLOW_SHIM_H
@@ -22,7 +29,7 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
-/* ---- init.c: libc's own functions, resolved once ---- */
+/* ---- real.c: libc's own functions, resolved once; start.c: start-up ---- */
 
 struct ff_real {
 	int (*socket)(int, int, int);
@@ -97,6 +104,9 @@ struct ff_real {
 };
 
 extern struct ff_real ff_real;
+
+/* Fills ff_real, once (pthread_once); aborts if libc lacks a function the library needs. */
+void ff_real_resolve(void);
 
 /* Resolves ff_real and reads the environment, once; cheap after that. */
 void ff_init(void);
@@ -287,11 +297,12 @@ int ff_control_alive(void);
  * A session of the process's own beside the threads' (connected, HELLO
  * done, marked as the library's: a fork child closes it), for requests
  * answered later; 0 or -errno. Valid while pid (its opener) is this
- * process and the application has not taken its fd number.
+ * process and the application has not taken its fd number. ff_agent_close
+ * unmarks and closes it (a->close_fd is ff_fd_close_control), as it does a
+ * thread's session.
  */
 int ff_control_open_own(struct ff_agent *a);
 int ff_control_own_valid(struct ff_agent *a, pid_t pid);
-void ff_control_close_own(struct ff_agent *a);
 void ff_control_atfork_child(void);
 void ff_control_init(void);
 

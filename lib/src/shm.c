@@ -35,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "deadline.h"
 #include "shm.h"
 
 /* Published every CHUNK bytes of a large copy, so the other end pipelines. */
@@ -130,14 +131,6 @@ struct blocking {
 	int64_t end_ms;
 };
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Signals a fault raises in the thread that faulted: never one asleep in poll. */
 static int is_fault(int sig)
 {
@@ -169,7 +162,7 @@ static void read_timeout(int fd, int opt, struct blocking *b)
 	b->known = 1;
 	b->forever = ff_real.getsockopt(fd, SOL_SOCKET, opt, &tv, &len) ||
 		     (tv.tv_sec == 0 && tv.tv_usec == 0);
-	b->end_ms = now_ms() + (int64_t)tv.tv_sec * 1000 + (tv.tv_usec + 999) / 1000;
+	b->end_ms = ff_now_ms() + (int64_t)tv.tv_sec * 1000 + (tv.tv_usec + 999) / 1000;
 }
 
 /* O_NONBLOCK as the kernel has it (set by a raw system call, say): the cache learns it. */
@@ -202,7 +195,7 @@ static int block(int fd, struct ff_shm *sh, unsigned dir, int flags, struct bloc
 		read_timeout(fd, dir == POLLIN ? SO_RCVTIMEO : SO_SNDTIMEO, b);
 	}
 	if (!b->forever) {
-		int64_t left = b->end_ms - now_ms();
+		int64_t left = b->end_ms - ff_now_ms();
 
 		if (left <= 0)
 			return -EAGAIN;
@@ -538,31 +531,6 @@ ssize_t ff_shm_sendfile(int out_fd, int in_fd, off_t *off, size_t n)
 	if (n > (size_t)SSIZE_MAX)
 		s.left = SSIZE_MAX;
 	return send_from(out_fd, &s, 0);
-}
-
-/*
- * Peek, write to out_fd, then take exactly what it took: nothing is lost
- * when out_fd takes less or fails.
- */
-ssize_t ff_shm_sendfile_from(int out_fd, int in_fd, off_t *off, size_t n)
-{
-	uint8_t buf[16384];
-	struct iovec v = { buf, n < sizeof(buf) ? n : sizeof(buf) };
-	ssize_t got, w;
-
-	if (off)
-		return -ESPIPE;		/* a socket has no file offset */
-	got = ff_shm_recv(in_fd, &v, 1, MSG_PEEK);
-	if (got <= 0)
-		return got;
-	w = write(out_fd, buf, (size_t)got);
-	if (w < 0)
-		return -errno;
-	v = (struct iovec){ NULL, (size_t)w };
-	if (ff_shm_recv(in_fd, &v, 1, MSG_TRUNC | MSG_DONTWAIT) == FF_SHM_MOVED)
-		/* Moved down since the peek: the same bytes are first in the kernel socket now. */
-		ff_real.recv(in_fd, buf, (size_t)w, MSG_WAITALL);
-	return w;
 }
 
 /* ---- control ---- */

@@ -239,8 +239,6 @@ ssize_t ff_shm_recv(int fd, const struct iovec *iov, int cnt, int flags);
 ssize_t ff_shm_send(int fd, const struct iovec *iov, int cnt, int flags);
 /* sendfile with out_fd on shm: the file is read straight into the ring. */
 ssize_t ff_shm_sendfile(int out_fd, int in_fd, off_t *off, size_t n);
-/* sendfile with in_fd on shm (to any out_fd): what out_fd took is consumed. */
-ssize_t ff_shm_sendfile_from(int out_fd, int in_fd, off_t *off, size_t n);
 /* ioctl FIONREAD/SIOCINQ, SIOCOUTQ, SIOCOUTQNSD, SIOCATMARK: 0 with *val set. */
 int ff_shm_ioctl(int fd, unsigned long req, int *val);
 int ff_shm_shutdown(int fd, int how);

@@ -51,6 +51,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "deadline.h"
 #include "shm.h"
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,
@@ -129,14 +130,6 @@ void ff_shm_init(void)
 		return;
 	}
 	ff_shm_spin_ns = us * 1000L;
-}
-
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 static inline void cpu_relax(void)
@@ -628,8 +621,8 @@ int ff_shm_tx_claim(struct ff_shm *sh, uint64_t i, size_t *n)
 		 * reads can, but never reset the connection.
 		 */
 		if (!end)
-			end = now_ns() + SPILL_WAIT_NS;
-		else if (now_ns() >= end) {
+			end = ff_now_ns() + SPILL_WAIT_NS;
+		else if (ff_now_ns() >= end) {
 			*n = 0;
 			return 0;
 		}
@@ -713,13 +706,13 @@ int ff_shm_spin_until(int (*check)(void *arg), void *arg)
 
 	if (ff_shm_spin_ns <= 0)
 		return 0;
-	end = now_ns() + ff_shm_spin_ns;
+	end = ff_now_ns() + ff_shm_spin_ns;
 	for (unsigned i = 1;; i++) {
 		if ((r = check(arg)))
 			return r;
 		cpu_relax();
 		if (!(i & 63)) {
-			if (now_ns() >= end)
+			if (ff_now_ns() >= end)
 				return 0;
 			/*
 			 * The peer may be waiting for this very CPU (more

@@ -36,6 +36,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "deadline.h"
 #include "shm.h"
 
 #define MS		1000000LL
@@ -64,14 +65,6 @@ static _Atomic uint32_t *spill(const struct ff_shm_map *m, int ring)
 {
 	return (_Atomic uint32_t *)(void *)(m->base + FF_SHM_OFF_CTL0 + 512 * (size_t)ring +
 					    FF_SHM_CTL_SPILL);
-}
-
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 /* Ring of m was seen in use at now (its tail t). */
@@ -183,7 +176,7 @@ static int keep(struct ff_shm_map *m, int64_t now, int64_t idle, int64_t *next)
  */
 static void *give(void *arg)
 {
-	int64_t next = now_ns() + FF_SHM_CROWD_IDLE_MS * MS;
+	int64_t next = ff_now_ns() + FF_SHM_CROWD_IDLE_MS * MS;
 
 	(void)arg;
 	pthread_mutex_lock(&mu);
@@ -196,7 +189,7 @@ static void *give(void *arg)
 		while (!poked && pthread_cond_timedwait(&poke_cv, &mu, &ts) != ETIMEDOUT)
 			;
 		poked = 0;
-		now = now_ns();
+		now = ff_now_ns();
 		next = now + FF_SHM_IDLE_MS * MS;
 		for (struct ff_shm_map **p = &queue; *p;) {
 			struct ff_shm_map *m = *p;
@@ -249,7 +242,7 @@ void ff_shm_spill_later(struct ff_shm_map *m)
 		return;
 	pthread_mutex_lock(&mu);
 	if (!atomic_load_explicit(&m->queued, memory_order_relaxed)) {
-		int64_t now = now_ns();
+		int64_t now = ff_now_ns();
 
 		atomic_fetch_add(&m->refs, 1);
 		atomic_store_explicit(&m->queued, 1, memory_order_relaxed);

@@ -55,6 +55,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "deadline.h"
 #include "shm.h"
 
 #define BUSY_WAIT_MS	1000
@@ -62,26 +63,6 @@
 #define MOVE_WAIT_MS	5000
 /* fds moved down per scan of the table in ff_shm_switch_all (more: another scan). */
 #define SCAN_MAX	64
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Wait up to the deadline for events on fd; 1 if they came, 0 if the time is up. */
-static int wait_for(int fd, short events, int64_t end)
-{
-	struct pollfd p = { .fd = fd, .events = events };
-	int64_t left;
-
-	while ((left = end - now_ms()) > 0)
-		if (ff_real.poll(&p, 1, left > INT_MAX ? INT_MAX : (int)left) > 0)
-			return 1;
-	return 0;
-}
 
 static uint32_t peer_role(const struct ff_shm *sh)
 {
@@ -119,7 +100,7 @@ static ssize_t ring_to_sock(struct ff_shm *sh, struct ff_shm_ring *r, uint64_t i
 			if (!w)
 				break;
 		} else if (errno == EAGAIN && end) {
-			if (!wait_for(sock, POLLOUT, end))
+			if (ff_poll_until(sock, POLLOUT, end) <= 0)
 				return -ETIMEDOUT;
 		} else if (errno == EAGAIN) {
 			break;
@@ -169,7 +150,7 @@ static int peer_gone(int fd)
 /* Step 2 (A): B's consumer out of ring A->B, so its tail is final (or B is gone). */
 static int peer_consumer_out(int fd, struct ff_shm *sh)
 {
-	int64_t end = now_ms() + BUSY_WAIT_MS;
+	int64_t end = ff_now_ms() + BUSY_WAIT_MS;
 
 	for (unsigned i = 0; atomic_load_explicit(sh->tx.cons_busy, memory_order_acquire); i++) {
 		if (i < 100) {
@@ -178,7 +159,7 @@ static int peer_consumer_out(int fd, struct ff_shm *sh)
 		}
 		if (peer_gone(fd))
 			return 0;
-		if (now_ms() >= end)
+		if (ff_now_ms() >= end)
 			return ff_shm_broken(sh, "the peer's consumer stayed busy (cons_busy) for 1 s");
 		nanosleep(&(struct timespec){ .tv_nsec = 100000 }, NULL);
 	}
@@ -197,7 +178,7 @@ static int send_switch(int fd, struct ff_shm *sh, int y)
 	struct msghdr mh = { .msg_iov = &v, .msg_iovlen = 1, .msg_control = ctl.b,
 			     .msg_controllen = sizeof(ctl.b) };
 	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-	int64_t end = now_ms() + SWITCH_WAIT_MS;
+	int64_t end = ff_now_ms() + SWITCH_WAIT_MS;
 
 	c->cmsg_level = SOL_SOCKET;
 	c->cmsg_type = SCM_RIGHTS;
@@ -208,7 +189,7 @@ static int send_switch(int fd, struct ff_shm *sh, int y)
 			return 0;
 		if (errno == EPIPE || errno == ECONNRESET)
 			return 0;
-		if (errno == EAGAIN && wait_for(fd, POLLOUT, end))
+		if (errno == EAGAIN && ff_poll_until(fd, POLLOUT, end) > 0)
 			continue;
 		if (errno != EINTR)
 			return ff_shm_broken(sh, errno == EAGAIN ?
@@ -228,7 +209,7 @@ static int flush_tx(struct ff_shm *sh, int sock)
 		return (int)room;
 	unread = sh->cap - (uint64_t)room;
 	n = ring_to_sock(sh, &sh->tx, atomic_load_explicit(&sh->tx.mine, memory_order_relaxed) - unread,
-			 unread, sock, now_ms() + MOVE_WAIT_MS);
+			 unread, sock, ff_now_ms() + MOVE_WAIT_MS);
 	if (n == -ETIMEDOUT)
 		return ff_shm_broken(sh, "the peer did not read the bytes moved down for 5 s");
 	return n < 0 && n != -EPIPE ? (int)n : 0;
@@ -285,7 +266,7 @@ static int recv_one(int fd, char *b, struct rcvd *r)
  */
 static int recv_switch(int fd, struct ff_shm *sh, int *out)
 {
-	int64_t end = now_ms() + SWITCH_WAIT_MS;
+	int64_t end = ff_now_ms() + SWITCH_WAIT_MS;
 	struct rcvd r;
 	char b = 0;
 	int n;
@@ -295,7 +276,7 @@ static int recv_switch(int fd, struct ff_shm *sh, int *out)
 		n = recv_one(fd, &b, &r);
 		pthread_mutex_unlock(&sh->wait_mu);
 		/* A doorbell rung before the switch (a peer ringing on and on gets no longer). */
-		if (n == 1 && b == FF_SHM_BELL && !r.n && now_ms() < end)
+		if (n == 1 && b == FF_SHM_BELL && !r.n && ff_now_ms() < end)
 			continue;
 		if (n == 1 && b == FF_SHM_SWITCH && r.n == 1 && ff_is_socket(r.fds[0], SOCK_STREAM, 1)) {
 			*out = r.fds[0];
@@ -313,7 +294,7 @@ static int recv_switch(int fd, struct ff_shm *sh, int *out)
 			return ff_shm_broken(sh, "the peer left while moving the connection down");
 		if (n != -EAGAIN && n != -EINTR)
 			return ff_shm_broken(sh, "the bell socket cannot be read");
-		if (n == -EAGAIN && !wait_for(fd, POLLIN, end))
+		if (n == -EAGAIN && ff_poll_until(fd, POLLIN, end) <= 0)
 			return ff_shm_broken(sh, "switch_by set by the peer, but no switch message within 2 s");
 	}
 }

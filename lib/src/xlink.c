@@ -129,7 +129,6 @@ static _Atomic int any;
 /* The fill session, and the one fill it may have out (fill_mu). */
 static pthread_mutex_t fill_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct ff_agent fill_agent = { .fd = -1 };
-static int fill_fd = -1;	/* the number it was opened on, to unmark once ff_agent closed it */
 static pid_t fill_pid;
 static uint64_t fill_for;	/* the id of the link it is for; 0: none out */
 static uint32_t fill_seq;
@@ -387,14 +386,13 @@ static int stock_of(uint64_t id)
 	return n;
 }
 
-/* The fill session is done with (fill_mu held), whether or not ff_agent closed it on an error. */
+/*
+ * The fill session is done with (fill_mu held). ff_agent_close unmarks and
+ * closes it, as it did if ff_agent closed it on an error (close_fd).
+ */
 static void fill_session_end(void)
 {
-	if (fill_agent.fd >= 0)
-		ff_control_close_own(&fill_agent);
-	else if (fill_fd >= 0)
-		ff_fd_mark(fill_fd, 0);
-	fill_fd = -1;
+	ff_agent_close(&fill_agent);
 }
 
 /*
@@ -447,7 +445,6 @@ static void fill_ask(uint64_t id, uint64_t name)
 	if (!ff_control_own_valid(&fill_agent, fill_pid)) {
 		if (ff_control_open_own(&fill_agent))
 			return;
-		fill_fd = fill_agent.fd;
 		fill_pid = getpid();
 	}
 	seq = ff_link_fill_send(&fill_agent, name, FILL_COUNT);
@@ -992,7 +989,7 @@ void ff_xlinks_after_fork(int child)
 		nlater = 0;	/* the same */
 		reaping = 0;	/* threads do not fork; nor do the waits on reap_cv */
 		reap_init();
-		fill_agent.fd = fill_fd = -1;
+		fill_agent.fd = -1;
 		fill_for = 0;
 		atomic_store(&fill_out, 0);
 	}

@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Library start-up: resolve libc's real socket functions once, read the
- * environment, set up the fd table and the fork handlers.
+ * libc's real functions, resolved once (checked dlsym), the re-entry guard
+ * ff_busy, and the library's quiet threads: what every other part of the
+ * library needs from libc, and nothing of the library itself.
  *
- * Nothing runs from a constructor: the first wrapped call of any thread runs
- * ff_init() through pthread_once, so start-up order against other preloaded
- * libraries (sanitizers) does not matter. ff_init() itself must call no
- * wrapped function, or pthread_once would wait on itself.
+ * ff_real_resolve() is the one place that fills ff_real: ff_init() runs it
+ * first, the agent client before its first call (so a unit test linking
+ * the client without the library works too).
  */
 #include <dlfcn.h>
 #include <signal.h>
@@ -17,16 +17,11 @@
 #include <unistd.h>
 
 #include "shim.h"
-#include "shm.h"
 
 struct ff_real ff_real;
 _Thread_local int ff_busy;
 
-static pthread_once_t init_once = PTHREAD_ONCE_INIT;
-static atomic_int initialized;
-
-void ff_table_init(void);
-void ff_log_init(void);
+static pthread_once_t resolve_once = PTHREAD_ONCE_INIT;
 
 /*
  * A missing libc function means this libc is not one the shim can work
@@ -108,26 +103,9 @@ static void resolve_all(void)
 	MAYBE(_Fork, "_Fork");
 }
 
-static void init_once_fn(void)
+void ff_real_resolve(void)
 {
-	resolve_all();
-	ff_log_init();
-	ff_shm_init();
-	ff_table_init();
-	ff_exec_restore();
-	ff_control_init();
-	ff_fork_init();
-	atomic_store_explicit(&initialized, 1, memory_order_release);
-}
-
-int ff_ready(void)
-{
-	return atomic_load_explicit(&initialized, memory_order_acquire);
-}
-
-void ff_init(void)
-{
-	pthread_once(&init_once, init_once_fn);
+	pthread_once(&resolve_once, resolve_all);
 }
 
 int ff_start_quiet_thread(void *(*fn)(void *))
