@@ -603,6 +603,14 @@ static inline void t_note_link_channels(unsigned long *inodes, int *n, int cap)
 		fclose(f);
 }
 
+/* Whether the page at p, in a mapping of a channel, is in memory (mincore: no touch, no fault). */
+static inline int t_page_resident(const void *p)
+{
+	unsigned char v = 0;
+
+	return mincore((void *)((uintptr_t)p & ~(uintptr_t)4095), 4096, &v) == 0 && (v & 1);
+}
+
 /* Shm channels mapped in pid: the fake agent's memfds, or a connector's for a link offer. */
 static inline int t_shm_maps_of(pid_t pid, uint8_t **first)
 {

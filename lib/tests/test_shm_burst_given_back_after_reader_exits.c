@@ -3,19 +3,10 @@
 /* Channels: shm-link */
 #include "shimtest.h"
 
-#include <sys/mman.h>
-
 #define KEEP		(256u << 10)	/* FF_SHM_KEEP */
 #define RING		(1u << 20)	/* FF_TEST_SHM_RING below */
 #define N		(KEEP + (64u << 10))
 #define WITHIN_MS	3000		/* FF_SHM_IDLE_MS and margins */
-
-static int resident(const uint8_t *p)
-{
-	unsigned char v = 0;
-
-	return mincore((void *)((uintptr_t)p & ~(uintptr_t)4095), 4096, &v) == 0 && (v & 1);
-}
 
 static int client(uint16_t port, int ctl)
 {
@@ -64,9 +55,9 @@ int main(int argc, char **argv)
 		const uint8_t *past = m + 4096 + RING + KEEP + 4096;	/* ring 1, a page past KEEP */
 
 		start = t_ms();
-		while (resident(past) && t_ms() - start < WITHIN_MS)
+		while (t_page_resident(past) && t_ms() - start < WITHIN_MS)
 			usleep(10000);
-		CHECK(!resident(past), "the burst's pages past 256 KiB still held %lld ms after the reader exited",
+		CHECK(!t_page_resident(past), "the burst's pages past 256 KiB still held %lld ms after the reader exited",
 		      (long long)(t_ms() - start));
 	}
 	close(lfd);

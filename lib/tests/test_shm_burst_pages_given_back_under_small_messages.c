@@ -3,18 +3,9 @@
 /* Channels: shm */
 #include "shimtest.h"
 
-#include <sys/mman.h>
-
 #define KEEP		(256u << 10)	/* FF_SHM_KEEP */
 #define N		(KEEP + (64u << 10))
 #define WITHIN_MS	3000		/* FF_SHM_IDLE_MS and margins */
-
-static int resident(const uint8_t *p)
-{
-	unsigned char v = 0;
-
-	return mincore((void *)((uintptr_t)p & ~(uintptr_t)4095), 4096, &v) == 0 && (v & 1);
-}
 
 static void case_small_after_burst(int cfd, int sfd, uint8_t *m)
 {
@@ -25,15 +16,15 @@ static void case_small_after_burst(int cfd, int sfd, uint8_t *m)
 	memset(out, 0xab, sizeof(out));
 	CHECK(send(cfd, out, N, MSG_DONTWAIT) == (ssize_t)N, "burst of %u not taken at once", N);
 	CHECK(recv(sfd, in, N, MSG_WAITALL) == (ssize_t)N && !memcmp(in, out, N), "burst lost");
-	CHECK(resident(past), "the burst did not reach past 256 KiB");
+	CHECK(t_page_resident(past), "the burst did not reach past 256 KiB");
 	start = t_ms();
-	while (resident(past) && t_ms() - start < WITHIN_MS) {
+	while (t_page_resident(past) && t_ms() - start < WITHIN_MS) {
 		char c = 'x';
 
 		CHECK(send(cfd, &c, 1, 0) == 1 && recv(sfd, &c, 1, 0) == 1 && c == 'x', "small message lost");
 		usleep(10000);
 	}
-	CHECK(!resident(past), "the burst's pages past 256 KiB still held %lld ms after it drained, under small messages",
+	CHECK(!t_page_resident(past), "the burst's pages past 256 KiB still held %lld ms after it drained, under small messages",
 	      (long long)(t_ms() - start));
 }
 

@@ -3,21 +3,11 @@
 /* Channels: shm */
 #include "shimtest.h"
 
-#include <sys/mman.h>
-
 #define KEEP		(256u << 10)	/* FF_SHM_KEEP */
 #define N		(KEEP + (64u << 10))
 #define WARM		32		/* FF_SHM_WARM_CHANNELS */
 #define CROWD		(WARM + 4)	/* channels with a burst each */
 #define WITHIN_MS	400		/* FF_SHM_CROWD_IDLE_MS and a wake-up, far from a second */
-
-static int64_t now_ms(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
 
 static void burst(int cfd, int sfd)
 {
@@ -26,13 +16,6 @@ static void burst(int cfd, int sfd)
 	memset(out, 0xab, sizeof(out));
 	CHECK(send(cfd, out, N, MSG_DONTWAIT) == (ssize_t)N, "burst of %u not taken at once", N);
 	CHECK(recv(sfd, in, N, MSG_WAITALL) == (ssize_t)N && !memcmp(in, out, N), "burst lost");
-}
-
-static int resident(const uint8_t *p)
-{
-	unsigned char v = 0;
-
-	return mincore((void *)((uintptr_t)p & ~(uintptr_t)4095), 4096, &v) == 0 && (v & 1);
 }
 
 /*
@@ -48,7 +31,7 @@ static int held(void)
 
 	while (f && fgets(line, sizeof(line), f)) {
 		if (!strstr(line, "/memfd:ff-shm") || sscanf(line, "%lx-%*x %*s %*x %*s %lu", &lo, &ino) != 2 ||
-		    !resident((const uint8_t *)lo + 4096 + KEEP + 4096))
+		    !t_page_resident((const uint8_t *)lo + 4096 + KEEP + 4096))
 			continue;
 		dup = 0;
 		for (int i = 0; i < n; i++)
@@ -67,20 +50,20 @@ static void case_crowd(int cfd, int sfd, uint8_t *m)
 	int64_t start;
 
 	burst(cfd, sfd);
-	CHECK(resident(m + 4096 + KEEP + 4096), "the burst did not reach past 256 KiB");
+	CHECK(t_page_resident(m + 4096 + KEEP + 4096), "the burst did not reach past 256 KiB");
 	for (int i = 0; i < CROWD - 1; i++) {
 		t_pair(AF_INET, &c[i], &s[i]);
 		CHECK(t_swapped(c[i]), "pair %d is not on shm", i);
 		burst(c[i], s[i]);
 	}
 	/* The last burst drained just now: without a crowd, every burst would stay a second. */
-	start = now_ms();
-	while ((n = held()) > WARM && now_ms() - start < 2000)
+	start = t_ms();
+	while ((n = held()) > WARM && t_ms() - start < 2000)
 		usleep(5000);
 	CHECK(n <= WARM, "%d channels still hold pages past 256 KiB %lld ms after the crowd formed, want <= %d",
-	      n, (long long)(now_ms() - start), WARM);
-	CHECK(now_ms() - start < WITHIN_MS, "%d channels held pages past 256 KiB for %lld ms after the crowd formed, want < %d",
-	      CROWD, (long long)(now_ms() - start), WITHIN_MS);
+	      n, (long long)(t_ms() - start), WARM);
+	CHECK(t_ms() - start < WITHIN_MS, "%d channels held pages past 256 KiB for %lld ms after the crowd formed, want < %d",
+	      CROWD, (long long)(t_ms() - start), WITHIN_MS);
 	for (int i = 0; i < CROWD - 1; i++) {
 		close(c[i]);
 		close(s[i]);

@@ -3,20 +3,10 @@
 /* Channels: shm-link */
 #include "shimtest.h"
 
-#include <sys/mman.h>
-
 #define KEEP	(256u << 10)	/* FF_SHM_KEEP */
 #define N	(KEEP + (64u << 10))	/* past KEEP, within any writer's cap */
 #define SPILL0	(1024 + 448)	/* ring 0's spill word (docs/SHM.md, "Layout") */
 #define USED	1
-
-/* Whether the page at p (in a mapping) is in memory. */
-static int resident(const uint8_t *p)
-{
-	unsigned char v = 0;
-
-	return mincore((void *)((uintptr_t)p & ~(uintptr_t)4095), 4096, &v) == 0 && (v & 1);
-}
 
 /*
  * Connection i's burst each way, compared. The client's is written whole
@@ -52,7 +42,7 @@ static int client(uint16_t port, int ctl)
 		if (i == 2) {	/* the reuse happened in connect(), before any byte of this one */
 			CHECK(t_maps_named(0, "/memfd:freeflow-shm", &m) == 1,
 			      "connection 2 made a new channel instead of reusing the idle one");
-			CHECK(m && resident(m + 4096 + KEEP + 4096),
+			CHECK(m && t_page_resident(m + 4096 + KEEP + 4096),
 			      "the reused channel's pages past 256 KiB were given back: its burst faults them in");
 		}
 		burst(fd, i, ctl, 1);
