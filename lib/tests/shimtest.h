@@ -1044,6 +1044,26 @@ static inline pid_t t_fork_ctl(int *ctl)
 	return pid;
 }
 
+/*
+ * The start of a link test: the fake agent brokers channels whose rings
+ * (1 MiB, unless FF_TEST_SHM_RING says otherwise) have room past
+ * FF_SHM_KEEP; this process listens on *lfd and a child runs client(port,
+ * its ctl end) and exits with its result. The child's pid.
+ */
+static inline pid_t t_link_test_start(char **argv, int (*client)(uint16_t port, int ctl), int *lfd, int *ctl)
+{
+	uint16_t port;
+	pid_t pid;
+
+	setenv("FF_TEST_SHM_RING", "1048576", 0);	/* read by the fake agent */
+	t_shim_setup(argv, FA_BROKER);
+	*lfd = t_listen(AF_INET, &port);
+	pid = t_fork_ctl(ctl);
+	if (pid == 0)
+		_exit(client(port, *ctl));
+	return pid;
+}
+
 /* Wait for a forked child; CHECKs it exited 0. */
 static inline void t_wait_child(pid_t pid, const char *what)
 {

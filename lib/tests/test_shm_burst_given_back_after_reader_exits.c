@@ -29,18 +29,12 @@ int main(int argc, char **argv)
 {
 	static uint8_t out[N];
 	uint8_t *m = NULL;
-	uint16_t port;
 	int lfd, fd, ctl;
 	int64_t start;
 	pid_t pid;
 
 	(void)argc;
-	setenv("FF_TEST_SHM_RING", "1048576", 0);	/* read by the fake agent: room past KEEP */
-	t_shim_setup(argv, FA_BROKER);
-	lfd = t_listen(AF_INET, &port);
-	pid = t_fork_ctl(&ctl);
-	if (pid == 0)
-		_exit(client(port, ctl));
+	pid = t_link_test_start(argv, client, &lfd, &ctl);
 	memset(out, 0xab, sizeof(out));
 	for (int i = 0; i < 2; i++) {
 		fd = accept(lfd, NULL, NULL);

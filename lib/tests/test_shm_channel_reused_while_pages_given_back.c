@@ -58,18 +58,12 @@ static int client(uint16_t port, int ctl)
 
 int main(int argc, char **argv)
 {
-	uint16_t port;
 	int lfd, ctl, fd;
 	pid_t pid;
 	char c;
 
 	(void)argc;
-	setenv("FF_TEST_SHM_RING", "1048576", 0);	/* read by the fake agent: room past KEEP */
-	t_shim_setup(argv, FA_BROKER);
-	lfd = t_listen(AF_INET, &port);
-	pid = t_fork_ctl(&ctl);
-	if (pid == 0)
-		_exit(client(port, ctl));
+	pid = t_link_test_start(argv, client, &lfd, &ctl);
 	for (int i = 0; i < 2; i++) {
 		fd = accept(lfd, NULL, NULL);
 		CHECK(fd >= 0 && t_swapped(fd), "connection %d not accepted swapped", i);
