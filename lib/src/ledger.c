@@ -44,7 +44,7 @@
 #include <unistd.h>
 
 #include "freeflow/proto.h"
-#include "ledger.h"
+#include "freeflow/ledger_layout.h"
 #include "shim.h"
 
 #define SLOTS		FF_LEDGER_SLOTS_MAX

@@ -68,7 +68,7 @@
 #include <unistd.h>
 
 #include "freeflow/proto.h"
-#include "ledger.h"
+#include "freeflow/ledger_layout.h"
 #include "shm.h"
 #include "testutil.h"
 

@@ -41,7 +41,7 @@
 #include <sys/wait.h>
 
 #include "fake_agent.h"
-#include "ledger.h"
+#include "freeflow/ledger_layout.h"
 #include "testutil.h"
 
 /*

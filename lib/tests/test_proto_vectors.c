@@ -4,7 +4,7 @@
 
 #include "fake_agent.h"
 #include "freeflow/proto.h"
-#include "ledger.h"
+#include "freeflow/ledger_layout.h"
 #include "shm.h"
 #include "testutil.h"
 
