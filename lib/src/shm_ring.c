@@ -300,8 +300,8 @@ int ff_shm_map_idle(const struct ff_shm_map *m)
 {
 	return atomic_load_explicit(map_word(m, FF_SHM_OFF_OFFER), memory_order_acquire) ==
 		       FF_OFFER_TAKEN &&
-	       atomic_load_explicit(map_word(m, FF_SHM_OFF_DONE), memory_order_acquire) &&
-	       atomic_load_explicit(map_word(m, FF_SHM_OFF_DONE + 4), memory_order_acquire);
+	       atomic_load_explicit(map_word(m, FF_SHM_OFF_DONE_OF(FF_SHM_CONNECTOR)), memory_order_acquire) &&
+	       atomic_load_explicit(map_word(m, FF_SHM_OFF_DONE_OF(FF_SHM_ACCEPTOR)), memory_order_acquire);
 }
 
 /*
@@ -462,7 +462,7 @@ void ff_shm_put(struct ff_shm *sh)
 	 * them. Not said by a fork child dropping its copy: its parent goes on.
 	 */
 	if (sh->pid == getpid()) {
-		atomic_store_explicit(ff_shm_word(sh, FF_SHM_OFF_DONE + 4 * (sh->role - 1)), 1,
+		atomic_store_explicit(ff_shm_word(sh, FF_SHM_OFF_DONE_OF(sh->role)), 1,
 				      memory_order_release);
 		/*
 		 * A burst either way is given back by this process too: only the

@@ -386,7 +386,7 @@ static inline int t_agent_await(const char *word, int want)
  * The sum of fn over the ledgers of the processes of this test: the fake
  * agent keeps each ledger's memfd open and logs its fd ("ledger <fd>"),
  * which the host side hands over (t_keeper; docs/PROTOCOL.md, "The
- * ledger", and src/ledger.h have the layout).
+ * ledger", and include/freeflow/ledger_layout.h have the layout).
  */
 static inline int t_ledger_sum(long (*fn)(int lfd, const void *arg), const void *arg)
 {

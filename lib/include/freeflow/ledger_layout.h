@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The ledger's layout (docs/PROTOCOL.md, "The ledger"), in host byte
- * order: what ledger.c writes and what the agent reads; the test vectors
- * (ledger lines of docs/protocol-vectors.txt) check it.
+ * order: what ledger.c writes and what the agent reads. The test vectors
+ * (ledger lines of docs/protocol-vectors.txt, and the ledger-layout line
+ * for these values) check it, in C and in Go (internal/agent/ledger.go).
  */
-#ifndef FREEFLOW_LEDGER_H
-#define FREEFLOW_LEDGER_H
+#ifndef FREEFLOW_LEDGER_LAYOUT_H
+#define FREEFLOW_LEDGER_LAYOUT_H
 
 #define FF_LEDGER_MAGIC		"FFLG"
 #define FF_LEDGER_VERSION	3u
