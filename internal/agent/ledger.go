@@ -79,10 +79,14 @@ const (
 	ledgerHeaderSize   = 64
 	ledgerEntrySize    = 128
 	ledgerMaxSlots     = 1 << 16
+	ledgerOffVersion   = 4  // header: u32, ledgerVersion
+	ledgerOffSlots     = 8  // header: u32, the entries that follow
+	ledgerOffEntry     = 12 // header: u32, ledgerEntrySize
 	ledgerOffOpened    = 16 // header: u64, linked shm connections the process ever opened
 	ledgerOffOpenedTCP = 24 // header: u64, the same for linked host-tcp connections
 	ledgerOffNoLibrary = 32 // header: u64, connections accepted from peers without the library
 
+	entryOffSeq       = 0   // u32: odd while live
 	entryOffBytes     = 4   // u32: the shm memory the entry's channel holds
 	entryOffLocalLen  = 8   // u8: 6 or 18
 	entryOffRemoteLen = 9   // u8: 6 or 18
@@ -265,7 +269,7 @@ func mapLedger(fd int) ([]byte, uint64, error) {
 // size is already checked.
 func checkLedgerHeader(mem []byte) error {
 	slots := (len(mem) - ledgerHeaderSize) / ledgerEntrySize
-	magic, version, n, entry := load32(mem, 0), load32(mem, 4), load32(mem, 8), load32(mem, 12)
+	magic, version, n, entry := load32(mem, 0), load32(mem, ledgerOffVersion), load32(mem, ledgerOffSlots), load32(mem, ledgerOffEntry)
 	var bad string
 	switch {
 	case magic != binary.NativeEndian.Uint32([]byte(ledgerMagic)):
@@ -458,7 +462,7 @@ func residentPages(mem []byte, page int) []byte {
 // whose reason is then not read (a budget check, on the path of every new
 // channel, needs only the endpoints and the bytes).
 func readEntry(mem []byte, off int, shmOnly bool) (e ledgerEntry, ok bool) {
-	seq := load32(mem, off)
+	seq := load32(mem, off+entryOffSeq)
 	if seq&1 == 0 {
 		return e, false
 	}
@@ -471,7 +475,7 @@ func readEntry(mem []byte, off int, shmOnly bool) (e ledgerEntry, ok bool) {
 		binary.NativeEndian.PutUint32(f[w:], load32(mem, off+w))
 	}
 	path, reasonLen := f[entryOffPath], int(f[entryOffReasonLen])
-	if load32(mem, off) != seq || path > pathShm || reasonLen > entryMaxReason || (shmOnly && path != pathShm) {
+	if load32(mem, off+entryOffSeq) != seq || path > pathShm || reasonLen > entryMaxReason || (shmOnly && path != pathShm) {
 		return e, false
 	}
 	if shmOnly {

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -808,6 +809,54 @@ func TestLedgerVectors(t *testing.T) {
 	}
 	if n < 2 {
 		t.Fatalf("%d ledger vectors; the file looks truncated", n)
+	}
+}
+
+// TestLedgerLayoutVector: the ledger-layout line of
+// docs/protocol-vectors.txt holds exactly ledger.go's layout constants, the
+// ones the C vector test checks include/freeflow/ledger_layout.h against:
+// no key is missing, unknown or different.
+func TestLedgerLayoutVector(t *testing.T) {
+	want := map[string]string{"magic": ledgerMagic}
+	for k, v := range map[string]int{
+		"version": ledgerVersion, "hdr": ledgerHeaderSize, "entry": ledgerEntrySize, "slots_max": ledgerMaxSlots,
+		"off_version": ledgerOffVersion, "off_slots": ledgerOffSlots, "off_entry": ledgerOffEntry,
+		"off_opened": ledgerOffOpened, "off_opened_tcp": ledgerOffOpenedTCP, "off_no_library": ledgerOffNoLibrary,
+		"e_seq": entryOffSeq, "e_bytes": entryOffBytes, "e_local_len": entryOffLocalLen, "e_remote_len": entryOffRemoteLen,
+		"e_path": entryOffPath, "e_reason_len": entryOffReasonLen, "e_local": entryOffLocal, "e_remote": entryOffRemote,
+		"e_reason": entryOffReason, "reason_max": entryMaxReason, "e_fd": entryOffFD, "e_ino": entryOffIno,
+	} {
+		want[k] = strconv.Itoa(v)
+	}
+	b, err := os.ReadFile("../../docs/protocol-vectors.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 || f[0] != "ledger-layout" || f[1] != "layout" {
+			continue
+		}
+		found = true
+		seen := map[string]bool{}
+		for _, kv := range f[3:] {
+			k, v, _ := strings.Cut(kv, "=")
+			seen[k] = true
+			if w, ok := want[k]; !ok {
+				t.Errorf("ledger-layout: key %s is not a constant of ledger.go", k)
+			} else if v != w {
+				t.Errorf("ledger-layout: %s, but ledger.go says %s", kv, w)
+			}
+		}
+		for k := range want {
+			if !seen[k] {
+				t.Errorf("ledger-layout: no key %s, which ledger.go defines", k)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no ledger-layout line in docs/protocol-vectors.txt")
 	}
 }
 

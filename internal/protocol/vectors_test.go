@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -22,7 +24,7 @@ func TestVectors(t *testing.T) {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	n, shm := 0, 0
+	n, shm, layout := 0, 0, 0
 	for line := 1; sc.Scan(); line++ {
 		text := strings.TrimSpace(sc.Text())
 		if text == "" || strings.HasPrefix(text, "#") {
@@ -33,13 +35,16 @@ func TestVectors(t *testing.T) {
 		if len(f) > 1 && f[1] == "shm" {
 			shm++
 		}
+		if len(f) > 1 && f[1] == "layout" {
+			layout++
+		}
 		checkVector(t, line, f)
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if n < 50 || shm == 0 {
-		t.Fatalf("only %d vectors read, %d of them shm headers; the file looks truncated", n, shm)
+	if n < 50 || shm == 0 || layout != 3 {
+		t.Fatalf("only %d vectors read, %d of them shm headers and %d layouts (want 3); the file looks truncated", n, shm, layout)
 	}
 }
 
@@ -50,6 +55,10 @@ func checkVector(t *testing.T, line int, f []string) {
 		return
 	}
 	name, kind, expect := f[0], f[1], strings.Join(f[3:], " ")
+	if kind == "layout" {
+		checkLayout(t, name, f[3:])
+		return
+	}
 	b, err := hex.DecodeString(f[2])
 	if err != nil {
 		t.Errorf("%s (line %d): bad hex: %v", name, line, err)
@@ -81,7 +90,7 @@ func checkVector(t *testing.T, line int, f []string) {
 			t.Errorf("%s: error %s (%v), want %s", name, pe.Code, pe, expect)
 		}
 	default:
-		t.Errorf("%s (line %d): kind %q is not ok, bad, shm or ledger", name, line, kind)
+		t.Errorf("%s (line %d): kind %q is not ok, bad, shm, ledger or layout", name, line, kind)
 	}
 }
 
@@ -97,6 +106,65 @@ func checkShmHeader(t *testing.T, name string, want []byte, expect string) {
 	got, err := ShmHeader(ring)
 	if err != nil || !bytes.Equal(got, want) {
 		t.Errorf("%s: ShmHeader(%d) = %x, %v; want %x", name, ring, got, err, want)
+	}
+}
+
+// shmLayoutChecked are the shm-layout keys Go defines, with its values.
+var shmLayoutChecked = map[string]uint64{
+	"magic": ShmMagic, "version": ShmVersion, "hdr_size": ShmHeaderSize,
+	"ring_min": ShmRingMin, "ring_max": ShmRingMax, "keep": ShmKeep,
+}
+
+// shmLayoutIgnored are the shm-layout keys Go does not define on purpose:
+// the agent writes only the header (ShmHeader) and never maps a channel, so
+// the control blocks, the shared words and the bell bytes are the
+// libraries' alone (the C vector test checks them).
+var shmLayoutIgnored = []string{
+	"off_switch_by", "off_offer", "off_offer_wait", "off_done", "off_done_connector", "off_done_acceptor",
+	"off_ctl0", "off_ctl1", "ctl_head", "ctl_base", "ctl_tail", "ctl_cons_wait", "ctl_prod_wait",
+	"ctl_cons_busy", "ctl_prod_shut", "ctl_cons_closed", "ctl_spill", "bell", "switch",
+	"connector", "acceptor", "offer_none", "offer_offered", "offer_taken", "offer_withdrawn",
+	"spill_none", "spill_used", "spill_writing", "spill_freeing",
+}
+
+// checkLayout checks a layout vector: shm-layout against the constants of
+// shm.go (every key either checked or ignored on purpose, so a new key
+// needs a decision here), shm-resident against ShmResident. ledger-layout
+// is the agent's ledger reader's (internal/agent, TestLedgerLayoutVector).
+func checkLayout(t *testing.T, name string, kvs []string) {
+	t.Helper()
+	switch name {
+	case "shm-layout":
+		seen := map[string]bool{}
+		for _, kv := range kvs {
+			k, v, _ := strings.Cut(kv, "=")
+			seen[k] = true
+			if want, ok := shmLayoutChecked[k]; ok {
+				if got, err := strconv.ParseUint(v, 0, 64); err != nil || got != want {
+					t.Errorf("%s: %s, but internal/protocol says %d (%#x)", name, kv, want, want)
+				}
+			} else if !slices.Contains(shmLayoutIgnored, k) {
+				t.Errorf("%s: key %s is neither checked nor ignored by internal/protocol; decide which", name, k)
+			}
+		}
+		for k := range shmLayoutChecked {
+			if !seen[k] {
+				t.Errorf("%s: no key %s, which internal/protocol defines", name, k)
+			}
+		}
+	case "shm-resident":
+		for _, kv := range kvs {
+			var ring uint32
+			var bytes int64
+			if _, err := fmt.Sscanf(kv, "ring=%d:%d", &ring, &bytes); err != nil {
+				t.Errorf("%s: %s is not ring=<n>:<bytes>", name, kv)
+			} else if got := ShmResident(ring); got != bytes {
+				t.Errorf("%s: ShmResident(%d) = %d, the vector says %d", name, ring, got, bytes)
+			}
+		}
+	case "ledger-layout":
+	default:
+		t.Errorf("%s: a layout line is shm-layout, shm-resident or ledger-layout", name)
 	}
 }
 

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* Description: the C decoder passes every line of docs/protocol-vectors.txt, and ok vectors re-encode to the same bytes; shm headers match the library's layout constants and the fake agent's memfds; ledgers match the library's ledger layout */
+/* Description: the C decoder passes every line of docs/protocol-vectors.txt, and ok vectors re-encode to the same bytes; shm headers match the library's layout constants and the fake agent's memfds; ledgers match the library's ledger layout; layout lines hold exactly the public headers' constants */
 #include <stdlib.h>
 
 #include "fake_agent.h"
 #include "freeflow/proto.h"
 #include "freeflow/ledger_layout.h"
-#include "shm.h"
+#include "freeflow/shm_layout.h"
 #include "testutil.h"
 
 static const char *const err_names[] = {
@@ -25,7 +25,7 @@ static const uint8_t all_types[] = {
 };
 
 struct seen {
-	int ok, bad, shm, ledger;
+	int ok, bad, shm, ledger, layout;
 	int types[256];
 	int codes[FF_ERR_INTERNAL + 1];
 };
@@ -183,7 +183,127 @@ static void check_ledger(const char *name, const uint8_t *wire, long n, const ch
 	s->ledger++;
 }
 
-/* One line: "<name> ok <hex> <canonical>", "<name> bad <hex> <CODE>", "<name> shm <hex> ring_size=<n>" or "<name> ledger <hex> <fields>". */
+/* A layout line's keys and the public headers' values. */
+struct layout_key {
+	const char *key;
+	unsigned long long val;
+	const char *str;	/* a value that is text, not a number */
+};
+
+#define K(k, v)	{ k, v, NULL }
+static const struct layout_key shm_keys[] = {
+	K("magic", FF_SHM_MAGIC), K("version", FF_SHM_VERSION), K("hdr_size", FF_SHM_HDR_SIZE),
+	K("ring_min", FF_SHM_RING_MIN), K("ring_max", FF_SHM_RING_MAX),
+	K("off_switch_by", FF_SHM_OFF_SWITCH_BY), K("off_offer", FF_SHM_OFF_OFFER),
+	K("off_offer_wait", FF_SHM_OFF_OFFER_WAIT), K("off_done", FF_SHM_OFF_DONE),
+	K("off_done_connector", FF_SHM_OFF_DONE_OF(FF_SHM_CONNECTOR)),
+	K("off_done_acceptor", FF_SHM_OFF_DONE_OF(FF_SHM_ACCEPTOR)),
+	K("off_ctl0", FF_SHM_OFF_CTL0), K("off_ctl1", FF_SHM_OFF_CTL1),
+	K("ctl_head", FF_SHM_CTL_HEAD), K("ctl_base", FF_SHM_CTL_BASE), K("ctl_tail", FF_SHM_CTL_TAIL),
+	K("ctl_cons_wait", FF_SHM_CTL_CONS_WAIT), K("ctl_prod_wait", FF_SHM_CTL_PROD_WAIT),
+	K("ctl_cons_busy", FF_SHM_CTL_CONS_BUSY), K("ctl_prod_shut", FF_SHM_CTL_PROD_SHUT),
+	K("ctl_cons_closed", FF_SHM_CTL_CONS_CLOSED), K("ctl_spill", FF_SHM_CTL_SPILL),
+	K("bell", FF_SHM_BELL), K("switch", FF_SHM_SWITCH),
+	K("connector", FF_SHM_CONNECTOR), K("acceptor", FF_SHM_ACCEPTOR),
+	K("offer_none", FF_OFFER_NONE), K("offer_offered", FF_OFFER_OFFERED),
+	K("offer_taken", FF_OFFER_TAKEN), K("offer_withdrawn", FF_OFFER_WITHDRAWN),
+	K("spill_none", FF_SPILL_NONE), K("spill_used", FF_SPILL_USED),
+	K("spill_writing", FF_SPILL_WRITING), K("spill_freeing", FF_SPILL_FREEING),
+	K("keep", FF_SHM_KEEP),
+};
+static const struct layout_key ledger_keys[] = {
+	{ "magic", 0, FF_LEDGER_MAGIC }, K("version", FF_LEDGER_VERSION), K("hdr", FF_LEDGER_HDR),
+	K("entry", FF_LEDGER_ENTRY), K("slots_max", FF_LEDGER_SLOTS_MAX),
+	K("off_version", FF_LEDGER_OFF_VERSION), K("off_slots", FF_LEDGER_OFF_SLOTS),
+	K("off_entry", FF_LEDGER_OFF_ENTRY), K("off_opened", FF_LEDGER_OFF_OPENED),
+	K("off_opened_tcp", FF_LEDGER_OFF_OPENED_TCP), K("off_no_library", FF_LEDGER_OFF_NO_LIBRARY),
+	K("e_seq", FF_LEDGER_E_SEQ), K("e_bytes", FF_LEDGER_E_BYTES),
+	K("e_local_len", FF_LEDGER_E_LOCAL_LEN), K("e_remote_len", FF_LEDGER_E_REMOTE_LEN),
+	K("e_path", FF_LEDGER_E_PATH), K("e_reason_len", FF_LEDGER_E_REASON_LEN),
+	K("e_local", FF_LEDGER_E_LOCAL), K("e_remote", FF_LEDGER_E_REMOTE),
+	K("e_reason", FF_LEDGER_E_REASON), K("reason_max", FF_LEDGER_REASON_MAX),
+	K("e_fd", FF_LEDGER_E_FD), K("e_ino", FF_LEDGER_E_INO),
+};
+#undef K
+#define N_KEYS(a)	(sizeof(a) / sizeof((a)[0]))
+
+/* "ring=<n>:<bytes>": FF_SHM_RESIDENT of rings of n bytes. */
+static void check_resident(const char *name, const char *kv)
+{
+	unsigned long ring, bytes;
+	int at = -1;
+
+	if (sscanf(kv, "ring=%lu:%lu%n", &ring, &bytes, &at) != 2 || kv[at] != '\0') {
+		CHECK(0, "%s: %s is not ring=<n>:<bytes>", name, kv);
+		return;
+	}
+	CHECK(FF_SHM_RESIDENT(ring) == bytes, "%s: FF_SHM_RESIDENT(%lu) is %lu, the vector says %lu",
+	      name, ring, (unsigned long)FF_SHM_RESIDENT(ring), bytes);
+}
+
+/* One key=value of a layout line against keys: unknown keys and other values fail. */
+static void check_key(const char *name, const char *kv, const struct layout_key *keys, size_t n,
+		      unsigned char *seen)
+{
+	const char *eq = strchr(kv, '=');
+	size_t len = eq ? (size_t)(eq - kv) : 0;
+	unsigned long long v;
+	char *end;
+
+	for (size_t i = 0; eq && i < n; i++) {
+		if (strlen(keys[i].key) != len || strncmp(keys[i].key, kv, len))
+			continue;
+		seen[i]++;
+		if (keys[i].str) {
+			CHECK(!strcmp(keys[i].str, eq + 1), "%s: %s, the header says %s", name, kv,
+			      keys[i].str);
+			return;
+		}
+		v = strtoull(eq + 1, &end, 0);
+		CHECK(*end == '\0' && v == keys[i].val, "%s: %s, the header says %llu (%#llx)", name,
+		      kv, keys[i].val, keys[i].val);
+		return;
+	}
+	CHECK(0, "%s: key %s is not a constant of the public layout headers", name, kv);
+}
+
+/*
+ * "<name> layout - key=value...": shm-layout and ledger-layout hold every
+ * constant of include/freeflow/shm_layout.h and ledger_layout.h, once and
+ * with its value; shm-resident holds FF_SHM_RESIDENT for some ring sizes.
+ */
+static void check_layout(const char *name, char *rest, struct seen *s)
+{
+	const struct layout_key *keys = NULL;
+	unsigned char seen[N_KEYS(shm_keys) > N_KEYS(ledger_keys) ? N_KEYS(shm_keys) :
+								      N_KEYS(ledger_keys)] = { 0 };
+	size_t n = 0;
+	int resident = !strcmp(name, "shm-resident"), count = 0;
+
+	if (!strcmp(name, "shm-layout"))
+		keys = shm_keys, n = N_KEYS(shm_keys);
+	else if (!strcmp(name, "ledger-layout"))
+		keys = ledger_keys, n = N_KEYS(ledger_keys);
+	else if (!resident) {
+		CHECK(0, "%s: a layout line is shm-layout, shm-resident or ledger-layout", name);
+		return;
+	}
+	for (char *kv = strtok(rest, " "); kv; kv = strtok(NULL, " "), count++)
+		if (resident)
+			check_resident(name, kv);
+		else
+			check_key(name, kv, keys, n, seen);
+	for (size_t i = 0; i < n; i++)
+		CHECK(seen[i] == 1, "%s: key %s appears %d times, want once", name, keys[i].key,
+		      seen[i]);
+	CHECK(count > 0, "%s: no key=value", name);
+	s->layout++;
+}
+
+/*
+ * One line: "<name> ok <hex> <canonical>", "<name> bad <hex> <CODE>", "<name> shm <hex> ring_size=<n>",
+ * "<name> ledger <hex> <fields>" or "<name> layout - <key=value...>".
+ */
 static void check_line(char *line, int lineno, uint8_t *wire, struct seen *s)
 {
 	char *name = strtok(line, " "), *kind = strtok(NULL, " ");
@@ -192,6 +312,11 @@ static void check_line(char *line, int lineno, uint8_t *wire, struct seen *s)
 
 	if (!name || !kind || !hex || !rest) {
 		CHECK(0, "line %d: want <name> <ok|bad> <hex> <expectation>", lineno);
+		return;
+	}
+	if (!strcmp(kind, "layout")) {
+		CHECK(!strcmp(hex, "-"), "line %d (%s): a layout line has no bytes: -", lineno, name);
+		check_layout(name, rest, s);
 		return;
 	}
 	n = t_unhex(hex, strlen(hex), wire, FF_MAX_MESSAGE + 1);
@@ -207,14 +332,15 @@ static void check_line(char *line, int lineno, uint8_t *wire, struct seen *s)
 	else if (!strcmp(kind, "ledger"))
 		check_ledger(name, wire, n, rest, s);
 	else
-		CHECK(0, "line %d (%s): kind %s is not ok, bad, shm or ledger", lineno, name, kind);
+		CHECK(0, "line %d (%s): kind %s is not ok, bad, shm, ledger or layout", lineno, name, kind);
 }
 
 /* A vectors file that lost its lines must not pass by checking nothing. */
 static void check_coverage(const struct seen *s)
 {
-	CHECK(s->ok >= 10 && s->bad >= 10 && s->shm >= 1 && s->ledger >= 2,
-	      "only %d ok, %d bad, %d shm and %d ledger vectors", s->ok, s->bad, s->shm, s->ledger);
+	CHECK(s->ok >= 10 && s->bad >= 10 && s->shm >= 1 && s->ledger >= 2 && s->layout == 3,
+	      "only %d ok, %d bad, %d shm, %d ledger and %d layout vectors (want 3)", s->ok, s->bad,
+	      s->shm, s->ledger, s->layout);
 	for (size_t i = 0; i < sizeof(all_types); i++)
 		CHECK(s->types[all_types[i]], "no ok vector of type 0x%02x", all_types[i]);
 	CHECK(s->codes[FF_ERR_BADMSG] && s->codes[FF_ERR_VERSION] &&
@@ -250,6 +376,7 @@ int main(int argc, char **argv)
 	free(line);
 	fclose(f);
 	check_coverage(&s);
-	printf("%d ok, %d bad, %d shm and %d ledger vectors checked\n", s.ok, s.bad, s.shm, s.ledger);
+	printf("%d ok, %d bad, %d shm, %d ledger and %d layout vectors checked\n", s.ok, s.bad, s.shm,
+	       s.ledger, s.layout);
 	return t_exit_code();
 }
