@@ -69,7 +69,7 @@
 
 #include "freeflow/proto.h"
 #include "freeflow/ledger_layout.h"
-#include "shm.h"
+#include "freeflow/shm_layout.h"
 #include "testutil.h"
 
 #define FA_WAIT_MS	50
@@ -263,17 +263,17 @@ static inline void fa_put_le32(uint8_t *p, uint32_t v)
 }
 
 /*
- * A memfd as docs/SHM.md lays it out: the header ("FFSM", FF_SHM_VERSION,
+ * A memfd as docs/SHM.md lays it out: the header (magic, FF_SHM_VERSION,
  * ring_size), size bytes in all, with seals. The hostile cases pass what
- * to get wrong; a good one is fa_memfd(ring, "FFSM", 4096 + 2 * ring,
- * F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL).
+ * to get wrong; a good one is fa_memfd(ring, FF_SHM_MAGIC, FA_SHM_BYTES(ring),
+ * FA_SEALS).
  */
-static inline int fa_memfd(uint32_t ring, const char *magic, uint64_t size, int seals)
+static inline int fa_memfd(uint32_t ring, uint32_t magic, uint64_t size, int seals)
 {
 	int fd = memfd_create("ff-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	uint8_t hdr[16] = { 0 };
 
-	memcpy(hdr, magic, 4);
+	fa_put_le32(hdr, magic);
 	fa_put_le32(hdr + 4, FF_SHM_VERSION);
 	fa_put_le32(hdr + 8, ring);
 	if (fd < 0 || ftruncate(fd, (off_t)size) || pwrite(fd, hdr, sizeof(hdr), 0) != sizeof(hdr) ||
@@ -283,6 +283,8 @@ static inline int fa_memfd(uint32_t ring, const char *magic, uint64_t size, int 
 }
 
 #define FA_SEALS	(F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+/* The size of a channel's memfd with rings of ring bytes. */
+#define FA_SHM_BYTES(ring)	(FF_SHM_HDR_SIZE + 2 * (uint64_t)(ring))
 
 /*
  * A new channel for one connection: its two ends, its memfd (shm only,
@@ -303,7 +305,7 @@ static inline int fa_channel(int sp[2], int *memfd, int shm_ok)
 			setsockopt(sp[i], SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof(big));
 		return FF_PATH_UNIX;
 	}
-	*memfd = fa_memfd(fa_shm_ring(), "FFSM", 4096 + 2 * (uint64_t)fa_shm_ring(), FA_SEALS);
+	*memfd = fa_memfd(fa_shm_ring(), FF_SHM_MAGIC, FA_SHM_BYTES(fa_shm_ring()), FA_SEALS);
 	return FF_PATH_SHM;
 }
 
@@ -512,8 +514,8 @@ static inline void fa_decide(struct fa_state *st, struct fa_tuple *t, int fd, ui
 /* FA_HOSTILE: the broken reply of case h to one ask. */
 static inline void fa_hostile(struct fa_state *st, int fd, uint32_t seq, enum fa_hostile h)
 {
-	const uint32_t ring = 4096;
-	const uint64_t size = 4096 + 2 * ring;
+	const uint32_t ring = FF_SHM_RING_MIN;
+	const uint64_t size = FA_SHM_BYTES(ring);
 	int sp[2], fds[2], kind = FF_PATH_UNIX, nfd = 1, memfd = -1;
 
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp))
@@ -528,11 +530,11 @@ static inline void fa_hostile(struct fa_state *st, int fd, uint32_t seq, enum fa
 	case FA_KIND_RANGE:	kind = 9; break;
 	case FA_KIND_SHM:	kind = FF_PATH_SHM; break;
 	case FA_OVERLAY_FD:	kind = FF_PATH_OVERLAY; break;
-	case FA_SHM_UNSEALED:	memfd = fa_memfd(ring, "FFSM", size, 0); break;
-	case FA_SHM_SIZE:	memfd = fa_memfd(ring, "FFSM", size + 4096, FA_SEALS); break;
-	case FA_SHM_MAGIC:	memfd = fa_memfd(ring, "FFSN", size, FA_SEALS); break;
-	case FA_SHM_RING:	memfd = fa_memfd(3 * ring, "FFSM", 4096 + 6 * ring, FA_SEALS); break;
-	case FA_SHM_ORDER:	memfd = fa_memfd(ring, "FFSM", size, FA_SEALS); break;
+	case FA_SHM_UNSEALED:	memfd = fa_memfd(ring, FF_SHM_MAGIC, size, 0); break;
+	case FA_SHM_SIZE:	memfd = fa_memfd(ring, FF_SHM_MAGIC, size + 4096, FA_SEALS); break;
+	case FA_SHM_MAGIC:	memfd = fa_memfd(ring, FF_SHM_MAGIC + 1, size, FA_SEALS); break;
+	case FA_SHM_RING:	memfd = fa_memfd(3 * ring, FF_SHM_MAGIC, FA_SHM_BYTES(3 * ring), FA_SEALS); break;
+	case FA_SHM_ORDER:	memfd = fa_memfd(ring, FF_SHM_MAGIC, size, FA_SEALS); break;
 	case FA_SHM_NOT_MEMFD:	break;
 	default:		_exit(3);
 	}

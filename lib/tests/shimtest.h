@@ -603,6 +603,14 @@ static inline void t_note_link_channels(unsigned long *inodes, int *n, int cap)
 		fclose(f);
 }
 
+/*
+ * Offsets in a channel's mapping (docs/SHM.md, "Layout"): ring 0's spill
+ * word (ring 0 is the connector's tx), and a page of ring 0's data past
+ * FF_SHM_KEEP, in memory only while a burst holds it.
+ */
+#define T_SPILL0	(FF_SHM_OFF_CTL0 + FF_SHM_CTL_SPILL)
+#define T_PAST_KEEP0	(FF_SHM_HDR_SIZE + FF_SHM_KEEP + 4096)
+
 /* Whether the page at p, in a mapping of a channel, is in memory (mincore: no touch, no fault). */
 static inline int t_page_resident(const void *p)
 {
@@ -633,7 +641,7 @@ static inline int t_shm_maps(void)
 /*
  * Among this process's mappings of channels a connector made for a link
  * (kept by the link between connections), those whose acceptor has not
- * let go yet: its done word (docs/SHM.md, offset 260) is still 0.
+ * let go yet: its done word (docs/SHM.md, "Layout") is still 0.
  */
 static inline int t_kept_channels_held(void)
 {
@@ -644,7 +652,7 @@ static inline int t_kept_channels_held(void)
 
 	while (f && fgets(line, sizeof(line), f))
 		if (strstr(line, "/memfd:freeflow-shm") && sscanf(line, "%lx-", &lo) == 1)
-			n += !__atomic_load_n((uint32_t *)(lo + 260), __ATOMIC_ACQUIRE);
+			n += !__atomic_load_n((uint32_t *)(lo + FF_SHM_OFF_DONE_OF(FF_SHM_ACCEPTOR)), __ATOMIC_ACQUIRE);
 	if (f)
 		fclose(f);
 	return n;

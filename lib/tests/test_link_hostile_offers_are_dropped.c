@@ -131,7 +131,7 @@ static void send_junk(int link, enum junk j, uint16_t port, uint16_t own)
 	}
 	/* A bell end and a good channel, unless the case gets them wrong. */
 	fds[0] = sp[1];
-	fds[1] = fa_memfd(ring, "FFSM", 4096 + 2 * (uint64_t)ring, FA_SEALS);
+	fds[1] = fa_memfd(ring, FF_SHM_MAGIC, FA_SHM_BYTES(ring), FA_SEALS);
 	for (int i = 2; i < 5; i++)
 		fds[i] = sp[0];
 	switch (j) {

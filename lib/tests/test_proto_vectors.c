@@ -126,7 +126,7 @@ static void check_shm(const char *name, const uint8_t *wire, long n,
 	fa_put_le32(hdr + 12, 0);
 	CHECK(n == (long)sizeof(hdr) && !memcmp(hdr, wire, sizeof(hdr)),
 	      "%s: %ld bytes that differ from the library's header layout", name, n);
-	fd = fa_memfd((uint32_t)ring, "FFSM", FF_SHM_HDR_SIZE + 2 * (uint64_t)ring, FA_SEALS);
+	fd = fa_memfd((uint32_t)ring, FF_SHM_MAGIC, FA_SHM_BYTES(ring), FA_SEALS);
 	CHECK(pread(fd, fake, sizeof(fake), 0) == (ssize_t)sizeof(fake) &&
 	      n == (long)sizeof(fake) && !memcmp(fake, wire, sizeof(fake)),
 	      "%s: the fake agent's memfd starts with other bytes", name);

@@ -5,7 +5,7 @@
 #include <sys/mman.h>
 
 #include "shimtest.h"
-#include "shm.h"
+#include "freeflow/shm_layout.h"
 
 /*
  * Per direction: 4 MiB, more than TCP's cold buffers, unless a ring holds
@@ -21,7 +21,7 @@ static unsigned int N = 4u << 20;
  * After the burst: the header and the start of each ring that is kept
  * (256 KiB, docs/SHM.md "Giving memory back"), each maybe in a 64 KiB folio.
  */
-#define IDLE_MAX	(4096u + 2 * (256u << 10) + 3 * (64u << 10))
+#define IDLE_MAX	(FF_SHM_HDR_SIZE + 2 * FF_SHM_KEEP + 3 * (64u << 10))
 
 struct end {
 	int fd;

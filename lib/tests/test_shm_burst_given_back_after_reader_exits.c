@@ -3,9 +3,8 @@
 /* Channels: shm-link */
 #include "shimtest.h"
 
-#define KEEP		(256u << 10)	/* FF_SHM_KEEP */
 #define RING		(1u << 20)	/* FF_TEST_SHM_RING below */
-#define N		(KEEP + (64u << 10))
+#define N		(FF_SHM_KEEP + (64u << 10))
 #define WITHIN_MS	3000		/* FF_SHM_IDLE_MS and margins */
 
 static int client(uint16_t port, int ctl)
@@ -46,7 +45,7 @@ int main(int argc, char **argv)
 	t_wait_child(pid, "client");
 	CHECK(t_maps_named(0, "/memfd:freeflow-shm", &m) == 1 && m, "the link's channel is not mapped here");
 	if (m) {
-		const uint8_t *past = m + 4096 + RING + KEEP + 4096;	/* ring 1, a page past KEEP */
+		const uint8_t *past = m + T_PAST_KEEP0 + RING;	/* ring 1 */
 
 		start = t_ms();
 		while (t_page_resident(past) && t_ms() - start < WITHIN_MS)

@@ -3,14 +3,13 @@
 /* Channels: shm */
 #include "shimtest.h"
 
-#define KEEP		(256u << 10)	/* FF_SHM_KEEP */
-#define N		(KEEP + (64u << 10))
+#define N		(FF_SHM_KEEP + (64u << 10))
 #define WITHIN_MS	3000		/* FF_SHM_IDLE_MS and margins */
 
 static void case_small_after_burst(int cfd, int sfd, uint8_t *m)
 {
 	static uint8_t out[N], in[N];
-	const uint8_t *past = m + 4096 + KEEP + 4096;	/* ring 0, a page past KEEP */
+	const uint8_t *past = m + T_PAST_KEEP0;
 	int64_t start;
 
 	memset(out, 0xab, sizeof(out));

@@ -3,11 +3,8 @@
 /* Channels: shm-link */
 #include "shimtest.h"
 
-#define KEEP	(256u << 10)	/* FF_SHM_KEEP */
 #define RING	(1u << 20)
-#define N	(KEEP + (64u << 10))	/* past KEEP, within any writer's cap */
-#define SPILL0	(1024 + 448)	/* ring 0's spill word (docs/SHM.md, "Layout") */
-#define FREEING	3
+#define N	(FF_SHM_KEEP + (64u << 10))	/* past FF_SHM_KEEP, within any writer's cap */
 
 /* The link's channel (the only memfd "freeflow-shm" here), once the acceptor let go of it. */
 static uint8_t *idle_channel(void)
@@ -23,7 +20,7 @@ static uint8_t *idle_channel(void)
 static int client(uint16_t port, int ctl)
 {
 	uint8_t *m;
-	uint32_t v;
+	uint32_t v, *spill;
 	int fd;
 	char c;
 
@@ -40,16 +37,17 @@ static int client(uint16_t port, int ctl)
 	 * back already; the pages it frees next are the next burst's.
 	 */
 	m = idle_channel();
-	v = __atomic_load_n((uint32_t *)(void *)(m + SPILL0), __ATOMIC_SEQ_CST);
-	CHECK(v <= 1 && __atomic_compare_exchange_n((uint32_t *)(void *)(m + SPILL0), &v, FREEING, 0,
-					  __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST),
+	spill = (uint32_t *)(void *)(m + T_SPILL0);
+	v = __atomic_load_n(spill, __ATOMIC_SEQ_CST);
+	CHECK(v <= FF_SPILL_USED && __atomic_compare_exchange_n(spill, &v, FF_SPILL_FREEING, 0,
+								 __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST),
 	      "ring 0's spill word is %u, neither NONE nor USED, on an idle channel", v);
 	fd = t_connect(AF_INET, port);
 	CHECK(t_swapped(fd), "connection 2 not swapped");
 	CHECK(t_send_stream(fd, N, 2) == 0, "connection 2: send");
 	/* The thread's madvise and store: on the channel it holds FREEING, whatever reuses it. */
-	madvise(m + 4096 + KEEP, RING - KEEP, MADV_REMOVE);
-	__atomic_store_n((uint32_t *)(void *)(m + SPILL0), 0, __ATOMIC_SEQ_CST);
+	madvise(m + FF_SHM_HDR_SIZE + FF_SHM_KEEP, RING - FF_SHM_KEEP, MADV_REMOVE);
+	__atomic_store_n(spill, FF_SPILL_NONE, __ATOMIC_SEQ_CST);
 	CHECK(write(ctl, "g", 1) == 1, "go");
 	CHECK(read(ctl, &c, 1) == 1, "done");
 	close(fd);

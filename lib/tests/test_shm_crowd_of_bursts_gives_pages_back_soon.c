@@ -3,8 +3,7 @@
 /* Channels: shm */
 #include "shimtest.h"
 
-#define KEEP		(256u << 10)	/* FF_SHM_KEEP */
-#define N		(KEEP + (64u << 10))
+#define N		(FF_SHM_KEEP + (64u << 10))
 #define WARM		32		/* FF_SHM_WARM_CHANNELS */
 #define CROWD		(WARM + 4)	/* channels with a burst each */
 #define WITHIN_MS	400		/* FF_SHM_CROWD_IDLE_MS and a wake-up, far from a second */
@@ -19,7 +18,7 @@ static void burst(int cfd, int sfd)
 }
 
 /*
- * Channels whose ring 0 still holds a page past KEEP (each burst put one
+ * Channels whose ring 0 still holds a page past FF_SHM_KEEP (each burst put one
  * there): each is mapped twice here, once per end, counted once (its inode).
  */
 static int held(void)
@@ -31,7 +30,7 @@ static int held(void)
 
 	while (f && fgets(line, sizeof(line), f)) {
 		if (!strstr(line, "/memfd:ff-shm") || sscanf(line, "%lx-%*x %*s %*x %*s %lu", &lo, &ino) != 2 ||
-		    !t_page_resident((const uint8_t *)lo + 4096 + KEEP + 4096))
+		    !t_page_resident((const uint8_t *)lo + T_PAST_KEEP0))
 			continue;
 		dup = 0;
 		for (int i = 0; i < n; i++)
@@ -50,7 +49,7 @@ static void case_crowd(int cfd, int sfd, uint8_t *m)
 	int64_t start;
 
 	burst(cfd, sfd);
-	CHECK(t_page_resident(m + 4096 + KEEP + 4096), "the burst did not reach past 256 KiB");
+	CHECK(t_page_resident(m + T_PAST_KEEP0), "the burst did not reach past 256 KiB");
 	for (int i = 0; i < CROWD - 1; i++) {
 		t_pair(AF_INET, &c[i], &s[i]);
 		CHECK(t_swapped(c[i]), "pair %d is not on shm", i);

@@ -4,12 +4,9 @@
 #include "shimtest.h"
 
 /* docs/SHM.md, "Layout". The victim is the connector: it reads ring 1, writes ring 0. */
-#define SWITCH_BY	64
-#define CTL_TX		1024	/* ring 0 */
-#define CTL_RX		1536	/* ring 1 */
-#define HEAD		0
-#define TAIL		64
-#define RING		(256u << 10)
+#define HEAD_RX		(FF_SHM_OFF_CTL1 + FF_SHM_CTL_HEAD)
+#define TAIL_TX		(FF_SHM_OFF_CTL0 + FF_SHM_CTL_TAIL)
+#define RING		(256u << 10)	/* FF_TEST_SHM_RING below */
 
 static void poke64(uint8_t *base, unsigned off, uint64_t v)
 {
@@ -40,7 +37,7 @@ static void expect_reset(int fd, const char *what, int tx_first)
 static void case_head_past_full(int cfd, int sfd, uint8_t *m)
 {
 	(void)sfd;
-	poke64(m, CTL_RX + HEAD, RING + 1);
+	poke64(m, HEAD_RX, RING + 1);
 	expect_reset(cfd, "head past a full ring", 0);
 }
 
@@ -49,14 +46,14 @@ static void case_head_backwards(int cfd, int sfd, uint8_t *m)
 	char buf[100] = { 0 };
 
 	CHECK(send(sfd, buf, 100, 0) == 100 && recv(cfd, buf, 50, 0) == 50, "setup");
-	poke64(m, CTL_RX + HEAD, 60);	/* ahead of tail 50, behind head 100 seen */
+	poke64(m, HEAD_RX, 60);	/* ahead of tail 50, behind head 100 seen */
 	expect_reset(cfd, "head backwards", 0);
 }
 
 static void case_huge_head(int cfd, int sfd, uint8_t *m)
 {
 	(void)sfd;
-	poke64(m, CTL_RX + HEAD, UINT64_MAX - 3);
+	poke64(m, HEAD_RX, UINT64_MAX - 3);
 	expect_reset(cfd, "head near 2^64", 0);
 }
 
@@ -66,7 +63,7 @@ static void case_tail_past_head(int cfd, int sfd, uint8_t *m)
 
 	(void)sfd;
 	CHECK(send(cfd, buf, 100, 0) == 100, "setup");
-	poke64(m, CTL_TX + TAIL, 200);
+	poke64(m, TAIL_TX, 200);
 	expect_reset(cfd, "tail past head", 1);
 }
 
@@ -76,14 +73,14 @@ static void case_tail_backwards(int cfd, int sfd, uint8_t *m)
 
 	CHECK(send(cfd, buf, 100, 0) == 100 && recv(sfd, buf, 100, MSG_WAITALL) == 100 &&
 	      send(cfd, buf, 1, 0) == 1, "setup");
-	poke64(m, CTL_TX + TAIL, 50);
+	poke64(m, TAIL_TX, 50);
 	expect_reset(cfd, "tail backwards", 1);
 }
 
 static void case_switch_by(int cfd, int sfd, uint8_t *m)
 {
 	(void)sfd;
-	__atomic_store_n((uint32_t *)(void *)(m + SWITCH_BY), 7u, __ATOMIC_SEQ_CST);
+	__atomic_store_n((uint32_t *)(void *)(m + FF_SHM_OFF_SWITCH_BY), 7u, __ATOMIC_SEQ_CST);
 	expect_reset(cfd, "switch_by 7", 0);
 }
 
@@ -116,10 +113,10 @@ static void asleep(int cfd, int sfd, uint8_t *m, const char *what, int kind)
 	if (kind == 0)
 		raw_bell(sfd, 'X');
 	else if (kind == 1)
-		raw_bell(sfd, 'S');
+		raw_bell(sfd, FF_SHM_SWITCH);
 	else {
-		poke64(m, CTL_RX + HEAD, 3 * (uint64_t)RING);
-		raw_bell(sfd, 'D');
+		poke64(m, HEAD_RX, 3 * (uint64_t)RING);
+		raw_bell(sfd, FF_SHM_BELL);
 	}
 	clock_gettime(CLOCK_REALTIME, &ts);
 	ts.tv_sec += 2;

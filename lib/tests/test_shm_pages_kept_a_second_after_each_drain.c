@@ -3,8 +3,7 @@
 /* Channels: shm */
 #include "shimtest.h"
 
-#define KEEP		(256u << 10)	/* FF_SHM_KEEP */
-#define N		(KEEP + (64u << 10))
+#define N		(FF_SHM_KEEP + (64u << 10))
 #define IDLE_MS		1000		/* FF_SHM_IDLE_MS */
 #define ROUNDS		3
 
@@ -16,7 +15,7 @@ static int64_t ms_since(const struct timespec *a)
 	return (b.tv_sec - a->tv_sec) * 1000 + (b.tv_nsec - a->tv_nsec) / 1000000;
 }
 
-/* n bytes of 0xab from cfd to sfd (ring 0, past KEEP), all read: the ring drained. */
+/* n bytes of 0xab from cfd to sfd (ring 0, past FF_SHM_KEEP), all read: the ring drained. */
 static void burst(int cfd, int sfd)
 {
 	static uint8_t out[N], in[N];
@@ -28,7 +27,7 @@ static void burst(int cfd, int sfd)
 
 static void case_own_drain(int cfd, int sfd, uint8_t *m)
 {
-	volatile uint8_t *past = m + 4096 + KEEP + 4096;	/* ring 0, a page past KEEP */
+	volatile uint8_t *past = m + T_PAST_KEEP0;
 	struct timespec lead = { 0, (IDLE_MS * 3 / 4) * 1000000L }, drained, settle = { 1, 200000000L };
 	int other_c, other_s;
 	int64_t at;

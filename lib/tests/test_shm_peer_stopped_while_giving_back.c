@@ -3,10 +3,8 @@
 /* Channels: shm shm-link */
 #include "shimtest.h"
 
-#define SPILL		(1024 + 448)	/* ring 0's spill word (docs/SHM.md, "Layout") */
-#define KEEP		(256u << 10)
 #define FIRST		(128u << 10)	/* unread when the peer stops */
-#define N		(KEEP + (64u << 10))
+#define N		(FF_SHM_KEEP + (64u << 10))
 #define STOPPED_MS	1500		/* past the 1 s after which the writer used to reset */
 
 struct writer {
@@ -32,11 +30,11 @@ static void case_stopped(int cfd, int sfd, uint8_t *m)
 	CHECK(!setsockopt(sfd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit)), "SO_RCVTIMEO");
 	CHECK(t_send_stream_from(cfd, 0, FIRST, 1) == 0, "first bytes");
 	/* The peer's thread took the word, then the peer was stopped: the ring is not empty. */
-	__atomic_store_n((uint32_t *)(void *)(m + SPILL), 3, __ATOMIC_SEQ_CST);
+	__atomic_store_n((uint32_t *)(void *)(m + T_SPILL0), FF_SPILL_FREEING, __ATOMIC_SEQ_CST);
 	CHECK(!pthread_create(&t, NULL, write_rest, &w), "writer thread");
 	nanosleep(&stop, NULL);	/* the peer stays stopped this long: the case, not a synchronisation */
 	/* It goes on: its thread finds the ring not empty and stores USED back, then it reads. */
-	__atomic_store_n((uint32_t *)(void *)(m + SPILL), 1, __ATOMIC_SEQ_CST);
+	__atomic_store_n((uint32_t *)(void *)(m + T_SPILL0), FF_SPILL_USED, __ATOMIC_SEQ_CST);
 	CHECK(t_recv_stream(sfd, N, 1) == 0, "bytes lost or the connection reset while the peer was stopped");
 	pthread_join(t, NULL);
 	CHECK(w.ret == 0, "the writer failed while the peer was stopped");

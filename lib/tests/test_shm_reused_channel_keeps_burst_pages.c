@@ -3,14 +3,11 @@
 /* Channels: shm-link */
 #include "shimtest.h"
 
-#define KEEP	(256u << 10)	/* FF_SHM_KEEP */
-#define N	(KEEP + (64u << 10))	/* past KEEP, within any writer's cap */
-#define SPILL0	(1024 + 448)	/* ring 0's spill word (docs/SHM.md, "Layout") */
-#define USED	1
+#define N	(FF_SHM_KEEP + (64u << 10))	/* past FF_SHM_KEEP, within any writer's cap */
 
 /*
  * Connection i's burst each way, compared. The client's is written whole
- * before the server reads (ctl says when), so it lies past KEEP in ring 0.
+ * before the server reads (ctl says when), so it lies past FF_SHM_KEEP in ring 0.
  */
 static void burst(int fd, int i, int ctl, int client)
 {
@@ -42,7 +39,7 @@ static int client(uint16_t port, int ctl)
 		if (i == 2) {	/* the reuse happened in connect(), before any byte of this one */
 			CHECK(t_maps_named(0, "/memfd:freeflow-shm", &m) == 1,
 			      "connection 2 made a new channel instead of reusing the idle one");
-			CHECK(m && t_page_resident(m + 4096 + KEEP + 4096),
+			CHECK(m && t_page_resident(m + T_PAST_KEEP0),
 			      "the reused channel's pages past 256 KiB were given back: its burst faults them in");
 		}
 		burst(fd, i, ctl, 1);
@@ -52,7 +49,7 @@ static int client(uint16_t port, int ctl)
 		CHECK(t_maps_named(0, "/memfd:freeflow-shm", &m) == 1 && m, "not one link channel mapped");
 		if (!m)
 			break;
-		CHECK(__atomic_load_n((uint32_t *)(void *)(m + SPILL0), __ATOMIC_SEQ_CST) == USED,
+		CHECK(__atomic_load_n((uint32_t *)(void *)(m + T_SPILL0), __ATOMIC_SEQ_CST) == FF_SPILL_USED,
 		      "connection 1's burst did not reach past 256 KiB");
 		while (t_kept_channels_held())
 			usleep(1000);	/* the acceptor's close is in another process: no event to await */

@@ -53,7 +53,7 @@ int main(int argc, char **argv)
 	CHECK(n == 2, "found %d mappings of the rings, want 2 (one per end)", n);
 	for (int i = 0; i < n; i++) {
 		CHECK(kb[i] <= MAX_RSS_KB, "end %d has %ld KiB of its %u KiB mapping in memory, want <= %d",
-		      i, kb[i], (4096 + 2 * RING) / 1024, MAX_RSS_KB);
+		      i, kb[i], (FF_SHM_HDR_SIZE + 2 * RING) / 1024, MAX_RSS_KB);
 		printf("end %d: %ld KiB of the mapping in memory\n", i, kb[i]);
 	}
 	close(cfd);

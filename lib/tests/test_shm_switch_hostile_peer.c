@@ -4,10 +4,7 @@
 #include "shimtest.h"
 
 /* docs/SHM.md, "Layout". The victim is the connector: ring 0 is its tx. */
-#define SWITCH_BY	64
-#define CONS_BUSY_TX	(1024 + 256)
-#define ACCEPTOR	2u
-#define CONNECTOR	1u
+#define CONS_BUSY_TX	(FF_SHM_OFF_CTL0 + FF_SHM_CTL_CONS_BUSY)
 
 static void poke32(uint8_t *m, unsigned off, uint32_t v)
 {
@@ -18,8 +15,9 @@ static void poke32(uint8_t *m, unsigned off, uint32_t v)
 static void raw_switch(int peer, const int *fds, int nfd)
 {
 	struct t_fds_msg m;
+	char s = FF_SHM_SWITCH;
 
-	CHECK(t_fds_msg(&m, "S", 1, fds, nfd) == 0 && t_raw(SYS_sendmsg, peer, &m.mh, 0) == 1,
+	CHECK(t_fds_msg(&m, &s, 1, fds, nfd) == 0 && t_raw(SYS_sendmsg, peer, &m.mh, 0) == 1,
 	      "raw S: %s", strerror(errno));
 }
 
@@ -40,7 +38,7 @@ static void expect_reset(int fd, const char *what, int64_t max_ms)
 
 static void case_s_without_fd(int cfd, int sfd, uint8_t *m)
 {
-	poke32(m, SWITCH_BY, ACCEPTOR);
+	poke32(m, FF_SHM_OFF_SWITCH_BY, FF_SHM_ACCEPTOR);
 	raw_switch(sfd, NULL, 0);
 	expect_reset(cfd, "S without an fd", 1000);
 }
@@ -51,7 +49,7 @@ static void case_s_two_fds(int cfd, int sfd, uint8_t *m)
 
 	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sp))
 		return;
-	poke32(m, SWITCH_BY, ACCEPTOR);
+	poke32(m, FF_SHM_OFF_SWITCH_BY, FF_SHM_ACCEPTOR);
 	raw_switch(sfd, sp, 2);
 	close(sp[0]);
 	close(sp[1]);
@@ -65,7 +63,7 @@ static void case_s_pipe(int cfd, int sfd, uint8_t *m)
 
 	if (pipe(p))
 		return;
-	poke32(m, SWITCH_BY, ACCEPTOR);
+	poke32(m, FF_SHM_OFF_SWITCH_BY, FF_SHM_ACCEPTOR);
 	raw_switch(sfd, p, 1);
 	close(p[0]);
 	close(p[1]);
@@ -77,14 +75,14 @@ static void case_switch_by_self(int cfd, int sfd, uint8_t *m)
 {
 	(void)sfd;
 	/* The victim never moved down: it must not take the bell socket for the channel. */
-	poke32(m, SWITCH_BY, CONNECTOR);
+	poke32(m, FF_SHM_OFF_SWITCH_BY, FF_SHM_CONNECTOR);
 	expect_reset(cfd, "switch_by naming the victim", 1000);
 }
 
 static void case_no_s(int cfd, int sfd, uint8_t *m)
 {
 	(void)sfd;
-	poke32(m, SWITCH_BY, ACCEPTOR);
+	poke32(m, FF_SHM_OFF_SWITCH_BY, FF_SHM_ACCEPTOR);
 	expect_reset(cfd, "switch_by without S", 3000);
 }
 
