@@ -34,26 +34,11 @@ package agent
 // reads are the same odd value and its lengths and path are valid. A lie
 // costs only the liar: its own listing and its container's budget.
 //
-// Reading a memfd page that was never written allocates it, charged to
-// the reader. A ledger is up to 8 MiB, of which a library writes only the
-// pages of the entries it ever had live at once, so the agent reads only
-// the pages mincore reports resident: a page never written holds no entry.
-// A page the kernel swapped out is skipped as well until the library
-// touches it again; its entries are missing from the listing and the
-// budget meanwhile.
-//
-// An entry follows what the process really holds (verify): it names the
-// descriptor the library put the connection at and the inode of the
-// socket there, so a connection closed behind the library's back (an
-// inline system call, a Go program's own close, a thread's exit) is seen
-// as gone: /proc/<pid>/fd/<fd> no longer reads socket:[<ino>], nor does
-// any other descriptor of the process (a dup). The agent cannot write the
-// ledger, so it remembers the entry (its offset and seq) as dead until the
-// library reuses the slot. A check costs a readlink per live entry, and
-// one pass over the process's descriptors if an entry's own descriptor
-// misses; CONNS and STATUS (root callers only) check every time, a budget
-// check before it refuses (which a container can provoke) at most once a
-// second per ledger.
+// Reading allocates nothing and follows what the process holds
+// (BROKERING.md, "Reading the ledgers"): only the pages mincore reports
+// resident are read, and an entry is checked against the process's fd and
+// socket inode (verify), so a connection closed behind the library's back
+// is seen as gone.
 
 import (
 	"encoding/binary"

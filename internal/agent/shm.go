@@ -20,41 +20,13 @@ package agent
 // reference to it afterwards: the pages are freed when both libraries
 // have unmapped them, whatever the agent does (crash, restart).
 //
-// The budget. A memfd costs real memory only for the pages written. The
-// first protocol.ShmKeep of each ring stay allocated once bytes passed
-// through them, until the channel is freed; the pages past it hold the
-// bytes in flight of a burst and are given back a second after the ring
-// drains (docs/SHM.md, "Giving memory back"), like the socket buffers of
-// a TCP connection, and like those they are charged by the kernel to the
-// memory cgroup of the writer that touched them. So the agent charges each
-// container what every live shm channel it is an end of holds once
-// drained, protocol.ShmResident (a connection between two containers is
-// charged to both; one within a container twice), and refuses shm
-// (shm-budget) once a container would exceed its budget. A charge is reserved when the channel is made,
-// carried by the half until the end takes it, then by the end's entry in
-// the connection table; it is released when the entry goes (CLOSED, its
-// process gone, eviction) or when a half is closed untaken (a parked half
-// that expires, a meeting decided twice). Before refusing, the agent
-// drops the entries of processes that exited without CLOSED. The library
-// lists the end in its process's ledger too, which is charged for it once
-// the table's entry is gone (conns.go, reconciled): so an agent that
-// restarted, with no table, charges the channels its predecessor made.
-//
-// Links (broker.go says why and how they are used). With an shm channel
-// the agent also hands the two ends a link, one end each as PATH's third
-// fd with LINK_TTL, when: both libraries said CAPS link; the acceptor
-// asked itself (the meeting is not parked); its listener is registered by
-// exactly one live process, the acceptor's (with forked workers sharing
-// it, another process could accept a connection offered over the link);
-// the agent holds both processes' ledgers (a library sends its ledger
-// after its first answer, so its first connection goes without a link);
-// and both containers hold less than half their budget, this channel
-// included. The budget is kept by granting links, not by refusing what
-// they made: a channel made over a link exists before the agent sees it,
-// in its process's ledger (ledger.go), whose live entries count in their
-// container's budget; a container at half its budget gets no new link and
-// the links it has expire after LINK_TTL, so the other half is the room
-// for what links make meanwhile.
+// The budget (BROKERING.md, "Shared memory: the budget and link grants"
+// has the bookkeeping): each container is charged what every live shm
+// channel it is an end of holds once drained, protocol.ShmResident, and
+// gets shm-budget once it would exceed its budget. Links are granted only
+// while both containers hold less than half their budget (and under the
+// other conditions listed there), so the other half is the room for what
+// links make, which the agent sees only in the ledgers (ledger.go).
 
 import (
 	"fmt"
