@@ -245,6 +245,15 @@ int ff_conn_unref(struct ff_conn *c);
 void ff_conn_free(struct ff_conn *c);
 void ff_conn_forget_epregs(struct ff_conn *c);
 
+/* ---- addr.c: addresses and sockets ---- */
+
+/* An endpoint attribute (FF_EP4_LEN/FF_EP6_LEN bytes) from a sockaddr. */
+int ff_endpoint(const struct sockaddr_storage *sa, uint8_t out[18]);
+/* Whether connections from or to sa are left alone (loopback; negotiate.c's design note). */
+int ff_skip_loopback(const struct sockaddr_storage *sa);
+/* Whether fd is a socket of type (SOCK_STREAM, ...), and AF_UNIX if must_be_unix. */
+int ff_is_socket(int fd, int type, int must_be_unix);
+
 /* ---- socket_calls.c: what every close route shares ---- */
 
 /*
@@ -306,14 +315,40 @@ int ff_control_own_valid(struct ff_agent *a, pid_t pid);
 void ff_control_atfork_child(void);
 void ff_control_init(void);
 
+/* ---- agent_requests.c: what the library asks the agent ---- */
+
+/*
+ * CONNECT/ACCEPT for the connection local -> remote on this thread's
+ * session: 0 with the reply in r (PATH or ERROR; the caller closes its
+ * fds, ff_reply_close_fds), or -errno (-EADDRNOTAVAIL: loopback, not
+ * asked; -FF_ELIMIT: the agent refused the session).
+ */
+int ff_ask(uint8_t msg, const struct sockaddr_storage *local,
+	   const struct sockaddr_storage *remote, struct ff_reply *r);
+/*
+ * Best-effort LISTEN / UNLISTEN / CLOSED; the result only says if the agent
+ * took it (for CLOSED, a notification never answered: that it was sent).
+ */
+int ff_announce(uint8_t msg, const struct sockaddr_storage *local,
+		const struct sockaddr_storage *remote);
+/* The same on a given session (the one being opened). */
+int ff_announce_on(struct ff_agent *a, uint8_t msg, const struct sockaddr_storage *local,
+		   const struct sockaddr_storage *remote);
+
+/* LEDGER on this thread's session, or on session a: 0 or -errno. */
+int ff_send_ledger(int memfd);
+int ff_send_ledger_on(struct ff_agent *a, int memfd);
+/*
+ * LINK_FILL on session a, answered later (ff_agent_await): the request's
+ * seq, or -errno. Then the stock its PATH reply r carries into fds (cap of
+ * them): their number, -ENOENT if the agent no longer knows the link, or
+ * another -errno.
+ */
+int64_t ff_link_fill_send(struct ff_agent *a, uint64_t link, uint32_t count);
+int ff_link_fill_read(struct ff_reply *r, int *fds, int cap);
+
 /* ---- negotiate.c ---- */
 
-/* An endpoint attribute (FF_EP4_LEN/FF_EP6_LEN bytes) from a sockaddr. */
-int ff_endpoint(const struct sockaddr_storage *sa, uint8_t out[18]);
-/* Whether connections from or to sa are left alone (loopback; negotiate.c's design note). */
-int ff_skip_loopback(const struct sockaddr_storage *sa);
-/* Whether fd is a socket of type (SOCK_STREAM, ...), and AF_UNIX if must_be_unix. */
-int ff_is_socket(int fd, int type, int must_be_unix);
 /* Negotiate fd (connected, its conn in NEGOTIATING) with msg CONNECT/ACCEPT. */
 void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg);
 /*
@@ -337,30 +372,11 @@ static inline int ff_settle(int fd, int nonblock)
 	return ff_settle_slow(fd, nonblock);
 }
 
-/*
- * Best-effort LISTEN / UNLISTEN / CLOSED; the result only says if the agent
- * took it (for CLOSED, a notification never answered: that it was sent).
- */
-int ff_announce(uint8_t msg, const struct sockaddr_storage *local,
-		const struct sockaddr_storage *remote);
-/* The same on a given session (the one being opened). */
-int ff_announce_on(struct ff_agent *a, uint8_t msg, const struct sockaddr_storage *local,
-		   const struct sockaddr_storage *remote);
-
 /* What a fast path hands over: the channel, and for shm its mapped memory. */
 struct ff_handover {
 	int chan;		/* the socket to put at the fd (shm: the bell socket) */
 	struct ff_shm *shm;	/* NULL unless shm */
 };
-
-/*
- * LINK_FILL on session a, answered later (ff_agent_await): the request's
- * seq, or -errno. Then the stock its PATH reply r carries into fds (cap of
- * them): their number, -ENOENT if the agent no longer knows the link, or
- * another -errno.
- */
-int64_t ff_link_fill_send(struct ff_agent *a, uint64_t link, uint32_t count);
-int ff_link_fill_read(struct ff_reply *r, int *fds, int cap);
 
 /* ---- link.c: same-host connections set up without the agent ---- */
 
@@ -450,9 +466,6 @@ void ff_ledger_atfork_parent(void);
 void ff_ledger_atfork_child(void);
 /* On a session just opened after one broke: LEDGER again, if there is a ledger. */
 int ff_ledger_resend(struct ff_agent *a);
-/* LEDGER on this thread's session, or on session a (negotiate.c): 0 or -errno. */
-int ff_send_ledger(int memfd);
-int ff_send_ledger_on(struct ff_agent *a, int memfd);
 
 /* ---- listeners.c: keeping the agent's listener table in step ---- */
 
