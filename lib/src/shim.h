@@ -254,6 +254,21 @@ int ff_skip_loopback(const struct sockaddr_storage *sa);
 /* Whether fd is a socket of type (SOCK_STREAM, ...), and AF_UNIX if must_be_unix. */
 int ff_is_socket(int fd, int type, int must_be_unix);
 
+/* ---- opts.c: the socket options carried across a swap, and stored ones ---- */
+
+/* Table lock held, before the dup3 of the swap: oldfd's carried options onto newfd (or c). */
+void ff_sockopt_carry(int oldfd, int newfd, struct ff_conn *c);
+/* Table lock held: c was accepted on listener l; TCP copies l's buffer sizes. */
+void ff_sockopt_inherit(struct ff_conn *c, const struct ff_conn *l);
+/* Table lock held: whether the application set option (level, name) on c (opts.c keeps those). */
+int ff_sockopt_app_set(struct ff_conn *c, int level, int name);
+/* Whether a swap carries option (level, name) over. */
+int ff_opt_carried(int level, int name);
+/* Linux's value of an int option on a fresh connection (what an emulated one reads unset). */
+int ff_opt_default(int level, int name);
+/* Table lock held: c's stored option (level, name), added with its default if add; or NULL. */
+struct ff_opt *ff_opt_find(struct ff_conn *c, int level, int name, int add);
+
 /* ---- socket_calls.c: what every close route shares ---- */
 
 /*
@@ -488,11 +503,6 @@ void ff_listener_withdraw(int fd, const char *why);
 void ff_epoll_arm_pending(int fd, struct ff_conn *c);
 void ff_epoll_replay(int fd, struct ff_epreg *regs, int swapped);
 
-/* ---- sockopt.c ---- */
-void ff_sockopt_carry(int oldfd, int newfd, struct ff_conn *c);
-void ff_sockopt_inherit(struct ff_conn *c, const struct ff_conn *l);
-/* Table lock held: whether the application set option (level, name) on c (sockopt.c keeps those). */
-int ff_sockopt_app_set(struct ff_conn *c, int level, int name);
 
 /* ---- fork.c ---- */
 void ff_fork_init(void);
