@@ -293,8 +293,6 @@ void ff_fd_keep_overlay(int fd, const char *why);
  * overlay, and moved down if on shm.
  */
 void ff_fd_to_kernel(int fd, const char *why);
-/* Set once the process cannot be followed on shm: new shm connections move down at once. */
-extern _Atomic int ff_shm_avoided;
 /* Move every shm connection down, and every later one (ff_shm_avoided). */
 void ff_shm_avoid(const char *why);
 /* Ring fd (FF_FD_RING) is being closed: the shim's mapping of it goes. */
@@ -501,6 +499,13 @@ void ff_listener_withdraw(int fd, const char *why);
 
 /* ---- epoll.c (table lock held) ---- */
 void ff_epoll_arm_pending(int fd, struct ff_conn *c);
+
+/* ---- epoll_shm.c (table lock held) ---- */
+/*
+ * fd's connection was decided (swapped or not) or moved down from shm:
+ * its epoll registrations regs (made before the decision) go to the file
+ * now at fd, shm registrations of a moved one to its kernel socket.
+ */
 void ff_epoll_replay(int fd, struct ff_epreg *regs, int swapped);
 
 

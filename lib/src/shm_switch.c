@@ -64,6 +64,8 @@
 /* fds moved down per scan of the table in ff_shm_switch_all (more: another scan). */
 #define SCAN_MAX	64
 
+_Atomic int ff_shm_avoided;
+
 static uint32_t peer_role(const struct ff_shm *sh)
 {
 	return FF_SHM_CONNECTOR + FF_SHM_ACCEPTOR - sh->role;
