@@ -242,7 +242,8 @@ struct ff_conn *ff_fd_detach(int fd);
 void ff_conn_set_state(struct ff_conn *c, enum ff_state st);
 /* Drops one reference; returns 1 when it was the last (then call ff_conn_free). */
 int ff_conn_unref(struct ff_conn *c);
-void ff_conn_free(struct ff_conn *c);
+/* c's own memory: the pending count, its epoll records, c (ff_conn_free frees the rest first). */
+void ff_conn_dispose(struct ff_conn *c);
 void ff_conn_forget_epregs(struct ff_conn *c);
 
 /* ---- addr.c: addresses and sockets ---- */
@@ -268,6 +269,11 @@ int ff_opt_carried(int level, int name);
 int ff_opt_default(int level, int name);
 /* Table lock held: c's stored option (level, name), added with its default if add; or NULL. */
 struct ff_opt *ff_opt_find(struct ff_conn *c, int level, int name, int add);
+
+/* ---- conn.c ---- */
+
+/* Table lock held: c's last reference is gone; its shared memory, offer and c itself go. */
+void ff_conn_free(struct ff_conn *c);
 
 /* ---- socket_calls.c: what every close route shares ---- */
 
