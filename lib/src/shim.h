@@ -332,7 +332,15 @@ int ff_control_alive(void);
 int ff_control_open_own(struct ff_agent *a);
 int ff_control_own_valid(struct ff_agent *a, pid_t pid);
 void ff_control_atfork_child(void);
-void ff_control_init(void);
+/* What the sessions tell the code above them (start.c passes listeners.c's). */
+struct ff_session_hooks {
+	/* A session broke or the agent was not reached: the agent may have lost what it was told. */
+	void (*lost)(void);
+	/* A thread's session was just opened (HELLO done): re-send what was lost; 0 or -errno. */
+	int (*opened)(struct ff_agent *a);
+};
+/* At start-up, before any session: reads FREEFLOW_AGENT_SOCKET, keeps a copy of *h. */
+void ff_control_init(const struct ff_session_hooks *h);
 
 /* ---- agent_requests.c: what the library asks the agent ---- */
 
