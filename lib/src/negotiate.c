@@ -25,7 +25,7 @@
  *   POLLOUT as well, so a program that waits only for the peer's first bytes
  *   still wakes up when the connection completes.
  * - The swap: the channel's O_NONBLOCK is set like the TCP socket's, the
- *   socket options the application set are carried (sockopt.c), dup3()
+ *   socket options the application set are carried (opts.c), dup3()
  *   puts the channel at the application's fd number with its FD_CLOEXEC
  *   (closing the TCP socket in the same step), then epoll registrations
  *   made before the decision are replayed on the new file.

@@ -183,7 +183,7 @@ struct ff_conn {
 	struct sockaddr_storage local, remote;
 	socklen_t local_len, remote_len;
 	struct ff_epreg *epregs;
-	int opts_set;			/* the application set a carried option (sockopt.c) */
+	int opts_set;			/* the application set a carried option (opts.c) */
 	int nopts;
 	struct ff_opt opts[FF_MAX_OPTS];
 	struct ff_shm *shm;		/* SWAPPED onto the shared-memory channel (shm.h) */
@@ -521,7 +521,6 @@ void ff_epoll_arm_pending(int fd, struct ff_conn *c);
  * now at fd, shm registrations of a moved one to its kernel socket.
  */
 void ff_epoll_replay(int fd, struct ff_epreg *regs, int swapped);
-
 
 /* ---- fork.c ---- */
 void ff_fork_init(void);
