@@ -13,8 +13,10 @@
  * - After a timeout the thread leaves the agent alone for BACKOFF_MS, so a
  *   wedged agent costs one bounded wait per second, not one per connection.
  * - A session that breaks, or an agent that cannot be reached, may mean the
- *   agent restarted with an empty listener table: listeners.c is told, and
- *   the next session opened (by any thread) re-sends LISTEN first.
+ *   agent restarted with an empty listener table: the lost hook is called,
+ *   and the next session opened (by any thread) calls the opened hook first,
+ *   which re-sends LISTEN (start.c passes listeners.c's, which sit above
+ *   this file's layer).
  */
 #include <errno.h>
 #include <poll.h>
@@ -49,6 +51,7 @@ struct control {
 static _Thread_local struct control ctl = { .fd = -1 };
 static pthread_key_t ctl_key;
 static const char *agent_path = FF_AGENT_SOCK_PATH;
+static struct ff_session_hooks hooks;
 
 /* Drop the session; its fd is closed only if it is still ours (close_fd). */
 static void drop(void)
@@ -68,10 +71,11 @@ static void thread_exit(void *p)
 	ff_busy = 0;
 }
 
-void ff_control_init(void)
+void ff_control_init(const struct ff_session_hooks *h)
 {
 	const char *p = getenv("FREEFLOW_AGENT_SOCKET");
 
+	hooks = *h;
 	if (p && *p)
 		agent_path = p;
 	pthread_key_create(&ctl_key, thread_exit);
@@ -139,7 +143,7 @@ static int open_session(void)
 		return ret;
 	ret = ff_agent_hello(&ctl.agent, NULL, &hello);
 	if (!ret)
-		ret = ff_listeners_resync(&ctl.agent);
+		ret = hooks.opened(&ctl.agent);
 	if (ret) {
 		ff_agent_close(&ctl.agent);
 		/* A positive code is the agent's ERROR (e.g. DENIED): not a container. */
@@ -191,7 +195,7 @@ int ff_control_get(struct ff_agent **out)
 	if (ret == -ETIMEDOUT)
 		ctl.backoff_until = ff_now_ms() + BACKOFF_MS;
 	if (ret) {
-		ff_listeners_lost();
+		hooks.lost();
 		return ret;
 	}
 	ctl.backoff_until = 0;
@@ -223,7 +227,7 @@ void ff_control_broken(int err)
 	/* ff_agent_request closed agent.fd already on transport errors, and unmarked it (close_fd). */
 	if (ctl.agent.fd < 0 && ctl.fd >= 0) {
 		ctl.fd = -1;
-		ff_listeners_lost();
+		hooks.lost();
 	}
 	if (err == -ETIMEDOUT)
 		ctl.backoff_until = ff_now_ms() + BACKOFF_MS;

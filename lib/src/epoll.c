@@ -159,31 +159,7 @@ void ff_epoll_arm_pending(int fd, struct ff_conn *c)
 	}
 }
 
-/* ---- the replay, and the wrappers (epoll_wait.c has the waits) ---- */
-
-/*
- * Table lock held: the decision is made (swapped, or overlay), or an shm
- * connection moved down. In the last case the fd no longer has FF_FD_SHM
- * while its conn still holds the memory (shm_switch.c, swap_fds): the shm
- * registrations of that memory at fd become kernel registrations.
- */
-void ff_epoll_replay(int fd, struct ff_epreg *regs, int swapped)
-{
-	struct ff_slot *s = ff_fd_slot(fd);
-	struct ff_shm *sh = s && s->conn ? s->conn->shm : NULL;
-
-	if (swapped && sh && (atomic_load(&s->flags) & FF_FD_SHM)) {
-		ff_epset_adopt(fd, sh, regs);
-		return;
-	}
-	for (struct ff_epreg *r = regs; r; r = r->next) {
-		struct epoll_event ev = r->ev;
-
-		ff_real.epoll_ctl(r->epfd, swapped ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, fd, &ev);
-	}
-	if (sh)
-		ff_epset_moved(fd, sh);
-}
+/* ---- the wrappers (epoll_wait.c has the waits; epoll_shm.c the replay) ---- */
 
 FF_EXPORT int epoll_create(int size)
 {

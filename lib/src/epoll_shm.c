@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The shim's own record of the shm registrations of each epoll fd, and
- * looking at them: which to report, arming them for a sleep, their bells.
- * The design note is at the top of epoll.c; the interface is epoll_shm.h.
+ * looking at them: which to report, arming them for a sleep, their bells;
+ * and the replay of a connection's registrations once it is decided or
+ * moves down (ff_epoll_replay). The design note is at the top of epoll.c;
+ * the interface is epoll_shm.h.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -381,6 +383,30 @@ void ff_epset_moved(int fd, const struct ff_shm *sh)
 
 	if (atomic_load(&ff_ep_total))
 		for_each_set(move_down_in, &m);
+}
+
+/*
+ * Table lock held: the decision is made (swapped, or overlay), or an shm
+ * connection moved down. In the last case the fd no longer has FF_FD_SHM
+ * while its conn still holds the memory (shm_switch.c, swap_fds): the shm
+ * registrations of that memory at fd become kernel registrations.
+ */
+void ff_epoll_replay(int fd, struct ff_epreg *regs, int swapped)
+{
+	struct ff_slot *s = ff_fd_slot(fd);
+	struct ff_shm *sh = s && s->conn ? s->conn->shm : NULL;
+
+	if (swapped && sh && (atomic_load(&s->flags) & FF_FD_SHM)) {
+		ff_epset_adopt(fd, sh, regs);
+		return;
+	}
+	for (struct ff_epreg *r = regs; r; r = r->next) {
+		struct epoll_event ev = r->ev;
+
+		ff_real.epoll_ctl(r->epfd, swapped ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, fd, &ev);
+	}
+	if (sh)
+		ff_epset_moved(fd, sh);
 }
 
 static void forget_all(struct ff_epset *es, int epfd, void *arg)

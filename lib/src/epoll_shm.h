@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The shm registrations of each epoll fd (epoll_shm.c), for epoll.c
- * (epoll_ctl, the replay after a swap or a move down) and epoll_wait.c.
+ * (epoll_ctl), the replay after a swap or a move down (ff_epoll_replay,
+ * epoll_shm.c, declared in shim.h) and epoll_wait.c.
  * The design note is at the top of epoll.c. Locks: the table lock may be
  * held when calling in (where said); none of these takes it.
  */

@@ -14,8 +14,6 @@
 #include <sys/resource.h>
 
 #include "shim.h"
-#include "synmark.h"
-#include "shm.h"
 
 #define FD_CAP		(1 << 20)
 #define FD_MIN		1024
@@ -64,7 +62,7 @@ struct ff_slot *ff_fd_slot(int fd)
 	return ff_fd_slot_at_init(fd);
 }
 
-/* The same without ff_init(): for code that runs inside it (exec.c). */
+/* The same without ff_init(): for code that runs inside it (exec.c), and fork.c's child. */
 struct ff_slot *ff_fd_slot_at_init(int fd)
 {
 	if (fd < 0 || fd >= table_size)
@@ -232,13 +230,10 @@ void ff_conn_forget_epregs(struct ff_conn *c)
 	}
 }
 
-void ff_conn_free(struct ff_conn *c)
+void ff_conn_dispose(struct ff_conn *c)
 {
 	if (is_pending(c->state))
 		atomic_fetch_sub(&ff_pending_count, 1);
-	if (c->shm)
-		ff_shm_release(c);
-	ff_offer_free(c->offer);
 	ff_conn_forget_epregs(c);
 	free(c);
 }
@@ -246,21 +241,5 @@ void ff_conn_free(struct ff_conn *c)
 /* fork child, table lock held (fork.c). */
 void ff_table_atfork_child(void)
 {
-	int hw = ff_table_hiwater();
-
 	pthread_cond_init(&decided, NULL);
-	for (int fd = 0; fd <= hw; fd++) {
-		struct ff_conn *c = table[fd].conn;
-
-		if (c && c->offer) {	/* the parent's to settle or withdraw */
-			ff_offer_forget(c->offer);
-			c->offer = NULL;
-		}
-		if (c && c->state == FF_ST_NEGOTIATING) {
-			ff_syn_unmark(fd, c);
-			ff_conn_set_state(c, FF_ST_OVERLAY);
-			/* The parent's negotiating thread held a reference. */
-			c->refs--;
-		}
-	}
 }

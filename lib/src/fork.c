@@ -50,6 +50,7 @@
 #include "settler.h"
 #include "shim.h"
 #include "shm.h"
+#include "synmark.h"
 
 void ff_table_atfork_child(void);
 
@@ -83,6 +84,20 @@ static void child(void)
 	ff_ledger_atfork_child();
 	ff_settler_atfork_child();
 	ff_table_atfork_child();
+	for (int fd = 0, hw = ff_table_hiwater(); fd <= hw; fd++) {
+		struct ff_conn *c = ff_fd_slot_at_init(fd)->conn;
+
+		if (c && c->offer) {	/* the parent's to settle or withdraw */
+			ff_offer_forget(c->offer);
+			c->offer = NULL;
+		}
+		if (c && c->state == FF_ST_NEGOTIATING) {
+			ff_syn_unmark(fd, c);
+			ff_conn_set_state(c, FF_ST_OVERLAY);
+			/* The parent's negotiating thread held a reference. */
+			c->refs--;
+		}
+	}
 	ff_control_atfork_child();
 	ff_listeners_lost();
 	ff_table_unlock();

@@ -25,7 +25,7 @@
  *   POLLOUT as well, so a program that waits only for the peer's first bytes
  *   still wakes up when the connection completes.
  * - The swap: the channel's O_NONBLOCK is set like the TCP socket's, the
- *   socket options the application set are carried (sockopt.c), dup3()
+ *   socket options the application set are carried (opts.c), dup3()
  *   puts the channel at the application's fd number with its FD_CLOEXEC
  *   (closing the TCP socket in the same step), then epoll registrations
  *   made before the decision are replayed on the new file.
@@ -53,9 +53,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <pthread.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -64,232 +62,6 @@
 #include "shim.h"
 #include "shm.h"
 #include "synmark.h"
-
-/*
- * IPv4-mapped IPv6 addresses (a dual-stack listener) are sent as IPv4
- * endpoints, so both ends name one connection with the same bytes.
- */
-int ff_endpoint(const struct sockaddr_storage *sa, uint8_t out[18])
-{
-	const struct sockaddr_in *in = (const void *)sa;
-	const struct sockaddr_in6 *in6 = (const void *)sa;
-
-	if (sa->ss_family == AF_INET) {
-		memcpy(out, &in->sin_addr, 4);
-		memcpy(out + 4, &in->sin_port, 2);
-		return FF_EP4_LEN;
-	}
-	if (sa->ss_family != AF_INET6)
-		return -EAFNOSUPPORT;
-	if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) {
-		memcpy(out, &in6->sin6_addr.s6_addr[12], 4);
-		memcpy(out + 4, &in6->sin6_port, 2);
-		return FF_EP4_LEN;
-	}
-	memcpy(out, &in6->sin6_addr, 16);
-	memcpy(out + 16, &in6->sin6_port, 2);
-	return FF_EP6_LEN;
-}
-
-/*
- * FREEFLOW_NEGOTIATE_LOOPBACK=1 asks about loopback too: the library's own
- * tests run their fake agent on loopback. Read once, at the first ask.
- */
-static pthread_once_t loopback_once = PTHREAD_ONCE_INIT;
-static int negotiate_loopback;
-
-static void loopback_init(void)
-{
-	const char *v = getenv("FREEFLOW_NEGOTIATE_LOOPBACK");
-
-	negotiate_loopback = v && !strcmp(v, "1");
-}
-
-static int is_loopback(const struct sockaddr_storage *sa)
-{
-	const struct sockaddr_in *in = (const void *)sa;
-	const struct sockaddr_in6 *in6 = (const void *)sa;
-
-	if (sa->ss_family == AF_INET)
-		return ((const uint8_t *)&in->sin_addr)[0] == 127;
-	if (sa->ss_family != AF_INET6)
-		return 0;
-	if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr))
-		return in6->sin6_addr.s6_addr[12] == 127;
-	return IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr);
-}
-
-/* Whether nothing about local is asked: see the design note. */
-int ff_skip_loopback(const struct sockaddr_storage *local)
-{
-	pthread_once(&loopback_once, loopback_init);
-	return !negotiate_loopback && is_loopback(local);
-}
-
-static void enc_endpoint(struct ff_enc *e, uint16_t type,
-			 const struct sockaddr_storage *sa)
-{
-	uint8_t ep[18];
-	int n = ff_endpoint(sa, ep);
-
-	if (n < 0)
-		e->err = n;
-	else
-		ff_enc_attr(e, type, ep, (size_t)n);
-}
-
-/* What a request names: endpoints (NULL: none), or a link's name and a count (LINK_FILL). */
-struct req {
-	const struct sockaddr_storage *local, *remote;
-	uint64_t link;
-	uint32_t count;
-};
-
-/* Encode request q on session a into buf (REQ_MAX bytes): its length (and *seq), or -errno. */
-#define REQ_MAX	(FF_HDR_LEN + 2 * FF_ATTR_HDR_LEN + 2 * FF_EP6_LEN)
-static int encode_req(struct ff_agent *a, uint8_t msg, const struct req *q, uint8_t *buf,
-		      uint32_t *seq)
-{
-	struct ff_enc e;
-
-	*seq = ff_agent_next_seq(a);
-	ff_enc_start(&e, buf, REQ_MAX, msg, *seq);
-	if (q->local)
-		enc_endpoint(&e, FF_ATTR_LOCAL_EP, q->local);
-	if (q->remote)
-		enc_endpoint(&e, FF_ATTR_REMOTE_EP, q->remote);
-	if (q->link) {
-		ff_enc_u64(&e, FF_ATTR_LINK, q->link);
-		ff_enc_u32(&e, FF_ATTR_COUNT, q->count);
-	}
-	return ff_enc_finish(&e);
-}
-
-/*
- * One request on session a; want 0: a notification, no reply (r unused),
- * carrying fd unless it is -1. Without local, no endpoint (LEDGER).
- */
-static int request_on(struct ff_agent *a, uint8_t msg, const struct req *q, int fd, uint8_t want,
-		      struct ff_reply *r)
-{
-	uint8_t buf[REQ_MAX];
-	uint32_t seq;
-	int n = encode_req(a, msg, q, buf, &seq);
-
-	if (n < 0)
-		return n;
-	return want ? ff_agent_request(a, buf, n, want, r) : ff_agent_notify(a, buf, n, fd);
-}
-
-/*
- * One request on this thread's session; ff_busy keeps the shim out of it.
- * A session that was open already may lead to an agent that has gone (it
- * was restarted: EOF at once, no wait); then the request is made once more
- * on a new session, which re-registers the listeners first (listeners.c).
- */
-static int request(uint8_t msg, const struct req *q, int fd, uint8_t want, struct ff_reply *r)
-{
-	struct ff_agent *a;
-	int ret, fresh;
-
-	if (q->local && ff_skip_loopback(q->local))
-		return -EADDRNOTAVAIL;	/* before a session is even opened */
-	ff_busy = 1;
-	do {
-		fresh = ff_control_get(&a);
-		ret = fresh < 0 ? fresh : request_on(a, msg, q, fd, want, r);
-		if (ret < 0 && fresh >= 0)
-			ff_control_broken(ret);
-	} while (ret == -ECONNRESET && fresh == 0);
-	ff_busy = 0;
-	return ret;
-}
-
-int ff_send_ledger(int memfd)
-{
-	return request(FF_MSG_LEDGER, &(struct req){ 0 }, memfd, 0, NULL);
-}
-
-int ff_send_ledger_on(struct ff_agent *a, int memfd)
-{
-	return request_on(a, FF_MSG_LEDGER, &(struct req){ 0 }, memfd, 0, NULL);
-}
-
-int64_t ff_link_fill_send(struct ff_agent *a, uint64_t link, uint32_t count)
-{
-	uint8_t buf[REQ_MAX];
-	uint32_t seq;
-	int n = encode_req(a, FF_MSG_LINK_FILL, &(struct req){ .link = link, .count = count }, buf,
-			   &seq);
-
-	if (n < 0)
-		return n;
-	n = ff_agent_send(a, buf, n);
-	return n < 0 ? n : (int64_t)seq;
-}
-
-int ff_link_fill_read(struct ff_reply *r, int *fds, int cap)
-{
-	const struct ff_attr *kind = ff_msg_get(&r->msg, FF_ATTR_PATH_KIND);
-	int ret = 0, n = 0;
-
-	if (r->msg.type == FF_MSG_ERROR) {
-		const struct ff_attr *code = ff_msg_get(&r->msg, FF_ATTR_ERR_CODE);
-
-		ret = code && ff_attr_u32(code) == FF_ERR_NOTFOUND ? -ENOENT : -EAGAIN;
-	} else if (!kind || ff_attr_u8(kind) != FF_PATH_HOST_TCP) {
-		ret = -EPROTO;
-	}
-	for (unsigned i = 0; !ret && i < r->nfds && n < cap; i++)
-		if (ff_is_socket(r->fds[i], SOCK_STREAM, 0)) {
-			fds[n++] = r->fds[i];
-			r->fds[i] = -1;
-		}
-	ff_reply_close_fds(r);
-	return ret ? ret : n;
-}
-
-static int announce_reply(int ret, struct ff_reply *r)
-{
-	if (ret)
-		return ret;
-	ff_reply_close_fds(r);
-	return r->msg.type == FF_MSG_OK ? 0 : -EPERM;
-}
-
-int ff_announce(uint8_t msg, const struct sockaddr_storage *local,
-		const struct sockaddr_storage *remote)
-{
-	struct ff_reply r;
-
-	struct req q = { .local = local, .remote = remote };
-
-	if (msg == FF_MSG_CLOSED)	/* a notification: sent, never answered */
-		return request(msg, &q, -1, 0, NULL);
-	return announce_reply(request(msg, &q, -1, FF_MSG_OK, &r), &r);
-}
-
-int ff_announce_on(struct ff_agent *a, uint8_t msg, const struct sockaddr_storage *local,
-		   const struct sockaddr_storage *remote)
-{
-	struct ff_reply r;
-
-	if (ff_skip_loopback(local))
-		return -EADDRNOTAVAIL;
-	return announce_reply(request_on(a, msg, &(struct req){ .local = local, .remote = remote },
-					 -1, FF_MSG_OK, &r), &r);
-}
-
-int ff_is_socket(int fd, int type, int must_be_unix)
-{
-	int t = 0, dom = 0;
-	socklen_t tl = sizeof(t), dl = sizeof(dom);
-
-	if (ff_real.getsockopt(fd, SOL_SOCKET, SO_TYPE, &t, &tl) || t != type)
-		return 0;
-	return !must_be_unix ||
-	       (ff_real.getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &dl) == 0 && dom == AF_UNIX);
-}
 
 /*
  * The link a PATH carries, if any (ttl_ms 0: none). shm (PROTOCOL.md,
@@ -505,8 +277,7 @@ static int ask_agent(uint8_t msg, const struct sockaddr_storage *local,
 		     struct path_link *link, int *answered, struct said *said, char *why, size_t cap)
 {
 	struct ff_reply r;
-	int ret = request(msg, &(struct req){ .local = local, .remote = remote }, -1, FF_MSG_PATH,
-			  &r), fast = -1;
+	int ret = ff_ask(msg, local, remote, &r), fast = -1;
 
 	if (ret < 0) {
 		snprintf(why, cap, ret == -FF_ELIMIT ? "%s" : "agent unreachable: %s", ff_agent_strerror(ret));

@@ -39,8 +39,6 @@
 
 /* ---- moving one fd off what the kernel cannot see ---- */
 
-_Atomic int ff_shm_avoided;
-
 void ff_fd_to_kernel(int fd, const char *why)
 {
 	struct ff_slot *s = ff_fd_slot(fd);

@@ -183,7 +183,7 @@ struct ff_conn {
 	struct sockaddr_storage local, remote;
 	socklen_t local_len, remote_len;
 	struct ff_epreg *epregs;
-	int opts_set;			/* the application set a carried option (sockopt.c) */
+	int opts_set;			/* the application set a carried option (opts.c) */
 	int nopts;
 	struct ff_opt opts[FF_MAX_OPTS];
 	struct ff_shm *shm;		/* SWAPPED onto the shared-memory channel (shm.h) */
@@ -242,8 +242,38 @@ struct ff_conn *ff_fd_detach(int fd);
 void ff_conn_set_state(struct ff_conn *c, enum ff_state st);
 /* Drops one reference; returns 1 when it was the last (then call ff_conn_free). */
 int ff_conn_unref(struct ff_conn *c);
-void ff_conn_free(struct ff_conn *c);
+/* c's own memory: the pending count, its epoll records, c (ff_conn_free frees the rest first). */
+void ff_conn_dispose(struct ff_conn *c);
 void ff_conn_forget_epregs(struct ff_conn *c);
+
+/* ---- addr.c: addresses and sockets ---- */
+
+/* An endpoint attribute (FF_EP4_LEN/FF_EP6_LEN bytes) from a sockaddr. */
+int ff_endpoint(const struct sockaddr_storage *sa, uint8_t out[18]);
+/* Whether connections from or to sa are left alone (loopback; negotiate.c's design note). */
+int ff_skip_loopback(const struct sockaddr_storage *sa);
+/* Whether fd is a socket of type (SOCK_STREAM, ...), and AF_UNIX if must_be_unix. */
+int ff_is_socket(int fd, int type, int must_be_unix);
+
+/* ---- opts.c: the socket options carried across a swap, and stored ones ---- */
+
+/* Table lock held, before the dup3 of the swap: oldfd's carried options onto newfd (or c). */
+void ff_sockopt_carry(int oldfd, int newfd, struct ff_conn *c);
+/* Table lock held: c was accepted on listener l; TCP copies l's buffer sizes. */
+void ff_sockopt_inherit(struct ff_conn *c, const struct ff_conn *l);
+/* Table lock held: whether the application set option (level, name) on c (opts.c keeps those). */
+int ff_sockopt_app_set(struct ff_conn *c, int level, int name);
+/* Whether a swap carries option (level, name) over. */
+int ff_opt_carried(int level, int name);
+/* Linux's value of an int option on a fresh connection (what an emulated one reads unset). */
+int ff_opt_default(int level, int name);
+/* Table lock held: c's stored option (level, name), added with its default if add; or NULL. */
+struct ff_opt *ff_opt_find(struct ff_conn *c, int level, int name, int add);
+
+/* ---- conn.c ---- */
+
+/* Table lock held: c's last reference is gone; its shared memory, offer and c itself go. */
+void ff_conn_free(struct ff_conn *c);
 
 /* ---- socket_calls.c: what every close route shares ---- */
 
@@ -269,8 +299,6 @@ void ff_fd_keep_overlay(int fd, const char *why);
  * overlay, and moved down if on shm.
  */
 void ff_fd_to_kernel(int fd, const char *why);
-/* Set once the process cannot be followed on shm: new shm connections move down at once. */
-extern _Atomic int ff_shm_avoided;
 /* Move every shm connection down, and every later one (ff_shm_avoided). */
 void ff_shm_avoid(const char *why);
 /* Ring fd (FF_FD_RING) is being closed: the shim's mapping of it goes. */
@@ -304,16 +332,50 @@ int ff_control_alive(void);
 int ff_control_open_own(struct ff_agent *a);
 int ff_control_own_valid(struct ff_agent *a, pid_t pid);
 void ff_control_atfork_child(void);
-void ff_control_init(void);
+/* What the sessions tell the code above them (start.c passes listeners.c's). */
+struct ff_session_hooks {
+	/* A session broke or the agent was not reached: the agent may have lost what it was told. */
+	void (*lost)(void);
+	/* A thread's session was just opened (HELLO done): re-send what was lost; 0 or -errno. */
+	int (*opened)(struct ff_agent *a);
+};
+/* At start-up, before any session: reads FREEFLOW_AGENT_SOCKET, keeps a copy of *h. */
+void ff_control_init(const struct ff_session_hooks *h);
+
+/* ---- agent_requests.c: what the library asks the agent ---- */
+
+/*
+ * CONNECT/ACCEPT for the connection local -> remote on this thread's
+ * session: 0 with the reply in r (PATH or ERROR; the caller closes its
+ * fds, ff_reply_close_fds), or -errno (-EADDRNOTAVAIL: loopback, not
+ * asked; -FF_ELIMIT: the agent refused the session).
+ */
+int ff_ask(uint8_t msg, const struct sockaddr_storage *local,
+	   const struct sockaddr_storage *remote, struct ff_reply *r);
+/*
+ * Best-effort LISTEN / UNLISTEN / CLOSED; the result only says if the agent
+ * took it (for CLOSED, a notification never answered: that it was sent).
+ */
+int ff_announce(uint8_t msg, const struct sockaddr_storage *local,
+		const struct sockaddr_storage *remote);
+/* The same on a given session (the one being opened). */
+int ff_announce_on(struct ff_agent *a, uint8_t msg, const struct sockaddr_storage *local,
+		   const struct sockaddr_storage *remote);
+
+/* LEDGER on this thread's session, or on session a: 0 or -errno. */
+int ff_send_ledger(int memfd);
+int ff_send_ledger_on(struct ff_agent *a, int memfd);
+/*
+ * LINK_FILL on session a, answered later (ff_agent_await): the request's
+ * seq, or -errno. Then the stock its PATH reply r carries into fds (cap of
+ * them): their number, -ENOENT if the agent no longer knows the link, or
+ * another -errno.
+ */
+int64_t ff_link_fill_send(struct ff_agent *a, uint64_t link, uint32_t count);
+int ff_link_fill_read(struct ff_reply *r, int *fds, int cap);
 
 /* ---- negotiate.c ---- */
 
-/* An endpoint attribute (FF_EP4_LEN/FF_EP6_LEN bytes) from a sockaddr. */
-int ff_endpoint(const struct sockaddr_storage *sa, uint8_t out[18]);
-/* Whether connections from or to sa are left alone (loopback; negotiate.c's design note). */
-int ff_skip_loopback(const struct sockaddr_storage *sa);
-/* Whether fd is a socket of type (SOCK_STREAM, ...), and AF_UNIX if must_be_unix. */
-int ff_is_socket(int fd, int type, int must_be_unix);
 /* Negotiate fd (connected, its conn in NEGOTIATING) with msg CONNECT/ACCEPT. */
 void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg);
 /*
@@ -337,30 +399,11 @@ static inline int ff_settle(int fd, int nonblock)
 	return ff_settle_slow(fd, nonblock);
 }
 
-/*
- * Best-effort LISTEN / UNLISTEN / CLOSED; the result only says if the agent
- * took it (for CLOSED, a notification never answered: that it was sent).
- */
-int ff_announce(uint8_t msg, const struct sockaddr_storage *local,
-		const struct sockaddr_storage *remote);
-/* The same on a given session (the one being opened). */
-int ff_announce_on(struct ff_agent *a, uint8_t msg, const struct sockaddr_storage *local,
-		   const struct sockaddr_storage *remote);
-
 /* What a fast path hands over: the channel, and for shm its mapped memory. */
 struct ff_handover {
 	int chan;		/* the socket to put at the fd (shm: the bell socket) */
 	struct ff_shm *shm;	/* NULL unless shm */
 };
-
-/*
- * LINK_FILL on session a, answered later (ff_agent_await): the request's
- * seq, or -errno. Then the stock its PATH reply r carries into fds (cap of
- * them): their number, -ENOENT if the agent no longer knows the link, or
- * another -errno.
- */
-int64_t ff_link_fill_send(struct ff_agent *a, uint64_t link, uint32_t count);
-int ff_link_fill_read(struct ff_reply *r, int *fds, int cap);
 
 /* ---- link.c: same-host connections set up without the agent ---- */
 
@@ -450,9 +493,6 @@ void ff_ledger_atfork_parent(void);
 void ff_ledger_atfork_child(void);
 /* On a session just opened after one broke: LEDGER again, if there is a ledger. */
 int ff_ledger_resend(struct ff_agent *a);
-/* LEDGER on this thread's session, or on session a (negotiate.c): 0 or -errno. */
-int ff_send_ledger(int memfd);
-int ff_send_ledger_on(struct ff_agent *a, int memfd);
 
 /* ---- listeners.c: keeping the agent's listener table in step ---- */
 
@@ -473,13 +513,14 @@ void ff_listener_withdraw(int fd, const char *why);
 
 /* ---- epoll.c (table lock held) ---- */
 void ff_epoll_arm_pending(int fd, struct ff_conn *c);
-void ff_epoll_replay(int fd, struct ff_epreg *regs, int swapped);
 
-/* ---- sockopt.c ---- */
-void ff_sockopt_carry(int oldfd, int newfd, struct ff_conn *c);
-void ff_sockopt_inherit(struct ff_conn *c, const struct ff_conn *l);
-/* Table lock held: whether the application set option (level, name) on c (sockopt.c keeps those). */
-int ff_sockopt_app_set(struct ff_conn *c, int level, int name);
+/* ---- epoll_shm.c (table lock held) ---- */
+/*
+ * fd's connection was decided (swapped or not) or moved down from shm:
+ * its epoll registrations regs (made before the decision) go to the file
+ * now at fd, shm registrations of a moved one to its kernel socket.
+ */
+void ff_epoll_replay(int fd, struct ff_epreg *regs, int swapped);
 
 /* ---- fork.c ---- */
 void ff_fork_init(void);

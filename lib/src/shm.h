@@ -325,5 +325,10 @@ int ff_shm_switch(int fd);
 void ff_shm_switch_all(unsigned how);
 /* sendmsg/sendmmsg is about to pass fds with SCM_RIGHTS: move down those on shm. */
 void ff_shm_switch_passed(const struct msghdr *mh);
+/*
+ * Set once the process cannot be followed on shm (routes.c, ff_shm_avoid):
+ * new shm connections move down at once.
+ */
+extern _Atomic int ff_shm_avoided;
 
 #endif

@@ -64,6 +64,8 @@
 /* fds moved down per scan of the table in ff_shm_switch_all (more: another scan). */
 #define SCAN_MAX	64
 
+_Atomic int ff_shm_avoided;
+
 static uint32_t peer_role(const struct ff_shm *sh)
 {
 	return FF_SHM_CONNECTOR + FF_SHM_ACCEPTOR - sh->role;
@@ -304,7 +306,7 @@ static int recv_switch(int fd, struct ff_shm *sh, int *out)
 static const int size_opts[] = { SO_SNDBUF, SO_RCVBUF };
 
 /*
- * The buffer sizes the program set onto sock (sockopt.c keeps them). Not
+ * The buffer sizes the program set onto sock (opts.c keeps them). Not
  * the bell socket's defaults: those would shrink sock from the ring's room
  * (room_for_ring) to the kernel's 208 KiB, and two ends that each write a
  * whole message before they read, which the ring held, would block

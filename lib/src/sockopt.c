@@ -17,19 +17,7 @@
  *    nothing (there is no Nagle, no keepalive probe, no TTL on AF_UNIX);
  *  - TCP_INFO is synthesized: state ESTABLISHED, loopback-like sizes,
  *    counters zero; TCP_CONGESTION answers "cubic".
- * Options the application set on the TCP socket before the swap are carried
- * over: SOL_SOCKET timeouts, linger, keepalive natively; TCP-level ints as
- * stored values on a unix channel, natively on a host-tcp one. TCP_NODELAY
- * and the keepalive settings are always copied, whatever their value: the
- * agent's own choice on a host-tcp socket (Go sets TCP_NODELAY and
- * keepalive by default) must not change how the application's connection
- * behaves. SO_RCVBUF/SO_SNDBUF are copied only when the application set
- * them (on the socket, or on the listener an accepted one inherits them
- * from, as TCP does): setting one locks the size and turns off the
- * kernel's autotuning, which a copy of a default value would do silently.
- * They are remembered at setsockopt time, as "app-set" entries in the
- * conn's option list, because the kernel cannot say whether a size was
- * set or is the default.
+ * What a swap carries over, and the stored options themselves: opts.c.
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -40,121 +28,8 @@
 #include "shim.h"
 #include "synmark.h"
 
-static const int carried_tcp[] = {
-	TCP_NODELAY, TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT, TCP_USER_TIMEOUT,
-	TCP_CORK, TCP_QUICKACK,
-};
-static const int carried_sol[] = {
-	SO_RCVTIMEO, SO_SNDTIMEO, SO_LINGER, SO_KEEPALIVE, SO_RCVLOWAT, SO_RCVBUF, SO_SNDBUF,
-};
-
-#define LEN(a)	(sizeof(a) / sizeof((a)[0]))
-
-static int listed(const int *names, size_t n, int name)
-{
-	for (size_t i = 0; i < n; i++)
-		if (names[i] == name)
-			return 1;
-	return 0;
-}
-
-/* Whether a swap carries option (level, name) over (SO_REUSEADDR, for one, has no use after). */
-static int carried(int level, int name)
-{
-	if (level == SOL_SOCKET)
-		return listed(carried_sol, LEN(carried_sol), name);
-	return level == IPPROTO_TCP && listed(carried_tcp, LEN(carried_tcp), name);
-}
-
-static int default_value(int level, int name)
-{
-	if (level == IPPROTO_TCP) {
-		switch (name) {
-		case TCP_MAXSEG:	return 65483;	/* loopback MTU */
-		case TCP_KEEPIDLE:	return 7200;
-		case TCP_KEEPINTVL:	return 75;
-		case TCP_KEEPCNT:	return 9;
-		case TCP_SYNCNT:	return 6;
-		case TCP_QUICKACK:	return 1;
-		}
-	}
-	if ((level == IPPROTO_IP && name == IP_TTL) ||
-	    (level == IPPROTO_IPV6 && name == IPV6_UNICAST_HOPS))
-		return 64;
-	return 0;
-}
-
-/* Table lock held. */
-static struct ff_opt *find_opt(struct ff_conn *c, int level, int name, int add)
-{
-	for (int i = 0; i < c->nopts; i++)
-		if (c->opts[i].level == level && c->opts[i].name == name)
-			return &c->opts[i];
-	if (!add || c->nopts == FF_MAX_OPTS)
-		return NULL;
-	c->opts[c->nopts] = (struct ff_opt){ level, name, default_value(level, name) };
-	return &c->opts[c->nopts++];
-}
-
-/* Table lock held: c was accepted on listener l; TCP copies l's buffer sizes. */
-void ff_sockopt_inherit(struct ff_conn *c, const struct ff_conn *l)
-{
-	c->opts_set = l->opts_set;	/* the kernel copies the listener's options */
-	for (int i = 0; i < l->nopts && c->nopts < FF_MAX_OPTS; i++)
-		if (l->opts[i].level == SOL_SOCKET)
-			c->opts[c->nopts++] = l->opts[i];
-}
-
-/* Table lock held, before the dup3 of the swap. */
-void ff_sockopt_carry(int oldfd, int newfd, struct ff_conn *c)
-{
-	char v[32];
-	socklen_t len;
-
-	/*
-	 * A socket pair's options start as a TCP socket's do, and the TCP
-	 * options are only emulated when they differ from the defaults: with
-	 * none of the carried ones set, there is nothing to carry (some 20
-	 * system calls saved on every connection's setup). A host-tcp socket
-	 * is made with the kernel's defaults too, but for TCP_NODELAY, which
-	 * the agents set (and the links' stock has on), so only that goes back.
-	 */
-	if (!c->opts_set && c->kern_family == AF_UNIX)
-		return;
-	if (!c->opts_set) {
-		static const int off = 0;
-
-		ff_real.setsockopt(newfd, IPPROTO_TCP, TCP_NODELAY, &off, sizeof(off));
-		return;
-	}
-	/* The sizes only as the application set them (the top says why): from c->opts. */
-	for (size_t i = 0; i < LEN(carried_sol); i++) {
-		len = sizeof(v);
-		if (carried_sol[i] != SO_RCVBUF && carried_sol[i] != SO_SNDBUF &&
-		    ff_real.getsockopt(oldfd, SOL_SOCKET, carried_sol[i], v, &len) == 0)
-			ff_real.setsockopt(newfd, SOL_SOCKET, carried_sol[i], v, len);
-	}
-	for (size_t i = 0; i < LEN(carried_tcp); i++) {
-		int val;
-		struct ff_opt *o;
-
-		len = sizeof(val);
-		if (ff_real.getsockopt(oldfd, IPPROTO_TCP, carried_tcp[i], &val, &len))
-			continue;
-		if (c->kern_family != AF_UNIX)
-			ff_real.setsockopt(newfd, IPPROTO_TCP, carried_tcp[i], &val, len);
-		else if (val != default_value(IPPROTO_TCP, carried_tcp[i]) &&
-			 (o = find_opt(c, IPPROTO_TCP, carried_tcp[i], 1)))
-			o->value = val;
-	}
-	for (int i = 0; i < c->nopts; i++)
-		if (c->opts[i].level == SOL_SOCKET)
-			ff_real.setsockopt(newfd, SOL_SOCKET, c->opts[i].name, &c->opts[i].value,
-					   sizeof(int));
-}
-
 /*
- * The buffer sizes the application chose (see the top): before the
+ * The buffer sizes the application chose (opts.c says why): before the
  * decision, and on a unix or shm channel (tcp_like_size).
  */
 static int app_set_size(const struct ff_conn *c, int level, int name)
@@ -216,11 +91,6 @@ static int tcp_size(int name)
 	return atomic_load(&size[n]);
 }
 
-int ff_sockopt_app_set(struct ff_conn *c, int level, int name)
-{
-	return find_opt(c, level, name, 0) != NULL;
-}
-
 /*
  * A unix or shm channel's buffer sizes are the agent's (PROTOCOL.md, the
  * unix channel's buffers), tens of MiB, which a program sizing its own
@@ -261,8 +131,8 @@ static int get_locked(struct ff_conn *c, int level, int name, void *val, socklen
 		put_out(val, len, "cubic", 6);
 		return 0;
 	}
-	o = find_opt(c, level, name, 0);
-	v = o ? o->value : default_value(level, name);
+	o = ff_opt_find(c, level, name, 0);
+	v = o ? o->value : ff_opt_default(level, name);
 	put_out(val, len, &v, sizeof(v));
 	return 0;
 }
@@ -302,10 +172,10 @@ static int sockopt_set(struct ff_conn *c, int level, int name, const void *val, 
 	struct ff_opt *o;
 	int ret = 1, v = 0;
 
-	if (c && carried(level, name))
+	if (c && ff_opt_carried(level, name))
 		c->opts_set = 1;
 	if (c && app_set_size(c, level, name) && val && len >= sizeof(int) &&
-	    (o = find_opt(c, level, name, 1)))
+	    (o = ff_opt_find(c, level, name, 1)))
 		memcpy(&o->value, val, sizeof(int));	/* and the real call sets it */
 	/* A SYN the application keeps for itself is not the shim's to read (it would be gone). */
 	if (c && saves_syn(level, name) && val && len >= sizeof(int))
@@ -324,7 +194,7 @@ static int sockopt_set(struct ff_conn *c, int level, int name, const void *val, 
 		else
 			ret = -EINVAL;
 		/* Non-int options (TCP_CONGESTION, ...) are accepted and ignored. */
-		if (!ret && (o = find_opt(c, level, name, 1)))
+		if (!ret && (o = ff_opt_find(c, level, name, 1)))
 			o->value = v;
 	}
 	return ret;

@@ -14,6 +14,11 @@
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static atomic_int initialized;
+/* The agent sessions (control.c) keep the agent's listener table in step (listeners.c). */
+static const struct ff_session_hooks session_hooks = {
+	.lost = ff_listeners_lost,
+	.opened = ff_listeners_resync,
+};
 
 void ff_table_init(void);
 void ff_log_init(void);
@@ -25,7 +30,7 @@ static void init_once_fn(void)
 	ff_shm_init();
 	ff_table_init();
 	ff_exec_restore();
-	ff_control_init();
+	ff_control_init(&session_hooks);
 	ff_fork_init();
 	atomic_store_explicit(&initialized, 1, memory_order_release);
 }
