@@ -413,11 +413,9 @@ func (l *ledger) read(shmOnly bool, fn func(ledgerEntry) bool) {
 	resident := residentPages(l.mem, page)
 	for off := ledgerHeaderSize; off < len(l.mem); off += ledgerEntrySize {
 		if resident != nil && resident[off/page]&1 == 0 {
-			// On to the first entry that starts in the next page: most
-			// of a ledger's pages were never written.
-			next := (off/page + 1) * page
-			off += (next - off + ledgerEntrySize - 1) / ledgerEntrySize * ledgerEntrySize
-			off -= ledgerEntrySize
+			// To the last entry that starts in this page (the loop steps
+			// past it): most of a ledger's pages were never written.
+			off += ((off/page+1)*page - off - 1) / ledgerEntrySize * ledgerEntrySize
 			continue
 		}
 		if seq, dead := l.dead[off]; dead && seq == load32(l.mem, off) {

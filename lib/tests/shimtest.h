@@ -578,21 +578,22 @@ static inline int t_kept_maps_of(pid_t pid)
 }
 
 /*
- * Note in inodes (*n of them, at most cap) each channel a connector made
- * for a link offer that this process maps now and that is not noted yet:
- * called after each connection, *n is how many channels the links made.
+ * Note in inodes (*n of them, at most cap) each memfd named name that this
+ * process maps now, that is not noted yet and, unless keep is NULL, for
+ * whose mapping at base keep says 1 (a memfd mapped twice counts once).
  */
-static inline void t_note_link_channels(unsigned long *inodes, int *n, int cap)
+static inline void t_note_maps(const char *name, int (*keep)(const uint8_t *base), unsigned long *inodes,
+			       int *n, int cap)
 {
 	char line[512];
-	unsigned long ino;
+	unsigned long lo, ino;
 	FILE *f = fopen("/proc/self/maps", "r");
 
 	while (f && fgets(line, sizeof(line), f)) {
 		int seen = 0;
 
-		if (!strstr(line, "/memfd:freeflow-shm") ||
-		    sscanf(line, "%*s %*s %*s %*s %lu", &ino) != 1)
+		if (!strstr(line, name) || sscanf(line, "%lx-%*x %*s %*x %*s %lu", &lo, &ino) != 2 ||
+		    (keep && !keep((const uint8_t *)lo)))
 			continue;
 		for (int i = *n - 1; i >= 0 && !seen; i--)
 			seen = inodes[i] == ino;
@@ -604,12 +605,33 @@ static inline void t_note_link_channels(unsigned long *inodes, int *n, int cap)
 }
 
 /*
+ * Note each channel a connector made for a link offer that this process
+ * maps now (t_note_maps): called after each connection, *n is how many
+ * channels the links made.
+ */
+static inline void t_note_link_channels(unsigned long *inodes, int *n, int cap)
+{
+	t_note_maps("/memfd:freeflow-shm", NULL, inodes, n, cap);
+}
+
+/*
  * Offsets in a channel's mapping (docs/SHM.md, "Layout"): ring 0's spill
  * word (ring 0 is the connector's tx), and a page of ring 0's data past
  * FF_SHM_KEEP, in memory only while a burst holds it.
  */
 #define T_SPILL0	(FF_SHM_OFF_CTL0 + FF_SHM_CTL_SPILL)
 #define T_PAST_KEEP0	(FF_SHM_HDR_SIZE + FF_SHM_KEEP + 4096)
+
+/* T_BURST bytes of 0xab from cfd, written whole before sfd reads them all: ring 0 past FF_SHM_KEEP, drained. */
+#define T_BURST		(FF_SHM_KEEP + (64u << 10))
+static inline void t_burst_past_keep(int cfd, int sfd)
+{
+	static uint8_t out[T_BURST], in[T_BURST];
+
+	memset(out, 0xab, sizeof(out));
+	CHECK(send(cfd, out, T_BURST, MSG_DONTWAIT) == (ssize_t)T_BURST, "burst of %u not taken at once", T_BURST);
+	CHECK(recv(sfd, in, T_BURST, MSG_WAITALL) == (ssize_t)T_BURST && !memcmp(in, out, T_BURST), "burst lost");
+}
 
 /* Whether the page at p, in a mapping of a channel, is in memory (mincore: no touch, no fault). */
 static inline int t_page_resident(const void *p)

@@ -3,18 +3,14 @@
 /* Channels: shm */
 #include "shimtest.h"
 
-#define N		(FF_SHM_KEEP + (64u << 10))
 #define WITHIN_MS	3000		/* FF_SHM_IDLE_MS and margins */
 
 static void case_small_after_burst(int cfd, int sfd, uint8_t *m)
 {
-	static uint8_t out[N], in[N];
 	const uint8_t *past = m + T_PAST_KEEP0;
 	int64_t start;
 
-	memset(out, 0xab, sizeof(out));
-	CHECK(send(cfd, out, N, MSG_DONTWAIT) == (ssize_t)N, "burst of %u not taken at once", N);
-	CHECK(recv(sfd, in, N, MSG_WAITALL) == (ssize_t)N && !memcmp(in, out, N), "burst lost");
+	t_burst_past_keep(cfd, sfd);
 	CHECK(t_page_resident(past), "the burst did not reach past 256 KiB");
 	start = t_ms();
 	while (t_page_resident(past) && t_ms() - start < WITHIN_MS) {

@@ -3,43 +3,23 @@
 /* Channels: shm */
 #include "shimtest.h"
 
-#define N		(FF_SHM_KEEP + (64u << 10))
 #define WARM		32		/* FF_SHM_WARM_CHANNELS */
 #define CROWD		(WARM + 4)	/* channels with a burst each */
 #define WITHIN_MS	400		/* FF_SHM_CROWD_IDLE_MS and a wake-up, far from a second */
 
-static void burst(int cfd, int sfd)
+/* Whether the channel mapped at base holds a page of ring 0 past KEEP (each burst put one there). */
+static int burst_held(const uint8_t *base)
 {
-	static uint8_t out[N], in[N];
-
-	memset(out, 0xab, sizeof(out));
-	CHECK(send(cfd, out, N, MSG_DONTWAIT) == (ssize_t)N, "burst of %u not taken at once", N);
-	CHECK(recv(sfd, in, N, MSG_WAITALL) == (ssize_t)N && !memcmp(in, out, N), "burst lost");
+	return t_page_resident(base + T_PAST_KEEP0);
 }
 
-/*
- * Channels whose ring 0 still holds a page past FF_SHM_KEEP (each burst put one
- * there): each is mapped twice here, once per end, counted once (its inode).
- */
+/* Channels that hold their burst: each is mapped twice here, once per end, counted once. */
 static int held(void)
 {
-	unsigned long lo, ino, seen[2 * CROWD + 2];
-	char line[512];
-	FILE *f = fopen("/proc/self/maps", "r");
-	int n = 0, dup;
+	unsigned long seen[CROWD];
+	int n = 0;
 
-	while (f && fgets(line, sizeof(line), f)) {
-		if (!strstr(line, "/memfd:ff-shm") || sscanf(line, "%lx-%*x %*s %*x %*s %lu", &lo, &ino) != 2 ||
-		    !t_page_resident((const uint8_t *)lo + T_PAST_KEEP0))
-			continue;
-		dup = 0;
-		for (int i = 0; i < n; i++)
-			dup |= seen[i] == ino;
-		if (!dup && n < 2 * CROWD + 2)
-			seen[n++] = ino;
-	}
-	if (f)
-		fclose(f);
+	t_note_maps("/memfd:ff-shm", burst_held, seen, &n, CROWD);
 	return n;
 }
 
@@ -48,12 +28,12 @@ static void case_crowd(int cfd, int sfd, uint8_t *m)
 	int c[CROWD - 1], s[CROWD - 1], n;
 	int64_t start;
 
-	burst(cfd, sfd);
+	t_burst_past_keep(cfd, sfd);
 	CHECK(t_page_resident(m + T_PAST_KEEP0), "the burst did not reach past 256 KiB");
 	for (int i = 0; i < CROWD - 1; i++) {
 		t_pair(AF_INET, &c[i], &s[i]);
 		CHECK(t_swapped(c[i]), "pair %d is not on shm", i);
-		burst(c[i], s[i]);
+		t_burst_past_keep(c[i], s[i]);
 	}
 	/* The last burst drained just now: without a crowd, every burst would stay a second. */
 	start = t_ms();

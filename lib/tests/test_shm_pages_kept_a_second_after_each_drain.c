@@ -3,7 +3,6 @@
 /* Channels: shm */
 #include "shimtest.h"
 
-#define N		(FF_SHM_KEEP + (64u << 10))
 #define IDLE_MS		1000		/* FF_SHM_IDLE_MS */
 #define ROUNDS		3
 
@@ -13,16 +12,6 @@ static int64_t ms_since(const struct timespec *a)
 
 	clock_gettime(CLOCK_MONOTONIC, &b);
 	return (b.tv_sec - a->tv_sec) * 1000 + (b.tv_nsec - a->tv_nsec) / 1000000;
-}
-
-/* n bytes of 0xab from cfd to sfd (ring 0, past FF_SHM_KEEP), all read: the ring drained. */
-static void burst(int cfd, int sfd)
-{
-	static uint8_t out[N], in[N];
-
-	memset(out, 0xab, sizeof(out));
-	CHECK(send(cfd, out, N, MSG_DONTWAIT) == (ssize_t)N, "burst of %u not taken at once", N);
-	CHECK(recv(sfd, in, N, MSG_WAITALL) == (ssize_t)N && !memcmp(in, out, N), "burst lost");
 }
 
 static void case_own_drain(int cfd, int sfd, uint8_t *m)
@@ -37,9 +26,9 @@ static void case_own_drain(int cfd, int sfd, uint8_t *m)
 	CHECK(t_swapped(other_c), "the other pair is not on shm");
 	for (int i = 0; i < ROUNDS; i++) {
 		/* The other connection drains first: queued, due IDLE_MS from now. */
-		burst(other_c, other_s);
+		t_burst_past_keep(other_c, other_s);
 		nanosleep(&lead, NULL);	/* sets the case up: this burst drains later */
-		burst(cfd, sfd);
+		t_burst_past_keep(cfd, sfd);
 		clock_gettime(CLOCK_MONOTONIC, &drained);
 		/* Half of IDLE_MS after our drain (margin for the clock read after it): still there. */
 		/* The time after the look: a page read as zero was given back before it. */
