@@ -60,7 +60,8 @@ import (
 // The ledger's layout, in host byte order (PROTOCOL.md, "The ledger").
 const (
 	ledgerMagic        = "FFLG"
-	ledgerVersion      = 3
+	ledgerVersion      = 4
+	ledgerVersionWhole = 3 // no ledgerOffUsed: every entry may be live
 	ledgerHeaderSize   = 64
 	ledgerEntrySize    = 128
 	ledgerMaxSlots     = 1 << 16
@@ -70,6 +71,7 @@ const (
 	ledgerOffOpened    = 16 // header: u64, linked shm connections the process ever opened
 	ledgerOffOpenedTCP = 24 // header: u64, the same for linked host-tcp connections
 	ledgerOffNoLibrary = 32 // header: u64, connections accepted from peers without the library
+	ledgerOffUsed      = 40 // header: u32, entries handed out so far: every live one is below
 
 	entryOffSeq       = 0   // u32: odd while live
 	entryOffBytes     = 4   // u32: the shm memory the entry's channel holds
@@ -94,7 +96,7 @@ const ledgerSeals = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW
 type ledger struct {
 	self     directory.Container // the process's container
 	pid      int32               // the process
-	mem      []byte              // read-only, 64 + 64 * slots bytes, as checked at LEDGER
+	mem      []byte              // read-only, 64 + 128 * slots bytes, as checked at LEDGER
 	ino      uint64              // the memfd's inode: the same ledger sent again
 	dead     map[int]uint32      // entries found closed behind the library (verify): offset -> seq
 	verified time.Time           // of the last check of its entries
@@ -259,8 +261,8 @@ func checkLedgerHeader(mem []byte) error {
 	switch {
 	case magic != binary.NativeEndian.Uint32([]byte(ledgerMagic)):
 		bad = "it does not start with FFLG"
-	case version != ledgerVersion:
-		bad = "its version is not 3"
+	case version != ledgerVersion && version != ledgerVersionWhole:
+		bad = "its version is not 4 (or 3)"
 	case n != uint32(slots):
 		bad = "its slots do not match its size"
 	case entry != ledgerEntrySize:
@@ -406,12 +408,13 @@ func (l *ledger) each(fn func(ledgerEntry)) {
 }
 
 // read calls fn for every live entry of l, or with shmOnly for every live
-// shm entry (reason unread), reading only resident pages, until fn returns
-// false.
+// shm entry (reason unread), reading only entries handed out in resident
+// pages, until fn returns false.
 func (l *ledger) read(shmOnly bool, fn func(ledgerEntry) bool) {
 	page := os.Getpagesize()
-	resident := residentPages(l.mem, page)
-	for off := ledgerHeaderSize; off < len(l.mem); off += ledgerEntrySize {
+	end := ledgerHeaderSize + l.handedOut()*ledgerEntrySize
+	resident := residentPages(l.mem[:end], page)
+	for off := ledgerHeaderSize; off < end; off += ledgerEntrySize {
 		if resident != nil && resident[off/page]&1 == 0 {
 			// To the last entry that starts in this page (the loop steps
 			// past it): most of a ledger's pages were never written.
@@ -427,6 +430,20 @@ func (l *ledger) read(shmOnly bool, fn func(ledgerEntry) bool) {
 			return
 		}
 	}
+}
+
+// handedOut returns how many entries the library has handed out, as its
+// header says: every live one is below, and a budget check on every new
+// channel reads no page past them (mincore of all 2048 pages cost more
+// than the rest of the decision). A version 3 ledger does not say: all its
+// entries are read. A library that says less than it uses hides its own
+// connections, as it could by not listing them.
+func (l *ledger) handedOut() int {
+	slots := (len(l.mem) - ledgerHeaderSize) / ledgerEntrySize
+	if load32(l.mem, ledgerOffVersion) == ledgerVersionWhole {
+		return slots
+	}
+	return min(int(load32(l.mem, ledgerOffUsed)), slots)
 }
 
 // residentPages returns mincore's vector for mem (bit 0 of byte i: page i

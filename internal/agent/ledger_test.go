@@ -101,6 +101,9 @@ func entryOff(i int) int { return ledgerHeaderSize + i*ledgerEntrySize }
 // publish writes entry i's fields, then makes its seq odd, as the library
 // opens an entry.
 func (l *testLedger) publish(i int, f [entryFieldsEnd]byte) {
+	if used := l.word(ledgerOffUsed); atomic.LoadUint32(used) <= uint32(i) {
+		atomic.StoreUint32(used, uint32(i)+1) // handed out before it is published, as the library does
+	}
 	for w := 4; w < entryFieldsEnd; w += 4 {
 		atomic.StoreUint32(l.word(entryOff(i)+w), binary.NativeEndian.Uint32(f[w:]))
 	}
@@ -801,8 +804,8 @@ func TestLedgerVectors(t *testing.T) {
 		}
 		ep := func(ap netip.AddrPort) []byte { return protocol.Endpoint(protocol.AttrLocalEndpoint, ap).Value }
 		opened := (&ledger{mem: mem}).opened()
-		got := fmt.Sprintf("opened=%d opened_tcp=%d no_library=%d seq=%d bytes=%d path=%d local=%x remote=%x fd=%d ino=%d reason=%s",
-			opened.shm, opened.tcp, opened.noLibrary, load32(mem, ledgerHeaderSize), e.bytes, e.path, ep(e.local), ep(e.remote), e.fd, e.sock, e.reason)
+		got := fmt.Sprintf("opened=%d opened_tcp=%d no_library=%d used=%d seq=%d bytes=%d path=%d local=%x remote=%x fd=%d ino=%d reason=%s",
+			opened.shm, opened.tcp, opened.noLibrary, (&ledger{mem: mem}).handedOut(), load32(mem, ledgerHeaderSize), e.bytes, e.path, ep(e.local), ep(e.remote), e.fd, e.sock, e.reason)
 		if want := strings.Join(f[3:], " "); got != want {
 			t.Errorf("%s: read\n %s\nwant %s", f[0], got, want)
 		}
@@ -822,7 +825,7 @@ func TestLedgerLayoutVector(t *testing.T) {
 		"version": ledgerVersion, "hdr": ledgerHeaderSize, "entry": ledgerEntrySize, "slots_max": ledgerMaxSlots,
 		"off_version": ledgerOffVersion, "off_slots": ledgerOffSlots, "off_entry": ledgerOffEntry,
 		"off_opened": ledgerOffOpened, "off_opened_tcp": ledgerOffOpenedTCP, "off_no_library": ledgerOffNoLibrary,
-		"e_seq": entryOffSeq, "e_bytes": entryOffBytes, "e_local_len": entryOffLocalLen, "e_remote_len": entryOffRemoteLen,
+		"off_used": ledgerOffUsed, "e_seq": entryOffSeq, "e_bytes": entryOffBytes, "e_local_len": entryOffLocalLen, "e_remote_len": entryOffRemoteLen,
 		"e_path": entryOffPath, "e_reason_len": entryOffReasonLen, "e_local": entryOffLocal, "e_remote": entryOffRemote,
 		"e_reason": entryOffReason, "reason_max": entryMaxReason, "e_fd": entryOffFD, "e_ino": entryOffIno,
 	} {
@@ -884,6 +887,34 @@ func TestLedgerReadSkipsUnwrittenPages(t *testing.T) {
 	for i, b := range got {
 		if b != uint32(i) {
 			t.Fatalf("read entries %v; want 0..%d in slot order", got, len(slots)-1)
+		}
+	}
+}
+
+// TestLedgerReadStopsAtEntriesHandedOut: the agent reads a ledger's entries
+// only up to the count its header says were handed out (used), so a budget
+// check on each new channel does not look at all 2048 pages; a version 3
+// ledger, from a library before used, is read whole.
+func TestLedgerReadStopsAtEntriesHandedOut(t *testing.T) {
+	for _, tc := range []struct {
+		version uint32
+		want    int
+	}{{ledgerVersion, 2}, {ledgerVersionWhole, 3}} {
+		l := newTestLedger(t, 4096)
+		l.header(ledgerMagic, tc.version, 4096, ledgerEntrySize)
+		for i, s := range []int{0, 1, 40} {
+			l.put(s, uint32(i), selfCli(48700+i), selfSrv)
+		}
+		atomic.StoreUint32(l.word(ledgerOffUsed), 2) // slot 40 is past what the header says
+		mem, _, err := mapLedger(l.fd)
+		if err != nil {
+			t.Fatalf("version %d: %v", tc.version, err)
+		}
+		n := 0
+		(&ledger{mem: mem}).read(true, func(ledgerEntry) bool { n++; return true })
+		unix.Munmap(mem)
+		if n != tc.want {
+			t.Errorf("version %d: read %d entries, want %d", tc.version, n, tc.want)
 		}
 	}
 }

@@ -20,9 +20,12 @@
  *   may have restarted, empty) sends it again (listeners.c), as it re-sends
  *   LISTEN.
  * - 65536 entries (the agent lists as many connections at most) of 128
- *   bytes (room for a reason): the mapping is 8 MiB, but entries are
- *   reused lowest first, so only the pages of as many entries as were ever
- *   live at once are touched.
+ *   bytes (room for a reason): the mapping is 8 MiB, but an entry given
+ *   back is reused before a new one is handed out, so only the pages of as
+ *   many entries as were ever live at once are touched. The header says
+ *   how many were handed out (`used`), so the agent reads no further: it
+ *   reads a ledger on every new channel, and looking at all 2048 pages
+ *   cost it more than the rest of the decision.
  * - An entry is published seqlock-style (fields, then seq odd with a release
  *   store; seq even again at close); the agent takes it only when it reads
  *   the same odd seq before and after the fields.
@@ -145,8 +148,12 @@ uint64_t ff_ledger_reserve(void)
 	pthread_mutex_lock(&mu);
 	if (base && nfree)
 		e = (uint64_t)gen << 32 | (free_ix[--nfree] + 1u);
-	else if (base && used < SLOTS)
+	else if (base && used < SLOTS) {
 		e = (uint64_t)gen << 32 | ++used;
+		/* Before the entry is published: the agent reads up to it. */
+		atomic_store_explicit((_Atomic uint32_t *)(void *)(base + FF_LEDGER_OFF_USED), used,
+				      memory_order_release);
+	}
 	pthread_mutex_unlock(&mu);
 	return e;
 }

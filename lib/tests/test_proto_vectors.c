@@ -135,7 +135,7 @@ static void check_shm(const char *name, const uint8_t *wire, long n,
 }
 
 /*
- * "<name> ledger <hex> opened=<n> opened_tcp=<n> no_library=<n> seq=<n> bytes=<n> path=<n>
+ * "<name> ledger <hex> opened=<n> opened_tcp=<n> no_library=<n> used=<n> seq=<n> bytes=<n> path=<n>
  * local=<hex> remote=<hex> fd=<n> ino=<n> reason=<text>": a ledger of one slot, as the
  * library's FF_LEDGER_* constants lay it out (host byte order: the
  * vectors are those of a little-endian host).
@@ -145,16 +145,16 @@ static void check_ledger(const char *name, const uint8_t *wire, long n, const ch
 {
 	uint8_t l[FF_LEDGER_HDR + FF_LEDGER_ENTRY] = { 0 }, *e = l + FF_LEDGER_HDR;
 	unsigned long long opened, opened_tcp, no_library, ino;
-	unsigned seq, bytes, path;
+	unsigned used, seq, bytes, path;
 	int fd;
 	char local[40], remote[40];
 	uint32_t u32[3] = { FF_LEDGER_VERSION, 1, FF_LEDGER_ENTRY };
 	long ll, rl;
 	int at = -1;
 
-	if (sscanf(want, "opened=%llu opened_tcp=%llu no_library=%llu seq=%u bytes=%u path=%u "
+	if (sscanf(want, "opened=%llu opened_tcp=%llu no_library=%llu used=%u seq=%u bytes=%u path=%u "
 		   "local=%39s remote=%39s fd=%d ino=%llu reason=%n", &opened, &opened_tcp, &no_library,
-		   &seq, &bytes, &path, local, remote, &fd, &ino, &at) != 10 || at < 0) {
+		   &used, &seq, &bytes, &path, local, remote, &fd, &ino, &at) != 11 || at < 0) {
 		CHECK(0, "%s: cannot read the fields %s", name, want);
 		return;
 	}
@@ -165,6 +165,7 @@ static void check_ledger(const char *name, const uint8_t *wire, long n, const ch
 	memcpy(l + FF_LEDGER_OFF_OPENED, &(uint64_t){ opened }, 8);
 	memcpy(l + FF_LEDGER_OFF_OPENED_TCP, &(uint64_t){ opened_tcp }, 8);
 	memcpy(l + FF_LEDGER_OFF_NO_LIBRARY, &(uint64_t){ no_library }, 8);
+	memcpy(l + FF_LEDGER_OFF_USED, &(uint32_t){ used }, 4);
 	memcpy(e + FF_LEDGER_E_SEQ, &(uint32_t){ seq }, 4);
 	memcpy(e + FF_LEDGER_E_BYTES, &(uint32_t){ bytes }, 4);
 	ll = t_unhex(local, strlen(local), e + FF_LEDGER_E_LOCAL, FF_EP6_LEN);
@@ -217,6 +218,7 @@ static const struct layout_key ledger_keys[] = {
 	K("off_version", FF_LEDGER_OFF_VERSION), K("off_slots", FF_LEDGER_OFF_SLOTS),
 	K("off_entry", FF_LEDGER_OFF_ENTRY), K("off_opened", FF_LEDGER_OFF_OPENED),
 	K("off_opened_tcp", FF_LEDGER_OFF_OPENED_TCP), K("off_no_library", FF_LEDGER_OFF_NO_LIBRARY),
+	K("off_used", FF_LEDGER_OFF_USED),
 	K("e_seq", FF_LEDGER_E_SEQ), K("e_bytes", FF_LEDGER_E_BYTES),
 	K("e_local_len", FF_LEDGER_E_LOCAL_LEN), K("e_remote_len", FF_LEDGER_E_REMOTE_LEN),
 	K("e_path", FF_LEDGER_E_PATH), K("e_reason_len", FF_LEDGER_E_REASON_LEN),
