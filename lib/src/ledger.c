@@ -300,7 +300,7 @@ void ff_ledger_list_inherited(void)
 		e = ff_ledger_reserve();
 		if (!e)
 			break;
-		ff_ledger_publish(e, fd, &c->local, &c->remote,
+		ff_ledger_publish(e, fd, &c->ends.local, &c->ends.remote,
 				  c->kern_family == AF_UNIX ? FF_PATH_UNIX : FF_PATH_HOST_TCP, 0,
 				  c->moved ? "moved-down" : NULL, 0);
 		c->ledger = e;

@@ -356,12 +356,12 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 	struct said said = { .kind = FF_PATH_OVERLAY };
 
 	/* NEGOTIATING: c is this thread's alone (its SYN's names, read by accepted()). */
-	int named = msg == FF_MSG_ACCEPT && c->peer_nolib && c->local.ss_family != AF_UNSPEC;
+	int named = msg == FF_MSG_ACCEPT && c->peer_nolib && c->ends.local.ss_family != AF_UNSPEC;
 
 	if (msg == FF_MSG_CONNECT && c->offer)
 		ff_offer_peer(c->offer, &remote, &rl);
 	if (named) {
-		local = c->local, remote = c->remote;
+		local = c->ends.local, remote = c->ends.remote;
 		ll = rl = local.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
 	}
 	if (!named && (ff_real.getsockname(fd, (void *)&local, &ll) ||
@@ -390,10 +390,10 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 		listed = ff_ledger_reserve();
 	ff_table_lock();
 	c->answered = answered;
-	c->local = local;
-	c->local_len = ll;
-	c->remote = remote;
-	c->remote_len = rl;
+	c->ends.local = local;
+	c->ends.local_len = ll;
+	c->ends.remote = remote;
+	c->ends.remote_len = rl;
 	/* An accepting end of a cross-host link's connection resets its overlay socket later. */
 	decide(fd, c, fast, msg == FF_MSG_ACCEPT,
 	       msg == FF_MSG_ACCEPT && entry && fast && !h.shm ? &spare : NULL);

@@ -170,6 +170,12 @@ struct ff_opt {
 	int level, name, value;
 };
 
+/* The two ends of a connection, as getsockname/getpeername (or a link's offer) gave them. */
+struct ff_ends {
+	struct sockaddr_storage local, remote;
+	socklen_t local_len, remote_len;
+};
+
 /* One connection, shared by every fd that refers to it (dup, fork). */
 struct ff_conn {
 	int refs;			/* fds in this process's table */
@@ -180,8 +186,7 @@ struct ff_conn {
 	pid_t reg_pid;			/* listener: the process that LISTEN registered */
 	int answered;			/* the agent answered CONNECT/ACCEPT with a PATH */
 	int pending_fd;			/* PENDING/NEGOTIATING: the fd, for epoll matching */
-	struct sockaddr_storage local, remote;
-	socklen_t local_len, remote_len;
+	struct ff_ends ends;
 	struct ff_epreg *epregs;
 	int opts_set;			/* the application set a carried option (opts.c) */
 	int nopts;
