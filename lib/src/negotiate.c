@@ -343,12 +343,13 @@ static void list_answer(uint64_t entry, int fd, const struct ff_ends *e,
 			const struct ff_decision *d, int swapped, uint32_t ring)
 {
 	const struct said *said = &d->said;
-	uint8_t path = !swapped ? FF_PATH_OVERLAY : ring ? FF_PATH_SHM : said->kind;
-	const char *reason = swapped || said->kind == FF_PATH_OVERLAY ? said->reason
-								       : "swap-failed";
 
-	ff_ledger_publish(entry, fd, &e->local, &e->remote, path, ring ? FF_SHM_RESIDENT(ring) : 0,
-			  reason, said->nolib);
+	ff_ledger_publish(entry, &(struct ff_ledger_row){
+		.fd = fd, .ends = e,
+		.path = !swapped ? FF_PATH_OVERLAY : ring ? FF_PATH_SHM : said->kind,
+		.bytes = ring ? FF_SHM_RESIDENT(ring) : 0,
+		.reason = swapped || said->kind == FF_PATH_OVERLAY ? said->reason : "swap-failed",
+		.alone = said->nolib });
 }
 
 void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
@@ -409,8 +410,9 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 	pair = c->kern_family == AF_UNIX;
 	linked = d.entry != 0;	/* choose() keeps an entry only for a connection a link decided */
 	if (d.entry && swapped) {
-		ff_ledger_publish(d.entry, fd, &e.local, &e.remote, ring ? FF_PATH_SHM : FF_PATH_HOST_TCP,
-				  ring ? FF_SHM_RESIDENT(ring) : 0, NULL, 1);
+		ff_ledger_publish(d.entry, &(struct ff_ledger_row){
+			.fd = fd, .ends = &e, .path = ring ? FF_PATH_SHM : FF_PATH_HOST_TCP,
+			.bytes = ring ? FF_SHM_RESIDENT(ring) : 0, .alone = 1 });
 		c->ledger = d.entry;
 		d.entry = 0;
 	} else if (listed) {
