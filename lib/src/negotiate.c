@@ -306,7 +306,8 @@ static int ask_agent(uint8_t msg, const struct ff_ends *e, struct ff_decision *d
 }
 
 /*
- * The decision for an established connection between e's ends: over a
+ * The decision for an established connection between e's ends: the
+ * overlay for loopback and for a peer without the library, else over a
  * link if one decides it (then d->entry is its reserved ledger entry),
  * else by the agent. 0 with d->h filled for a fast path, -1 for the
  * overlay (d->why says why).
@@ -315,6 +316,17 @@ static int choose(struct ff_conn *c, uint8_t msg, const struct ff_ends *e, struc
 {
 	int linked = 0;
 
+	if (ff_skip_loopback(&e->local)) {
+		snprintf(d->why, sizeof(d->why), "loopback connection: not negotiated");
+		return -1;
+	}
+	if (msg == FF_MSG_ACCEPT && c->peer_nolib) {
+		snprintf(d->why, sizeof(d->why),
+			 "the peer has no library: its SYN carries no FreeFlow mark");
+		snprintf(d->said.reason, sizeof(d->said.reason), "peer-no-library");
+		d->said.nolib = 1;
+		return -1;
+	}
 	/* A linked connection is always listed: no free entry, no link. */
 	if ((msg == FF_MSG_CONNECT && c->offer) || msg == FF_MSG_ACCEPT)
 		d->entry = ff_ledger_reserve();
@@ -352,37 +364,64 @@ static void list_answer(uint64_t entry, int fd, const struct ff_ends *e,
 		.alone = said->nolib });
 }
 
+/*
+ * The two ends of c at fd, from the kernel; a connector over a link has
+ * its peer from the offer, and an accepted connection from a peer without
+ * the library has them from its SYN. -errno if fd is not connected.
+ */
+static int ends_of(int fd, struct ff_conn *c, uint8_t msg, struct ff_ends *e)
+{
+	int offered = msg == FF_MSG_CONNECT && c->offer;
+
+	e->local_len = sizeof(e->local);
+	e->remote_len = sizeof(e->remote);
+	if (offered)
+		ff_offer_peer(c->offer, &e->remote, &e->remote_len);
+	/* NEGOTIATING: c is this thread's alone (its SYN's names, read by accepted()). */
+	if (msg == FF_MSG_ACCEPT && c->peer_nolib && c->ends.local.ss_family != AF_UNSPEC) {
+		e->local = c->ends.local, e->remote = c->ends.remote;
+		e->local_len = e->remote_len = e->local.ss_family == AF_INET
+						       ? sizeof(struct sockaddr_in)
+						       : sizeof(struct sockaddr_in6);
+		return 0;
+	}
+	if (ff_real.getsockname(fd, (void *)&e->local, &e->local_len) ||
+	    (!offered && ff_real.getpeername(fd, (void *)&e->remote, &e->remote_len)))
+		return -errno;
+	return 0;
+}
+
+/*
+ * Keep the link the PATH carried for the connections that follow, or close
+ * it. A link is used only once the agent has the ledger its connections go in.
+ */
+static void keep_link(uint8_t msg, const struct ff_ends *e, const struct path_link *link,
+		      int swapped, uint32_t ring)
+{
+	if (!swapped || !link->ttl_ms || (ring && atomic_load(&ff_shm_avoided)) ||
+	    ff_ledger_ready() != 0) {
+		if (link->fd >= 0)
+			ff_real.close(link->fd);
+	} else if (ring) {
+		ff_link_add(link->fd, msg == FF_MSG_ACCEPT, &e->local, &e->remote, link->ttl_ms,
+			    ring);
+	} else {
+		ff_xlink_add(&e->local, &e->remote, link->ttl_ms, link->name, link->fd,
+			     link->token);
+	}
+}
+
 void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 {
 	struct ff_ends e;
 	struct ff_decision d = { .h.chan = -1, .link.fd = -1, .said.kind = FF_PATH_OVERLAY };
 	struct ff_handover *fast = NULL;
-	int swapped, spare = -1, linked, pair;
+	int ret = ends_of(fd, c, msg, &e), swapped, spare = -1, linked, pair;
 	uint32_t ring = 0;
 	uint64_t listed = 0;
 
-	/* NEGOTIATING: c is this thread's alone (its SYN's names, read by accepted()). */
-	int named = msg == FF_MSG_ACCEPT && c->peer_nolib && c->ends.local.ss_family != AF_UNSPEC;
-
-	e.local_len = sizeof(e.local);
-	e.remote_len = sizeof(e.remote);
-	if (msg == FF_MSG_CONNECT && c->offer)
-		ff_offer_peer(c->offer, &e.remote, &e.remote_len);
-	if (named) {
-		e.local = c->ends.local, e.remote = c->ends.remote;
-		e.local_len = e.remote_len = e.local.ss_family == AF_INET ? sizeof(struct sockaddr_in)
-									  : sizeof(struct sockaddr_in6);
-	}
-	if (!named && (ff_real.getsockname(fd, (void *)&e.local, &e.local_len) ||
-		       (!(msg == FF_MSG_CONNECT && c->offer) &&
-			ff_real.getpeername(fd, (void *)&e.remote, &e.remote_len)))) {
-		snprintf(d.why, sizeof(d.why), "not connected: %s", strerror(errno));
-	} else if (ff_skip_loopback(&e.local)) {
-		snprintf(d.why, sizeof(d.why), "loopback connection: not negotiated");
-	} else if (msg == FF_MSG_ACCEPT && c->peer_nolib) {
-		snprintf(d.why, sizeof(d.why), "the peer has no library: its SYN carries no FreeFlow mark");
-		snprintf(d.said.reason, sizeof(d.said.reason), "peer-no-library");
-		d.said.nolib = 1;
+	if (ret < 0) {
+		snprintf(d.why, sizeof(d.why), "not connected: %s", strerror(-ret));
 	} else if (choose(c, msg, &e, &d) == 0) {
 		fast = &d.h;
 		ring = d.h.shm ? (uint32_t)d.h.shm->size : 0;
@@ -427,16 +466,7 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 	ff_table_unlock();
 	ff_ledger_release(d.entry);
 	ff_ledger_release(listed);
-	/* A link is used only once the agent has the ledger its connections go in. */
-	if (!swapped || !d.link.ttl_ms || (ring && atomic_load(&ff_shm_avoided)) ||
-	    ff_ledger_ready() != 0) {
-		if (d.link.fd >= 0)
-			ff_real.close(d.link.fd);
-	} else if (ring) {
-		ff_link_add(d.link.fd, msg == FF_MSG_ACCEPT, &e.local, &e.remote, d.link.ttl_ms, ring);
-	} else {
-		ff_xlink_add(&e.local, &e.remote, d.link.ttl_ms, d.link.name, d.link.fd, d.link.token);
-	}
+	keep_link(msg, &e, &d.link, swapped, ring);
 	if (spare >= 0)
 		ff_xlink_close_later(spare);
 	if (fast)
