@@ -150,10 +150,10 @@ static int put_entry(struct out *o, int fd, const struct ff_conn *c, unsigned lo
 	if (c->moved)
 		put_c(o, 'm');
 	put_c(o, ',');
-	put_hex(o, &c->local, c->local_len);
+	put_hex(o, &c->ends.local, c->ends.local_len);
 	put_c(o, ',');
 	if (c->state == FF_ST_SWAPPED) {
-		put_hex(o, &c->remote, c->remote_len);
+		put_hex(o, &c->ends.remote, c->ends.remote_len);
 	} else {
 		put_c(o, 'L');
 		put_u(o, (unsigned int)c->reg_pid, 10);
@@ -513,13 +513,13 @@ static int parse_conn(char *p, struct ff_conn *c)
 {
 	int listener;
 
-	if (parse_addr(&p, &c->local, &c->local_len) || *p++ != ',')
+	if (parse_addr(&p, &c->ends.local, &c->ends.local_len) || *p++ != ',')
 		return -1;
 	listener = *p == 'L';
 	if (listener)
 		parse_listener(&p, c);
-	else if (parse_addr(&p, &c->remote, &c->remote_len) ||
-		 c->local.ss_family != c->remote.ss_family)
+	else if (parse_addr(&p, &c->ends.remote, &c->ends.remote_len) ||
+		 c->ends.local.ss_family != c->ends.remote.ss_family)
 		return -1;
 	else
 		c->state = FF_ST_SWAPPED;
@@ -552,7 +552,7 @@ static int parse_entry(char *e, struct desc *d)
 		ff_conn_free(c);
 		return -1;
 	}
-	c->family = c->local.ss_family;
+	c->family = c->ends.local.ss_family;
 	c->kern_family = d->kern;
 	c->moved = d->moved;
 	/* Listed in this image's ledger (ff_ledger_inherited), so CLOSED at its last close. */

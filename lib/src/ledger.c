@@ -196,9 +196,7 @@ static void put_state(uint8_t *p, int fd, uint8_t path, uint32_t bytes, const ch
 	*(uint64_t *)(void *)(p + FF_LEDGER_E_INO) = fstat(fd, &st) ? 0 : (uint64_t)st.st_ino;
 }
 
-void ff_ledger_publish(uint64_t e, int fd, const struct sockaddr_storage *local,
-		       const struct sockaddr_storage *remote, uint8_t path, uint32_t bytes,
-		       const char *reason, int alone)
+void ff_ledger_publish(uint64_t e, const struct ff_ledger_row *row)
 {
 	int64_t i;
 	uint8_t *p;
@@ -208,15 +206,15 @@ void ff_ledger_publish(uint64_t e, int fd, const struct sockaddr_storage *local,
 	i = index_of(e);
 	if (i >= 0) {
 		p = base + HDR + (size_t)i * ENTRY;
-		ll = ff_endpoint(local, p + FF_LEDGER_E_LOCAL);
-		rl = ff_endpoint(remote, p + FF_LEDGER_E_REMOTE);
+		ll = ff_endpoint(&row->ends->local, p + FF_LEDGER_E_LOCAL);
+		rl = ff_endpoint(&row->ends->remote, p + FF_LEDGER_E_REMOTE);
 		p[FF_LEDGER_E_LOCAL_LEN] = ll > 0 ? (uint8_t)ll : 0;
 		p[FF_LEDGER_E_REMOTE_LEN] = rl > 0 ? (uint8_t)rl : 0;
-		put_state(p, fd, path, bytes, reason);
-		if (alone) {	/* the agent counts what it answered itself */
-			size_t at = path == FF_PATH_SHM	       ? FF_LEDGER_OFF_OPENED
-				    : path == FF_PATH_OVERLAY ? FF_LEDGER_OFF_NO_LIBRARY
-							      : FF_LEDGER_OFF_OPENED_TCP;
+		put_state(p, row->fd, row->path, row->bytes, row->reason);
+		if (row->alone) {	/* the agent counts what it answered itself */
+			size_t at = row->path == FF_PATH_SHM	    ? FF_LEDGER_OFF_OPENED
+				    : row->path == FF_PATH_OVERLAY ? FF_LEDGER_OFF_NO_LIBRARY
+								   : FF_LEDGER_OFF_OPENED_TCP;
 
 			atomic_fetch_add_explicit((_Atomic uint64_t *)(void *)(base + at), 1,
 						  memory_order_relaxed);
@@ -307,9 +305,10 @@ void ff_ledger_list_inherited(void)
 		e = ff_ledger_reserve();
 		if (!e)
 			break;
-		ff_ledger_publish(e, fd, &c->local, &c->remote,
-				  c->kern_family == AF_UNIX ? FF_PATH_UNIX : FF_PATH_HOST_TCP, 0,
-				  c->moved ? "moved-down" : NULL, 0);
+		ff_ledger_publish(e, &(struct ff_ledger_row){
+			.fd = fd, .ends = &c->ends,
+			.path = c->kern_family == AF_UNIX ? FF_PATH_UNIX : FF_PATH_HOST_TCP,
+			.reason = c->moved ? "moved-down" : NULL });
 		c->ledger = e;
 	}
 	ff_table_unlock();

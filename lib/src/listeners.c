@@ -73,8 +73,8 @@ static int next_listener(int fd, struct sockaddr_storage *local)
 		struct ff_conn *c = ff_fd_slot(fd)->conn;
 
 		/* A listener whose listen() has not named it yet announces itself. */
-		if (c && c->state == FF_ST_LISTEN && c->local.ss_family && !c->withdrawn) {
-			*local = c->local;
+		if (c && c->state == FF_ST_LISTEN && c->ends.local.ss_family && !c->withdrawn) {
+			*local = c->ends.local;
 			break;
 		}
 	}
@@ -94,7 +94,7 @@ static int note_answer(int fd, const struct sockaddr_storage *local, int ok)
 
 	ff_table_lock();
 	c = ff_fd_slot(fd)->conn;
-	if (c && c->state == FF_ST_LISTEN && !memcmp(&c->local, local, sizeof(*local))) {
+	if (c && c->state == FF_ST_LISTEN && !memcmp(&c->ends.local, local, sizeof(*local))) {
 		if (c->withdrawn)
 			undo = ok;
 		else
@@ -138,7 +138,7 @@ void ff_listener_withdraw(int fd, const char *why)
 		c->withdrawn = found = 1;
 		mine = c->registered && c->reg_pid == getpid();
 		c->registered = 0;	/* what it accepts is not negotiated, nor carried by exec */
-		local = c->local;
+		local = c->ends.local;
 		if (!c->app_saves_syn)
 			ff_syn_keep(fd, 0);	/* nor read */
 	}

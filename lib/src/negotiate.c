@@ -75,6 +75,24 @@ struct path_link {
 	uint8_t token[FF_TOKEN_LEN];
 };
 
+/* What the agent answered, as the ledger lists it: its path kind and REASON. */
+struct said {
+	uint8_t kind;
+	char reason[65];
+	int unanswered;		/* asked, but no answer came: listed by this library alone */
+	int nolib;		/* not asked: the peer has no library; listed and counted by this library */
+};
+
+/* What was decided for one connection, filled by choose(). */
+struct ff_decision {
+	struct ff_handover h;	/* a fast path: its channel, for shm its mapping (chan -1: none) */
+	struct path_link link;	/* a link the PATH carried (ttl_ms 0: none) */
+	struct said said;	/* what the agent said, for the ledger */
+	int answered;		/* the agent answered with a PATH: it lists it until CLOSED */
+	uint64_t entry;		/* ledger entry reserved for a connection a link decided; 0: none */
+	char why[160];		/* the overlay: why (FREEFLOW_DEBUG) */
+};
+
 /* A host-tcp PATH's link, if it carries one whole; the listener is r->fds[1]. */
 static void read_xlink(struct ff_reply *r, uint8_t msg, struct path_link *link)
 {
@@ -96,13 +114,12 @@ static void read_xlink(struct ff_reply *r, uint8_t msg, struct path_link *link)
 }
 
 /*
- * Say why a reply means overlay in why and return -1, or fill h and return
- * 0. shm (docs/SHM.md): [bell socket, memfd] and perhaps a link (LINK_TTL
- * says so), which goes to *link; the memfd is mapped (msg says our role)
- * and closed here, the mapping keeps the memory.
+ * Say why a reply means overlay in d->why and return -1, or fill d->h and
+ * return 0. shm (docs/SHM.md): [bell socket, memfd] and perhaps a link
+ * (LINK_TTL says so), which goes to d->link; the memfd is mapped (msg says
+ * our role) and closed here, the mapping keeps the memory.
  */
-static int read_path(struct ff_reply *r, uint8_t msg, struct ff_handover *h,
-		     struct path_link *link, char *why, size_t cap)
+static int read_path(struct ff_reply *r, uint8_t msg, struct ff_decision *d)
 {
 	const struct ff_attr *kind = ff_msg_get(&r->msg, FF_ATTR_PATH_KIND);
 	const struct ff_attr *reason = ff_msg_get(&r->msg, FF_ATTR_REASON);
@@ -111,53 +128,55 @@ static int read_path(struct ff_reply *r, uint8_t msg, struct ff_handover *h,
 	unsigned k, nfds;
 
 	if (r->msg.type == FF_MSG_ERROR) {
-		snprintf(why, cap, "agent answered ERROR %u",
+		snprintf(d->why, sizeof(d->why), "agent answered ERROR %u",
 			 ff_attr_u32(ff_msg_get(&r->msg, FF_ATTR_ERR_CODE)));
 		return -1;
 	}
 	if (!kind) {
-		snprintf(why, cap, "agent's PATH has no PATH_KIND");
+		snprintf(d->why, sizeof(d->why), "agent's PATH has no PATH_KIND");
 		return -1;
 	}
 	k = ff_attr_u8(kind);
 	if (k == FF_PATH_OVERLAY) {
-		snprintf(why, cap, "agent chose overlay (%.*s)", reason ? reason->len : 4,
-			 reason ? (const char *)reason->val : "none");
+		snprintf(d->why, sizeof(d->why), "agent chose overlay (%.*s)",
+			 reason ? reason->len : 4, reason ? (const char *)reason->val : "none");
 		return -1;
 	}
 	if (k != FF_PATH_UNIX && k != FF_PATH_HOST_TCP && k != FF_PATH_SHM) {
-		snprintf(why, cap, "path kind %u is not supported", k);
+		snprintf(d->why, sizeof(d->why), "path kind %u is not supported", k);
 		return -1;
 	}
 	/* A host-tcp PATH's second fd is its link's listener; one we cannot use is closed. */
 	if (k == FF_PATH_HOST_TCP)
-		read_xlink(r, msg, link);
+		read_xlink(r, msg, &d->link);
 	nfds = k == FF_PATH_SHM ? 2 + (ttl != NULL) : 1;
 	if (r->nfds != nfds && !(k == FF_PATH_HOST_TCP && r->nfds == 2)) {
-		snprintf(why, cap, "PATH kind %u carried %u fds, not %u", k, r->nfds, nfds);
+		snprintf(d->why, sizeof(d->why), "PATH kind %u carried %u fds, not %u", k, r->nfds,
+			 nfds);
 		return -1;
 	}
 	if (!ff_is_socket(r->fds[0], SOCK_STREAM, k == FF_PATH_SHM)) {
-		snprintf(why, cap, "the handed fd is not a%s stream socket",
+		snprintf(d->why, sizeof(d->why), "the handed fd is not a%s stream socket",
 			 k == FF_PATH_SHM ? "n AF_UNIX" : "");
 		return -1;
 	}
 	if (nfds == 3 && !ff_is_socket(r->fds[2], SOCK_SEQPACKET, 1)) {
-		snprintf(why, cap, "the handed link is not an AF_UNIX seqpacket socket");
+		snprintf(d->why, sizeof(d->why),
+			 "the handed link is not an AF_UNIX seqpacket socket");
 		return -1;
 	}
-	h->shm = NULL;
+	d->h.shm = NULL;
 	if (k == FF_PATH_SHM &&
 	    ff_shm_open(r->fds[1], msg == FF_MSG_CONNECT ? FF_SHM_CONNECTOR : FF_SHM_ACCEPTOR,
-			&h->shm, &what) < 0) {
-		snprintf(why, cap, "shared memory refused: %s", what);
+			&d->h.shm, &what) < 0) {
+		snprintf(d->why, sizeof(d->why), "shared memory refused: %s", what);
 		return -1;
 	}
 	if (k == FF_PATH_SHM)
 		ff_real.close(r->fds[1]);
 	if (nfds == 3)
-		*link = (struct path_link){ r->fds[2], ff_attr_u32(ttl), 0, { 0 } };
-	h->chan = r->fds[0];
+		d->link = (struct path_link){ r->fds[2], ff_attr_u32(ttl), 0, { 0 } };
+	d->h.chan = r->fds[0];
 	r->nfds = 0;
 	return 0;
 }
@@ -246,14 +265,6 @@ static void decide(int fd, struct ff_conn *c, struct ff_handover *h, int accepti
 	ff_conn_forget_epregs(c);
 }
 
-/* What the agent answered, as the ledger lists it: its path kind and REASON. */
-struct said {
-	uint8_t kind;
-	char reason[65];
-	int unanswered;		/* asked, but no answer came: listed by this library alone */
-	int nolib;		/* not asked: the peer has no library; listed and counted by this library */
-};
-
 /* Note in *said what PATH r says. */
 static void note_said(const struct ff_reply *r, struct said *said)
 {
@@ -269,115 +280,151 @@ static void note_said(const struct ff_reply *r, struct said *said)
 }
 
 /*
- * Ask the agent about an established connection: 0 with h filled, or -1
- * (why says). *answered: the agent answered with a PATH, noted in *said.
+ * Ask the agent about an established connection: 0 with d->h filled, or -1
+ * (d->why says). d->answered: the agent answered with a PATH, noted in d->said.
  */
-static int ask_agent(uint8_t msg, const struct sockaddr_storage *local,
-		     const struct sockaddr_storage *remote, struct ff_handover *h,
-		     struct path_link *link, int *answered, struct said *said, char *why, size_t cap)
+static int ask_agent(uint8_t msg, const struct ff_ends *e, struct ff_decision *d)
 {
 	struct ff_reply r;
-	int ret = ff_ask(msg, local, remote, &r), fast = -1;
+	int ret = ff_ask(msg, &e->local, &e->remote, &r), fast = -1;
 
 	if (ret < 0) {
-		snprintf(why, cap, ret == -FF_ELIMIT ? "%s" : "agent unreachable: %s", ff_agent_strerror(ret));
-		snprintf(said->reason, sizeof(said->reason), "%s",
+		snprintf(d->why, sizeof(d->why), ret == -FF_ELIMIT ? "%s" : "agent unreachable: %s",
+			 ff_agent_strerror(ret));
+		snprintf(d->said.reason, sizeof(d->said.reason), "%s",
 			 ret == -FF_ELIMIT ? "agent-limit" : "agent-unreachable");
-		said->unanswered = 1;
+		d->said.unanswered = 1;
 		return -1;
 	}
-	fast = read_path(&r, msg, h, link, why, cap);
+	fast = read_path(&r, msg, d);
 	/* A PATH, whatever it says, is listed by the agent until CLOSED. */
-	*answered = r.msg.type == FF_MSG_PATH;
-	if (*answered)
-		note_said(&r, said);
+	d->answered = r.msg.type == FF_MSG_PATH;
+	if (d->answered)
+		note_said(&r, &d->said);
 	ff_reply_close_fds(&r);
 	return fast;
 }
 
 /*
- * The decision for an established connection: over a link if one decides
- * it (then *entry is its reserved ledger entry), else by the agent. 0 with
- * h filled for a fast path, -1 for the overlay (why says why).
+ * The decision for an established connection between e's ends: the
+ * overlay for loopback and for a peer without the library, else over a
+ * link if one decides it (then d->entry is its reserved ledger entry),
+ * else by the agent. 0 with d->h filled for a fast path, -1 for the
+ * overlay (d->why says why).
  */
-static int choose(struct ff_conn *c, uint8_t msg, const struct sockaddr_storage *local,
-		  const struct sockaddr_storage *remote, struct ff_handover *h,
-		  struct path_link *link, int *answered, struct said *said, uint64_t *entry,
-		  char *why, size_t cap)
+static int choose(struct ff_conn *c, uint8_t msg, const struct ff_ends *e, struct ff_decision *d)
 {
 	int linked = 0;
 
+	if (ff_skip_loopback(&e->local)) {
+		snprintf(d->why, sizeof(d->why), "loopback connection: not negotiated");
+		return -1;
+	}
+	if (msg == FF_MSG_ACCEPT && c->peer_nolib) {
+		snprintf(d->why, sizeof(d->why),
+			 "the peer has no library: its SYN carries no FreeFlow mark");
+		snprintf(d->said.reason, sizeof(d->said.reason), "peer-no-library");
+		d->said.nolib = 1;
+		return -1;
+	}
 	/* A linked connection is always listed: no free entry, no link. */
 	if ((msg == FF_MSG_CONNECT && c->offer) || msg == FF_MSG_ACCEPT)
-		*entry = ff_ledger_reserve();
+		d->entry = ff_ledger_reserve();
 	if (msg == FF_MSG_CONNECT && c->offer) {
-		if (*entry)
-			linked = ff_offer_settle(c, h);
+		if (d->entry)
+			linked = ff_offer_settle(c, &d->h);
 		else
 			ff_offer_free(c->offer);
 		c->offer = NULL;
-	} else if (msg == FF_MSG_ACCEPT && *entry) {
-		linked = ff_link_take(local, remote, h);
+	} else if (msg == FF_MSG_ACCEPT && d->entry) {
+		linked = ff_link_take(&e->local, &e->remote, &d->h);
 	}
 	if (linked)
 		return 0;
-	ff_ledger_release(*entry);
-	*entry = 0;
-	return ask_agent(msg, local, remote, h, link, answered, said, why, cap);
+	ff_ledger_release(d->entry);
+	d->entry = 0;
+	return ask_agent(msg, e, d);
 }
 
 /*
- * List the connection the agent answered (said) in entry e: what it is now,
- * swapped onto the agent's path or on the overlay; swap-failed: the agent
- * answered a fast path this end could not take (FREEFLOW_DEBUG says why).
+ * List the connection the agent answered (d->said) in entry: what it is
+ * now, swapped onto the agent's path or on the overlay; swap-failed: the
+ * agent answered a fast path this end could not take (FREEFLOW_DEBUG says why).
  */
-static void list_answer(uint64_t e, int fd, const struct sockaddr_storage *local,
-			const struct sockaddr_storage *remote, int swapped, uint32_t ring,
-			const struct said *said)
+static void list_answer(uint64_t entry, int fd, const struct ff_ends *e,
+			const struct ff_decision *d, int swapped, uint32_t ring)
 {
-	uint8_t path = !swapped ? FF_PATH_OVERLAY : ring ? FF_PATH_SHM : said->kind;
-	const char *reason = swapped || said->kind == FF_PATH_OVERLAY ? said->reason
-								       : "swap-failed";
+	const struct said *said = &d->said;
 
-	ff_ledger_publish(e, fd, local, remote, path, ring ? FF_SHM_RESIDENT(ring) : 0, reason,
-			  said->nolib);
+	ff_ledger_publish(entry, &(struct ff_ledger_row){
+		.fd = fd, .ends = e,
+		.path = !swapped ? FF_PATH_OVERLAY : ring ? FF_PATH_SHM : said->kind,
+		.bytes = ring ? FF_SHM_RESIDENT(ring) : 0,
+		.reason = swapped || said->kind == FF_PATH_OVERLAY ? said->reason : "swap-failed",
+		.alone = said->nolib });
+}
+
+/*
+ * The two ends of c at fd, from the kernel; a connector over a link has
+ * its peer from the offer, and an accepted connection from a peer without
+ * the library has them from its SYN. -errno if fd is not connected.
+ */
+static int ends_of(int fd, struct ff_conn *c, uint8_t msg, struct ff_ends *e)
+{
+	int offered = msg == FF_MSG_CONNECT && c->offer;
+
+	e->local_len = sizeof(e->local);
+	e->remote_len = sizeof(e->remote);
+	if (offered)
+		ff_offer_peer(c->offer, &e->remote, &e->remote_len);
+	/* NEGOTIATING: c is this thread's alone (its SYN's names, read by accepted()). */
+	if (msg == FF_MSG_ACCEPT && c->peer_nolib && c->ends.local.ss_family != AF_UNSPEC) {
+		e->local = c->ends.local, e->remote = c->ends.remote;
+		e->local_len = e->remote_len = e->local.ss_family == AF_INET
+						       ? sizeof(struct sockaddr_in)
+						       : sizeof(struct sockaddr_in6);
+		return 0;
+	}
+	if (ff_real.getsockname(fd, (void *)&e->local, &e->local_len) ||
+	    (!offered && ff_real.getpeername(fd, (void *)&e->remote, &e->remote_len)))
+		return -errno;
+	return 0;
+}
+
+/*
+ * Keep the link the PATH carried for the connections that follow, or close
+ * it. A link is used only once the agent has the ledger its connections go in.
+ */
+static void keep_link(uint8_t msg, const struct ff_ends *e, const struct path_link *link,
+		      int swapped, uint32_t ring)
+{
+	if (!swapped || !link->ttl_ms || (ring && atomic_load(&ff_shm_avoided)) ||
+	    ff_ledger_ready() != 0) {
+		if (link->fd >= 0)
+			ff_real.close(link->fd);
+	} else if (ring) {
+		ff_link_add(link->fd, msg == FF_MSG_ACCEPT, &e->local, &e->remote, link->ttl_ms,
+			    ring);
+	} else {
+		ff_xlink_add(&e->local, &e->remote, link->ttl_ms, link->name, link->fd,
+			     link->token);
+	}
 }
 
 void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 {
-	struct sockaddr_storage local, remote;
-	socklen_t ll = sizeof(local), rl = sizeof(remote);
-	struct ff_handover h = { .chan = -1 }, *fast = NULL;
-	struct path_link link = { .fd = -1 };
-	char why[160] = "";
-	int answered = 0, swapped, spare = -1, linked, pair;
+	struct ff_ends e;
+	struct ff_decision d = { .h.chan = -1, .link.fd = -1, .said.kind = FF_PATH_OVERLAY };
+	struct ff_handover *fast = NULL;
+	int ret = ends_of(fd, c, msg, &e), swapped, spare = -1, linked, pair;
 	uint32_t ring = 0;
-	uint64_t entry = 0, listed = 0;
-	struct said said = { .kind = FF_PATH_OVERLAY };
+	uint64_t listed = 0;
 
-	/* NEGOTIATING: c is this thread's alone (its SYN's names, read by accepted()). */
-	int named = msg == FF_MSG_ACCEPT && c->peer_nolib && c->local.ss_family != AF_UNSPEC;
-
-	if (msg == FF_MSG_CONNECT && c->offer)
-		ff_offer_peer(c->offer, &remote, &rl);
-	if (named) {
-		local = c->local, remote = c->remote;
-		ll = rl = local.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
-	}
-	if (!named && (ff_real.getsockname(fd, (void *)&local, &ll) ||
-		       (!(msg == FF_MSG_CONNECT && c->offer) &&
-			ff_real.getpeername(fd, (void *)&remote, &rl)))) {
-		snprintf(why, sizeof(why), "not connected: %s", strerror(errno));
-	} else if (ff_skip_loopback(&local)) {
-		snprintf(why, sizeof(why), "loopback connection: not negotiated");
-	} else if (msg == FF_MSG_ACCEPT && c->peer_nolib) {
-		snprintf(why, sizeof(why), "the peer has no library: its SYN carries no FreeFlow mark");
-		snprintf(said.reason, sizeof(said.reason), "peer-no-library");
-		said.nolib = 1;
-	} else if (choose(c, msg, &local, &remote, &h, &link, &answered, &said, &entry, why,
-			  sizeof(why)) == 0) {
-		fast = &h;
-		ring = h.shm ? (uint32_t)h.shm->size : 0;
+	if (ret < 0) {
+		snprintf(d.why, sizeof(d.why), "not connected: %s", strerror(-ret));
+	} else if (choose(c, msg, &e, &d) == 0) {
+		fast = &d.h;
+		ring = d.h.shm ? (uint32_t)d.h.shm->size : 0;
 	}
 	/*
 	 * What the agent answered goes into the ledger too: a restarted agent
@@ -385,58 +432,47 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 	 * refused us), if the agent already has the ledger: sending it now
 	 * would wait for the agent again.
 	 */
-	if (((answered || said.nolib) && ff_ledger_ready() == 0) ||
-	    (said.unanswered && ff_ledger_held()))
+	if (((d.answered || d.said.nolib) && ff_ledger_ready() == 0) ||
+	    (d.said.unanswered && ff_ledger_held()))
 		listed = ff_ledger_reserve();
 	ff_table_lock();
-	c->answered = answered;
-	c->local = local;
-	c->local_len = ll;
-	c->remote = remote;
-	c->remote_len = rl;
+	c->answered = d.answered;
+	c->ends = e;
 	/* An accepting end of a cross-host link's connection resets its overlay socket later. */
 	decide(fd, c, fast, msg == FF_MSG_ACCEPT,
-	       msg == FF_MSG_ACCEPT && entry && fast && !h.shm ? &spare : NULL);
+	       msg == FF_MSG_ACCEPT && d.entry && fast && !d.h.shm ? &spare : NULL);
 	swapped = c->state == FF_ST_SWAPPED;
 	if (swapped)
 		c->syn_marked = 0;	/* that socket is gone */
 	else if (ff_fd_slot(fd)->conn == c)
 		ff_syn_unmark(fd, c);
 	pair = c->kern_family == AF_UNIX;
-	linked = entry != 0;	/* choose() keeps an entry only for a connection a link decided */
-	if (entry && swapped) {
-		ff_ledger_publish(entry, fd, &local, &remote, ring ? FF_PATH_SHM : FF_PATH_HOST_TCP,
-				  ring ? FF_SHM_RESIDENT(ring) : 0, NULL, 1);
-		c->ledger = entry;
-		entry = 0;
+	linked = d.entry != 0;	/* choose() keeps an entry only for a connection a link decided */
+	if (d.entry && swapped) {
+		ff_ledger_publish(d.entry, &(struct ff_ledger_row){
+			.fd = fd, .ends = &e, .path = ring ? FF_PATH_SHM : FF_PATH_HOST_TCP,
+			.bytes = ring ? FF_SHM_RESIDENT(ring) : 0, .alone = 1 });
+		c->ledger = d.entry;
+		d.entry = 0;
 	} else if (listed) {
-		list_answer(listed, fd, &local, &remote, swapped, ring, &said);
+		list_answer(listed, fd, &e, &d, swapped, ring);
 		c->ledger = listed;
 		listed = 0;
 	}
-	if (h.shm)
-		ff_shm_put(h.shm);	/* the swap failed: not attached */
+	if (d.h.shm)
+		ff_shm_put(d.h.shm);	/* the swap failed: not attached */
 	if (ff_conn_unref(c))
 		ff_conn_free(c);
 	ff_table_unlock();
-	ff_ledger_release(entry);
+	ff_ledger_release(d.entry);
 	ff_ledger_release(listed);
-	/* A link is used only once the agent has the ledger its connections go in. */
-	if (!swapped || !link.ttl_ms || (ring && atomic_load(&ff_shm_avoided)) ||
-	    ff_ledger_ready() != 0) {
-		if (link.fd >= 0)
-			ff_real.close(link.fd);
-	} else if (ring) {
-		ff_link_add(link.fd, msg == FF_MSG_ACCEPT, &local, &remote, link.ttl_ms, ring);
-	} else {
-		ff_xlink_add(&local, &remote, link.ttl_ms, link.name, link.fd, link.token);
-	}
+	keep_link(msg, &e, &d.link, swapped, ring);
 	if (spare >= 0)
 		ff_xlink_close_later(spare);
 	if (fast)
-		ff_real.close(h.chan);
+		ff_real.close(d.h.chan);
 	else
-		ff_fallback(fd, "%s", why);
+		ff_fallback(fd, "%s", d.why);
 	if (swapped)
 		ff_debug("fd %d swapped to %s, decided %s", fd,
 			 ring ? "shm" : pair ? "a socket pair" : "host tcp",

@@ -170,6 +170,12 @@ struct ff_opt {
 	int level, name, value;
 };
 
+/* The two ends of a connection, as getsockname/getpeername (or a link's offer) gave them. */
+struct ff_ends {
+	struct sockaddr_storage local, remote;
+	socklen_t local_len, remote_len;
+};
+
 /* One connection, shared by every fd that refers to it (dup, fork). */
 struct ff_conn {
 	int refs;			/* fds in this process's table */
@@ -180,8 +186,7 @@ struct ff_conn {
 	pid_t reg_pid;			/* listener: the process that LISTEN registered */
 	int answered;			/* the agent answered CONNECT/ACCEPT with a PATH */
 	int pending_fd;			/* PENDING/NEGOTIATING: the fd, for epoll matching */
-	struct sockaddr_storage local, remote;
-	socklen_t local_len, remote_len;
+	struct ff_ends ends;
 	struct ff_epreg *epregs;
 	int opts_set;			/* the application set a carried option (opts.c) */
 	int nopts;
@@ -456,16 +461,22 @@ int ff_ledger_ready(void);
 int ff_ledger_held(void);
 /* Reserve an entry for a connection about to be decided; 0: none free (or no ledger). */
 uint64_t ff_ledger_reserve(void);
-/*
- * Fill reserved entry e for the connection local -> remote at fd on path
- * (bytes of shm; reason: why overlay, or why unix is not shm, NULL none)
- * and list it; alone: decided without the agent, over a link or (overlay)
- * for a peer without the library, and counted in the header for it; else
- * answered by the agent, which counts it itself.
- */
-void ff_ledger_publish(uint64_t e, int fd, const struct sockaddr_storage *local,
-		       const struct sockaddr_storage *remote, uint8_t path, uint32_t bytes,
-		       const char *reason, int alone);
+/* A connection as its ledger entry lists it. */
+struct ff_ledger_row {
+	int fd;
+	const struct ff_ends *ends;
+	uint8_t path;		/* a PATH_KIND */
+	uint32_t bytes;		/* shm memory held, else 0 */
+	const char *reason;	/* why overlay, or why unix is not shm; NULL: none */
+	/*
+	 * Decided without the agent, over a link or (overlay) for a peer
+	 * without the library, and counted in the header for it; else
+	 * answered by the agent, which counts it itself.
+	 */
+	int alone;
+};
+/* Fill reserved entry e with row and list it. */
+void ff_ledger_publish(uint64_t e, const struct ff_ledger_row *row);
 /*
  * Set in a fork child and in an exec'd image that adopted connections:
  * they hold connections their own ledger does not list yet (their

@@ -254,8 +254,8 @@ FF_EXPORT int listen(int fd, int backlog)
 		return ret;
 	}
 	c->state = FF_ST_LISTEN;
-	c->local = local;
-	c->local_len = ll;
+	c->ends.local = local;
+	c->ends.local_len = ll;
 	c->refs++;
 	ff_table_unlock();
 	ok = ff_announce(FF_MSG_LISTEN, &local, NULL);
@@ -296,7 +296,8 @@ static int accepted(int lfd, int nfd)
 	ff_table_unlock();
 	ff_conn_closed(old);
 	/* NEGOTIATING: no other thread touches c until ff_negotiate decides. */
-	c->peer_nolib = read_mark && ff_syn_unmarked(nfd, c->family, &c->local, &c->remote);
+	c->peer_nolib = read_mark &&
+			ff_syn_unmarked(nfd, c->family, &c->ends.local, &c->ends.remote);
 	ff_negotiate(nfd, c, FF_MSG_ACCEPT);
 	return nfd;
 }
@@ -348,11 +349,11 @@ void ff_conn_closed(struct ff_conn *c)
 	if (c->ledger)
 		ff_ledger_close(c->ledger);
 	if (c->state == FF_ST_LISTEN)
-		ff_links_unlisten(&c->local);
+		ff_links_unlisten(&c->ends.local);
 	if (c->state == FF_ST_LISTEN && c->registered && c->reg_pid == getpid())
-		ff_announce(FF_MSG_UNLISTEN, &c->local, NULL);
+		ff_announce(FF_MSG_UNLISTEN, &c->ends.local, NULL);
 	else if (c->answered && (c->state == FF_ST_SWAPPED || c->state == FF_ST_OVERLAY))
-		ff_announce(FF_MSG_CLOSED, &c->local, &c->remote);
+		ff_announce(FF_MSG_CLOSED, &c->ends.local, &c->ends.remote);
 	ff_table_lock();
 	ff_conn_free(c);
 	ff_table_unlock();
@@ -559,8 +560,8 @@ static int overlay_name(int fd, int peer, struct sockaddr *sa, socklen_t *len)
 		ff_table_unlock();
 		return 1;
 	}
-	a = peer ? &c->remote : &c->local;
-	n = peer ? c->remote_len : c->local_len;
+	a = peer ? &c->ends.remote : &c->ends.local;
+	n = peer ? c->ends.remote_len : c->ends.local_len;
 	memcpy(sa, a, n < *len ? n : *len);
 	*len = n;
 	ff_table_unlock();
