@@ -258,6 +258,27 @@ static void *help(void *arg)
 	return NULL;
 }
 
+/*
+ * mu held: a helper for each connect due that the helpers not yet deciding
+ * leave, started with mu dropped: making a thread takes a while, and a
+ * program's connect() waits for mu to have its connection watched.
+ */
+static void start_helpers(void)
+{
+	int want = next_late(NULL) - (helpers - deciding), made = 0;
+
+	if (want > HELPERS - helpers)
+		want = HELPERS - helpers;
+	if (want <= 0)
+		return;
+	helpers += want;	/* counted before they start: one may end before the next starts */
+	pthread_mutex_unlock(&mu);
+	while (made < want && ff_start_quiet_thread(help))
+		made++;
+	pthread_mutex_lock(&mu);
+	helpers -= want - made;
+}
+
 static void *loop(void *arg)
 {
 	struct watch w;
@@ -276,10 +297,7 @@ static void *loop(void *arg)
 		for (int i = 0; i < nwatched && !tick; i++)
 			tick = ticked(&watched[i]);
 		poll_once(tick || !nwatched ? TICK_MS : -1);
-		/* A helper for each connect due that the helpers not yet deciding leave. */
-		for (int want = next_late(NULL) - (helpers - deciding); want > 0 && helpers < HELPERS &&
-		     ff_start_quiet_thread(help); want--)
-			helpers++;
+		start_helpers();
 		if (!helpers && next_late(&w))
 			decide(w);	/* no thread to be had */
 	}
