@@ -55,15 +55,10 @@ void ff_table_init(void)
  *  - flags are written only with the table lock held;
  *  - the lock is never held across a call to the agent or any blocking
  *    system call.
+ * It never starts the library: only exported functions do (ff_slot_enter()
+ * in shim.h); all other code runs after start-up.
  */
 struct ff_slot *ff_fd_slot(int fd)
-{
-	ff_init();
-	return ff_fd_slot_at_init(fd);
-}
-
-/* The same without ff_init(): for code that runs inside it (exec.c), and fork.c's child. */
-struct ff_slot *ff_fd_slot_at_init(int fd)
 {
 	if (fd < 0 || fd >= table_size)
 		return NULL;
@@ -136,7 +131,7 @@ static void note_fd(int fd)
 
 void ff_fd_attach(int fd, struct ff_conn *c)
 {
-	struct ff_slot *s = ff_fd_slot_at_init(fd);
+	struct ff_slot *s = ff_fd_slot(fd);
 
 	if (!s)
 		return;

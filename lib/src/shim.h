@@ -131,11 +131,6 @@ int ff_start_quiet_thread(void *(*fn)(void *));
  */
 extern _Thread_local int ff_busy;
 
-#define REAL(fn) (ff_init(), ff_real.fn)
-
-/* The wrappers: the only symbols libfreeflow.map lets out. */
-#define FF_EXPORT __attribute__((visibility("default")))
-
 /* ---- log.c ---- */
 
 extern int ff_debug_on;
@@ -212,8 +207,8 @@ struct ff_slot {
 	struct ff_conn *conn;
 };
 
+/* fd's slot, or NULL if fd is outside the table; never starts the library (see the end). */
 struct ff_slot *ff_fd_slot(int fd);
-struct ff_slot *ff_fd_slot_at_init(int fd);
 void ff_table_lock(void);
 void ff_table_unlock(void);
 /* Wait (table lock held) until some decision was made. */
@@ -385,20 +380,6 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg);
  */
 int ff_settle_slow(int fd, int nonblock);
 
-static inline int ff_settle(int fd, int nonblock)
-{
-	struct ff_slot *s = ff_fd_slot(fd);
-
-	/*
-	 * Relaxed is enough: a data call racing with the connect() that sets
-	 * PENDING in another thread has no order to respect, and the slow path
-	 * re-checks under the table lock.
-	 */
-	if (!s || !(atomic_load_explicit(&s->flags, memory_order_relaxed) & FF_FD_PENDING))
-		return 0;
-	return ff_settle_slow(fd, nonblock);
-}
-
 /* What a fast path hands over: the channel, and for shm its mapped memory. */
 struct ff_handover {
 	int chan;		/* the socket to put at the fd (shm: the bell socket) */
@@ -530,5 +511,43 @@ int ff_vforked(void);
 /* ---- exec.c: swapped connections carried across exec ---- */
 /* In the new image, at init (table ready): adopt what the old image described. */
 void ff_exec_restore(void);
+
+/*
+ * ---- Entry helpers: for exported functions only ----
+ * An exported function starts the library (ff_init(), once per process)
+ * before it reaches the fd table or libc's functions: REAL(fn),
+ * ff_slot_enter(fd) or ff_init() come first. Nothing below the wrappers
+ * ever starts the library: it runs only after one of these (or on a
+ * thread the library started), so ff_fd_slot() does not. Built with
+ * -DFF_CHECK_INIT (make test-asan), ff_fd_slot() aborts if start-up has
+ * not run, to prove no path reaches it first.
+ */
+
+#define REAL(fn) (ff_init(), ff_real.fn)
+
+/* The wrappers: the only symbols libfreeflow.map lets out. */
+#define FF_EXPORT __attribute__((visibility("default")))
+
+/* ff_fd_slot() for a wrapper that has not started the library yet. */
+static inline struct ff_slot *ff_slot_enter(int fd)
+{
+	ff_init();
+	return ff_fd_slot(fd);
+}
+
+/* Before a data call on fd: ff_settle_slow() if its decision is pending, else 0. */
+static inline int ff_settle(int fd, int nonblock)
+{
+	struct ff_slot *s = ff_slot_enter(fd);
+
+	/*
+	 * Relaxed is enough: a data call racing with the connect() that sets
+	 * PENDING in another thread has no order to respect, and the slow path
+	 * re-checks under the table lock.
+	 */
+	if (!s || !(atomic_load_explicit(&s->flags, memory_order_relaxed) & FF_FD_PENDING))
+		return 0;
+	return ff_settle_slow(fd, nonblock);
+}
 
 #endif
