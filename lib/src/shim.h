@@ -515,12 +515,12 @@ void ff_exec_restore(void);
 /*
  * ---- Entry helpers: for exported functions only ----
  * An exported function starts the library (ff_init(), once per process)
- * before it reaches the fd table or libc's functions: REAL(fn),
- * ff_slot_enter(fd) or ff_init() come first. Nothing below the wrappers
- * ever starts the library: it runs only after one of these (or on a
- * thread the library started), so ff_fd_slot() does not. Built with
- * -DFF_CHECK_INIT (make test-asan), ff_fd_slot() aborts if start-up has
- * not run, to prove no path reaches it first.
+ * before it reaches the fd table or ff_real: REAL(fn), ff_slot_enter(fd)
+ * or ff_init() comes first. Code below the wrappers never starts the
+ * library (ff_fd_slot() does not): it runs after a wrapper did, or on a
+ * thread the library started. Built with -DFF_CHECK_INIT (make
+ * test-asan), ff_fd_slot() aborts when start-up has not made the table
+ * yet, so a path that skips the entry is found, not read as "untracked".
  */
 
 #define REAL(fn) (ff_init(), ff_real.fn)
