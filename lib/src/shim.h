@@ -13,6 +13,10 @@
  * another by name only on purpose, saying so (aliases, exec family,
  * syscall()). ff_busy makes the wrappers pass straight to libc while the
  * library runs code that may reach one anyway; it does not replace ff_real.
+ *
+ * Start-up: wrappers enter through REAL(), ff_slot_enter() or ff_init()
+ * (the entry helpers, at the end of this file: for exported functions
+ * only); lower code never starts the library (ff_fd_slot() does not).
  */
 #ifndef FREEFLOW_SHIM_H
 #define FREEFLOW_SHIM_H
