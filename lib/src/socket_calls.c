@@ -305,6 +305,7 @@ FF_EXPORT int accept(int fd, struct sockaddr *sa, socklen_t *len)
 {
 	int nfd, err;
 
+	ff_init();	/* before xlink.c reads ff_real */
 	if (!ff_busy && ff_xlinks_any() && ff_xlink_before_accept(fd) < 0)
 		return -1;
 	nfd = REAL(accept)(fd, sa, len);
@@ -321,6 +322,7 @@ FF_EXPORT int accept4(int fd, struct sockaddr *sa, socklen_t *len, int flags)
 {
 	int nfd, err;
 
+	ff_init();	/* before xlink.c reads ff_real */
 	if (!ff_busy && ff_xlinks_any() && ff_xlink_before_accept(fd) < 0)
 		return -1;
 	nfd = REAL(accept4)(fd, sa, len, flags);
