@@ -76,8 +76,10 @@ void ff_shm_avoid(const char *why)
  */
 static void close_tracked(unsigned first, unsigned last)
 {
-	int hw = ff_table_hiwater();
+	int hw;
 
+	ff_init();	/* an exec'd image adopts what it carried at start-up (exec.c) */
+	hw = ff_table_hiwater();
 	for (long fd = first; fd <= hw && fd <= (long)last; fd++) {
 		struct ff_slot *s = ff_fd_slot((int)fd);
 
