@@ -181,7 +181,7 @@ FF_EXPORT int epoll_create1(int flags)
 
 FF_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 {
-	struct ff_slot *s = ff_fd_slot(fd);
+	struct ff_slot *s = ff_slot_enter(fd);
 	uint8_t fl = s && !ff_busy ? atomic_load(&s->flags) : 0;
 	struct epoll_event kev;
 	struct ff_conn *c;

@@ -582,7 +582,7 @@ static void adopt(struct desc *d, int nd)
 			maxfd = d[i].fd;
 	ff_table_lock();
 	for (int fd = 0; fd <= maxfd; fd++) {
-		struct ff_slot *s = ff_fd_slot_at_init(fd);
+		struct ff_slot *s = ff_fd_slot(fd);
 
 		for (int i = 0; s && !s->conn && i < nd; i++) {
 			if (same_socket(fd, &d[i])) {

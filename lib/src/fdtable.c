@@ -26,12 +26,28 @@ _Atomic int ff_pending_count;
 static pthread_mutex_t table_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t decided = PTHREAD_COND_INITIALIZER;
 
+#ifdef FF_CHECK_INIT
+/* make test-asan: set by ff_table_init, whether or not it got memory. */
+static atomic_int table_made;
+
+/* ff_fd_slot before start-up: some exported function did not enter (shim.h, the end). */
+static void not_started(int fd)
+{
+	fprintf(stderr, "libfreeflow: ff_fd_slot(%d) before start-up: an exported function "
+		"must call REAL(), ff_slot_enter() or ff_init() first (FF_CHECK_INIT)\n", fd);
+	abort();
+}
+#endif
+
 void ff_table_init(void)
 {
 	struct rlimit rl;
 	rlim_t n = FD_MIN;
 	void *p;
 
+#ifdef FF_CHECK_INIT
+	atomic_store_explicit(&table_made, 1, memory_order_relaxed);
+#endif
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
 		n = rl.rlim_max > rl.rlim_cur ? rl.rlim_max : rl.rlim_cur;
 	if (n > FD_CAP || n == RLIM_INFINITY)
@@ -55,16 +71,16 @@ void ff_table_init(void)
  *  - flags are written only with the table lock held;
  *  - the lock is never held across a call to the agent or any blocking
  *    system call.
+ * It never starts the library: only exported functions do (ff_slot_enter()
+ * in shim.h); all other code runs after start-up.
  */
 struct ff_slot *ff_fd_slot(int fd)
 {
-	ff_init();
-	return ff_fd_slot_at_init(fd);
-}
-
-/* The same without ff_init(): for code that runs inside it (exec.c), and fork.c's child. */
-struct ff_slot *ff_fd_slot_at_init(int fd)
-{
+#ifdef FF_CHECK_INIT
+	/* Relaxed: a caller that entered properly is ordered after start-up already. */
+	if (!atomic_load_explicit(&table_made, memory_order_relaxed))
+		not_started(fd);
+#endif
 	if (fd < 0 || fd >= table_size)
 		return NULL;
 	return &table[fd];
@@ -136,7 +152,7 @@ static void note_fd(int fd)
 
 void ff_fd_attach(int fd, struct ff_conn *c)
 {
-	struct ff_slot *s = ff_fd_slot_at_init(fd);
+	struct ff_slot *s = ff_fd_slot(fd);
 
 	if (!s)
 		return;

@@ -85,7 +85,7 @@ static void child(void)
 	ff_settler_atfork_child();
 	ff_table_atfork_child();
 	for (int fd = 0, hw = ff_table_hiwater(); fd <= hw; fd++) {
-		struct ff_conn *c = ff_fd_slot_at_init(fd)->conn;
+		struct ff_conn *c = ff_fd_slot(fd)->conn;
 
 		if (c && c->offer) {	/* the parent's to settle or withdraw */
 			ff_offer_forget(c->offer);

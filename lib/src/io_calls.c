@@ -46,7 +46,7 @@ static int route(int fd, int nonblock)
 	unsigned fl;
 	int hold;
 
-	if (ff_busy || !(s = ff_fd_slot(fd)))
+	if (ff_busy || !(s = ff_slot_enter(fd)))
 		return 0;
 	/*
 	 * Relaxed is enough: a call racing with the connect() or the swap in
@@ -233,12 +233,20 @@ FF_EXPORT ssize_t recvmsg(int fd, struct msghdr *mh, int flags)
 	return ret;
 }
 
+/* Before a message that may pass fds leaves: an shm connection it passes moves down first. */
+static void passing(const struct msghdr *mh)
+{
+	if (!mh || !mh->msg_controllen || ff_busy)
+		return;
+	ff_init();	/* shm_switch.c reads the fd table */
+	ff_shm_switch_passed(mh);
+}
+
 FF_EXPORT ssize_t sendmsg(int fd, const struct msghdr *mh, int flags)
 {
 	struct msghdr m;
 
-	if (mh && mh->msg_controllen && !ff_busy)
-		ff_shm_switch_passed(mh);
+	passing(mh);
 	ROUTE(fd, flags & MSG_DONTWAIT, mh ? shm_sendmsg(fd, mh, flags) : -EFAULT);
 	if (!mh || (!mh->msg_name && !mh->msg_namelen) || !swapped(fd))
 		return REAL(sendmsg)(fd, mh, flags);
@@ -393,9 +401,8 @@ FF_EXPORT int sendmmsg(int fd, struct mmsghdr *v, unsigned int n, int flags)
 	struct mmsghdr m[MMSG_CHUNK];
 	unsigned int done = 0;
 
-	for (unsigned int i = 0; v && i < n && !ff_busy; i++)
-		if (v[i].msg_hdr.msg_controllen)
-			ff_shm_switch_passed(&v[i].msg_hdr);
+	for (unsigned int i = 0; v && i < n; i++)
+		passing(&v[i].msg_hdr);
 	ROUTE(fd, flags & MSG_DONTWAIT, v ? shm_sendmmsg(fd, v, n, flags) : -EFAULT);
 	if (!v || !any_name(v, n) || !swapped(fd))
 		return REAL(sendmmsg)(fd, v, n, flags);

@@ -69,7 +69,7 @@ static int any_shm_or_pending(void)
 
 static uint8_t fd_flags(int fd)
 {
-	struct ff_slot *s = ff_fd_slot(fd);
+	struct ff_slot *s = ff_slot_enter(fd);
 
 	return s ? atomic_load_explicit(&s->flags, memory_order_relaxed) : 0;
 }

@@ -41,7 +41,7 @@
 
 void ff_fd_to_kernel(int fd, const char *why)
 {
-	struct ff_slot *s = ff_fd_slot(fd);
+	struct ff_slot *s = ff_slot_enter(fd);
 	unsigned fl;
 
 	if (ff_busy || !s)
@@ -76,8 +76,10 @@ void ff_shm_avoid(const char *why)
  */
 static void close_tracked(unsigned first, unsigned last)
 {
-	int hw = ff_table_hiwater();
+	int hw;
 
+	ff_init();	/* an exec'd image adopts what it carried at start-up (exec.c) */
+	hw = ff_table_hiwater();
 	for (long fd = first; fd <= hw && fd <= (long)last; fd++) {
 		struct ff_slot *s = ff_fd_slot((int)fd);
 
@@ -119,7 +121,7 @@ FF_EXPORT FILE *fdopen(int fd, const char *mode)
 /* The fd of fp, about to be closed inside libc: its slot cleared, its conn if that was the last fd. */
 static struct ff_conn *stdio_closing(FILE *fp)
 {
-	struct ff_slot *s = ff_fd_slot(fp ? fileno(fp) : -1);
+	struct ff_slot *s = ff_slot_enter(fp ? fileno(fp) : -1);
 	struct ff_conn *c;
 
 	if (ff_busy || !s || !atomic_load(&s->flags))

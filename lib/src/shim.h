@@ -13,6 +13,10 @@
  * another by name only on purpose, saying so (aliases, exec family,
  * syscall()). ff_busy makes the wrappers pass straight to libc while the
  * library runs code that may reach one anyway; it does not replace ff_real.
+ *
+ * Start-up: wrappers enter through REAL(), ff_slot_enter() or ff_init()
+ * (the entry helpers, at the end of this file: for exported functions
+ * only); lower code never starts the library (ff_fd_slot() does not).
  */
 #ifndef FREEFLOW_SHIM_H
 #define FREEFLOW_SHIM_H
@@ -131,11 +135,6 @@ int ff_start_quiet_thread(void *(*fn)(void *));
  */
 extern _Thread_local int ff_busy;
 
-#define REAL(fn) (ff_init(), ff_real.fn)
-
-/* The wrappers: the only symbols libfreeflow.map lets out. */
-#define FF_EXPORT __attribute__((visibility("default")))
-
 /* ---- log.c ---- */
 
 extern int ff_debug_on;
@@ -217,8 +216,8 @@ struct ff_slot {
 	struct ff_conn *conn;
 };
 
+/* fd's slot, or NULL if fd is outside the table; never starts the library (see the end). */
 struct ff_slot *ff_fd_slot(int fd);
-struct ff_slot *ff_fd_slot_at_init(int fd);
 void ff_table_lock(void);
 void ff_table_unlock(void);
 /* Wait (table lock held) until some decision was made. */
@@ -390,20 +389,6 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg);
  */
 int ff_settle_slow(int fd, int nonblock);
 
-static inline int ff_settle(int fd, int nonblock)
-{
-	struct ff_slot *s = ff_fd_slot(fd);
-
-	/*
-	 * Relaxed is enough: a data call racing with the connect() that sets
-	 * PENDING in another thread has no order to respect, and the slow path
-	 * re-checks under the table lock.
-	 */
-	if (!s || !(atomic_load_explicit(&s->flags, memory_order_relaxed) & FF_FD_PENDING))
-		return 0;
-	return ff_settle_slow(fd, nonblock);
-}
-
 /* What a fast path hands over: the channel, and for shm its mapped memory. */
 struct ff_handover {
 	int chan;		/* the socket to put at the fd (shm: the bell socket) */
@@ -541,5 +526,43 @@ int ff_vforked(void);
 /* ---- exec.c: swapped connections carried across exec ---- */
 /* In the new image, at init (table ready): adopt what the old image described. */
 void ff_exec_restore(void);
+
+/*
+ * ---- Entry helpers: for exported functions only ----
+ * An exported function starts the library (ff_init(), once per process)
+ * before it reaches the fd table or ff_real: REAL(fn), ff_slot_enter(fd)
+ * or ff_init() comes first. Code below the wrappers never starts the
+ * library (ff_fd_slot() does not): it runs after a wrapper did, or on a
+ * thread the library started. Built with -DFF_CHECK_INIT (make
+ * test-asan), ff_fd_slot() aborts when start-up has not made the table
+ * yet, so a path that skips the entry is found, not read as "untracked".
+ */
+
+#define REAL(fn) (ff_init(), ff_real.fn)
+
+/* The wrappers: the only symbols libfreeflow.map lets out. */
+#define FF_EXPORT __attribute__((visibility("default")))
+
+/* ff_fd_slot() for a wrapper that has not started the library yet. */
+static inline struct ff_slot *ff_slot_enter(int fd)
+{
+	ff_init();
+	return ff_fd_slot(fd);
+}
+
+/* Before a data call on fd: ff_settle_slow() if its decision is pending, else 0. */
+static inline int ff_settle(int fd, int nonblock)
+{
+	struct ff_slot *s = ff_slot_enter(fd);
+
+	/*
+	 * Relaxed is enough: a data call racing with the connect() that sets
+	 * PENDING in another thread has no order to respect, and the slow path
+	 * re-checks under the table lock.
+	 */
+	if (!s || !(atomic_load_explicit(&s->flags, memory_order_relaxed) & FF_FD_PENDING))
+		return 0;
+	return ff_settle_slow(fd, nonblock);
+}
 
 #endif

@@ -62,7 +62,7 @@ static struct ff_conn *put_slot(int fd, struct ff_conn *c)
 /* The tracked conn of fd with the lock held, or NULL (lock not held). */
 static struct ff_conn *lock_conn(int fd)
 {
-	struct ff_slot *s = ff_fd_slot(fd);
+	struct ff_slot *s = ff_slot_enter(fd);
 
 	if (ff_busy || !s || !(atomic_load(&s->flags) & FF_FD_TRACKED))
 		return NULL;
@@ -306,6 +306,7 @@ FF_EXPORT int accept(int fd, struct sockaddr *sa, socklen_t *len)
 {
 	int nfd, err;
 
+	ff_init();	/* before xlink.c reads ff_real */
 	if (!ff_busy && ff_xlinks_any() && ff_xlink_before_accept(fd) < 0)
 		return -1;
 	nfd = REAL(accept)(fd, sa, len);
@@ -322,6 +323,7 @@ FF_EXPORT int accept4(int fd, struct sockaddr *sa, socklen_t *len, int flags)
 {
 	int nfd, err;
 
+	ff_init();	/* before xlink.c reads ff_real */
 	if (!ff_busy && ff_xlinks_any() && ff_xlink_before_accept(fd) < 0)
 		return -1;
 	nfd = REAL(accept4)(fd, sa, len, flags);
@@ -361,7 +363,7 @@ void ff_conn_closed(struct ff_conn *c)
 
 FF_EXPORT int close(int fd)
 {
-	struct ff_slot *s = ff_fd_slot(fd);
+	struct ff_slot *s = ff_slot_enter(fd);
 	struct ff_conn *c;
 	unsigned fl;
 	int ret, err;
@@ -481,7 +483,7 @@ FF_EXPORT int dup3(int fd, int fd2, int flags)
 /* Whether fd is on shared memory (one relaxed load). */
 static int on_shm(int fd)
 {
-	struct ff_slot *s = ff_fd_slot(fd);
+	struct ff_slot *s = ff_slot_enter(fd);
 
 	return !ff_busy && s && (atomic_load_explicit(&s->flags, memory_order_relaxed) & FF_FD_SHM);
 }
@@ -495,7 +497,7 @@ static int on_shm(int fd)
  */
 static int hold_decision(int fd)
 {
-	struct ff_slot *s = ff_fd_slot(fd);
+	struct ff_slot *s = ff_slot_enter(fd);
 
 	if (ff_busy || !s || !(atomic_load_explicit(&s->flags, memory_order_relaxed) & FF_FD_PENDING))
 		return 0;

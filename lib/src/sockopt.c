@@ -225,7 +225,7 @@ FF_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 	if (ff_busy)
 		return REAL(getsockopt)(fd, level, name, val, len);
 	if (level == SOL_SOCKET && name == SO_ERROR) {
-		struct ff_slot *s = ff_fd_slot(fd);
+		struct ff_slot *s = ff_slot_enter(fd);
 
 		/*
 		 * The usual way to learn a non-blocking connect completed: decide
@@ -243,7 +243,7 @@ FF_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 			return ret;
 		}
 	}
-	if (!(c = lock_settled(ff_fd_slot(fd))))
+	if (!(c = lock_settled(ff_slot_enter(fd))))
 		return REAL(getsockopt)(fd, level, name, val, len);
 	ret = sockopt_get(c, level, name, val, len);
 	if (ret == 1)
@@ -261,7 +261,7 @@ FF_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t
 	struct ff_conn *c;
 	int ret;
 
-	if (ff_busy || !(c = lock_settled(ff_fd_slot(fd))))
+	if (ff_busy || !(c = lock_settled(ff_slot_enter(fd))))
 		return REAL(setsockopt)(fd, level, name, val, len);
 	ret = sockopt_set(c, level, name, val, len);
 	if (ret == 1)

@@ -1,5 +1,5 @@
 #!/bin/sh
-# check-layers.sh [-r] OBJ...: fail if an object calls into a concern listed
+# check-layers.sh OBJ...: fail if an object calls into a concern listed
 # after its own in ORDER, or code outside proc/wait/calls calls an exported
 # wrapper by name (libfreeflow.map: inside the library that name binds to the
 # wrapper, not to libc; such code uses ff_real.fn, lib/README.md "Rules for
@@ -7,14 +7,12 @@
 #
 # An object's concern is its line in LAYERS ("file concern", file without .o)
 # while the sources are still flat, else the name of its directory
-# (build/obj/<concern>/x.o). -r: report only, exit 0 whatever was found.
+# (build/obj/<concern>/x.o).
 # POSIX sh, awk and nm only. Lines: "up: ...", "wrapper: ...",
-# "unknown concern: ..."; exit 1 if there is any (without -r).
+# "unknown concern: ..."; exit 1 if there is any.
 set -eu
 export LC_ALL=C
-report=0
-if [ "${1:-}" = -r ]; then report=1; shift; fi
-[ $# -gt 0 ] || { echo "usage: $0 [-r] OBJ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 OBJ..." >&2; exit 2; }
 here=$(dirname "$0")
 ORDER=${ORDER:-"proto core agent shm links setup proc wait calls"}
 WRAPPER_OK="proc wait calls"	# may call wrappers by name: aliases, syscall(), exec family
@@ -63,5 +61,4 @@ cat "$tmp/found"
 n=$(wc -l < "$tmp/found")
 [ "$n" -eq 0 ] && exit 0
 echo "check-layers: $(grep -c '^up:' "$tmp/found" || true) up, $(grep -c '^wrapper:' "$tmp/found" || true) wrapper, $(grep -c '^unknown' "$tmp/found" || true) unknown" >&2
-[ "$report" = 1 ] && exit 0
 exit 1
