@@ -1,59 +1,30 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * exec: swapped connections carried into the new image.
+ * exec: swapped connections carried into the new image (at length:
+ * docs/LIBRARY.md, "exec").
  *
- * A kept channel works after exec by itself (it is a kernel socket at the
- * same fd), but the new image starts with an empty fd table, so it would
- * answer getpeername/getsockname with the channel's own names (AF_UNIX, or
- * the fabric addresses of a host-tcp channel, which a container must never
- * learn) and would treat TCP-level socket options as native.
- *
- * So every exec entry point passes on a description of the swapped fds
- * that survive it, in the environment variable FREEFLOW_EXEC_FDS added to
- * the envp the kernel gets (the caller's own environment is not touched).
- * The new image's library takes the variable out of its environment in a
- * constructor (before main, while the process has one thread: the only
- * moment unsetenv is safe), and adopts the fds when it initialises.
- *
- * Format: entries joined by ';', each
- *	<fd>,<inode hex>,<kernel family>,<local sockaddr hex>,<remote sockaddr hex>,<opts>
- * opts: the emulated socket options, "<level>.<name>.<value>" joined by '/'.
- * A registered listener is carried as well, its remote field being
- * "L<pid that registered it>" (see carried_state).
- * The inode is the socket's st_ino: the new image adopts an fd only if the
- * socket there is still that one, so a stale or forged variable (a
- * program that kept it in a custom envp, a posix_spawn file action that
- * closed or replaced the fd) can at worst describe nothing. Fds up to the
- * highest described one are checked, which also finds a connection that a
- * posix_spawn file action dup2'ed to another number (inetd-style stdin).
+ * The new image starts with an empty fd table, so it would answer
+ * getpeername/getsockname with the channel's own names (AF_UNIX, or fabric
+ * addresses a container must never learn) and treat TCP-level options as
+ * native. So every exec entry point (and posix_spawn, wrapped because its
+ * child calls libc's internal execve) adds FREEFLOW_EXEC_FDS, a description
+ * of the swapped fds that survive it, to the envp the kernel gets (the
+ * caller's environment is not touched). The new image's library takes the
+ * variable out of its environment in a constructor (before main, while it
+ * has one thread) and adopts an fd only if the socket's inode still
+ * matches, so a stale or forged variable describes nothing. Registered
+ * listeners are carried too (carried_state).
  *
  * Which fds: for exec, those without FD_CLOEXEC; for posix_spawn with file
- * actions, every swapped fd (a dup2 action clears FD_CLOEXEC on its
- * target; the inode check drops whatever did not survive).
+ * actions, every swapped one. Shm connections among them are moved down
+ * first in the calling process, except in a vfork child.
  *
- * Shared-memory connections are never shared between processes: the same
- * fds are moved down to a kernel channel first (shm_switch.c), in the
- * calling process, so they are described as unix channels; if the exec
- * fails they simply stay there. Not in a vfork child, which must change
- * nothing its parent sees: vfork moved every one down before (fork.c), and
- * one that another parent thread finished since stays shm and undescribed.
- *
- * vfork: exec is what a vfork child does, and it shares the parent's
- * memory, so the exec wrappers allocate nothing: the variable and the new
- * envp live on the stack (at most FF_EXEC_VAR_MAX + 8 * FF_EXEC_ENV_MAX
- * bytes, and only when a swapped fd is carried), the numbers are formatted
- * by hand, the fd table is only read. They take the table lock for the
- * scan, which is safe in a vfork child because the lock is never held
- * across a blocking call, so another parent thread releases it soon. If
- * exec is the process's very first wrapped call, ff_init() runs in the
- * vfork child and allocates in the shared heap, as the parent would have
- * itself (the lazy binding of the child's first exec already enters the
- * dynamic linker the same way).
- * posix_spawn's own child (clone with CLONE_VM) calls libc's internal
- * execve, not this one: posix_spawn is wrapped instead and builds the
- * envp in the parent. Limits: more carried fds than fit the variable, or
- * more than FF_EXEC_ENV_MAX environment entries, and the excess is not
- * described (the connections still work; FREEFLOW_DEBUG says so).
+ * vfork: a vfork child shares the parent's memory, so these wrappers
+ * allocate nothing: the variable and the new envp live on the stack (at
+ * most FF_EXEC_VAR_MAX + 8 * FF_EXEC_ENV_MAX bytes), the numbers are
+ * formatted by hand, the fd table is only read (its lock is never held
+ * across a blocking call). What does not fit is not described
+ * (FREEFLOW_DEBUG says so).
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -1,49 +1,28 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fork, vfork and exec.
+ * fork, vfork and exec (at length: docs/LIBRARY.md, "fork" and "vfork,
+ * posix_spawn and the spawns past the wrappers").
  *
- * fork: both processes keep every connection. A shared-memory connection
- * must never be shared between processes (docs/SHM.md, "Moving down"), so
- * the prepare handler first moves every one down to a kernel channel, then
- * takes the table lock, checking under it that no new one appeared
- * meanwhile (ff_shm_switch_all). The kernel then shares the sockets between
- * the two processes, and the child inherits the fd table as memory. The
- * table lock is held across fork(), so the child's copy is consistent; then
- * in the child:
- *  - close the inherited agent sessions (control.c), so parent and child
- *    never read each other's replies; each child thread reconnects;
- *  - give up on negotiations that a parent thread was running: that thread
- *    does not exist in the child, whose fd stays on the overlay socket; so
- *    does the settler thread, whose watch list is dropped (settler.c); the
- *    settler's own decisions, which the program did not ask for, are
- *    waited for in the prepare handler instead (a bounded wait), and none
- *    starts until the fork is done;
- *  - re-create the condition variable, which may count waiters that the
- *    child does not have;
- *  - have its first agent session register the inherited listeners in
- *    the child's own name (listeners.c), so they stay known to the agent
- *    if the parent exits (a daemon forking after listen()).
+ * fork: both processes keep every connection, but an shm connection is
+ * never shared between processes (docs/SHM.md, "Moving down"): the prepare
+ * handler moves every one down, then takes the table lock, checking under
+ * it that no new one appeared meanwhile (ff_shm_switch_all). The lock is
+ * held across fork(), so the child's copy of the table is consistent; the
+ * child then closes the inherited agent sessions (control.c), gives up the
+ * negotiations of parent threads it does not have (their fds stay on the
+ * overlay) and the settler's watch list (settler.c, whose own decisions the
+ * prepare handler waits for, bounded), re-creates the condition variable,
+ * and registers the inherited listeners in its own name at its first agent
+ * session (listeners.c).
  *
- * vfork runs no fork handlers, and its child shares the parent's memory:
- * nothing done there may change what the parent sees. So vfork is wrapped
- * to move every shm connection down in the parent first, then enter the
- * real vfork as if the program had called it (a tail jump: a vfork child
- * must not return through a frame the parent still needs). In the child,
- * the exec wrappers move nothing down (ff_vforked): a connection another
- * parent thread finished in between stays shm in the parent, and is not
- * described to the new image (exec.c). Where no tail jump is written
- * (architectures other than x86-64 and AArch64), vfork is fork, which
- * POSIX allows. posix_spawn's own child (a vfork-like clone) calls libc's
- * internal execve: the posix_spawn wrapper moves down in the parent.
- * libc-internal spawns (system, popen) and _Fork or clone go past the
- * wrappers: an shm fd they pass on stays shm in the parent, and the child
- * gets a bell socket it cannot use (a documented limit).
+ * vfork runs no fork handlers and its child shares the parent's memory, so
+ * the wrapper moves every shm connection down in the parent, then enters
+ * the real vfork by a tail jump (x86-64, AArch64; elsewhere vfork is fork).
+ * In the child the exec wrappers move nothing down (ff_vforked).
  *
- * exec: FD_CLOEXEC was kept by the swap, so the kernel closes or keeps each
- * channel as it would have the TCP socket, and LD_PRELOAD in the
- * environment loads the shim into the new image; exec.c moves down the shm
- * connections the new image keeps and hands it the description of the kept
- * swapped fds, so they keep their overlay names and emulated options there.
+ * exec: FD_CLOEXEC was kept by the swap and LD_PRELOAD loads the shim into
+ * the new image; exec.c moves down the shm connections the new image keeps
+ * and describes the kept swapped fds to it.
  */
 #include <unistd.h>
 

@@ -1,49 +1,27 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Links: same-host connections set up without the agent (docs/PROTOCOL.md,
- * "Links").
+ * "Links"; at length: docs/BROKERING.md, "Links in the library").
  *
  * Design note.
- * - With a PATH shm the agent may hand a link: one end of an AF_UNIX
- *   SOCK_SEQPACKET pair whose other end went to the other process of that
- *   connection. The connecting process keeps it under the acceptor endpoint
- *   it connected to, for LINK_TTL; the accepting process under its
- *   listener's port and the connector's address.
- * - Connecting to that endpoint again, the connector makes the shm channel
- *   itself and sends the acceptor's half in a LINK_OFFER before its SYN
- *   leaves: connect() first binds the socket (the container's address, an
- *   ephemeral port), so the offer can name the 4-tuple. So when accept()
- *   returns the connection, its offer is already queued on the link: the
- *   acceptor drains its links and either finds the offer or knows there is
- *   none (its connector asked the agent), without waiting.
- * - The offer word in the memfd header decides, by compare-and-swap, so
- *   exactly one outcome wins: OFFERED -> TAKEN (the acceptor: both on shm)
- *   or WITHDRAWN (the connector, after OFFER_WAIT_MS or when its connect
- *   failed: both ask the agent, which decides as always). An offer the
- *   acceptor cannot use, or that died unread in a link that closed, ends
- *   as EOF on the connector's bell: it withdraws, and both ask the agent.
- *   Waiting, the connector reads only doorbells from the bell: an acceptor
- *   may move the connection down right after taking it, and the switch
- *   message behind its doorbell belongs to the adoption (take_bells).
- * - Trust: the acceptor takes an offer only for a connection whose peer
- *   address is the one the link was granted for, so a link lets a process
- *   speak for its own container's connections only; the channel is checked
- *   as an agent-made one is (seals, size, header).
- * - Channels are reused (PROTOCOL.md, "Reusing channels"): a new memfd,
- *   its mapping and first-touch page faults at both ends, its unmapping,
- *   cost more than the rest of a linked connection's setup. Each link keeps
- *   up to CHANS_MAX of them mapped, numbered by the connector; the memfd
- *   travels with a channel's first offer only. The connector offers one
- *   again once its last offer was taken and both ends wrote their done
- *   word (shm_ring.c, at the last reference), after laying it out afresh;
- *   an offer not taken takes its channel out of the link's keeping.
- * - Links expire after LINK_TTL (the agent gives 2 s): policy and settings
- *   reach new connections that soon, as the agents re-read them every 2 s.
+ * - With a PATH shm the agent may hand a link, an AF_UNIX SOCK_SEQPACKET
+ *   pair between the two processes, kept for LINK_TTL under the acceptor
+ *   endpoint (connector) or the listener's port and the connector's address
+ *   (acceptor).
+ * - Connecting to that endpoint again, the connector binds its socket, makes
+ *   the shm channel itself and sends the acceptor's half in a LINK_OFFER
+ *   before its SYN leaves, so accept() finds it already queued.
+ * - The offer word in the memfd header decides by compare-and-swap, so
+ *   exactly one outcome wins: TAKEN (both on shm) or WITHDRAWN (after
+ *   OFFER_WAIT_MS, a failed connect, or EOF on the bell: both ask the
+ *   agent). Waiting, the connector reads only doorbells from the bell
+ *   (take_bells): a switch message behind them belongs to the adoption.
+ * - Trust: an offer is taken only for a connection from the peer address the
+ *   link was granted for; the channel is checked as an agent-made one is.
+ * - Each link keeps up to CHANS_MAX channels mapped for reuse (PROTOCOL.md,
+ *   "Reusing channels").
  * - fork: the child closes every link it inherited; the parent closes its
- *   acceptor links, since its listeners are now shared and another process
- *   could accept an offered connection (the agent grants no new link for a
- *   listener that two processes registered).
- * - The agent lists a linked connection from the ledger (ledger.c).
+ *   acceptor links (its listeners are now shared).
  *
  * Locking: mu guards the tables; it is taken before the table lock when
  * both are needed (fork), never while holding it.

@@ -3,47 +3,29 @@
  * Negotiation: ask the agent whether an established overlay TCP connection
  * moves to a kernel channel, and swap it in.
  *
- * Design note.
- * - The kernel channels (unix, host-tcp) are ordinary kernel stream sockets,
- *   so after the swap every data call (read/write/send/recv/...msg, MSG_PEEK,
- *   MSG_WAITALL, shutdown, poll/select, SIGPIPE, sendfile) works natively on
- *   the application's fd. The shim wraps the data path only to hold a
- *   connection that still waits for its decision: one atomic load per call.
- * - The shared-memory channel (PATH shm, docs/SHM.md) puts a kernel socket
- *   at the fd as well, the bell socket, so flags, options, fstat and
- *   FD_CLOEXEC stay real; its bytes move through rings mapped from the
- *   memfd, which is checked and mapped before the swap (a bad one leaves
- *   the connection on the overlay), and the data path sends calls on such
- *   fds to shm.c.
- * - The decision is made once a connection is established and before the
- *   application can move a byte on it: inside connect() for a blocking
- *   connect, inside accept()/accept4(), and for a non-blocking connect when
- *   it completes (the settler thread, settler.c) or at the first moment the
- *   application can observe completion, whichever comes first:
- *   getsockopt(SO_ERROR), any data call, poll/select reporting the fd, or
- *   epoll_wait reporting it (epoll.c). Until then a pending fd is polled for
- *   POLLOUT as well, so a program that waits only for the peer's first bytes
- *   still wakes up when the connection completes.
- * - The swap: the channel's O_NONBLOCK is set like the TCP socket's, the
- *   socket options the application set are carried (opts.c), dup3()
- *   puts the channel at the application's fd number with its FD_CLOEXEC
- *   (closing the TCP socket in the same step), then epoll registrations
- *   made before the decision are replayed on the new file.
- * - Any failure (no agent, timeout, ERROR reply, PATH overlay, a reply we do
- *   not understand) leaves the TCP connection untouched: no error reaches
- *   the application, and FREEFLOW_DEBUG=1 says why.
- * - A connection between two processes that hold a link is decided over
- *   the link instead (link.c: offered before the SYN, taken at accept),
- *   and listed in the process's ledger, which the agent reads (ledger.c);
- *   if the link does not decide within 5 ms, both ends ask the agent as
- *   above. What the agent answers is listed there too (and told CLOSED at
- *   close), so an agent that restarts finds it.
- * - Loopback (127.0.0.0/8, ::1) is never asked about: it stays in the
- *   container's own kernel, and the agent refuses it (DENIED), so asking
- *   would cost a round trip per connection for nothing; Open MPI and
- *   PostgreSQL talk to themselves over loopback a lot. A connection whose
- *   local address is loopback stays TCP, and a listener bound to loopback
- *   is not announced (so what it accepts is not negotiated either).
+ * Design note (at length: docs/BROKERING.md, "The library's side:
+ * negotiation and the swap").
+ * - After the swap a kernel channel (unix, host-tcp) is an ordinary stream
+ *   socket at the application's fd: the data path is the kernel's, and the
+ *   shim holds only a connection still waiting for its decision (one atomic
+ *   load per call). An shm channel puts its bell socket there; its bytes go
+ *   through rings checked and mapped before the swap (shm.c).
+ * - The decision is made once the connection is established and before the
+ *   application can move a byte on it: in a blocking connect(), in
+ *   accept()/accept4(), and for a non-blocking connect when the settler
+ *   sees it complete (settler.c) or the application first observes it,
+ *   whichever comes first. A pending fd is also polled for POLLOUT.
+ * - The swap: O_NONBLOCK as the TCP socket's, the options the application
+ *   set carried (opts.c), dup3() at the same fd number with its FD_CLOEXEC,
+ *   epoll registrations replayed.
+ * - Any failure leaves the TCP connection untouched: no error reaches the
+ *   application; FREEFLOW_DEBUG=1 says why.
+ * - A connection between two processes holding a link is decided over it
+ *   (link.c, xlink.c) and listed in the ledger (ledger.c), as are the
+ *   agent's answers.
+ * - Loopback (127.0.0.0/8, ::1) is never asked about (the agent refuses it,
+ *   and programs talk to themselves over it a lot): such a connection stays
+ *   TCP, and a listener bound to loopback is not announced.
  * - The table lock is not held while the agent is asked; the conn is in
  *   NEGOTIATING meanwhile and other threads wanting it wait for the
  *   decision. The swap itself runs under the lock, after checking that the

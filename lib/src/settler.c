@@ -1,47 +1,30 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The settler. A non-blocking connect is decided when the application can
- * first observe that it completed (negotiate.c). Some programs look late:
- * the JVM's HttpClient ~170 ms after the handshake, a busy event loop
- * after its current round. Their acceptor's ACCEPT waits for the CONNECT
- * only 45 ms (PROTOCOL.md, "Connection brokering"), so such a connection
- * fell to the overlay (peer-timeout) and stalled the acceptor's accept()
- * meanwhile. This thread asks for the connector once its connect has been
- * complete GRACE_MS without the application looking, exactly as an
- * application thread that polled it would (ff_settle_slow), so nothing
- * about the decision changes but its time.
+ * The settler (at length: docs/BROKERING.md, "The settler"). A non-blocking
+ * connect is decided when the application can first observe that it
+ * completed (negotiate.c). Some programs look late (the JVM's HttpClient, a
+ * busy event loop), and their acceptor's ACCEPT waits for the CONNECT only
+ * 45 ms, so such a connection fell to the overlay. This thread asks for the
+ * connector once its connect has been complete GRACE_NS without the
+ * application looking, exactly as an application thread that polled it
+ * would (ff_settle_slow), so nothing about the decision changes but its
+ * time.
  *
  * - Only late ones: a program that looks in time decides its connections
- *   itself, in its own threads, as before.
- * - In the order of the connects, which is the order in which one
- *   acceptor's accept() takes them, and side by side: a decision waits for
- *   its acceptor (up to the agent's peer wait, or longer for a slow
- *   acceptor), and one after the other, a slow one made the acceptors of
- *   those queued behind it, already waiting in accept(), give up
- *   (peer-timeout). So this thread only watches: each connect that comes
- *   due goes to a helper thread (up to HELPERS at once, each ending when
- *   none is due), and only if none can be started does it decide one
+ *   itself, as before.
+ * - In the order of the connects, and side by side: this thread only
+ *   watches; each connect that comes due goes to a helper thread (up to
+ *   HELPERS at once), and only if none can be started does it decide one
  *   itself.
- * - One offered over a link (link.c) is left to the program while the
- *   offer can still be taken: the acceptor takes it whenever it accepts,
- *   and the connector's 5 ms for that start when it looks, so looking early
- *   would only withdraw offers of slow acceptors. Its bell socket's EOF
- *   says the offer was lost (the acceptor's end of the link closed with it
- *   unread, or the acceptor could not use it): then it goes to the agent
- *   at once. One offered over a cross-host link is decided as soon as it
- *   completes, no grace: the acceptor waits only 5 ms for its commit.
- * - Cheap for programs that look in time, which are nearly all: a connect
- *   costs an entry in a list, no wake-up, and no helper is started. While entries wait, the thread
- *   ticks every TICK_MS and looks at those GRACE_NS old with a poll(2) of
- *   no timeout, which observes and never consumes (an fd the program closed
- *   and reused meanwhile is found not pending in the table, and dropped);
- *   it sleeps on a condition variable once there were none for LINGER_NS
- *   (so that a program connecting often wakes it seldom). It polls
- *   without a tick only the offers' bells and the cross-host offers, and an
- *   eventfd of its own (marked FF_FD_CONTROL: a fork child closes it, and
- *   one the program closed is made anew) wakes it for a new connect then.
- *   A connect not complete after GIVEUP_NS (a host that does not answer)
- *   is left to the program.
+ * - One offered over a link is left to the program while the offer can
+ *   still be taken, and goes to the agent at once if its bell socket's EOF
+ *   says the offer was lost; one offered over a cross-host link is decided
+ *   as soon as it completes.
+ * - Cheap: a connect costs an entry in a list. Entries are looked at every
+ *   TICK_MS with a poll(2) of no timeout (it observes, never consumes); the
+ *   thread sleeps once there were none for LINGER_NS, and its own eventfd
+ *   (FF_FD_CONTROL) wakes it. A connect not complete after GIVEUP_NS is left
+ *   to the program.
  */
 #include <errno.h>
 #include <poll.h>

@@ -3,42 +3,26 @@
  * The shared-memory rings: attach, the indices, waiting and waking, and
  * readiness (docs/SHM.md is the contract; shm.h the interface).
  *
- * Trust: the peer can write anything into the mapping at any time. What we
- * read from it once (magic, version, ring_size) is checked at attach and
- * copied; the indices we own are kept in our own memory (ring.mine) and
- * only published; the peer's index is accepted only if it moved forward by
- * no more than is possible (ff_shm_rx_avail, ff_shm_tx_room). Every offset
- * into the data is (index - base) & (size - 1) (ff_shm_seg), whatever base
- * the peer wrote, so no value the peer writes can make us touch memory
- * outside the mapping, and the memfd's seals mean the mapping itself
- * cannot shrink under us (no SIGBUS; a hole punched by giving pages back
- * reads as zero).
+ * Trust (docs/SHM.md, "Trusting nothing the peer writes"): the peer can
+ * write anything into the mapping at any time. magic, version and
+ * ring_size are checked at attach and copied; the indices we own are kept
+ * in our own memory (ring.mine) and only published; the peer's index is
+ * accepted only if it moved forward by no more than is possible
+ * (ff_shm_rx_avail, ff_shm_tx_room); every offset is (index - base) &
+ * (size - 1) (ff_shm_seg). No value the peer writes makes us touch memory
+ * outside the mapping.
  *
- * Memory ordering (docs/SHM.md, "Waiting and waking"):
- *  - the producer copies data, then stores head with release; the consumer
- *    loads head with acquire, then copies the data out: it never reads a
- *    byte before it is written;
- *  - the consumer copies out, then stores tail with release; the producer
- *    loads tail with acquire before overwriting: it never overwrites a byte
- *    still being read;
- *  - sleeping is Dekker's pattern. A waiter stores its wait flag, full
- *    fence, re-checks the index; a waker stores the index, full fence,
- *    loads the wait flag and rings if set. With both fences, either the
- *    waker sees the flag (and rings) or the waiter's re-check sees the
- *    index: a wake-up is never lost;
- *  - the end-of-stream flags (prod_shut) are stored with release after the
- *    last head, and loaded with acquire before the last look at head, so
- *    a reader that sees the end has seen every byte before it.
+ * Memory ordering (docs/SHM.md, "Waiting and waking"): head and tail are
+ * stored with release after the copy and loaded with acquire before it;
+ * prod_shut is stored after the last head and loaded before the last look
+ * at it. Sleeping is Dekker's pattern (flag, full fence, re-check against
+ * index, full fence, load the flag): a wake-up is never lost.
  *
- * Several threads of this process: each direction has its own mutex (bytes
- * move one thread at a time), none is held across a sleep. The wait flags
- * are per ring in shared memory, so the process counts its armed waiters
- * under wait_mu and only the first sets a flag, only the last clears it.
- * Bells wake every thread polling the bell socket, but reading them out
- * (draining) could take away the bell a thread just about to sleep needs;
- * so only the last armed waiter drains, under wait_mu, and a thread that
- * woke for nothing while others were armed steps back (unarmed) until their
- * drain or 1 ms, so that one of them gets to drain a stale bell.
+ * Several threads of this process: each direction has its own mutex, none
+ * held across a sleep. The process counts its armed waiters under wait_mu:
+ * only the first sets a wait flag, only the last clears it and drains the
+ * bells; a thread that woke for nothing while others were armed steps back
+ * (unarmed) until their drain or 1 ms.
  */
 #include <errno.h>
 #include <fcntl.h>

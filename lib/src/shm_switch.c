@@ -1,51 +1,28 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Moving a shared-memory connection down to a plain kernel channel
- * (docs/SHM.md, "Moving down"), so that an shm connection is never shared
- * between processes: before fork and vfork (every connection), posix_spawn
- * and exec (the ones the new image keeps), sendmsg passing its fd with
- * SCM_RIGHTS, and splice, which needs a kernel socket. And adopting the
- * peer's move, at this end's next call on the connection.
+ * (docs/SHM.md, "Moving down", has the steps, the argument and the
+ * bounds), so that an shm connection is never shared between processes:
+ * before fork and vfork (every connection), posix_spawn and exec (the ones
+ * the new image keeps), sendmsg passing its fd with SCM_RIGHTS, and splice,
+ * which needs a kernel socket. And adopting the peer's move, at this end's
+ * next call on the connection.
  *
- * Both ends hold both ring locks of their process while they do it, so no
- * other thread of theirs moves bytes meanwhile. The end that moves down
- * (A; B is the peer) wins the CAS of switch_by, makes a socketpair (X, Y),
- * and:
- *  1. moves what B had published into ring B->A to Y, as far as Y takes it
- *     without waiting, and publishes it consumed. B moves the rest itself:
- *     every producer loads switch_by after publishing head, behind a full
- *     fence, and adopts before its call returns (shm.c); A's CAS, a full
- *     fence, then its load of head make this Dekker's pattern, so every
- *     byte B's write() accepted is moved by exactly one of them, also when
- *     B exits right after. prod_shut seen (B shut down writing or closed,
- *     loaded before head) and all moved: Y is shut for writing too;
- *  2. waits (bounded) until B's consumer is out of ring A->B (cons_busy):
- *     B sets cons_busy, fences and checks switch_by before it copies, so
- *     after this B's tail is final;
- *  3. sends `S` with Y on the bell socket;
- *  4. moves ring A->B's unread bytes into X (B reads them from Y), then
- *     applies its own shutdowns to X and puts X at every fd of the
- *     connection.
- * B, adopting: receives Y (skipping doorbells), moves the unread bytes of
- * ring B->A (from the tail A published) into Y, and puts Y at its fds.
+ * Both ends hold both ring locks of their process while they do it. The end
+ * that moves down (A; B is the peer) wins the CAS of switch_by, makes a
+ * socketpair (X, Y), moves what B published into ring B->A to Y, waits
+ * (bounded) until B's consumer is out of ring A->B (cons_busy), sends `S`
+ * with Y on the bell socket, moves ring A->B's unread bytes into X and puts
+ * X at every fd. B, adopting, receives Y, moves ring B->A's unread bytes
+ * into it and puts Y at its fds. Every producer loads switch_by after
+ * publishing head, behind a full fence (Dekker's pattern with A's CAS), so
+ * each byte is moved by exactly one of them.
  *
- * Putting the new socket in place is a swap as in negotiate.c: same fd
- * numbers, FD_CLOEXEC per fd, O_NONBLOCK of the file, the socket options
- * (native ones from the bell socket, emulated ones stay in the conn), epoll
- * registrations replayed. The conn stays SWAPPED with kern_family AF_UNIX,
- * so names and the exec description are as for a unix channel. Threads of
- * this process asleep on the bell socket are woken by shutting its reading
- * side first; they find the connection moved and go to the kernel.
- *
- * Bounds, so that a broken or hostile peer costs a bounded wait and then
- * ECONNRESET, never a hang: B's consumer busy for BUSY_WAIT_MS; no `S`
- * within SWITCH_WAIT_MS of seeing switch_by; a peer whose ring holds more
- * unread than its cap (ff_shm_cap: what a socket buffer takes) up to
- * MOVE_WAIT_MS. Anything malformed (an `S` without exactly
- * one AF_UNIX stream socket, fds with a doorbell, switch_by naming this end
- * though it did not move) breaks the connection at once. A broken
- * connection's bell socket is shut down both ways, so the peer sees it end
- * and what inherits the fd (exec) reads EOF rather than doorbells.
+ * Putting the new socket in place is a swap as in negotiate.c; the conn
+ * stays SWAPPED with kern_family AF_UNIX. A broken or hostile peer costs a
+ * bounded wait (BUSY_WAIT_MS, SWITCH_WAIT_MS, MOVE_WAIT_MS) and then
+ * ECONNRESET, never a hang; anything malformed breaks the connection at
+ * once, its bell socket shut down both ways.
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -1,61 +1,27 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Cross-host links: cross-host connections set up without the agents
- * (docs/PROTOCOL.md, "Cross-host links").
+ * (docs/PROTOCOL.md, "Cross-host links"; at length: docs/BROKERING.md,
+ * "Cross-host links in the library").
  *
  * Design note.
- * - With a PATH host-tcp the agents may grant a link. The connecting
- *   process keeps its agent's name for it under the acceptor endpoint, and
- *   a stock of TCP connections to the acceptor's link listener, which its
- *   agent dials on LINK_FILL, FILL_COUNT at a time: the agent's cost per
- *   connection is its share of one round trip. The fill is asked for when
- *   the stock runs low and taken when it has come, on a session of its own
- *   (one fill at a time per process), so the agent dials while the
- *   application goes on; only an empty stock waits for it. The
- *   accepting process keeps the listener under its listening port and the
- *   connector's address.
- * - Connecting again, the connector writes LINK_OFFER on a stock connection
- *   before its SYN leaves. accept() takes what waits on the listener, reads
- *   the offers waiting on the stock (through one epoll set) and answers the one
- *   for its 4-tuple with LINK_TAKE. The connector commits with LINK_COMMIT
- *   only within OFFER_WAIT_MS of its offer, and the acceptor waits
- *   COMMIT_WAIT_MS for it: the connector decides, as the agents' COMMIT
- *   does, and the margin makes both ends agree (PROTOCOL.md). Anything else
- *   closes the stock connection, and both ends ask their agents.
+ * - The connecting process keeps a stock of TCP connections to the
+ *   acceptor's link listener, which its agent dials on LINK_FILL, asked for
+ *   when the stock runs low on a session of its own; only an empty stock
+ *   waits for it.
+ * - The connector writes LINK_OFFER on a stock connection before its SYN
+ *   leaves; accept() answers the one for its 4-tuple with LINK_TAKE; the
+ *   connector commits (LINK_COMMIT) only within OFFER_WAIT_MS of its offer,
+ *   and the acceptor waits COMMIT_WAIT_MS for it. Anything else closes the
+ *   stock connection, and both ends ask their agents.
  * - Every message on a stock connection is read exactly (peeked whole, then
  *   consumed), so what follows LINK_COMMIT is the application's.
- * - A blocking accept() on a listener with cross-host links waits in poll()
- *   on the listener and the links instead, and answers each offer with
- *   LINK_TAKE as it comes, before the SYN that follows it has completed the
- *   handshake: the connector then finds the answer waiting when its
- *   connect() returns, instead of waiting a round trip through the
- *   acceptor's wake-up. A taken offer is a promise for that 4-tuple only;
- *   accept() returning it then waits for the commit as ever.
- * - The accepting side watches its links through one epoll set (listeners,
- *   and the stock not yet taken): a poll() over every stock connection on
- *   each accept() cost some 15% of the accepting process's CPU. The set is
- *   the library's (marked like a control session, so a fork child
- *   closes it and one the application took back is made anew).
- * - The overlay socket an accepted linked connection drops is reset at the
- *   process's next blocking accept() (ff_xlink_close_later), not between
- *   accept() and the application's first byte.
- * - Trust: the acceptor takes an offer only with the link's token (which
- *   only the two libraries and the two agents know), and only for a
+ * - The accepting side watches its links through one epoll set of the
+ *   library's; a blocking accept() answers offers as they come.
+ * - Trust: an offer is taken only with the link's token, and only for a
  *   connection from the link's connector address to its listener's port.
- *   The fabric sockets cannot reach anything else (the agents mark them,
- *   PROTOCOL.md "What a handed fabric socket can reach").
- * - Lifetimes as for same-host links (link.c): the connector offers for
- *   LINK_TTL, the acceptor keeps the listener a second longer for offers
- *   made just before; listener close and fork close acceptor links, a fork
- *   child closes all, and links are used only while the agent is there.
- * - A link is closed when it expires even if the process never calls the
- *   library again: an idle acceptor (an event loop waiting in epoll, a
- *   process busy elsewhere) would otherwise keep its listener and its stock,
- *   in CLOSE_WAIT once the connector let go, for good. A thread of the
- *   library's, the reaper, sleeps until the next expiry while links exist,
- *   with every signal blocked, and closes them then, with the overlay
- *   sockets waiting for ff_xlink_close_later. (The fabric sockets themselves
- *   end without TIME_WAIT: the agents set TCP_LINGER2 on them, PROTOCOL.md.)
+ * - Links expire (LINK_TTL, the acceptor GRACE_MS later) even in a process
+ *   that never calls the library again: a thread, the reaper, closes them.
  *
  * Locking: mu guards the table and is never held across a wait or an agent
  * round trip; fill_mu guards the fill session and the sockets to close
