@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* The bounded poll of one fd (deadline.h); the clock itself is inline there. */
+/* The bounded poll of one fd and the restart rule of signals (deadline.h); the clock is inline there. */
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 
 #include "deadline.h"
 #include "shim.h"
@@ -21,4 +23,29 @@ int ff_poll_until(int fd, short ev, int64_t end_ms)
 		if (n < 0 && errno != EINTR)
 			return -errno;
 	}
+}
+
+/*
+ * A fault signal (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS) comes
+ * from the thread's own instructions, never while it waits in a system
+ * call, and a signal this thread blocks is delivered to another: neither
+ * can have interrupted the wait. Sanitizers and crash reporters install
+ * fault handlers without SA_RESTART.
+ */
+int ff_signal_restarts(void)
+{
+	static const int faults[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS };
+	struct sigaction sa;
+	sigset_t skip;
+
+	if (pthread_sigmask(SIG_BLOCK, NULL, &skip))
+		sigemptyset(&skip);
+	for (size_t i = 0; i < sizeof(faults) / sizeof(faults[0]); i++)
+		sigaddset(&skip, faults[i]);
+	for (int sig = 1; sig < NSIG; sig++)
+		if (!sigismember(&skip, sig) && sigaction(sig, NULL, &sa) == 0 &&
+		    sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN &&
+		    !(sa.sa_flags & SA_RESTART))
+			return 0;
+	return 1;
 }

@@ -34,6 +34,13 @@ static inline int64_t ff_now_ms(void)
  */
 int ff_poll_until(int fd, short ev, int64_t end_ms);
 
+/*
+ * Whether a blocking call a signal interrupted would go on by itself: every
+ * handler that could have interrupted this thread asked for SA_RESTART
+ * (poll() does not say which signal it was).
+ */
+int ff_signal_restarts(void);
+
 /* A deadline in ns: CLOCK_MONOTONIC nanoseconds, or FF_FOREVER. */
 #define FF_FOREVER		INT64_MAX
 

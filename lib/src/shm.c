@@ -13,7 +13,8 @@
  *    SO_RCVTIMEO/SO_SNDTIMEO (read from the bell socket, where setsockopt
  *    put them, only when about to sleep) give EAGAIN after the timeout; a
  *    signal gives EINTR, or restarts the wait as SA_RESTART would (when no
- *    timeout is set and every installed handler has SA_RESTART);
+ *    timeout is set and every handler that could have interrupted it has
+ *    SA_RESTART: ff_signal_restarts);
  *  - what a call has moved is returned even if it then fails; the error
  *    comes with the next call, as with TCP;
  *  - end of stream: 0 once the ring is empty and the peer shut down or
@@ -131,29 +132,6 @@ struct blocking {
 	int64_t end_ms;
 };
 
-/* Signals a fault raises in the thread that faulted: never one asleep in poll. */
-static int is_fault(int sig)
-{
-	return sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL ||
-	       sig == SIGTRAP || sig == SIGSYS;
-}
-
-/*
- * Whether every handler that could have interrupted a sleep asked for
- * SA_RESTART: poll() does not say which signal it was.
- */
-static int all_restart(void)
-{
-	struct sigaction sa;
-
-	for (int sig = 1; sig < NSIG; sig++)
-		if (!is_fault(sig) && sigaction(sig, NULL, &sa) == 0 &&
-		    sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN &&
-		    !(sa.sa_flags & SA_RESTART))
-			return 0;
-	return 1;
-}
-
 static void read_timeout(int fd, int opt, struct blocking *b)
 {
 	struct timeval tv = { 0 };
@@ -204,7 +182,7 @@ static int block(int fd, struct ff_shm *sh, unsigned dir, int flags, struct bloc
 	r = ff_shm_wait(fd, sh, dir, ms);
 	if (r == -ETIMEDOUT)
 		return 0;	/* the loop finds the deadline passed */
-	if (r == -EINTR && b->forever && all_restart())
+	if (r == -EINTR && b->forever && ff_signal_restarts())
 		return 0;
 	return r;
 }

@@ -35,7 +35,6 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -837,23 +836,6 @@ static void answer_early(const struct ep *lis)
 	}
 }
 
-/*
- * A signal interrupted the wait: whether accept() itself would have
- * returned EINTR, that is whether some handler was installed without
- * SA_RESTART (which signal it was, poll() does not say).
- */
-static int interrupts(void)
-{
-	for (int sig = 1; sig < NSIG; sig++) {
-		struct sigaction sa;
-
-		if (!sigaction(sig, NULL, &sa) && sa.sa_handler != SIG_DFL &&
-		    sa.sa_handler != SIG_IGN && !(sa.sa_flags & SA_RESTART))
-			return 1;
-	}
-	return 0;
-}
-
 int ff_xlink_before_accept(int lfd)
 {
 	struct pollfd p[2];
@@ -881,7 +863,7 @@ int ff_xlink_before_accept(int lfd)
 		p[0] = (struct pollfd){ .fd = lfd, .events = POLLIN };
 		p[1] = (struct pollfd){ .fd = n, .events = POLLIN };
 		if (ff_real.poll(p, 2, -1) < 0) {
-			if (errno == EINTR && interrupts())
+			if (errno == EINTR && !ff_signal_restarts())
 				return -1;
 			if (errno != EINTR)
 				return 0;
