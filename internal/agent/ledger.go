@@ -60,8 +60,7 @@ import (
 // The ledger's layout, in host byte order (PROTOCOL.md, "The ledger").
 const (
 	ledgerMagic        = "FFLG"
-	ledgerVersion      = 4
-	ledgerVersionWhole = 3 // no ledgerOffUsed: every entry may be live
+	ledgerVersion      = 3
 	ledgerHeaderSize   = 64
 	ledgerEntrySize    = 128
 	ledgerMaxSlots     = 1 << 16
@@ -71,7 +70,7 @@ const (
 	ledgerOffOpened    = 16 // header: u64, linked shm connections the process ever opened
 	ledgerOffOpenedTCP = 24 // header: u64, the same for linked host-tcp connections
 	ledgerOffNoLibrary = 32 // header: u64, connections accepted from peers without the library
-	ledgerOffUsed      = 40 // header: u32, entries handed out so far: every live one is below
+	ledgerOffUsed      = 40 // header: u32, entries handed out so far: every live one is below; 0: not kept
 
 	entryOffSeq       = 0   // u32: odd while live
 	entryOffBytes     = 4   // u32: the shm memory the entry's channel holds
@@ -261,8 +260,8 @@ func checkLedgerHeader(mem []byte) error {
 	switch {
 	case magic != binary.NativeEndian.Uint32([]byte(ledgerMagic)):
 		bad = "it does not start with FFLG"
-	case version != ledgerVersion && version != ledgerVersionWhole:
-		bad = "its version is not 4 (or 3)"
+	case version != ledgerVersion:
+		bad = "its version is not 3"
 	case n != uint32(slots):
 		bad = "its slots do not match its size"
 	case entry != ledgerEntrySize:
@@ -435,15 +434,16 @@ func (l *ledger) read(shmOnly bool, fn func(ledgerEntry) bool) {
 // handedOut returns how many entries the library has handed out, as its
 // header says: every live one is below, and a budget check on every new
 // channel reads no page past them (mincore of all 2048 pages cost more
-// than the rest of the decision). A version 3 ledger does not say: all its
-// entries are read. A library that says less than it uses hides its own
-// connections, as it could by not listing them.
+// than the rest of the decision). 0 is a library from before the count
+// (the word was 0 then): all its entries are read. A library that says
+// less than it uses hides its own connections, as it could by not listing
+// them.
 func (l *ledger) handedOut() int {
 	slots := (len(l.mem) - ledgerHeaderSize) / ledgerEntrySize
-	if load32(l.mem, ledgerOffVersion) == ledgerVersionWhole {
-		return slots
+	if used := int(load32(l.mem, ledgerOffUsed)); used > 0 {
+		return min(used, slots)
 	}
-	return min(int(load32(l.mem, ledgerOffUsed)), slots)
+	return slots
 }
 
 // residentPages returns mincore's vector for mem (bit 0 of byte i: page i

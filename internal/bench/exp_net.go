@@ -34,7 +34,8 @@ const sockperfSeconds = 1
 // told otherwise, and stops with "_seqN > m_maxSequenceNo" on a path that
 // goes faster: the shm channel does about 3.5 million round trips a second
 // here. A ping-pong sends the next message only once the answer is back,
-// so the rate paces nothing; the table takes about 140 MB more memory.
+// so the rate paces nothing; the table takes about 140 MB more memory
+// per second of sockperfSeconds.
 const sockperfMPS = 5000000
 
 var sockperfServer = func(toolEnv) Server {

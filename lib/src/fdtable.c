@@ -30,11 +30,13 @@ static pthread_cond_t decided = PTHREAD_COND_INITIALIZER;
 /* make test-asan: set by ff_table_init, whether or not it got memory. */
 static atomic_int table_made;
 
-/* ff_fd_slot before start-up: some exported function did not enter (shim.h, the end). */
-static void not_started(int fd)
+/* The table read before start-up: some exported function did not enter (shim.h, the end). */
+static void not_started(const char *what, int fd)
 {
-	fprintf(stderr, "libfreeflow: ff_fd_slot(%d) before start-up: an exported function "
-		"must call REAL(), ff_slot_enter() or ff_init() first (FF_CHECK_INIT)\n", fd);
+	if (atomic_load_explicit(&table_made, memory_order_relaxed))
+		return;
+	fprintf(stderr, "libfreeflow: %s(%d) before start-up: an exported function "
+		"must call REAL(), ff_slot_enter() or ff_init() first (FF_CHECK_INIT)\n", what, fd);
 	abort();
 }
 #endif
@@ -78,8 +80,7 @@ struct ff_slot *ff_fd_slot(int fd)
 {
 #ifdef FF_CHECK_INIT
 	/* Relaxed: a caller that entered properly is ordered after start-up already. */
-	if (!atomic_load_explicit(&table_made, memory_order_relaxed))
-		not_started(fd);
+	not_started("ff_fd_slot", fd);
 #endif
 	if (fd < 0 || fd >= table_size)
 		return NULL;
@@ -115,6 +116,10 @@ void ff_table_broadcast(void)
 
 int ff_table_hiwater(void)
 {
+#ifdef FF_CHECK_INIT
+	/* Its -1 before start-up makes a scan of the table silently find nothing. */
+	not_started("ff_table_hiwater", -1);
+#endif
 	return atomic_load(&hiwater);
 }
 

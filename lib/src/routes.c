@@ -571,6 +571,7 @@ FF_EXPORT int name params							\
 										\
 	if (!real)								\
 		return -ENOSYS;							\
+	ff_init();	/* it may be the program's first call we see */		\
 	ff_shm_avoid("liburing " #name);					\
 	return real args;							\
 }

@@ -254,7 +254,7 @@ static void start_helpers(void)
 		want = HELPERS - helpers;
 	if (want <= 0)
 		return;
-	helpers += want;	/* counted before they start: one may end before the next starts */
+	helpers += want;	/* counted first: helpers - deciding never claims fewer than run */
 	pthread_mutex_unlock(&mu);
 	while (made < want && ff_start_quiet_thread(help))
 		made++;

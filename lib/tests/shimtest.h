@@ -448,20 +448,29 @@ struct t_ledger_want {
 	const char *reason;
 };
 
+/*
+ * Also checks what the agent relies on: every live entry is below the
+ * header's used (read after the entries: the library stores it first).
+ */
 static inline long t_ledger_live(int lfd, const void *arg)
 {
 	const struct t_ledger_want *w = arg;
 	uint8_t e[FF_LEDGER_ENTRY];
-	uint32_t seq;
-	long n = 0;
+	uint32_t seq, used = 0;
+	long n = 0, last = -1, i = 0;
 
 	for (off_t at = FF_LEDGER_HDR; pread(lfd, e, sizeof(e), at) == sizeof(e);
-	     at += FF_LEDGER_ENTRY) {
+	     at += FF_LEDGER_ENTRY, i++) {
 		memcpy(&seq, e + FF_LEDGER_E_SEQ, 4);
+		if (seq & 1)
+			last = i;
 		n += (seq & 1) && (w->path < 0 || e[FF_LEDGER_E_PATH] == w->path) &&
 		     (!w->reason || (e[FF_LEDGER_E_REASON_LEN] == strlen(w->reason) &&
 				     !memcmp(e + FF_LEDGER_E_REASON, w->reason, strlen(w->reason))));
 	}
+	CHECK(pread(lfd, &used, 4, FF_LEDGER_OFF_USED) == 4 && last < (long)used,
+	      "ledger entry %ld is live, but the header says %u were handed out: the agent reads no further",
+	      last, used);
 	return n;
 }
 

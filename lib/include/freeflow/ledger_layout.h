@@ -9,7 +9,7 @@
 #define FREEFLOW_LEDGER_LAYOUT_H
 
 #define FF_LEDGER_MAGIC		"FFLG"
-#define FF_LEDGER_VERSION	4u
+#define FF_LEDGER_VERSION	3u
 #define FF_LEDGER_HDR		64u
 #define FF_LEDGER_ENTRY		128u
 #define FF_LEDGER_SLOTS_MAX	65536u
@@ -20,7 +20,7 @@
 #define FF_LEDGER_OFF_OPENED	16u	/* u64: linked shm connections ever opened */
 #define FF_LEDGER_OFF_OPENED_TCP 24u	/* u64: linked host-tcp connections ever opened */
 #define FF_LEDGER_OFF_NO_LIBRARY 32u	/* u64: connections ever accepted from peers without the library */
-#define FF_LEDGER_OFF_USED	40u	/* u32: entries handed out so far (only grows): every live one is below */
+#define FF_LEDGER_OFF_USED	40u	/* u32: entries handed out so far (only grows): every live one is below; 0: not kept */
 /* entry */
 #define FF_LEDGER_E_SEQ		0u	/* u32: odd while live */
 #define FF_LEDGER_E_BYTES	4u	/* u32: the shm memory held */
