@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core.h"
 #include "freeflow/proto.h"
-#include "shim.h"
 
 /*
  * IPv4-mapped IPv6 addresses (a dual-stack listener) are sent as IPv4

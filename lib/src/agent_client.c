@@ -21,9 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "agent_client.h"
-#include "deadline.h"
-#include "shim.h"
+#include "agent.h"
+#include "core.h"
 
 /*
  * A blocking AF_UNIX connect waits for room in the listener's backlog for at

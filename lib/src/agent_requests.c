@@ -8,8 +8,8 @@
 #include <errno.h>
 #include <stdint.h>
 
-#include "agent_client.h"
-#include "shim.h"
+#include "agent.h"
+#include "core.h"
 
 static void enc_endpoint(struct ff_enc *e, uint16_t type,
 			 const struct sockaddr_storage *sa)

@@ -4,7 +4,9 @@
  * channels above the fd table (its shared memory, a link offer) goes
  * first, then the conn itself (fdtable.c, ff_conn_dispose).
  */
-#include "shim.h"
+#include "core.h"
+#include "links.h"
+#include "setup.h"
 #include "shm.h"
 
 void ff_conn_free(struct ff_conn *c)

@@ -24,9 +24,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "agent_client.h"
-#include "deadline.h"
-#include "shim.h"
+#include "agent.h"
+#include "core.h"
 
 /*
  * Must exceed every bound the agents keep inside an answer (PROTOCOL.md,

@@ -3,8 +3,7 @@
 #include <errno.h>
 #include <poll.h>
 
-#include "deadline.h"
-#include "shim.h"
+#include "core.h"
 
 int ff_poll_until(int fd, short ev, int64_t end_ms)
 {

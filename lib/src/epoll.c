@@ -114,9 +114,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "epoll_shm.h"
-#include "shim.h"
+#include "core.h"
+#include "proc.h"
 #include "shm.h"
+#include "wait.h"
 
 /* ---- pending connects ---- */
 

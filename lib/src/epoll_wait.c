@@ -7,9 +7,9 @@
 #include <errno.h>
 #include <string.h>
 
-#include "epoll_shm.h"
-#include "readiness.h"
-#include "shim.h"
+#include "core.h"
+#include "proc.h"
+#include "shm.h"
 
 /* One epoll_wait/epoll_pwait (ms) or epoll_pwait2 (ts) call. */
 struct ff_ewait {

@@ -64,7 +64,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "agent.h"
+#include "core.h"
+#include "proc.h"
+#include "setup.h"
 #include "shm.h"
 
 #define VAR		"FREEFLOW_EXEC_FDS"

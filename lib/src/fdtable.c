@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <sys/resource.h>
 
-#include "shim.h"
+#include "core.h"
 
 #define FD_CAP		(1 << 20)
 #define FD_MIN		1024
@@ -30,7 +30,7 @@ static pthread_cond_t decided = PTHREAD_COND_INITIALIZER;
 /* make test-asan: set by ff_table_init, whether or not it got memory. */
 static atomic_int table_made;
 
-/* ff_fd_slot before start-up: some exported function did not enter (shim.h, the end). */
+/* ff_fd_slot before start-up: some exported function did not enter (proc.h). */
 static void not_started(int fd)
 {
 	fprintf(stderr, "libfreeflow: ff_fd_slot(%d) before start-up: an exported function "
@@ -72,7 +72,7 @@ void ff_table_init(void)
  *  - the lock is never held across a call to the agent or any blocking
  *    system call.
  * It never starts the library: only exported functions do (ff_slot_enter()
- * in shim.h); all other code runs after start-up.
+ * in proc.h); all other code runs after start-up.
  */
 struct ff_slot *ff_fd_slot(int fd)
 {

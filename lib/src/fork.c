@@ -47,10 +47,12 @@
  */
 #include <unistd.h>
 
-#include "settler.h"
-#include "shim.h"
+#include "agent.h"
+#include "core.h"
+#include "links.h"
+#include "proc.h"
+#include "setup.h"
 #include "shm.h"
-#include "synmark.h"
 
 void ff_table_atfork_child(void);
 

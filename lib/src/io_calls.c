@@ -30,7 +30,10 @@
 #include <sys/sendfile.h>
 #include <time.h>
 
-#include "shim.h"
+#include "agent.h"
+#include "core.h"
+#include "proc.h"
+#include "setup.h"
 #include "shm.h"
 
 /* mmsghdr entries rewritten per call on a swapped fd (4 KiB of stack). */

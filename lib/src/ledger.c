@@ -46,9 +46,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "freeflow/proto.h"
+#include "agent.h"
+#include "core.h"
 #include "freeflow/ledger_layout.h"
-#include "shim.h"
+#include "freeflow/proto.h"
 
 #define SLOTS		FF_LEDGER_SLOTS_MAX
 #define HDR		FF_LEDGER_HDR

@@ -57,9 +57,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent.h"
+#include "core.h"
 #include "freeflow/proto.h"
-#include "link.h"
-#include "shim.h"
+#include "links.h"
 #include "shm.h"
 
 #define LINK_MAX	256	/* links of one process, both roles */

@@ -37,10 +37,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "agent_client.h"
+#include "agent.h"
+#include "core.h"
 #include "freeflow/proto.h"
-#include "shim.h"
-#include "synmark.h"
+#include "links.h"
+#include "setup.h"
 
 /*
  * lost_gen counts events; synced_gen is the count whose re-send was

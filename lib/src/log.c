@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "core.h"
 
 int ff_debug_on;
 

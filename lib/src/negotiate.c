@@ -57,11 +57,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "agent_client.h"
-#include "link.h"
-#include "shim.h"
+#include "agent.h"
+#include "core.h"
+#include "links.h"
+#include "setup.h"
 #include "shm.h"
-#include "synmark.h"
 
 /*
  * The link a PATH carries, if any (ttl_ms 0: none). shm (PROTOCOL.md,

@@ -41,8 +41,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "readiness.h"
-#include "shim.h"
+#include "core.h"
+#include "proc.h"
 #include "shm.h"
 
 enum kind { K_PLAIN, K_PENDING, K_SHM };

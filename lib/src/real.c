@@ -16,7 +16,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "core.h"
 
 struct ff_real ff_real;
 _Thread_local int ff_busy;

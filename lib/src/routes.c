@@ -34,7 +34,11 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "calls.h"
+#include "core.h"
+#include "links.h"
+#include "proc.h"
+#include "setup.h"
 #include "shm.h"
 
 /* ---- moving one fd off what the kernel cannot see ---- */

@@ -51,9 +51,8 @@
 #include <sys/eventfd.h>
 #include <time.h>
 
-#include "readiness.h"
-#include "settler.h"
-#include "shim.h"
+#include "core.h"
+#include "setup.h"
 
 #define WATCH_MAX	1024	/* beyond, a connect waits for the program to look, as before */
 #define HELPERS		8	/* threads deciding at once */

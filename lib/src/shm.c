@@ -35,7 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "deadline.h"
+#include "core.h"
 #include "shm.h"
 
 /* Published every CHUNK bytes of a large copy, so the other end pipelines. */

@@ -51,7 +51,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "deadline.h"
+#include "core.h"
 #include "shm.h"
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,

@@ -36,7 +36,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
-#include "deadline.h"
+#include "core.h"
 #include "shm.h"
 
 #define MS		1000000LL

@@ -55,7 +55,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "deadline.h"
+#include "agent.h"
+#include "core.h"
 #include "shm.h"
 
 #define BUSY_WAIT_MS	1000
@@ -490,7 +491,7 @@ static int switch_locked(int fd, struct ff_shm *sh)
 						: "switch_by holds neither role");
 }
 
-/* The system calls made on the way leave errno as the caller had it (shim.h). */
+/* The system calls made on the way leave errno as the caller had it (core.h). */
 int ff_shm_switch(int fd)
 {
 	struct ff_shm *sh = ff_shm_get(fd);

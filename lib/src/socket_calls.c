@@ -22,14 +22,15 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
-#include "agent_client.h"
-#include "epoll_shm.h"
+#include "agent.h"
+#include "calls.h"
+#include "core.h"
 #include "freeflow/proto.h"
-#include "link.h"
-#include "shim.h"
-#include "settler.h"
+#include "links.h"
+#include "proc.h"
+#include "setup.h"
 #include "shm.h"
-#include "synmark.h"
+#include "wait.h"
 
 static int is_tcp(int domain, int type, int protocol)
 {
@@ -143,7 +144,7 @@ static void connect_done(int fd, struct ff_conn *c, int ret, int err)
 
 /*
  * Before the SYN of a connection the shim will negotiate: mark it
- * (synmark.h). A socket whose SYN cannot be marked stays on the overlay:
+ * (synmark.c). A socket whose SYN cannot be marked stays on the overlay:
  * its acceptor would take it for a peer without the library.
  */
 static enum ff_state mark_syn(int fd, const struct sockaddr *sa, socklen_t len)

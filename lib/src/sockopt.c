@@ -25,8 +25,9 @@
 #include <string.h>
 #include <sys/time.h>
 
-#include "shim.h"
-#include "synmark.h"
+#include "core.h"
+#include "proc.h"
+#include "setup.h"
 
 /*
  * The buffer sizes the application chose (opts.c says why): before the
@@ -144,7 +145,7 @@ static int saves_syn(int level, int name)
 
 /*
  * Table lock held, c not swapped: what the shim holds for the application
- * (synmark.h): its IP_TOS / IPV6_TCLASS while the SYN is marked, its
+ * (synmark.c): its IP_TOS / IPV6_TCLASS while the SYN is marked, its
  * TCP_SAVE_SYN, which the shim sets on every listener. 1: ask the kernel.
  */
 static int get_held(struct ff_conn *c, int level, int name, void *val, socklen_t *len)
@@ -180,7 +181,7 @@ static int sockopt_set(struct ff_conn *c, int level, int name, const void *val, 
 	/* A SYN the application keeps for itself is not the shim's to read (it would be gone). */
 	if (c && saves_syn(level, name) && val && len >= sizeof(int))
 		c->app_saves_syn = *(const int *)val;
-	/* Its SYN may leave only at its first write (synmark.h): never negotiated. */
+	/* Its SYN may leave only at its first write (synmark.c): never negotiated. */
 	if (c && level == IPPROTO_TCP && name == TCP_FASTOPEN_CONNECT && val && len >= sizeof(int))
 		c->fastopen = *(const int *)val != 0;
 	if (c && c->state != FF_ST_SWAPPED)

@@ -9,7 +9,10 @@
  * libraries (sanitizers) does not matter. ff_init() itself must call no
  * wrapped function, or pthread_once would wait on itself.
  */
-#include "shim.h"
+#include "agent.h"
+#include "core.h"
+#include "proc.h"
+#include "setup.h"
 #include "shm.h"
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;

@@ -11,7 +11,9 @@
 #include <netinet/tcp.h>
 #include <string.h>
 
-#include "synmark.h"
+#include "core.h"
+#include "freeflow/proto.h"
+#include "setup.h"
 
 static int tos_option(int level, int name)
 {

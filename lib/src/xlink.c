@@ -75,10 +75,10 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
-#include "agent_client.h"
+#include "agent.h"
+#include "core.h"
 #include "freeflow/proto.h"
-#include "link.h"
-#include "shim.h"
+#include "links.h"
 
 #define XLINK_MAX	64	/* cross-host links of one process, both roles */
 #define STOCK_MAX	32	/* connector: stock connections a link holds */

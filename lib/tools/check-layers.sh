@@ -1,18 +1,23 @@
 #!/bin/sh
-# check-layers.sh OBJ...: fail if an object calls into a concern listed
-# after its own in ORDER, or code outside proc/wait/calls calls an exported
-# wrapper by name (libfreeflow.map: inside the library that name binds to the
-# wrapper, not to libc; such code uses ff_real.fn, lib/README.md "Rules for
-# code inside the library").
+# check-layers.sh FILE...: fail if an object (.o) calls into a concern
+# listed after its own in ORDER, or code outside proc/wait/calls calls an
+# exported wrapper by name (libfreeflow.map: inside the library that name
+# binds to the wrapper, not to libc; such code uses ff_real.fn, lib/README.md
+# "Rules for code inside the library"), or a source (.c, .h) includes a
+# header of a concern listed after its own.
 #
-# An object's concern is its line in LAYERS ("file concern", file without .o)
-# while the sources are still flat, else the name of its directory
-# (build/obj/<concern>/x.o).
+# A file's concern is its line in LAYERS ("file concern", file without .o,
+# .c or .h) while the sources are still flat, else the name of its
+# directory (build/obj/<concern>/x.o, src/<concern>/x.c), else its name
+# if that is a concern's (src/core.h while flat). An included
+# header's concern is its directory ("core/core.h"), else its LAYERS line,
+# else its name if that is a concern's ("core.h"); "freeflow/*.h" (the
+# public headers) may be included anywhere.
 # POSIX sh, awk and nm only. Lines: "up: ...", "wrapper: ...",
-# "unknown concern: ..."; exit 1 if there is any.
+# "include: ...", "unknown concern: ..."; exit 1 if there is any.
 set -eu
 export LC_ALL=C
-[ $# -gt 0 ] || { echo "usage: $0 OBJ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 FILE..." >&2; exit 2; }
 here=$(dirname "$0")
 ORDER=${ORDER:-"proto core agent shm links setup proc wait calls"}
 WRAPPER_OK="proc wait calls"	# may call wrappers by name: aliases, syscall(), exec family
@@ -28,17 +33,24 @@ sed 's|/\*.*\*/||; /\/\*/,/\*\//d' "$MAP" | sed -n '/global:/,/local:/p' |
 	tr -s ' \t;' '\n\n\n' | grep -E '^[A-Za-z_][A-Za-z0-9_]*$' | sort -u > "$tmp/exported"
 [ -s "$tmp/exported" ] || { echo "check-layers: no exported names in $MAP" >&2; exit 2; }
 
-concern() {	# concern OBJ: its LAYERS line, else its directory's name
-	f=$(basename "$1" .o)
+concern() {	# concern FILE: its LAYERS line, else its directory's name, else its name
+	f=$(basename "$1"); f=${f%.*}
 	c=$( [ -f "$LAYERS" ] && awk -v f="$f" '$1 == f { print $2 }' "$LAYERS" || true)
 	[ -n "$c" ] || c=$(basename "$(dirname "$1")")
+	case " $ORDER " in *" $c "*) ;; *" $f "*) c=$f ;; esac
 	echo "$c $f"
 }
-: > "$tmp/def"; : > "$tmp/use"
+: > "$tmp/def"; : > "$tmp/use"; : > "$tmp/incl"
 for o in "$@"; do
-	cf=$(concern "$o")
-	nm --defined-only "$o" | awk -v cf="$cf" '$2 ~ /^[TDBRWV]$/ { print $3, cf }' >> "$tmp/def"
-	nm -u "$o" | awk -v cf="$cf" '{ print $2, cf }' >> "$tmp/use"
+	case $o in
+	*.o)	cf=$(concern "$o")
+		nm --defined-only "$o" | awk -v cf="$cf" '$2 ~ /^[TDBRWV]$/ { print $3, cf }' >> "$tmp/def"
+		nm -u "$o" | awk -v cf="$cf" '{ print $2, cf }' >> "$tmp/use" ;;
+	*.c|*.h) c=$(concern "$o"); c=${c%% *}
+		sed -n 's/^#[ \t]*include[ \t]*"\([^"]*\)".*/\1/p' "$o" |
+			awk -v c="$c" -v f="$(basename "$o")" '{ print c, f, $1 }' >> "$tmp/incl" ;;
+	*)	echo "check-layers: $o is no object or source" >&2; exit 2 ;;
+	esac
 done
 sort -k1,1 -o "$tmp/def" "$tmp/def"
 sort -k1,1 -o "$tmp/use" "$tmp/use"
@@ -57,8 +69,22 @@ sort -k1,1 -o "$tmp/use" "$tmp/use"
 	!($4 in r) { u[$4 "/" $5] = 1; next }
 	r[$4] > r[$2] { print "up: " $2 "/" $3 " -> " $4 "/" $5 " (" $1 ")" }
 	END { for (k in u) print "unknown concern: " k }' > "$tmp/found"
+
+# Includes: "concern file header"; the header's concern as the comment above says.
+[ -f "$LAYERS" ] && cp "$LAYERS" "$tmp/layers" || : > "$tmp/layers"
+awk -v rf="$tmp/rank" -v lf="$tmp/layers" '
+	BEGIN { while ((getline l < rf) > 0) { split(l, a, " "); r[a[1]] = a[2] }
+		while ((getline l < lf) > 0) if (l !~ /^#/ && split(l, a, " ") == 2) m[a[1]] = a[2] }
+	{ h = $3
+	  if (h ~ /^freeflow\//) next
+	  if (h ~ /\//) { hc = h; sub(/\/.*/, "", hc) }
+	  else { n = h; sub(/\.h$/, "", n); hc = (n in m) ? m[n] : n }
+	  if (!($1 in r)) { u[$1 "/" $2] = 1; next }
+	  if (!(hc in r)) { u[hc " (" h ")"] = 1; next }
+	  if (r[hc] > r[$1]) print "include: " $1 "/" $2 " includes " h " (" hc ")" }
+	END { for (k in u) print "unknown concern: " k }' "$tmp/incl" >> "$tmp/found"
 cat "$tmp/found"
 n=$(wc -l < "$tmp/found")
 [ "$n" -eq 0 ] && exit 0
-echo "check-layers: $(grep -c '^up:' "$tmp/found" || true) up, $(grep -c '^wrapper:' "$tmp/found" || true) wrapper, $(grep -c '^unknown' "$tmp/found" || true) unknown" >&2
+echo "check-layers: $(grep -c '^up:' "$tmp/found" || true) up, $(grep -c '^wrapper:' "$tmp/found" || true) wrapper, $(grep -c '^include:' "$tmp/found" || true) include, $(grep -c '^unknown' "$tmp/found" || true) unknown" >&2
 exit 1

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * check-layers self-test: a lower concern calling up (into top.c) and
- * calling an exported wrapper by its libc name: both must be reported.
+ * check-layers self-test: a lower concern including a higher one's header,
+ * calling up (into top.c) and calling an exported wrapper by its libc name:
+ * all three must be reported.
  */
 #include <unistd.h>
 
-int ff_selftest_top(int x);
+#include "top.h"
+
 int ff_selftest_bad(int fd);
 
 int ff_selftest_bad(int fd)

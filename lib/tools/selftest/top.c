@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* check-layers self-test: a higher concern calling down, which is allowed. */
+#include "top.h"
+
 int ff_selftest_low(int x);
-int ff_selftest_top(int x);
 
 int ff_selftest_top(int x)
 {

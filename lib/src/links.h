@@ -1,20 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * What same-host links (link.c) and cross-host links (xlink.c) share: the
- * wire form of an endpoint, the connector's binding before its SYN, and
- * the offer a connect() carries until the connection is decided.
+ * The links concern: what same-host links (link.c) and cross-host links
+ * (xlink.c) share (the wire form of an endpoint, the connector's binding
+ * before its SYN, the offer a connect() carries until the connection is
+ * decided), and their entry points.
  */
-#ifndef FF_LINK_H
-#define FF_LINK_H
+#ifndef FREEFLOW_LINKS_H
+#define FREEFLOW_LINKS_H
 
 #include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
 
-#include "deadline.h"
+#include "core.h"
 #include "freeflow/proto.h"
-#include "shim.h"
 
 /* An endpoint as the wire names it (ff_endpoint): address then port. */
 struct ep {
@@ -73,6 +73,52 @@ struct ff_offer {
 	struct sockaddr_storage dst;
 	socklen_t dstlen;
 };
+
+/* What a fast path hands over: the channel, and for shm its mapped memory. */
+struct ff_handover {
+	int chan;		/* the socket to put at the fd (shm: the bell socket) */
+	struct ff_shm *shm;	/* NULL unless shm */
+};
+
+/* ---- link.c: same-host connections set up without the agent ---- */
+
+/* Keep link fd, which came with the shm PATH of local -> remote (our role: acceptor or not). */
+void ff_link_add(int fd, int acceptor, const struct sockaddr_storage *local,
+		 const struct sockaddr_storage *remote, uint32_t ttl_ms, uint32_t ring);
+/*
+ * connect(fd, sa) is about to send its SYN: if a link leads to sa, bind fd
+ * if needed and offer the connection over it. The offer, or NULL (then
+ * the connection asks the agent as usual). No lock held.
+ */
+struct ff_offer *ff_link_offer(int fd, const struct sockaddr *sa, socklen_t len);
+/* The connection was not made (or is dropped): withdraw the offer and free it (NULL: nothing). */
+void ff_offer_free(struct ff_offer *o);
+/* The acceptor's address connect() was given. */
+void ff_offer_peer(const struct ff_offer *o, struct sockaddr_storage *sa, socklen_t *len);
+/*
+ * The TCP connection ended before the decision: 1 if the acceptor took the
+ * offer anyway (it resets the overlay socket as it swaps), else 0 and the
+ * offer is withdrawn.
+ */
+int ff_offer_taken(struct ff_offer *o);
+/* A fork child's copy of its parent's offer: free it, deciding nothing. */
+void ff_offer_forget(struct ff_offer *o);
+/*
+ * The connection with c->offer is established: wait (at most 5 ms) for
+ * the acceptor. 1: taken, h filled; 0: not taken, ask the agent. c->offer
+ * is consumed.
+ */
+int ff_offer_settle(struct ff_conn *c, struct ff_handover *h);
+/* An accepted connection: its offer from a link taken (1, h filled), or none: ask the agent (0). */
+int ff_link_take(const struct sockaddr_storage *local, const struct sockaddr_storage *remote,
+		 struct ff_handover *h);
+/* The listener at local is closed: its links and the offers they brought go. */
+void ff_links_unlisten(const struct sockaddr_storage *local);
+/* The process keeps off shm (routes.c): every same-host link and pending offer goes. */
+void ff_links_drop_all(void);
+void ff_links_atfork_prepare(void);
+void ff_links_atfork_parent(void);
+void ff_links_atfork_child(void);
 
 /* ---- xlink.c: the cross-host half of link.c's entry points ---- */
 
