@@ -6,13 +6,10 @@
 # "Rules for code inside the library"), or a source (.c, .h) includes a
 # header of a concern listed after its own.
 #
-# A file's concern is its line in LAYERS ("file concern", file without .o,
-# .c or .h) while the sources are still flat, else the name of its
-# directory (build/obj/<concern>/x.o, src/<concern>/x.c), else its name
-# if that is a concern's (src/core.h while flat). An included
-# header's concern is its directory ("core/core.h"), else its LAYERS line,
-# else its name if that is a concern's ("core.h"); "freeflow/*.h" (the
-# public headers) may be included anywhere.
+# A file's concern is the name of its directory (build/obj/<concern>/x.o,
+# src/<concern>/x.c). An included header's concern is its directory
+# ("core/core.h"), or the including file's for a header beside it;
+# "freeflow/*.h" (the public headers) may be included anywhere.
 # POSIX sh, awk and nm only. Lines: "up: ...", "wrapper: ...",
 # "include: ...", "unknown concern: ..."; exit 1 if there is any.
 set -eu
@@ -21,7 +18,6 @@ export LC_ALL=C
 here=$(dirname "$0")
 ORDER=${ORDER:-"proto core agent shm links setup proc wait calls"}
 WRAPPER_OK="proc wait calls"	# may call wrappers by name: aliases, syscall(), exec family
-LAYERS=${LAYERS:-$here/layers.flat}
 MAP=${MAP:-$here/../libfreeflow.map}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -33,12 +29,9 @@ sed 's|/\*.*\*/||; /\/\*/,/\*\//d' "$MAP" | sed -n '/global:/,/local:/p' |
 	tr -s ' \t;' '\n\n\n' | grep -E '^[A-Za-z_][A-Za-z0-9_]*$' | sort -u > "$tmp/exported"
 [ -s "$tmp/exported" ] || { echo "check-layers: no exported names in $MAP" >&2; exit 2; }
 
-concern() {	# concern FILE: its LAYERS line, else its directory's name, else its name
-	f=$(basename "$1"); f=${f%.*}
-	c=$( [ -f "$LAYERS" ] && awk -v f="$f" '$1 == f { print $2 }' "$LAYERS" || true)
-	[ -n "$c" ] || c=$(basename "$(dirname "$1")")
-	case " $ORDER " in *" $c "*) ;; *" $f "*) c=$f ;; esac
-	echo "$c $f"
+concern() {	# concern FILE: its directory's name, and its name without the suffix
+	f=$(basename "$1")
+	echo "$(basename "$(dirname "$1")") ${f%.*}"
 }
 : > "$tmp/def"; : > "$tmp/use"; : > "$tmp/incl"
 for o in "$@"; do
@@ -71,14 +64,12 @@ sort -k1,1 -o "$tmp/use" "$tmp/use"
 	END { for (k in u) print "unknown concern: " k }' > "$tmp/found"
 
 # Includes: "concern file header"; the header's concern as the comment above says.
-[ -f "$LAYERS" ] && cp "$LAYERS" "$tmp/layers" || : > "$tmp/layers"
-awk -v rf="$tmp/rank" -v lf="$tmp/layers" '
-	BEGIN { while ((getline l < rf) > 0) { split(l, a, " "); r[a[1]] = a[2] }
-		while ((getline l < lf) > 0) if (l !~ /^#/ && split(l, a, " ") == 2) m[a[1]] = a[2] }
+awk -v rf="$tmp/rank" '
+	BEGIN { while ((getline l < rf) > 0) { split(l, a, " "); r[a[1]] = a[2] } }
 	{ h = $3
 	  if (h ~ /^freeflow\//) next
+	  hc = $1
 	  if (h ~ /\//) { hc = h; sub(/\/.*/, "", hc) }
-	  else { n = h; sub(/\.h$/, "", n); hc = (n in m) ? m[n] : n }
 	  if (!($1 in r)) { u[$1 "/" $2] = 1; next }
 	  if (!(hc in r)) { u[hc " (" h ")"] = 1; next }
 	  if (r[hc] > r[$1]) print "include: " $1 "/" $2 " includes " h " (" hc ")" }

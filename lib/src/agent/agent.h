@@ -25,7 +25,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#include "core.h"
+#include "core/core.h"
 #include "freeflow/proto.h"
 
 #define FF_AGENT_SOCK_PATH	"/run/freeflow/agent.sock"

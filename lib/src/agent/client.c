@@ -21,8 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "agent.h"
-#include "core.h"
+#include "agent/agent.h"
+#include "core/core.h"
 
 /*
  * A blocking AF_UNIX connect waits for room in the listener's backlog for at

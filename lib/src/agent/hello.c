@@ -9,7 +9,7 @@
 #include <limits.h>
 #include <string.h>
 
-#include "agent.h"
+#include "agent/agent.h"
 
 /* Copy a string attribute; a NUL inside would silently cut it in C. */
 static int copy_str(char *dst, size_t cap, const struct ff_attr *a)

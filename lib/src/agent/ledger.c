@@ -46,8 +46,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "agent.h"
-#include "core.h"
+#include "agent/agent.h"
+#include "core/core.h"
 #include "freeflow/ledger_layout.h"
 #include "freeflow/proto.h"
 

@@ -8,8 +8,8 @@
 #include <errno.h>
 #include <stdint.h>
 
-#include "agent.h"
-#include "core.h"
+#include "agent/agent.h"
+#include "core/core.h"
 
 static void enc_endpoint(struct ff_enc *e, uint16_t type,
 			 const struct sockaddr_storage *sa)

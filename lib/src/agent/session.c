@@ -24,8 +24,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "agent.h"
-#include "core.h"
+#include "agent/agent.h"
+#include "core/core.h"
 
 /*
  * Must exceed every bound the agents keep inside an answer (PROTOCOL.md,

@@ -7,7 +7,7 @@
 #ifndef FREEFLOW_CALLS_H
 #define FREEFLOW_CALLS_H
 
-#include "core.h"
+#include "core/core.h"
 
 /* ---- socket_calls.c: what every close route shares ---- */
 

@@ -30,11 +30,11 @@
 #include <sys/sendfile.h>
 #include <time.h>
 
-#include "agent.h"
-#include "core.h"
-#include "proc.h"
-#include "setup.h"
-#include "shm.h"
+#include "agent/agent.h"
+#include "core/core.h"
+#include "proc/proc.h"
+#include "setup/setup.h"
+#include "shm/shm.h"
 
 /* mmsghdr entries rewritten per call on a swapped fd (4 KiB of stack). */
 #define MMSG_CHUNK	64

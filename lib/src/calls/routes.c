@@ -34,12 +34,12 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "calls.h"
-#include "core.h"
-#include "links.h"
-#include "proc.h"
-#include "setup.h"
-#include "shm.h"
+#include "calls/calls.h"
+#include "core/core.h"
+#include "links/links.h"
+#include "proc/proc.h"
+#include "setup/setup.h"
+#include "shm/shm.h"
 
 /* ---- moving one fd off what the kernel cannot see ---- */
 

@@ -22,15 +22,15 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
-#include "agent.h"
-#include "calls.h"
-#include "core.h"
+#include "agent/agent.h"
+#include "calls/calls.h"
+#include "core/core.h"
 #include "freeflow/proto.h"
-#include "links.h"
-#include "proc.h"
-#include "setup.h"
-#include "shm.h"
-#include "wait.h"
+#include "links/links.h"
+#include "proc/proc.h"
+#include "setup/setup.h"
+#include "shm/shm.h"
+#include "wait/wait.h"
 
 static int is_tcp(int domain, int type, int protocol)
 {

@@ -25,9 +25,9 @@
 #include <string.h>
 #include <sys/time.h>
 
-#include "core.h"
-#include "proc.h"
-#include "setup.h"
+#include "core/core.h"
+#include "proc/proc.h"
+#include "setup/setup.h"
 
 /*
  * The buffer sizes the application chose (opts.c says why): before the

@@ -3,7 +3,7 @@
 #include <errno.h>
 #include <poll.h>
 
-#include "core.h"
+#include "core/core.h"
 
 int ff_poll_until(int fd, short ev, int64_t end_ms)
 {

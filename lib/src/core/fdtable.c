@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <sys/resource.h>
 
-#include "core.h"
+#include "core/core.h"
 
 #define FD_CAP		(1 << 20)
 #define FD_MIN		1024

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core.h"
+#include "core/core.h"
 
 int ff_debug_on;
 

@@ -16,7 +16,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "core.h"
+#include "core/core.h"
 
 struct ff_real ff_real;
 _Thread_local int ff_busy;

@@ -57,11 +57,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "agent.h"
-#include "core.h"
+#include "agent/agent.h"
+#include "core/core.h"
 #include "freeflow/proto.h"
-#include "links.h"
-#include "shm.h"
+#include "links/links.h"
+#include "shm/shm.h"
 
 #define LINK_MAX	256	/* links of one process, both roles */
 #define PENDING_MAX	64	/* offers drained but not yet accepted */

@@ -13,7 +13,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "core.h"
+#include "core/core.h"
 #include "freeflow/proto.h"
 
 /* An endpoint as the wire names it (ff_endpoint): address then port. */

@@ -75,10 +75,10 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
-#include "agent.h"
-#include "core.h"
+#include "agent/agent.h"
+#include "core/core.h"
 #include "freeflow/proto.h"
-#include "links.h"
+#include "links/links.h"
 
 #define XLINK_MAX	64	/* cross-host links of one process, both roles */
 #define STOCK_MAX	32	/* connector: stock connections a link holds */

@@ -64,11 +64,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "agent.h"
-#include "core.h"
-#include "proc.h"
-#include "setup.h"
-#include "shm.h"
+#include "agent/agent.h"
+#include "core/core.h"
+#include "proc/proc.h"
+#include "setup/setup.h"
+#include "shm/shm.h"
 
 #define VAR		"FREEFLOW_EXEC_FDS"
 #define FF_EXEC_VAR_MAX	8192

@@ -47,12 +47,12 @@
  */
 #include <unistd.h>
 
-#include "agent.h"
-#include "core.h"
-#include "links.h"
-#include "proc.h"
-#include "setup.h"
-#include "shm.h"
+#include "agent/agent.h"
+#include "core/core.h"
+#include "links/links.h"
+#include "proc/proc.h"
+#include "setup/setup.h"
+#include "shm/shm.h"
 
 void ff_table_atfork_child(void);
 

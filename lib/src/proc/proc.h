@@ -9,8 +9,8 @@
 
 #include <stdatomic.h>
 
-#include "core.h"
-#include "setup.h"
+#include "core/core.h"
+#include "setup/setup.h"
 
 /* ---- start.c: start-up ---- */
 

@@ -9,11 +9,11 @@
  * libraries (sanitizers) does not matter. ff_init() itself must call no
  * wrapped function, or pthread_once would wait on itself.
  */
-#include "agent.h"
-#include "core.h"
-#include "proc.h"
-#include "setup.h"
-#include "shm.h"
+#include "agent/agent.h"
+#include "core/core.h"
+#include "proc/proc.h"
+#include "setup/setup.h"
+#include "shm/shm.h"
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static atomic_int initialized;

@@ -4,10 +4,10 @@
  * channels above the fd table (its shared memory, a link offer) goes
  * first, then the conn itself (fdtable.c, ff_conn_dispose).
  */
-#include "core.h"
-#include "links.h"
-#include "setup.h"
-#include "shm.h"
+#include "core/core.h"
+#include "links/links.h"
+#include "setup/setup.h"
+#include "shm/shm.h"
 
 void ff_conn_free(struct ff_conn *c)
 {

@@ -37,11 +37,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "agent.h"
-#include "core.h"
+#include "agent/agent.h"
+#include "core/core.h"
 #include "freeflow/proto.h"
-#include "links.h"
-#include "setup.h"
+#include "links/links.h"
+#include "setup/setup.h"
 
 /*
  * lost_gen counts events; synced_gen is the count whose re-send was

@@ -57,11 +57,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "agent.h"
-#include "core.h"
-#include "links.h"
-#include "setup.h"
-#include "shm.h"
+#include "agent/agent.h"
+#include "core/core.h"
+#include "links/links.h"
+#include "setup/setup.h"
+#include "shm/shm.h"
 
 /*
  * The link a PATH carries, if any (ttl_ms 0: none). shm (PROTOCOL.md,

@@ -51,8 +51,8 @@
 #include <sys/eventfd.h>
 #include <time.h>
 
-#include "core.h"
-#include "setup.h"
+#include "core/core.h"
+#include "setup/setup.h"
 
 #define WATCH_MAX	1024	/* beyond, a connect waits for the program to look, as before */
 #define HELPERS		8	/* threads deciding at once */

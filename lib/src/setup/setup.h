@@ -10,8 +10,8 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#include "agent.h"
-#include "core.h"
+#include "agent/agent.h"
+#include "core/core.h"
 
 /* ---- negotiate.c ---- */
 

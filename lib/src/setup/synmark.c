@@ -11,9 +11,9 @@
 #include <netinet/tcp.h>
 #include <string.h>
 
-#include "core.h"
+#include "core/core.h"
 #include "freeflow/proto.h"
-#include "setup.h"
+#include "setup/setup.h"
 
 static int tos_option(int level, int name)
 {

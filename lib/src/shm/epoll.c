@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core.h"
-#include "shm.h"
+#include "core/core.h"
+#include "shm/shm.h"
 
 #define TAG(fd)		((uint64_t)FF_EP_TAG_HI << 32 | (uint32_t)(fd))
 

@@ -35,8 +35,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core.h"
-#include "shm.h"
+#include "core/core.h"
+#include "shm/shm.h"
 
 /* Published every CHUNK bytes of a large copy, so the other end pipelines. */
 #define CHUNK		(64u << 10)

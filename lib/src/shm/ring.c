@@ -51,8 +51,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core.h"
-#include "shm.h"
+#include "core/core.h"
+#include "shm/shm.h"
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,
 	       "the rings need lock-free 32- and 64-bit atomics shared between processes");

@@ -28,7 +28,7 @@
 #include <sys/uio.h>
 
 #include "freeflow/shm_layout.h"
-#include "core.h"
+#include "core/core.h"
 
 /* Bits of ff_shm.state (process-local, sticky). */
 #define FF_SHM_BROKEN		1u	/* the peer broke the contract: ECONNRESET */

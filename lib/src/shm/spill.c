@@ -36,8 +36,8 @@
 #include <sys/mman.h>
 #include <time.h>
 
-#include "core.h"
-#include "shm.h"
+#include "core/core.h"
+#include "shm/shm.h"
 
 #define MS		1000000LL
 

@@ -55,9 +55,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "agent.h"
-#include "core.h"
-#include "shm.h"
+#include "agent/agent.h"
+#include "core/core.h"
+#include "shm/shm.h"
 
 #define BUSY_WAIT_MS	1000
 #define SWITCH_WAIT_MS	(BUSY_WAIT_MS + 1000)

@@ -114,10 +114,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core.h"
-#include "proc.h"
-#include "shm.h"
-#include "wait.h"
+#include "core/core.h"
+#include "proc/proc.h"
+#include "shm/shm.h"
+#include "wait/wait.h"
 
 /* ---- pending connects ---- */
 

@@ -7,9 +7,9 @@
 #include <errno.h>
 #include <string.h>
 
-#include "core.h"
-#include "proc.h"
-#include "shm.h"
+#include "core/core.h"
+#include "proc/proc.h"
+#include "shm/shm.h"
 
 /* One epoll_wait/epoll_pwait (ms) or epoll_pwait2 (ts) call. */
 struct ff_ewait {

@@ -41,9 +41,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core.h"
-#include "proc.h"
-#include "shm.h"
+#include "core/core.h"
+#include "proc/proc.h"
+#include "shm/shm.h"
 
 enum kind { K_PLAIN, K_PENDING, K_SHM };
 

@@ -6,7 +6,7 @@
 #ifndef FREEFLOW_WAIT_H
 #define FREEFLOW_WAIT_H
 
-#include "core.h"
+#include "core/core.h"
 
 /* ---- epoll.c (table lock held) ---- */
 void ff_epoll_arm_pending(int fd, struct ff_conn *c);

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* check-layers self-test: a lower concern's function (tools/selftest/layers.flat). */
+/* check-layers self-test: a function of a lower concern (core: its directory). */
 int ff_selftest_low(int x);
 
 int ff_selftest_low(int x)

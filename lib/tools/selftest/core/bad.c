@@ -6,7 +6,7 @@
  */
 #include <unistd.h>
 
-#include "top.h"
+#include "calls/top.h"
 
 int ff_selftest_bad(int fd);
 

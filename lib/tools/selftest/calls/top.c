@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* check-layers self-test: a higher concern calling down, which is allowed. */
-#include "top.h"
+#include "calls/top.h"
 
 int ff_selftest_low(int x);
 
