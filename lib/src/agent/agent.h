@@ -4,7 +4,7 @@
  * (docs/PROTOCOL.md, "Session"), this thread's session, the requests, the
  * ledger.
  *
- * The client (agent_client.c, agent_calls.c): every wait is bounded by the
+ * The client (agent/client.c, agent/hello.c): every wait is bounded by the
  * timeout given at connect time: the library sits on the connect() path of
  * unmodified programs, so an agent that is slow, wedged or gone must cost
  * at most that bound before the program falls back to plain TCP.
@@ -155,7 +155,7 @@ int ff_agent_hello(struct ff_agent *a, const char *lib_version,
 int ff_agent_lookup(struct ff_agent *a, const uint8_t *ip, int ip_len,
 		    struct ff_lookup_info *out);
 
-/* ---- control.c: this thread's connection to the agent ---- */
+/* ---- agent/session.c: this thread's connection to the agent ---- */
 
 /*
  * This thread's session (connected, HELLO done, listeners re-sent if the
@@ -191,7 +191,7 @@ struct ff_session_hooks {
 /* At start-up, before any session: reads FREEFLOW_AGENT_SOCKET, keeps a copy of *h. */
 void ff_control_init(const struct ff_session_hooks *h);
 
-/* ---- agent_requests.c: what the library asks the agent ---- */
+/* ---- agent/requests.c: what the library asks the agent ---- */
 
 /*
  * CONNECT/ACCEPT for the connection local -> remote on this thread's

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The calls concern: the wrappers of socket, connect, accept, close, dup,
- * fcntl... (socket_calls.c), the data calls (io_calls.c), getsockopt and
+ * fcntl... (calls/socket.c), the data calls (calls/io.c), getsockopt and
  * setsockopt (sockopt.c), and the routes around the wrappers (routes.c).
  */
 #ifndef FREEFLOW_CALLS_H
@@ -9,7 +9,7 @@
 
 #include "core/core.h"
 
-/* ---- socket_calls.c: what every close route shares ---- */
+/* ---- calls/socket.c: what every close route shares ---- */
 
 /*
  * Table lock held: fd is about to be closed (or replaced); its slot is

@@ -241,7 +241,7 @@ static void passing(const struct msghdr *mh)
 {
 	if (!mh || !mh->msg_controllen || ff_busy)
 		return;
-	ff_init();	/* shm_switch.c reads the fd table */
+	ff_init();	/* shm/switch.c reads the fd table */
 	ff_shm_switch_passed(mh);
 }
 

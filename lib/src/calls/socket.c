@@ -507,7 +507,7 @@ static int hold_decision(int fd)
 	return 1;
 }
 
-/* O_NONBLOCK of an shm connection is cached for its data path (shm.c). */
+/* O_NONBLOCK of an shm connection is cached for its data path (shm/io.c). */
 static int fcntl_common(int (*real)(int, int, ...), int fd, int cmd, void *arg)
 {
 	int held = (cmd == F_SETFL || cmd == F_SETFD) && hold_decision(fd);

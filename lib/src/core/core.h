@@ -189,7 +189,7 @@ struct ff_conn {
 	struct ff_shm *shm;		/* SWAPPED onto the shared-memory channel (shm.h) */
 	struct ff_offer *offer;		/* connecting over a link: the channel offered (link.c) */
 	uint64_t ledger;		/* linked: its entry in the ledger (ledger.c); 0 none */
-	int moved;			/* moved down from shm to a socket pair (shm_switch.c) */
+	int moved;			/* moved down from shm to a socket pair (shm/switch.c) */
 	int syn_marked;			/* connecting: its SYN is marked until decided (synmark.c) */
 	int app_tos, app_tclass;	/* meanwhile, the application's IP_TOS and IPV6_TCLASS */
 	int tos_touched;		/* the application set IP_TOS, IPV6_TCLASS or SO_PRIORITY */
@@ -204,7 +204,7 @@ struct ff_conn {
 #define FF_FD_PENDING	2u	/* data calls must wait for the decision */
 #define FF_FD_CONTROL	4u	/* a control connection to the agent */
 #define FF_FD_SWAPPED	8u	/* conn is SWAPPED: a kernel channel sits at the fd */
-#define FF_FD_SHM	16u	/* conn->shm is set: the data path goes through shm.c */
+#define FF_FD_SHM	16u	/* conn->shm is set: the data path goes through shm/io.c */
 #define FF_FD_RING	32u	/* an io_uring whose submissions the shim follows (routes.c) */
 
 struct ff_slot {

@@ -211,7 +211,7 @@ struct ff_conn *ff_fd_detach(int fd)
 
 /*
  * Pending conns have exactly one fd (a dup before the decision opts the
- * connection out, see socket_calls.c), so the PENDING bit lives in that
+ * connection out, see calls/socket.c), so the PENDING bit lives in that
  * one slot, and so does the SWAPPED bit that the decision sets; later fds
  * of a swapped conn get it from ff_fd_attach.
  */

@@ -17,7 +17,7 @@
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static atomic_int initialized;
-/* The agent sessions (control.c) keep the agent's listener table in step (listeners.c). */
+/* The agent sessions (agent/session.c) keep the agent's listener table in step (listeners.c). */
 static const struct ff_session_hooks session_hooks = {
 	.lost = ff_listeners_lost,
 	.opened = ff_listeners_resync,

@@ -388,7 +388,7 @@ void ff_epset_moved(int fd, const struct ff_shm *sh)
 /*
  * Table lock held: the decision is made (swapped, or overlay), or an shm
  * connection moved down. In the last case the fd no longer has FF_FD_SHM
- * while its conn still holds the memory (shm_switch.c, swap_fds): the shm
+ * while its conn still holds the memory (shm/switch.c, swap_fds): the shm
  * registrations of that memory at fd become kernel registrations.
  */
 void ff_epoll_replay(int fd, struct ff_epreg *regs, int swapped)
@@ -669,7 +669,7 @@ void ff_epset_rang(struct ff_epset *es, int epfd, int fd, uint32_t events)
 		 * The kernel says the peer's bell is gone (its last copy closed):
 		 * noted now. Its close may have come behind doorbells not yet
 		 * read, and a look that finds those stops there; this edge would
-		 * not come again (the design note in shm_ring.c, "End of stream").
+		 * not come again (the design note in shm/ring.c, "End of stream").
 		 */
 		if (events & (EPOLLHUP | EPOLLERR))
 			atomic_fetch_or(&r->sh->state, FF_SHM_PEER_GONE);

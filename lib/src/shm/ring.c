@@ -87,7 +87,7 @@ static uint64_t movable = MOVABLE(212992);
 
 /*
  * Moving down puts a ring's unread bytes into a socket pair's buffer
- * (shm_switch.c), which the kernel caps at twice net.core.wmem_max for an
+ * (shm/switch.c), which the kernel caps at twice net.core.wmem_max for an
  * unprivileged process. A ring never holds more unread than that, so a
  * move never waits for a reader (who may be this very process, in fork):
  * read once, the same on both ends of a channel (one host, one sysctl).
@@ -352,13 +352,13 @@ int ff_shm_map_reset(struct ff_shm_map *m)
 		/*
 		 * Pages past FF_SHM_KEEP stay (USED) for the next connection,
 		 * which then writes a burst into warm pages; they go back once
-		 * the ring stays idle (shm_spill.c).
+		 * the ring stays idle (shm/spill.c).
 		 */
 		atomic_store_explicit(map_word(m, b + FF_SHM_CTL_SPILL),
 				      (uint32_t)was[(b - FF_SHM_OFF_CTL0) / 512], memory_order_relaxed);
 	}
 	atomic_store_explicit(map_word(m, FF_SHM_OFF_OFFER), FF_OFFER_OFFERED, memory_order_release);
-	atomic_thread_fence(memory_order_seq_cst);	/* the spill words, then queued (shm_spill.c) */
+	atomic_thread_fence(memory_order_seq_cst);	/* the spill words, then queued (shm/spill.c) */
 	if (was[0] == FF_SPILL_USED || was[1] == FF_SPILL_USED)
 		ff_shm_spill_later(m);
 	return 0;
@@ -429,7 +429,7 @@ void ff_shm_release(struct ff_conn *c)
 	struct ff_shm *sh = c->shm;
 
 	c->shm = NULL;
-	/* Process-local, unlike the flags below: epoll.c drops its registrations on it. */
+	/* Process-local, unlike the flags below: wait/epoll.c drops its registrations on it. */
 	atomic_fetch_or(&sh->state, FF_SHM_CLOSED);
 	atomic_fetch_sub(&ff_shm_conns, 1);
 	atomic_store_explicit(sh->tx.prod_shut, 1, memory_order_release);
@@ -949,7 +949,7 @@ static unsigned ready_locked(int fd, struct ff_shm *sh, unsigned want, int look)
 	/*
 	 * Nothing wanted is ready, or the bell rang for an edge-triggered
 	 * waiter: the bell may say the peer left or switched. A peer that
-	 * closes ends its bell socket before its flags (socket_calls.c, close)
+	 * closes ends its bell socket before its flags (calls/socket.c, close)
 	 * and rings for neither; an edge-triggered registration is woken by
 	 * that EOF once, so it is read now even when, say, POLLOUT is ready,
 	 * or the end of stream would never be reported.

@@ -17,7 +17,7 @@
  * first), then wait_mu, then the table lock (only a move down takes it
  * after ring locks, to put the new socket in place; nothing takes a ring
  * lock while holding the table lock). None is held across a sleep, except
- * the ring locks by a move down across its bounded waits (shm_switch.c).
+ * the ring locks by a move down across its bounded waits (shm/switch.c).
  */
 #ifndef FREEFLOW_SHM_H
 #define FREEFLOW_SHM_H
@@ -73,7 +73,7 @@ struct ff_shm_map {
 	uint8_t *base;
 	size_t len;
 	uint32_t ring;			/* ring_size, as checked at attach */
-	/* shm_spill.c: waiting to give pages back (its list holds a reference), under its lock. */
+	/* shm/spill.c: waiting to give pages back (its list holds a reference), under its lock. */
 	_Atomic int queued;
 	struct ff_shm_map *next;
 	uint64_t seen[2];		/* each ring's tail at the last look */
@@ -143,7 +143,7 @@ int ff_shm_map_idle(const struct ff_shm_map *m);
  */
 int ff_shm_map_reset(struct ff_shm_map *m);
 /*
- * Giving memory back (docs/SHM.md; shm_spill.c). A ring of m was seen
+ * Giving memory back (docs/SHM.md; shm/spill.c). A ring of m was seen
  * empty with its spill word USED: give its pages past FF_SHM_KEEP back
  * once it has stayed so for FF_SHM_IDLE_MS (a burst that goes on or comes
  * again soon keeps its pages, so it pays no page faults), or for
@@ -230,7 +230,7 @@ unsigned ff_shm_arm(int fd, unsigned want, struct ff_shm_waiter *w);
 void ff_shm_disarm(int fd, struct ff_shm_waiter *w, int rang);
 void ff_shm_bell_rang(struct ff_shm *sh);
 /*
- * For poll.c and epoll.c, which hold a reference across a call or an
+ * For wait/poll.c and wait/epoll.c, which hold a reference across a call or an
  * epoll registration and look at many connections in turn:
  * ff_shm_ready_held: ff_shm_ready on sh, which sits at fd; look 0 leaves
  *   the bell socket alone (for a first look, before a sleep on the bell
@@ -252,7 +252,7 @@ int ff_shm_maybe(struct ff_shm *sh, unsigned want);
 int ff_shm_spin_until(int (*check)(void *arg), void *arg);
 extern _Atomic int ff_shm_conns;
 
-/* ---- shm_ring.c: the rings themselves, for shm.c and shm_switch.c ---- */
+/* ---- shm/ring.c: the rings themselves, for shm/io.c and shm/switch.c ---- */
 
 /*
  * The peer's index, loaded (acquire) and validated against ours: bytes
@@ -308,7 +308,7 @@ void ff_shm_init(void);
 uint64_t ff_shm_cap(uint64_t ring_size);
 
 /*
- * Moving down (docs/SHM.md, "Moving down"; shm_switch.c): make fd's
+ * Moving down (docs/SHM.md, "Moving down"; shm/switch.c): make fd's
  * connection a plain kernel channel now. 0 (also when it was not shm), or
  * -errno (the connection then fails with ECONNRESET). No table lock held,
  * none of sh's locks held.
@@ -332,10 +332,10 @@ void ff_shm_switch_passed(const struct msghdr *mh);
 extern _Atomic int ff_shm_avoided;
 
 /*
- * ---- epoll_shm.c: the shm registrations of each epoll fd, for epoll.c
+ * ---- shm/epoll.c: the shm registrations of each epoll fd, for wait/epoll.c
  * (epoll_ctl), the replay after a swap or a move down (ff_epoll_replay,
- * epoll_shm.c, below) and epoll_wait.c.
- * The design note is at the top of epoll.c. Locks: the table lock may be
+ * shm/epoll.c, below) and wait/epoll_wait.c.
+ * The design note is at the top of wait/epoll.c. Locks: the table lock may be
  * held when calling in (where said); none of these takes it.
  */
 
@@ -357,7 +357,7 @@ struct ff_epset *ff_epset_get(int epfd, int create);
 /* Whether es (NULL: none) holds registrations. */
 int ff_epset_busy(const struct ff_epset *es);
 
-/* ---- for epoll.c ---- */
+/* ---- for wait/epoll.c ---- */
 
 /* epoll_ctl of an shm fd: 0, -errno, or FF_SHM_MOVED (fd is not on shm). */
 int ff_epset_ctl(int epfd, int op, int fd, const struct epoll_event *ev);
@@ -428,7 +428,7 @@ void ff_epset_disarm(struct ff_armed *a);
  */
 void ff_epoll_replay(int fd, struct ff_epreg *regs, int swapped);
 
-/* ---- poll.c, epoll_shm.c, epoll_wait.c: the spin's cadence ---- */
+/* ---- wait/poll.c, shm/epoll.c, wait/epoll_wait.c: the spin's cadence ---- */
 
 /*
  * While spinning on shared memory, the kernel is asked about the other fds

@@ -265,7 +265,7 @@ static int recv_one(int fd, char *b, struct rcvd *r)
 
 /*
  * B: the peer's socket from its `S`, doorbells before it skipped. Reading
- * the bell is done under wait_mu, as the waiters' draining is (shm_ring.c).
+ * the bell is done under wait_mu, as the waiters' draining is (shm/ring.c).
  */
 static int recv_switch(int fd, struct ff_shm *sh, int *out)
 {
@@ -387,7 +387,7 @@ static int install(struct ff_shm *sh, int sock)
 	/*
 	 * Under wait_mu: this process's waiters read the bell, and copy it
 	 * to sleep on, only under it after checking FF_SHM_CLOSED
-	 * (shm_ring.c), so none takes bytes out of sock, or sleeps on it,
+	 * (shm/ring.c), so none takes bytes out of sock, or sleeps on it,
 	 * for the bell that was at these fds.
 	 */
 	pthread_mutex_lock(&sh->wait_mu);

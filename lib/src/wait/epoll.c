@@ -160,7 +160,7 @@ void ff_epoll_arm_pending(int fd, struct ff_conn *c)
 	}
 }
 
-/* ---- the wrappers (epoll_wait.c has the waits; epoll_shm.c the replay) ---- */
+/* ---- the wrappers (epoll_wait.c has the waits; shm/epoll.c the replay) ---- */
 
 FF_EXPORT int epoll_create(int size)
 {
