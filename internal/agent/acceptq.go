@@ -25,7 +25,7 @@ import (
 const (
 	// queuedWait bounds, from its CONNECT, a same-host connector's wait
 	// for an ACCEPT whose connection no process has accepted yet. The
-	// library waits 250 ms for any answer (lib/src/control.c) and an
+	// library waits 250 ms for any answer (lib/src/agent/session.c) and an
 	// answer it no longer waits for leaves the two ends on different
 	// paths, so this stays 100 ms short of that, for a loaded host's
 	// scheduling delays; it covers a server that accepts up to ~150 ms

@@ -22,7 +22,7 @@ import (
 // Bounds of the cross-host exchange. The connector's agent has offerBudget
 // from its CONNECT to its COMMIT; the acceptor's agent waits at most
 // offerWait for its local ACCEPT inside it, and the library waits longer
-// than both for any answer (lib/src/control.c), so a scheduling delay
+// than both for any answer (lib/src/agent/session.c), so a scheduling delay
 // under load costs margin, not agreement.
 const (
 	DefaultBrokerPort = 7947

@@ -39,7 +39,7 @@ func (r *rendezvous) awaitAcceptLocked(m *meeting, li *listenerInfo) {
 // stuckBehindLocked says whether an ACCEPT of k, which waits for its
 // CONNECT, may wait for the connector of other: the same connecting
 // container (its library may be deciding its connects one at a time,
-// lib/src/settler.c), k's CONNECT not there yet. Only then is other
+// lib/src/setup/settler.c), k's CONNECT not there yet. Only then is other
 // parked: an acceptor with a backlog of other clients is waited for, as
 // its late ACCEPTs would find their parked halves closed.
 func (r *rendezvous) stuckBehindLocked(k, other tuple) bool {

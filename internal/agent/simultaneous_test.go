@@ -225,7 +225,7 @@ func TestSimultaneousConnectsBothFastCrossHost(t *testing.T) {
 // waits in the ACCEPT of one connection (Y) whose connector asks only
 // after its CONNECT of another connection to the same server (X) is
 // answered, as a client's library thread deciding its late connects one
-// at a time does (lib/src/settler.c). The server cannot ACCEPT X before Y
+// at a time does (lib/src/setup/settler.c). The server cannot ACCEPT X before Y
 // is answered, nor the client CONNECT Y before X is: the agent decides X
 // at once and parks the server's half, so nothing waits out the bound.
 func TestAcceptorBusyInAnotherAcceptParksConnector(t *testing.T) {

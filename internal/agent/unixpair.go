@@ -24,7 +24,7 @@ package agent
 // send buffer in the reader's cgroup). A container could pin as much with
 // socket pairs of its own (twice wmem_max each, no privilege needed), so
 // no budget of the agent's is needed for it. An application that sets SO_SNDBUF itself gets its
-// own size (lib/src/sockopt.c carries it over at the swap), as it asked.
+// own size (lib/src/calls/sockopt.c carries it over at the swap), as it asked.
 
 import (
 	"fmt"

@@ -10,7 +10,7 @@
  * The preloaded image runs as a container's processes do: in a pid
  * namespace (and with a /proc) of its own, below the agent's. The library
  * trusts only an agent it cannot see from there (pid 0 from SO_PEERCRED;
- * lib/src/control.c), so the fake agent passes the check the way a real
+ * lib/src/agent/session.c), so the fake agent passes the check the way a real
  * one does. The first process stays outside as the "host": it keeps the
  * agent, and the test asks it, over keeper.sock in the test's directory,
  * to stop or restart it or to hand over one of its fds (t_keeper), since

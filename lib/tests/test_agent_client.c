@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "agent_client.h"
+#include "agent/agent.h"
 #include "testutil.h"
 
 #define TIMEOUT_MS	50

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Description: an agent that accepts but never answers costs a bounded wait (250 ms: AGENT_TIMEOUT_MS in control.c, above every bound the agents keep inside an answer) and then TCP; later connections of the same thread skip it for a while */
+/* Description: an agent that accepts but never answers costs a bounded wait (250 ms: AGENT_TIMEOUT_MS in agent/session.c, above every bound the agents keep inside an answer) and then TCP; later connections of the same thread skip it for a while */
 #include "shimtest.h"
 
 int main(int argc, char **argv)

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: a client without the library (its SYN carries no mark: a static binary's) costs a FreeFlow server's accept() no wait and no question to the agent; the connection is listed and counted as overlay peer-no-library; a client with the library marks its SYN, asks, and gets its IP_TOS back as it set it, also while the mark is on; a listener whose application keeps SYNs itself (TCP_SAVE_SYN) still finds them */
 #include "shimtest.h"
-#include "synmark.h"
+#include "freeflow/proto.h"
 
 /* A client without the library: raw system calls, so its SYN goes out unmarked. */
 static int raw_client(uint16_t port)

@@ -134,7 +134,7 @@ int main(int argc, char **argv)
 	CHECK(t_link_fds(&links, 1) == 1, "the first connection left no link");
 
 	say(ctl, STOP);
-	/* The first non-blocking connect makes the settler's eventfd (src/settler.c): the library's own. */
+	/* The first non-blocking connect makes the settler's eventfd (src/setup/settler.c): the library's own. */
 	refused(port, 1, "the first non-blocking connect");
 	refused_all(port, t_count_fds(), "listener stopped");
 	say(ctl, CLOSE);

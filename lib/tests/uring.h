@@ -2,7 +2,7 @@
 /*
  * A small io_uring for the shim tests, set up and entered through libc's
  * syscall() as libuv and Rust's io-uring crate do (no liburing), so the
- * library follows its submissions (lib/src/routes.c).
+ * library follows its submissions (lib/src/calls/routes.c).
  */
 #ifndef FREEFLOW_URING_H
 #define FREEFLOW_URING_H

@@ -50,7 +50,7 @@ print("OK", len(ok))
 // one host (shm), 99% across hosts (host-tcp), also when the server speaks
 // first (the greeting written on the server's channel before the client
 // looked reaches it, epoll readiness included). The client's library
-// decided each connect when it completed (lib/src/settler.c), not when
+// decided each connect when it completed (lib/src/setup/settler.c), not when
 // the program looked.
 func TestLateObservingClientFastPath(t *testing.T) {
 	c := newCluster(t, 2)

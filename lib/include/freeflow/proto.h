@@ -22,6 +22,13 @@
 #define FF_MAX_MESSAGE		65536
 #define FF_MAX_PAYLOAD		(FF_MAX_MESSAGE - FF_HDR_LEN)
 
+/*
+ * The SYN mark (docs/PROTOCOL.md, "The SYN mark"): the IP TOS byte (IPv6
+ * traffic class) of a marked SYN: DSCP 3, RFC 2474's pool for local use.
+ */
+#define FF_SYN_TOS	0x0c
+#define FF_SYN_TOS_MASK	0xfc	/* the DSCP bits; the kernel owns ECN's two */
+
 enum ff_msg_type {
 	FF_MSG_HELLO		= 0x01,
 	FF_MSG_HELLO_REPLY	= 0x02,
@@ -87,7 +94,7 @@ enum ff_attr_type {
 #define FF_CAP_SHM		(1u << 0)	/* takes PATH_KIND shm */
 #define FF_CAP_LINK		(1u << 1)	/* takes links (PATH shm's third fd) */
 #define FF_CAP_XLINK		(1u << 2)	/* takes cross-host links (PATH host-tcp) */
-#define FF_CAP_SYN_MARK		(1u << 3)	/* marks its SYNs, asks only about marked ones (synmark.h) */
+#define FF_CAP_SYN_MARK		(1u << 3)	/* marks its SYNs, asks only about marked ones (synmark.c) */
 #define FF_TOKEN_LEN		16
 
 /* Values of PATH_KIND. */

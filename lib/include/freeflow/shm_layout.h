@@ -7,7 +7,7 @@
  * check them, and the library's tests use these names, not numbers.
  *
  * How long a library keeps drained pages (FF_SHM_IDLE_MS and its kin in
- * src/shm.h) is its own policy, not layout: the peer and the agent do not
+ * src/shm/shm.h) is its own policy, not layout: the peer and the agent do not
  * depend on it.
  */
 #ifndef FREEFLOW_SHM_LAYOUT_H

@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The calls concern: the wrappers of socket, connect, accept, close, dup,
+ * fcntl... (calls/socket.c), the data calls (calls/io.c), getsockopt and
+ * setsockopt (sockopt.c), and the routes around the wrappers (routes.c).
+ */
+#ifndef FREEFLOW_CALLS_H
+#define FREEFLOW_CALLS_H
+
+#include "core/core.h"
+
+/* ---- calls/socket.c: what every close route shares ---- */
+
+/*
+ * Table lock held: fd is about to be closed (or replaced); its slot is
+ * cleared. Returns its conn if that was its last fd, for ff_conn_closed.
+ */
+struct ff_conn *ff_fd_forget(int fd);
+/* No lock held: the last fd of c is gone (NULL: nothing); tells the agent, frees c. */
+void ff_conn_closed(struct ff_conn *c);
+/*
+ * Something the shim cannot follow will use fd's socket as it is: a
+ * connection without its decision (or not connected yet) stays on the
+ * overlay, as a dup before the decision makes it. why: for FREEFLOW_DEBUG.
+ */
+void ff_fd_keep_overlay(int fd, const char *why);
+
+/* ---- routes.c: syscall(), close_range, stdio, io_uring ---- */
+
+/*
+ * fd is about to be used by a route the shim cannot serve on shm (the
+ * kernel or libc's internal I/O acts on it): decided or kept on the
+ * overlay, and moved down if on shm.
+ */
+void ff_fd_to_kernel(int fd, const char *why);
+/* Move every shm connection down, and every later one (ff_shm_avoided). */
+void ff_shm_avoid(const char *why);
+/* Ring fd (FF_FD_RING) is being closed: the shim's mapping of it goes. */
+void ff_ring_closed(int fd);
+
+#endif

@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Library start-up: resolve libc's real functions (real.c), read the
+ * environment, set up the fd table, the agent sessions and the fork
+ * handlers.
+ *
+ * Nothing runs from a constructor: the first wrapped call of any thread runs
+ * ff_init() through pthread_once, so start-up order against other preloaded
+ * libraries (sanitizers) does not matter. ff_init() itself must call no
+ * wrapped function, or pthread_once would wait on itself.
+ */
+#include "agent/agent.h"
+#include "core/core.h"
+#include "proc/proc.h"
+#include "setup/setup.h"
+#include "shm/shm.h"
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static atomic_int initialized;
+/* The agent sessions (agent/session.c) keep the agent's listener table in step (listeners.c). */
+static const struct ff_session_hooks session_hooks = {
+	.lost = ff_listeners_lost,
+	.opened = ff_listeners_resync,
+};
+
+void ff_table_init(void);
+void ff_log_init(void);
+
+static void init_once_fn(void)
+{
+	ff_real_resolve();
+	ff_log_init();
+	ff_shm_init();
+	ff_table_init();
+	ff_exec_restore();
+	ff_control_init(&session_hooks);
+	ff_fork_init();
+	atomic_store_explicit(&initialized, 1, memory_order_release);
+}
+
+int ff_ready(void)
+{
+	return atomic_load_explicit(&initialized, memory_order_acquire);
+}
+
+void ff_init(void)
+{
+	pthread_once(&init_once, init_once_fn);
+}

@@ -1,9 +1,0 @@
-/* SPDX-License-Identifier: MIT */
-/* check-layers self-test: a higher concern calling down, which is allowed. */
-int ff_selftest_low(int x);
-int ff_selftest_top(int x);
-
-int ff_selftest_top(int x)
-{
-	return ff_selftest_low(x) * 2;
-}
