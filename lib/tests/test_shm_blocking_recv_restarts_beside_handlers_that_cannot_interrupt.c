@@ -33,7 +33,7 @@ static void *sleep_in_recv(void *p)
 	sigemptyset(&usr2);
 	sigaddset(&usr2, SIGUSR2);
 	pthread_sigmask(SIG_BLOCK, &usr2, NULL);
-	s->tid = (pid_t)syscall(SYS_gettid);
+	s->tid = gettid();
 	s->r = recv(s->fd, &s->c, 1, 0);
 	s->err = errno;
 	return NULL;
