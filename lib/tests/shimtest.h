@@ -1166,6 +1166,34 @@ static inline int t_paced_client(int go, uint16_t port, int conns, size_t n)
 	return t_exit_code();
 }
 
+/* The server's side of t_paced_client's connection i: go, accept, swapped, streams intact. */
+static inline void t_paced_accept(int lfd, int go, int i, size_t n)
+{
+	int fd;
+
+	CHECK(write(go, "g", 1) == 1, "go %d", i);
+	fd = accept(lfd, NULL, NULL);
+	CHECK(fd >= 0 && t_swapped(fd), "connection %d not accepted and swapped", i);
+	t_exchange_nth(fd, i, n, 0);
+	close(fd);
+}
+
+/*
+ * liburing (Debian liburing2) loaded as a program linked with it would
+ * have it, its calls bound to the first definition, the preload's: its
+ * ring set-up and tear-down into *init and *fini; exits with a skip if it
+ * is not installed.
+ */
+static inline void t_liburing(int (**init)(unsigned, void *, unsigned), void (**fini)(void *))
+{
+	if (!dlopen("liburing.so.2", RTLD_NOW | RTLD_GLOBAL)) {
+		printf("liburing.so.2 not installed (Debian liburing2)\n");
+		exit(T_EXIT_SKIP);
+	}
+	*init = (int (*)(unsigned, void *, unsigned))dlsym(RTLD_DEFAULT, "io_uring_queue_init");
+	*fini = (void (*)(void *))dlsym(RTLD_DEFAULT, "io_uring_queue_exit");
+}
+
 /*
  * Listen, fork client(port) and serve its conns connections in turn: each
  * must be swapped and carry t_exchange_nth's streams of n bytes; then the

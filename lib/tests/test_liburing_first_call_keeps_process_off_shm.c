@@ -16,12 +16,7 @@ int main(int argc, char **argv)
 	(void)argc;
 	/* In the preloaded image this returns before any call the library wraps. */
 	t_shim_setup(argv, FA_BROKER);
-	if (!dlopen("liburing.so.2", RTLD_NOW | RTLD_GLOBAL)) {
-		printf("liburing.so.2 not installed (Debian liburing2)\n");
-		return T_EXIT_SKIP;
-	}
-	init = (int (*)(unsigned, void *, unsigned))dlsym(RTLD_DEFAULT, "io_uring_queue_init");
-	fini = (void (*)(void *))dlsym(RTLD_DEFAULT, "io_uring_queue_exit");
+	t_liburing(&init, &fini);
 	CHECK(init && fini && init(4, ring, 0) == 0, "io_uring_queue_init failed");
 	t_pair(AF_INET, &cfd, &sfd);
 	CHECK(t_real_domain(sfd) == AF_UNIX && t_shm_maps() == 0,

@@ -16,13 +16,7 @@ int main(int argc, char **argv)
 
 	(void)argc;
 	t_shim_setup(argv, FA_BROKER);
-	/* As a program linked with it: its calls bind to the first definition, the preload's. */
-	if (!dlopen("liburing.so.2", RTLD_NOW | RTLD_GLOBAL)) {
-		printf("liburing.so.2 not installed (Debian liburing2)\n");
-		return T_EXIT_SKIP;
-	}
-	init = (int (*)(unsigned, void *, unsigned))dlsym(RTLD_DEFAULT, "io_uring_queue_init");
-	fini = (void (*)(void *))dlsym(RTLD_DEFAULT, "io_uring_queue_exit");
+	t_liburing(&init, &fini);
 	t_pair(AF_INET, &cfd, &sfd);
 	CHECK(t_swapped(sfd), "the pair is not swapped");
 	bell = t_ino(sfd);

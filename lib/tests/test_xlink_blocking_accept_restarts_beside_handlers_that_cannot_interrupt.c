@@ -51,11 +51,7 @@ int main(int argc, char **argv)
 	setenv("FF_TEST_LINK_TTL", "60000", 1);
 	t_shim_setup(argv, FA_BROKER);
 	lfd = t_listen_fork(client, &go, &pid);
-	CHECK(write(go, "g", 1) == 1, "go %d", GIVES_LINK);
-	fd = accept(lfd, NULL, NULL);
-	CHECK(fd >= 0 && t_swapped(fd), "connection %d not accepted and swapped", GIVES_LINK);
-	t_exchange_nth(fd, GIVES_LINK, N, 0);
-	close(fd);
+	t_paced_accept(lfd, go, GIVES_LINK, N);
 
 	handle(SIGSEGV, never, 0);
 	handle(SIGUSR2, never, 0);
