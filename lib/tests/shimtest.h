@@ -38,6 +38,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 
 #include "fake_agent.h"
@@ -1176,6 +1177,44 @@ static inline void t_paced_accept(int lfd, int go, int i, size_t n)
 	CHECK(fd >= 0 && t_swapped(fd), "connection %d not accepted and swapped", i);
 	t_exchange_nth(fd, i, n, 0);
 	close(fd);
+}
+
+/* Handle sig with fn and flags (SA_RESTART or not), nothing masked meanwhile. */
+static inline void t_sigaction(int sig, void (*fn)(int), int flags)
+{
+	struct sigaction sa = { .sa_handler = fn, .sa_flags = flags };
+
+	sigemptyset(&sa.sa_mask);
+	CHECK(!sigaction(sig, &sa, NULL), "sigaction %d: %s", sig, strerror(errno));
+}
+
+/* A handler for a signal that must never come (it could not have interrupted the test's wait). */
+static inline void t_never(int sig)
+{
+	(void)sig;
+	_exit(T_EXIT_FAIL);
+}
+
+/* SIGALRMs t_alarm_soon's handler took; a byte for the paced client on t_alarm_go (write is signal-safe). */
+static volatile sig_atomic_t t_alarms;
+static int t_alarm_go = -1;
+
+static inline void t_alarm_ring(int sig)
+{
+	(void)sig;
+	t_alarms++;
+	if (t_alarm_go >= 0 && write(t_alarm_go, "g", 1) != 1)
+		_exit(T_EXIT_FAIL);
+}
+
+/* SIGALRM in 50 ms, its handler installed with flags; go >= 0: it lets the paced client connect. */
+static inline void t_alarm_soon(int flags, int go)
+{
+	struct itimerval it = { .it_value = { .tv_usec = 50000 } };
+
+	t_alarm_go = go;
+	t_sigaction(SIGALRM, t_alarm_ring, flags);
+	CHECK(!setitimer(ITIMER_REAL, &it, NULL), "setitimer: %s", strerror(errno));
 }
 
 /*

@@ -11,12 +11,6 @@ static void on_usr1(int sig)
 	hits++;
 }
 
-static void never(int sig)
-{
-	(void)sig;
-	_exit(T_EXIT_FAIL);
-}
-
 struct sleeper {
 	int fd;
 	_Atomic pid_t tid;
@@ -57,14 +51,6 @@ static int asleep(pid_t tid)
 	return p && p[1] == ' ' && p[2] == 'S';
 }
 
-static void handle(int sig, void (*fn)(int), int flags)
-{
-	struct sigaction sa = { .sa_handler = fn, .sa_flags = flags };
-
-	sigemptyset(&sa.sa_mask);
-	CHECK(!sigaction(sig, &sa, NULL), "sigaction %d: %s", sig, strerror(errno));
-}
-
 int main(int argc, char **argv)
 {
 	struct sleeper s = { 0 };
@@ -74,9 +60,9 @@ int main(int argc, char **argv)
 
 	(void)argc;
 	t_shim_setup(argv, FA_BROKER);
-	handle(SIGSEGV, never, 0);
-	handle(SIGUSR2, never, 0);
-	handle(SIGUSR1, on_usr1, SA_RESTART);
+	t_sigaction(SIGSEGV, t_never, 0);
+	t_sigaction(SIGUSR2, t_never, 0);
+	t_sigaction(SIGUSR1, on_usr1, SA_RESTART);
 	t_pair(AF_INET, &cfd, &sfd);
 	CHECK(t_swapped(cfd), "not on shm");
 	s.fd = cfd;

@@ -1,36 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: a blocking accept() on a listener with a cross-host link waits on the link too (answering offers early), yet keeps accept()'s signal semantics: a handler installed without SA_RESTART makes it return EINTR, one with SA_RESTART lets it go on and return the next connection, which is then set up over the link, swapped, data intact both ways */
 /* Channels: host-tcp-link */
-#include <signal.h>
-#include <sys/time.h>
-
 #include "shimtest.h"
 
 #define N	(64u << 10)
 
 enum conn { GIVES_LINK, AFTER_RESTART, CONNS };
-
-static volatile sig_atomic_t rang;
-static int go_on_ring = -1;	/* the handler tells the client to connect (write is signal-safe) */
-
-static void ring(int sig)
-{
-	(void)sig;
-	rang++;
-	if (go_on_ring >= 0 && write(go_on_ring, "g", 1) != 1)
-		_exit(T_EXIT_FAIL);
-}
-
-/* SIGALRM in 50 ms, handled by ring() with flags. */
-static void alarm_soon(int flags)
-{
-	struct sigaction sa = { .sa_handler = ring, .sa_flags = flags };
-	struct itimerval it = { .it_value = { .tv_usec = 50000 } };
-
-	sigemptyset(&sa.sa_mask);
-	CHECK(!sigaction(SIGALRM, &sa, NULL), "sigaction: %s", strerror(errno));
-	CHECK(!setitimer(ITIMER_REAL, &it, NULL), "setitimer: %s", strerror(errno));
-}
 
 static int client(int go, uint16_t port)
 {
@@ -49,20 +24,19 @@ int main(int argc, char **argv)
 	t_paced_accept(lfd, go, GIVES_LINK, N);
 
 	/* Nothing comes: the signal must end the wait as it would end accept(). */
-	alarm_soon(0);
+	t_alarm_soon(0, -1);
 	fd = accept(lfd, NULL, NULL);
-	CHECK(fd < 0 && errno == EINTR && rang == 1, "accept without SA_RESTART: %d, %s, %d signals",
-	      fd, strerror(errno), (int)rang);
+	CHECK(fd < 0 && errno == EINTR && t_alarms == 1, "accept without SA_RESTART: %d, %s, %d signals",
+	      fd, strerror(errno), (int)t_alarms);
 
 	/* With SA_RESTART it goes on, and the connection that comes after is linked. */
-	go_on_ring = go;
-	alarm_soon(SA_RESTART);
+	t_alarm_soon(SA_RESTART, go);
 	fd = accept(lfd, NULL, NULL);
 	CHECK(fd >= 0, "accept with SA_RESTART: %s", strerror(errno));
 	CHECK(t_swapped(fd), "connection %d not swapped", AFTER_RESTART);
 	t_exchange_nth(fd, AFTER_RESTART, N, 0);
 	close(fd);
-	CHECK(rang == 2, "%d signals, not 2", (int)rang);
+	CHECK(t_alarms == 2, "%d signals, not 2", (int)t_alarms);
 	t_wait_child(pid, "client");
 	close(lfd);
 	CHECK(t_agent_count("ask") == 2, "%d asks, not 2: connection %d was not linked",

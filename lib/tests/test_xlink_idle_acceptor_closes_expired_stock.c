@@ -26,7 +26,7 @@ static int tcp_sockets(int lfd)
 
 int main(int argc, char **argv)
 {
-	int go, lfd, fd, left;
+	int go, lfd, left;
 	int64_t end;
 	pid_t pid;
 
@@ -34,13 +34,8 @@ int main(int argc, char **argv)
 	setenv("FF_TEST_LINK_TTL", TTL, 1);
 	t_shim_setup(argv, FA_BROKER);
 	lfd = t_listen_fork(client, &go, &pid);
-	for (int i = 0; i < CONNS; i++) {
-		CHECK(write(go, "g", 1) == 1, "go %d", i);
-		fd = accept(lfd, NULL, NULL);
-		CHECK(fd >= 0 && t_swapped(fd), "connection %d not accepted and swapped", i);
-		t_exchange_nth(fd, i, N, 0);
-		close(fd);
-	}
+	for (int i = 0; i < CONNS; i++)
+		t_paced_accept(lfd, go, i, N);
 	t_wait_child(pid, "client");
 	CHECK(t_ledger_await(0, 2 * (CONNS - 1)) == 2 * (CONNS - 1), "%d linked ends, not %d: "
 	      "the connections did not use the link", t_ledger_ends(0), 2 * (CONNS - 1));
