@@ -1195,25 +1195,25 @@ static inline void t_never(int sig)
 	_exit(T_EXIT_FAIL);
 }
 
-/* SIGALRMs t_alarm_soon's handler took; a byte for the paced client on t_alarm_go (write is signal-safe). */
-static volatile sig_atomic_t t_alarms;
-static int t_alarm_go = -1;
+/* Signals t_catch took; with t_catch_go >= 0, each also lets the paced client connect (write is signal-safe). */
+static volatile sig_atomic_t t_caught;
+static int t_catch_go = -1;
 
-static inline void t_alarm_ring(int sig)
+static inline void t_catch(int sig)
 {
 	(void)sig;
-	t_alarms++;
-	if (t_alarm_go >= 0 && write(t_alarm_go, "g", 1) != 1)
+	t_caught++;
+	if (t_catch_go >= 0 && write(t_catch_go, "g", 1) != 1)
 		_exit(T_EXIT_FAIL);
 }
 
-/* SIGALRM in 50 ms, its handler installed with flags; go >= 0: it lets the paced client connect. */
+/* SIGALRM in 50 ms, caught by t_catch installed with flags; go >= 0: it lets the paced client connect. */
 static inline void t_alarm_soon(int flags, int go)
 {
 	struct itimerval it = { .it_value = { .tv_usec = 50000 } };
 
-	t_alarm_go = go;
-	t_sigaction(SIGALRM, t_alarm_ring, flags);
+	t_catch_go = go;
+	t_sigaction(SIGALRM, t_catch, flags);
 	CHECK(!setitimer(ITIMER_REAL, &it, NULL), "setitimer: %s", strerror(errno));
 }
 

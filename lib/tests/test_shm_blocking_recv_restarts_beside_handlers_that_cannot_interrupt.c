@@ -3,14 +3,6 @@
 /* Channels: shm shm-link */
 #include "shimtest.h"
 
-static volatile sig_atomic_t hits;
-
-static void on_usr1(int sig)
-{
-	(void)sig;
-	hits++;
-}
-
 struct sleeper {
 	int fd;
 	_Atomic pid_t tid;
@@ -62,7 +54,7 @@ int main(int argc, char **argv)
 	t_shim_setup(argv, FA_BROKER);
 	t_sigaction(SIGSEGV, t_never, 0);
 	t_sigaction(SIGUSR2, t_never, 0);
-	t_sigaction(SIGUSR1, on_usr1, SA_RESTART);
+	t_sigaction(SIGUSR1, t_catch, SA_RESTART);
 	t_pair(AF_INET, &cfd, &sfd);
 	CHECK(t_swapped(cfd), "not on shm");
 	s.fd = cfd;
@@ -72,11 +64,11 @@ int main(int argc, char **argv)
 		still = s.tid && asleep(s.tid) ? still + 1 : 0;
 	CHECK(still == 20, "the reader never slept in recv");
 	pthread_kill(th, SIGUSR1);
-	while (!hits && t_ms() < end)
+	while (!t_caught && t_ms() < end)
 		usleep(1000);
 	CHECK(send(sfd, "z", 1, 0) == 1, "send");
 	pthread_join(th, NULL);
-	CHECK(hits == 1, "the handler ran %d times", (int)hits);
+	CHECK(t_caught == 1, "the handler ran %d times", (int)t_caught);
 	CHECK(s.r == 1 && s.c == 'z', "recv gave %zd (%s), want the byte: handlers that cannot interrupt it counted",
 	      s.r, strerror(s.err));
 	close(cfd);

@@ -3,14 +3,6 @@
 /* Channels: shm shm-link */
 #include "shimtest.h"
 
-static volatile sig_atomic_t hits;
-
-static void on_usr1(int sig)
-{
-	(void)sig;
-	hits++;
-}
-
 struct sleeper {
 	int fd;
 	ssize_t r;
@@ -29,12 +21,11 @@ static void *sleep_in_recv(void *p)
 
 static void one(int restart)
 {
-	struct sigaction sa = { .sa_handler = on_usr1, .sa_flags = restart ? SA_RESTART : 0 };
 	struct sleeper s = { 0 };
 	pthread_t th;
-	int cfd, sfd, h0 = hits;
+	int cfd, sfd, h0 = t_caught;
 
-	sigaction(SIGUSR1, &sa, NULL);
+	t_sigaction(SIGUSR1, t_catch, restart ? SA_RESTART : 0);
 	t_pair(AF_INET, &cfd, &sfd);
 	CHECK(t_swapped(cfd), "not on shm");
 	s.fd = cfd;
@@ -44,7 +35,7 @@ static void one(int restart)
 	usleep(100000);
 	CHECK(send(sfd, "z", 1, 0) == 1, "send");
 	pthread_join(th, NULL);
-	CHECK(hits == h0 + 1, "the handler ran %d times", hits - h0);
+	CHECK(t_caught == h0 + 1, "the handler ran %d times", t_caught - h0);
 	if (restart)
 		CHECK(s.r == 1 && s.c == 'z', "SA_RESTART: recv gave %zd (%s), want the byte", s.r,
 		      strerror(s.err));

@@ -33,7 +33,7 @@ int main(int argc, char **argv)
 	fd = accept(lfd, NULL, NULL);
 	CHECK(fd >= 0, "accept with SA_RESTART: %s (handlers that cannot interrupt it counted)",
 	      strerror(errno));
-	CHECK(t_alarms == 1, "%d signals, not 1", (int)t_alarms);
+	CHECK(t_caught == 1, "%d signals, not 1", (int)t_caught);
 	CHECK(t_swapped(fd), "connection %d not swapped", AFTER_RESTART);
 	t_exchange_nth(fd, AFTER_RESTART, N, 0);
 	close(fd);

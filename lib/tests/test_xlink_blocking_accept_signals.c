@@ -26,8 +26,8 @@ int main(int argc, char **argv)
 	/* Nothing comes: the signal must end the wait as it would end accept(). */
 	t_alarm_soon(0, -1);
 	fd = accept(lfd, NULL, NULL);
-	CHECK(fd < 0 && errno == EINTR && t_alarms == 1, "accept without SA_RESTART: %d, %s, %d signals",
-	      fd, strerror(errno), (int)t_alarms);
+	CHECK(fd < 0 && errno == EINTR && t_caught == 1, "accept without SA_RESTART: %d, %s, %d signals",
+	      fd, strerror(errno), (int)t_caught);
 
 	/* With SA_RESTART it goes on, and the connection that comes after is linked. */
 	t_alarm_soon(SA_RESTART, go);
@@ -36,7 +36,7 @@ int main(int argc, char **argv)
 	CHECK(t_swapped(fd), "connection %d not swapped", AFTER_RESTART);
 	t_exchange_nth(fd, AFTER_RESTART, N, 0);
 	close(fd);
-	CHECK(t_alarms == 2, "%d signals, not 2", (int)t_alarms);
+	CHECK(t_caught == 2, "%d signals, not 2", (int)t_caught);
 	t_wait_child(pid, "client");
 	close(lfd);
 	CHECK(t_agent_count("ask") == 2, "%d asks, not 2: connection %d was not linked",
