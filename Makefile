@@ -13,7 +13,8 @@ deps:
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
 	$(MAKE) -C lib
-	cp lib/build/libfreeflow.so $(BIN)/
+	# A new file, not the old one rewritten: containers map the old one (bind-mounted).
+	cp lib/build/libfreeflow.so $(BIN)/libfreeflow.so.new && mv -f $(BIN)/libfreeflow.so.new $(BIN)/libfreeflow.so
 	$(MAKE) -C tools/ffmem
 	cp tools/ffmem/build/ffmem $(BIN)/
 
