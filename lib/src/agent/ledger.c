@@ -14,9 +14,10 @@
  *   nor the shm memory they hold. It finds the ledgers of its host's
  *   processes itself (by the memfd's name, "freeflow-ledger"), without
  *   waiting for them to talk.
- * - It is made when the first link or answer arrives, so a process that
- *   never gets one pays nothing; links are used only once the agent has
- *   it. Its memfd stays open: a session opened after one broke (the agent
+ * - It is made before the process first asks about a connection, so that
+ *   the first answer may bring a link already (links are used only once
+ *   the agent has it); a process that never asks pays nothing. Its memfd
+ *   stays open: a session opened after one broke (the agent
  *   may have restarted, empty) sends it again (listeners.c), as it re-sends
  *   LISTEN.
  * - 65536 entries (the agent lists as many connections at most) of 128

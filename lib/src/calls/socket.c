@@ -184,7 +184,7 @@ FF_EXPORT int connect(int fd, const struct sockaddr *sa, socklen_t len)
 	struct ff_conn *c = lock_conn(fd);
 	struct ff_offer *offer = NULL;
 	enum ff_state st;
-	int ret, err;
+	int ret, err, none = 0;
 
 	if (!c)
 		return REAL(connect)(fd, sa, len);
@@ -198,7 +198,10 @@ FF_EXPORT int connect(int fd, const struct sockaddr *sa, socklen_t len)
 		st = mark_syn(fd, sa, len);
 	/* Before the SYN leaves, so the acceptor finds the offer (link.c). */
 	if (st == FF_ST_SOCKET && is_inet(sa))
-		offer = ff_link_offer(fd, sa, len);
+		offer = ff_link_offer(fd, sa, len, &none);
+	/* No link yet: the first connection there may bring one (contact.c). */
+	if (none && ff_contact_await(fd, c, sa, len))
+		offer = ff_link_offer(fd, sa, len, &none);
 	ret = ff_real.connect(fd, sa, len);
 	err = errno;
 	/*

@@ -350,7 +350,7 @@ static int offer_over(struct link *l, int fd, const struct ep *to, struct ff_off
 	return ret;
 }
 
-struct ff_offer *ff_link_offer(int fd, const struct sockaddr *sa, socklen_t salen)
+struct ff_offer *ff_link_offer(int fd, const struct sockaddr *sa, socklen_t salen, int *none)
 {
 	struct sockaddr_storage dst = { 0 };
 	struct ep to;
@@ -358,6 +358,7 @@ struct ff_offer *ff_link_offer(int fd, const struct sockaddr *sa, socklen_t sale
 	struct link *l;
 	int ret = -ENOENT;
 
+	*none = 1;
 	if ((!atomic_load_explicit(&any_link, memory_order_relaxed) && !ff_xlinks_any()) ||
 	    salen > sizeof(dst) || !agent_there())
 		return NULL;
@@ -374,6 +375,7 @@ struct ff_offer *ff_link_offer(int fd, const struct sockaddr *sa, socklen_t sale
 	pthread_mutex_unlock(&mu);
 	if (!l)
 		ret = ff_xlink_offer(fd, &to, o);
+	*none = ret == -ENOENT;
 	if (!ret)
 		return o;
 	if (ret != -ENOENT)

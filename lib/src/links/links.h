@@ -88,9 +88,10 @@ void ff_link_add(int fd, int acceptor, const struct sockaddr_storage *local,
 /*
  * connect(fd, sa) is about to send its SYN: if a link leads to sa, bind fd
  * if needed and offer the connection over it. The offer, or NULL (then
- * the connection asks the agent as usual). No lock held.
+ * the connection asks the agent as usual; *none: no link leads to sa). No
+ * lock held.
  */
-struct ff_offer *ff_link_offer(int fd, const struct sockaddr *sa, socklen_t len);
+struct ff_offer *ff_link_offer(int fd, const struct sockaddr *sa, socklen_t len, int *none);
 /* The connection was not made (or is dropped): withdraw the offer and free it (NULL: nothing). */
 void ff_offer_free(struct ff_offer *o);
 /* The acceptor's address connect() was given. */

@@ -43,6 +43,7 @@ static void prepare(void)
 	ff_settler_atfork_prepare();
 	ff_ledger_atfork_prepare();
 	ff_links_atfork_prepare();
+	ff_contacts_atfork_prepare();
 	ff_shm_switch_all(FF_SHM_SWITCH_LOCK);
 	ff_shm_spill_atfork_prepare();	/* after: a move down may queue a channel */
 	ff_ledger_atfork_locked();
@@ -54,6 +55,7 @@ static void parent(void)
 	ff_settler_atfork_parent();
 	ff_ledger_atfork_parent();
 	ff_links_atfork_parent();
+	ff_contacts_atfork_parent();
 	ff_shm_spill_atfork_parent();
 }
 
@@ -62,6 +64,7 @@ static void child(void)
 	self = getpid();
 	ff_shm_spill_atfork_child();
 	ff_links_atfork_child();
+	ff_contacts_atfork_child();
 	ff_ledger_atfork_child();
 	ff_settler_atfork_child();
 	ff_table_atfork_child();

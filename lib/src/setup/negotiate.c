@@ -325,6 +325,9 @@ static int choose(struct ff_conn *c, uint8_t msg, const struct ff_ends *e, struc
 		return 0;
 	ff_ledger_release(d->entry);
 	d->entry = 0;
+	/* Before the first ask, so that its answer may bring a link already. */
+	if (!ff_ledger_held() && ff_control_alive())
+		ff_ledger_ready();
 	return ask_agent(msg, e, d);
 }
 
@@ -374,23 +377,26 @@ static int ends_of(int fd, struct ff_conn *c, uint8_t msg, struct ff_ends *e)
 }
 
 /*
- * Keep the link the PATH carried for the connections that follow, or close
- * it. A link is used only once the agent has the ledger its connections go in.
+ * Keep the link the PATH carried for the connections that follow (1), or
+ * close it (0). A link is used only once the agent has the ledger its
+ * connections go in.
  */
-static void keep_link(uint8_t msg, const struct ff_ends *e, const struct path_link *link,
-		      int swapped, uint32_t ring)
+static int keep_link(uint8_t msg, const struct ff_ends *e, const struct path_link *link,
+		     int swapped, uint32_t ring)
 {
 	if (!swapped || !link->ttl_ms || (ring && atomic_load(&ff_shm_avoided)) ||
 	    ff_ledger_ready() != 0) {
 		if (link->fd >= 0)
 			ff_real.close(link->fd);
-	} else if (ring) {
+		return 0;
+	}
+	if (ring)
 		ff_link_add(link->fd, msg == FF_MSG_ACCEPT, &e->local, &e->remote, link->ttl_ms,
 			    ring);
-	} else {
+	else
 		ff_xlink_add(&e->local, &e->remote, link->ttl_ms, link->name, link->fd,
 			     link->token);
-	}
+	return 1;
 }
 
 void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
@@ -398,7 +404,7 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 	struct ff_ends e;
 	struct ff_decision d = { .h.chan = -1, .link.fd = -1, .said.kind = FF_PATH_OVERLAY };
 	struct ff_handover *fast = NULL;
-	int ret = ends_of(fd, c, msg, &e), swapped, spare = -1, linked, pair;
+	int ret = ends_of(fd, c, msg, &e), swapped, spare = -1, linked, pair, kept;
 	uint32_t ring = 0;
 	uint64_t listed = 0;
 
@@ -448,7 +454,10 @@ void ff_negotiate(int fd, struct ff_conn *c, uint8_t msg)
 	ff_table_unlock();
 	ff_ledger_release(d.entry);
 	ff_ledger_release(listed);
-	keep_link(msg, &e, &d.link, swapped, ring);
+	kept = keep_link(msg, &e, &d.link, swapped, ring);
+	/* Connects to the acceptor may wait for this answer (contact.c). */
+	if (msg == FF_MSG_CONNECT && !linked && ret == 0)
+		ff_contact_done(&e.remote, kept);
 	if (spare >= 0)
 		ff_xlink_close_later(spare);
 	if (fast)

@@ -2,7 +2,8 @@
 /*
  * The setup concern: the decision (negotiate.c: CONNECT/ACCEPT, the swap),
  * a connection's teardown (conn.c), the listeners the agent knows of
- * (listeners.c), the SYN mark (synmark.c) and the settler (settler.c).
+ * (listeners.c), the SYN mark (synmark.c), first contacts (contact.c) and the
+ * settler (settler.c).
  */
 #ifndef FREEFLOW_SETUP_H
 #define FREEFLOW_SETUP_H
@@ -83,6 +84,23 @@ void ff_syn_keep(int fd, int keep);
  * where it does not say them), which spares two system calls.
  */
 int ff_syn_unmarked(int fd, int family, struct sockaddr_storage *local, struct sockaddr_storage *remote);
+
+/*
+ * ---- contact.c: connects wait for the link a first connection may bring ----
+ */
+
+/*
+ * connect(fd) to sa is about to send its SYN (conn at fd) and no link
+ * leads there: if the first connection to sa is undecided, decide it or
+ * wait for it (bounded) and return 1: look for a link again. Else 0: ask
+ * the agent (this may be the first connection). No lock held.
+ */
+int ff_contact_await(int fd, struct ff_conn *conn, const struct sockaddr *sa, socklen_t len);
+/* The agent decided a connection to remote; linked: a link to remote came with it. */
+void ff_contact_done(const struct sockaddr_storage *remote, int linked);
+void ff_contacts_atfork_prepare(void);
+void ff_contacts_atfork_parent(void);
+void ff_contacts_atfork_child(void);
 
 /*
  * ---- settler.c: the settler ----
