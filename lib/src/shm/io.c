@@ -79,9 +79,9 @@ static void cursor_copy(struct cursor *c, uint8_t *p, size_t n, int to_ring)
 		if (k > n)
 			k = n;
 		if (p && to_ring)
-			memcpy(p, (uint8_t *)v->iov_base + c->off, k);
+			ff_shm_copy(p, (uint8_t *)v->iov_base + c->off, k);
 		else if (p)
-			memcpy((uint8_t *)v->iov_base + c->off, p, k);
+			ff_shm_copy((uint8_t *)v->iov_base + c->off, p, k);
 		if (p)
 			p += k;
 		n -= k;

@@ -252,6 +252,11 @@ int ff_shm_maybe(struct ff_shm *sh, unsigned want);
 int ff_shm_spin_until(int (*check)(void *arg), void *arg);
 extern _Atomic int ff_shm_conns;
 
+/* ---- shm/copy.c ---- */
+
+/* memcpy for a ring's bytes (into or out of a ring): no rep movsb (copy.c says why). */
+void ff_shm_copy(void *dst, const void *src, size_t n);
+
 /* ---- shm/ring.c: the rings themselves, for shm/io.c and shm/switch.c ---- */
 
 /*

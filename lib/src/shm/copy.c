@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Copying into and out of a ring (docs/SHM.md, "Copying").
+ *
+ * glibc's memcpy copies 2 KiB to 512 KiB with `rep movsb` on CPUs that
+ * advertise fast string moves. On ring data, which the other end's core
+ * has just written or is about to read, that ran 4 to 5 times slower than
+ * a loop of vector moves here (AMD EPYC, glibc 2.36: a 1 MiB stream at 2.4
+ * against 11 GB/s; glibc itself uses such a loop past 512 KiB). So copies
+ * of a ring's bytes use the loop where AVX2 is there, memcpy elsewhere.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "shm/shm.h"
+
+/* Below this, memcpy's own short-copy paths are as fast and need no set-up. */
+#define LOOP_MIN	256
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+/* Four 32-byte moves per step, the stores aligned; memcpy does the tail. */
+__attribute__((target("avx2"))) static void copy_avx2(uint8_t *d, const uint8_t *s, size_t n)
+{
+	size_t head = 32 - ((uintptr_t)d & 31);
+
+	_mm256_storeu_si256((__m256i *)(void *)d, _mm256_loadu_si256((const __m256i *)(const void *)s));
+	d += head;
+	s += head;
+	n -= head;
+	for (; n >= 128; d += 128, s += 128, n -= 128) {
+		__m256i a = _mm256_loadu_si256((const __m256i *)(const void *)s);
+		__m256i b = _mm256_loadu_si256((const __m256i *)(const void *)(s + 32));
+		__m256i c = _mm256_loadu_si256((const __m256i *)(const void *)(s + 64));
+		__m256i e = _mm256_loadu_si256((const __m256i *)(const void *)(s + 96));
+
+		_mm256_store_si256((__m256i *)(void *)d, a);
+		_mm256_store_si256((__m256i *)(void *)(d + 32), b);
+		_mm256_store_si256((__m256i *)(void *)(d + 64), c);
+		_mm256_store_si256((__m256i *)(void *)(d + 96), e);
+	}
+	memcpy(d, s, n);
+}
+
+static int has_avx2(void)
+{
+	static _Atomic int known;	/* 0: not asked yet; 1: no; 2: yes */
+	int k = atomic_load_explicit(&known, memory_order_relaxed);
+
+	if (!k) {
+		__builtin_cpu_init();
+		k = __builtin_cpu_supports("avx2") ? 2 : 1;
+		atomic_store_explicit(&known, k, memory_order_relaxed);
+	}
+	return k == 2;
+}
+
+void ff_shm_copy(void *dst, const void *src, size_t n)
+{
+	if (n >= LOOP_MIN && has_avx2())
+		copy_avx2(dst, src, n);
+	else
+		memcpy(dst, src, n);
+}
+#else
+void ff_shm_copy(void *dst, const void *src, size_t n)
+{
+	memcpy(dst, src, n);
+}
+#endif

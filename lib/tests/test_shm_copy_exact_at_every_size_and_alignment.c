@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: MIT */
+/* Description: the ring copy (shm/copy.c, its own vector loop where the CPU has AVX2, instead of memcpy's rep movsb) copies exactly n bytes for every size from 0 to 4 KiB and random sizes up to 3 MiB, at every source and destination alignment within a cache line: the bytes equal the source, and not one byte before or after the destination changes */
+#include <stdint.h>
+
+#include "shm/shm.h"
+#include "testutil.h"
+
+#define MAX	(3u << 20)
+#define GUARD	64
+
+static uint8_t *src, *dst;
+
+/* Copy n bytes from src+so to dst+GUARD+dof and check the destination and its guards. */
+static void one(size_t n, size_t so, size_t dof)
+{
+	uint8_t *d = dst + GUARD + dof;
+
+	memset(dst, 0xA5, MAX + 4 * GUARD);
+	ff_shm_copy(d, src + so, n);
+	CHECK(!memcmp(d, src + so, n), "size %zu, offsets %zu/%zu: bytes differ", n, so, dof);
+	for (size_t i = 0; i < GUARD + dof; i++)
+		if (dst[i] != 0xA5) {
+			CHECK(0, "size %zu, offsets %zu/%zu: byte %zu before the destination written",
+			      n, so, dof, GUARD + dof - i);
+			break;
+		}
+	for (size_t i = 0; i < GUARD; i++)
+		if (d[n + i] != 0xA5) {
+			CHECK(0, "size %zu, offsets %zu/%zu: byte %zu past the end written", n, so, dof, i);
+			break;
+		}
+}
+
+int main(void)
+{
+	uint64_t x = 88172645463325252ull;
+
+	src = malloc(MAX + 2 * GUARD);
+	dst = malloc(MAX + 4 * GUARD);
+	if (!src || !dst)
+		return T_EXIT_FAIL;
+	for (size_t i = 0; i < MAX + 2 * GUARD; i++)
+		src[i] = (uint8_t)(i * 131 + (i >> 9));
+	for (size_t n = 0; n <= 4096; n++)
+		one(n, n % 64, (n / 64) % 64);
+	for (size_t so = 0; so < 64; so++)
+		for (size_t dof = 0; dof < 64; dof++)
+			one(300 + so * 7 + dof, so, dof);
+	for (int i = 0; i < 200 && !t_failures; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;	/* xorshift: the same sizes every run */
+		one((size_t)(x % (MAX - 64)), (size_t)(x >> 40) % 64, (size_t)(x >> 50) % 64);
+	}
+	return t_exit_code();
+}
