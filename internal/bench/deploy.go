@@ -149,14 +149,19 @@ func (d *Deployment) serversOf(e endpoint) []Server {
 }
 
 // serverScript runs every server in the background, pinned, each logging
-// to $D, and waits.
+// to $D, and waits. A site with no server of the experiments run (mpi's:
+// its ranks come by rsh) waits too, or its container would end at once.
 func (d *Deployment) serverScript(dir string, servers []Server) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "export D=%s; mkdir -p \"$D\"; ", commandLine([]string{dir}))
 	for _, s := range servers {
 		fmt.Fprintf(&b, "%s >\"$D/server-%d.log\" 2>&1 & ", commandLine(d.pin.server([]string{"sh", "-c", s.Shell})), s.Port)
 	}
-	b.WriteString("wait")
+	if len(servers) == 0 {
+		b.WriteString("exec sleep infinity")
+	} else {
+		b.WriteString("wait")
+	}
 	return b.String()
 }
 
