@@ -209,10 +209,18 @@ static int check_now(struct pcall *pc, int look)
 {
 	static const struct timespec zero;
 
+	/*
+	 * Looking, one ppoll takes the bells with the other entries, and only
+	 * a readable bell is read: a progress loop polling without a timeout
+	 * (Open MPI's) paid a failed recv per connection per round.
+	 */
+	if (look && kernel_poll(pc, &zero, 1) < 0)
+		return -1;
 	for (nfds_t i = 0; i < pc->n; i++)
 		if (pc->kind[i] == K_SHM)
-			pc->fds[i].revents = shm_revents(pc, i, look);
-	if (kernel_poll(pc, &zero, 0) < 0)
+			pc->fds[i].revents =
+				shm_revents(pc, i, look && (pc->k[i].revents & (POLLIN | POLLHUP | POLLERR)));
+	if (!look && kernel_poll(pc, &zero, 0) < 0)
 		return -1;
 	return reported(pc);
 }

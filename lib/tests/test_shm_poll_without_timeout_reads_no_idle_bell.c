@@ -1,0 +1,51 @@
+/* SPDX-License-Identifier: MIT */
+/* Description: a progress loop that polls 16 shm connections with a zero timeout, as Open MPI's TCP transport does between messages, reads no bell socket the kernel does not report readable (it read each of them, a failed recv per connection per round, a third of the loop's system calls); a byte written on one is still reported at once, and a peer that closes is still seen as hung up */
+/* Channels: shm */
+#include "readiness_test.h"
+
+#define CONNS	16
+#define ROUNDS	200
+
+int main(int argc, char **argv)
+{
+	int a[CONNS], b[CONNS];
+	struct pollfd p[CONNS];
+	unsigned before = 0, after = 0;
+	_Atomic unsigned *recvs;
+	char c;
+
+	(void)argc;
+	t_preload_spy();
+	t_shim_setup(argv, FA_BROKER);
+	recvs = t_lib_recvs();
+	CHECK(recvs, "hide_symbol.so is not preloaded: no counts of the library's recv()");
+	if (!recvs)
+		return t_shim_finish();
+	for (int i = 0; i < CONNS; i++) {
+		t_pair(AF_INET, &a[i], &b[i]);
+		CHECK(t_swapped(b[i]) && b[i] < 1024, "connection %d: not on shm", i);
+		p[i] = (struct pollfd){ .fd = b[i], .events = POLLIN };
+	}
+	for (int i = 0; i < CONNS; i++)
+		before += recvs[b[i]];
+	for (int r = 0; r < ROUNDS; r++)
+		CHECK(poll(p, CONNS, 0) == 0, "round %d: an idle connection reported", r);
+	for (int i = 0; i < CONNS; i++)
+		after += recvs[b[i]];
+	CHECK(after == before, "%d zero-timeout polls of %d idle connections read their bells %u times",
+	      ROUNDS, CONNS, after - before);
+	/* Still reported: a byte, then the peer's close. */
+	CHECK(write(a[5], "x", 1) == 1, "write");
+	CHECK(poll(p, CONNS, 0) == 1 && p[5].revents == POLLIN, "the byte on connection 5 not reported");
+	CHECK(read(b[5], &c, 1) == 1 && c == 'x', "the byte on connection 5");
+	close(a[9]);
+	CHECK(poll(p, CONNS, 0) == 1 && (p[9].revents & (POLLIN | POLLHUP)),
+	      "the close of connection 9's peer not reported (revents %#x)", p[9].revents);
+	for (int i = 0; i < CONNS; i++) {
+		if (i != 9)
+			close(a[i]);
+		close(b[i]);
+	}
+	CHECK(t_fast_await(CONNS) == CONNS, "%d fast connections", t_fast_conns());
+	return t_shim_finish();
+}
