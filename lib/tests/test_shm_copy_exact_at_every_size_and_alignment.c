@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Description: the ring copy (shm/copy.c, its own vector loop where the CPU has AVX2, instead of memcpy's rep movsb) copies exactly n bytes for every size from 0 to 4 KiB and random sizes up to 3 MiB, at every source and destination alignment within a cache line: the bytes equal the source, and not one byte before or after the destination changes */
+/* Description: the ring copy (shm/copy.c, its own vector loop where the CPU has AVX2, instead of memcpy's rep movsb) copies exactly n bytes for every size from 0 to 4 KiB and random sizes up to 3 MiB, at every source and destination alignment within a cache line: the bytes equal the source, and not one byte before or after the destination changes (on a CPU without AVX2 the copy is memcpy, and this checks that) */
 #include <stdint.h>
 
 #include "shm/shm.h"

@@ -230,6 +230,8 @@ int ff_link_fill_read(struct ff_reply *r, int *fds, int cap);
  * agent has it, else -errno (then no link may be used).
  */
 int ff_ledger_ready(void);
+/* A session was opened (a): make the ledger and send it on a, unless it is made already or being made. */
+void ff_ledger_first(struct ff_agent *a);
 /* Whether the agent has the ledger already (ff_ledger_ready without sending it). */
 int ff_ledger_held(void);
 /* Reserve an entry for a connection about to be decided; 0: none free (or no ledger). */

@@ -14,10 +14,10 @@
  *   nor the shm memory they hold. It finds the ledgers of its host's
  *   processes itself (by the memfd's name, "freeflow-ledger"), without
  *   waiting for them to talk.
- * - It is made before the process first asks about a connection, so that
+ * - It is made on the process's first session, right after HELLO, so that
  *   the first answer may bring a link already (links are used only once
- *   the agent has it); a process that never asks pays nothing. Its memfd
- *   stays open: a session opened after one broke (the agent
+ *   the agent has it); a process that never talks to the agent pays
+ *   nothing, nor one whose agent is away. Its memfd stays open: a session opened after one broke (the agent
  *   may have restarted, empty) sends it again (listeners.c), as it re-sends
  *   LISTEN.
  * - 65536 entries (the agent lists as many connections at most) of 128
@@ -104,17 +104,15 @@ static int make(uint8_t **at)
  * a session, which takes the table lock, under which mu is taken. It
  * happens once per process.
  */
-int ff_ledger_ready(void)
+/* make_mu held: make the ledger and send it on a (NULL: this thread's session). */
+static int make_and_send(struct ff_agent *a)
 {
 	uint8_t *at = NULL;
 	int fd, ret = 0;
 
-	if (atomic_load_explicit(&sent, memory_order_acquire))
-		return 0;
-	pthread_mutex_lock(&make_mu);
 	if (!atomic_load(&sent)) {
 		fd = make(&at);
-		ret = fd < 0 ? fd : ff_send_ledger(fd);
+		ret = fd < 0 ? fd : a ? ff_send_ledger_on(a, fd) : ff_send_ledger(fd);
 		if (!ret) {
 			pthread_mutex_lock(&mu);
 			base = at;
@@ -126,11 +124,31 @@ int ff_ledger_ready(void)
 			ff_real.close(fd);
 		}
 	}
-	pthread_mutex_unlock(&make_mu);
 	if (ret)
 		ff_debug("no ledger for the agent (%s): links not used, answers listed by the agent alone",
 			 strerror(-ret));
 	return ret;
+}
+
+int ff_ledger_ready(void)
+{
+	int ret;
+
+	if (atomic_load_explicit(&sent, memory_order_acquire))
+		return 0;
+	pthread_mutex_lock(&make_mu);
+	ret = make_and_send(NULL);
+	pthread_mutex_unlock(&make_mu);
+	return ret;
+}
+
+void ff_ledger_first(struct ff_agent *a)
+{
+	/* Held: another thread makes it, or this one, whose send opened a; either sends it. */
+	if (atomic_load_explicit(&sent, memory_order_acquire) || pthread_mutex_trylock(&make_mu))
+		return;
+	make_and_send(a);
+	pthread_mutex_unlock(&make_mu);
 }
 
 int ff_ledger_held(void)

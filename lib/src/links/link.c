@@ -358,9 +358,15 @@ struct ff_offer *ff_link_offer(int fd, const struct sockaddr *sa, socklen_t sale
 	struct link *l;
 	int ret = -ENOENT;
 
-	*none = 1;
-	if ((!atomic_load_explicit(&any_link, memory_order_relaxed) && !ff_xlinks_any()) ||
-	    salen > sizeof(dst) || !agent_there())
+	*none = 0;
+	if (salen > sizeof(dst))
+		return NULL;
+	/* None at all (no poll of the agent's session needed), or the agent is gone with them. */
+	if (!atomic_load_explicit(&any_link, memory_order_relaxed) && !ff_xlinks_any()) {
+		*none = 1;
+		return NULL;
+	}
+	if (!agent_there())
 		return NULL;
 	memcpy(&dst, sa, salen);
 	if (to_ep(&dst, &to) || !(o = calloc(1, sizeof(*o))))

@@ -17,10 +17,22 @@
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static atomic_int initialized;
-/* The agent sessions (agent/session.c) keep the agent's listener table in step (listeners.c). */
+/*
+ * A new agent session brings the agent's listener table in step
+ * (listeners.c) and, on the first, gets the ledger before any request.
+ */
+static int session_opened(struct ff_agent *a)
+{
+	int ret = ff_listeners_resync(a);
+
+	if (!ret && a->fd >= 0)
+		ff_ledger_first(a);
+	return ret;
+}
+
 static const struct ff_session_hooks session_hooks = {
 	.lost = ff_listeners_lost,
-	.opened = ff_listeners_resync,
+	.opened = session_opened,
 };
 
 void ff_table_init(void);

@@ -12,18 +12,27 @@
  * - So while the first connection to an endpoint no link leads to is
  *   undecided, a connect() to that endpoint waits for its answer before
  *   its own SYN leaves (a link's offer must precede the SYN), then looks
- *   for a link again. It decides the first one itself once it completes,
+ *   for a link again. It decides the first one itself once that completes,
  *   as the program would on seeing it writable: in an event loop, the
- *   thread that would decide it is the one waiting.
- * - Bounded: a connect() waits WAIT_MS at most; an answer without a link,
+ *   thread that would decide it is the one waiting. It does so as the
+ *   settler does (ff_settler_decide: not across a fork, and a fork waits).
+ * - Not to one of this process's own listeners: the acceptor would be
+ *   this thread, which accepts only once connect() returns.
+ * - Bounded: a connect() waits WAIT_MS at most for another thread's
+ *   decision, and decides the first one only if it completes within
+ *   WAIT_MS (then as long as the agent takes). An answer without a link,
  *   or a wait that ran out, sends connects to that endpoint to the agent at
  *   once for QUIET_MS, so a listener the agent never links (forked workers
  *   share it) costs one wait a second.
  * - A first connection that never reaches the agent (refused, closed
  *   first) ends nothing: the next wait for it runs out.
+ * - At most CONTACT_MAX endpoints are waited for at once; a connect to
+ *   another one asks the agent, as before.
  * - fork: both processes drop every record; a waiter in the parent goes to
  *   the agent.
  */
+#include <errno.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <string.h>
@@ -34,7 +43,7 @@
 #include "setup/setup.h"
 
 #define CONTACT_MAX	64	/* endpoints waited for at once; more: no wait */
-#define WAIT_MS		5	/* a connect() waits at most this long, besides deciding the first */
+#define WAIT_MS		5	/* a connect() waits at most this long */
 #define QUIET_MS	1000	/* after an answer without a link, no wait for this long */
 
 /* An endpoint whose first connection is undecided, or was lately answered without a link. */
@@ -43,6 +52,7 @@ struct contact {
 	int fd;			/* the first connection */
 	struct ff_conn *conn;	/* at fd when it connected: the fd may be another's since */
 	int quiet;		/* answered without a link, or a wait ran out: no more waits */
+	unsigned forks;		/* ff_settler_forks() when it connected */
 	int64_t until;		/* ms, CLOCK_MONOTONIC: the record holds until then; 0: free slot */
 };
 
@@ -89,7 +99,9 @@ static void start(const struct ep *to, int fd, struct ff_conn *conn, int64_t now
 {
 	for (int i = 0; i < CONTACT_MAX; i++)
 		if (!contacts[i].until) {
-			contacts[i] = (struct contact){ *to, fd, conn, 0, now + QUIET_MS };
+			contacts[i] = (struct contact){ .to = *to, .fd = fd, .conn = conn,
+							.forks = ff_settler_forks(),
+							.until = now + QUIET_MS };
 			atomic_fetch_add(&live, 1);
 			return;
 		}
@@ -101,6 +113,15 @@ static void quiet(struct contact *c, int64_t now)
 	c->quiet = 1;
 	c->until = now + QUIET_MS;
 	pthread_cond_broadcast(&cv);
+}
+
+/* 0.0.0.0 or :: (the kernel connects to loopback), answered under another name. */
+static int unspecified(const struct sockaddr_storage *sa)
+{
+	if (sa->ss_family == AF_INET)
+		return ((const struct sockaddr_in *)(const void *)sa)->sin_addr.s_addr == 0;
+	return sa->ss_family == AF_INET6 &&
+	       IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr);
 }
 
 /* The state of conn if it is still at fd, else -1. */
@@ -116,24 +137,27 @@ static int state_at(int fd, struct ff_conn *conn)
 }
 
 /*
- * Decide the first connection (fd, conn) once it completes, by end_ms, as
- * a program that polled it would. 1: another thread has it (its connect()
- * or its decision is under way); 0: decided, or it will not be in time.
+ * Decide c's first connection once it completes, by end_ms, as a program
+ * that polled it would (mu dropped meanwhile). 1: another thread has it
+ * (its connect() or its decision is under way); 0: decided here, or it
+ * will not be in time.
  */
-static int settle_first(int fd, struct ff_conn *conn, int64_t end_ms)
+static int settle_first(struct contact *c, int64_t end_ms)
 {
+	int fd = c->fd, st;
+	struct ff_conn *conn = c->conn;
+	unsigned forks = c->forks;
 	struct pollfd p = { .fd = fd, .events = POLLOUT };
 	int64_t left = end_ms - ff_now_ms();
-	int st = state_at(fd, conn);
 
-	if (st == FF_ST_SOCKET || st == FF_ST_NEGOTIATING)
-		return 1;
-	if (st != FF_ST_PENDING || left <= 0)
-		return 0;
-	/* Observes, never consumes: the program's own poll sees the same. */
-	if (ff_real.poll(&p, 1, (int)left) == 1 && state_at(fd, conn) == FF_ST_PENDING)
-		ff_settle_slow(fd, 1);
-	return 0;
+	pthread_mutex_unlock(&mu);
+	st = state_at(fd, conn);
+	if (st == FF_ST_PENDING && left > 0 && ff_real.poll(&p, 1, (int)left) == 1)
+		ff_settler_decide(fd, conn, forks);	/* observes, never consumes, as the program's poll */
+	if (st == FF_ST_PENDING)
+		st = state_at(fd, conn);
+	pthread_mutex_lock(&mu);
+	return st == FF_ST_SOCKET || st == FF_ST_NEGOTIATING;
 }
 
 int ff_contact_await(int fd, struct ff_conn *conn, const struct sockaddr *sa, socklen_t len)
@@ -142,45 +166,52 @@ int ff_contact_await(int fd, struct ff_conn *conn, const struct sockaddr *sa, so
 	struct contact *c;
 	struct ep to;
 	int64_t now, end;
-	int waited = 0;
+	int waited = 0, settled = 0;
 
 	if (len > sizeof(dst))
 		return 0;
 	memcpy(&dst, sa, len);
-	if (to_ep(&dst, &to) || ff_skip_loopback(&dst))
-		return 0;	/* loopback is never negotiated: no answer would end a wait */
+	if (to_ep(&dst, &to) || ff_skip_loopback(&dst) || unspecified(&dst))
+		return 0;	/* never negotiated as such: no answer would end a wait */
 	pthread_mutex_lock(&mu);
 	if (!cv_ready)
 		cv_init();
 	now = ff_now_ms();
 	end = now + WAIT_MS;
 	c = find(&to, now);
-	if (!c)
+	if (c && c->fd == fd && c->conn == conn) {
+		drop(c);	/* its own record: a connect() tried again after failing */
+		c = NULL;
+	}
+	if (!c) {
 		start(&to, fd, conn, now);	/* this connection is the first */
+	} else if (!c->quiet) {
+		int self;
+
+		pthread_mutex_unlock(&mu);	/* before the table lock, as at fork */
+		self = ff_listening_at(&dst);
+		pthread_mutex_lock(&mu);
+		if (self)
+			c = NULL;	/* this process may be the acceptor (see the top) */
+	}
 	/* The slot may be dropped or reused while mu is released: check it is still `to`'s. */
 	while (c && c->until && ep_eq(&c->to, &to) && !c->quiet) {
-		int first = c->fd, busy = 0;
-		struct ff_conn *fc = c->conn;
+		int busy = 0;
 
 		waited = 1;
-		if (now < end) {
-			pthread_mutex_unlock(&mu);
-			busy = settle_first(first, fc, end);
-			pthread_mutex_lock(&mu);
+		if (now < end && !settled) {
+			settled = 1;
+			busy = settle_first(c, end);
+		} else if (now < end) {
+			struct timespec ts = { .tv_sec = end / 1000, .tv_nsec = end % 1000 * 1000000L };
+
+			busy = pthread_cond_timedwait(&cv, &mu, &ts) != ETIMEDOUT;
 		}
 		now = ff_now_ms();
 		if (!c->until || !ep_eq(&c->to, &to) || c->quiet)
 			break;	/* answered */
-		if (!busy || now >= end) {
+		if (!busy || now >= end)
 			quiet(c, now);	/* it will not be answered in time */
-		} else {
-			/* Another thread's: its answer broadcasts; look again soon (a connect() may have returned). */
-			int64_t t = now + 1 < end ? now + 1 : end;
-			struct timespec ts = { .tv_sec = t / 1000, .tv_nsec = t % 1000 * 1000000L };
-
-			pthread_cond_timedwait(&cv, &mu, &ts);
-			now = ff_now_ms();
-		}
 	}
 	pthread_mutex_unlock(&mu);
 	return waited;

@@ -124,6 +124,21 @@ int ff_listeners_resync(struct ff_agent *a)
 	return ff_ledger_resend(a);
 }
 
+int ff_listening_at(const struct sockaddr_storage *to)
+{
+	static const uint8_t any[FF_EP6_LEN];
+	struct sockaddr_storage local;
+	struct ep t, l;
+
+	if (to_ep(to, &t))
+		return 0;
+	for (int fd = 0; (fd = next_listener(fd, &local)) >= 0; fd++)
+		if (!to_ep(&local, &l) && port_eq(&l, &t) &&
+		    (ip_eq(&l, &t) || !memcmp(l.b, any, l.len - 2u)))
+			return 1;
+	return 0;
+}
+
 void ff_listener_withdraw(int fd, const char *why)
 {
 	struct ff_slot *s = ff_fd_slot(fd);

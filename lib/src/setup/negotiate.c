@@ -325,9 +325,6 @@ static int choose(struct ff_conn *c, uint8_t msg, const struct ff_ends *e, struc
 		return 0;
 	ff_ledger_release(d->entry);
 	d->entry = 0;
-	/* Before the first ask, so that its answer may bring a link already. */
-	if (!ff_ledger_held() && ff_control_alive())
-		ff_ledger_ready();
 	return ask_agent(msg, e, d);
 }
 

@@ -306,6 +306,19 @@ void ff_settler_watch(int fd, struct ff_conn *c, enum ff_settle_kind kind, int b
 	pthread_mutex_unlock(&mu);
 }
 
+unsigned ff_settler_forks(void)
+{
+	return atomic_load(&forks);
+}
+
+void ff_settler_decide(int fd, struct ff_conn *c, unsigned forks_seen)
+{
+	pthread_mutex_lock(&mu);
+	if (!forking)
+		decide((struct watch){ .fd = fd, .conn = c, .forks = forks_seen });
+	pthread_mutex_unlock(&mu);
+}
+
 void ff_settler_atfork_prepare(void)
 {
 	struct timespec until;

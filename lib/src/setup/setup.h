@@ -85,15 +85,19 @@ void ff_syn_keep(int fd, int keep);
  */
 int ff_syn_unmarked(int fd, int family, struct sockaddr_storage *local, struct sockaddr_storage *remote);
 
+/* Whether one of this process's listeners may be at `to` (its port, its address or any). */
+int ff_listening_at(const struct sockaddr_storage *to);
+
 /*
  * ---- contact.c: connects wait for the link a first connection may bring ----
  */
 
 /*
  * connect(fd) to sa is about to send its SYN (conn at fd) and no link
- * leads there: if the first connection to sa is undecided, decide it or
- * wait for it (bounded) and return 1: look for a link again. Else 0: ask
- * the agent (this may be the first connection). No lock held.
+ * leads there: if the first connection to sa is undecided, decide it (once
+ * complete) or wait for it (5 ms at most), and return 1: look for a link
+ * again. Else 0: ask the agent (this may be the first connection). No
+ * lock held.
  */
 int ff_contact_await(int fd, struct ff_conn *conn, const struct sockaddr *sa, socklen_t len);
 /* The agent decided a connection to remote; linked: a link to remote came with it. */
@@ -119,6 +123,16 @@ enum ff_settle_kind {
  * completes, if the program has not by then (settler.c says when).
  */
 void ff_settler_watch(int fd, struct ff_conn *c, enum ff_settle_kind kind, int bell);
+/* fd's connect (conn c), if watched: decide it as soon as it completes, with no grace. */
+void ff_settler_hurry(int fd, struct ff_conn *c);
+/* Forks so far, for ff_settler_decide. */
+unsigned ff_settler_forks(void);
+/*
+ * Decide fd's pending connect (conn c) now, in this thread, as the settler
+ * would: not if a fork came since forks_seen (ff_settler_forks), and a
+ * fork waits for it.
+ */
+void ff_settler_decide(int fd, struct ff_conn *c, unsigned forks_seen);
 /* fork: what is pending now is the program's to decide, in either process; waits for decisions under way. */
 void ff_settler_atfork_prepare(void);
 /* After fork, in the parent: decisions may start again. */

@@ -20,27 +20,35 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-/* Four 32-byte moves per step, the stores aligned; memcpy does the tail. */
+#define LOAD(p)		_mm256_loadu_si256((const __m256i *)(const void *)(p))
+
+/*
+ * Four 32-byte moves per step, the stores aligned; the first and the last
+ * 128 bytes by unaligned moves that may overlap the steps' (n >= LOOP_MIN).
+ */
 __attribute__((target("avx2"))) static void copy_avx2(uint8_t *d, const uint8_t *s, size_t n)
 {
+	uint8_t *end = d + n;
+	const uint8_t *send = s + n;
 	size_t head = 32 - ((uintptr_t)d & 31);
+	__m256i t0 = LOAD(send - 128), t1 = LOAD(send - 96), t2 = LOAD(send - 64), t3 = LOAD(send - 32);
 
-	_mm256_storeu_si256((__m256i *)(void *)d, _mm256_loadu_si256((const __m256i *)(const void *)s));
+	_mm256_storeu_si256((__m256i *)(void *)d, LOAD(s));
 	d += head;
 	s += head;
 	n -= head;
-	for (; n >= 128; d += 128, s += 128, n -= 128) {
-		__m256i a = _mm256_loadu_si256((const __m256i *)(const void *)s);
-		__m256i b = _mm256_loadu_si256((const __m256i *)(const void *)(s + 32));
-		__m256i c = _mm256_loadu_si256((const __m256i *)(const void *)(s + 64));
-		__m256i e = _mm256_loadu_si256((const __m256i *)(const void *)(s + 96));
+	for (; n > 128; d += 128, s += 128, n -= 128) {
+		__m256i a = LOAD(s), b = LOAD(s + 32), c = LOAD(s + 64), e = LOAD(s + 96);
 
 		_mm256_store_si256((__m256i *)(void *)d, a);
 		_mm256_store_si256((__m256i *)(void *)(d + 32), b);
 		_mm256_store_si256((__m256i *)(void *)(d + 64), c);
 		_mm256_store_si256((__m256i *)(void *)(d + 96), e);
 	}
-	memcpy(d, s, n);
+	_mm256_storeu_si256((__m256i *)(void *)(end - 128), t0);
+	_mm256_storeu_si256((__m256i *)(void *)(end - 96), t1);
+	_mm256_storeu_si256((__m256i *)(void *)(end - 64), t2);
+	_mm256_storeu_si256((__m256i *)(void *)(end - 32), t3);
 }
 
 static int has_avx2(void)
