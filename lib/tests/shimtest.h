@@ -1250,18 +1250,25 @@ static inline int t_fork_client(int (*client)(uint16_t port), pid_t *pid)
 	return lfd;
 }
 
-static inline void t_serve_sequence(int (*client)(uint16_t port), int conns, size_t n)
+/* The server's side of t_serve_sequence on lfd: conns connections, each swapped and exchanged. */
+static inline void t_serve_accepts(int lfd, int conns, size_t n)
 {
-	pid_t pid;
-	int lfd = t_fork_client(client, &pid), fd;
-
 	for (int i = 0; i < conns; i++) {
-		fd = accept(lfd, NULL, NULL);
+		int fd = accept(lfd, NULL, NULL);
+
 		CHECK(fd >= 0, "accept %d: %s", i, strerror(errno));
 		CHECK(t_swapped(fd), "server connection %d not swapped", i);
 		t_exchange_nth(fd, i, n, 0);
 		close(fd);
 	}
+}
+
+static inline void t_serve_sequence(int (*client)(uint16_t port), int conns, size_t n)
+{
+	pid_t pid;
+	int lfd = t_fork_client(client, &pid);
+
+	t_serve_accepts(lfd, conns, n);
 	t_wait_child(pid, "client");
 	close(lfd);
 }

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Description: a process with no link yet starts a burst of non-blocking connects to one listener, back to back, as an event loop opening a pool does; only the first is decided by the agent, and the others, whose SYNs wait for its answer, go over the link it brought: one CONNECT and one ACCEPT at the agent, every connection on shm with its data intact both ways */
+/* Description: a process with no link yet starts a burst of non-blocking connects to one listener, back to back, as an event loop opening a pool does; only the first is decided by the agent, and the others, whose SYNs wait for its answer, go over the link it brought: one CONNECT and one ACCEPT at the agent, every connection on shm with its data intact both ways; so also when the client listens on that port itself at any address (a server calling its peers on the port it serves), which is not its own listener's address */
 /* Channels: shm-link */
 #include <poll.h>
 
@@ -8,11 +8,33 @@
 #define CONNS	8
 #define N	(64u << 10)
 
+/* The server's address: another than the client's own (127.0.0.1), as another container's is. */
+static socklen_t server_addr(struct sockaddr_storage *ss, uint16_t port)
+{
+	socklen_t len = t_addr(AF_INET, ss, port);
+
+	((struct sockaddr_in *)(void *)ss)->sin_addr.s_addr = htonl(0x7f000002);
+	return len;
+}
+
+/* A listener of the client's on the server's port, at any (IPv6) address. */
+static int listen_any(uint16_t port)
+{
+	struct sockaddr_in6 a = { .sin6_family = AF_INET6, .sin6_addr = in6addr_any,
+				  .sin6_port = htons(port) };
+	int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+
+	CHECK(fd >= 0 && !setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) &&
+	      !bind(fd, (void *)&a, sizeof(a)) && !listen(fd, 4), "the client's own listener: %s",
+	      strerror(errno));
+	return fd;
+}
+
 static int client(uint16_t port)
 {
 	struct sockaddr_storage ss;
-	socklen_t len = t_addr(AF_INET, &ss, port);
-	int fds[CONNS];
+	socklen_t len = server_addr(&ss, port);
+	int fds[CONNS], own = listen_any(port);
 
 	for (int i = 0; i < CONNS; i++) {
 		fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -33,31 +55,35 @@ static int client(uint16_t port)
 		t_exchange_nth(fds[i], i, N, 1);
 		close(fds[i]);
 	}
+	close(own);
 	return t_exit_code();
 }
 
 int main(int argc, char **argv)
 {
+	struct sockaddr_storage ss;
+	socklen_t len;
 	uint16_t port;
-	int lfd, fd;
+	int lfd;
 	pid_t pid;
 
 	(void)argc;
 	t_shim_setup(argv, FA_BROKER);
-	lfd = t_listen(AF_INET, &port);
+	lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	len = server_addr(&ss, 0);
+	if (lfd < 0 || bind(lfd, (void *)&ss, len) || listen(lfd, 16) ||
+	    getsockname(lfd, (void *)&ss, &len)) {
+		perror("listen");
+		return T_EXIT_FAIL;
+	}
+	port = ntohs(((struct sockaddr_in *)(void *)&ss)->sin_port);
 	pid = fork();
 	if (pid == 0) {
-		/* A client, not a process that could accept its own connections. */
+		/* A client, not a process that could accept its own connections (contact.c). */
 		close(lfd);
 		_exit(client(port));
 	}
-	for (int i = 0; i < CONNS; i++) {
-		fd = accept(lfd, NULL, NULL);
-		CHECK(fd >= 0, "accept %d: %s", i, strerror(errno));
-		CHECK(t_swapped(fd), "server connection %d not swapped", i);
-		t_exchange_nth(fd, i, N, 0);
-		close(fd);
-	}
+	t_serve_accepts(lfd, CONNS, N);
 	t_wait_child(pid, "client");
 	close(lfd);
 	CHECK(t_agent_count("ask") == 2,

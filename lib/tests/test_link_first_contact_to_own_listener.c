@@ -11,7 +11,6 @@ int main(int argc, char **argv)
 	socklen_t len;
 	uint16_t port;
 	int lfd, fds[2], acc[2];
-	int64_t t0, took[2];
 	char c;
 
 	(void)argc;
@@ -20,13 +19,9 @@ int main(int argc, char **argv)
 	len = t_addr(AF_INET, &ss, port);
 	for (int i = 0; i < 2; i++) {
 		fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-		t0 = t_ms();
 		CHECK(!connect(fds[i], (void *)&ss, len) || errno == EINPROGRESS, "connect %d: %s", i,
 		      strerror(errno));
-		took[i] = t_ms() - t0;
 	}
-	/* Below the agent's 45 ms peer wait: it did not wait for an answer at all. */
-	CHECK(took[1] < 40, "the second non-blocking connect() took %lld ms", (long long)took[1]);
 	for (int i = 0; i < 2; i++) {
 		struct pollfd p = { .fd = fds[i], .events = POLLOUT };
 

@@ -17,9 +17,9 @@
  * - It is made on the process's first session, right after HELLO, so that
  *   the first answer may bring a link already (links are used only once
  *   the agent has it); a process that never talks to the agent pays
- *   nothing, nor one whose agent is away. Its memfd stays open: a session opened after one broke (the agent
- *   may have restarted, empty) sends it again (listeners.c), as it re-sends
- *   LISTEN.
+ *   nothing, nor one whose agent is away. Its memfd stays open: a session
+ *   opened after one broke (the agent may have restarted, empty) sends it
+ *   again (listeners.c), as it re-sends LISTEN.
  * - 65536 entries (the agent lists as many connections at most) of 128
  *   bytes (room for a reason): the mapping is 8 MiB, but an entry given
  *   back is reused before a new one is handed out, so only the pages of as
@@ -100,11 +100,12 @@ static int make(uint8_t **at)
 }
 
 /*
- * make_mu, not mu, is held while the agent takes LEDGER: sending may open
- * a session, which takes the table lock, under which mu is taken. It
- * happens once per process.
+ * make_mu held (not mu: sending may open a session, which takes the table
+ * lock, under which mu is taken): make the ledger and send it on a (NULL:
+ * this thread's session). Once per process: on its first session
+ * (ff_ledger_first, which only tries make_mu: the thread holding it may be
+ * the one whose send opened that session), or later (ff_ledger_ready).
  */
-/* make_mu held: make the ledger and send it on a (NULL: this thread's session). */
 static int make_and_send(struct ff_agent *a)
 {
 	uint8_t *at = NULL;

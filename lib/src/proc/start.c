@@ -25,8 +25,11 @@ static int session_opened(struct ff_agent *a)
 {
 	int ret = ff_listeners_resync(a);
 
-	if (!ret && a->fd >= 0)
+	if (!ret && a->fd >= 0) {
 		ff_ledger_first(a);
+		if (a->fd < 0)
+			ret = -ECONNRESET;	/* sending it broke the session, as resync reports */
+	}
 	return ret;
 }
 

@@ -16,8 +16,9 @@
  *   as the program would on seeing it writable: in an event loop, the
  *   thread that would decide it is the one waiting. It does so as the
  *   settler does (ff_settler_decide: not across a fork, and a fork waits).
- * - Not to one of this process's own listeners: the acceptor would be
- *   this thread, which accepts only once connect() returns.
+ * - Not to one of this process's own listeners (its port, and its address
+ *   or any address with the destination this host's): the acceptor would
+ *   be this thread, which accepts only once connect() returns.
  * - Bounded: a connect() waits WAIT_MS at most for another thread's
  *   decision, and decides the first one only if it completes within
  *   WAIT_MS (then as long as the agent takes). An answer without a link,
@@ -32,7 +33,6 @@
  *   the agent.
  */
 #include <errno.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <string.h>
@@ -116,12 +116,32 @@ static void quiet(struct contact *c, int64_t now)
 }
 
 /* 0.0.0.0 or :: (the kernel connects to loopback), answered under another name. */
-static int unspecified(const struct sockaddr_storage *sa)
+static int unspecified(const struct ep *to)
 {
-	if (sa->ss_family == AF_INET)
-		return ((const struct sockaddr_in *)(const void *)sa)->sin_addr.s_addr == 0;
-	return sa->ss_family == AF_INET6 &&
-	       IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr);
+	static const uint8_t zero[FF_EP6_LEN];
+
+	return !memcmp(to->b, zero, to->len - 2u);
+}
+
+/*
+ * Whether this process may be the acceptor of a connection to dst: one of
+ * its listeners is at that port, and at that address, or at any address
+ * with dst this host's (the address the first connection, fd, left from).
+ */
+static int to_self(const struct sockaddr_storage *dst, int first)
+{
+	struct sockaddr_storage me;
+	socklen_t len = sizeof(me);
+	struct ep a, b;
+	int any;
+
+	if (!ff_listening_at(dst, &any))
+		return 0;
+	if (!any)
+		return 1;
+	if (ff_real.getsockname(first, (void *)&me, &len) || to_ep(&me, &a) || to_ep(dst, &b))
+		return 1;	/* not known: as if it were */
+	return ip_eq(&a, &b);
 }
 
 /* The state of conn if it is still at fd, else -1. */
@@ -171,7 +191,7 @@ int ff_contact_await(int fd, struct ff_conn *conn, const struct sockaddr *sa, so
 	if (len > sizeof(dst))
 		return 0;
 	memcpy(&dst, sa, len);
-	if (to_ep(&dst, &to) || ff_skip_loopback(&dst) || unspecified(&dst))
+	if (to_ep(&dst, &to) || ff_skip_loopback(&dst) || unspecified(&to))
 		return 0;	/* never negotiated as such: no answer would end a wait */
 	pthread_mutex_lock(&mu);
 	if (!cv_ready)
@@ -186,10 +206,10 @@ int ff_contact_await(int fd, struct ff_conn *conn, const struct sockaddr *sa, so
 	if (!c) {
 		start(&to, fd, conn, now);	/* this connection is the first */
 	} else if (!c->quiet) {
-		int self;
+		int self, first = c->fd;
 
 		pthread_mutex_unlock(&mu);	/* before the table lock, as at fork */
-		self = ff_listening_at(&dst);
+		self = to_self(&dst, first);
 		pthread_mutex_lock(&mu);
 		if (self)
 			c = NULL;	/* this process may be the acceptor (see the top) */

@@ -124,19 +124,27 @@ int ff_listeners_resync(struct ff_agent *a)
 	return ff_ledger_resend(a);
 }
 
-int ff_listening_at(const struct sockaddr_storage *to)
+int ff_listening_at(const struct sockaddr_storage *to, int *any_addr)
 {
 	static const uint8_t any[FF_EP6_LEN];
 	struct sockaddr_storage local;
 	struct ep t, l;
+	int found = 0;
 
+	*any_addr = 0;
 	if (to_ep(to, &t))
 		return 0;
-	for (int fd = 0; (fd = next_listener(fd, &local)) >= 0; fd++)
-		if (!to_ep(&local, &l) && port_eq(&l, &t) &&
-		    (ip_eq(&l, &t) || !memcmp(l.b, any, l.len - 2u)))
+	for (int fd = 0; (fd = next_listener(fd, &local)) >= 0; fd++) {
+		if (to_ep(&local, &l) || !port_eq(&l, &t))
+			continue;
+		if (ip_eq(&l, &t)) {
+			*any_addr = 0;
 			return 1;
-	return 0;
+		}
+		if (!memcmp(l.b, any, l.len - 2u))
+			found = *any_addr = 1;
+	}
+	return found;
 }
 
 void ff_listener_withdraw(int fd, const char *why)

@@ -71,9 +71,10 @@ struct watch {
 static _Atomic unsigned forks;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-static pthread_cond_t idle = PTHREAD_COND_INITIALIZER;	/* deciding went to 0 */
+static pthread_cond_t idle = PTHREAD_COND_INITIALIZER;	/* deciding + outside went to 0 */
 static struct watch watched[WATCH_MAX];
 static int nwatched, running, helpers, deciding, forking, wake = -1;
+static int outside;	/* decisions of other threads' (ff_settler_decide) under way */
 static int sleeping;	/* in a poll without a tick: a new connect writes to wake */
 static int waiting;	/* on cv: a new connect signals it */
 static int64_t last_watch;
@@ -98,8 +99,11 @@ static int pending(int fd)
 	return s && (atomic_load(&s->flags) & FF_FD_PENDING);
 }
 
-/* w's time came (see next_late): decide it, unless the program is at it already. */
-static void settle(struct watch w)
+/*
+ * w's time came (see next_late), or another connect() waits for its link
+ * (outside_call): decide it, unless the program is at it already.
+ */
+static void settle(struct watch w, int outside_call)
 {
 	struct ff_slot *s = ff_fd_slot(w.fd);
 	int fd = w.fd, mine;
@@ -110,7 +114,8 @@ static void settle(struct watch w)
 	ff_table_unlock();
 	if (!mine)
 		return;
-	ff_debug("fd %d: connect complete, the program has not looked: deciding it now", fd);
+	ff_debug("fd %d: connect complete, %s: deciding it now", fd,
+		 outside_call ? "another connect() waits for its link" : "the program has not looked");
 	ff_settle_slow(fd, 1);
 }
 
@@ -220,9 +225,9 @@ static void decide(struct watch w)
 {
 	deciding++;
 	pthread_mutex_unlock(&mu);
-	settle(w);
+	settle(w, 0);
 	pthread_mutex_lock(&mu);
-	if (!--deciding)
+	if (!--deciding && !outside)
 		pthread_cond_broadcast(&idle);
 }
 
@@ -314,8 +319,16 @@ unsigned ff_settler_forks(void)
 void ff_settler_decide(int fd, struct ff_conn *c, unsigned forks_seen)
 {
 	pthread_mutex_lock(&mu);
-	if (!forking)
-		decide((struct watch){ .fd = fd, .conn = c, .forks = forks_seen });
+	if (forking) {
+		pthread_mutex_unlock(&mu);
+		return;
+	}
+	outside++;	/* not in deciding: that counts the helpers' work (start_helpers) */
+	pthread_mutex_unlock(&mu);
+	settle((struct watch){ .fd = fd, .conn = c, .forks = forks_seen }, 1);
+	pthread_mutex_lock(&mu);
+	if (!--outside && !deciding)
+		pthread_cond_broadcast(&idle);
 	pthread_mutex_unlock(&mu);
 }
 
@@ -333,7 +346,7 @@ void ff_settler_atfork_prepare(void)
 		until.tv_sec++;
 		until.tv_nsec -= 1000000000L;
 	}
-	while (deciding && pthread_cond_timedwait(&idle, &mu, &until) != ETIMEDOUT)
+	while ((deciding || outside) && pthread_cond_timedwait(&idle, &mu, &until) != ETIMEDOUT)
 		;
 	pthread_mutex_unlock(&mu);
 }
@@ -351,6 +364,6 @@ void ff_settler_atfork_child(void)
 	pthread_cond_init(&cv, NULL);
 	pthread_cond_init(&idle, NULL);
 	nwatched = 0;
-	running = helpers = deciding = forking = 0;
+	running = helpers = deciding = outside = forking = 0;
 	wake = -1;	/* closed with the control fds (ff_control_atfork_child) */
 }

@@ -85,8 +85,11 @@ void ff_syn_keep(int fd, int keep);
  */
 int ff_syn_unmarked(int fd, int family, struct sockaddr_storage *local, struct sockaddr_storage *remote);
 
-/* Whether one of this process's listeners may be at `to` (its port, its address or any). */
-int ff_listening_at(const struct sockaddr_storage *to);
+/*
+ * Whether one of this process's listeners is at `to`: its port, and its
+ * address or (*any_addr set) any address.
+ */
+int ff_listening_at(const struct sockaddr_storage *to, int *any_addr);
 
 /*
  * ---- contact.c: connects wait for the link a first connection may bring ----
