@@ -291,6 +291,21 @@ static inline int t_shim_finish(void)
 	return t_exit_code();
 }
 
+/*
+ * t_shim_setup (broker) with hide_symbol.so preloaded (t_preload_spy): the
+ * library's recv() counts per fd, or NULL, CHECKed, if it is not there.
+ */
+static inline _Atomic unsigned *t_setup_counting_recvs(char **argv)
+{
+	_Atomic unsigned *recvs;
+
+	t_preload_spy();
+	t_shim_setup(argv, FA_BROKER);
+	recvs = t_lib_recvs();
+	CHECK(recvs, "hide_symbol.so is not preloaded: no counts of the library's recv()");
+	return recvs;
+}
+
 /* Ask the host side (t_keep_answer) for req; 0 if done, with the fd it passed in *fd. */
 static inline int t_keeper(const char *req, int *fd)
 {

@@ -13,10 +13,7 @@ int main(int argc, char **argv)
 	_Atomic unsigned *recvs;
 
 	(void)argc;
-	t_preload_spy();
-	t_shim_setup(argv, FA_BROKER);
-	recvs = t_lib_recvs();
-	CHECK(recvs, "hide_symbol.so is not preloaded: no counts of the library's recv()");
+	recvs = t_setup_counting_recvs(argv);
 	if (!recvs)
 		return t_shim_finish();
 	ep = epoll_create1(EPOLL_CLOEXEC);

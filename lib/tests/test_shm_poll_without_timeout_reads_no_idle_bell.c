@@ -45,10 +45,7 @@ int main(int argc, char **argv)
 	char c;
 
 	(void)argc;
-	t_preload_spy();
-	t_shim_setup(argv, FA_BROKER);
-	recvs = t_lib_recvs();
-	CHECK(recvs, "hide_symbol.so is not preloaded: no counts of the library's recv()");
+	recvs = t_setup_counting_recvs(argv);
 	if (!recvs)
 		return t_shim_finish();
 	for (int i = 0; i < CONNS; i++) {

@@ -48,3 +48,13 @@ int ff_signal_restarts(void)
 			return 0;
 	return 1;
 }
+
+void ff_cond_init_monotonic(pthread_cond_t *cv)
+{
+	pthread_condattr_t a;
+
+	pthread_condattr_init(&a);
+	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+	pthread_cond_init(cv, &a);
+	pthread_condattr_destroy(&a);
+}

@@ -209,12 +209,7 @@ static void *reap(void *arg)
 
 static void reap_init(void)
 {
-	pthread_condattr_t a;
-
-	pthread_condattr_init(&a);
-	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-	pthread_cond_init(&reap_cv, &a);
-	pthread_condattr_destroy(&a);
+	ff_cond_init_monotonic(&reap_cv);
 }
 
 /* See that the reaper runs, and wakes for a new link (mu held). */

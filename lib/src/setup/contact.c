@@ -64,12 +64,7 @@ static _Atomic int live;	/* records in use: an answer costs one load while none 
 
 static void cv_init(void)
 {
-	pthread_condattr_t a;
-
-	pthread_condattr_init(&a);
-	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-	pthread_cond_init(&cv, &a);
-	pthread_condattr_destroy(&a);
+	ff_cond_init_monotonic(&cv);
 	cv_ready = 1;
 }
 

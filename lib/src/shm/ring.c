@@ -192,7 +192,6 @@ static void ring_init(struct ff_shm_ring *r, uint8_t *ctl, uint8_t *data)
 /* A conn's view of mapping m (whose reference it takes) for role: 0 with *out, or -ENOMEM. */
 static int view(struct ff_shm_map *m, enum ff_shm_role role, struct ff_shm **out)
 {
-	pthread_condattr_t ca;
 	struct ff_shm *sh = calloc(1, sizeof(*sh));
 	uint8_t *d0, *d1;
 
@@ -218,10 +217,7 @@ static int view(struct ff_shm_map *m, enum ff_shm_role role, struct ff_shm **out
 		ring_init(&sh->rx, m->base + FF_SHM_OFF_CTL0, d0);
 	}
 	pthread_mutex_init(&sh->wait_mu, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&sh->drained, &ca);
-	pthread_condattr_destroy(&ca);
+	ff_cond_init_monotonic(&sh->drained);
 	*out = sh;
 	return 0;
 }

@@ -219,12 +219,7 @@ static void *give(void *arg)
 static void start(int64_t now)
 {
 	if (!cv_ready) {
-		pthread_condattr_t a;
-
-		pthread_condattr_init(&a);
-		pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-		pthread_cond_init(&poke_cv, &a);
-		pthread_condattr_destroy(&a);
+		ff_cond_init_monotonic(&poke_cv);
 		cv_ready = 1;
 	}
 	if (!giving) {
