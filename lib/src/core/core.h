@@ -271,14 +271,14 @@ int ff_opt_default(int level, int name);
 struct ff_opt *ff_opt_find(struct ff_conn *c, int level, int name, int add);
 
 /* ---- deadline.c ---- */
-
-/* Initialise *cv to time its waits on CLOCK_MONOTONIC (the clock of ff_now_*). */
-void ff_cond_init_monotonic(pthread_cond_t *cv);
 /*
  * The library's clock (CLOCK_MONOTONIC) and deadlines, so that a wait that
  * wakes for nothing and sleeps again keeps its bound instead of starting it
  * over, and the one bounded poll of a single fd.
  */
+
+/* Initialise *cv to time its waits on CLOCK_MONOTONIC (the clock of ff_now_*). */
+void ff_cond_init_monotonic(pthread_cond_t *cv);
 
 static inline int64_t ff_now_ns(void)
 {

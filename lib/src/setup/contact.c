@@ -134,8 +134,10 @@ static int to_self(const struct sockaddr_storage *dst, int first)
 		return 0;
 	if (!any)
 		return 1;
-	if (ff_real.getsockname(first, (void *)&me, &len) || to_ep(&me, &a) || to_ep(dst, &b))
-		return 1;	/* not known: as if it were */
+	/* Not known (not bound yet: its connect() has not run), as if it were. */
+	if (ff_real.getsockname(first, (void *)&me, &len) || to_ep(&me, &a) || unspecified(&a) ||
+	    to_ep(dst, &b))
+		return 1;
 	return ip_eq(&a, &b);
 }
 
