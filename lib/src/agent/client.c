@@ -266,17 +266,7 @@ int ff_agent_notify(struct ff_agent *a, const void *msg, int len, int fd)
 
 int ff_agent_send(struct ff_agent *a, const void *req, int len)
 {
-	struct ff_msg q;
-	int ret;
-
-	if (a->fd < 0)
-		return -ENOTCONN;
-	if (len <= 0 || ff_msg_decode(req, (size_t)len, &q))
-		return -EINVAL;
-	ret = send_msg(a->fd, req, len, -1, ff_now_ms() + a->timeout_ms);
-	if (ret)
-		ff_agent_close(a);
-	return ret;
+	return ff_agent_notify(a, req, len, -1);
 }
 
 int ff_agent_await(struct ff_agent *a, uint32_t seq, uint8_t want, struct ff_reply *r,

@@ -753,18 +753,24 @@ void ff_links_unlisten(const struct sockaddr_storage *local)
 	pthread_mutex_unlock(&mu);
 }
 
+/* mu held: close every pending offer and the acceptor links, or (all) every link. */
+static void close_links(int all)
+{
+	for (int i = 0; i < nlinks; i++)
+		if (links[i].fd >= 0 && (all || links[i].acceptor))
+			link_close(&links[i]);
+	for (int i = 0; i < PENDING_MAX; i++)
+		if (pend[i].bell >= 0)
+			pending_close(&pend[i]);
+}
+
 void ff_links_drop_all(void)
 {
 	if (!atomic_load_explicit(&any_link, memory_order_relaxed))
 		return;
 	pthread_mutex_lock(&mu);
 	/* As for a listener closed: the peers' next offers fail and go to the agent. */
-	for (int i = 0; i < nlinks; i++)
-		if (links[i].fd >= 0)
-			link_close(&links[i]);
-	for (int i = 0; i < PENDING_MAX; i++)
-		if (pend[i].bell >= 0)
-			pending_close(&pend[i]);
+	close_links(1);
 	pthread_mutex_unlock(&mu);
 }
 
@@ -785,12 +791,7 @@ static void after_fork(int child)
 		pthread_mutex_unlock(&mu);
 		return;
 	}
-	for (int i = 0; i < nlinks; i++)
-		if (links[i].fd >= 0 && (child || links[i].acceptor))
-			link_close(&links[i]);
-	for (int i = 0; i < PENDING_MAX; i++)
-		if (pend[i].bell >= 0)
-			pending_close(&pend[i]);
+	close_links(child);
 	pthread_mutex_unlock(&mu);
 }
 

@@ -220,14 +220,17 @@ static int next_late(struct watch *out)
 	return n;
 }
 
-/* mu held: decide w (next_late's), the lock dropped meanwhile. */
-static void decide(struct watch w)
+/*
+ * mu held: decide w, the lock dropped meanwhile, counted in *count (deciding
+ * for next_late's, outside for other threads'): a fork waits for both.
+ */
+static void decide(struct watch w, int *count)
 {
-	deciding++;
+	(*count)++;
 	pthread_mutex_unlock(&mu);
-	settle(w, 0);
+	settle(w, count == &outside);
 	pthread_mutex_lock(&mu);
-	if (!--deciding && !outside)
+	if (!--*count && !deciding && !outside)
 		pthread_cond_broadcast(&idle);
 }
 
@@ -239,7 +242,7 @@ static void *help(void *arg)
 	(void)arg;
 	pthread_mutex_lock(&mu);
 	while (next_late(&w))
-		decide(w);
+		decide(w, &deciding);
 	helpers--;
 	pthread_mutex_unlock(&mu);
 	return NULL;
@@ -286,7 +289,7 @@ static void *loop(void *arg)
 		poll_once(tick || !nwatched ? TICK_MS : -1);
 		start_helpers();
 		if (!helpers && next_late(&w))
-			decide(w);	/* no thread to be had */
+			decide(w, &deciding);	/* no thread to be had */
 	}
 	return NULL;
 }
@@ -319,16 +322,9 @@ unsigned ff_settler_forks(void)
 void ff_settler_decide(int fd, struct ff_conn *c, unsigned forks_seen)
 {
 	pthread_mutex_lock(&mu);
-	if (forking) {
-		pthread_mutex_unlock(&mu);
-		return;
-	}
-	outside++;	/* not in deciding: that counts the helpers' work (start_helpers) */
-	pthread_mutex_unlock(&mu);
-	settle((struct watch){ .fd = fd, .conn = c, .forks = forks_seen }, 1);
-	pthread_mutex_lock(&mu);
-	if (!--outside && !deciding)
-		pthread_cond_broadcast(&idle);
+	/* Not in deciding: that counts the helpers' work (start_helpers). */
+	if (!forking)
+		decide((struct watch){ .fd = fd, .conn = c, .forks = forks_seen }, &outside);
 	pthread_mutex_unlock(&mu);
 }
 
