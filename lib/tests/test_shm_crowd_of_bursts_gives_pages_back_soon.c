@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Description: bursts past the first 256 KiB on many connections one after the other: only the 32 channels a process queued last (FF_SHM_WARM_CHANNELS) keep their pages the second fewer connections get, those queued before them are given back 20 ms after each drain (FF_SHM_CROWD_IDLE_MS) */
+/* Description: bursts past the first 256 KiB on many connections one after the other: only the 32 channels a process used last (FF_SHM_WARM_CHANNELS) keep their pages the second fewer connections get, those used before them are given back 20 ms after each drain (FF_SHM_CROWD_IDLE_MS) */
 /* Channels: shm */
 #include "shimtest.h"
 

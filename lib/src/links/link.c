@@ -87,9 +87,13 @@ static uint64_t next_id = 1;
 /* Whether any link exists: connect() and accept() pay one load while none does. */
 static _Atomic int any_link;
 
-static void chan_drop(struct chan *ch)
+/* later: unmapped in the background, as a closing link's channels are (shm/spill.c). */
+static void chan_drop(struct chan *ch, int later)
 {
-	ff_shm_map_put(ch->map);
+	if (later)
+		ff_shm_map_put_later(ch->map);
+	else
+		ff_shm_map_put(ch->map);
 	if (ch->memfd >= 0)
 		ff_real.close(ch->memfd);
 	*ch = (struct chan){ .memfd = -1 };
@@ -101,7 +105,7 @@ static void link_close(struct link *l)
 	ff_real.close(l->fd);
 	l->fd = -1;
 	for (int i = 0; i < CHANS_MAX; i++)
-		chan_drop(&l->chans[i]);
+		chan_drop(&l->chans[i], 1);
 }
 
 static void pending_close(struct pending *p)
@@ -304,7 +308,7 @@ static int channel_for(struct link *l, struct ff_shm **sh, uint32_t *chan, int *
 		*memfd = ch->memfd;
 		ret = ff_shm_adopt(ch->map, FF_SHM_CONNECTOR, sh);
 		if (ret)
-			chan_drop(ch);
+			chan_drop(ch, 0);
 		return ret;
 	}
 	ret = ff_shm_create(l->ring, memfd, sh);
@@ -409,7 +413,7 @@ void ff_offer_forget(struct ff_offer *o)
 	pthread_mutex_lock(&mu);
 	for (int i = 0; o->chan && l->fd >= 0 && l->id == o->id && i < CHANS_MAX; i++)
 		if (l->chans[i].map && l->chans[i].id == o->chan)
-			chan_drop(&l->chans[i]);
+			chan_drop(&l->chans[i], 0);
 	pthread_mutex_unlock(&mu);
 	ff_real.close(o->bell);
 	ff_shm_put(o->sh);
@@ -639,7 +643,7 @@ static void keep(struct link *l, uint32_t chan, struct ff_shm_map *map)
 		if (to->map && (!ch->map || ch->id < to->id))
 			to = ch;
 	}
-	chan_drop(to);
+	chan_drop(to, 0);
 	*to = (struct chan){ map, chan, -1 };
 }
 

@@ -622,6 +622,7 @@ void ff_shm_tx_produced(int fd, struct ff_shm *sh, uint64_t n)
 		/* After head: a consumer that takes the word then sees these bytes. */
 		r->spilling = 0;
 		atomic_store_explicit(r->spill, FF_SPILL_USED, memory_order_release);
+		ff_shm_spill_touch(sh->map);
 	}
 	atomic_thread_fence(memory_order_seq_cst);
 	if (atomic_load_explicit(r->cons_wait, memory_order_relaxed))

@@ -75,7 +75,9 @@ struct ff_shm_map {
 	uint32_t ring;			/* ring_size, as checked at attach */
 	/* shm/spill.c: waiting to give pages back (its list holds a reference), under its lock. */
 	_Atomic int queued;
+	_Atomic int touched;		/* a burst since the thread last looked */
 	struct ff_shm_map *next;
+	struct ff_shm_map *drop_next;	/* shm/spill.c: a reference to drop in the background */
 	uint64_t seen[2];		/* each ring's tail at the last look */
 	int64_t since[2];		/* CLOCK_MONOTONIC ns: when that tail was first seen */
 };
@@ -147,8 +149,8 @@ int ff_shm_map_reset(struct ff_shm_map *m);
  * empty with its spill word USED: give its pages past FF_SHM_KEEP back
  * once it has stayed so for FF_SHM_IDLE_MS (a burst that goes on or comes
  * again soon keeps its pages, so it pays no page faults), or for
- * FF_SHM_CROWD_IDLE_MS for channels queued before the FF_SHM_WARM_CHANNELS
- * this process queued last (bursts on many connections one after the
+ * FF_SHM_CROWD_IDLE_MS for channels other than the FF_SHM_WARM_CHANNELS
+ * this process used last (bursts on many connections one after the
  * other: at most that many channels' last bursts stay for the second).
  * Cheap when m is waiting already. No lock held.
  */
@@ -156,6 +158,14 @@ int ff_shm_map_reset(struct ff_shm_map *m);
 #define FF_SHM_CROWD_IDLE_MS	20
 #define FF_SHM_WARM_CHANNELS	32
 void ff_shm_spill_later(struct ff_shm_map *m);
+/* A burst went into a ring of m: if m waits to give pages back, it is among the channels used last. */
+void ff_shm_spill_touch(struct ff_shm_map *m);
+/*
+ * Drop a reference to m off the caller's path (shm/spill.c): unmapping a
+ * channel and freeing its pages costs 70 us, and a link closing drops up
+ * to 32 of them. NULL is ignored.
+ */
+void ff_shm_map_put_later(struct ff_shm_map *m);
 void ff_shm_spill_atfork_prepare(void);
 void ff_shm_spill_atfork_parent(void);
 void ff_shm_spill_atfork_child(void);

@@ -13,10 +13,13 @@
  * long (a second, as malloc arenas keep freed memory) because 20 ms was
  * shorter than a 1 MiB echo between two event loops: each connection
  * wrote its bursts into fresh pages, 1.7 ms per MiB here against 0.2 warm.
- * Only the FF_SHM_WARM_CHANNELS channels queued last get that second; any
- * queued before them, FF_SHM_CROWD_IDLE_MS (the thread is woken when one
- * falls behind), so bursts on many connections one after the other do not
- * pin a second's worth of them.
+ * Only the FF_SHM_WARM_CHANNELS channels used last get that second (a
+ * channel used since the last look goes to the front of the queue: ranked
+ * by when they were queued, a Node.js server's busiest channels, queued
+ * first, faulted their pages in at every echo of 1 MiB); the rest,
+ * FF_SHM_CROWD_IDLE_MS (the thread is woken when one falls behind), so
+ * bursts on many connections one after the other do not pin a second's
+ * worth of them.
  *
  * The thread works on the shared words only (spill, head, tail), as the
  * protocol allows either end to: CAS USED -> FREEING, the ring still
@@ -30,6 +33,14 @@
  * fences, loads queued; the thread, dropping a map, stores queued = 0,
  * fences, loads spill. Either the drain sees 0 and queues the map, or the
  * thread sees USED and keeps it.
+ *
+ * The same thread drops the references a closing link lets go of
+ * (ff_shm_map_put_later): unmapping a channel and freeing its pages took
+ * 70 us each, and an acceptor found its last client's link closed in
+ * accept() of the next client's first connection, 1.1 ms for 16 channels
+ * (docs/SHM.md, "Giving memory back"). It drops them after its next wait,
+ * off any program thread, while holding drop_mu, so that a fork never
+ * finds a batch half dropped.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -49,6 +60,10 @@ static pthread_cond_t poke_cv;		/* CLOCK_MONOTONIC: the thread sleeps on it */
 static int cv_ready;			/* poke_cv is initialised; under mu */
 static int poked;			/* the thread is to look now; under mu */
 static int64_t sleep_until;		/* the thread's next look, ns; under mu */
+static struct ff_shm_map *doomed;	/* references to drop (drop_next); under mu */
+static int ndoomed;			/* under mu */
+static pthread_mutex_t drop_mu = PTHREAD_MUTEX_INITIALIZER;	/* before mu */
+static _Thread_local int forking;	/* this thread holds both for a fork */
 
 void ff_shm_give_back(uint8_t *data, uint64_t ring)
 {
@@ -166,6 +181,63 @@ static int keep(struct ff_shm_map *m, int64_t now, int64_t idle, int64_t *next)
 	return 0;
 }
 
+/* The list of references to drop, emptied; mu held. */
+static struct ff_shm_map *take_doomed(void)
+{
+	struct ff_shm_map *d = doomed;
+
+	doomed = NULL;
+	ndoomed = 0;
+	return d;
+}
+
+static void put_all(struct ff_shm_map *d)
+{
+	while (d) {
+		struct ff_shm_map *m = d;
+
+		d = m->drop_next;
+		ff_shm_map_put(m);
+	}
+}
+
+/* mu held: drop the doomed references with mu let go (drop_mu held instead). */
+static void drop_doomed(void)
+{
+	struct ff_shm_map *d;
+
+	if (!doomed)
+		return;
+	pthread_mutex_unlock(&mu);
+	pthread_mutex_lock(&drop_mu);
+	pthread_mutex_lock(&mu);
+	d = take_doomed();
+	pthread_mutex_unlock(&mu);
+	put_all(d);
+	pthread_mutex_unlock(&drop_mu);
+	pthread_mutex_lock(&mu);
+}
+
+/* mu held: the maps used since the last look to the front of the queue, in queue order. */
+static void touched_first(void)
+{
+	struct ff_shm_map *front = NULL, **end = &front;
+
+	for (struct ff_shm_map **p = &queue; *p;) {
+		struct ff_shm_map *m = *p;
+
+		if (!atomic_exchange_explicit(&m->touched, 0, memory_order_relaxed)) {
+			p = &m->next;
+			continue;
+		}
+		*p = m->next;
+		*end = m;
+		end = &m->next;
+	}
+	*end = queue;
+	queue = front;
+}
+
 /*
  * Sleeps until the first queued ring has been drained and untouched long
  * enough: FF_SHM_IDLE_MS for the FF_SHM_WARM_CHANNELS maps first in the
@@ -180,7 +252,7 @@ static void *give(void *arg)
 
 	(void)arg;
 	pthread_mutex_lock(&mu);
-	while (queue) {
+	while (queue || doomed) {
 		struct timespec ts = { next / 1000000000, next % 1000000000 };
 		int64_t now;
 		int kept = 0;
@@ -189,6 +261,8 @@ static void *give(void *arg)
 		while (!poked && pthread_cond_timedwait(&poke_cv, &mu, &ts) != ETIMEDOUT)
 			;
 		poked = 0;
+		drop_doomed();
+		touched_first();
 		now = ff_now_ns();
 		next = now + FF_SHM_IDLE_MS * MS;
 		for (struct ff_shm_map **p = &queue; *p;) {
@@ -213,10 +287,11 @@ static void *give(void *arg)
 
 /*
  * mu held: see that the thread runs, and looks soon enough if a map just
- * fell past the first FF_SHM_WARM_CHANNELS. Without a thread (none to be
- * had), pages stay until the channel goes.
+ * fell past the first FF_SHM_WARM_CHANNELS or as many references wait to
+ * be dropped. Without a thread (none to be had), pages stay until the
+ * channel goes; whether the thread runs.
  */
-static void start(int64_t now)
+static int start(int64_t now)
 {
 	if (!cv_ready) {
 		ff_cond_init_monotonic(&poke_cv);
@@ -224,17 +299,28 @@ static void start(int64_t now)
 	}
 	if (!giving) {
 		giving = ff_start_quiet_thread(give);
-	} else if (queued > FF_SHM_WARM_CHANNELS && sleep_until > now + FF_SHM_CROWD_IDLE_MS * MS) {
+	} else if ((queued > FF_SHM_WARM_CHANNELS || ndoomed > FF_SHM_WARM_CHANNELS) &&
+		   sleep_until > now + FF_SHM_CROWD_IDLE_MS * MS) {
 		sleep_until = now;	/* one poke until it has looked */
 		poked = 1;
 		pthread_cond_signal(&poke_cv);
 	}
+	return giving;
+}
+
+void ff_shm_spill_touch(struct ff_shm_map *m)
+{
+	if (atomic_load_explicit(&m->queued, memory_order_relaxed) &&
+	    !atomic_load_explicit(&m->touched, memory_order_relaxed))
+		atomic_store_explicit(&m->touched, 1, memory_order_relaxed);
 }
 
 void ff_shm_spill_later(struct ff_shm_map *m)
 {
-	if (atomic_load_explicit(&m->queued, memory_order_relaxed))
+	if (atomic_load_explicit(&m->queued, memory_order_relaxed)) {
+		ff_shm_spill_touch(m);
 		return;
+	}
 	pthread_mutex_lock(&mu);
 	if (!atomic_load_explicit(&m->queued, memory_order_relaxed)) {
 		int64_t now = ff_now_ns();
@@ -252,14 +338,43 @@ void ff_shm_spill_later(struct ff_shm_map *m)
 	pthread_mutex_unlock(&mu);
 }
 
+void ff_shm_map_put_later(struct ff_shm_map *m)
+{
+	struct ff_shm_map *now = NULL;
+
+	if (!m)
+		return;
+	if (!forking)
+		pthread_mutex_lock(&mu);
+	m->drop_next = doomed;
+	doomed = m;
+	ndoomed++;
+	/* Within a fork the thread is started after (parent) or not at all (child). */
+	if (!forking) {
+		if (!start(ff_now_ns()))
+			now = take_doomed();
+		pthread_mutex_unlock(&mu);
+	}
+	put_all(now);
+}
+
 void ff_shm_spill_atfork_prepare(void)
 {
+	pthread_mutex_lock(&drop_mu);
 	pthread_mutex_lock(&mu);
+	forking = 1;
 }
 
 void ff_shm_spill_atfork_parent(void)
 {
+	struct ff_shm_map *now = NULL;
+
+	forking = 0;
+	if (doomed && !start(ff_now_ns()))
+		now = take_doomed();
 	pthread_mutex_unlock(&mu);
+	pthread_mutex_unlock(&drop_mu);
+	put_all(now);
 }
 
 /* The thread is not in the child, and its connections moved down: let go of the mappings. */
@@ -272,7 +387,10 @@ void ff_shm_spill_atfork_child(void)
 		atomic_store_explicit(&m->queued, 0, memory_order_relaxed);
 		ff_shm_map_put(m);
 	}
+	put_all(take_doomed());
 	giving = queued = poked = cv_ready = 0;	/* the thread may have left poke_cv in use */
 	sleep_until = 0;
+	forking = 0;
 	pthread_mutex_unlock(&mu);
+	pthread_mutex_unlock(&drop_mu);
 }
