@@ -88,9 +88,7 @@ var memcachedBench = Experiment{
 		Metrics: []MetricInfo{
 			{Key: "ops", Label: "ops/s", Headline: true},
 		}},
-	Server: func(toolEnv) Server {
-		return Server{Port: portMemcached, Shell: fmt.Sprintf("exec memcached -u root -l 0.0.0.0 -p %d -t 1 -m 64", portMemcached)}
-	},
+	Server:     memcachedServer,
 	Cases:      func(bool) []Case { return []Case{{Name: "16 conns"}} },
 	MaxSeconds: 1,
 	Client: func(_ toolEnv, d dial, _ Case, seconds int) []string {
@@ -99,6 +97,40 @@ var memcachedBench = Experiment{
 	Parse: func(_ toolEnv, out []byte) (map[string]float64, []string, error) {
 		m, err := ParseMemaslap(string(out))
 		return m, nil, err
+	},
+}
+
+// memcachedServer is the memcached both memcached experiments measure
+// (one process: the bench starts one server per port).
+var memcachedServer = func(toolEnv) Server {
+	return Server{Port: portMemcached, Shell: fmt.Sprintf("exec memcached -u root -l 0.0.0.0 -p %d -t 1 -m 64", portMemcached)}
+}
+
+// memcachedLatency times every request (ffmem memcached): memaslap, the
+// throughput experiment's client, reports no percentiles.
+var memcachedLatency = Experiment{
+	Info: ExperimentInfo{Name: "memcached-latency", Better: "lower",
+		Title: "memcached + ffmem memcached: 16 connections, one request outstanding on each, 90% get / 10% set of 1 KiB values; per-request latency µs and requests/s",
+		Metrics: []MetricInfo{
+			{Key: mP50, Label: "p50 µs", Headline: true},
+			{Key: mP99, Label: "p99 µs", Headline: true},
+			{Key: "ops", Label: "requests/s", Better: "higher"},
+		}},
+	UsesFFMem:  true,
+	Server:     memcachedServer,
+	Cases:      func(bool) []Case { return []Case{{Name: "16 conns"}} },
+	MaxSeconds: 1,
+	Client: func(e toolEnv, d dial, _ Case, seconds int) []string {
+		return []string{e.ffmem(), "memcached", "--tcp", fmt.Sprintf("%s:%d", d.Addr, portMemcached),
+			"--conns", "16", "--seconds", strconv.Itoa(seconds)}
+	},
+	Parse: func(_ toolEnv, out []byte) (map[string]float64, []string, error) {
+		recs, err := ffmemKind(string(out), "memcached")
+		if err != nil {
+			return nil, nil, err
+		}
+		v := recs[0].V
+		return map[string]float64{mP50: v["p50_us"], mP99: v["p99_us"], "ops": v["ops_s"]}, nil, nil
 	},
 }
 

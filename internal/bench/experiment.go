@@ -190,7 +190,7 @@ func (e Experiment) reps(base int) int {
 
 // Experiments are the experiments the bench knows, in the order shown.
 var Experiments = []Experiment{limits, pingpong, latency, netpipe, throughput, throughputDefaultCC, stream,
-	capped, connRate, connRateNoLib, lateConnect, idle, scaleThroughput, scaleLatency, redisBench, nginxBench, memcachedBench, pgBench, mpiBench,
+	capped, connRate, connRateNoLib, lateConnect, idle, scaleThroughput, scaleLatency, redisBench, nginxBench, memcachedBench, memcachedLatency, pgBench, mpiBench,
 	tokioEcho, uvloopEcho, nodeEcho}
 
 // SelectExperiments returns the named experiments in table order; empty

@@ -165,10 +165,11 @@ func testTools(t *testing.T) string {
 // appTools are the programs an application experiment needs beyond the
 // network tools.
 var appTools = map[string][]string{
-	"redis":     {"redis-server", "redis-benchmark"},
-	"nginx":     {"nginx", "wrk"},
-	"memcached": {"memcached", "memcaslap"},
-	"pgbench":   {"pgbench", "setpriv", postgresBin() + "/postgres"},
+	"redis":             {"redis-server", "redis-benchmark"},
+	"nginx":             {"nginx", "wrk"},
+	"memcached":         {"memcached", "memcaslap"},
+	"memcached-latency": {"memcached"},
+	"pgbench":           {"pgbench", "setpriv", postgresBin() + "/postgres"},
 }
 
 // startServer runs srv in ns the way a host-namespace site does, with $D a

@@ -7,7 +7,8 @@ set -u
 F=$1
 D=$(mktemp -d)
 SRV=
-cleanup() { [ -n "$SRV" ] && kill "$SRV" 2>/dev/null; rm -rf "$D"; }
+MC=
+cleanup() { [ -n "$SRV" ] && kill "$SRV" 2>/dev/null; [ -n "$MC" ] && kill "$MC" 2>/dev/null; rm -rf "$D"; }
 trap cleanup EXIT
 fail() { echo "ffmem check: FAIL: $*"; exit 1; }
 
@@ -38,9 +39,19 @@ out=$("$F" idle --unix "$D/s" --seconds 0.2) || fail "idle exited $?"
 echo "$out" | grep -q '^idle seconds=0.2' || fail "idle: $out"
 [ -s "$D/serve.log" ] && fail "server complained: $(cat "$D/serve.log")"
 
+# memcached mode against a real memcached on a socket of its own (the bench installs it).
+command -v memcached >/dev/null || fail "memcached is not installed (scripts/install-deps.sh installs it)"
+memcached -u root -s "$D/mc" -m 16 2>"$D/mc.log" &
+MC=$!
+i=0; while [ ! -S "$D/mc" ]; do i=$((i + 1)); [ $i -lt 100 ] || fail "memcached never listened: $(cat "$D/mc.log")"; sleep 0.05; done
+out=$("$F" memcached --unix "$D/mc" --conns 4 --seconds 0.2 --value 3000) || fail "memcached exited $?"
+want "$out" memcached
+kill "$MC"
+
 # Bad input: a clear message and a non-zero exit, never a hang or a crash.
 for args in "limits --cpus 0,0" "limits --ring 1000" "pingpong --unix $D/s" "pingpong --unix $D/s --sizes 0" \
-	"stream --tcp nohostport --sizes 1" "idle --unix $D/nothing" "nonsense"; do
+	"stream --tcp nohostport --sizes 1" "idle --unix $D/nothing" "memcached --unix $D/nothing" \
+	"memcached --unix $D/s --conns 0" "memcached --tcp 127.0.0.1:1 --unix $D/s" "nonsense"; do
 	# shellcheck disable=SC2086
 	err=$("$F" $args 2>&1 >/dev/null) && fail "ffmem $args succeeded"
 	echo "$err" | grep -q "ffmem\|usage" || fail "ffmem $args: unclear error: $err"

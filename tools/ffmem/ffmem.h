@@ -1,8 +1,9 @@
 /* ffmem: the measuring program of `freeflow bench` that no packaged tool
- * replaces: the machine's physical limits (limits.c), and a socket
+ * replaces: the machine's physical limits (limits.c), a socket
  * ping-pong, stream and idle test that runs over TCP and over AF_UNIX
  * stream sockets alike (sock.c, serve.c), so the Unix-socket reference
- * path is measured by the same code as the network paths.
+ * path is measured by the same code as the network paths, and a
+ * memcached client that times every request (memcached.c).
  *
  * Every result is one line on stdout, "KIND key=value ...", which
  * internal/bench parses; errors go to stderr and exit 1.
@@ -60,5 +61,8 @@ int ffm_idle(int argc, char **argv);
 
 /* serve.c */
 int ffm_serve(int argc, char **argv);
+
+/* memcached.c */
+int ffm_memcached(int argc, char **argv);
 
 #endif

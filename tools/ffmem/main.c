@@ -18,6 +18,9 @@ static const char usage[] =
 	"      one stream of writes of each size; Gbit/s the server received, CPU of both ends\n"
 	"  ffmem idle (--tcp HOST:PORT | --unix PATH) [--seconds N]\n"
 	"      a connection left idle, both ends blocked on it; CPU both processes used\n"
+	"  ffmem memcached (--tcp HOST:PORT | --unix PATH) [--conns N] [--seconds N] [--value BYTES]\n"
+	"      a memcached server under 90% get / 10% set from N connections, one request\n"
+	"      outstanding on each: requests/s and per-request latency percentiles\n"
 	"SIZES is a comma-separated list of bytes, e.g. 1,1024,1048576.\n";
 
 int main(int argc, char **argv)
@@ -27,7 +30,7 @@ int main(int argc, char **argv)
 		int (*run)(int, char **);
 	} modes[] = {
 		{"limits", ffm_limits}, {"serve", ffm_serve},	{"pingpong", ffm_pingpong},
-		{"stream", ffm_stream}, {"idle", ffm_idle},
+		{"stream", ffm_stream}, {"idle", ffm_idle},	{"memcached", ffm_memcached},
 	};
 
 	/* A peer that goes away must be an error we report, not a signal. */

@@ -39,8 +39,7 @@ static int connect_unix(const char *path)
 	if ((fd = socket(AF_UNIX, SOCK_STREAM, 0)) < 0)
 		ffm_die("create an AF_UNIX socket");
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		fprintf(stderr, "ffmem: connect to %s: %s (is `ffmem serve --unix %s` running?)\n", path,
-			strerror(errno), path);
+		fprintf(stderr, "ffmem: connect to %s: %s (is its server listening there?)\n", path, strerror(errno));
 		exit(1);
 	}
 	return fd;
@@ -62,7 +61,7 @@ static int connect_tcp(const char *hostport)
 	if ((fd = socket(ai->ai_family, SOCK_STREAM, 0)) < 0)
 		ffm_die("create a TCP socket");
 	if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
-		fprintf(stderr, "ffmem: connect to %s: %s (is `ffmem serve` running there?)\n", hostport,
+		fprintf(stderr, "ffmem: connect to %s: %s (is its server running there?)\n", hostport,
 			strerror(errno));
 		exit(1);
 	}
