@@ -666,6 +666,34 @@ static inline int t_page_resident(const void *p)
 	return mincore((void *)((uintptr_t)p & ~(uintptr_t)4095), 4096, &v) == 0 && (v & 1);
 }
 
+static inline int t_burst_held_at(const uint8_t *base)
+{
+	return t_page_resident(base + T_PAST_KEEP0);
+}
+
+/*
+ * Wait (at most 2 s) until no more than want of the fake agent's channels
+ * this process maps hold a page of ring 0 past KEEP (each is mapped once
+ * per end here, counted once): how many still do; *ms, how long it took.
+ */
+static inline int t_await_bursts_held(int want, int64_t *ms)
+{
+	int64_t start = t_ms();
+	int n;
+
+	for (;;) {
+		unsigned long seen[256];
+
+		n = 0;
+		t_note_maps("/memfd:ff-shm", t_burst_held_at, seen, &n, 256);
+		if (n <= want || t_ms() - start >= 2000)
+			break;
+		usleep(5000);
+	}
+	*ms = t_ms() - start;
+	return n;
+}
+
 /* Shm channels mapped in pid: the fake agent's memfds, or a connector's for a link offer. */
 static inline int t_shm_maps_of(pid_t pid, uint8_t **first)
 {

@@ -6,25 +6,10 @@
 #define WARM	32		/* FF_SHM_WARM_CHANNELS */
 #define CROWD	(WARM + 4)	/* channels with a burst each, besides the busy one */
 
-static int burst_held(const uint8_t *base)
-{
-	return t_page_resident(base + T_PAST_KEEP0);
-}
-
-/* Channels that hold their burst: each is mapped twice here, once per end, counted once. */
-static int held(void)
-{
-	unsigned long seen[CROWD + 1];
-	int n = 0;
-
-	t_note_maps("/memfd:ff-shm", burst_held, seen, &n, CROWD + 1);
-	return n;
-}
-
 static void case_busy_channel_in_crowd(int cfd, int sfd, uint8_t *m)
 {
 	int c[CROWD], s[CROWD], n;
-	int64_t start;
+	int64_t ms;
 
 	/* The busy channel is queued first, then used after every other burst. */
 	t_burst_past_keep(cfd, sfd);
@@ -35,14 +20,11 @@ static void case_busy_channel_in_crowd(int cfd, int sfd, uint8_t *m)
 		t_burst_past_keep(cfd, sfd);
 	}
 	/* The crowd is given back 20 ms after its drains (test_shm_crowd_of_bursts_gives_pages_back_soon). */
-	start = t_ms();
-	while ((n = held()) > WARM && t_ms() - start < 2000)
-		usleep(5000);
+	n = t_await_bursts_held(WARM, &ms);
 	CHECK(n <= WARM, "%d channels still hold pages past 256 KiB %lld ms after the crowd formed, want <= %d",
-	      n, (long long)(t_ms() - start), WARM);
-	CHECK(t_page_resident(m + T_PAST_KEEP0),
-	      "the channel used last had its burst's pages given back %lld ms after its last burst, "
-	      "with the crowd (its next burst faults them in again)", (long long)(t_ms() - start));
+	      n, (long long)ms, WARM);
+	CHECK(t_burst_held_at(m), "the channel used last had its burst's pages given back %lld ms after its "
+	      "last burst, with the crowd (its next burst faults them in again)", (long long)ms);
 	for (int i = 0; i < CROWD; i++) {
 		close(c[i]);
 		close(s[i]);

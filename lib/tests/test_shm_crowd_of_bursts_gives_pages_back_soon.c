@@ -7,26 +7,10 @@
 #define CROWD		(WARM + 4)	/* channels with a burst each */
 #define WITHIN_MS	400		/* FF_SHM_CROWD_IDLE_MS and a wake-up, far from a second */
 
-/* Whether the channel mapped at base holds a page of ring 0 past KEEP (each burst put one there). */
-static int burst_held(const uint8_t *base)
-{
-	return t_page_resident(base + T_PAST_KEEP0);
-}
-
-/* Channels that hold their burst: each is mapped twice here, once per end, counted once. */
-static int held(void)
-{
-	unsigned long seen[CROWD];
-	int n = 0;
-
-	t_note_maps("/memfd:ff-shm", burst_held, seen, &n, CROWD);
-	return n;
-}
-
 static void case_crowd(int cfd, int sfd, uint8_t *m)
 {
 	int c[CROWD - 1], s[CROWD - 1], n;
-	int64_t start;
+	int64_t ms;
 
 	t_burst_past_keep(cfd, sfd);
 	CHECK(t_page_resident(m + T_PAST_KEEP0), "the burst did not reach past 256 KiB");
@@ -36,13 +20,11 @@ static void case_crowd(int cfd, int sfd, uint8_t *m)
 		t_burst_past_keep(c[i], s[i]);
 	}
 	/* The last burst drained just now: without a crowd, every burst would stay a second. */
-	start = t_ms();
-	while ((n = held()) > WARM && t_ms() - start < 2000)
-		usleep(5000);
+	n = t_await_bursts_held(WARM, &ms);
 	CHECK(n <= WARM, "%d channels still hold pages past 256 KiB %lld ms after the crowd formed, want <= %d",
-	      n, (long long)(t_ms() - start), WARM);
-	CHECK(t_ms() - start < WITHIN_MS, "%d channels held pages past 256 KiB for %lld ms after the crowd formed, want < %d",
-	      CROWD, (long long)(t_ms() - start), WITHIN_MS);
+	      n, (long long)ms, WARM);
+	CHECK(ms < WITHIN_MS, "%d channels held pages past 256 KiB for %lld ms after the crowd formed, want < %d",
+	      CROWD, (long long)ms, WITHIN_MS);
 	for (int i = 0; i < CROWD - 1; i++) {
 		close(c[i]);
 		close(s[i]);
