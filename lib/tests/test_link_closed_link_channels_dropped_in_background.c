@@ -1,33 +1,54 @@
 /* SPDX-License-Identifier: MIT */
-/* Description: an acceptor whose client process exited lets go of every one of that link's channels once the next client's connection shows the link dead (they are dropped in the background, off the accept() that found it): none stays mapped; a child forked while they wait to be dropped maps none of them either */
+/* Description: an acceptor whose client process exited finds that link dead in accept() of the next client's connection and lets go of every one of its channels in the background, not in that accept(): right after it they are still mapped, a few seconds later none is; a child forked while they wait maps no channel at all when fork() returns, neither theirs nor the live link's */
 /* Channels: shm-link */
 #include "shimtest.h"
 
 #define CONNS	6		/* open at once: a channel each */
 #define N	(64u << 10)
 
-static int first_client(uint16_t port)
+/*
+ * Forked by the first client before it connects: when the acceptor says
+ * so on ctl, two connections, the second over the new link.
+ */
+static int next_client(uint16_t port, int ctl)
 {
+	char c = 0;
+	int fd[2];
+
+	CHECK(read(ctl, &c, 1) == 1 && c == 'n', "the acceptor never said connect");
+	for (int i = 0; i < 2; i++) {
+		fd[i] = t_connect(AF_INET, port);
+		CHECK(t_swapped(fd[i]), "next client: connection %d not swapped", i);
+	}
+	for (int i = 0; i < 2; i++) {
+		t_exchange_nth(fd[i], CONNS + i, N, 1);
+		close(fd[i]);
+	}
+	c = t_exit_code() ? 'f' : 'k';
+	CHECK(write(ctl, &c, 1) == 1, "report to the acceptor");
+	return t_exit_code();
+}
+
+static int first_client(uint16_t port, int ctl)
+{
+	static uint8_t burst[T_BURST];
 	int fds[CONNS];
 
+	if (fork() == 0)
+		_exit(next_client(port, ctl));
 	/* The first through the agent, the rest over the link. */
 	for (int i = 0; i < CONNS; i++) {
 		fds[i] = t_connect(AF_INET, port);
 		CHECK(t_swapped(fds[i]), "first client: connection %d not swapped", i);
 	}
-	for (int i = 0; i < CONNS; i++)
+	/* A burst past 256 KiB: the acceptor's spill thread then waits a second to give it back. */
+	memset(burst, 0xab, sizeof(burst));
+	CHECK(send(fds[0], burst, T_BURST, MSG_DONTWAIT) == (ssize_t)T_BURST, "burst not taken at once");
+	CHECK(write(ctl, "s", 1) == 1, "say sent");
+	for (int i = 1; i < CONNS; i++)
 		t_exchange_nth(fds[i], i, N, 1);
 	for (int i = 0; i < CONNS; i++)
 		close(fds[i]);
-	return t_exit_code();
-}
-
-static int next_client(uint16_t port)
-{
-	int fd = t_connect(AF_INET, port);
-
-	t_exchange_nth(fd, CONNS, N, 1);
-	close(fd);
 	return t_exit_code();
 }
 
@@ -46,22 +67,21 @@ static int still_mapped(const unsigned long *inodes, int n)
 
 int main(int argc, char **argv)
 {
+	static uint8_t in[T_BURST];
 	unsigned long inodes[64];
-	int lfd, fds[CONNS], n = 0, left = 0, status;
-	uint16_t port;
+	int lfd, ctl, fds[CONNS], n = 0, left, status;
 	pid_t pid, child;
+	char c = 0;
 
 	(void)argc;
-	t_shim_setup(argv, FA_BROKER);
-	lfd = t_listen(AF_INET, &port);
-	pid = fork();
-	if (pid == 0)
-		_exit(first_client(port));
+	pid = t_link_test_start(argv, first_client, &lfd, &ctl);
 	for (int i = 0; i < CONNS; i++) {
 		fds[i] = accept(lfd, NULL, NULL);
 		CHECK(fds[i] >= 0 && t_swapped(fds[i]), "connection %d not accepted swapped", i);
 	}
-	for (int i = 0; i < CONNS; i++)
+	CHECK(read(ctl, &c, 1) == 1, "the first client never said sent");
+	CHECK(recv(fds[0], in, T_BURST, MSG_WAITALL) == (ssize_t)T_BURST, "burst lost");
+	for (int i = 1; i < CONNS; i++)
 		t_exchange_nth(fds[i], i, N, 0);
 	for (int i = 0; i < CONNS; i++)
 		close(fds[i]);
@@ -69,20 +89,25 @@ int main(int argc, char **argv)
 	t_note_link_channels(inodes, &n, 64);
 	CHECK(n >= CONNS - 1, "%d link channels mapped for %d connections open at once", n, CONNS);
 
-	/* Its link is found dead in this accept(): its channels go from here on. */
-	pid = fork();
-	if (pid == 0)
-		_exit(next_client(port));
-	fds[0] = accept(lfd, NULL, NULL);
-	CHECK(fds[0] >= 0, "next client's connection not accepted: %s", strerror(errno));
+	/* The first client's link is found dead in the first accept(). */
+	CHECK(write(ctl, "n", 1) == 1, "tell the next client to connect");
+	for (int i = 0; i < 2; i++) {
+		fds[i] = accept(lfd, NULL, NULL);
+		CHECK(fds[i] >= 0 && t_swapped(fds[i]), "the next client's connection %d not accepted swapped", i);
+	}
+	CHECK(still_mapped(inodes, n) == n, "only %d of the dead link's %d channels still mapped right after "
+	      "the accept() that found it dead: it unmapped them itself", still_mapped(inodes, n), n);
+	/* Its channels, and the live link's, all gone in the child when fork() returns. */
 	child = fork();
 	if (child == 0)
-		_exit(still_mapped(inodes, n) ? T_EXIT_FAIL : 0);
+		_exit(t_shm_maps() ? T_EXIT_FAIL : 0);
 	CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0,
-	      "a child forked while the dead link's channels wait to be dropped maps some of them");
-	t_exchange_nth(fds[0], CONNS, N, 0);
-	close(fds[0]);
-	t_wait_child(pid, "next client");
+	      "a child forked while a dead link's channels wait to be dropped still maps channels");
+	for (int i = 0; i < 2; i++) {
+		t_exchange_nth(fds[i], CONNS + i, N, 0);
+		close(fds[i]);
+	}
+	CHECK(read(ctl, &c, 1) == 1 && c == 'k', "the next client failed");
 	for (int i = 0; i < 300 && (left = still_mapped(inodes, n)); i++)
 		usleep(10000);
 	CHECK(!left, "%d of the dead link's %d channels still mapped 3 s after it was found dead", left, n);

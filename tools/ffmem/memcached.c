@@ -3,7 +3,8 @@
  * thread, N connections with one request outstanding each (memaslap
  * -T 1 -c N's shape), 90% get / 10% set over KEYS keys with values of
  * --value bytes, in memcached's text protocol; a request's latency runs
- * from its write to the last byte of its answer. */
+ * from its write to the last byte of its answer. Every answer is checked:
+ * a get returns the value set (or counts as a miss), a set is STORED. */
 #include <errno.h>
 #include <getopt.h>
 #include <poll.h>
@@ -14,16 +15,19 @@
 
 #include "ffmem.h"
 
-#define KEYS 1000
-#define MAX_CONNS 256
-#define CAP (1 << 23) /* latencies kept: a p99 needs far fewer */
+#define KEYS 1000       /* 1 MiB of 1 KiB values: far from memcached's -m 64, never evicted */
+#define MAX_CONNS 256   /* the pollfd array; memaslap's runs use tens */
+#define MAX_VALUE 65536 /* one answer fits the connection's buffer */
+#define WAIT_MS 5000    /* no answer for this long: the server is stuck */
+#define CAP (1 << 23)   /* latencies kept: a p99 needs far fewer */
 
 struct mc_conn {
 	int fd;
-	int get;      /* the outstanding request is a get */
-	double t0;    /* when it was written */
-	size_t have;  /* answer bytes read so far */
-	char buf[65536 + 512];
+	int get;     /* the outstanding request is a get */
+	double t0;   /* when it was written */
+	size_t have; /* answer bytes read so far */
+	size_t want; /* the whole answer's bytes, once its first line is in (else 0) */
+	char buf[MAX_VALUE + 512];
 };
 
 static uint64_t rng = 88172645463325252ull;
@@ -36,62 +40,80 @@ static uint64_t next_rand(void)
 	return rng;
 }
 
-/* Write request req of n bytes on c, blocking until it is all written. */
-static void send_req(struct mc_conn *c, const char *req, size_t n)
+/* Write a set of key to value, or a get of key, on c (blocking until written), and start its clock. */
+static void request(struct mc_conn *c, int get, unsigned key, const char *value, size_t vlen)
 {
-	int rc = ffm_write_full(c->fd, req, n);
+	static char req[128 + MAX_VALUE];
+	int n, rc;
 
-	if (rc < 0) {
-		errno = -rc;
-		ffm_die("send a request to memcached");
-	}
-}
-
-/* Start a request on c: a get of a random key, or one in ten a set of value. */
-static void request(struct mc_conn *c, const char *value, size_t vlen)
-{
-	char req[128 + 65536];
-	unsigned key = (unsigned)(next_rand() % KEYS);
-	int n;
-
-	c->get = next_rand() % 10 != 0;
-	if (c->get)
+	if (get) {
 		n = snprintf(req, sizeof(req), "get ffkey%04u\r\n", key);
-	else {
+	} else {
 		n = snprintf(req, sizeof(req), "set ffkey%04u 0 0 %zu\r\n", key, vlen);
 		memcpy(req + n, value, vlen);
 		memcpy(req + n + vlen, "\r\n", 2);
 		n += (int)vlen + 2;
 	}
-	c->have = 0;
+	c->get = get;
+	c->have = c->want = 0;
 	c->t0 = ffm_now();
-	send_req(c, req, (size_t)n);
+	if ((rc = ffm_write_full(c->fd, req, (size_t)n)) < 0) {
+		errno = -rc;
+		ffm_die("send a request to memcached");
+	}
 }
 
-/* Bytes of c's whole answer once its first line is in, 0 before; exits on an error answer. */
-static size_t answer_len(const struct mc_conn *c)
+/* The whole answer's bytes from its first line (line bytes with CRLF); exits on an answer that is none. */
+static size_t answer_len(const struct mc_conn *c, size_t line)
 {
-	const char *eol = memmem(c->buf, c->have, "\r\n", 2);
-	size_t line, bytes;
+	char first[128];
+	unsigned long bytes;
+	char *end;
 
-	if (!eol)
-		return 0;
-	line = (size_t)(eol - c->buf) + 2;
-	if (!c->get && line == 8 && !memcmp(c->buf, "STORED", 6))
+	if (line - 2 >= sizeof(first))
+		ffm_fail("memcached answered a line of %zu bytes to a %s", line - 2, c->get ? "get" : "set");
+	memcpy(first, c->buf, line - 2);
+	first[line - 2] = '\0';
+	if (!c->get && !strcmp(first, "STORED"))
 		return line;
-	if (c->get && line == 5 && !memcmp(c->buf, "END", 3))
+	if (c->get && !strcmp(first, "END"))
 		return line;
-	if (c->get && sscanf(c->buf, "VALUE %*s %*u %zu", &bytes) == 1 && bytes <= 65536)
-		return line + bytes + 2 + 5; /* data, CRLF, END CRLF */
-	ffm_fail("memcached answered %.*s to a %s", (int)(line - 2), c->buf, c->get ? "get" : "set");
+	/* VALUE <key> <flags> <bytes> */
+	if (c->get && !strncmp(first, "VALUE ", 6) && (end = strrchr(first, ' ')) && end > first + 6) {
+		bytes = strtoul(end + 1, &end, 10);
+		if (!*end && bytes <= MAX_VALUE)
+			return line + bytes + 2 + 5; /* data, CRLF, END CRLF */
+	}
+	ffm_fail("memcached answered \"%s\" to a %s", first, c->get ? "get" : "set");
 }
 
-/* Read what c has; whether its answer is complete. */
+/* c's answer, complete: whether it was a hit (a get that found value); exits on a wrong one. */
+static int check_answer(const struct mc_conn *c, const char *value, size_t vlen)
+{
+	const char *eol = memchr(c->buf, '\n', c->have);
+	size_t line = (size_t)(eol - c->buf) + 1, got = c->want - line - 7;
+
+	if (!c->get || c->want == line)
+		return 0;
+	if (got != vlen || memcmp(c->buf + line, value, vlen) || memcmp(c->buf + c->want - 7, "\r\nEND\r\n", 7))
+		ffm_fail("memcached returned a value other than the one set (%zu bytes; %zu set)", got, vlen);
+	return 1;
+}
+
+/* Read what c has (waiting at most WAIT_MS); whether its answer is complete. */
 static int read_answer(struct mc_conn *c)
 {
-	ssize_t n = read(c->fd, c->buf + c->have, sizeof(c->buf) - c->have);
-	size_t want;
+	struct pollfd p = {.fd = c->fd, .events = POLLIN};
+	const char *eol;
+	ssize_t n;
 
+	if (c->have == sizeof(c->buf))
+		ffm_fail("memcached answered more than %zu bytes to one request", sizeof(c->buf));
+	n = poll(&p, 1, WAIT_MS);
+	if (n == 0)
+		ffm_fail("no answer from memcached within %d ms", WAIT_MS);
+	if (n > 0)
+		n = read(c->fd, c->buf + c->have, sizeof(c->buf) - c->have);
 	if (n <= 0) {
 		if (n < 0 && errno == EINTR)
 			return 0;
@@ -100,19 +122,22 @@ static int read_answer(struct mc_conn *c)
 		ffm_die("read memcached's answer");
 	}
 	c->have += (size_t)n;
-	want = answer_len(c);
-	if (want && c->have > want)
-		ffm_fail("memcached sent %zu bytes more than its answer", c->have - want);
-	return want && c->have == want;
+	if (!c->want && (eol = memchr(c->buf, '\n', c->have))) {
+		if (eol == c->buf || eol[-1] != '\r')
+			ffm_fail("memcached answered a line not ended by CRLF");
+		c->want = answer_len(c, (size_t)(eol - c->buf) + 1);
+	}
+	if (c->want && c->have > c->want)
+		ffm_fail("memcached sent %zu bytes more than its answer", c->have - c->want);
+	return c->want && c->have == c->want;
 }
 
 static void options(int argc, char **argv, struct ffm_addr *a, int *conns, double *secs, size_t *vlen)
 {
 	static const struct option opts[] = {
 		{"tcp", required_argument, NULL, 't'},	   {"unix", required_argument, NULL, 'u'},
-		{"conns", required_argument, NULL, 'c'},
-		{"seconds", required_argument, NULL, 's'}, {"value", required_argument, NULL, 'v'},
-		{NULL, 0, NULL, 0},
+		{"conns", required_argument, NULL, 'c'},   {"seconds", required_argument, NULL, 's'},
+		{"value", required_argument, NULL, 'v'},   {NULL, 0, NULL, 0},
 	};
 	int o;
 
@@ -136,8 +161,8 @@ static void options(int argc, char **argv, struct ffm_addr *a, int *conns, doubl
 			break;
 		case 'v':
 			*vlen = (size_t)atol(optarg);
-			if (*vlen < 1 || *vlen > 65536)
-				ffm_fail("--value wants 1 to 65536 bytes; got %s", optarg);
+			if (*vlen < 1 || *vlen > MAX_VALUE)
+				ffm_fail("--value wants 1 to %d bytes; got %s", MAX_VALUE, optarg);
 			break;
 		default:
 			ffm_fail("memcached: unknown option (see ffmem without arguments)");
@@ -153,8 +178,8 @@ int ffm_memcached(int argc, char **argv)
 {
 	struct ffm_addr addr = {0};
 	int conns = 16;
-	double secs = 1, *us, start, warm;
-	size_t vlen = 1024, n = 0;
+	double secs = 1, *us, start = 0, warm, end;
+	size_t vlen = 1024, n = 0, misses = 0;
 	struct mc_conn *c;
 	struct pollfd p[MAX_CONNS];
 	char *value;
@@ -172,50 +197,48 @@ int ffm_memcached(int argc, char **argv)
 	}
 	/* Every key set first, so that gets find their values. */
 	for (unsigned k = 0; k < KEYS; k++) {
-		char req[128];
-		int len = snprintf(req, sizeof(req), "set ffkey%04u 0 0 %zu\r\n", k, vlen);
-
-		c[0].get = 0;
-		c[0].have = 0;
-		send_req(&c[0], req, (size_t)len);
-		send_req(&c[0], value, vlen);
-		send_req(&c[0], "\r\n", 2);
+		request(&c[0], 0, k, value, vlen);
 		while (!read_answer(&c[0]))
 			;
 	}
 	for (int i = 0; i < conns; i++)
-		request(&c[i], value, vlen);
+		request(&c[i], next_rand() % 10 != 0, (unsigned)(next_rand() % KEYS), value, vlen);
 	/* A tenth of the time warms up (as pingpong does), then every answer counts. */
 	warm = ffm_now() + secs / 10;
-	start = 0;
 	for (;;) {
 		double now = ffm_now();
+		int r;
 
 		if (!start && now >= warm)
 			start = now;
 		if (start && (now - start >= secs || n == CAP))
 			break;
-		int r = poll(p, (nfds_t)conns, 5000);
-
+		r = poll(p, (nfds_t)conns, WAIT_MS);
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0)
 			ffm_die("poll the connections to memcached");
 		if (r == 0)
-			ffm_fail("no answer from memcached within 5 s");
+			ffm_fail("no answer from memcached within %d ms", WAIT_MS);
 		for (int i = 0; i < conns; i++) {
 			if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR)) || !read_answer(&c[i]))
 				continue;
-			if (start && c[i].t0 >= start && n < CAP)
+			if (start && c[i].t0 >= start && n < CAP) {
 				us[n++] = (ffm_now() - c[i].t0) * 1e6;
-			request(&c[i], value, vlen);
+				misses += c[i].get && !check_answer(&c[i], value, vlen);
+			} else {
+				check_answer(&c[i], value, vlen);
+			}
+			request(&c[i], next_rand() % 10 != 0, (unsigned)(next_rand() % KEYS), value, vlen);
 		}
 	}
+	end = ffm_now();
 	if (!n)
 		ffm_fail("no request answered within %.1f s", secs);
 	qsort(us, n, sizeof(*us), ffm_cmp_double);
-	printf("memcached conns=%d requests=%zu ops_s=%.0f p50_us=%.3f p99_us=%.3f p999_us=%.3f max_us=%.3f\n", conns, n,
-	       (double)n / (ffm_now() - start), ffm_percentile(us, n, 50), ffm_percentile(us, n, 99),
+	printf("memcached conns=%d requests=%zu misses=%zu ops_s=%.0f p50_us=%.3f p99_us=%.3f p999_us=%.3f "
+	       "max_us=%.3f\n",
+	       conns, n, misses, (double)n / (end - start), ffm_percentile(us, n, 50), ffm_percentile(us, n, 99),
 	       ffm_percentile(us, n, 99.9), us[n - 1]);
 	for (int i = 0; i < conns; i++)
 		close(c[i].fd);

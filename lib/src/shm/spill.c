@@ -24,10 +24,10 @@
  * The thread works on the shared words only (spill, head, tail), as the
  * protocol allows either end to: CAS USED -> FREEING, the ring still
  * empty, madvise, NONE. It holds a reference to the mapping while it is
- * queued, and runs only while something is queued (like xlink.c's
- * reaper), with every signal blocked. Lock order: a ring's mu or link.c's,
- * then mu (ff_shm_spill_later is called with either held); the thread
- * takes no other lock.
+ * queued, and runs only while something is queued or waits to be dropped
+ * (like xlink.c's reaper), with every signal blocked. Lock order: a
+ * ring's mu or link.c's, then mu (ff_shm_spill_later is called with
+ * either held); drop_mu before mu.
  *
  * Queuing is Dekker's pattern again: a drain stores tail (or spill USED),
  * fences, loads queued; the thread, dropping a map, stores queued = 0,
@@ -39,8 +39,8 @@
  * 70 us each, and an acceptor found its last client's link closed in
  * accept() of the next client's first connection, 1.1 ms for 16 channels
  * (docs/SHM.md, "Giving memory back"). It drops them after its next wait,
- * off any program thread, while holding drop_mu, so that a fork never
- * finds a batch half dropped.
+ * off any program thread, one at a time under drop_mu: a fork never
+ * finds one half dropped, and waits for no more than one.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -62,7 +62,14 @@ static int poked;			/* the thread is to look now; under mu */
 static int64_t sleep_until;		/* the thread's next look, ns; under mu */
 static struct ff_shm_map *doomed;	/* references to drop (drop_next); under mu */
 static int ndoomed;			/* under mu */
-static pthread_mutex_t drop_mu = PTHREAD_MUTEX_INITIALIZER;	/* before mu */
+static pthread_mutex_t drop_mu = PTHREAD_MUTEX_INITIALIZER;	/* before mu; held to drop one */
+/*
+ * The thread is woken to drop references once this many wait: a link's
+ * channels at most (link.c's CHANS_MAX), so that the memory of links
+ * closed one after another goes within a wait of the crowd's, not a
+ * second's.
+ */
+#define DROP_POKE	32
 static _Thread_local int forking;	/* this thread holds both for a fork */
 
 void ff_shm_give_back(uint8_t *data, uint64_t ring)
@@ -201,21 +208,25 @@ static void put_all(struct ff_shm_map *d)
 	}
 }
 
-/* mu held: drop the doomed references with mu let go (drop_mu held instead). */
+/* mu held: drop the doomed references one by one, each with mu let go and drop_mu held. */
 static void drop_doomed(void)
 {
-	struct ff_shm_map *d;
+	while (doomed) {
+		struct ff_shm_map *m;
 
-	if (!doomed)
-		return;
-	pthread_mutex_unlock(&mu);
-	pthread_mutex_lock(&drop_mu);
-	pthread_mutex_lock(&mu);
-	d = take_doomed();
-	pthread_mutex_unlock(&mu);
-	put_all(d);
-	pthread_mutex_unlock(&drop_mu);
-	pthread_mutex_lock(&mu);
+		pthread_mutex_unlock(&mu);
+		pthread_mutex_lock(&drop_mu);
+		pthread_mutex_lock(&mu);
+		m = doomed;
+		if (m) {
+			doomed = m->drop_next;
+			ndoomed--;
+		}
+		pthread_mutex_unlock(&mu);
+		ff_shm_map_put(m);
+		pthread_mutex_unlock(&drop_mu);
+		pthread_mutex_lock(&mu);
+	}
 }
 
 /* mu held: the maps used since the last look to the front of the queue, in queue order. */
@@ -241,7 +252,7 @@ static void touched_first(void)
 /*
  * Sleeps until the first queued ring has been drained and untouched long
  * enough: FF_SHM_IDLE_MS for the FF_SHM_WARM_CHANNELS maps first in the
- * queue (queued last), FF_SHM_CROWD_IDLE_MS for the rest. A ring queued
+ * queue (used last), FF_SHM_CROWD_IDLE_MS for the rest. A ring queued
  * while it sleeps is due no sooner than every one queued before, but
  * one it pushes past the first FF_SHM_WARM_CHANNELS may be: then it is
  * poked (ff_shm_spill_later).
@@ -276,9 +287,13 @@ static void *give(void *arg)
 			}
 			*p = m->next;
 			queued--;
+			atomic_store_explicit(&m->touched, 0, memory_order_relaxed);
 			atomic_store_explicit(&m->queued, 0, memory_order_relaxed);
 			ff_shm_map_put(m);
 		}
+		/* References that came while it dropped: not a second's wait for them. */
+		if (doomed && next > now + FF_SHM_CROWD_IDLE_MS * MS)
+			next = now + FF_SHM_CROWD_IDLE_MS * MS;
 	}
 	giving = 0;
 	pthread_mutex_unlock(&mu);
@@ -287,8 +302,8 @@ static void *give(void *arg)
 
 /*
  * mu held: see that the thread runs, and looks soon enough if a map just
- * fell past the first FF_SHM_WARM_CHANNELS or as many references wait to
- * be dropped. Without a thread (none to be had), pages stay until the
+ * fell past the first FF_SHM_WARM_CHANNELS or more than DROP_POKE
+ * references wait to be dropped. Without a thread (none to be had), pages stay until the
  * channel goes; whether the thread runs.
  */
 static int start(int64_t now)
@@ -299,7 +314,7 @@ static int start(int64_t now)
 	}
 	if (!giving) {
 		giving = ff_start_quiet_thread(give);
-	} else if ((queued > FF_SHM_WARM_CHANNELS || ndoomed > FF_SHM_WARM_CHANNELS) &&
+	} else if ((queued > FF_SHM_WARM_CHANNELS || ndoomed > DROP_POKE) &&
 		   sleep_until > now + FF_SHM_CROWD_IDLE_MS * MS) {
 		sleep_until = now;	/* one poke until it has looked */
 		poked = 1;
@@ -326,6 +341,7 @@ void ff_shm_spill_later(struct ff_shm_map *m)
 		int64_t now = ff_now_ns();
 
 		atomic_fetch_add(&m->refs, 1);
+		atomic_store_explicit(&m->touched, 1, memory_order_relaxed);	/* used just now */
 		atomic_store_explicit(&m->queued, 1, memory_order_relaxed);
 		for (int r = 0; r < 2; r++)
 			in_use(m, r, atomic_load_explicit(idx(m, r, FF_SHM_CTL_TAIL), memory_order_relaxed),
@@ -340,7 +356,7 @@ void ff_shm_spill_later(struct ff_shm_map *m)
 
 void ff_shm_map_put_later(struct ff_shm_map *m)
 {
-	struct ff_shm_map *now = NULL;
+	struct ff_shm_map *at_once = NULL;
 
 	if (!m)
 		return;
@@ -352,10 +368,10 @@ void ff_shm_map_put_later(struct ff_shm_map *m)
 	/* Within a fork the thread is started after (parent) or not at all (child). */
 	if (!forking) {
 		if (!start(ff_now_ns()))
-			now = take_doomed();
+			at_once = take_doomed();
 		pthread_mutex_unlock(&mu);
 	}
-	put_all(now);
+	put_all(at_once);
 }
 
 void ff_shm_spill_atfork_prepare(void)
@@ -367,14 +383,14 @@ void ff_shm_spill_atfork_prepare(void)
 
 void ff_shm_spill_atfork_parent(void)
 {
-	struct ff_shm_map *now = NULL;
+	struct ff_shm_map *at_once = NULL;
 
 	forking = 0;
 	if (doomed && !start(ff_now_ns()))
-		now = take_doomed();
+		at_once = take_doomed();
 	pthread_mutex_unlock(&mu);
 	pthread_mutex_unlock(&drop_mu);
-	put_all(now);
+	put_all(at_once);
 }
 
 /* The thread is not in the child, and its connections moved down: let go of the mappings. */
@@ -384,6 +400,7 @@ void ff_shm_spill_atfork_child(void)
 		struct ff_shm_map *m = queue;
 
 		queue = m->next;
+		atomic_store_explicit(&m->touched, 0, memory_order_relaxed);
 		atomic_store_explicit(&m->queued, 0, memory_order_relaxed);
 		ff_shm_map_put(m);
 	}
