@@ -12,7 +12,7 @@ import (
 
 func TestParseAsyncEcho(t *testing.T) {
 	m, suspect, err := parseAsyncEcho(toolEnv{}, []byte("round 0.2\nround 0.1\nround 0.4\nfailed reset 1 timeout 2 other 0\nOK 93\n"))
-	want := map[string]float64{mRoundMs: 200, mTail: 2, mResets: 1, mHangs: 2, mBroken: 0}
+	want := map[string]float64{mRoundMs: 200, mTail: 2, mFirstMs: 200, mLaterTail: 1.6, mResets: 1, mHangs: 2, mBroken: 0}
 	if err != nil || !reflect.DeepEqual(m, want) {
 		t.Fatalf("metrics %v, %v; want %v", m, err, want)
 	}
