@@ -52,6 +52,23 @@ func TestParseAppsFailures(t *testing.T) {
 	}
 }
 
+// TestParseMemcachedLatency: ffmem memcached's line gives the figures; a
+// run whose gets missed is flagged, and an error line is the run's error.
+func TestParseMemcachedLatency(t *testing.T) {
+	line := "memcached conns=16 requests=63674 misses=%d ops_s=63143 p50_us=230.392 p99_us=501.642 p999_us=1190.585 max_us=2449.247\n"
+	m, suspect, err := memcachedLatency.Parse(toolEnv{}, []byte(fmt.Sprintf(line, 0)))
+	if err != nil || m[mP50] != 230.392 || m[mP99] != 501.642 || m["ops"] != 63143 || len(suspect) != 0 {
+		t.Errorf("metrics %v, suspect %q, %v", m, suspect, err)
+	}
+	if _, suspect, _ = memcachedLatency.Parse(toolEnv{}, []byte(fmt.Sprintf(line, 12))); len(suspect) != 1 ||
+		!strings.Contains(suspect[0], "12 of 63674 requests were gets that missed") {
+		t.Errorf("suspect %q: want the misses said", suspect)
+	}
+	if _, _, err := memcachedLatency.Parse(toolEnv{}, []byte("ffmem: no answer from memcached within 5000 ms\n")); err == nil {
+		t.Error("an ffmem error line parsed")
+	}
+}
+
 func TestCPUMetrics(t *testing.T) {
 	a := parseCPUTimes(bufio.NewScanner(strings.NewReader(
 		"cpu  0 0 0 0 0 0 0 0 0 0\ncpu0 100 0 100 800 0 0 0 0 0 0\ncpu1 0 0 0 1000 0 0 0 0 0 0\n")))

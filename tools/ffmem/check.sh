@@ -46,13 +46,18 @@ MC=$!
 i=0; while [ ! -S "$D/mc" ]; do i=$((i + 1)); [ $i -lt 100 ] || fail "memcached never listened: $(cat "$D/mc.log")"; sleep 0.05; done
 out=$("$F" memcached --unix "$D/mc" --conns 4 --seconds 0.2 --value 3000) || fail "memcached exited $?"
 want "$out" memcached
+echo "$out" | grep -q " misses=0 " || fail "gets missed keys that were set: $out"
+# A server that stops answering: a clear error within its 5 s, not a hang.
+kill -STOP "$MC"
+err=$(timeout 20 "$F" memcached --unix "$D/mc" --seconds 0.2 2>&1 >/dev/null) && fail "ffmem memcached against a stopped server succeeded"
+echo "$err" | grep -q "no answer from memcached" || fail "ffmem memcached against a stopped server: $err"
+kill -CONT "$MC"
 kill "$MC"
 
 # Bad input: a clear message and a non-zero exit, never a hang or a crash.
 for args in "limits --cpus 0,0" "limits --ring 1000" "pingpong --unix $D/s" "pingpong --unix $D/s --sizes 0" \
 	"stream --tcp nohostport --sizes 1" "idle --unix $D/nothing" "memcached --unix $D/nothing" \
-	"memcached --unix $D/s --conns 0" "memcached --tcp 127.0.0.1:1 --unix $D/s" \
-	"memcached --unix $D/s --seconds 0.2" "nonsense"; do
+	"memcached --unix $D/s --conns 0" "memcached --tcp 127.0.0.1:1 --unix $D/s" "nonsense"; do
 	# shellcheck disable=SC2086
 	err=$("$F" $args 2>&1 >/dev/null) && fail "ffmem $args succeeded"
 	echo "$err" | grep -q "ffmem\|usage" || fail "ffmem $args: unclear error: $err"

@@ -23,7 +23,8 @@
 
 struct mc_conn {
 	int fd;
-	int get;     /* the outstanding request is a get */
+	int get;      /* the outstanding request is a get */
+	unsigned key; /* of the outstanding request */
 	double t0;   /* when it was written */
 	size_t have; /* answer bytes read so far */
 	size_t want; /* the whole answer's bytes, once its first line is in (else 0) */
@@ -55,6 +56,7 @@ static void request(struct mc_conn *c, int get, unsigned key, const char *value,
 		n += (int)vlen + 2;
 	}
 	c->get = get;
+	c->key = key;
 	c->have = c->want = 0;
 	c->t0 = ffm_now();
 	if ((rc = ffm_write_full(c->fd, req, (size_t)n)) < 0) {
@@ -92,25 +94,32 @@ static int check_answer(const struct mc_conn *c, const char *value, size_t vlen)
 {
 	const char *eol = memchr(c->buf, '\n', c->have);
 	size_t line = (size_t)(eol - c->buf) + 1, got = c->want - line - 7;
+	char head[32];
+	int n;
 
 	if (!c->get || c->want == line)
 		return 0;
+	n = snprintf(head, sizeof(head), "VALUE ffkey%04u ", c->key);
+	if (strncmp(c->buf, head, (size_t)n))
+		ffm_fail("memcached answered a get of ffkey%04u with another key's value", c->key);
 	if (got != vlen || memcmp(c->buf + line, value, vlen) || memcmp(c->buf + c->want - 7, "\r\nEND\r\n", 7))
 		ffm_fail("memcached returned a value other than the one set (%zu bytes; %zu set)", got, vlen);
 	return 1;
 }
 
-/* Read what c has (waiting at most WAIT_MS); whether its answer is complete. */
-static int read_answer(struct mc_conn *c)
+/*
+ * Read what c has, waiting at most WAIT_MS for it unless polled (the
+ * caller's poll said it is readable); whether its answer is complete.
+ */
+static int read_answer(struct mc_conn *c, int polled)
 {
 	struct pollfd p = {.fd = c->fd, .events = POLLIN};
 	const char *eol;
-	ssize_t n;
+	ssize_t n = 1;
 
 	if (c->have == sizeof(c->buf))
 		ffm_fail("memcached answered more than %zu bytes to one request", sizeof(c->buf));
-	n = poll(&p, 1, WAIT_MS);
-	if (n == 0)
+	if (!polled && (n = poll(&p, 1, WAIT_MS)) == 0)
 		ffm_fail("no answer from memcached within %d ms", WAIT_MS);
 	if (n > 0)
 		n = read(c->fd, c->buf + c->have, sizeof(c->buf) - c->have);
@@ -130,6 +139,19 @@ static int read_answer(struct mc_conn *c)
 	if (c->want && c->have > c->want)
 		ffm_fail("memcached sent %zu bytes more than its answer", c->have - c->want);
 	return c->want && c->have == c->want;
+}
+
+/* c's answer came: checked, and timed if its request was sent within the measured time. */
+static void record(const struct mc_conn *c, double start, double *us, size_t *n, size_t *misses, const char *value,
+		   size_t vlen)
+{
+	double t = ffm_now();
+	int hit = check_answer(c, value, vlen);
+
+	if (start && c->t0 >= start && *n < CAP) {
+		us[(*n)++] = (t - c->t0) * 1e6;
+		*misses += c->get && !hit;
+	}
 }
 
 static void options(int argc, char **argv, struct ffm_addr *a, int *conns, double *secs, size_t *vlen)
@@ -179,7 +201,7 @@ int ffm_memcached(int argc, char **argv)
 	struct ffm_addr addr = {0};
 	int conns = 16;
 	double secs = 1, *us, start = 0, warm, end;
-	size_t vlen = 1024, n = 0, misses = 0;
+	size_t vlen = 1024, n = 0, misses = 0, done;
 	struct mc_conn *c;
 	struct pollfd p[MAX_CONNS];
 	char *value;
@@ -198,7 +220,7 @@ int ffm_memcached(int argc, char **argv)
 	/* Every key set first, so that gets find their values. */
 	for (unsigned k = 0; k < KEYS; k++) {
 		request(&c[0], 0, k, value, vlen);
-		while (!read_answer(&c[0]))
+		while (!read_answer(&c[0], 0))
 			;
 	}
 	for (int i = 0; i < conns; i++)
@@ -221,24 +243,32 @@ int ffm_memcached(int argc, char **argv)
 		if (r == 0)
 			ffm_fail("no answer from memcached within %d ms", WAIT_MS);
 		for (int i = 0; i < conns; i++) {
-			if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR)) || !read_answer(&c[i]))
+			if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR))) {
+				/* The others answering does not hide one that stopped. */
+				if (now - c[i].t0 > WAIT_MS / 1e3)
+					ffm_fail("no answer from memcached on connection %d within %d ms", i, WAIT_MS);
 				continue;
-			if (start && c[i].t0 >= start && n < CAP) {
-				us[n++] = (ffm_now() - c[i].t0) * 1e6;
-				misses += c[i].get && !check_answer(&c[i], value, vlen);
-			} else {
-				check_answer(&c[i], value, vlen);
 			}
+			if (!read_answer(&c[i], 1))
+				continue;
+			record(&c[i], start, us, &n, &misses, value, vlen);
 			request(&c[i], next_rand() % 10 != 0, (unsigned)(next_rand() % KEYS), value, vlen);
 		}
 	}
 	end = ffm_now();
+	done = n;
+	/* The requests still out count too: the slowest may be among them. */
+	for (int i = 0; i < conns; i++) {
+		while (!read_answer(&c[i], 0))
+			;
+		record(&c[i], start, us, &n, &misses, value, vlen);
+	}
 	if (!n)
 		ffm_fail("no request answered within %.1f s", secs);
 	qsort(us, n, sizeof(*us), ffm_cmp_double);
 	printf("memcached conns=%d requests=%zu misses=%zu ops_s=%.0f p50_us=%.3f p99_us=%.3f p999_us=%.3f "
 	       "max_us=%.3f\n",
-	       conns, n, misses, (double)n / (end - start), ffm_percentile(us, n, 50), ffm_percentile(us, n, 99),
+	       conns, n, misses, (double)done / (end - start), ffm_percentile(us, n, 50), ffm_percentile(us, n, 99),
 	       ffm_percentile(us, n, 99.9), us[n - 1]);
 	for (int i = 0; i < conns; i++)
 		close(c[i].fd);

@@ -64,8 +64,8 @@ static struct ff_shm_map *doomed;	/* references to drop (drop_next); under mu */
 static int ndoomed;			/* under mu */
 static pthread_mutex_t drop_mu = PTHREAD_MUTEX_INITIALIZER;	/* before mu; held to drop one */
 /*
- * The thread is woken to drop references once this many wait: a link's
- * channels at most (link.c's CHANS_MAX), so that the memory of links
+ * The thread is woken to drop references once more than this many wait:
+ * a link's channels (link.c's CHANS_MAX), so that the memory of links
  * closed one after another goes within a wait of the crowd's, not a
  * second's.
  */
@@ -291,9 +291,6 @@ static void *give(void *arg)
 			atomic_store_explicit(&m->queued, 0, memory_order_relaxed);
 			ff_shm_map_put(m);
 		}
-		/* References that came while it dropped: not a second's wait for them. */
-		if (doomed && next > now + FF_SHM_CROWD_IDLE_MS * MS)
-			next = now + FF_SHM_CROWD_IDLE_MS * MS;
 	}
 	giving = 0;
 	pthread_mutex_unlock(&mu);
