@@ -41,11 +41,12 @@
 #include "shm/shm.h"
 
 /*
- * A large write is published after its first FIRST_CHUNK bytes, then in
- * pieces doubling up to CHUNK: the reader starts after 8 KiB, not 64
- * (Open MPI's 64 KiB messages between two containers: 15.0 -> 13.5 us
- * one-way), and a stream still publishes every 64 KiB. Reads take at
- * most CHUNK at a time, so the writer gets room back as they go.
+ * A large write to a reader that is looking (not asleep) is published
+ * after its first FIRST_CHUNK bytes, then in pieces doubling up to CHUNK:
+ * the reader starts copying out after 8 KiB, not 64 (docs/SHM.md,
+ * "Publishing"). A reader asleep gets CHUNK pieces, each published piece
+ * costing it a bell while it is waking. Reads take at most CHUNK at a
+ * time, so the writer gets room back as they go.
  */
 #define FIRST_CHUNK	(8u << 10)
 #define CHUNK		(64u << 10)
@@ -421,7 +422,7 @@ static ssize_t tx_put(int fd, struct ff_shm *sh, struct source *s)
 {
 	struct ff_shm_ring *r = &sh->tx;
 	ssize_t put = 0, ret;
-	size_t chunk = FIRST_CHUNK;
+	size_t chunk = atomic_load_explicit(r->cons_wait, memory_order_relaxed) ? CHUNK : FIRST_CHUNK;
 
 	pthread_mutex_lock(&r->mu);
 	ret = tx_closed(sh);

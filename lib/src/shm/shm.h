@@ -288,8 +288,9 @@ static inline size_t ff_shm_seg(const struct ff_shm *sh, const struct ff_shm_rin
 /*
  * tx.mu held, about to write [i, i + *n) of tx: 0 with the pages past
  * FF_SHM_KEEP claimed if the bytes reach them, or *n cut to what fits
- * before KEEP while the peer gives them back (0: none fits yet, wait as
- * for room); or -ECONNRESET (the peer wrote garbage into the spill word).
+ * before KEEP while the peer gives them back or has broken the spill word
+ * (0: none fits yet, wait as for room); or -ECONNRESET once the bytes
+ * reach KEEP and the peer wrote garbage into the spill word.
  * ff_shm_tx_produced releases the claim.
  */
 int ff_shm_tx_claim(struct ff_shm *sh, uint64_t i, size_t *n);
