@@ -126,8 +126,6 @@ enum ff_settle_kind {
  * completes, if the program has not by then (settler.c says when).
  */
 void ff_settler_watch(int fd, struct ff_conn *c, enum ff_settle_kind kind, int bell);
-/* fd's connect (conn c), if watched: decide it as soon as it completes, with no grace. */
-void ff_settler_hurry(int fd, struct ff_conn *c);
 /* Forks so far, for ff_settler_decide. */
 unsigned ff_settler_forks(void);
 /*
