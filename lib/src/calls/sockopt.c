@@ -173,8 +173,8 @@ static int sockopt_set(struct ff_conn *c, int level, int name, const void *val, 
 	struct ff_opt *o;
 	int ret = 1, v = 0;
 
-	if (c && ff_opt_carried(level, name))
-		c->opts_set = 1;
+	if (c)
+		c->opts_set |= ff_opt_carried(level, name);
 	if (c && app_set_size(c, level, name) && val && len >= sizeof(int) &&
 	    (o = ff_opt_find(c, level, name, 1)))
 		memcpy(&o->value, val, sizeof(int));	/* and the real call sets it */

@@ -183,7 +183,7 @@ struct ff_conn {
 	int pending_fd;			/* PENDING/NEGOTIATING: the fd, for epoll matching */
 	struct ff_ends ends;
 	struct ff_epreg *epregs;
-	int opts_set;			/* the application set a carried option (opts.c) */
+	unsigned opts_set;		/* the carried options the application set: ff_opt_carried's bits */
 	int nopts;
 	struct ff_opt opts[FF_MAX_OPTS];
 	struct ff_shm *shm;		/* SWAPPED onto the shared-memory channel (shm.h) */
@@ -263,8 +263,8 @@ void ff_sockopt_carry(int oldfd, int newfd, struct ff_conn *c);
 void ff_sockopt_inherit(struct ff_conn *c, const struct ff_conn *l);
 /* Table lock held: whether the application set option (level, name) on c (opts.c keeps those). */
 int ff_sockopt_app_set(struct ff_conn *c, int level, int name);
-/* Whether a swap carries option (level, name) over. */
-int ff_opt_carried(int level, int name);
+/* Option (level, name)'s bit in opts_set if a swap carries it over, else 0. */
+unsigned ff_opt_carried(int level, int name);
 /* Linux's value of an int option on a fresh connection (what an emulated one reads unset). */
 int ff_opt_default(int level, int name);
 /* Table lock held: c's stored option (level, name), added with its default if add; or NULL. */

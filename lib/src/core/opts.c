@@ -32,20 +32,25 @@ static const int carried_sol[] = {
 
 #define LEN(a)	(sizeof(a) / sizeof((a)[0]))
 
-static int listed(const int *names, size_t n, int name)
+_Static_assert(LEN(carried_sol) + LEN(carried_tcp) <= 32, "a carried option's bit must fit opts_set");
+
+/* Bit i + first for names[i] == name, or 0. */
+static unsigned listed(const int *names, size_t n, int name, unsigned first)
 {
 	for (size_t i = 0; i < n; i++)
 		if (names[i] == name)
-			return 1;
+			return 1u << (i + first);
 	return 0;
 }
 
-/* Whether a swap carries option (level, name) over (SO_REUSEADDR, for one, has no use after). */
-int ff_opt_carried(int level, int name)
+/* Option (level, name)'s bit if a swap carries it over (SO_REUSEADDR, for one, has no use after). */
+unsigned ff_opt_carried(int level, int name)
 {
 	if (level == SOL_SOCKET)
-		return listed(carried_sol, LEN(carried_sol), name);
-	return level == IPPROTO_TCP && listed(carried_tcp, LEN(carried_tcp), name);
+		return listed(carried_sol, LEN(carried_sol), name, 0);
+	if (level == IPPROTO_TCP)
+		return listed(carried_tcp, LEN(carried_tcp), name, LEN(carried_sol));
+	return 0;
 }
 
 int ff_opt_default(int level, int name)
@@ -86,6 +91,16 @@ void ff_sockopt_inherit(struct ff_conn *c, const struct ff_conn *l)
 			c->opts[c->nopts++] = l->opts[i];
 }
 
+/*
+ * Whether a swap onto c's kernel socket carries option (level, name): a
+ * host-tcp socket takes every one (the agent set TCP_NODELAY and keepalive
+ * its own way); a socket pair, only what the application set.
+ */
+static int wanted(const struct ff_conn *c, int level, int name)
+{
+	return c->kern_family != AF_UNIX || (c->opts_set & ff_opt_carried(level, name));
+}
+
 /* Table lock held, before the dup3 of the swap. */
 void ff_sockopt_carry(int oldfd, int newfd, struct ff_conn *c)
 {
@@ -94,9 +109,10 @@ void ff_sockopt_carry(int oldfd, int newfd, struct ff_conn *c)
 
 	/*
 	 * A socket pair's options start as a TCP socket's do, and the TCP
-	 * options are only emulated when they differ from the defaults: with
-	 * none of the carried ones set, there is nothing to carry (some 20
-	 * system calls saved on every connection's setup). A host-tcp socket
+	 * options are only emulated when they differ from the defaults: only
+	 * those the application set are carried (an event loop sets
+	 * TCP_NODELAY on every connection; reading the other 11 cost some 20
+	 * system calls on every connection's setup). A host-tcp socket
 	 * is made with the kernel's defaults too, but for TCP_NODELAY, which
 	 * the agents set (and the links' stock has on), so only that goes back.
 	 */
@@ -112,6 +128,7 @@ void ff_sockopt_carry(int oldfd, int newfd, struct ff_conn *c)
 	for (size_t i = 0; i < LEN(carried_sol); i++) {
 		len = sizeof(v);
 		if (carried_sol[i] != SO_RCVBUF && carried_sol[i] != SO_SNDBUF &&
+		    wanted(c, SOL_SOCKET, carried_sol[i]) &&
 		    ff_real.getsockopt(oldfd, SOL_SOCKET, carried_sol[i], v, &len) == 0)
 			ff_real.setsockopt(newfd, SOL_SOCKET, carried_sol[i], v, len);
 	}
@@ -120,7 +137,8 @@ void ff_sockopt_carry(int oldfd, int newfd, struct ff_conn *c)
 		struct ff_opt *o;
 
 		len = sizeof(val);
-		if (ff_real.getsockopt(oldfd, IPPROTO_TCP, carried_tcp[i], &val, &len))
+		if (!wanted(c, IPPROTO_TCP, carried_tcp[i]) ||
+		    ff_real.getsockopt(oldfd, IPPROTO_TCP, carried_tcp[i], &val, &len))
 			continue;
 		if (c->kern_family != AF_UNIX)
 			ff_real.setsockopt(newfd, IPPROTO_TCP, carried_tcp[i], &val, len);
