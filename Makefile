@@ -15,6 +15,7 @@ build:
 	$(MAKE) -C lib
 	# A new file, not the old one rewritten: containers map the old one (bind-mounted).
 	cp lib/build/libfreeflow.so $(BIN)/libfreeflow.so.new && mv -f $(BIN)/libfreeflow.so.new $(BIN)/libfreeflow.so
+	cp lib/build/libffv-rdmav34.so $(BIN)/libffv-rdmav34.so.new && mv -f $(BIN)/libffv-rdmav34.so.new $(BIN)/libffv-rdmav34.so
 	$(MAKE) -C tools/ffmem
 	cp tools/ffmem/build/ffmem $(BIN)/
 

@@ -18,6 +18,9 @@ PACKAGES=(
   redis-server redis-tools nginx-light wrk memcached libmemcached-tools postgresql
   # Open MPI between containers (tests/e2e), curl for nginx checks
   openmpi-bin netpipe-openmpi curl
+  # the virtual verbs device: stock libibverbs and the Debian programs that run on it; cmake to
+  # generate rdma-core's provider headers (below)
+  libibverbs1 ibverbs-utils perftest rdmacm-utils cmake
 )
 CNITOOL_VERSION=v1.2.3 # matches github.com/containernetworking/cni in go.mod
 
@@ -57,6 +60,36 @@ fi
 if ! command -v cnitool >/dev/null 2>&1; then
   echo "install-deps: installing cnitool $CNITOOL_VERSION (go install) into /usr/local/bin"
   GOBIN=/usr/local/bin go install "github.com/containernetworking/cni/cnitool@$CNITOOL_VERSION"
+fi
+
+# rdma-core's provider headers (infiniband/driver.h and the kernel ABI
+# headers it includes), which the verbs provider (lib/src/verbs) is built
+# against and no Debian package installs: Debian's source package of
+# rdma-core, fetched from the Debian archive, checked against the hash below,
+# unpacked into /var/cache/freeflow and configured with cmake; only the
+# generated headers are built (about 20 s). Release 56.1 has the provider ABI
+# of bookworm's libibverbs 44 (IBVERBS_PRIVATE_34); the archive no longer
+# serves 44.0's tarball.
+RDMA_CORE_VERSION=56.1
+RDMA_CORE_SHA256=63ce7f2baa7242c2dbc76375dac957c420187dd27f8c5e148efc07971ee522a8
+RDMA_CORE_URL=http://deb.debian.org/debian/pool/main/r/rdma-core/rdma-core_${RDMA_CORE_VERSION}.orig.tar.gz
+RDMA_CORE=/var/cache/freeflow/rdma-core-$RDMA_CORE_VERSION
+if [ ! -e "$RDMA_CORE/build/include/infiniband/driver.h" ]; then
+  echo "install-deps: building rdma-core $RDMA_CORE_VERSION's provider headers from Debian's source package into $RDMA_CORE"
+  tmp=$(mktemp -d)
+  rm -rf "$RDMA_CORE"
+  mkdir -p "$(dirname "$RDMA_CORE")"
+  curl -fsS -o "$tmp/src.tar.gz" "$RDMA_CORE_URL" ||
+    { echo "install-deps: cannot fetch $RDMA_CORE_URL" >&2; exit 1; }
+  echo "$RDMA_CORE_SHA256  $tmp/src.tar.gz" | sha256sum -c --quiet - ||
+    { echo "install-deps: $RDMA_CORE_URL does not have the expected SHA-256" >&2; exit 1; }
+  tar xzf "$tmp/src.tar.gz" -C "$(dirname "$RDMA_CORE")"
+  rm -rf "$tmp"
+  mkdir -p "$RDMA_CORE/build"
+  (cd "$RDMA_CORE/build" &&
+    cmake -G "Unix Makefiles" -DNO_MAN_PAGES=1 -DNO_PYVERBS=1 -DENABLE_STATIC=0 -DENABLE_RESOLVE_NEIGH=0 .. >cmake.log 2>&1 &&
+    make kern-abi >make.log 2>&1) ||
+    { echo "install-deps: generating rdma-core's headers failed; see $RDMA_CORE/build/*.log" >&2; exit 1; }
 fi
 
 echo "install-deps: downloading Go modules"

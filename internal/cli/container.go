@@ -14,7 +14,7 @@ import (
 
 func init() {
 	register("run", command{
-		summary:   "start a container: run --host H --name N [--tenant T] [-d] [--rm] [--no-freeflow] [--no-shm] [--env K=V]... [-v SRC:DST[:ro]]... -- CMD ARGS...",
+		summary:   "start a container: run --host H --name N [--tenant T] [-d] [--rm] [--no-freeflow] [--no-shm] [--no-rdma] [--env K=V]... [-v SRC:DST[:ro]]... -- CMD ARGS...",
 		run:       runContainer,
 		needsRoot: true,
 	})
@@ -51,6 +51,7 @@ func runContainer(g *Global, args []string) error {
 	fs.BoolVar(&o.Remove, "rm", false, "remove the container when it exits")
 	noFF := fs.Bool("no-freeflow", false, "run without the FreeFlow library (overlay only)")
 	fs.BoolVar(&o.NoShm, "no-shm", false, "same-host fast paths of this container use a kernel socket pair, never shared memory")
+	fs.BoolVar(&o.NoRDMA, "no-rdma", false, "no virtual RDMA (verbs) device in the container")
 	var env envList
 	fs.Var(&env, "env", "set an environment variable K=V (repeatable)")
 	fs.Func("v", "bind-mount a host path: SRC:DST[:ro] (repeatable; DST must exist or be under /tmp or /run)", func(s string) error {

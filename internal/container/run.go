@@ -19,6 +19,7 @@ type RunOptions struct {
 	Tenant   string   // cni.DefaultTenant when empty
 	FreeFlow bool     // the container runs with libfreeflow
 	NoShm    bool     // its same-host fast paths are never shared memory
+	NoRDMA   bool     // no virtual verbs device (a FreeFlow container has one otherwise)
 	Detach   bool     // return once it runs; output goes to LogFile
 	Remove   bool     // remove a foreground container when it exits
 	Env      []string // K=V added to the base environment
@@ -60,14 +61,19 @@ func (m *Manager) create(ctx context.Context, o RunOptions) (_ *state.Container,
 	if o.Tenant == "" {
 		o.Tenant = cni.DefaultTenant
 	}
-	lib := ""
+	lib, provider := "", ""
 	if o.FreeFlow {
 		if lib, err = m.checkLibrary(); err != nil {
 			return nil, err
 		}
+		if !o.NoRDMA {
+			if provider, err = m.checkProvider(); err != nil {
+				return nil, err
+			}
+		}
 	}
 	c := &state.Container{Name: o.Name, ID: m.Layout.Cluster + "-" + o.Name, Host: o.Host, Tenant: o.Tenant,
-		FreeFlow: o.FreeFlow, NoShm: o.NoShm, Args: o.Args, Detached: o.Detach}
+		FreeFlow: o.FreeFlow, NoShm: o.NoShm, NoRDMA: provider == "", Args: o.Args, Detached: o.Detach}
 	if err := m.Layout.SaveContainer(c); err != nil {
 		// SaveContainer may have made the directory before failing.
 		return nil, m.undo(ctx, c, false, fmt.Errorf("record container %s: %w", c.Name, err))
@@ -93,6 +99,11 @@ func (m *Manager) create(ctx context.Context, o RunOptions) (_ *state.Container,
 	}
 	if c.FreeFlow {
 		withLibrary(&spec, lib)
+	}
+	if provider != "" {
+		if err := withVerbs(&spec, m.Layout, c, provider); err != nil {
+			return nil, err
+		}
 	}
 	if err := writeBundle(m.Layout.ContainerDir(c.Name), spec); err != nil {
 		return nil, err

@@ -56,7 +56,8 @@ type Container struct {
 	Tenant   string   `json:"tenant"`
 	PID      int      `json:"pid"`
 	FreeFlow bool     `json:"freeflow"`
-	NoShm    bool     `json:"no_shm,omitempty"` // --no-shm
+	NoShm    bool     `json:"no_shm,omitempty"`  // --no-shm
+	NoRDMA   bool     `json:"no_rdma,omitempty"` // no verbs device: --no-rdma or --no-freeflow
 	Args     []string `json:"args"`
 	Detached bool     `json:"detached"`
 }

@@ -52,7 +52,8 @@ func ModuleRoot() (string, error) {
 }
 
 // BuildBinaries compiles freeflow, freeflowd and freeflow-cni, and builds
-// the network library (make -C lib) and copies libfreeflow.so next to them,
+// the network library and the verbs provider (make -C lib) and copies
+// libfreeflow.so and libffv-rdmav34.so next to them,
 // into a new temporary directory (readable by everyone, so a test may run
 // the CLI as an unprivileged user) and returns it; the caller removes it.
 func BuildBinaries() (string, error) {
@@ -68,7 +69,7 @@ func BuildBinaries() (string, error) {
 	for _, argv := range [][]string{
 		{"go", "build", "-o", dir + "/", "./cmd/..."},
 		{"make", "-s", "-C", "lib"},
-		{"cp", "lib/build/libfreeflow.so", dir + "/"},
+		{"cp", "lib/build/libfreeflow.so", "lib/build/libffv-rdmav34.so", dir + "/"},
 	} {
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Dir = root

@@ -1,6 +1,6 @@
 #!/bin/sh
 # check-layers.sh FILE...: fail if an object (.o) calls into a concern
-# listed after its own in ORDER, or code outside proc/wait/calls calls an
+# listed after its own in ORDER, or code outside proc/wait/calls/verbs calls an
 # exported wrapper by name (libfreeflow.map: inside the library that name
 # binds to the wrapper, not to libc; such code uses ff_real.fn, lib/README.md
 # "Rules for code inside the library"), or a source (.c, .h) includes a
@@ -16,8 +16,10 @@ set -eu
 export LC_ALL=C
 [ $# -gt 0 ] || { echo "usage: $0 FILE..." >&2; exit 2; }
 here=$(dirname "$0")
-ORDER=${ORDER:-"proto core agent shm links setup proc wait calls"}
-WRAPPER_OK="proc wait calls"	# may call wrappers by name: aliases, syscall(), exec family
+ORDER=${ORDER:-"proto core agent shm links setup proc wait calls verbs"}
+# May call wrappers by name: aliases, syscall(), exec family; verbs is a
+# library of its own (the provider), whose calls are a program's.
+WRAPPER_OK="proc wait calls verbs"
 MAP=${MAP:-$here/../libfreeflow.map}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
