@@ -43,8 +43,8 @@ func TestVectors(t *testing.T) {
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if n < 50 || shm == 0 || layout != 3 {
-		t.Fatalf("only %d vectors read, %d of them shm headers and %d layouts (want 3); the file looks truncated", n, shm, layout)
+	if n < 50 || shm == 0 || layout != 4 {
+		t.Fatalf("only %d vectors read, %d of them shm headers and %d layouts (want 4); the file looks truncated", n, shm, layout)
 	}
 }
 
@@ -127,31 +127,33 @@ var shmLayoutIgnored = []string{
 	"spill_none", "spill_used", "spill_writing", "spill_freeing",
 }
 
+// vqpLayoutChecked are the verbs-qp-layout keys Go defines, with its values.
+var vqpLayoutChecked = map[string]uint64{
+	"magic": VQPMagic, "version": VQPVersion, "hdr_size": VQPHeaderSize,
+	"ring_min": VQPRingMin, "ring_max": VQPRingMax, "off_ring_size": VQPOffRingSize, "off_dead": VQPOffDead,
+}
+
+// vqpLayoutIgnored are the verbs-qp-layout keys Go does not define on
+// purpose: the agent checks a QP's header and sets its dead word, and never
+// reads or writes its ring (the providers' alone; the C vector test checks
+// them).
+var vqpLayoutIgnored = []string{
+	"off_prod", "off_cons", "rec_hdr", "rec_align", "rec_len", "rec_op", "rec_flags", "rec_imm", "rec_total",
+	"op_send", "op_send_imm", "op_write_imm", "op_pad", "first", "last",
+}
+
 // checkLayout checks a layout vector: shm-layout against the constants of
-// shm.go (every key either checked or ignored on purpose, so a new key
-// needs a decision here), shm-resident against ShmResident. ledger-layout
-// is the agent's ledger reader's (internal/agent, TestLedgerLayoutVector).
+// shm.go and verbs-qp-layout against verbs.go (every key either checked or
+// ignored on purpose, so a new key needs a decision here), shm-resident
+// against ShmResident. ledger-layout is the agent's ledger reader's
+// (internal/agent, TestLedgerLayoutVector).
 func checkLayout(t *testing.T, name string, kvs []string) {
 	t.Helper()
 	switch name {
 	case "shm-layout":
-		seen := map[string]bool{}
-		for _, kv := range kvs {
-			k, v, _ := strings.Cut(kv, "=")
-			seen[k] = true
-			if want, ok := shmLayoutChecked[k]; ok {
-				if got, err := strconv.ParseUint(v, 0, 64); err != nil || got != want {
-					t.Errorf("%s: %s, but internal/protocol says %d (%#x)", name, kv, want, want)
-				}
-			} else if !slices.Contains(shmLayoutIgnored, k) {
-				t.Errorf("%s: key %s is neither checked nor ignored by internal/protocol; decide which", name, k)
-			}
-		}
-		for k := range shmLayoutChecked {
-			if !seen[k] {
-				t.Errorf("%s: no key %s, which internal/protocol defines", name, k)
-			}
-		}
+		checkKeys(t, name, kvs, shmLayoutChecked, shmLayoutIgnored)
+	case "verbs-qp-layout":
+		checkKeys(t, name, kvs, vqpLayoutChecked, vqpLayoutIgnored)
 	case "shm-resident":
 		for _, kv := range kvs {
 			var ring uint32
@@ -164,7 +166,31 @@ func checkLayout(t *testing.T, name string, kvs []string) {
 		}
 	case "ledger-layout":
 	default:
-		t.Errorf("%s: a layout line is shm-layout, shm-resident or ledger-layout", name)
+		t.Errorf("%s: a layout line is shm-layout, shm-resident, ledger-layout or verbs-qp-layout", name)
+	}
+}
+
+// checkKeys checks every key=value of a layout line: each is either one Go
+// defines, with its value, or one it ignores on purpose; and every key Go
+// defines is there.
+func checkKeys(t *testing.T, name string, kvs []string, checked map[string]uint64, ignored []string) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, kv := range kvs {
+		k, v, _ := strings.Cut(kv, "=")
+		seen[k] = true
+		if want, ok := checked[k]; ok {
+			if got, err := strconv.ParseUint(v, 0, 64); err != nil || got != want {
+				t.Errorf("%s: %s, but internal/protocol says %d (%#x)", name, kv, want, want)
+			}
+		} else if !slices.Contains(ignored, k) {
+			t.Errorf("%s: key %s is neither checked nor ignored by internal/protocol; decide which", name, k)
+		}
+	}
+	for k := range checked {
+		if !seen[k] {
+			t.Errorf("%s: no key %s, which internal/protocol defines", name, k)
+		}
 	}
 }
 

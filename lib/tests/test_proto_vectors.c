@@ -6,6 +6,7 @@
 #include "freeflow/proto.h"
 #include "freeflow/ledger_layout.h"
 #include "freeflow/shm_layout.h"
+#include "freeflow/verbs_layout.h"
 #include "testutil.h"
 
 static const char *const err_names[] = {
@@ -226,6 +227,18 @@ static const struct layout_key ledger_keys[] = {
 	K("e_reason", FF_LEDGER_E_REASON), K("reason_max", FF_LEDGER_REASON_MAX),
 	K("e_fd", FF_LEDGER_E_FD), K("e_ino", FF_LEDGER_E_INO),
 };
+static const struct layout_key vqp_keys[] = {
+	K("magic", FF_VQP_MAGIC), K("version", FF_VQP_VERSION), K("hdr_size", FF_VQP_HDR_SIZE),
+	K("ring_min", FF_VQP_RING_MIN), K("ring_max", FF_VQP_RING_MAX),
+	K("off_ring_size", FF_VQP_OFF_RING_SIZE), K("off_dead", FF_VQP_OFF_DEAD),
+	K("off_prod", FF_VQP_OFF_PROD), K("off_cons", FF_VQP_OFF_CONS),
+	K("rec_hdr", FF_VQP_REC_HDR), K("rec_align", FF_VQP_REC_ALIGN), K("rec_len", FF_VQP_REC_LEN),
+	K("rec_op", FF_VQP_REC_OP), K("rec_flags", FF_VQP_REC_FLAGS), K("rec_imm", FF_VQP_REC_IMM),
+	K("rec_total", FF_VQP_REC_TOTAL),
+	K("op_send", FF_VQP_OP_SEND), K("op_send_imm", FF_VQP_OP_SEND_IMM),
+	K("op_write_imm", FF_VQP_OP_WRITE_IMM), K("op_pad", FF_VQP_OP_PAD),
+	K("first", FF_VQP_FIRST), K("last", FF_VQP_LAST),
+};
 #undef K
 #define N_KEYS(a)	(sizeof(a) / sizeof((a)[0]))
 
@@ -270,15 +283,14 @@ static void check_key(const char *name, const char *kv, const struct layout_key 
 }
 
 /*
- * "<name> layout - key=value...": shm-layout and ledger-layout hold every
- * constant of include/freeflow/shm_layout.h and ledger_layout.h, once and
+ * "<name> layout - key=value...": shm-layout, ledger-layout and verbs-qp-layout
+ * hold every constant of include/freeflow/shm_layout.h, ledger_layout.h and verbs_layout.h, once and
  * with its value; shm-resident holds FF_SHM_RESIDENT for some ring sizes.
  */
 static void check_layout(const char *name, char *rest, struct seen *s)
 {
 	const struct layout_key *keys = NULL;
-	unsigned char seen[N_KEYS(shm_keys) > N_KEYS(ledger_keys) ? N_KEYS(shm_keys) :
-								      N_KEYS(ledger_keys)] = { 0 };
+	unsigned char seen[N_KEYS(shm_keys) + N_KEYS(ledger_keys) + N_KEYS(vqp_keys)] = { 0 };
 	size_t n = 0;
 	int resident = !strcmp(name, "shm-resident"), count = 0;
 
@@ -286,8 +298,10 @@ static void check_layout(const char *name, char *rest, struct seen *s)
 		keys = shm_keys, n = N_KEYS(shm_keys);
 	else if (!strcmp(name, "ledger-layout"))
 		keys = ledger_keys, n = N_KEYS(ledger_keys);
+	else if (!strcmp(name, "verbs-qp-layout"))
+		keys = vqp_keys, n = N_KEYS(vqp_keys);
 	else if (!resident) {
-		CHECK(0, "%s: a layout line is shm-layout, shm-resident or ledger-layout", name);
+		CHECK(0, "%s: a layout line is shm-layout, shm-resident, ledger-layout or verbs-qp-layout", name);
 		return;
 	}
 	for (char *kv = strtok(rest, " "); kv; kv = strtok(NULL, " "), count++)
@@ -340,8 +354,8 @@ static void check_line(char *line, int lineno, uint8_t *wire, struct seen *s)
 /* A vectors file that lost its lines must not pass by checking nothing. */
 static void check_coverage(const struct seen *s)
 {
-	CHECK(s->ok >= 10 && s->bad >= 10 && s->shm >= 1 && s->ledger >= 2 && s->layout == 3,
-	      "only %d ok, %d bad, %d shm, %d ledger and %d layout vectors (want 3)", s->ok, s->bad,
+	CHECK(s->ok >= 10 && s->bad >= 10 && s->shm >= 1 && s->ledger >= 2 && s->layout == 4,
+	      "only %d ok, %d bad, %d shm, %d ledger and %d layout vectors (want 4)", s->ok, s->bad,
 	      s->shm, s->ledger, s->layout);
 	for (size_t i = 0; i < sizeof(all_types); i++)
 		CHECK(s->types[all_types[i]], "no ok vector of type 0x%02x", all_types[i]);

@@ -48,6 +48,15 @@ enum ff_msg_type {
 	/* 0x1a is reserved (was LINK_HELLO before the token moved into LINK_OFFER). */
 	FF_MSG_LINK_TAKE	= 0x1b,	/* acceptor to connector, on a stock connection */
 	FF_MSG_LINK_COMMIT	= 0x1c,	/* connector to acceptor, on a stock connection */
+	/* The verbs provider's requests and their answers (PROTOCOL.md, "Verbs"). */
+	FF_MSG_VERBS_QP_CREATE	= 0x20,
+	FF_MSG_VERBS_CONNECT	= 0x21,
+	FF_MSG_VERBS_PEER_QP	= 0x22,
+	FF_MSG_VERBS_MR_REG	= 0x23,
+	FF_MSG_VERBS_MR_GET	= 0x24,
+	FF_MSG_VERBS_MR_GRANT	= 0x25,
+	FF_MSG_VERBS_MR_DEREG	= 0x26,
+	FF_MSG_VERBS_QP_DESTROY	= 0x27,
 	FF_MSG_REGISTER		= 0x40,
 	FF_MSG_UNREGISTER	= 0x41,
 	FF_MSG_LIST		= 0x42,
@@ -87,6 +96,12 @@ enum ff_attr_type {
 	FF_ATTR_COUNT		= 25,	/* u32, stock connections asked for (LINK_FILL) */
 	FF_ATTR_TOKEN		= 26,	/* 16 bytes, a cross-host link's secret */
 	/* 27 (LINK_PORT) is agent to agent, 28 (OFFSET) admin only: unknown here. */
+	FF_ATTR_QPN		= 29,	/* u32, a queue pair's number */
+	FF_ATTR_VERBS_PEER	= 30,	/* 24 bytes: u32 QPN, u16 LID, u16 0, 16-byte GID */
+	FF_ATTR_VERBS_QP	= 31,	/* 8 bytes: u32 QP type, u32 PD */
+	FF_ATTR_VERBS_MR	= 32,	/* 24 bytes: u64 address, u64 length, u32 access, u32 PD */
+	FF_ATTR_RKEY		= 33,	/* u32 */
+	FF_ATTR_SEGMENTS	= 34,	/* 16..256 bytes, n x (u64 offset, u64 length), one per fd */
 	FF_ATTR__COUNT			/* one past the highest known type */
 };
 
@@ -139,7 +154,7 @@ struct ff_msg {
 	uint32_t seq;
 	const uint8_t *payload;
 	uint32_t payload_len;
-	uint32_t present;
+	uint64_t present;
 	struct ff_attr attr[FF_ATTR__COUNT];
 };
 
@@ -193,7 +208,7 @@ struct ff_enc {
 	uint8_t *buf;
 	size_t cap;
 	size_t len;
-	uint32_t present;
+	uint64_t present;
 	int err;
 };
 

@@ -17,6 +17,7 @@ enum attr_kind {
 	KIND_IP,		/* 4 or 16 */
 	KIND_EP,		/* FF_EP4_LEN or FF_EP6_LEN */
 	KIND_STR,		/* value length at most .size */
+	KIND_SEGS,		/* 16 to .size, a multiple of 16 (SEGMENTS) */
 };
 
 static const struct {
@@ -46,10 +47,16 @@ static const struct {
 	[FF_ATTR_LINK]		= { KIND_FIXED, 8 },
 	[FF_ATTR_COUNT]		= { KIND_FIXED, 4 },
 	[FF_ATTR_TOKEN]		= { KIND_FIXED, FF_TOKEN_LEN },
+	[FF_ATTR_QPN]		= { KIND_FIXED, 4 },
+	[FF_ATTR_VERBS_PEER]	= { KIND_FIXED, 24 },
+	[FF_ATTR_VERBS_QP]	= { KIND_FIXED, 8 },
+	[FF_ATTR_VERBS_MR]	= { KIND_FIXED, 24 },
+	[FF_ATTR_RKEY]		= { KIND_FIXED, 4 },
+	[FF_ATTR_SEGMENTS]	= { KIND_SEGS, 256 },
 };
 
 /* The present bitmask needs one bit per known type. */
-_Static_assert(FF_ATTR__COUNT <= 32, "ff_msg.present is 32 bits");
+_Static_assert(FF_ATTR__COUNT <= 64, "ff_msg.present is 64 bits");
 
 static int attr_known(uint16_t type)
 {
@@ -66,6 +73,8 @@ static int attr_len_ok(uint16_t type, size_t len)
 		return len == 4 || len == 16;
 	case KIND_EP:
 		return len == FF_EP4_LEN || len == FF_EP6_LEN;
+	case KIND_SEGS:
+		return len >= 16 && len <= attr_rules[type].size && len % 16 == 0;
 	default:
 		return len <= attr_rules[type].size;
 	}
@@ -89,6 +98,14 @@ static int msg_type_known(uint8_t type)
 	case FF_MSG_LINK_FILL:
 	case FF_MSG_LINK_TAKE:
 	case FF_MSG_LINK_COMMIT:
+	case FF_MSG_VERBS_QP_CREATE:
+	case FF_MSG_VERBS_CONNECT:
+	case FF_MSG_VERBS_PEER_QP:
+	case FF_MSG_VERBS_MR_REG:
+	case FF_MSG_VERBS_MR_GET:
+	case FF_MSG_VERBS_MR_GRANT:
+	case FF_MSG_VERBS_MR_DEREG:
+	case FF_MSG_VERBS_QP_DESTROY:
 	case FF_MSG_REGISTER:
 	case FF_MSG_UNREGISTER:
 	case FF_MSG_LIST:
@@ -148,9 +165,9 @@ static int decode_attrs(struct ff_msg *m)
 		off += FF_ATTR_HDR_LEN + len;
 		if (!attr_known(type))
 			continue;
-		if (!attr_len_ok(type, len) || (m->present & 1u << type))
+		if (!attr_len_ok(type, len) || (m->present & 1ull << type))
 			return FF_ERR_BADMSG;
-		m->present |= 1u << type;
+		m->present |= 1ull << type;
 		m->attr[type] = (struct ff_attr){ type, len, p + FF_ATTR_HDR_LEN };
 	}
 	return 0;
@@ -181,7 +198,7 @@ int ff_msg_decode(const void *buf, size_t n, struct ff_msg *m)
 
 const struct ff_attr *ff_msg_get(const struct ff_msg *m, uint16_t type)
 {
-	if (!attr_known(type) || !(m->present & 1u << type))
+	if (!attr_known(type) || !(m->present & 1ull << type))
 		return NULL;
 	return &m->attr[type];
 }
@@ -228,11 +245,11 @@ void ff_enc_attr(struct ff_enc *e, uint16_t type, const void *val, size_t len)
 		return;
 	}
 	if (attr_known(type)) {
-		if (!attr_len_ok(type, len) || (e->present & 1u << type)) {
+		if (!attr_len_ok(type, len) || (e->present & 1ull << type)) {
 			e->err = -EINVAL;
 			return;
 		}
-		e->present |= 1u << type;
+		e->present |= 1ull << type;
 	}
 	if (need > e->cap - e->len || need > FF_MAX_MESSAGE - e->len) {
 		e->err = -EMSGSIZE;

@@ -1,0 +1,45 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A verbs queue pair's memfd (docs/VERBS.md, "Queue pair memory"): its
+ * header, which the owning provider writes and the agent checks, the dead
+ * word the agent sets when the owner is gone, and the incoming ring the
+ * connected peer produces into. Little-endian. The verbs-qp-layout line of
+ * docs/protocol-vectors.txt holds these values; the C and Go vector tests
+ * check them.
+ */
+#ifndef FREEFLOW_VERBS_LAYOUT_H
+#define FREEFLOW_VERBS_LAYOUT_H
+
+/* The header: magic, version, ring_size (u32 each). */
+#define FF_VQP_MAGIC		0x51564646u	/* the bytes "FFVQ" */
+#define FF_VQP_VERSION		1u
+#define FF_VQP_HDR_SIZE		4096u	/* header page; the ring follows */
+#define FF_VQP_RING_MIN		4096u
+#define FF_VQP_RING_MAX		(16u << 20)
+#define FF_VQP_OFF_RING_SIZE	8u
+/* u32: 0 while the owner lives; 1 once it destroyed the QP or is gone (the agent writes it). */
+#define FF_VQP_OFF_DEAD		16u
+/* u64 byte counters of the ring, each on its own cache line: the peer produces, the owner consumes. */
+#define FF_VQP_OFF_PROD		64u
+#define FF_VQP_OFF_CONS		128u
+
+/* A record in the ring: a 16-byte header, then len payload bytes, padded to FF_VQP_REC_ALIGN. */
+#define FF_VQP_REC_HDR		16u
+#define FF_VQP_REC_ALIGN	16u
+#define FF_VQP_REC_LEN		0u	/* u32: payload bytes in this record */
+#define FF_VQP_REC_OP		4u	/* u8: enum ff_vqp_op */
+#define FF_VQP_REC_FLAGS	5u	/* u8: FF_VQP_FIRST, FF_VQP_LAST */
+#define FF_VQP_REC_IMM		8u	/* u32: immediate data, as the sender gave it */
+#define FF_VQP_REC_TOTAL	12u	/* u32: the whole message's bytes (on its first record) */
+
+enum ff_vqp_op {
+	FF_VQP_OP_SEND = 1,		/* payload: a piece of a SEND */
+	FF_VQP_OP_SEND_IMM = 2,		/* ... with immediate data */
+	FF_VQP_OP_WRITE_IMM = 3,	/* no payload: an RDMA WRITE of total bytes, done, with immediate */
+	FF_VQP_OP_PAD = 15,		/* no message: skip to the ring's end */
+};
+
+#define FF_VQP_FIRST	1u
+#define FF_VQP_LAST	2u
+
+#endif
