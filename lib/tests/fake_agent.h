@@ -70,6 +70,7 @@
 #include "freeflow/proto.h"
 #include "freeflow/ledger_layout.h"
 #include "freeflow/shm_layout.h"
+#include "fake_verbs.h"
 #include "testutil.h"
 
 #define FA_WAIT_MS	50
@@ -647,6 +648,7 @@ static inline void fa_ledger(struct fa_state *st, int lfd)
 /* Close client fd and forget it. */
 static inline void fa_drop(struct fa_state *st, int fd)
 {
+	fv_session_end(fd);
 	close(fd);
 	if (fd < FA_MAX_FD)
 		st->caps[fd] = 0;
@@ -663,8 +665,9 @@ static inline void fa_request(struct fa_state *st, int fd)
 	static uint8_t in[FF_MAX_MESSAGE];
 	union {
 		struct cmsghdr h;
-		char b[CMSG_SPACE(sizeof(int))];
+		char b[CMSG_SPACE(sizeof(int) * FV_MAX_SEGS)];
 	} ctl;
+	int fds[FV_MAX_SEGS], nfds = 0;
 	struct iovec iov = { in, sizeof(in) };
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
 			     .msg_control = ctl.b, .msg_controllen = sizeof(ctl.b) };
@@ -675,9 +678,20 @@ static inline void fa_request(struct fa_state *st, int fd)
 	const struct ff_attr *l;
 	uint16_t port;
 
-	if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
-	    cm->cmsg_len == CMSG_LEN(sizeof(int)))
-		memcpy(&rfd, CMSG_DATA(cm), sizeof(int));
+	if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+		nfds = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+		memcpy(fds, CMSG_DATA(cm), sizeof(int) * nfds);
+	}
+	if (n > 0 && !ff_msg_decode(in, (size_t)n, &m) && m.type >= FF_MSG_VERBS_QP_CREATE &&
+	    m.type <= FF_MSG_VERBS_QP_DESTROY) {
+		if (st->mode != FA_SILENT)
+			fv_request(fd, &m, fds, nfds);
+		return;
+	}
+	if (nfds == 1)
+		rfd = fds[0];
+	else
+		fv_close_fds(fds, nfds);
 	if (rfd >= 0 && (n <= 0 || ff_msg_decode(in, (size_t)n, &m) || m.type != FF_MSG_LEDGER)) {
 		close(rfd);
 		rfd = -1;

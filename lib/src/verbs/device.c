@@ -2,8 +2,8 @@
 /*
  * The provider's device and context: registration with libibverbs, the
  * device's identity from the container's sysfs tree, device and port
- * queries. Verbs this provider does not serve yet are libibverbs' own
- * defaults, which fail with EOPNOTSUPP.
+ * queries, and the table of the verbs the other files serve. Verbs not in
+ * it are libibverbs' own defaults, which fail with EOPNOTSUPP.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -180,11 +180,14 @@ static int query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_att
 	return 0;
 }
 
-/* verbs_uninit_context closes async_fd too. */
+/* verbs_uninit_context closes async_fd too; the agent forgets the session's QPs and MRs. */
 static void free_context(struct ibv_context *ctx)
 {
 	struct ffv_context *c = ffv_ctx(ctx);
 
+	ffv_grants_drop(c);
+	ffv_agent_close(c);
+	pthread_mutex_destroy(&c->mu);
 	verbs_uninit_context(&c->vctx);
 	free(c);
 }
@@ -193,6 +196,20 @@ static const struct verbs_context_ops ops = {
 	.query_device_ex = query_device_ex,
 	.query_port = query_port,
 	.free_context = free_context,
+	.alloc_pd = ffv_alloc_pd,
+	.dealloc_pd = ffv_dealloc_pd,
+	.reg_mr = ffv_reg_mr,
+	.dereg_mr = ffv_dereg_mr,
+	.create_cq = ffv_create_cq,
+	.destroy_cq = ffv_destroy_cq,
+	.poll_cq = ffv_poll_cq,
+	.req_notify_cq = ffv_req_notify_cq,
+	.create_qp = ffv_create_qp,
+	.query_qp = ffv_query_qp,
+	.modify_qp = ffv_modify_qp,
+	.destroy_qp = ffv_destroy_qp,
+	.post_send = ffv_post_send,
+	.post_recv = ffv_post_recv,
 };
 
 static struct verbs_context *alloc_context(struct ibv_device *dev, int cmd_fd, void *priv)
@@ -213,6 +230,8 @@ static struct verbs_context *alloc_context(struct ibv_device *dev, int cmd_fd, v
 		free(c);
 		return NULL;
 	}
+	c->agent = -1;
+	pthread_mutex_init(&c->mu, NULL);
 	verbs_set_ops(&c->vctx, &ops);
 	return &c->vctx;
 }

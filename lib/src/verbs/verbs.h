@@ -8,23 +8,125 @@
  * Built against rdma-core's provider headers (scripts/install-deps.sh
  * fetches Debian's source package and generates them); private ABI 34,
  * bookworm's libibverbs 44 and every release up to 56.
+ *
+ * Locking: one mutex per context (ctx->mu) guards its PDs, MRs, CQs and
+ * QPs and the agent session; the data path runs under it. The process's
+ * shared regions (mr.c) have a lock of their own, taken inside ctx->mu.
  */
 #ifndef FF_VERBS_H
 #define FF_VERBS_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include <infiniband/driver.h>
+
+#include "freeflow/verbs_layout.h"
 
 /* The device as the container's sysfs tree gives it (device.c). */
 struct ffv_device {
 	struct verbs_device vdev;
 	uint16_t lid;
 	uint64_t node_guid;		/* network order, as ibv_device_attr has it */
+	uint8_t gid[16];
 };
+
+struct ffv_mr;
+struct ffv_qp;
+struct ffv_grant;
 
 struct ffv_context {
 	struct verbs_context vctx;
+	pthread_mutex_t mu;
+	int agent;			/* the provider's agent session (agent.c), -1 until needed */
+	uint32_t seq;
+	uint32_t next_pd;
+	struct ffv_mr *mrs;		/* every MR of the context, by lkey (mr.c) */
+	struct ffv_qp *qps;		/* every QP, for the CQs' progress (qp.c) */
+	struct ffv_grant *grants;	/* peers' regions mapped here (mr.c) */
+};
+
+struct ffv_pd {
+	struct ibv_pd ibv_pd;
+	uint32_t num;			/* the agent's name for it (PROTOCOL.md, VERBS_QP) */
+};
+
+/* A registered region: lkey for local SGEs; remote ones are shared memory (mr.c). */
+struct ffv_mr {
+	struct verbs_mr vmr;
+	struct ffv_mr *next;
+	uintptr_t start, end;		/* [addr, addr + length) */
+	int access;
+	int remote;			/* registered with the agent: its pages are shared */
+};
+
+/* A peer's region mapped here, found by (the peer QP it came through, rkey). */
+struct ffv_grant {
+	struct ffv_grant *next;
+	uint32_t peer_qpn, rkey;
+	uintptr_t start, end;		/* the region in the owner's address space */
+	uint8_t *base;			/* our mapping of its pages from floor(start) */
+	size_t map_len;
+	int access;
+};
+
+struct ffv_cq {
+	struct verbs_cq vcq;
+	struct ibv_wc *wc;		/* ring of size entries: head is next to poll */
+	uint32_t size, head, count;
+	int overflowed;
+};
+
+/* A posted receive request: its buffers, copied from the ibv_recv_wr. */
+struct ffv_rwqe {
+	uint64_t wr_id;
+	int bad;			/* an SGE no MR allows writing: IBV_WC_LOC_PROT_ERR on arrival */
+	uint64_t room;			/* the SGEs' bytes */
+	int num_sge;
+	struct ibv_sge sge[];
+};
+
+/*
+ * A send request that waits: behind a SEND that did not fit the peer's
+ * ring, in order (post.c). Inline data is copied into data[].
+ */
+struct ffv_swqe {
+	struct ffv_swqe *next;
+	struct ibv_send_wr wr;		/* wr.sg_list points at sge; next unused */
+	uint32_t total, done;		/* a SEND's bytes, and how many are in the ring */
+	struct ibv_sge sge[];
+};
+
+struct ffv_qp {
+	struct verbs_qp vqp;		/* calloc'd, comp_mask stays 0: no ibv_qp_ex */
+	struct ffv_qp *next;
+	struct ffv_pd *pd;
+	struct ffv_cq *scq, *rcq;
+	int sq_sig_all;
+	struct ibv_qp_cap cap;
+	/* Attributes modify_qp set, as query_qp gives them back. */
+	struct ibv_qp_attr attr;
+	/* The incoming ring: our memfd, made at create_qp. */
+	int memfd;
+	uint8_t *mem;
+	uint32_t ring_size;
+	/* The peer: named at RTR, found at the agent at the first need. */
+	uint32_t peer_qpn;
+	uint8_t *peer_mem;
+	uint32_t peer_ring;
+	uint64_t tx_prod;		/* bytes we produced into the peer's ring (ours to know) */
+	/* Posted receives, in order. */
+	struct ffv_rwqe **rq;
+	uint32_t rq_head, rq_count;
+	uint64_t rx_cons;		/* bytes consumed from our ring (the peer may scribble on cons) */
+	int rx_busy;			/* a message's first piece arrived, its last not yet */
+	uint32_t rx_off;		/* bytes of it placed in rq[rq_head] */
+	enum ibv_wc_status rx_status;	/* how it ends: LOC_LEN_ERR once it overflows */
+	int taking;			/* in ffv_take_incoming */
+	int rx_broken;			/* the peer broke the ring's layout: nothing more is taken */
+	/* Sends waiting for room, oldest first. */
+	struct ffv_swqe *sq, **sq_tail;
+	uint32_t sq_count;
 };
 
 static inline struct ffv_device *ffv_dev(struct ibv_device *d)
@@ -37,5 +139,85 @@ static inline struct ffv_context *ffv_ctx(struct ibv_context *ctx)
 {
 	return container_of(ctx, struct ffv_context, vctx.context);
 }
+
+static inline struct ffv_qp *ffv_qp(struct ibv_qp *qp)
+{
+	return container_of(qp, struct ffv_qp, vqp.qp);
+}
+
+static inline struct ffv_cq *ffv_cq(struct ibv_cq *cq)
+{
+	return container_of(cq, struct ffv_cq, vcq.cq);
+}
+
+static inline struct ffv_pd *ffv_pd(struct ibv_pd *pd)
+{
+	return container_of(pd, struct ffv_pd, ibv_pd);
+}
+
+/* ---- agent.c: the provider's session with the agent ---- */
+
+/*
+ * One request and its answer, ctx->mu held: msg (encoded by the caller,
+ * with fds nfds of them) is sent, the answer decoded into *reply (its
+ * bytes in buf) with up to *nrfds fds. Returns 0, -errno, or the agent's
+ * ERR_CODE as a positive number (and its ERR_MSG in FREEFLOW_DEBUG).
+ */
+struct ff_msg;
+int ffv_agent_call(struct ffv_context *c, uint8_t *buf, size_t len, const int *fds, int nfds,
+		   struct ff_msg *reply, size_t cap, int *rfds, int *nrfds);
+void ffv_agent_close(struct ffv_context *c);
+uint32_t ffv_next_seq(struct ffv_context *c);
+
+/* ---- mr.c: PDs, regions, grants ---- */
+struct ibv_pd *ffv_alloc_pd(struct ibv_context *ctx);
+int ffv_dealloc_pd(struct ibv_pd *pd);
+struct ibv_mr *ffv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, int access);
+int ffv_dereg_mr(struct verbs_mr *vmr);
+/* ctx->mu held: the MR of lkey that holds [addr, addr + len) with access, or NULL. */
+struct ffv_mr *ffv_mr_find(struct ffv_context *c, uint32_t lkey, uint64_t addr, uint32_t len,
+			   int access);
+/*
+ * ctx->mu held: where [raddr, raddr + len) of the region rkey, reached
+ * through qp's peer, is mapped here, if the region allows access; NULL
+ * with *status the work completion's error otherwise.
+ */
+uint8_t *ffv_grant_find(struct ffv_qp *qp, uint32_t rkey, uint64_t raddr, uint32_t len,
+			int access, enum ibv_wc_status *status);
+void ffv_grants_drop(struct ffv_context *c);
+
+/* ---- cq.c ---- */
+struct ibv_cq *ffv_create_cq(struct ibv_context *ctx, int cqe, struct ibv_comp_channel *ch,
+			     int vec);
+int ffv_destroy_cq(struct ibv_cq *cq);
+int ffv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
+int ffv_req_notify_cq(struct ibv_cq *cq, int solicited);
+/* ctx->mu held: add a completion; 0, or -ENOSPC when the CQ overflowed. */
+int ffv_cq_push(struct ffv_cq *cq, const struct ibv_wc *wc);
+
+/* ---- qp.c ---- */
+struct ibv_qp *ffv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
+int ffv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask,
+		 struct ibv_qp_init_attr *init);
+int ffv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask);
+int ffv_destroy_qp(struct ibv_qp *qp);
+/* ctx->mu held: map qp's peer's ring (VERBS_CONNECT); 0, or the work completion's error. */
+enum ibv_wc_status ffv_qp_connect(struct ffv_qp *qp);
+/*
+ * ctx->mu held: qp to the error state: what already arrived is delivered
+ * (a NIC would have), then every request still posted completes flushed.
+ */
+void ffv_qp_error(struct ffv_qp *qp);
+
+/* ---- post.c: the data path ---- */
+int ffv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
+int ffv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+/* ctx->mu held: move qp's data along: incoming records to receives, waiting sends to the ring. */
+void ffv_progress(struct ffv_qp *qp);
+/* ctx->mu held: the records waiting in qp's ring into its posted receives. */
+void ffv_take_incoming(struct ffv_qp *qp);
+/* ctx->mu held: a completion of qp's into its send or receive CQ. */
+void ffv_complete(struct ffv_qp *qp, int send, uint64_t wr_id, enum ibv_wc_status st,
+		  enum ibv_wc_opcode op, uint32_t len);
 
 #endif

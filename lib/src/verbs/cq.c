@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Completion queues: private to the process (the peers never write them:
+ * a receive completes when its owner polls and takes the records waiting in
+ * its QPs' rings, post.c). Polling moves every QP of the context along
+ * first, so a program that only polls still sees its sends go out and its
+ * receives come in.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "verbs/verbs.h"
+
+struct ibv_cq *ffv_create_cq(struct ibv_context *ctx, int cqe, struct ibv_comp_channel *ch,
+			     int vec)
+{
+	struct ffv_cq *cq;
+
+	(void)ctx;
+	(void)vec;
+	if (cqe < 1 || cqe > (1 << 20)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (ch) {
+		/* Completion channels need the library's shim (docs/VERBS.md, "Not yet"). */
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	cq = calloc(1, sizeof(*cq));
+	if (!cq)
+		return NULL;
+	cq->size = (uint32_t)cqe;
+	cq->wc = calloc(cq->size, sizeof(*cq->wc));
+	if (!cq->wc) {
+		free(cq);
+		return NULL;
+	}
+	cq->vcq.cq.cqe = cqe;
+	return &cq->vcq.cq;
+}
+
+int ffv_destroy_cq(struct ibv_cq *ibcq)
+{
+	struct ffv_context *c = ffv_ctx(ibcq->context);
+	struct ffv_cq *cq = ffv_cq(ibcq);
+
+	pthread_mutex_lock(&c->mu);
+	for (struct ffv_qp *qp = c->qps; qp; qp = qp->next)
+		if (qp->scq == cq || qp->rcq == cq) {
+			pthread_mutex_unlock(&c->mu);
+			return EBUSY;	/* as a NIC: a QP still uses it */
+		}
+	pthread_mutex_unlock(&c->mu);
+	free(cq->wc);
+	free(cq);
+	return 0;
+}
+
+int ffv_cq_push(struct ffv_cq *cq, const struct ibv_wc *wc)
+{
+	if (cq->count == cq->size) {
+		cq->overflowed = 1;
+		return -ENOSPC;
+	}
+	cq->wc[(cq->head + cq->count) % cq->size] = *wc;
+	cq->count++;
+	return 0;
+}
+
+int ffv_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
+{
+	struct ffv_context *c = ffv_ctx(ibcq->context);
+	struct ffv_cq *cq = ffv_cq(ibcq);
+	int got = 0;
+
+	if (n < 0)
+		return -EINVAL;
+	pthread_mutex_lock(&c->mu);
+	for (struct ffv_qp *qp = c->qps; qp; qp = qp->next)
+		if (qp->scq == cq || qp->rcq == cq)
+			ffv_progress(qp);
+	if (cq->overflowed) {
+		pthread_mutex_unlock(&c->mu);
+		return -EOVERFLOW;	/* as a NIC's CQ in error: completions were lost */
+	}
+	while (got < n && cq->count) {
+		wc[got++] = cq->wc[cq->head];
+		cq->head = (cq->head + 1) % cq->size;
+		cq->count--;
+	}
+	pthread_mutex_unlock(&c->mu);
+	return got;
+}
+
+int ffv_req_notify_cq(struct ibv_cq *cq, int solicited)
+{
+	(void)cq;
+	(void)solicited;
+	return EOPNOTSUPP;	/* no completion channels yet (create_cq refuses them) */
+}

@@ -1,0 +1,549 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The same-host data path (docs/VERBS.md): the initiator carries out each
+ * work request in ibv_post_send, on shared memory. SENDs (and the receive
+ * side of WRITE with immediate) go as records into the peer QP's ring,
+ * which the receiver matches to its posted receives when it polls; WRITE,
+ * READ and atomics act on the target's region directly. Requests run in
+ * order: one behind a SEND that did not fit the ring waits with it, and
+ * both go on at the initiator's next post or poll.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "verbs/verbs.h"
+
+#define PIECE_MAX(ring)	((ring) / 8)	/* a SEND larger than this goes in pieces */
+
+static uint32_t round16(uint32_t n)
+{
+	return (n + FF_VQP_REC_ALIGN - 1) & ~(FF_VQP_REC_ALIGN - 1);
+}
+
+static void push_wc(struct ffv_qp *qp, struct ffv_cq *cq, const struct ibv_wc *wc)
+{
+	if (ffv_cq_push(cq, wc) && qp->vqp.qp.state != IBV_QPS_ERR)
+		ffv_qp_error(qp);	/* a NIC moves the QPs of an overflowed CQ to error */
+}
+
+void ffv_complete(struct ffv_qp *qp, int send, uint64_t wr_id, enum ibv_wc_status st,
+		  enum ibv_wc_opcode op, uint32_t len)
+{
+	struct ibv_wc wc = { .wr_id = wr_id, .status = st, .opcode = op, .byte_len = len,
+			     .qp_num = qp->vqp.qp.qp_num, .src_qp = qp->peer_qpn };
+
+	push_wc(qp, send ? qp->scq : qp->rcq, &wc);
+}
+
+static int peer_dead(const struct ffv_qp *qp)
+{
+	return __atomic_load_n((uint32_t *)(qp->peer_mem + FF_VQP_OFF_DEAD), __ATOMIC_ACQUIRE) != 0;
+}
+
+/* ---- the sender's side of a ring ---- */
+
+/* Bytes free in the peer's ring; 0 also when its cons word makes no sense. */
+static uint32_t ring_room(const struct ffv_qp *qp)
+{
+	uint64_t cons = __atomic_load_n((uint64_t *)(qp->peer_mem + FF_VQP_OFF_CONS), __ATOMIC_ACQUIRE);
+	uint64_t used = qp->tx_prod - cons;
+
+	return used > qp->peer_ring ? 0 : (uint32_t)(qp->peer_ring - used);
+}
+
+/*
+ * Room for one record of len payload bytes, padding to the ring's end first
+ * if it would wrap: the offset to write it at, or -1 when there is none.
+ */
+static long ring_reserve(struct ffv_qp *qp, uint32_t len)
+{
+	uint32_t need = FF_VQP_REC_HDR + round16(len), mask = qp->peer_ring - 1;
+	uint32_t off = (uint32_t)(qp->tx_prod & mask), to_end = qp->peer_ring - off;
+	uint8_t *ring = qp->peer_mem + FF_VQP_HDR_SIZE;
+
+	if (need > to_end) {
+		uint32_t pad[4] = { to_end - FF_VQP_REC_HDR, FF_VQP_OP_PAD, 0, 0 };
+
+		if (ring_room(qp) < to_end + need)
+			return -1;
+		memcpy(ring + off, pad, sizeof(pad));
+		qp->tx_prod += to_end;
+		off = 0;
+	} else if (ring_room(qp) < need) {
+		return -1;
+	}
+	return off;
+}
+
+static void rec_header(uint8_t *at, uint32_t len, uint8_t op, uint8_t flags, uint32_t imm,
+		       uint32_t total)
+{
+	uint8_t h[FF_VQP_REC_HDR] = { 0 };
+
+	memcpy(h + FF_VQP_REC_LEN, &len, 4);
+	h[FF_VQP_REC_OP] = op;
+	h[FF_VQP_REC_FLAGS] = flags;
+	memcpy(h + FF_VQP_REC_IMM, &imm, 4);
+	memcpy(h + FF_VQP_REC_TOTAL, &total, 4);
+	memcpy(at, h, sizeof(h));
+}
+
+static void publish(struct ffv_qp *qp)
+{
+	__atomic_store_n((uint64_t *)(qp->peer_mem + FF_VQP_OFF_PROD), qp->tx_prod, __ATOMIC_RELEASE);
+}
+
+/* Copy len bytes from offset off of the gather list into dst. */
+static void gather(uint8_t *dst, const struct ibv_sge *sge, int n, uint32_t off, uint32_t len)
+{
+	for (int i = 0; i < n && len; i++) {
+		uint32_t l = sge[i].length;
+
+		if (off >= l) {
+			off -= l;
+			continue;
+		}
+		l -= off;
+		if (l > len)
+			l = len;
+		memcpy(dst, (const uint8_t *)(uintptr_t)sge[i].addr + off, l);
+		dst += l, len -= l, off = 0;
+	}
+}
+
+/* ---- one work request ---- */
+
+enum { DONE, WAIT };	/* or a work completion error, < 0 as -status */
+
+/* Move a SEND's bytes [done, total) into the ring while there is room. */
+static int do_send(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total, uint32_t *done)
+{
+	uint8_t op = wr->opcode == IBV_WR_SEND_WITH_IMM ? FF_VQP_OP_SEND_IMM : FF_VQP_OP_SEND;
+
+	do {
+		uint32_t len = total - *done;
+		long off;
+
+		if (len > PIECE_MAX(qp->peer_ring))
+			len = PIECE_MAX(qp->peer_ring);
+		if ((off = ring_reserve(qp, len)) < 0)
+			break;
+		rec_header(qp->peer_mem + FF_VQP_HDR_SIZE + off, len, op,
+			   (*done == 0 ? FF_VQP_FIRST : 0) | (*done + len == total ? FF_VQP_LAST : 0),
+			   wr->imm_data, total);
+		gather(qp->peer_mem + FF_VQP_HDR_SIZE + off + FF_VQP_REC_HDR, wr->sg_list, wr->num_sge,
+		       *done, len);
+		qp->tx_prod += FF_VQP_REC_HDR + round16(len);
+		*done += len;
+	} while (*done < total);
+	publish(qp);
+	return *done == total ? DONE : WAIT;
+}
+
+/* An RDMA WRITE: gather straight into the target's region; with immediate, a record follows. */
+static int do_write(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total, uint32_t *done)
+{
+	enum ibv_wc_status st;
+	uint8_t *dst;
+
+	if (*done == 0) {
+		dst = ffv_grant_find(qp, wr->wr.rdma.rkey, wr->wr.rdma.remote_addr, total,
+				     IBV_ACCESS_REMOTE_WRITE, &st);
+		if (!dst)
+			return -(int)st;
+		gather(dst, wr->sg_list, wr->num_sge, 0, total);
+		*done = 1;	/* the data is there; only the record may wait */
+	}
+	if (wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
+		long off = ring_reserve(qp, 0);
+
+		if (off < 0)
+			return WAIT;
+		/* Release order: the target sees the record only after the data. */
+		rec_header(qp->peer_mem + FF_VQP_HDR_SIZE + off, 0, FF_VQP_OP_WRITE_IMM,
+			   FF_VQP_FIRST | FF_VQP_LAST, wr->imm_data, total);
+		qp->tx_prod += FF_VQP_REC_HDR;
+		publish(qp);
+	}
+	return DONE;
+}
+
+/* Scatter len bytes from src over the SGEs. */
+static void scatter(const struct ibv_sge *sge, int n, uint32_t off, const uint8_t *src, uint32_t len)
+{
+	for (int i = 0; i < n && len; i++) {
+		uint32_t l = sge[i].length;
+
+		if (off >= l) {
+			off -= l;
+			continue;
+		}
+		l -= off;
+		if (l > len)
+			l = len;
+		memcpy((uint8_t *)(uintptr_t)sge[i].addr + off, src, l);
+		src += l, len -= l, off = 0;
+	}
+}
+
+static int do_read(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total)
+{
+	enum ibv_wc_status st;
+	const uint8_t *src = ffv_grant_find(qp, wr->wr.rdma.rkey, wr->wr.rdma.remote_addr, total,
+					    IBV_ACCESS_REMOTE_READ, &st);
+
+	if (!src)
+		return -(int)st;
+	scatter(wr->sg_list, wr->num_sge, 0, src, total);
+	return DONE;
+}
+
+static int do_atomic(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total)
+{
+	uint64_t raddr = wr->wr.atomic.remote_addr, old;
+	enum ibv_wc_status st;
+	uint64_t *dst;
+
+	if (total != 8 || raddr % 8)
+		return -(int)IBV_WC_REM_INV_REQ_ERR;
+	dst = (uint64_t *)ffv_grant_find(qp, wr->wr.atomic.rkey, raddr, 8, IBV_ACCESS_REMOTE_ATOMIC, &st);
+	if (!dst)
+		return -(int)st;
+	if (wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+		old = __atomic_fetch_add(dst, wr->wr.atomic.compare_add, __ATOMIC_SEQ_CST);
+	} else {
+		old = wr->wr.atomic.compare_add;
+		__atomic_compare_exchange_n(dst, &old, wr->wr.atomic.swap, 0, __ATOMIC_SEQ_CST,
+					    __ATOMIC_SEQ_CST);
+	}
+	scatter(wr->sg_list, wr->num_sge, 0, (const uint8_t *)&old, 8);
+	return DONE;
+}
+
+static enum ibv_wc_opcode wc_opcode(enum ibv_wr_opcode op)
+{
+	switch (op) {
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;
+	case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
+	case IBV_WR_ATOMIC_CMP_AND_SWP: return IBV_WC_COMP_SWAP;
+	case IBV_WR_ATOMIC_FETCH_AND_ADD: return IBV_WC_FETCH_ADD;
+	default: return IBV_WC_SEND;
+	}
+}
+
+/* Carry out wr as far as it goes: DONE, WAIT, or -status. */
+static int run(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total, uint32_t *done)
+{
+	if (!qp->peer_mem) {
+		enum ibv_wc_status st = ffv_qp_connect(qp);
+
+		if (st != IBV_WC_SUCCESS)
+			return -(int)st;
+	}
+	if (peer_dead(qp))
+		return -(int)IBV_WC_RETRY_EXC_ERR;	/* as a NIC whose peer stopped answering */
+	switch (wr->opcode) {
+	case IBV_WR_SEND:
+	case IBV_WR_SEND_WITH_IMM:
+		return do_send(qp, wr, total, done);
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+		return do_write(qp, wr, total, done);
+	case IBV_WR_RDMA_READ:
+		return do_read(qp, wr, total);
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		return do_atomic(qp, wr, total);
+	default:
+		return -(int)IBV_WC_REM_INV_REQ_ERR;
+	}
+}
+
+static int signaled(const struct ffv_qp *qp, const struct ibv_send_wr *wr)
+{
+	return qp->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED);
+}
+
+/* A finished request: its completion if signaled, or the error that stops the QP. */
+static void finish(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total, int r)
+{
+	if (r < 0) {
+		ffv_complete(qp, 1, wr->wr_id, (enum ibv_wc_status)-r, wc_opcode(wr->opcode), 0);
+		ffv_qp_error(qp);
+	} else if (signaled(qp, wr)) {
+		ffv_complete(qp, 1, wr->wr_id, IBV_WC_SUCCESS, wc_opcode(wr->opcode),
+			     wr->opcode == IBV_WR_RDMA_READ || wr->opcode == IBV_WR_SEND ||
+			     wr->opcode == IBV_WR_SEND_WITH_IMM ? total : 0);
+	}
+}
+
+/* Go on with the requests that wait, oldest first. */
+static void drain_sq(struct ffv_qp *qp)
+{
+	while (qp->sq && qp->vqp.qp.state == IBV_QPS_RTS) {
+		struct ffv_swqe *w = qp->sq;
+		int r = run(qp, &w->wr, w->total, &w->done);
+
+		if (r == WAIT)
+			return;
+		qp->sq = w->next;
+		if (!qp->sq)
+			qp->sq_tail = &qp->sq;
+		qp->sq_count--;
+		finish(qp, &w->wr, w->total, r);
+		free(w);
+	}
+}
+
+/* Keep wr (and its inline data) to go on later; its first done bytes went. */
+static int enqueue(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total, uint32_t done)
+{
+	int inl = (wr->send_flags & IBV_SEND_INLINE) != 0;
+	struct ffv_swqe *w;
+
+	if (qp->sq_count >= qp->cap.max_send_wr)
+		return ENOMEM;
+	w = malloc(sizeof(*w) + sizeof(struct ibv_sge) * (inl ? 1 : wr->num_sge) + (inl ? total : 0));
+	if (!w)
+		return ENOMEM;
+	w->wr = *wr;
+	w->wr.next = NULL;
+	w->wr.sg_list = w->sge;
+	w->total = total;
+	w->done = done;
+	if (inl) {
+		uint8_t *data = (uint8_t *)(w->sge + 1);
+
+		gather(data, wr->sg_list, wr->num_sge, 0, total);
+		w->sge[0] = (struct ibv_sge){ .addr = (uintptr_t)data, .length = total };
+		w->wr.num_sge = 1;
+	} else {
+		memcpy(w->sge, wr->sg_list, sizeof(struct ibv_sge) * wr->num_sge);
+	}
+	w->next = NULL;
+	*qp->sq_tail = w;
+	qp->sq_tail = &w->next;
+	qp->sq_count++;
+	return 0;
+}
+
+/*
+ * The local buffers of wr: each SGE inside an MR of this context (unless
+ * inline) that allows what the request does with it. Their total bytes in
+ * *total, or -status.
+ */
+static int check_local(struct ffv_context *c, const struct ibv_send_wr *wr, uint32_t *total)
+{
+	int need = wr->opcode == IBV_WR_RDMA_READ || wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+		   wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ? IBV_ACCESS_LOCAL_WRITE : 0;
+	uint64_t sum = 0;
+
+	for (int i = 0; i < wr->num_sge; i++) {
+		const struct ibv_sge *s = &wr->sg_list[i];
+
+		if (!(wr->send_flags & IBV_SEND_INLINE) &&
+		    !ffv_mr_find(c, s->lkey, s->addr, s->length, need))
+			return -(int)IBV_WC_LOC_PROT_ERR;
+		sum += s->length;
+	}
+	if (sum > (1u << 31))
+		return -(int)IBV_WC_LOC_LEN_ERR;
+	*total = (uint32_t)sum;
+	return 0;
+}
+
+int ffv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	struct ffv_context *c = ffv_ctx(ibqp->context);
+	struct ffv_qp *qp = ffv_qp(ibqp);
+	int err = 0;
+
+	pthread_mutex_lock(&c->mu);
+	drain_sq(qp);
+	for (; wr; wr = wr->next) {
+		uint32_t total = 0, done = 0;
+		int r;
+
+		if (ibqp->state == IBV_QPS_ERR) {
+			/* Posted to a QP in error: flushed, as a NIC does. */
+			ffv_complete(qp, 1, wr->wr_id, IBV_WC_WR_FLUSH_ERR, wc_opcode(wr->opcode), 0);
+			continue;
+		}
+		if (ibqp->state != IBV_QPS_RTS || wr->num_sge < 0 ||
+		    (uint32_t)wr->num_sge > qp->cap.max_send_sge) {
+			err = EINVAL;
+			break;
+		}
+		r = check_local(c, wr, &total);
+		if (r < 0) {
+			finish(qp, wr, 0, r);
+			continue;
+		}
+		if ((wr->send_flags & IBV_SEND_INLINE) && total > qp->cap.max_inline_data) {
+			err = EINVAL;
+			break;
+		}
+		r = qp->sq ? WAIT : run(qp, wr, total, &done);
+		if (r == WAIT) {
+			if ((err = enqueue(qp, wr, total, done)))
+				break;
+			continue;
+		}
+		finish(qp, wr, total, r);
+	}
+	pthread_mutex_unlock(&c->mu);
+	if (err)
+		*bad = wr;
+	return err;
+}
+
+/* ---- the receiver's side ---- */
+
+int ffv_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	struct ffv_context *c = ffv_ctx(ibqp->context);
+	struct ffv_qp *qp = ffv_qp(ibqp);
+	int err = 0;
+
+	pthread_mutex_lock(&c->mu);
+	for (; wr; wr = wr->next) {
+		struct ffv_rwqe *w;
+
+		if (ibqp->state == IBV_QPS_ERR) {
+			ffv_complete(qp, 0, wr->wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0);
+			continue;
+		}
+		if (ibqp->state == IBV_QPS_RESET || wr->num_sge < 0 ||
+		    (uint32_t)wr->num_sge > qp->cap.max_recv_sge) {
+			err = EINVAL;
+			break;
+		}
+		if (qp->rq_count == qp->cap.max_recv_wr) {
+			err = ENOMEM;
+			break;
+		}
+		w = malloc(sizeof(*w) + sizeof(struct ibv_sge) * wr->num_sge);
+		if (!w) {
+			err = ENOMEM;
+			break;
+		}
+		w->wr_id = wr->wr_id;
+		w->num_sge = wr->num_sge;
+		w->bad = 0;
+		w->room = 0;
+		for (int i = 0; i < wr->num_sge; i++) {
+			w->sge[i] = wr->sg_list[i];
+			w->room += wr->sg_list[i].length;
+			if (!ffv_mr_find(c, w->sge[i].lkey, w->sge[i].addr, w->sge[i].length,
+					 IBV_ACCESS_LOCAL_WRITE))
+				w->bad = 1;
+		}
+		qp->rq[(qp->rq_head + qp->rq_count) % qp->cap.max_recv_wr] = w;
+		qp->rq_count++;
+	}
+	pthread_mutex_unlock(&c->mu);
+	if (err)
+		*bad = wr;
+	return err;
+}
+
+/* The receive at the head is done: its completion, and the QP's error if it failed. */
+static void recv_done(struct ffv_qp *qp, uint8_t op, uint32_t imm, uint32_t total)
+{
+	struct ffv_rwqe *w = qp->rq[qp->rq_head];
+	struct ibv_wc wc = { .wr_id = w->wr_id, .status = qp->rx_status,
+			     .opcode = op == FF_VQP_OP_WRITE_IMM ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV,
+			     .byte_len = total, .qp_num = qp->vqp.qp.qp_num, .src_qp = qp->peer_qpn };
+
+	if (op != FF_VQP_OP_SEND) {
+		wc.imm_data = imm;
+		wc.wc_flags = IBV_WC_WITH_IMM;
+	}
+	qp->rq_head = (qp->rq_head + 1) % qp->cap.max_recv_wr;
+	qp->rq_count--;
+	qp->rx_busy = 0;
+	free(w);
+	push_wc(qp, qp->rcq, &wc);
+	if (wc.status != IBV_WC_SUCCESS && qp->vqp.qp.state != IBV_QPS_ERR)
+		ffv_qp_error(qp);
+}
+
+/*
+ * Take the records waiting in our ring into the posted receives. A record
+ * that makes no sense (the peer broke the layout) puts the QP in error.
+ */
+void ffv_take_incoming(struct ffv_qp *qp)
+{
+	uint8_t *ring = qp->mem + FF_VQP_HDR_SIZE;
+	uint64_t prod = __atomic_load_n((uint64_t *)(qp->mem + FF_VQP_OFF_PROD), __ATOMIC_ACQUIRE);
+	uint64_t start = qp->rx_cons;
+
+	if (qp->taking || qp->rx_broken)
+		return;	/* a completion inside made the QP fail: its flush comes here */
+	qp->taking = 1;
+	while (qp->rx_cons != prod && qp->vqp.qp.state != IBV_QPS_ERR) {
+		uint64_t avail = prod - qp->rx_cons;
+		uint32_t off = (uint32_t)(qp->rx_cons & (qp->ring_size - 1)), len, imm, total, rec;
+		uint8_t op, flags;
+
+		memcpy(&len, ring + off + FF_VQP_REC_LEN, 4);
+		op = ring[off + FF_VQP_REC_OP];
+		flags = ring[off + FF_VQP_REC_FLAGS];
+		memcpy(&imm, ring + off + FF_VQP_REC_IMM, 4);
+		memcpy(&total, ring + off + FF_VQP_REC_TOTAL, 4);
+		rec = FF_VQP_REC_HDR + round16(len);
+		if (avail > qp->ring_size || len > qp->ring_size || rec > avail ||
+		    off + rec > qp->ring_size || (op == FF_VQP_OP_WRITE_IMM && len) ||
+		    (op != FF_VQP_OP_PAD && op != FF_VQP_OP_SEND && op != FF_VQP_OP_SEND_IMM &&
+		     op != FF_VQP_OP_WRITE_IMM) ||
+		    (op != FF_VQP_OP_PAD && (flags & FF_VQP_FIRST ? 1 : 0) == qp->rx_busy)) {
+			qp->rx_broken = 1;
+			break;
+		}
+		if (op != FF_VQP_OP_PAD) {
+			if (flags & FF_VQP_FIRST) {
+				if (!qp->rq_count)
+					break;	/* no receive posted: it waits (RNR, retried for ever) */
+				qp->rx_busy = 1;
+				qp->rx_off = 0;
+				/* WRITE with immediate takes a receive but never touches its buffers. */
+				qp->rx_status = op == FF_VQP_OP_WRITE_IMM ? IBV_WC_SUCCESS :
+						qp->rq[qp->rq_head]->bad ? IBV_WC_LOC_PROT_ERR :
+						total > qp->rq[qp->rq_head]->room ? IBV_WC_LOC_LEN_ERR :
+						IBV_WC_SUCCESS;
+			}
+			if (qp->rx_status == IBV_WC_SUCCESS && len) {
+				struct ffv_rwqe *w = qp->rq[qp->rq_head];
+
+				if (qp->rx_off + len > w->room)
+					qp->rx_status = IBV_WC_LOC_LEN_ERR;
+				else
+					scatter(w->sge, w->num_sge, qp->rx_off, ring + off + FF_VQP_REC_HDR, len);
+			}
+			qp->rx_off += len;
+			if (flags & FF_VQP_LAST)
+				recv_done(qp, op, imm, op == FF_VQP_OP_WRITE_IMM ? total : qp->rx_off);
+		}
+		qp->rx_cons += rec;
+	}
+	if (qp->rx_cons != start)
+		__atomic_store_n((uint64_t *)(qp->mem + FF_VQP_OFF_CONS), qp->rx_cons, __ATOMIC_RELEASE);
+	qp->taking = 0;
+	if (qp->rx_broken && qp->vqp.qp.state != IBV_QPS_ERR)
+		ffv_qp_error(qp);
+}
+
+void ffv_progress(struct ffv_qp *qp)
+{
+	if (qp->vqp.qp.state == IBV_QPS_RESET || qp->vqp.qp.state == IBV_QPS_INIT)
+		return;
+	ffv_take_incoming(qp);
+	if (qp->vqp.qp.state == IBV_QPS_RTS)
+		drain_sq(qp);
+	/* A peer gone with receives still posted: they will never fill (a NIC's retries run out). */
+	if (qp->peer_mem && qp->vqp.qp.state != IBV_QPS_ERR && peer_dead(qp) &&
+	    __atomic_load_n((uint64_t *)(qp->mem + FF_VQP_OFF_PROD), __ATOMIC_ACQUIRE) == qp->rx_cons)
+		ffv_qp_error(qp);
+}

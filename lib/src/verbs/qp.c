@@ -1,0 +1,399 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Queue pairs: made with their incoming ring (a memfd, registered with the
+ * agent, which numbers the QP), moved through the state machine as a NIC
+ * moves them (a transition or attribute mask the IB spec forbids fails with
+ * EINVAL), connected to their peer at RTR through the agent.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "freeflow/proto.h"
+#include "verbs/verbs.h"
+
+#define RING_SIZE	(1u << 20)	/* each QP's incoming ring; untouched pages cost nothing */
+#define MAX_WR		16384
+#define MAX_SGE		32
+#define MAX_INLINE	4096
+
+static int make_ring(struct ffv_qp *qp)
+{
+	size_t size = FF_VQP_HDR_SIZE + RING_SIZE;
+	uint32_t hdr[3] = { FF_VQP_MAGIC, FF_VQP_VERSION, RING_SIZE };
+
+	qp->memfd = memfd_create("ffv-qp", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (qp->memfd < 0)
+		return -errno;
+	if (ftruncate(qp->memfd, size) < 0 ||
+	    fcntl(qp->memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0)
+		return -errno;
+	qp->mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, qp->memfd, 0);
+	if (qp->mem == MAP_FAILED) {
+		qp->mem = NULL;
+		return -errno;
+	}
+	memcpy(qp->mem, hdr, sizeof(hdr));
+	qp->ring_size = RING_SIZE;
+	return 0;
+}
+
+/* ctx->mu held: VERBS_QP_CREATE; the agent's QPN into qp. */
+static int register_qp(struct ffv_context *c, struct ffv_qp *qp)
+{
+	uint8_t buf[256], val[8];
+	uint32_t type = IBV_QPT_RC, pd = qp->pd->num;
+	const struct ff_attr *qpn;
+	struct ff_enc e;
+	struct ff_msg m;
+	int n, rn = 0, err;
+
+	memcpy(val, &type, 4), memcpy(val + 4, &pd, 4);
+	ff_enc_start(&e, buf, sizeof(buf), FF_MSG_VERBS_QP_CREATE, ffv_next_seq(c));
+	ff_enc_attr(&e, FF_ATTR_VERBS_QP, val, sizeof(val));
+	n = ff_enc_finish(&e);
+	if (n < 0)
+		return n;
+	err = ffv_agent_call(c, buf, n, &qp->memfd, 1, &m, sizeof(buf), NULL, &rn);
+	if (err)
+		return err > 0 ? (err == FF_ERR_LIMIT ? -ENOMEM : -EPERM) : err;
+	if (m.type != FF_MSG_OK || !(qpn = ff_msg_get(&m, FF_ATTR_QPN)))
+		return -EPROTO;
+	qp->vqp.qp.qp_num = ff_attr_u32(qpn);
+	return 0;
+}
+
+static void free_qp(struct ffv_qp *qp)
+{
+	if (qp->mem)
+		munmap(qp->mem, FF_VQP_HDR_SIZE + qp->ring_size);
+	if (qp->peer_mem)
+		munmap(qp->peer_mem, FF_VQP_HDR_SIZE + qp->peer_ring);
+	if (qp->memfd >= 0)
+		close(qp->memfd);
+	for (uint32_t i = 0; qp->rq && i < qp->rq_count; i++)
+		free(qp->rq[(qp->rq_head + i) % qp->cap.max_recv_wr]);
+	free(qp->rq);
+	while (qp->sq) {
+		struct ffv_swqe *w = qp->sq;
+
+		qp->sq = w->next;
+		free(w);
+	}
+	free(qp);
+}
+
+struct ibv_qp *ffv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	struct ffv_context *c = ffv_ctx(pd->context);
+	struct ibv_qp_cap *cap = &attr->cap;
+	struct ffv_qp *qp;
+	int err;
+
+	if (attr->qp_type != IBV_QPT_RC || attr->srq) {
+		errno = EOPNOTSUPP;	/* UD and SRQ: not yet (docs/VERBS.md) */
+		return NULL;
+	}
+	if (!attr->send_cq || !attr->recv_cq || cap->max_send_wr > MAX_WR ||
+	    cap->max_recv_wr > MAX_WR || cap->max_send_sge > MAX_SGE ||
+	    cap->max_recv_sge > MAX_SGE || cap->max_inline_data > MAX_INLINE) {
+		errno = EINVAL;
+		return NULL;
+	}
+	qp = calloc(1, sizeof(*qp));
+	if (!qp)
+		return NULL;
+	qp->memfd = -1;
+	qp->pd = ffv_pd(pd);
+	qp->scq = ffv_cq(attr->send_cq);
+	qp->rcq = ffv_cq(attr->recv_cq);
+	qp->sq_sig_all = attr->sq_sig_all;
+	cap->max_send_wr = cap->max_send_wr ? cap->max_send_wr : 1;
+	cap->max_recv_wr = cap->max_recv_wr ? cap->max_recv_wr : 1;
+	cap->max_send_sge = cap->max_send_sge ? cap->max_send_sge : 1;
+	cap->max_recv_sge = cap->max_recv_sge ? cap->max_recv_sge : 1;
+	cap->max_inline_data = MAX_INLINE;
+	qp->cap = *cap;
+	qp->sq_tail = &qp->sq;
+	qp->rq = calloc(cap->max_recv_wr, sizeof(*qp->rq));
+	err = qp->rq ? make_ring(qp) : -ENOMEM;
+	pthread_mutex_lock(&c->mu);
+	if (!err)
+		err = register_qp(c, qp);
+	if (!err) {
+		qp->next = c->qps;
+		c->qps = qp;
+	}
+	pthread_mutex_unlock(&c->mu);
+	if (err) {
+		free_qp(qp);
+		errno = -err;
+		return NULL;
+	}
+	qp->vqp.qp.context = pd->context;
+	qp->vqp.qp.qp_context = attr->qp_context;
+	qp->vqp.qp.pd = pd;
+	qp->vqp.qp.send_cq = attr->send_cq;
+	qp->vqp.qp.recv_cq = attr->recv_cq;
+	qp->vqp.qp.state = IBV_QPS_RESET;
+	qp->vqp.qp.qp_type = IBV_QPT_RC;
+	pthread_mutex_init(&qp->vqp.qp.mutex, NULL);
+	pthread_cond_init(&qp->vqp.qp.cond, NULL);
+	qp->attr.qp_state = IBV_QPS_RESET;
+	qp->attr.cap = qp->cap;
+	return &qp->vqp.qp;
+}
+
+int ffv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask,
+		 struct ibv_qp_init_attr *init)
+{
+	struct ffv_context *c = ffv_ctx(ibqp->context);
+	struct ffv_qp *qp = ffv_qp(ibqp);
+
+	(void)mask;
+	pthread_mutex_lock(&c->mu);
+	*attr = qp->attr;
+	attr->qp_state = attr->cur_qp_state = ibqp->state;
+	attr->cap = qp->cap;
+	memset(init, 0, sizeof(*init));
+	init->qp_context = ibqp->qp_context;
+	init->send_cq = ibqp->send_cq;
+	init->recv_cq = ibqp->recv_cq;
+	init->cap = qp->cap;
+	init->qp_type = ibqp->qp_type;
+	init->sq_sig_all = qp->sq_sig_all;
+	pthread_mutex_unlock(&c->mu);
+	return 0;
+}
+
+/* The attributes an RC transition requires (IB spec, table "QP state transition properties"). */
+static int required(enum ibv_qp_state from, enum ibv_qp_state to)
+{
+	if (from == IBV_QPS_RESET && to == IBV_QPS_INIT)
+		return IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+	if (from == IBV_QPS_INIT && to == IBV_QPS_RTR)
+		return IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+		       IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+	if (from == IBV_QPS_RTR && to == IBV_QPS_RTS)
+		return IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+		       IBV_QP_MAX_QP_RD_ATOMIC;
+	return 0;
+}
+
+static int allowed(enum ibv_qp_state from, enum ibv_qp_state to)
+{
+	if (to == IBV_QPS_RESET || to == IBV_QPS_ERR)
+		return 1;
+	switch (from) {
+	case IBV_QPS_RESET: return to == IBV_QPS_INIT;
+	case IBV_QPS_INIT: return to == IBV_QPS_INIT || to == IBV_QPS_RTR;
+	case IBV_QPS_RTR: return to == IBV_QPS_RTS;
+	case IBV_QPS_RTS: return to == IBV_QPS_RTS || to == IBV_QPS_SQD;
+	case IBV_QPS_SQD: return to == IBV_QPS_RTS || to == IBV_QPS_SQD;
+	case IBV_QPS_SQE: return to == IBV_QPS_RTS;
+	default: return 0;
+	}
+}
+
+/* ctx->mu held: back to RESET: posted requests are dropped without completions, as a NIC does. */
+static void reset(struct ffv_qp *qp)
+{
+	for (uint32_t i = 0; i < qp->rq_count; i++)
+		free(qp->rq[(qp->rq_head + i) % qp->cap.max_recv_wr]);
+	qp->rq_head = qp->rq_count = qp->rx_off = 0;
+	qp->rx_busy = 0;
+	qp->tx_prod = 0;
+	qp->rx_cons = 0;
+	__atomic_store_n((uint64_t *)(qp->mem + FF_VQP_OFF_CONS), 0, __ATOMIC_RELEASE);
+	while (qp->sq) {
+		struct ffv_swqe *w = qp->sq;
+
+		qp->sq = w->next;
+		free(w);
+	}
+	qp->sq_tail = &qp->sq;
+	qp->sq_count = 0;
+	if (qp->peer_mem)
+		munmap(qp->peer_mem, FF_VQP_HDR_SIZE + qp->peer_ring);
+	qp->peer_mem = NULL;
+}
+
+int ffv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
+{
+	struct ffv_context *c = ffv_ctx(ibqp->context);
+	struct ffv_qp *qp = ffv_qp(ibqp);
+	enum ibv_qp_state from, to;
+
+	pthread_mutex_lock(&c->mu);
+	from = mask & IBV_QP_CUR_STATE ? attr->cur_qp_state : ibqp->state;
+	to = mask & IBV_QP_STATE ? attr->qp_state : from;
+	if (from != ibqp->state || !allowed(from, to) ||
+	    (mask & required(from, to)) != required(from, to) ||
+	    (mask & IBV_QP_PORT && attr->port_num != 1) ||
+	    (mask & IBV_QP_PKEY_INDEX && attr->pkey_index != 0)) {
+		pthread_mutex_unlock(&c->mu);
+		return EINVAL;
+	}
+	if (mask & IBV_QP_ACCESS_FLAGS)
+		qp->attr.qp_access_flags = attr->qp_access_flags;
+	if (mask & IBV_QP_PORT)
+		qp->attr.port_num = attr->port_num;
+	if (mask & IBV_QP_AV)
+		qp->attr.ah_attr = attr->ah_attr;
+	if (mask & IBV_QP_PATH_MTU)
+		qp->attr.path_mtu = attr->path_mtu;
+	if (mask & IBV_QP_DEST_QPN)
+		qp->attr.dest_qp_num = attr->dest_qp_num;
+	if (mask & IBV_QP_RQ_PSN)
+		qp->attr.rq_psn = attr->rq_psn;
+	if (mask & IBV_QP_SQ_PSN)
+		qp->attr.sq_psn = attr->sq_psn;
+	if (mask & IBV_QP_MAX_DEST_RD_ATOMIC)
+		qp->attr.max_dest_rd_atomic = attr->max_dest_rd_atomic;
+	if (mask & IBV_QP_MAX_QP_RD_ATOMIC)
+		qp->attr.max_rd_atomic = attr->max_rd_atomic;
+	if (mask & IBV_QP_MIN_RNR_TIMER)
+		qp->attr.min_rnr_timer = attr->min_rnr_timer;
+	if (mask & IBV_QP_TIMEOUT)
+		qp->attr.timeout = attr->timeout;
+	if (mask & IBV_QP_RETRY_CNT)
+		qp->attr.retry_cnt = attr->retry_cnt;
+	if (mask & IBV_QP_RNR_RETRY)
+		qp->attr.rnr_retry = attr->rnr_retry;
+	ibqp->state = to;
+	qp->attr.qp_state = to;
+	if (to == IBV_QPS_RESET)
+		reset(qp);
+	else if (to == IBV_QPS_ERR && from != IBV_QPS_ERR)
+		ffv_qp_error(qp);
+	else if (to == IBV_QPS_RTR)
+		ffv_qp_connect(qp);	/* the peer may not exist yet: the first send asks again */
+	pthread_mutex_unlock(&c->mu);
+	return 0;
+}
+
+/* How VERBS_PEER names the QP modify_qp to RTR named: QPN, LID or GID. */
+static void peer_name(const struct ffv_qp *qp, uint8_t val[24])
+{
+	const struct ibv_ah_attr *ah = &qp->attr.ah_attr;
+	uint32_t qpn = qp->attr.dest_qp_num;
+	uint16_t lid = ah->is_global ? 0 : ah->dlid;
+
+	memset(val, 0, 24);
+	memcpy(val, &qpn, 4);
+	memcpy(val + 4, &lid, 2);
+	if (ah->is_global)
+		memcpy(val + 8, ah->grh.dgid.raw, 16);
+}
+
+/* Map the peer's ring from the agent's fd, after checking what it is. */
+static int map_peer(struct ffv_qp *qp, int fd)
+{
+	struct stat st;
+	uint32_t ring, hdr[2];
+	uint8_t *mem;
+
+	if (fstat(fd, &st) < 0 || st.st_size <= FF_VQP_HDR_SIZE)
+		return -EPROTO;
+	ring = (uint32_t)(st.st_size - FF_VQP_HDR_SIZE);
+	if (st.st_size > FF_VQP_HDR_SIZE + FF_VQP_RING_MAX || ring < FF_VQP_RING_MIN ||
+	    (ring & (ring - 1)))
+		return -EPROTO;
+	mem = mmap(NULL, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (mem == MAP_FAILED)
+		return -errno;
+	memcpy(hdr, mem, sizeof(hdr));
+	if (hdr[0] != FF_VQP_MAGIC || hdr[1] != FF_VQP_VERSION) {
+		munmap(mem, st.st_size);
+		return -EPROTO;
+	}
+	qp->peer_mem = mem;
+	qp->peer_ring = ring;
+	return 0;
+}
+
+enum ibv_wc_status ffv_qp_connect(struct ffv_qp *qp)
+{
+	struct ffv_context *c = ffv_ctx(qp->vqp.qp.context);
+	uint8_t buf[256], val[24];
+	const struct ff_attr *qpn;
+	int fd = -1, nfds = 1, n, err;
+	struct ff_enc e;
+	struct ff_msg m;
+
+	if (qp->peer_mem)
+		return IBV_WC_SUCCESS;
+	peer_name(qp, val);
+	ff_enc_start(&e, buf, sizeof(buf), FF_MSG_VERBS_CONNECT, ffv_next_seq(c));
+	ff_enc_u32(&e, FF_ATTR_QPN, qp->vqp.qp.qp_num);
+	ff_enc_attr(&e, FF_ATTR_VERBS_PEER, val, sizeof(val));
+	n = ff_enc_finish(&e);
+	if (n < 0)
+		return IBV_WC_GENERAL_ERR;
+	err = ffv_agent_call(c, buf, n, NULL, 0, &m, sizeof(buf), &fd, &nfds);
+	if (err)	/* no such QP (yet), another tenant's, or no agent: as an unreachable peer */
+		return IBV_WC_RETRY_EXC_ERR;
+	if (m.type != FF_MSG_VERBS_PEER_QP || nfds != 1 || !(qpn = ff_msg_get(&m, FF_ATTR_QPN)) ||
+	    map_peer(qp, fd)) {
+		if (nfds == 1)
+			close(fd);
+		return IBV_WC_GENERAL_ERR;
+	}
+	close(fd);
+	qp->peer_qpn = ff_attr_u32(qpn);
+	return IBV_WC_SUCCESS;
+}
+
+void ffv_qp_error(struct ffv_qp *qp)
+{
+	if (qp->vqp.qp.state == IBV_QPS_RTR || qp->vqp.qp.state == IBV_QPS_RTS)
+		ffv_take_incoming(qp);
+	qp->vqp.qp.state = IBV_QPS_ERR;
+	qp->attr.qp_state = IBV_QPS_ERR;
+	while (qp->sq) {
+		struct ffv_swqe *w = qp->sq;
+
+		qp->sq = w->next;
+		ffv_complete(qp, 1, w->wr.wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_SEND, 0);
+		free(w);
+	}
+	qp->sq_tail = &qp->sq;
+	qp->sq_count = 0;
+	while (qp->rq_count) {
+		struct ffv_rwqe *w = qp->rq[qp->rq_head];
+
+		ffv_complete(qp, 0, w->wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0);
+		free(w);
+		qp->rq_head = (qp->rq_head + 1) % qp->cap.max_recv_wr;
+		qp->rq_count--;
+	}
+}
+
+int ffv_destroy_qp(struct ibv_qp *ibqp)
+{
+	struct ffv_context *c = ffv_ctx(ibqp->context);
+	struct ffv_qp *qp = ffv_qp(ibqp), **pp;
+	uint8_t buf[256];
+	struct ff_enc e;
+	struct ff_msg m;
+	int n, rn = 0;
+
+	pthread_mutex_lock(&c->mu);
+	for (pp = &c->qps; *pp && *pp != qp; pp = &(*pp)->next)
+		;
+	if (*pp)
+		*pp = qp->next;
+	__atomic_store_n((uint32_t *)(qp->mem + FF_VQP_OFF_DEAD), 1, __ATOMIC_RELEASE);
+	ff_enc_start(&e, buf, sizeof(buf), FF_MSG_VERBS_QP_DESTROY, ffv_next_seq(c));
+	ff_enc_u32(&e, FF_ATTR_QPN, ibqp->qp_num);
+	n = ff_enc_finish(&e);
+	if (n >= 0)
+		ffv_agent_call(c, buf, n, NULL, 0, &m, sizeof(buf), NULL, &rn);
+	pthread_mutex_unlock(&c->mu);
+	free_qp(qp);
+	return 0;
+}

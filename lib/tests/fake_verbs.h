@@ -1,0 +1,254 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The fake agent's verbs registry (PROTOCOL.md, "Verbs"), for the
+ * provider's tests: QPs and regions by the session that registered them,
+ * peers named by QPN alone (the fake has no containers, so VERBS_PEER's LID
+ * and GID are not looked at), grants only through a connected QP to a region
+ * in its peer's PD, read-only unless the region allows remote writes or
+ * atomics, and a dead word set when a session ends. The agent's own rules
+ * (internal/agent) are tested in Go.
+ */
+#ifndef FREEFLOW_FAKE_VERBS_H
+#define FREEFLOW_FAKE_VERBS_H
+
+#include <fcntl.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "freeflow/proto.h"
+#include "freeflow/verbs_layout.h"
+
+#define FV_MAX_QPS	256
+#define FV_MAX_MRS	256
+#define FV_MAX_SEGS	16
+
+struct fv_qp {
+	int owner;		/* session fd; 0: free slot */
+	uint32_t qpn, pd, peer;
+	int memfd;
+};
+
+struct fv_mr {
+	int owner;
+	uint32_t rkey, pd, access;
+	uint8_t mr[24], segs[FV_MAX_SEGS * 16];
+	int nsegs, fds[FV_MAX_SEGS];
+};
+
+static struct fv_qp fv_qps[FV_MAX_QPS];
+static struct fv_mr fv_mrs[FV_MAX_MRS];
+static uint32_t fv_next_qpn = 0x100, fv_next_rkey = 0x1000;
+
+static inline void fv_reply(int fd, uint8_t type, uint32_t seq, const int *fds, int nfds,
+			    void (*attrs)(struct ff_enc *, const void *), const void *arg)
+{
+	uint8_t buf[1024];
+	char ctl[CMSG_SPACE(sizeof(int) * FV_MAX_SEGS)] = { 0 };
+	struct ff_enc e;
+	struct iovec iov;
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	int n;
+
+	ff_enc_start(&e, buf, sizeof(buf), type, seq);
+	if (attrs)
+		attrs(&e, arg);
+	n = ff_enc_finish(&e);
+	if (n < 0)
+		return;
+	iov = (struct iovec){ buf, (size_t)n };
+	if (nfds > 0) {
+		struct cmsghdr *cm;
+
+		mh.msg_control = ctl;
+		mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+		cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+		memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
+	}
+	sendmsg(fd, &mh, MSG_NOSIGNAL);
+}
+
+static inline void fv_u32(struct ff_enc *e, const void *arg)
+{
+	const uint32_t *v = arg;
+
+	ff_enc_u32(e, (uint16_t)v[0], v[1]);
+}
+
+static inline void fv_ok_u32(int fd, uint32_t seq, uint16_t type, uint32_t v)
+{
+	uint32_t a[2] = { type, v };
+
+	fv_reply(fd, FF_MSG_OK, seq, NULL, 0, fv_u32, a);
+}
+
+static inline void fv_error(int fd, uint32_t seq, uint32_t code)
+{
+	uint32_t a[2] = { FF_ATTR_ERR_CODE, code };
+
+	fv_reply(fd, FF_MSG_ERROR, seq, NULL, 0, fv_u32, a);
+}
+
+static inline struct fv_qp *fv_qp(uint32_t qpn)
+{
+	for (int i = 0; i < FV_MAX_QPS; i++)
+		if (fv_qps[i].owner && fv_qps[i].qpn == qpn)
+			return &fv_qps[i];
+	return NULL;
+}
+
+static inline void fv_close_fds(const int *fds, int n)
+{
+	for (int i = 0; i < n; i++)
+		close(fds[i]);
+}
+
+static inline void fv_mark_dead(struct fv_qp *q)
+{
+	uint8_t *p = mmap(NULL, FF_VQP_HDR_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, q->memfd, 0);
+
+	if (p != MAP_FAILED) {
+		__atomic_store_n((uint32_t *)(p + FF_VQP_OFF_DEAD), 1, __ATOMIC_RELEASE);
+		munmap(p, FF_VQP_HDR_SIZE);
+	}
+	close(q->memfd);
+	q->owner = 0;
+}
+
+static inline void fv_peer_attrs(struct ff_enc *e, const void *arg)
+{
+	const struct fv_qp *q = arg;
+	uint8_t val[8] = { 2 };	/* ibv_qp_type RC */
+
+	ff_enc_u32(e, FF_ATTR_QPN, q->qpn);
+	ff_enc_attr(e, FF_ATTR_VERBS_QP, val, sizeof(val));
+}
+
+static inline void fv_grant_attrs(struct ff_enc *e, const void *arg)
+{
+	const struct fv_mr *r = arg;
+	uint8_t mr[24];
+
+	memcpy(mr, r->mr, 20);
+	memset(mr + 20, 0, 4);	/* PD 0 */
+	ff_enc_attr(e, FF_ATTR_VERBS_MR, mr, sizeof(mr));
+	ff_enc_attr(e, FF_ATTR_SEGMENTS, r->segs, 16 * (size_t)r->nsegs);
+}
+
+/* One verbs request of session fd (its fds in fds, taken over). */
+static inline void fv_request(int fd, const struct ff_msg *m, int *fds, int nfds)
+{
+	const struct ff_attr *a;
+	struct fv_qp *q, *p;
+
+	switch (m->type) {
+	case FF_MSG_VERBS_QP_CREATE:
+		a = ff_msg_get(m, FF_ATTR_VERBS_QP);
+		for (int i = 0; a && nfds == 1 && i < FV_MAX_QPS; i++)
+			if (!fv_qps[i].owner) {
+				fv_qps[i] = (struct fv_qp){ .owner = fd, .qpn = fv_next_qpn++, .memfd = fds[0] };
+				memcpy(&fv_qps[i].pd, a->val + 4, 4);
+				fv_ok_u32(fd, m->seq, FF_ATTR_QPN, fv_qps[i].qpn);
+				return;
+			}
+		fv_close_fds(fds, nfds);
+		fv_error(fd, m->seq, FF_ERR_INVALID);
+		return;
+	case FF_MSG_VERBS_CONNECT: {
+		uint32_t peer;
+
+		a = ff_msg_get(m, FF_ATTR_VERBS_PEER);
+		q = ff_msg_get(m, FF_ATTR_QPN) ? fv_qp(ff_attr_u32(ff_msg_get(m, FF_ATTR_QPN))) : NULL;
+		if (!a || !q || q->owner != fd) {
+			fv_error(fd, m->seq, FF_ERR_INVALID);
+			return;
+		}
+		memcpy(&peer, a->val, 4);
+		p = fv_qp(peer);
+		if (!p) {
+			fv_error(fd, m->seq, FF_ERR_NOTFOUND);
+			return;
+		}
+		q->peer = peer;
+		fv_reply(fd, FF_MSG_VERBS_PEER_QP, m->seq, &p->memfd, 1, fv_peer_attrs, p);
+		return;
+	}
+	case FF_MSG_VERBS_MR_REG:
+		a = ff_msg_get(m, FF_ATTR_SEGMENTS);
+		for (int i = 0; a && ff_msg_get(m, FF_ATTR_VERBS_MR) && (int)a->len / 16 == nfds &&
+				i < FV_MAX_MRS; i++)
+			if (!fv_mrs[i].owner) {
+				struct fv_mr *r = &fv_mrs[i];
+
+				*r = (struct fv_mr){ .owner = fd, .rkey = fv_next_rkey += 0x1357, .nsegs = nfds };
+				memcpy(r->mr, ff_msg_get(m, FF_ATTR_VERBS_MR)->val, 24);
+				memcpy(&r->access, r->mr + 16, 4);
+				memcpy(&r->pd, r->mr + 20, 4);
+				memcpy(r->segs, a->val, a->len);
+				memcpy(r->fds, fds, sizeof(int) * nfds);
+				fv_ok_u32(fd, m->seq, FF_ATTR_RKEY, r->rkey);
+				return;
+			}
+		fv_close_fds(fds, nfds);
+		fv_error(fd, m->seq, FF_ERR_INVALID);
+		return;
+	case FF_MSG_VERBS_MR_GET:
+		q = ff_msg_get(m, FF_ATTR_QPN) ? fv_qp(ff_attr_u32(ff_msg_get(m, FF_ATTR_QPN))) : NULL;
+		p = q && q->owner == fd ? fv_qp(q->peer) : NULL;
+		a = ff_msg_get(m, FF_ATTR_RKEY);
+		for (int i = 0; p && a && i < FV_MAX_MRS; i++) {
+			struct fv_mr *r = &fv_mrs[i];
+			int ro[FV_MAX_SEGS];
+
+			if (!r->owner || r->rkey != ff_attr_u32(a) || r->owner != p->owner || r->pd != p->pd)
+				continue;
+			for (int k = 0; k < r->nsegs; k++) {
+				char path[64];
+
+				snprintf(path, sizeof(path), "/proc/self/fd/%d", r->fds[k]);
+				ro[k] = r->access & 0xa ? dup(r->fds[k]) : open(path, O_RDONLY | O_CLOEXEC);
+			}
+			fv_reply(fd, FF_MSG_VERBS_MR_GRANT, m->seq, ro, r->nsegs, fv_grant_attrs, r);
+			fv_close_fds(ro, r->nsegs);
+			return;
+		}
+		fv_error(fd, m->seq, FF_ERR_NOTFOUND);
+		return;
+	case FF_MSG_VERBS_MR_DEREG:
+		a = ff_msg_get(m, FF_ATTR_RKEY);
+		for (int i = 0; a && i < FV_MAX_MRS; i++)
+			if (fv_mrs[i].owner == fd && fv_mrs[i].rkey == ff_attr_u32(a)) {
+				fv_close_fds(fv_mrs[i].fds, fv_mrs[i].nsegs);
+				fv_mrs[i].owner = 0;
+			}
+		fv_reply(fd, FF_MSG_OK, m->seq, NULL, 0, NULL, NULL);
+		return;
+	case FF_MSG_VERBS_QP_DESTROY:
+		q = ff_msg_get(m, FF_ATTR_QPN) ? fv_qp(ff_attr_u32(ff_msg_get(m, FF_ATTR_QPN))) : NULL;
+		if (q && q->owner == fd)
+			fv_mark_dead(q);
+		fv_reply(fd, FF_MSG_OK, m->seq, NULL, 0, NULL, NULL);
+		return;
+	}
+	fv_close_fds(fds, nfds);
+}
+
+/* Session fd ended: its QPs die, its regions go. */
+static inline void fv_session_end(int fd)
+{
+	for (int i = 0; i < FV_MAX_QPS; i++)
+		if (fv_qps[i].owner == fd)
+			fv_mark_dead(&fv_qps[i]);
+	for (int i = 0; i < FV_MAX_MRS; i++)
+		if (fv_mrs[i].owner == fd) {
+			fv_close_fds(fv_mrs[i].fds, fv_mrs[i].nsegs);
+			fv_mrs[i].owner = 0;
+		}
+}
+
+#endif

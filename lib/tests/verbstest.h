@@ -1,0 +1,188 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The verbs provider's tests: the stock libibverbs, the built provider
+ * (FF_VERBS, next to FF_LIBRARY) and the fake agent (fake_verbs.h), in the
+ * test's own mount namespace with the device a container has
+ * (docs/VERBS.md, "Discovery"): a /dev with uverbs0 and a sysfs tree. Two
+ * processes, forked, each with its own device context, as two containers'
+ * programs; they trade their QP's name and a region's key over a socket pair,
+ * as perftest trades them over TCP.
+ */
+#ifndef FREEFLOW_VERBSTEST_H
+#define FREEFLOW_VERBSTEST_H
+
+#include <infiniband/verbs.h>
+#include <libgen.h>
+#include <sys/mount.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+
+#include "shimtest.h"
+
+/* A check the rest of the test cannot go on without. */
+#define TV_MUST(cond, ...) do {						\
+	int tv_ok_ = !!(cond);						\
+	CHECK(tv_ok_, __VA_ARGS__);					\
+	if (!tv_ok_)							\
+		exit(T_EXIT_FAIL);					\
+} while (0)
+
+/* A file of the device's sysfs tree under t_dir. */
+static inline void tv_file(const char *name, const char *val)
+{
+	char path[PATH_MAX], *slash;
+	FILE *f;
+
+	t_path(path, sizeof(path), name);
+	for (slash = path + strlen(t_dir) + 1; (slash = strchr(slash, '/')); slash++) {
+		*slash = 0;
+		mkdir(path, 0755);
+		*slash = '/';
+	}
+	f = fopen(path, "w");
+	CHECK(f && fprintf(f, "%s\n", val) > 0 && fclose(f) == 0, "write %s", path);
+}
+
+/*
+ * Stage 2 of t_shim_setup (the fake agent up, in the test's pid and mount
+ * namespaces): the device, and libibverbs pointed at it and the provider.
+ */
+static inline void tv_setup(char **argv)
+{
+	char lib[PATH_MAX], drv[PATH_MAX + 16], sys[PATH_MAX];
+
+	t_shim_setup(argv, FA_BROKER);
+	TV_MUST(mount("tmpfs", "/dev", "tmpfs", MS_NOSUID, "mode=755") == 0 &&
+	      mknod("/dev/null", S_IFCHR | 0666, makedev(1, 3)) == 0 &&
+	      mknod("/dev/urandom", S_IFCHR | 0666, makedev(1, 9)) == 0 &&
+	      mkdir("/dev/infiniband", 0755) == 0 &&
+	      mknod("/dev/infiniband/uverbs0", S_IFCHR | 0666, makedev(1, 3)) == 0,
+	      "a /dev with uverbs0: %s", strerror(errno));
+	tv_file("sys/class/infiniband_verbs/abi_version", "6");
+	tv_file("sys/class/infiniband_verbs/uverbs0/ibdev", "ffv0");
+	tv_file("sys/class/infiniband_verbs/uverbs0/dev", "1:3");
+	tv_file("sys/class/infiniband_verbs/uverbs0/abi_version", "1");
+	tv_file("sys/class/infiniband/ffv0/node_type", "1: CA");
+	tv_file("sys/class/infiniband/ffv0/node_guid", "02ff:ff00:0af4:0102");
+	tv_file("sys/class/infiniband/ffv0/ports/1/lid", "0x102");
+	tv_file("sys/class/infiniband/ffv0/ports/1/gids/0", "0000:0000:0000:0000:0000:ffff:0af4:0102");
+	tv_file("sys/class/infiniband/ffv0/ports/1/pkeys/0", "0xffff");
+	t_path(sys, sizeof(sys), "sys");
+	setenv("SYSFS_PATH", sys, 1);
+	TV_MUST(realpath(getenv("FF_LIBRARY"), lib), "FF_LIBRARY %s", getenv("FF_LIBRARY"));
+	snprintf(drv, sizeof(drv), "%s/libffv", dirname(lib));
+	setenv("RDMAV_DRIVERS", drv, 1);
+}
+
+/* What one side tells the other: its QP, and a region for one-sided requests. */
+struct tv_name {
+	uint32_t qpn;
+	uint16_t lid;
+	uint32_t rkey;
+	uint64_t addr;
+};
+
+struct tv_end {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+};
+
+/* Open the device; a PD, a CQ and an RC QP in INIT. */
+static inline void tv_open(struct tv_end *e)
+{
+	struct ibv_device **list = ibv_get_device_list(NULL);
+	struct ibv_qp_init_attr ia = { .qp_type = IBV_QPT_RC,
+				       .cap = { .max_send_wr = 64, .max_recv_wr = 64,
+						.max_send_sge = 4, .max_recv_sge = 4 } };
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
+				 .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+						    IBV_ACCESS_REMOTE_ATOMIC };
+
+	TV_MUST(list && list[0], "no verbs device: %s", strerror(errno));
+	e->ctx = ibv_open_device(list[0]);
+	ibv_free_device_list(list);
+	TV_MUST(e->ctx, "open the device: %s", strerror(errno));
+	e->pd = ibv_alloc_pd(e->ctx);
+	e->cq = ibv_create_cq(e->ctx, 256, NULL, NULL, 0);
+	TV_MUST(e->pd && e->cq, "PD, CQ: %s", strerror(errno));
+	ia.send_cq = ia.recv_cq = e->cq;
+	e->qp = ibv_create_qp(e->pd, &ia);
+	TV_MUST(e->qp, "create an RC QP: %s", strerror(errno));
+	TV_MUST(ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+			    IBV_QP_ACCESS_FLAGS) == 0, "QP to INIT");
+}
+
+/* INIT -> RTR -> RTS towards the peer's QP. */
+static inline void tv_connect(struct tv_end *e, const struct tv_name *peer)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_4096,
+				 .dest_qp_num = peer->qpn, .max_dest_rd_atomic = 1,
+				 .min_rnr_timer = 12, .ah_attr = { .dlid = peer->lid, .port_num = 1 } };
+
+	TV_MUST(ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+			    IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0,
+	      "QP to RTR");
+	a = (struct ibv_qp_attr){ .qp_state = IBV_QPS_RTS, .timeout = 14, .retry_cnt = 7,
+				  .rnr_retry = 7, .max_rd_atomic = 1 };
+	TV_MUST(ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+			    IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) == 0,
+	      "QP to RTS");
+}
+
+/* One completion within 10 s (a hang fails the test, not the suite). */
+static inline struct ibv_wc tv_wait(struct tv_end *e)
+{
+	struct ibv_wc wc = { .status = IBV_WC_GENERAL_ERR };
+	int64_t end = t_ms() + 10000;
+	int n;
+
+	while ((n = ibv_poll_cq(e->cq, 1, &wc)) == 0 && t_ms() < end)
+		;
+	TV_MUST(n == 1, "no completion within 10 s (poll gave %d)", n);
+	return wc;
+}
+
+/* Swap names with the other process over sock. */
+static inline struct tv_name tv_trade(int sock, const struct tv_name *mine)
+{
+	struct tv_name theirs = { 0 };
+
+	TV_MUST(write(sock, mine, sizeof(*mine)) == sizeof(*mine) &&
+	      read(sock, &theirs, sizeof(theirs)) == sizeof(theirs), "trade names");
+	return theirs;
+}
+
+/* Fork the peer: peer(sock) runs in the child, whose exit code tv_join checks. */
+static inline pid_t tv_fork(int (*peer)(int sock), int *sock)
+{
+	int sp[2];
+	pid_t pid;
+
+	CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) == 0, "socketpair");
+	pid = fork();
+	if (pid == 0) {
+		close(sp[0]);
+		_exit(peer(sp[1]) ? T_EXIT_FAIL : t_exit_code());
+	}
+	close(sp[1]);
+	*sock = sp[0];
+	return pid;
+}
+
+static inline void tv_join(pid_t pid)
+{
+	int st;
+
+	CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	      "the peer process failed (status %#x)", st);
+}
+
+/* A byte only the sender's pattern puts at i. */
+static inline uint8_t tv_pattern(uint32_t seed, size_t i)
+{
+	return (uint8_t)(i * 131 + seed * 7 + (i >> 9));
+}
+
+#endif
