@@ -470,6 +470,29 @@ func TestVerbsMRGrantReadOnlyWithoutRemoteWrite(t *testing.T) {
 	if err := unix.Mprotect(mem, unix.PROT_READ|unix.PROT_WRITE); !errors.Is(err, unix.EACCES) {
 		t.Fatalf("mprotect of a read-only grant to writable: %v, want EACCES", err)
 	}
+	// The O_RDONLY descriptor alone can be reopened O_RDWR through
+	// /proc/self/fd; a memfd its owner sealed F_SEAL_FUTURE_WRITE (after
+	// mapping it) cannot be mapped writable even so (PROTOCOL.md, "Verbs").
+	fd := newMemfd(t, 4096, verbsSeals)
+	mapShared(t, fd, 4096, unix.PROT_READ|unix.PROT_WRITE)[0] = 9
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_FUTURE_WRITE); err != nil {
+		t.Fatal(err)
+	}
+	sealed, err := tgt.mrReg(protocol.VerbsMR{Addr: 0x10000, Len: 4096, Access: accessRemoteRead, PD: 5}, []protocol.Segment{{Len: 4096}}, fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, err = ini.mrGet(t, qa, sealed); err != nil {
+		t.Fatal(err)
+	}
+	rw, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", g.fds[0]), unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(rw)
+	if _, err := unix.Mmap(rw, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); !errors.Is(err, unix.EPERM) {
+		t.Fatalf("mapping a sealed read-only grant writable through /proc/self/fd: %v, want EPERM", err)
+	}
 	for _, access := range []uint32{accessRemoteWrite, protocol.AccessRemoteAtomic} {
 		rw, fd := region(t, tgt, 1, 2, 5, accessLocalWrite|access)
 		g, err := ini.mrGet(t, qa, rw)
