@@ -86,6 +86,8 @@ type Config struct {
 	keepDecided  time.Duration // how long decisions and parked halves are kept; tests shorten it
 	commitWait   time.Duration // how long a fast PATH on an offer waits for its COMMIT; tests shorten it
 	installGuard func() error  // installs the fabric guard (installFabricGuard); tests make it fail
+	verbsQPs     int           // QPs per container (DefaultVerbsQPs); tests lower it
+	verbsMRs     int           // memory regions per container (DefaultVerbsMRs); tests lower it
 }
 
 // LibrarySocket is the path of the library socket.
@@ -125,16 +127,17 @@ type Agent struct {
 	guardErr   string            // why the fabric guard is not installed; set: no fabric socket is handed
 	markNS     nsKey             // the user namespace owning the host's network namespace (mayClearMark)
 
-	rv        *rendezvous  // connection brokering: one meeting per tuple
-	listeners *listeners   // library-enabled listeners of local containers
-	live      *connTable   // answered connections and counters
-	shm       *shmBudget   // what each container's shm channels are charged
-	ledgers   *ledgers     // the linked connections of each process (ledger.go)
-	xlinks    *xlinks      // cross-host links granted to local connecting processes (crosshost_link.go)
-	nonces    *nonces      // of recent offers, against replays
-	pool      *offerPool   // connections to peer agents, ready for offers (crosshost_pool.go)
-	standbys  *standbys    // pooled connections of peer agents waiting here
-	diag      *diagSockets // reads local containers' accept queues (acceptq.go)
+	rv        *rendezvous    // connection brokering: one meeting per tuple
+	listeners *listeners     // library-enabled listeners of local containers
+	live      *connTable     // answered connections and counters
+	shm       *shmBudget     // what each container's shm channels are charged
+	ledgers   *ledgers       // the linked connections of each process (ledger.go)
+	xlinks    *xlinks        // cross-host links granted to local connecting processes (crosshost_link.go)
+	nonces    *nonces        // of recent offers, against replays
+	pool      *offerPool     // connections to peer agents, ready for offers (crosshost_pool.go)
+	standbys  *standbys      // pooled connections of peer agents waiting here
+	diag      *diagSockets   // reads local containers' accept queues (acceptq.go)
+	verbs     *verbsRegistry // QPs and regions of the verbs device (verbs.go)
 	key       atomic.Pointer[[]byte]
 	pol       atomic.Pointer[policy.Policy]
 	set       atomic.Pointer[directory.Settings] // nil until first read
@@ -178,6 +181,7 @@ func New(cfg Config, dir Directory) (*Agent, error) {
 		sessions: newQuota(cfg.SessionsPerContainer), admins: newQuota(cfg.AdminConns),
 		refusals: newQuota(refusalsPerContainer), strangerRefusals: newQuota(refusalsStrangers),
 		fills: newQuota(fillsPerContainer), queued: newQuota(queuedPerContainer), diag: newDiagSockets(),
+		verbs: newVerbsRegistry(cfg.verbsQPs, cfg.verbsMRs),
 	}
 	a.pool = newOfferPool(a)
 	return a, nil
@@ -210,6 +214,12 @@ func withDefaults(cfg Config) Config {
 	}
 	if cfg.commitWait <= 0 {
 		cfg.commitWait = commitWait
+	}
+	if cfg.verbsQPs <= 0 {
+		cfg.verbsQPs = DefaultVerbsQPs
+	}
+	if cfg.verbsMRs <= 0 {
+		cfg.verbsMRs = DefaultVerbsMRs
 	}
 	if cfg.installGuard == nil {
 		cfg.installGuard = installFabricGuard

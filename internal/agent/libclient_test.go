@@ -65,12 +65,14 @@ func newLibCaps(t testing.TB, a *testAgent, caps uint32) *libClient {
 	return l
 }
 
-func (l *libClient) call(m *protocol.Message) (*protocol.Message, []int, error) {
+// call sends request m with fds attached (the caller keeps them) and
+// returns the answer and the descriptors it carries, or the agent's error.
+func (l *libClient) call(m *protocol.Message, fds ...int) (*protocol.Message, []int, error) {
 	l.seq++
 	m.Seq = l.seq
 	l.conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
 	l.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if err := l.conn.WriteMsg(m); err != nil {
+	if err := l.conn.WriteMsg(m, fds...); err != nil {
 		return nil, nil, err
 	}
 	r, fds, err := l.conn.ReadMsg()

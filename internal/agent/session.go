@@ -34,8 +34,8 @@ type session struct {
 	self  directory.Container // library socket: the caller's container
 	caps  uint32              // CAPS of the caller's HELLO (protocol.Cap*)
 
-	inFDs  []int // descriptors the request being served carries (LEDGER's memfd), then closed
-	outFDs []int // descriptors the next reply carries (PATH), then closed
+	inFDs  []int // descriptors the request being served carries (LEDGER's memfd, verbs memfds), then closed
+	outFDs []int // descriptors the next reply carries (PATH, VERBS_PEER_QP, VERBS_MR_GRANT), then closed
 
 	conns connPages // admin socket: the list this session's CONNS pages through
 }
@@ -53,6 +53,7 @@ func (a *Agent) serveConn(ctx context.Context, uc *net.UnixConn, admin bool) {
 		return
 	}
 	defer s.slot.release(s.holder)
+	defer a.endVerbs(s)
 	s.conn = protocol.NewConn(uc) // its buffers only once the connection is counted
 	for s.serveOne() {
 	}
@@ -246,6 +247,9 @@ func (s *session) handle(m *protocol.Message) (*protocol.Message, error) {
 		return nil, protocol.Errorf(protocol.CodeInvalid, "%v travels on a cross-host link's stock connection, never to the agent", m.Type)
 	case protocol.TypeLinkFill:
 		return s.handleLinkFill(m)
+	case protocol.TypeVerbsQPCreate, protocol.TypeVerbsConnect, protocol.TypeVerbsMRReg, protocol.TypeVerbsMRGet,
+		protocol.TypeVerbsMRDereg, protocol.TypeVerbsQPDestroy, protocol.TypeVerbsPeerQP, protocol.TypeVerbsMRGrant:
+		return s.handleVerbs(m)
 	case protocol.TypeRegister, protocol.TypeUnregister, protocol.TypeList, protocol.TypeStatus, protocol.TypeConns:
 		if !s.admin {
 			return nil, protocol.Errorf(protocol.CodeDenied, "%v is accepted only on the admin socket", m.Type)

@@ -2,12 +2,12 @@ package container
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/freeflow-net/freeflow/internal/state"
+	"github.com/freeflow-net/freeflow/internal/verbsid"
 )
 
 // The virtual verbs device (docs/VERBS.md): every FreeFlow container but a
@@ -41,24 +41,6 @@ func (m *Manager) checkProvider() (string, error) {
 	return path, nil
 }
 
-// verbsIdentity is the device identity of the container at ip: its port's
-// LID (the address's last two bytes: unique within the overlay's /16, and
-// a unicast LID, 1..0xbfff, while the third byte is below 192), its node
-// GUID (a locally administered EUI-64 holding the address) and its GID
-// (the IPv4-mapped address, as RoCE gives an IPv4 port).
-func verbsIdentity(ip string) (lid uint16, guid uint64, gid net.IP, err error) {
-	a := net.ParseIP(ip).To4()
-	if a == nil {
-		return 0, 0, nil, fmt.Errorf("container address %q is not IPv4: no LID for its verbs device; run it with --no-rdma", ip)
-	}
-	lid = uint16(a[2])<<8 | uint16(a[3])
-	if lid == 0 || lid >= 0xc000 {
-		return 0, 0, nil, fmt.Errorf("container address %s gives no unicast LID (0x%x) for its verbs device; run it with --no-rdma", ip, lid)
-	}
-	guid = 0x02ffff0000000000 | uint64(a[0])<<24 | uint64(a[1])<<16 | uint64(a[2])<<8 | uint64(a[3])
-	return lid, guid, a.To16(), nil
-}
-
 // sysfsHex writes b as sysfs does GUIDs and GIDs: groups of four hex digits.
 func sysfsHex(b []byte) string {
 	var g []string
@@ -71,7 +53,7 @@ func sysfsHex(b []byte) string {
 // writeVerbsTree writes the sysfs files libibverbs reads for device ffv0
 // of the container at ip under dir/sys (docs/VERBS.md, "Discovery").
 func writeVerbsTree(dir, ip string) error {
-	lid, guid, gid, err := verbsIdentity(ip)
+	lid, guid, gid, err := verbsid.Identity(ip)
 	if err != nil {
 		return err
 	}

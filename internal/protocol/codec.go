@@ -80,6 +80,8 @@ func checkAttr(t AttrType, n int, seen map[AttrType]bool) error {
 		ok = n <= spec.max
 	case kindFixed:
 		ok = n == spec.max
+	case kindSegs:
+		ok = n >= segmentSize && n <= spec.max && n%segmentSize == 0
 	}
 	if !ok {
 		return Errorf(CodeBadMsg, "%v has a value of %d bytes, which its type does not allow", t, n)

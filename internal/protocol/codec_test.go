@@ -63,12 +63,13 @@ func TestLimits(t *testing.T) {
 
 func TestEncodeRefusesWhatDecodeRefuses(t *testing.T) {
 	cases := map[string]*Message{
-		"unknown type":  New(0x20, 1),
+		"unknown type":  New(0x28, 1),
 		"duplicate":     New(TypeLookup, 1, IP(netip.MustParseAddr("10.0.0.1")), IP(netip.MustParseAddr("10.0.0.2"))),
 		"u8 size":       New(TypeLookupReply, 1, Attr{Type: AttrFound, Value: []byte{1, 0}}),
 		"long name":     New(TypeLookupReply, 1, String(AttrName, strings.Repeat("n", 256))),
 		"ip size":       New(TypeLookup, 1, Attr{Type: AttrIP, Value: []byte{1, 2, 3}}),
 		"value > 65535": New(TypeList, 1, Attr{Type: 999, Value: make([]byte, 70000)}),
+		"segments 15":   New(TypeVerbsMRReg, 1, Attr{Type: AttrSegments, Value: make([]byte, 15)}),
 	}
 	for name, m := range cases {
 		if b, err := Encode(m); err == nil {

@@ -40,15 +40,24 @@ const (
 	TypeLinkFill    Type = 0x19 // library to agent: stock connections for a cross-host link (0x1a is reserved)
 	TypeLinkTake    Type = 0x1b // library to library, on a stock connection
 	TypeLinkCommit  Type = 0x1c // library to library, on a stock connection
-	TypeOffer       Type = 0x30 // agent to agent, on the broker port (see PROTOCOL.md)
-	TypeCommit      Type = 0x31 // agent to agent: the connector's agent takes a fast PATH
-	TypeRegister    Type = 0x40
-	TypeUnregister  Type = 0x41
-	TypeList        Type = 0x42
-	TypeStatus      Type = 0x43
-	TypeOK          Type = 0x44
-	TypeConns       Type = 0x45
-	TypeError       Type = 0x7f
+	// The verbs provider's requests and their answers (PROTOCOL.md, "Verbs").
+	TypeVerbsQPCreate  Type = 0x20
+	TypeVerbsConnect   Type = 0x21
+	TypeVerbsPeerQP    Type = 0x22 // the answer to VERBS_CONNECT
+	TypeVerbsMRReg     Type = 0x23
+	TypeVerbsMRGet     Type = 0x24
+	TypeVerbsMRGrant   Type = 0x25 // the answer to VERBS_MR_GET
+	TypeVerbsMRDereg   Type = 0x26
+	TypeVerbsQPDestroy Type = 0x27
+	TypeOffer          Type = 0x30 // agent to agent, on the broker port (see PROTOCOL.md)
+	TypeCommit         Type = 0x31 // agent to agent: the connector's agent takes a fast PATH
+	TypeRegister       Type = 0x40
+	TypeUnregister     Type = 0x41
+	TypeList           Type = 0x42
+	TypeStatus         Type = 0x43
+	TypeOK             Type = 0x44
+	TypeConns          Type = 0x45
+	TypeError          Type = 0x7f
 )
 
 var typeNames = map[Type]string{
@@ -57,13 +66,17 @@ var typeNames = map[Type]string{
 	TypeConnect: "CONNECT", TypeAccept: "ACCEPT", TypePath: "PATH", TypeClosed: "CLOSED",
 	TypeLinkOffer: "LINK_OFFER", TypeLedger: "LEDGER", TypeLinkFill: "LINK_FILL",
 	TypeLinkTake: "LINK_TAKE", TypeLinkCommit: "LINK_COMMIT",
+	TypeVerbsQPCreate: "VERBS_QP_CREATE", TypeVerbsConnect: "VERBS_CONNECT", TypeVerbsPeerQP: "VERBS_PEER_QP",
+	TypeVerbsMRReg: "VERBS_MR_REG", TypeVerbsMRGet: "VERBS_MR_GET", TypeVerbsMRGrant: "VERBS_MR_GRANT",
+	TypeVerbsMRDereg: "VERBS_MR_DEREG", TypeVerbsQPDestroy: "VERBS_QP_DESTROY",
 	TypeOffer: "OFFER", TypeCommit: "COMMIT", TypeConns: "CONNS",
 	TypeRegister: "REGISTER", TypeUnregister: "UNREGISTER",
 	TypeList: "LIST", TypeStatus: "STATUS", TypeOK: "OK", TypeError: "ERROR",
 }
 
 // Known reports whether t is a message type of version 1. 0x1a and the
-// ranges 0x1d-0x2f and 0x32-0x3f are reserved; 0x16 (OPENED) is retired.
+// ranges 0x1d-0x1f, 0x28-0x2f and 0x32-0x3f are reserved; 0x16 (OPENED)
+// is retired.
 func (t Type) Known() bool { _, ok := typeNames[t]; return ok }
 
 func (t Type) String() string {
@@ -108,6 +121,12 @@ const (
 	AttrToken          AttrType = 26 // cross-host link: its 16-byte secret
 	AttrLinkPort       AttrType = 27 // cross-host link: u16 big-endian, its listener's port
 	AttrOffset         AttrType = 28 // CONNS: u32, how many entries of the list to skip
+	AttrQPN            AttrType = 29 // verbs: u32, a queue pair's number, 1 to 0xffffff
+	AttrVerbsPeer      AttrType = 30 // VERBS_CONNECT: 24 bytes, the remote QP as ibv_modify_qp names it
+	AttrVerbsQP        AttrType = 31 // 8 bytes: u32 QP type, u32 PD
+	AttrVerbsMR        AttrType = 32 // 24 bytes: u64 address, u64 length, u32 access, u32 PD
+	AttrRKey           AttrType = 33 // u32: a memory region's remote key
+	AttrSegments       AttrType = 34 // 16 to 256 bytes, a multiple of 16: (u64 offset, u64 length) per fd
 )
 
 // Bits of CAPS.
@@ -134,7 +153,11 @@ const (
 	kindEndpoint                  // 6 or 18 bytes: address and port
 	kindBytes                     // 0..max bytes (strings, JSON)
 	kindFixed                     // exactly max bytes (also u16 and u64 values)
+	kindSegs                      // segmentSize to max bytes, a multiple of segmentSize (SEGMENTS)
 )
+
+// segmentSize is the size of one SEGMENTS entry: u64 offset, u64 length.
+const segmentSize = 16
 
 type attrSpec struct {
 	name string
@@ -174,6 +197,12 @@ var attrSpecs = map[AttrType]attrSpec{
 	AttrToken:          {"TOKEN", kindFixed, 16},
 	AttrLinkPort:       {"LINK_PORT", kindFixed, 2},
 	AttrOffset:         {"OFFSET", kindU32, 0},
+	AttrQPN:            {"QPN", kindU32, 0},
+	AttrVerbsPeer:      {"VERBS_PEER", kindFixed, 24},
+	AttrVerbsQP:        {"VERBS_QP", kindFixed, 8},
+	AttrVerbsMR:        {"VERBS_MR", kindFixed, 24},
+	AttrRKey:           {"RKEY", kindU32, 0},
+	AttrSegments:       {"SEGMENTS", kindSegs, MaxFDs * segmentSize},
 }
 
 func (a AttrType) String() string {

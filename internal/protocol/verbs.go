@@ -1,5 +1,7 @@
 package protocol
 
+import "encoding/binary"
+
 // A verbs queue pair's memfd (docs/VERBS.md, "Queue pair memory"). The
 // owning provider writes its header; the agent checks it when the QP is
 // registered and sets the dead word when the owner is gone.
@@ -12,3 +14,122 @@ const (
 	VQPOffRingSize = 8        // u32 ring_size, after magic and version
 	VQPOffDead     = 16       // u32: 1 once the owner is gone
 )
+
+// VerbsPeer is VERBS_PEER: the remote QP as ibv_modify_qp to RTR names it.
+type VerbsPeer struct {
+	QPN uint32
+	LID uint16   // 0: named by GID
+	GID [16]byte // all zero: named by LID
+}
+
+// VerbsQP is VERBS_QP: a QP's type (ibv_qp_type) and protection domain.
+type VerbsQP struct {
+	Type uint32
+	PD   uint32
+}
+
+// QP types the device serves (ibv_qp_type).
+const (
+	QPTypeRC = 2
+	QPTypeUD = 4
+)
+
+// VerbsMR is VERBS_MR: a memory region as its owner registered it.
+type VerbsMR struct {
+	Addr, Len uint64
+	Access    uint32 // ibv_access_flags
+	PD        uint32
+}
+
+// Remote access flags of ibv_access_flags that let a peer change a region.
+const (
+	AccessRemoteWrite  = 0x2
+	AccessRemoteAtomic = 0x8
+)
+
+// Segment is one SEGMENTS entry: the part of one memfd a region maps.
+type Segment struct {
+	Offset, Len uint64
+}
+
+// Attr returns the VERBS_PEER attribute.
+func (p VerbsPeer) Attr() Attr {
+	b := binary.LittleEndian.AppendUint32(nil, p.QPN)
+	b = binary.LittleEndian.AppendUint16(b, p.LID)
+	b = binary.LittleEndian.AppendUint16(b, 0)
+	return Attr{Type: AttrVerbsPeer, Value: append(b, p.GID[:]...)}
+}
+
+// Attr returns the VERBS_QP attribute.
+func (q VerbsQP) Attr() Attr {
+	b := binary.LittleEndian.AppendUint32(nil, q.Type)
+	return Attr{Type: AttrVerbsQP, Value: binary.LittleEndian.AppendUint32(b, q.PD)}
+}
+
+// Attr returns the VERBS_MR attribute.
+func (r VerbsMR) Attr() Attr {
+	b := binary.LittleEndian.AppendUint64(nil, r.Addr)
+	b = binary.LittleEndian.AppendUint64(b, r.Len)
+	b = binary.LittleEndian.AppendUint32(b, r.Access)
+	return Attr{Type: AttrVerbsMR, Value: binary.LittleEndian.AppendUint32(b, r.PD)}
+}
+
+// Segments returns the SEGMENTS attribute.
+func Segments(segs []Segment) Attr {
+	var b []byte
+	for _, s := range segs {
+		b = binary.LittleEndian.AppendUint64(b, s.Offset)
+		b = binary.LittleEndian.AppendUint64(b, s.Len)
+	}
+	return Attr{Type: AttrSegments, Value: b}
+}
+
+// VerbsPeer returns VERBS_PEER, or INVALID if it is missing.
+func (m *Message) VerbsPeer() (VerbsPeer, error) {
+	v, err := m.fixed(AttrVerbsPeer, 24)
+	if err != nil {
+		return VerbsPeer{}, err
+	}
+	p := VerbsPeer{QPN: binary.LittleEndian.Uint32(v), LID: binary.LittleEndian.Uint16(v[4:])}
+	copy(p.GID[:], v[8:])
+	return p, nil
+}
+
+// VerbsQP returns VERBS_QP, or INVALID if it is missing.
+func (m *Message) VerbsQP() (VerbsQP, error) {
+	v, err := m.fixed(AttrVerbsQP, 8)
+	if err != nil {
+		return VerbsQP{}, err
+	}
+	return VerbsQP{Type: binary.LittleEndian.Uint32(v), PD: binary.LittleEndian.Uint32(v[4:])}, nil
+}
+
+// VerbsMR returns VERBS_MR, or INVALID if it is missing.
+func (m *Message) VerbsMR() (VerbsMR, error) {
+	v, err := m.fixed(AttrVerbsMR, 24)
+	if err != nil {
+		return VerbsMR{}, err
+	}
+	return VerbsMR{
+		Addr: binary.LittleEndian.Uint64(v), Len: binary.LittleEndian.Uint64(v[8:]),
+		Access: binary.LittleEndian.Uint32(v[16:]), PD: binary.LittleEndian.Uint32(v[20:]),
+	}, nil
+}
+
+// Segments returns SEGMENTS, or INVALID if it is missing or not a whole
+// number of entries (a decoded message's always is).
+func (m *Message) Segments() ([]Segment, error) {
+	v, ok := m.Get(AttrSegments)
+	if !ok {
+		return nil, m.missing(AttrSegments)
+	}
+	if len(v) == 0 || len(v)%segmentSize != 0 {
+		return nil, Errorf(CodeInvalid, "SEGMENTS of %v must be a multiple of %d bytes", m.Type, segmentSize)
+	}
+	segs := make([]Segment, len(v)/segmentSize)
+	for i := range segs {
+		e := v[i*segmentSize:]
+		segs[i] = Segment{Offset: binary.LittleEndian.Uint64(e), Len: binary.LittleEndian.Uint64(e[8:])}
+	}
+	return segs, nil
+}

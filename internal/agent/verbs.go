@@ -1,0 +1,269 @@
+package agent
+
+// Design note: the verbs registry (PROTOCOL.md, "Verbs"; docs/VERBS.md).
+//
+// The agent introduces queue pairs and memory regions of the virtual verbs
+// device and is never on the data path. It keeps, for the whole host:
+//
+//   - every live QP by its number (QPN, 1..0xffffff, unique on the host and
+//     not given again while the QP lives: a counter that wraps and skips
+//     live numbers), with the memfd of its incoming ring, its type and PD,
+//     the container and the session that made it, and the QP it was last
+//     connected to (VERBS_CONNECT);
+//   - every region by its rkey, per container (random, nonzero, unique in
+//     the container), with its memfds and segments, and its session.
+//
+// Both belong to the provider's session that made them (one per
+// ibv_open_device) and die with it: when the connection closes (the
+// process exited or closed the device) its QPs' memfds are marked dead
+// (the dead word, docs/VERBS.md, "Queue pair memory"), so that peers
+// mapped to them fail their next work request as on a dead link, and its
+// regions are forgotten. An agent that stops closes the descriptors
+// without marking: the rings stay as they are, and the pairs already
+// connected keep their data path.
+//
+// Who asks is the session, never the message: a QPN or rkey a caller
+// names is looked up among its own session's (or, for a grant, among the
+// regions of the session that owns the QP its own QP is connected to).
+// Each limit is per container (ARCHITECTURE.md, "Limits"), so a container
+// that makes all it may changes nothing for the others.
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"maps"
+	"slices"
+	"sync"
+
+	"github.com/freeflow-net/freeflow/internal/protocol"
+	"golang.org/x/sys/unix"
+)
+
+// Defaults of the per-container verbs limits: what the device reports
+// (docs/VERBS.md, "Limits"), so a program within them is never refused.
+const (
+	DefaultVerbsQPs = 4096  // QPs one container may hold
+	DefaultVerbsMRs = 65536 // memory regions one container may hold
+	maxQPN          = 0xffffff
+)
+
+// vqp is one registered queue pair.
+type vqp struct {
+	qpn       uint32
+	container string
+	owner     *session
+	typ, pd   uint32
+	fd        int  // the memfd of its incoming ring
+	peer      *vqp // connected to (VERBS_CONNECT); nil until then
+}
+
+// vmr is one registered memory region.
+type vmr struct {
+	rkey      uint32
+	container string
+	owner     *session
+	mr        protocol.VerbsMR
+	segs      []protocol.Segment
+	fds       []int // one per segment
+}
+
+// verbsRegistry holds the host's QPs and regions.
+type verbsRegistry struct {
+	mu     sync.Mutex
+	qps    map[uint32]*vqp
+	mrs    map[string]map[uint32]*vmr // container id -> rkey -> region
+	qpsOf  map[string]int             // container id -> its QPs
+	nextQP uint32
+	maxQPs int
+	maxMRs int
+	// owned lists what each session made, to forget it when the session ends.
+	owned map[*session]*verbsOwned
+}
+
+type verbsOwned struct {
+	qps map[uint32]*vqp
+	mrs map[uint32]*vmr
+}
+
+func newVerbsRegistry(maxQPs, maxMRs int) *verbsRegistry {
+	return &verbsRegistry{
+		qps: map[uint32]*vqp{}, mrs: map[string]map[uint32]*vmr{}, qpsOf: map[string]int{},
+		owned: map[*session]*verbsOwned{}, maxQPs: maxQPs, maxMRs: maxMRs,
+	}
+}
+
+// ownedLocked returns what s made, making the record on first use.
+func (r *verbsRegistry) ownedLocked(s *session) *verbsOwned {
+	o := r.owned[s]
+	if o == nil {
+		o = &verbsOwned{qps: map[uint32]*vqp{}, mrs: map[uint32]*vmr{}}
+		r.owned[s] = o
+	}
+	return o
+}
+
+// handleVerbs serves the verbs provider's requests.
+func (s *session) handleVerbs(m *protocol.Message) (*protocol.Message, error) {
+	if err := s.libraryRequest(m.Type); err != nil {
+		return nil, err
+	}
+	switch m.Type {
+	case protocol.TypeVerbsQPCreate:
+		return s.verbsQPCreate(m)
+	case protocol.TypeVerbsConnect:
+		return s.verbsConnect(m)
+	case protocol.TypeVerbsMRReg:
+		return s.verbsMRReg(m)
+	case protocol.TypeVerbsMRGet:
+		return s.verbsMRGet(m)
+	case protocol.TypeVerbsMRDereg:
+		return s.verbsMRDereg(m)
+	case protocol.TypeVerbsQPDestroy:
+		return s.verbsQPDestroy(m)
+	}
+	return nil, protocol.Errorf(protocol.CodeUnknown, "%v is the agent's answer, not a request it serves", m.Type)
+}
+
+// verbsQPCreate registers the QP whose memfd the message carries.
+func (s *session) verbsQPCreate(m *protocol.Message) (*protocol.Message, error) {
+	q, err := m.VerbsQP()
+	if err != nil {
+		return nil, err
+	}
+	if q.Type != protocol.QPTypeRC && q.Type != protocol.QPTypeUD {
+		return nil, protocol.Errorf(protocol.CodeInvalid, "QP type %d is not served: the device has RC (2) and UD (4) queue pairs", q.Type)
+	}
+	if len(s.inFDs) != 1 {
+		return nil, protocol.Errorf(protocol.CodeInvalid, "VERBS_QP_CREATE carries %d file descriptors; it carries exactly one, the QP's memfd", len(s.inFDs))
+	}
+	if err := checkQPMemfd(s.inFDs[0]); err != nil {
+		return nil, err
+	}
+	fd, err := dupFD(s.inFDs[0])
+	if err != nil {
+		return nil, err
+	}
+	qp := &vqp{container: s.self.ID, owner: s, typ: q.Type, pd: q.PD, fd: fd}
+	if err := s.a.verbs.addQP(qp); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return protocol.New(protocol.TypeOK, m.Seq, protocol.U32(protocol.AttrQPN, qp.qpn)), nil
+}
+
+// addQP numbers qp and keeps it, within its container's limit.
+func (r *verbsRegistry) addQP(qp *vqp) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.qpsOf[qp.container] >= r.maxQPs {
+		return protocol.Errorf(protocol.CodeLimit,
+			"container %s holds %d queue pairs, its limit; destroy some (ibv_destroy_qp) before making more", qp.container, r.maxQPs)
+	}
+	for { // at most maxQPs per container: a free number is always near
+		r.nextQP = r.nextQP%maxQPN + 1
+		if r.qps[r.nextQP] == nil {
+			break
+		}
+	}
+	qp.qpn = r.nextQP
+	r.qps[qp.qpn] = qp
+	r.qpsOf[qp.container]++
+	r.ownedLocked(qp.owner).qps[qp.qpn] = qp
+	return nil
+}
+
+// ownQP returns the live QP qpn of session s, or INVALID.
+func (r *verbsRegistry) ownQPLocked(s *session, qpn uint32) (*vqp, error) {
+	if qp := r.qps[qpn]; qp != nil && qp.owner == s {
+		return qp, nil
+	}
+	return nil, protocol.Errorf(protocol.CodeInvalid,
+		"QP %#x is not one this session made (VERBS_QP_CREATE); name the caller's own QP", qpn)
+}
+
+// verbsQPDestroy forgets the caller's QP and marks its memfd dead.
+func (s *session) verbsQPDestroy(m *protocol.Message) (*protocol.Message, error) {
+	qpn, err := m.U32(protocol.AttrQPN)
+	if err != nil {
+		return nil, err
+	}
+	s.a.verbs.mu.Lock()
+	qp, err := s.a.verbs.ownQPLocked(s, qpn)
+	if err == nil {
+		s.a.verbs.dropQPLocked(qp)
+	}
+	s.a.verbs.mu.Unlock()
+	if qp != nil {
+		s.a.retireQP(qp, true)
+	}
+	return protocol.New(protocol.TypeOK, m.Seq), nil
+}
+
+// dropQPLocked removes qp from the registry; the caller retires it.
+func (r *verbsRegistry) dropQPLocked(qp *vqp) {
+	delete(r.qps, qp.qpn)
+	if o := r.owned[qp.owner]; o != nil {
+		delete(o.qps, qp.qpn)
+	}
+	if r.qpsOf[qp.container]--; r.qpsOf[qp.container] <= 0 {
+		delete(r.qpsOf, qp.container)
+	}
+}
+
+// retireQP closes a dropped QP's memfd, marking it dead first if dead.
+func (a *Agent) retireQP(qp *vqp, dead bool) {
+	if dead {
+		if err := markQPDead(qp.fd); err != nil {
+			a.log.Warn("could not mark a verbs QP's memfd dead; its peers see it live until they time out",
+				"qpn", qp.qpn, "container", qp.container, "err", err)
+		}
+	}
+	unix.Close(qp.fd)
+}
+
+// endVerbs forgets what session s made when it ends: its QPs are marked
+// dead (unless the agent is stopping, design note above), its regions
+// dropped.
+func (a *Agent) endVerbs(s *session) {
+	r := a.verbs
+	r.mu.Lock()
+	o := r.owned[s]
+	if o == nil {
+		r.mu.Unlock()
+		return
+	}
+	qps, mrs := slices.Collect(maps.Values(o.qps)), slices.Collect(maps.Values(o.mrs))
+	for _, qp := range qps {
+		r.dropQPLocked(qp)
+	}
+	for _, mr := range mrs {
+		r.dropMRLocked(mr)
+	}
+	delete(r.owned, s)
+	r.mu.Unlock()
+	stopping := a.stopping()
+	for _, qp := range qps {
+		a.retireQP(qp, !stopping)
+	}
+	for _, mr := range mrs {
+		protocol.CloseFDs(mr.fds)
+	}
+}
+
+// stopping reports whether the agent is shutting down.
+func (a *Agent) stopping() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.closing
+}
+
+// randomKey returns a random nonzero u32.
+func randomKey() uint32 {
+	var b [4]byte
+	for {
+		rand.Read(b[:])
+		if k := binary.LittleEndian.Uint32(b[:]); k != 0 {
+			return k
+		}
+	}
+}

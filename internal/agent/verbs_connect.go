@@ -1,0 +1,95 @@
+package agent
+
+import (
+	"bytes"
+	"net"
+
+	"github.com/freeflow-net/freeflow/internal/directory"
+	"github.com/freeflow-net/freeflow/internal/protocol"
+	"github.com/freeflow-net/freeflow/internal/verbsid"
+)
+
+// verbsConnect connects the caller's QP to the one VERBS_PEER names, and
+// hands over that QP's memfd.
+func (s *session) verbsConnect(m *protocol.Message) (*protocol.Message, error) {
+	qpn, err := m.U32(protocol.AttrQPN)
+	if err != nil {
+		return nil, err
+	}
+	p, err := m.VerbsPeer()
+	if err != nil {
+		return nil, err
+	}
+	r := s.a.verbs
+	r.mu.Lock()
+	_, err = r.ownQPLocked(s, qpn)
+	r.mu.Unlock()
+	if err != nil { // only this session drops its QPs, and it is here
+		return nil, err
+	}
+	peerC, err := s.a.verbsPeerContainer(p)
+	if err != nil {
+		return nil, err
+	}
+	if ok, why := s.a.policy().Trust(s.self, peerC); !ok {
+		return nil, protocol.Errorf(protocol.CodeDenied,
+			"container %s may not connect to container %s (%s): the tenant policy forbids it, as it would a TCP connection", s.self.Name, peerC.Name, why)
+	}
+	peer, fd, err := r.connect(s, qpn, p.QPN, peerC)
+	if err != nil {
+		return nil, err
+	}
+	s.outFDs = []int{fd}
+	return protocol.New(protocol.TypeVerbsPeerQP, m.Seq, protocol.U32(protocol.AttrQPN, peer.qpn),
+		protocol.VerbsQP{Type: peer.typ}.Attr()), nil
+}
+
+// connect pairs the caller's QP qpn with QP peerQPN of container peerC and
+// returns that QP and a copy of its memfd.
+func (r *verbsRegistry) connect(s *session, qpn, peerQPN uint32, peerC directory.Container) (*vqp, int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	own, err := r.ownQPLocked(s, qpn)
+	if err != nil {
+		return nil, -1, err
+	}
+	peer := r.qps[peerQPN]
+	if peer == nil || peer.container != peerC.ID {
+		return nil, -1, protocol.Errorf(protocol.CodeNotFound,
+			"container %s has no QP %#x (yet); ask again once its program has made it", peerC.Name, peerQPN)
+	}
+	if peer.typ != own.typ {
+		return nil, -1, protocol.Errorf(protocol.CodeInvalid,
+			"QP %#x is of type %d and QP %#x of type %d: only QPs of one type connect", qpn, own.typ, peerQPN, peer.typ)
+	}
+	fd, err := dupFD(peer.fd)
+	if err != nil {
+		return nil, -1, err
+	}
+	own.peer = peer
+	return peer, fd, nil
+}
+
+// verbsPeerContainer returns the container of this host whose verbs port
+// has the LID and GID p names (those it names: a zero LID or GID names
+// nothing), derived from its address as the CLI derives its sysfs tree.
+func (a *Agent) verbsPeerContainer(p protocol.VerbsPeer) (directory.Container, error) {
+	byGID := p.GID != [16]byte{}
+	if p.LID == 0 && !byGID {
+		return directory.Container{}, protocol.Errorf(protocol.CodeInvalid, "VERBS_PEER names neither a LID nor a GID; give the remote port's LID or GID")
+	}
+	for _, c := range a.dir.Containers() {
+		if c.Host != a.cfg.Host {
+			continue
+		}
+		lid, _, gid, err := verbsid.Identity(c.IP)
+		if err != nil {
+			continue // it has no verbs device
+		}
+		if (p.LID == 0 || p.LID == lid) && (!byGID || bytes.Equal(gid, p.GID[:])) {
+			return c, nil
+		}
+	}
+	return directory.Container{}, protocol.Errorf(protocol.CodeNotFound,
+		"no container on host %s has LID %#x / GID %s; a verbs peer must run on the same host (docs/VERBS.md)", a.cfg.Host, p.LID, net.IP(p.GID[:]))
+}
