@@ -397,7 +397,10 @@ ssize_t ff_shm_recv(int fd, const struct iovec *iov, int cnt, int flags)
 	return got ? got : r;
 }
 
-/* tx.mu held: why nothing may be written now (0: it may). */
+/* tx_closed's answer when the write goes nowhere (gone_write). */
+#define WRITE_INTO_RESET	1
+
+/* tx.mu held: why nothing may be written now (0: it may; WRITE_INTO_RESET). */
 static ssize_t tx_closed(struct ff_shm *sh)
 {
 	unsigned st = atomic_load_explicit(&sh->state, memory_order_relaxed);
@@ -412,9 +415,36 @@ static ssize_t tx_closed(struct ff_shm *sh)
 	if ((st & FF_SHM_PEER_GONE) ||
 	    atomic_load_explicit(sh->tx.cons_closed, memory_order_acquire)) {
 		/* A peer that moved down also closes its bell socket: that is no EPIPE. */
-		return (sw = switched(sh)) ? sw : -EPIPE;
+		if ((sw = switched(sh)))
+			return sw;
+		/*
+		 * TCP takes the first write to a peer that closed having read
+		 * everything (its kernel answers with a reset) and fails the
+		 * next; a peer that left bytes unread reset at once.
+		 */
+		if (!(atomic_fetch_or(&sh->state, FF_SHM_PEER_RESET) & FF_SHM_PEER_RESET) &&
+		    atomic_load_explicit(sh->tx.tail, memory_order_acquire) ==
+		    atomic_load_explicit(&sh->tx.mine, memory_order_relaxed))
+			return WRITE_INTO_RESET;
+		return -EPIPE;
 	}
 	return 0;
+}
+
+/* The write TCP takes after the peer closed: s's bytes are used up and go nowhere. */
+static ssize_t gone_write(struct source *s)
+{
+	static __thread uint8_t sink[4096];
+	ssize_t done = 0;
+
+	while (s->left && !s->eof) {
+		ssize_t n = source_fill(s, sink, s->left < sizeof(sink) ? s->left : sizeof(sink));
+
+		if (n < 0)
+			return done ? done : n;
+		done += n;
+	}
+	return done;
 }
 
 /* Put what fits of s into tx, publishing in growing pieces. The bytes put, or a negative code. */
@@ -426,6 +456,11 @@ static ssize_t tx_put(int fd, struct ff_shm *sh, struct source *s)
 
 	pthread_mutex_lock(&r->mu);
 	ret = tx_closed(sh);
+	if (ret == WRITE_INTO_RESET) {
+		ret = gone_write(s);
+		pthread_mutex_unlock(&r->mu);
+		return ret;
+	}
 	while (!ret && s->left && !s->eof) {
 		int64_t room = ff_shm_tx_room(sh);
 		uint64_t i = atomic_load_explicit(&r->mine, memory_order_relaxed);

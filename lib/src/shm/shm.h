@@ -37,6 +37,8 @@
 #define FF_SHM_SHUT_RD		8u	/* this process shut down reading */
 #define FF_SHM_CLOSED		16u	/* the conn let go of it (close, or moved down) */
 #define FF_SHM_DOWN		32u	/* this end moved it down (then CLOSED too) */
+/* A write went nowhere after the peer closed; the next fails, as after TCP's reset. */
+#define FF_SHM_PEER_RESET	64u
 
 /* One direction as this end sees it: it produces into tx, consumes rx. */
 struct ff_shm_ring {
