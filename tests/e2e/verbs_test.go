@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/freeflow-net/freeflow/internal/testenv"
 )
@@ -62,5 +63,92 @@ func TestVerbsDeviceInEveryContainer(t *testing.T) {
 		if r.Code == 0 || strings.Contains(r.Stdout+r.Stderr, "ffv0") {
 			t.Errorf("ibv_devices in a %s container: exit %d, want a failure and no ffv0\nstdout: %s\nstderr: %s", flag, r.Code, r.Stdout, r.Stderr)
 		}
+	}
+}
+
+// verbsRun is one Debian verbs program run between two containers: the
+// server's and the client's command lines (the client gets the server's
+// name last), and what the client's output must show; the server's too
+// unless it is the passive end of a one-sided test, which reports nothing.
+type verbsRun struct {
+	name    string
+	argv    []string
+	want    *regexp.Regexp
+	passive bool
+}
+
+var (
+	pingpongDone = regexp.MustCompile(`\d+ iters in [0-9.]+ seconds`)
+	// A perftest result line: the message size, then the iterations, then numbers.
+	perftestRow = regexp.MustCompile(`(?m)^\s*\d+\s+\d+\s+[0-9.]+\s+[0-9.]+`)
+)
+
+// TestVerbsDebianProgramsBetweenContainers: Debian's ibv_rc_pingpong
+// (validating every received buffer) and perftest's latency and bandwidth
+// tools, unmodified, between two containers on one host through their
+// virtual devices: both ends exit 0 and report their results.
+func TestVerbsDebianProgramsBetweenContainers(t *testing.T) {
+	if m := testenv.Missing("ibv_rc_pingpong", "ib_send_lat", "ib_write_lat", "ib_read_lat", "ib_atomic_lat",
+		"ib_send_bw", "ib_write_bw", "ib_read_bw"); m != "" {
+		t.Skip(m)
+	}
+	c := newCluster(t, 1)
+	runs := []verbsRun{
+		{"rc_pingpong 1 B", []string{"ibv_rc_pingpong", "-c", "-s", "1", "-n", "500"}, pingpongDone, false},
+		{"rc_pingpong 4 KiB", []string{"ibv_rc_pingpong", "-c", "-s", "4096", "-n", "500"}, pingpongDone, false},
+		{"rc_pingpong 3 MiB", []string{"ibv_rc_pingpong", "-c", "-s", "3145728", "-n", "20", "-r", "4"}, pingpongDone, false},
+		{"send_lat", []string{"ib_send_lat", "-F", "-a", "-n", "200"}, perftestRow, false},
+		{"write_lat", []string{"ib_write_lat", "-F", "-a", "-n", "200"}, perftestRow, false},
+		{"read_lat", []string{"ib_read_lat", "-F", "-s", "4096"}, perftestRow, true},
+		{"atomic_lat", []string{"ib_atomic_lat", "-F"}, perftestRow, true},
+		{"send_bw", []string{"ib_send_bw", "-F", "-s", "65536"}, perftestRow, false},
+		{"write_bw", []string{"ib_write_bw", "-F", "-s", "65536"}, perftestRow, false},
+		{"read_bw", []string{"ib_read_bw", "-F", "-s", "65536"}, perftestRow, false},
+	}
+	for _, r := range runs {
+		t.Run(strings.ReplaceAll(r.name, " ", "_"), func(t *testing.T) {
+			srv := testenv.RandomName("vs", 5)
+			// The server's exit status goes to its log: both ends must succeed.
+			c.StartDetached(t, "h1", srv, nil, "sh", "-c", strings.Join(r.argv, " ")+`; echo "exit=$?"`)
+			c.WaitListening(t, srv, 18515)
+			cl := runClient(t, c, "h1", nil, append(append([]string{"timeout", "60"}, r.argv...), srv)...)
+			if !r.want.MatchString(cl.Stdout) {
+				t.Fatalf("%s client: no result in its output:\n%s\n%s", r.name, cl.Stdout, cl.Stderr)
+			}
+			testenv.WaitFor(t, srv+" to finish", func() bool {
+				return strings.Contains(c.FF(t, "logs", srv).Stdout, "exit=")
+			})
+			if logs := c.FF(t, "logs", srv).Stdout; !strings.Contains(logs, "exit=0") || !(r.passive || r.want.MatchString(logs)) {
+				t.Fatalf("%s server:\n%s", r.name, logs)
+			}
+		})
+	}
+}
+
+// TestVerbsQPsOfTenantsThatMayNotTalk: a verbs program in another tenant's
+// container cannot connect its QP to this one's (as a TCP connection
+// between them would be refused): its first request fails, nothing hangs,
+// and the server gets nothing.
+func TestVerbsQPsOfTenantsThatMayNotTalk(t *testing.T) {
+	if m := testenv.Missing("ibv_rc_pingpong"); m != "" {
+		t.Skip(m)
+	}
+	c := newCluster(t, 1)
+	srv := testenv.RandomName("vt", 5)
+	c.StartDetached(t, "h1", srv, []string{"--tenant", "red"}, "sh", "-c", `timeout 5 ibv_rc_pingpong -n 5; echo "exit=$?"`)
+	c.WaitListening(t, srv, 18515)
+	r := c.FF(t, "run", "--host", "h1", "--name", testenv.RandomName("vt", 5), "--tenant", "blue", "--rm", "--",
+		"timeout", "20", "ibv_rc_pingpong", "-n", "5", srv)
+	// The QP exchange over TCP works (the overlay carries it); the QP's first request fails.
+	if r.Code == 0 || r.Code == 124 || pingpongDone.MatchString(r.Stdout) ||
+		!strings.Contains(r.Stdout+r.Stderr, "retry counter exceeded") {
+		t.Fatalf("ibv_rc_pingpong across tenants: exit %d, want a failed first request (retries exceeded), not a timeout\nstdout: %s\nstderr: %s",
+			r.Code, r.Stdout, r.Stderr)
+	}
+	testenv.WaitWithin(t, 30*time.Second, srv+" to finish", func() bool {
+		return strings.Contains(c.FF(t, "logs", srv).Stdout, "exit=")
+	})
+	if logs := c.FF(t, "logs", srv).Stdout; pingpongDone.MatchString(logs) {
+		t.Fatalf("the server of another tenant exchanged data:\n%s", logs)
 	}
 }
