@@ -131,6 +131,9 @@ type Experiment struct {
 	// of the connection ends the agents decided during the run that took
 	// a fast path (any: shm, unix, host-tcp), in percent.
 	FastShare bool
+	// AgentCPU adds the CPU time the cluster's agents used while each
+	// client ran (mAgentCPU): what a path costs beyond its two ends.
+	AgentCPU bool
 	// NoLibClient runs the client without the FreeFlow library (LD_PRELOAD
 	// unset) in its container: the connection ends the agents answer are
 	// the server's, and none may take a fast path.
@@ -191,7 +194,7 @@ func (e Experiment) reps(base int) int {
 // Experiments are the experiments the bench knows, in the order shown.
 var Experiments = []Experiment{limits, pingpong, latency, netpipe, throughput, throughputDefaultCC, stream,
 	capped, connRate, connRateNoLib, lateConnect, idle, scaleThroughput, scaleLatency, redisBench, nginxBench, memcachedBench, memcachedLatency, pgBench, mpiBench,
-	tokioEcho, uvloopEcho, nodeEcho}
+	tokioEcho, uvloopEcho, nodeEcho, verbsSendLat, verbsWriteLat, verbsWriteBW, verbsSendBW}
 
 // SelectExperiments returns the named experiments in table order; empty
 // names means all, or the quick ones when quick is set.

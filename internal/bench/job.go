@@ -64,7 +64,7 @@ type runner struct {
 // run runs one job's clients (one per concurrent pair) and turns their
 // output into samples: one, or one per case for a sweep. A failed run is
 // a sample too: it is reported, never silently dropped.
-func (r *runner) run(ctx context.Context, j Job) []Sample {
+func (r *runner) run(ctx context.Context, j Job) (samples []Sample) {
 	s := Sample{Experiment: j.Exp.Info.Name, Case: j.Case.Name, X: j.Case.X, Path: j.Path.Name, Rep: j.Rep, Warmup: j.Rep == 0}
 	if why := r.env.Missing[j.Exp.Info.Name]; why != "" {
 		s.Error = why
@@ -88,9 +88,11 @@ func (r *runner) run(ctx context.Context, j Job) []Sample {
 	defer cancel()
 	check := r.startCheck(jctx, j)
 	before, cpuErr := readCPUTimes()
+	agentBefore, agentErr := agentCPUms(r.cli.Cluster)
 	start := time.Now()
 	outs, err := runAll(jctx, cmds)
 	after, _ := readCPUTimes()
+	agentAfter, _ := agentCPUms(r.cli.Cluster)
 	verdict := check.finish()
 	if err != nil {
 		s.Error, s.Output = displayError(err, r.env.Script), lastLines(string(outs[0]), 20)
@@ -101,8 +103,12 @@ func (r *runner) run(ctx context.Context, j Job) []Sample {
 		}
 		return failedSamples(env, j, s)
 	}
+	if j.Exp.AgentCPU && agentErr == nil {
+		defer func() { addAgentCPU(samples, agentAfter-agentBefore) }()
+	}
 	if j.Exp.sweep() {
-		return sweepSamples(env, j, s, outs[0], verdict)
+		samples = sweepSamples(env, j, s, outs[0], verdict)
+		return samples
 	}
 	if s.Metrics, s.Suspect, err = parseAll(env, j.Exp, outs); err != nil {
 		s.Error, s.Output = err.Error(), lastLines(string(outs[0]), 20)
@@ -122,7 +128,18 @@ func (r *runner) run(ctx context.Context, j Job) []Sample {
 	if d, ok := check.gained(); ok {
 		addCounted(j.Exp, &s, d)
 	}
-	return []Sample{s}
+	samples = []Sample{s}
+	return samples
+}
+
+// addAgentCPU adds the agents' CPU ms of a client run to each of its
+// samples that has figures (a sweep's cases share the one run's).
+func addAgentCPU(samples []Sample, ms float64) {
+	for i := range samples {
+		if samples[i].Metrics != nil {
+			samples[i].Metrics[mAgentCPU] = ms
+		}
+	}
 }
 
 // addCounted adds to s what the agents counted while its client ran, as

@@ -138,7 +138,7 @@ func TestPlanServers(t *testing.T) {
 	// scale-latency share ffmem's, connrate-nolib connrate's; late-connect
 	// has its own (threaded).
 	want := []int{portFFMem, portSockperf, portNetPIPE, portIperf, portConnRate, portLate, portRedis, portNginx, portMemcached, portPostgres,
-		portTokioEcho, portUvloopEcho, portNodeEcho}
+		portTokioEcho, portUvloopEcho, portNodeEcho, portVerbsSendLat, portVerbsWriteLat, portVerbsWriteBW, portVerbsSendBW}
 	if fmt.Sprint(ports) != fmt.Sprint(want) {
 		t.Errorf("server ports = %v, want %v", ports, want)
 	}

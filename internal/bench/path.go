@@ -23,6 +23,7 @@ const (
 	TransportUnix   = "unix"    // an AF_UNIX stream socket in one namespace
 	TransportMemory = "memory"  // no socket: the machine's own limits
 	TransportMPIShm = "mpi-shm" // two Open MPI ranks in one container, on Open MPI's shared memory
+	TransportVerbs  = "verbs"   // the containers' virtual RDMA devices (docs/VERBS.md)
 )
 
 // Placement says where one end of a path runs: in a host's network
@@ -81,6 +82,8 @@ var Paths = []Path{
 		About: "two FreeFlow containers on one host: the library swaps the overlay connection for shared memory"},
 	{Name: "freeflow-unix", Group: SameHost, Role: RoleCandidate, Expect: "unix", Server: ffNoShm1, Client: ffNoShm1,
 		About: "two FreeFlow containers on one host run with --no-shm: the library swaps the overlay connection for a Unix socket (the kernel channel)"},
+	{Name: "freeflow-verbs", Group: SameHost, Role: RoleCandidate, Transport: TransportVerbs, Server: ffH1, Client: ffH1,
+		About: "two FreeFlow containers on one host through their virtual RDMA devices (ffv0): verbs programs (perftest), no socket"},
 	{Name: "mpi-shm", Group: SameHost, Role: RoleReference, Transport: TransportMPIShm, Server: plainH1, Client: plainH1,
 		About: "two Open MPI ranks in one container on Open MPI's own shared memory (btl vader): the HPC reference"},
 	{Name: "vxlan", Group: CrossHost, Role: RoleBaseline, Server: plainH2, Client: plainH1,

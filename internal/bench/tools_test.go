@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -68,6 +69,8 @@ func TestExperimentsOnLoopback(t *testing.T) {
 				t.Skip("the fabric cap needs a cluster: see TestQuickBenchOnRealCluster and the full run")
 			case e.Launcher:
 				t.Skip("Open MPI between containers needs a cluster: see the full run and tests/e2e TestOpenMPI")
+			case slices.Contains(e.transports(), TransportVerbs):
+				t.Skip("the virtual verbs device is a FreeFlow container's: see TestParsePerftest, tests/e2e TestVerbsDebianProgramsBetweenContainers and the full run")
 			}
 			if why := testenv.Missing(appTools[e.Info.Name]...); why != "" {
 				t.Skip(why + " (scripts/install-deps.sh installs it)")
