@@ -36,13 +36,13 @@ var verbsSizes = []int{2, 64, 1024, 16384, 65536, 1 << 20}
 var verbsLatMetrics = []MetricInfo{
 	{Key: mP50, Label: "typical µs", Headline: true, Plot: true},
 	{Key: mP99, Label: "p99 µs", Headline: true, Plot: true},
-	{Key: mAgentCPU, Label: "agent CPU ms"},
+	{Key: mAgentCPU, Label: "agent CPU ms per run"},
 }
 
 var verbsBWMetrics = []MetricInfo{
 	{Key: mGbps, Label: "Gbit/s", Headline: true, Plot: true},
 	{Key: mMpps, Label: "Mpps", Headline: true},
-	{Key: mAgentCPU, Label: "agent CPU ms"},
+	{Key: mAgentCPU, Label: "agent CPU ms per run"},
 }
 
 var (
