@@ -2,6 +2,7 @@ package agent
 
 import (
 	"github.com/freeflow-net/freeflow/internal/protocol"
+	"golang.org/x/sys/unix"
 )
 
 const verbsPage = 4096 // the unit of a region's segments
@@ -48,10 +49,18 @@ func checkRegion(mr protocol.VerbsMR, segs []protocol.Segment, fds []int) error 
 	}
 	pages := (mr.Addr+mr.Len+verbsPage-1)&^(verbsPage-1) - first
 	var sum uint64
+	writable := mr.Access&(protocol.AccessRemoteWrite|protocol.AccessRemoteAtomic) != 0
 	for i, sg := range segs {
-		size, _, err := sealedMemfd(fds[i], "a region's descriptor")
+		size, seals, err := sealedMemfd(fds[i], "a region's descriptor")
 		if err != nil {
 			return err
+		}
+		// A read-only grant must be read-only for a hostile peer too: it
+		// could reopen the fd for writing through /proc (a memfd is mode
+		// 0777), but not write a memfd sealed F_SEAL_FUTURE_WRITE.
+		if !writable && seals&unix.F_SEAL_FUTURE_WRITE == 0 {
+			return protocol.Errorf(protocol.CodeInvalid,
+				"segment %d of a region without remote write or atomic access is not sealed F_SEAL_FUTURE_WRITE (seals %#x): seal it once the owner has mapped it", i, seals)
 		}
 		if sg.Len == 0 || sg.Len%verbsPage != 0 || sg.Offset%verbsPage != 0 ||
 			sg.Offset > uint64(size) || sg.Len > uint64(size)-sg.Offset {

@@ -395,13 +395,19 @@ func TestVerbsConnectRejectsMixedQPTypes(t *testing.T) {
 }
 
 // region registers a region of pages 4 KiB pages at address 0x10000 (its
-// memfd of pages pages, filled with fill), in PD pd with access.
+// memfd of pages pages, filled with fill), in PD pd with access; sealed
+// against writes once filled if access allows none, as the provider does.
 func region(t *testing.T, l *libClient, pages int, fill byte, pd, access uint32) (uint32, int) {
 	t.Helper()
 	fd := newMemfd(t, int64(pages)*4096, verbsSeals)
 	mem := mapShared(t, fd, pages*4096, unix.PROT_READ|unix.PROT_WRITE)
 	for i := range mem {
 		mem[i] = fill
+	}
+	if access&(accessRemoteWrite|protocol.AccessRemoteAtomic) == 0 {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_FUTURE_WRITE); err != nil {
+			t.Fatal(err)
+		}
 	}
 	rkey, err := l.mrReg(protocol.VerbsMR{Addr: 0x10000, Len: uint64(pages) * 4096, Access: access, PD: pd},
 		[]protocol.Segment{{Offset: 0, Len: uint64(pages) * 4096}}, fd)
@@ -513,7 +519,8 @@ func TestVerbsMRRegRejectsBadSegments(t *testing.T) {
 	unsealed := newMemfd(t, 3*4096, 0)
 	seg := func(off, n uint64) protocol.Segment { return protocol.Segment{Offset: off, Len: n} }
 	// 0x10010 + 0x1000 spans two pages.
-	mr := protocol.VerbsMR{Addr: 0x10010, Len: 0x1000, Access: accessRemoteRead, PD: 1}
+	mr := protocol.VerbsMR{Addr: 0x10010, Len: 0x1000, Access: accessRemoteWrite, PD: 1}
+	readOnly := protocol.VerbsMR{Addr: 0x10010, Len: 0x1000, Access: accessRemoteRead, PD: 1}
 	cases := []struct {
 		name string
 		mr   protocol.VerbsMR
@@ -530,6 +537,7 @@ func TestVerbsMRRegRejectsBadSegments(t *testing.T) {
 		{"fewer pages than the region", mr, []protocol.Segment{seg(0, 4096)}, []int{fd}},
 		{"more pages than the region", mr, []protocol.Segment{seg(0, 12288)}, []int{fd}},
 		{"unsealed memfd", mr, []protocol.Segment{seg(0, 8192)}, []int{unsealed}},
+		{"read-only region not sealed against writes", readOnly, []protocol.Segment{seg(0, 8192)}, []int{fd}},
 		{"empty region", protocol.VerbsMR{Addr: 0x10000, PD: 1}, []protocol.Segment{seg(0, 4096)}, []int{fd}},
 		{"region wraps", protocol.VerbsMR{Addr: ^uint64(0) - 10, Len: 4096, PD: 1}, []protocol.Segment{seg(0, 4096)}, []int{fd}},
 	}
@@ -554,12 +562,12 @@ func TestVerbsMRLimitPerContainer(t *testing.T) {
 		t.Fatalf("rkeys %#x, %#x: want two different nonzero keys", k1, k2)
 	}
 	fd := newMemfd(t, 4096, verbsSeals)
-	_, err := l.mrReg(protocol.VerbsMR{Addr: 0x10000, Len: 4096, PD: 1}, []protocol.Segment{{Len: 4096}}, fd)
+	_, err := l.mrReg(protocol.VerbsMR{Addr: 0x10000, Len: 4096, Access: accessRemoteWrite, PD: 1}, []protocol.Segment{{Len: 4096}}, fd)
 	wantCode(t, err, protocol.CodeLimit)
 	if err := l.verbsDrop(protocol.TypeVerbsMRDereg, protocol.AttrRKey, k1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.mrReg(protocol.VerbsMR{Addr: 0x10000, Len: 4096, PD: 1}, []protocol.Segment{{Len: 4096}}, fd); err != nil {
+	if _, err := l.mrReg(protocol.VerbsMR{Addr: 0x10000, Len: 4096, Access: accessRemoteWrite, PD: 1}, []protocol.Segment{{Len: 4096}}, fd); err != nil {
 		t.Fatalf("after a deregistration, a region within the limit: %v", err)
 	}
 }

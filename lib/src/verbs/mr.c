@@ -57,6 +57,7 @@ struct shared {
 	uintptr_t start, end;
 	int fd;
 	int refs;			/* MRs using it */
+	int ro;				/* sealed F_SEAL_FUTURE_WRITE: peers may only read it */
 };
 
 static pthread_mutex_t shared_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -121,8 +122,13 @@ static int private_prot(uintptr_t start, uintptr_t end)
 	return at >= end ? prot : (prot < 0 ? prot : -EFAULT);
 }
 
-/* A sealed memfd of len bytes with [start, start + len)'s pages, mapped over them. */
-static struct shared *share_run(uintptr_t start, uintptr_t end)
+/*
+ * A sealed memfd of len bytes with [start, start + len)'s pages, mapped
+ * over them; ro: then sealed against any new writable mapping, so a peer
+ * granted it read-only cannot write it even by reopening the fd through
+ * /proc (our own mapping stays writable).
+ */
+static struct shared *share_run(uintptr_t start, uintptr_t end, int ro)
 {
 	struct shared *s;
 	int prot = private_prot(start, end);
@@ -150,10 +156,12 @@ static struct shared *share_run(uintptr_t start, uintptr_t end)
 		errno = -mv.err;
 		goto fail;
 	}
+	if (ro && fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE) < 0)
+		goto fail;	/* the pages stay shared; nothing depends on it */
 	s = calloc(1, sizeof(*s));
 	if (!s)
-		goto fail;	/* the pages stay shared; nothing depends on it */
-	*s = (struct shared){ .start = start, .end = end, .fd = fd };
+		goto fail;
+	*s = (struct shared){ .start = start, .end = end, .fd = fd, .ro = ro };
 	return s;
 fail:
 	close(fd);
@@ -162,9 +170,11 @@ fail:
 
 /*
  * shared_mu held: the segments covering [start, end), sharing the runs not
- * shared yet; each gets a reference. Returns the count, or -errno.
+ * shared yet; each gets a reference. Returns the count, or -errno: EINVAL
+ * when a page is shared already the other way (read-only or writable: one
+ * memfd cannot be both).
  */
-static int share(uintptr_t start, uintptr_t end, struct shared **segs)
+static int share(uintptr_t start, uintptr_t end, int ro, struct shared **segs)
 {
 	struct shared **pp = &shared_list;
 	int n = 0;
@@ -176,10 +186,14 @@ static int share(uintptr_t start, uintptr_t end, struct shared **segs)
 			pp = &(*pp)->next;
 		if (*pp && (*pp)->start <= at) {
 			s = *pp;
+			if (s->ro != ro) {
+				errno = EINVAL;
+				goto fail;
+			}
 		} else {
 			uintptr_t run_end = *pp && (*pp)->start < end ? (*pp)->start : end;
 
-			s = share_run(at, run_end);
+			s = share_run(at, run_end, ro);
 			if (!s)
 				goto fail;
 			s->next = *pp;
@@ -247,7 +261,7 @@ static int register_remote(struct ffv_context *c, struct ffv_mr *mr, uint32_t pd
 	const struct ff_attr *rkey;
 
 	pthread_mutex_lock(&shared_mu);
-	n = share(lo, hi, segs);
+	n = share(lo, hi, !(mr->access & WRITABLE), segs);
 	pthread_mutex_unlock(&shared_mu);
 	if (n < 0)
 		return n;
