@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* Description: a region allows remotely only what it was registered for: a WRITE to a read-only region, any request to a region without remote access, a READ past a region's end and an unknown rkey complete with a remote access error and move the QP to error, where later requests complete flushed; the target's bytes stay as they were */
+/* Description: a region allows remotely only what it was registered for: a WRITE to a read-only region, any request to a region without remote access, a READ past a region's end, an unknown rkey and a READ through a target QP whose access flags allow no remote reads complete with a remote access error and move the QP to error, where later requests complete flushed; the target's bytes stay as they were */
 #include "verbstest.h"
 
-#define QPS 4
+#define QPS 5
 #define LEN 8192
 
 struct names {
@@ -11,13 +11,13 @@ struct names {
 	uint64_t ro_addr, local_addr;
 };
 
-/* One more RC QP on e's PD and CQ, in INIT. */
-static struct ibv_qp *another_qp(struct tv_end *e)
+/* One more RC QP on e's PD and CQ, in INIT, letting remote requests do access. */
+static struct ibv_qp *another_qp(struct tv_end *e, int access)
 {
 	struct ibv_qp_init_attr ia = { .qp_type = IBV_QPT_RC, .send_cq = e->cq, .recv_cq = e->cq,
 				       .cap = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1,
 						.max_recv_sge = 1 } };
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1 };
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = access };
 	struct ibv_qp *qp = ibv_create_qp(e->pd, &ia);
 
 	TV_MUST(qp && ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
@@ -49,8 +49,10 @@ static int target(int sock)
 	mro = ibv_reg_mr(e.pd, ro, LEN, IBV_ACCESS_REMOTE_READ);
 	mlocal = ibv_reg_mr(e.pd, local, LEN, IBV_ACCESS_LOCAL_WRITE);
 	TV_MUST(mro && mlocal, "register: %s", strerror(errno));
+	/* The last QP allows no remote request, whatever the region allows. */
 	for (int i = 0; i < QPS; i++) {
-		qps[i] = i ? another_qp(&e) : e.qp;
+		qps[i] = i == 0 ? e.qp : another_qp(&e, i < QPS - 1 ? IBV_ACCESS_REMOTE_WRITE |
+						     IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC : 0);
 		me.qp[i] = (struct tv_name){ .qpn = qps[i]->qp_num, .lid = 0x102 };
 	}
 	me.ro_rkey = mro->rkey, me.ro_addr = (uintptr_t)ro;
@@ -108,7 +110,7 @@ int main(int argc, char **argv)
 	TV_MUST(mr, "register: %s", strerror(errno));
 	memset(buf, 0xee, LEN);
 	for (int i = 0; i < QPS; i++) {
-		qps[i] = i ? another_qp(&e) : e.qp;
+		qps[i] = i ? another_qp(&e, 0) : e.qp;
 		me.qp[i] = (struct tv_name){ .qpn = qps[i]->qp_num, .lid = 0x102 };
 	}
 	TV_MUST(read(sock, &peer, sizeof(peer)) == sizeof(peer) && write(sock, &me, sizeof(me)) == sizeof(me),
@@ -126,6 +128,8 @@ int main(int argc, char **argv)
 	refused(&e, qps[2], &wr, "READ past a region's end");
 	wr.wr.rdma = (typeof(wr.wr.rdma)){ .remote_addr = peer.ro_addr, .rkey = peer.ro_rkey ^ 0x10000 };
 	refused(&e, qps[3], &wr, "READ with an unknown rkey");
+	wr.wr.rdma = (typeof(wr.wr.rdma)){ .remote_addr = peer.ro_addr, .rkey = peer.ro_rkey };
+	refused(&e, qps[4], &wr, "READ through a QP that allows no remote reads");
 	CHECK(write(sock, "d", 1) == 1, "say done");
 	CHECK(read(sock, &c, 1) == 1 && c == 'k', "the target checked");
 	tv_join(pid);

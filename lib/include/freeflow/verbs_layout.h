@@ -19,6 +19,8 @@
 #define FF_VQP_OFF_RING_SIZE	8u
 /* u32: 0 while the owner lives; 1 once it destroyed the QP or is gone (the agent writes it). */
 #define FF_VQP_OFF_DEAD		16u
+/* u32: the QP's qp_access_flags (IBV_ACCESS_REMOTE_*), which one-sided requests through it need. */
+#define FF_VQP_OFF_ACCESS	20u
 /* u64 byte counters of the ring, each on its own cache line: the peer produces, the owner consumes. */
 #define FF_VQP_OFF_PROD		64u
 #define FF_VQP_OFF_CONS		128u

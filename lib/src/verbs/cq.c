@@ -17,9 +17,7 @@ struct ibv_cq *ffv_create_cq(struct ibv_context *ctx, int cqe, struct ibv_comp_c
 {
 	struct ffv_cq *cq;
 
-	(void)ctx;
-	(void)vec;
-	if (cqe < 1 || cqe > (1 << 20)) {
+	if (cqe < 1 || cqe > (1 << 20) || vec < 0 || vec >= ctx->num_comp_vectors) {
 		errno = EINVAL;
 		return NULL;
 	}

@@ -32,6 +32,12 @@ enum {
 };
 
 #define FFV_MAX_MSG	(1u << 31)	/* as a hardware port's max_msg_sz */
+/*
+ * No IEEE OUI is ours: a locally administered one (the node GUID's first
+ * bytes), nonzero as a device's must be, and unknown to perftest, which then
+ * uses the plain post-send calls.
+ */
+#define FFV_VENDOR_ID	0x02ffff
 #define FFV_FW_VER	"freeflow-0.1"
 
 /* The first line of dir/name, or -errno. */
@@ -153,6 +159,10 @@ static int query_device_ex(struct ibv_context *ctx, const struct ibv_query_devic
 	a->max_srq_sge = FFV_MAX_SGE;
 	a->max_pkeys = 1;
 	a->phys_port_cnt = 1;
+	a->vendor_id = FFV_VENDOR_ID;
+	a->vendor_part_id = 1;
+	if (attr_size >= offsetof(struct ibv_device_attr_ex, phys_port_cnt_ex) + sizeof(uint32_t))
+		attr->phys_port_cnt_ex = 1;
 	return 0;
 }
 
@@ -231,6 +241,7 @@ static struct verbs_context *alloc_context(struct ibv_device *dev, int cmd_fd, v
 		return NULL;
 	}
 	c->agent = -1;
+	c->vctx.context.num_comp_vectors = 1;
 	pthread_mutex_init(&c->mu, NULL);
 	verbs_set_ops(&c->vctx, &ops);
 	return &c->vctx;

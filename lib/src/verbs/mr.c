@@ -326,7 +326,9 @@ struct ibv_mr *ffv_reg_mr(struct ibv_pd *ibpd, void *addr, size_t len, uint64_t 
 	int err = 0;
 
 	(void)iova;
-	if (!addr || !len || (uintptr_t)addr + len < (uintptr_t)addr) {
+	/* As the IB spec: remote writes and atomics need local write too. */
+	if (!addr || !len || (uintptr_t)addr + len < (uintptr_t)addr ||
+	    ((access & WRITABLE) && !(access & IBV_ACCESS_LOCAL_WRITE))) {
 		errno = EINVAL;
 		return NULL;
 	}

@@ -41,6 +41,14 @@ static int peer_dead(const struct ffv_qp *qp)
 	return __atomic_load_n((uint32_t *)(qp->peer_mem + FF_VQP_OFF_DEAD), __ATOMIC_ACQUIRE) != 0;
 }
 
+/* Whether the peer's QP lets one-sided requests do access (its qp_access_flags). */
+static int peer_allows(const struct ffv_qp *qp, int access)
+{
+	uint32_t a = __atomic_load_n((uint32_t *)(qp->peer_mem + FF_VQP_OFF_ACCESS), __ATOMIC_ACQUIRE);
+
+	return (a & (uint32_t)access) == (uint32_t)access;
+}
+
 /* ---- the sender's side of a ring ---- */
 
 /* Bytes free in the peer's ring; 0 also when its cons word makes no sense. */
@@ -148,6 +156,8 @@ static int do_write(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t to
 	uint8_t *dst;
 
 	if (*done == 0) {
+		if (!peer_allows(qp, IBV_ACCESS_REMOTE_WRITE))
+			return -(int)IBV_WC_REM_ACCESS_ERR;
 		dst = ffv_grant_find(qp, wr->wr.rdma.rkey, wr->wr.rdma.remote_addr, total,
 				     IBV_ACCESS_REMOTE_WRITE, &st);
 		if (!dst)
@@ -190,9 +200,11 @@ static void scatter(const struct ibv_sge *sge, int n, uint32_t off, const uint8_
 static int do_read(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total)
 {
 	enum ibv_wc_status st;
-	const uint8_t *src = ffv_grant_find(qp, wr->wr.rdma.rkey, wr->wr.rdma.remote_addr, total,
-					    IBV_ACCESS_REMOTE_READ, &st);
+	const uint8_t *src;
 
+	if (!peer_allows(qp, IBV_ACCESS_REMOTE_READ))
+		return -(int)IBV_WC_REM_ACCESS_ERR;
+	src = ffv_grant_find(qp, wr->wr.rdma.rkey, wr->wr.rdma.remote_addr, total, IBV_ACCESS_REMOTE_READ, &st);
 	if (!src)
 		return -(int)st;
 	scatter(wr->sg_list, wr->num_sge, 0, src, total);
@@ -207,6 +219,8 @@ static int do_atomic(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t t
 
 	if (total != 8 || raddr % 8)
 		return -(int)IBV_WC_REM_INV_REQ_ERR;
+	if (!peer_allows(qp, IBV_ACCESS_REMOTE_ATOMIC))
+		return -(int)IBV_WC_REM_ACCESS_ERR;
 	dst = (uint64_t *)ffv_grant_find(qp, wr->wr.atomic.rkey, raddr, 8, IBV_ACCESS_REMOTE_ATOMIC, &st);
 	if (!dst)
 		return -(int)st;

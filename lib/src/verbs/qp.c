@@ -238,8 +238,12 @@ int ffv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 		pthread_mutex_unlock(&c->mu);
 		return EINVAL;
 	}
-	if (mask & IBV_QP_ACCESS_FLAGS)
+	if (mask & IBV_QP_ACCESS_FLAGS) {
 		qp->attr.qp_access_flags = attr->qp_access_flags;
+		/* What one-sided requests from the peer may do through this QP (post.c checks). */
+		__atomic_store_n((uint32_t *)(qp->mem + FF_VQP_OFF_ACCESS),
+				 (uint32_t)attr->qp_access_flags, __ATOMIC_RELEASE);
+	}
 	if (mask & IBV_QP_PORT)
 		qp->attr.port_num = attr->port_num;
 	if (mask & IBV_QP_AV)
