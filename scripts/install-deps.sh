@@ -18,9 +18,10 @@ PACKAGES=(
   redis-server redis-tools nginx-light wrk memcached libmemcached-tools postgresql
   # Open MPI between containers (tests/e2e), curl for nginx checks
   openmpi-bin netpipe-openmpi curl
-  # the virtual verbs device: stock libibverbs and the Debian programs that run on it; cmake to
+  # the virtual verbs device: stock libibverbs and the Debian programs that run on it (rdma-core's
+  # own test suite ships with python3-pyverbs); cmake to
   # generate rdma-core's provider headers (below)
-  libibverbs1 ibverbs-utils perftest rdmacm-utils cmake
+  libibverbs1 ibverbs-utils perftest rdmacm-utils python3-pyverbs cmake
 )
 CNITOOL_VERSION=v1.2.3 # matches github.com/containernetworking/cni in go.mod
 

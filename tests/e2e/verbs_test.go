@@ -3,6 +3,8 @@ package e2e
 import (
 	"fmt"
 	"net"
+	"os"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -151,4 +153,39 @@ func TestVerbsQPsOfTenantsThatMayNotTalk(t *testing.T) {
 	if logs := c.FF(t, "logs", srv).Stdout; pingpongDone.MatchString(logs) {
 		t.Fatalf("the server of another tenant exchanged data:\n%s", logs)
 	}
+}
+
+// TestVerbsRdmaCoreTestSuite runs rdma-core's own tests (Debian's
+// python3-pyverbs ships them) for the device, PDs, MRs, CQs, QPs and
+// atomics against a container's device: none may fail; what they skip is
+// logged (features the device does not report: extended QPs, device
+// memory, memory windows, UD, XRC).
+func TestVerbsRdmaCoreTestSuite(t *testing.T) {
+	const suite = "/usr/share/doc/rdma-core/tests"
+	if m := testenv.Missing("python3"); m != "" {
+		t.Skip(m)
+	}
+	if _, err := os.Stat(suite + "/run_tests.py"); err != nil {
+		t.Skipf("rdma-core's test suite is not installed (python3-pyverbs): %v", err)
+	}
+	// Debian compresses most of its files: a copy, uncompressed, for the container.
+	dir := t.TempDir()
+	if out, err := exec.Command("sh", "-c", "cp -r "+suite+" "+dir+"/tests && gunzip -f "+dir+"/tests/*.gz").CombinedOutput(); err != nil {
+		t.Fatalf("copy rdma-core's tests: %v\n%s", err, out)
+	}
+	os.Chmod(dir, 0o755)
+	c := newCluster(t, 1)
+	r := c.FF(t, "run", "--host", "h1", "--name", testenv.RandomName("py", 5), "--rm", "-v", dir+":/tmp/pyt:ro", "--",
+		"sh", "-c", "cd /tmp && exec python3 /tmp/pyt/tests/run_tests.py --dev ffv0 -v test_device test_pd test_mr test_cq test_qp test_atomic")
+	out := r.Stdout + r.Stderr
+	ran := regexp.MustCompile(`Ran (\d+) tests`).FindStringSubmatch(out)
+	ok := regexp.MustCompile(`(?m) \.\.\. ok$`).FindAllString(out, -1)
+	if r.Code != 0 || ran == nil || strings.Contains(out, "FAILED") || len(ok) < 25 {
+		t.Fatalf("rdma-core's tests: exit %d, %d passed, want none failed and at least 25 passed:\n%s", r.Code, len(ok), out)
+	}
+	skips := map[string]int{}
+	for _, m := range regexp.MustCompile(`skipped '([^']*)'`).FindAllStringSubmatch(out, -1) {
+		skips[m[1]]++
+	}
+	t.Logf("rdma-core's tests: %s run, %d passed; skipped: %v", ran[1], len(ok), skips)
 }
