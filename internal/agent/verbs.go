@@ -73,9 +73,9 @@ type vmr struct {
 type verbsRegistry struct {
 	mu      sync.Mutex
 	qps     map[uint32]*vqp
-	mrs     map[string]map[uint32]*vmr // container id -> rkey -> region
-	qpsOf   map[string]int             // container id -> its QPs
-	files   map[string]map[fileKey]*heldFile
+	mrs     map[string]map[uint32]*vmr       // container id -> rkey -> region
+	qpsOf   map[string]int                   // container id -> its QPs
+	files   map[string]map[fileKey]*heldFile // container id -> the memfds its QPs and regions hold
 	nextQP  uint32
 	maxQPs  int
 	maxMRs  int

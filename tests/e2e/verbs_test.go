@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"regexp"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/freeflow-net/freeflow/internal/agentapi"
 	"github.com/freeflow-net/freeflow/internal/testenv"
 )
 
@@ -150,5 +152,83 @@ func TestVerbsQPsOfTenantsThatMayNotTalk(t *testing.T) {
 	})
 	if logs := c.FF(t, "logs", srv).Stdout; pingpongDone.MatchString(logs) {
 		t.Fatalf("the server of another tenant exchanged data:\n%s", logs)
+	}
+}
+
+// verbsListed returns the entries of `freeflow conns <flag> -o json`.
+func verbsListed[T any](t *testing.T, c *testenv.Cluster, flag string) []T {
+	t.Helper()
+	var all []T
+	out := c.MustFF(t, "conns", flag, "-o", "json")
+	must(t, json.Unmarshal([]byte(out), &all), "parse `freeflow conns %s -o json`: %s", flag, out)
+	return all
+}
+
+// qpsOf returns the QPs `freeflow conns --qps` lists for container name.
+func qpsOf(t *testing.T, c *testenv.Cluster, name string) []agentapi.QPInfo {
+	t.Helper()
+	var mine []agentapi.QPInfo
+	for _, q := range verbsListed[agentapi.QPInfo](t, c, "--qps") {
+		if q.Container == name {
+			mine = append(mine, q)
+		}
+	}
+	return mine
+}
+
+// TestVerbsConnsListsQueuePairs: while Debian's ibv_rc_pingpong runs
+// between two containers, `freeflow conns --qps` lists each one's RC QP
+// connected to the other's, on shm, with the bytes the peer sent into its
+// ring growing; `--regions` counts each container's QP and the memfd held
+// for it; once the programs are gone, so are their QPs and memfds.
+func TestVerbsConnsListsQueuePairs(t *testing.T) {
+	if m := testenv.Missing("ibv_rc_pingpong"); m != "" {
+		t.Skip(m)
+	}
+	c := newCluster(t, 1)
+	srv, cli := testenv.RandomName("vq", 5), testenv.RandomName("vq", 5)
+	const forever = "timeout 120 ibv_rc_pingpong -n 1000000000" // stopped by the test
+	c.StartDetached(t, "h1", srv, nil, "sh", "-c", forever)
+	c.WaitListening(t, srv, 18515)
+	c.StartDetached(t, "h1", cli, nil, "sh", "-c", forever+" "+srv)
+	var s, k []agentapi.QPInfo
+	testenv.WaitFor(t, "both QPs connected, bytes received", func() bool {
+		s, k = qpsOf(t, c, srv), qpsOf(t, c, cli)
+		return len(s) == 1 && len(k) == 1 && s[0].State == "connected" && k[0].State == "connected" &&
+			s[0].RxBytes > 0 && k[0].RxBytes > 0
+	})
+	for _, pair := range [][2]agentapi.QPInfo{{s[0], k[0]}, {k[0], s[0]}} {
+		q, peer := pair[0], pair[1]
+		if q.Type != "RC" || q.Path != "shm" || q.PeerContainer != peer.Container || q.PeerQPN != peer.QPN || q.QPN == 0 {
+			t.Fatalf("QP of %s listed %+v; want RC on shm connected to %s's QP %#x", q.Container, q, peer.Container, peer.QPN)
+		}
+	}
+	later := qpsOf(t, c, srv)
+	if len(later) != 1 || later[0].RxBytes < s[0].RxBytes {
+		t.Fatalf("the server's QP later: %+v; want its bytes received at least %d", later, s[0].RxBytes)
+	}
+	table := c.MustFF(t, "conns", "--qps")
+	row := fmt.Sprintf("0x%06x  RC", s[0].QPN)
+	if !strings.HasPrefix(table, "CONTAINER") || !strings.Contains(table, row) || !strings.Contains(table, "connected") {
+		t.Fatalf("`freeflow conns --qps` table lacks the server's QP (%q):\n%s", row, table)
+	}
+	t.Logf("freeflow conns --qps:\n%s", table)
+	mem := map[string]agentapi.VerbsMemInfo{}
+	for _, m := range verbsListed[agentapi.VerbsMemInfo](t, c, "--regions") {
+		mem[m.Container] = m
+	}
+	for _, name := range []string{srv, cli} {
+		if m := mem[name]; m.QPs != 1 || m.Memfds < 1 || m.MemfdLimit < m.Memfds {
+			t.Fatalf("--regions for %s: %+v; want its one QP and the memfds held for it", name, m)
+		}
+	}
+	c.MustFF(t, "rm", "-f", srv, cli)
+	testenv.WaitFor(t, "the QPs of the removed containers forgotten", func() bool {
+		return len(qpsOf(t, c, srv)) == 0 && len(qpsOf(t, c, cli)) == 0
+	})
+	for _, m := range verbsListed[agentapi.VerbsMemInfo](t, c, "--regions") {
+		if m.Container == srv || m.Container == cli {
+			t.Fatalf("--regions after the containers went: %+v", m)
+		}
 	}
 }
