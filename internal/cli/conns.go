@@ -25,7 +25,7 @@ const connsTimeout = 5 * time.Second
 
 func runConns(g *Global, args []string) error {
 	fs := newFlags(g, "conns")
-	host := fs.String("host", "", "only this host's connections (default: every host)")
+	host := fs.String("host", "", "only what this host's agent lists (default: every host)")
 	format := fs.String("o", "table", "output format: table or json")
 	qps := fs.Bool("qps", false, "list the verbs queue pairs instead: container, QPN, type, peer, path, state, bytes received")
 	regions := fs.Bool("regions", false, "list per container what its verbs QPs and memory regions hold at its agent instead")
