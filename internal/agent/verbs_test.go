@@ -786,3 +786,23 @@ func TestVerbsFDsBoundedPerContainer(t *testing.T) {
 	l.conn.Close()
 	waitRegistryEmpty(t, a)
 }
+
+// Under a file limit short of the subnet's need, a container's verbs
+// memfds are lowered with its session share (limits.go, sharesFitting).
+func TestVerbsFDsFollowAShortFileLimit(t *testing.T) {
+	a := startAgent(t, newFakeDir(selfContainer), nil)
+	l := newLib(t, a)
+	// One container registered; room for 30 descriptors past the fixed ones.
+	a.files.Store(refusalsStrangers + DefaultAdminConns + fdReserve + perContainerFDs + 30)
+	share := a.share().verbsFDs
+	if share >= DefaultVerbsFDs || share < minVerbsFDs {
+		t.Fatalf("verbs memfd share under a short limit: %d", share)
+	}
+	for i := range share {
+		if _, err := l.qpCreate(newQPMemfd(t), protocol.QPTypeRC, 1); err != nil {
+			t.Fatalf("QP %d of a share of %d: %v", i+1, share, err)
+		}
+	}
+	_, err := l.qpCreate(newQPMemfd(t), protocol.QPTypeRC, 1)
+	wantCode(t, err, protocol.CodeLimit)
+}
