@@ -88,6 +88,7 @@ type Config struct {
 	installGuard func() error  // installs the fabric guard (installFabricGuard); tests make it fail
 	verbsQPs     int           // QPs per container (DefaultVerbsQPs); tests lower it
 	verbsMRs     int           // memory regions per container (DefaultVerbsMRs); tests lower it
+	verbsFDs     int           // memfds the verbs registry holds per container (DefaultVerbsFDs); tests lower it
 }
 
 // LibrarySocket is the path of the library socket.
@@ -181,8 +182,8 @@ func New(cfg Config, dir Directory) (*Agent, error) {
 		sessions: newQuota(cfg.SessionsPerContainer), admins: newQuota(cfg.AdminConns),
 		refusals: newQuota(refusalsPerContainer), strangerRefusals: newQuota(refusalsStrangers),
 		fills: newQuota(fillsPerContainer), queued: newQuota(queuedPerContainer), diag: newDiagSockets(),
-		verbs: newVerbsRegistry(cfg.verbsQPs, cfg.verbsMRs),
 	}
+	a.verbs = newVerbsRegistry(cfg.verbsQPs, cfg.verbsMRs, func() int { return a.share().verbsFDs })
 	a.pool = newOfferPool(a)
 	return a, nil
 }
@@ -220,6 +221,9 @@ func withDefaults(cfg Config) Config {
 	}
 	if cfg.verbsMRs <= 0 {
 		cfg.verbsMRs = DefaultVerbsMRs
+	}
+	if cfg.verbsFDs <= 0 {
+		cfg.verbsFDs = DefaultVerbsFDs
 	}
 	if cfg.installGuard == nil {
 		cfg.installGuard = installFabricGuard

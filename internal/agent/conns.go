@@ -48,21 +48,47 @@ type connTable struct {
 // admin session keeps its own, so that two clients paging at once each
 // get their list whole, every entry once.
 type connPages struct {
-	list []agentapi.ConnInfo
-	at   time.Time
+	list    []any
+	listing uint8 // which list (LISTING)
+	at      time.Time
 }
 
 // connPagesFresh is how long the pages after the first come from the list
 // the first one made: a client asks for them at once.
 const connPagesFresh = 5 * time.Second
 
-// get returns the list for a page from offset: made afresh for offset 0
-// (or if it is older than connPagesFresh), else the one made last.
-func (p *connPages) get(offset uint32, build func() []agentapi.ConnInfo) []agentapi.ConnInfo {
-	if offset == 0 || time.Since(p.at) > connPagesFresh {
-		p.list, p.at = build(), time.Now()
+// get returns the list listing for a page from offset: made afresh for
+// offset 0 (or if it is older than connPagesFresh, or another list), else
+// the one made last.
+func (p *connPages) get(offset uint32, listing uint8, build func() []any) []any {
+	if offset == 0 || listing != p.listing || time.Since(p.at) > connPagesFresh {
+		p.list, p.listing, p.at = build(), listing, time.Now()
 	}
 	return p.list
+}
+
+// listing returns what makes the list a CONNS with LISTING listing pages
+// through.
+func (a *Agent) listing(listing uint8) (func() []any, error) {
+	switch listing {
+	case protocol.ListConns:
+		return func() []any { return anys(a.connList()) }, nil
+	case protocol.ListQPs:
+		return func() []any { return anys(a.qpList()) }, nil
+	case protocol.ListVerbsMem:
+		return func() []any { return anys(a.verbsMemList()) }, nil
+	}
+	return nil, protocol.Errorf(protocol.CodeInvalid,
+		"LISTING %d names no list; ask for 0 (connections), 1 (verbs queue pairs) or 2 (verbs memory per container)", listing)
+}
+
+// anys returns xs as a list of any.
+func anys[T any](xs []T) []any {
+	out := make([]any, len(xs))
+	for i, x := range xs {
+		out[i] = x
+	}
+	return out
 }
 
 func newConnTable() *connTable {
@@ -146,24 +172,32 @@ func (t *connTable) remove(id string, local, remote netip.AddrPort) {
 	t.deleteLocked(connKey{id, local, remote})
 }
 
-// connsPage is the reply to CONNS: as many entries of the list from its
-// OFFSET on (0 if absent) as fit one message, and how many the list has
-// (COUNT), so that a client asks again for the rest; pages are the
-// asking session's.
+// connsPage is the reply to CONNS: as many entries of the list its
+// LISTING names (connections if absent) from its OFFSET on (0 if absent)
+// as fit one message, and how many the list has (COUNT), so that a client
+// asks again for the rest; pages are the asking session's. A reply to a
+// LISTING other than connections says which it lists.
 func (a *Agent) connsPage(m *protocol.Message, pages *connPages) (*protocol.Message, error) {
-	var offset uint32
-	if _, ok := m.Get(protocol.AttrOffset); ok {
-		var err error
-		if offset, err = m.U32(protocol.AttrOffset); err != nil {
+	offset, err := optionalU32(m, protocol.AttrOffset)
+	if err != nil {
+		return nil, err
+	}
+	var listing uint8
+	if _, ok := m.Get(protocol.AttrListing); ok {
+		if listing, err = m.U8(protocol.AttrListing); err != nil {
 			return nil, err
 		}
 	}
-	all := pages.get(offset, a.connList)
+	build, err := a.listing(listing)
+	if err != nil {
+		return nil, err
+	}
+	all := pages.get(offset, listing, build)
 	page := []byte{'['}
 	for i := int(offset); i < len(all); i++ {
 		e, err := json.Marshal(all[i])
 		if err != nil {
-			return nil, protocol.Errorf(protocol.CodeInternal, "encode a connection: %v", err)
+			return nil, protocol.Errorf(protocol.CodeInternal, "encode a list entry: %v", err)
 		}
 		if len(page)+len(e)+1 > maxConnsJSON {
 			break
@@ -174,8 +208,20 @@ func (a *Agent) connsPage(m *protocol.Message, pages *connPages) (*protocol.Mess
 		page = append(page, e...)
 	}
 	page = append(page, ']')
-	return protocol.New(protocol.TypeOK, m.Seq, protocol.Attr{Type: protocol.AttrJSON, Value: page},
-		protocol.U32(protocol.AttrCount, uint32(len(all)))), nil
+	reply := protocol.New(protocol.TypeOK, m.Seq, protocol.Attr{Type: protocol.AttrJSON, Value: page},
+		protocol.U32(protocol.AttrCount, uint32(len(all))))
+	if listing != protocol.ListConns {
+		reply.Attrs = append(reply.Attrs, protocol.U8(protocol.AttrListing, listing))
+	}
+	return reply, nil
+}
+
+// optionalU32 returns the u32 attribute t of m, 0 if absent.
+func optionalU32(m *protocol.Message, t protocol.AttrType) (uint32, error) {
+	if _, ok := m.Get(t); !ok {
+		return 0, nil
+	}
+	return m.U32(t)
 }
 
 // maxConnsJSON is the room for a CONNS page: a JSON attribute's limit.

@@ -33,11 +33,12 @@ package agent
 // No total is kept over the containers: the host's subnet bounds how many
 // there can be, and the agent raises its RLIMIT_NOFILE at start so that
 // every container of the subnet can hold its full share at once
-// (fileLimit). Where it cannot (no CAP_SYS_RESOURCE and a low hard limit),
-// it says so in its log, and a container's share becomes what the limit
-// fits for each container registered now (sessionShare), at least
-// minSessionsPerContainer: a smaller share for each beats a shared pool
-// one container can drain.
+// (fileLimit), its verbs memfds (verbs_files.go) included. Where it cannot
+// (no CAP_SYS_RESOURCE and a low hard limit), it says so in its log, and a
+// container's shares of sessions and verbs memfds become what the limit
+// fits for each container registered now (share), lowered in the same
+// proportion, at least minSessionsPerContainer and minVerbsFDs: a smaller
+// share for each beats a shared pool one container can drain.
 
 import (
 	"fmt"
@@ -62,9 +63,11 @@ const (
 	// channels and stock in hand, parked halves, ledgers being mapped,
 	// broker and pooled connections.
 	fdReserve = 4096
-	// minSessionsPerContainer is the least share a short file limit
-	// lowers SessionsPerContainer to.
+	// minSessionsPerContainer and minVerbsFDs are the least shares a
+	// short file limit lowers SessionsPerContainer and the verbs memfds
+	// (verbs_files.go) to.
 	minSessionsPerContainer = 16
+	minVerbsFDs             = 16
 	// maxParkedPerContainer bounds the parked halves (parked.go) one
 	// container's connectors leave waiting at once, each up to 3
 	// descriptors for up to keepDecided: a process parks one per crossed
@@ -137,41 +140,63 @@ func (q *quota) all() map[string]int {
 }
 
 // fileLimit is the RLIMIT_NOFILE an agent for subnet needs: every
-// container the subnet can address at its full share of sessions,
-// refusals and parked halves, the strangers, the admin socket and
-// fdReserve.
-func fileLimit(subnet netip.Prefix, perContainer, admin int) uint64 {
-	return subnetContainers(subnet)*uint64(perContainer+perContainerFDs) + refusalsStrangers + uint64(admin) + fdReserve
+// container the subnet can address at its full share of sessions and
+// verbs memfds, refusals and parked halves, the strangers, the admin
+// socket and fdReserve.
+func fileLimit(subnet netip.Prefix, full shares, admin int) uint64 {
+	return subnetContainers(subnet)*uint64(full.sessions+full.verbsFDs+perContainerFDs) + refusalsStrangers + uint64(admin) + fdReserve
 }
 
-// perContainerFDs is what a container may hold beyond its sessions: its
-// refusals, its parked halves and the stock of its LINK_FILLs in flight.
-// The few descriptors of a reply being made (a channel's, at most 3 per
-// side) come from fdReserve.
+// perContainerFDs is what a container may hold beyond its sessions and
+// its verbs memfds: its refusals, its parked halves and the stock of its
+// LINK_FILLs in flight. The few descriptors of a reply being made (a
+// channel's, at most 3 per side; a verbs grant's, at most 16) come from
+// fdReserve.
 const perContainerFDs = refusalsPerContainer + parkedFDs*maxParkedPerContainer + maxStockFill*fillsPerContainer
 
-// sessionsFitting is the share of sessions per container that a file
-// limit of have fits for n containers (fileLimit solved for
-// perContainer), at least minSessionsPerContainer.
-func sessionsFitting(n uint64, admin int, have uint64) int {
+// shares is what one container may hold of what the file limit is sized
+// for: sessions, and memfds held for its verbs QPs and regions.
+type shares struct{ sessions, verbsFDs int }
+
+// minShares are the least shares a short file limit lowers them to.
+var minShares = shares{sessions: minSessionsPerContainer, verbsFDs: minVerbsFDs}
+
+// sharesFitting is what a file limit of have fits for n containers of the
+// shares full (fileLimit solved for them): full if it fits, else each
+// lowered in the same proportion, to at least minShares.
+func sharesFitting(n uint64, admin int, have uint64, full shares) shares {
 	n = max(n, 1)
 	fixed := uint64(refusalsStrangers+admin+fdReserve) + n*perContainerFDs
 	if have <= fixed {
-		return minSessionsPerContainer
+		return minShares
 	}
-	return int(max((have-fixed)/n, minSessionsPerContainer))
+	avail, want := (have-fixed)/n, uint64(full.sessions+full.verbsFDs)
+	if avail >= want {
+		return full
+	}
+	return shares{
+		sessions: int(max(avail*uint64(full.sessions)/want, minSessionsPerContainer)),
+		verbsFDs: int(max(avail*uint64(full.verbsFDs)/want, minVerbsFDs)),
+	}
 }
 
-// sessionShare is how many sessions one container may hold now: the
-// configured share, or what the file limit fits for every container
-// registered if that is less (the design note above).
-func (a *Agent) sessionShare() int {
-	share := a.cfg.SessionsPerContainer
-	if files := a.files.Load(); files != 0 {
-		share = min(share, sessionsFitting(uint64(a.ids.count()), a.cfg.AdminConns, files))
-	}
-	return share
+// fullShares are the shares configured.
+func (a *Agent) fullShares() shares {
+	return shares{sessions: a.cfg.SessionsPerContainer, verbsFDs: a.cfg.verbsFDs}
 }
+
+// share is what one container may hold now: the configured shares, or
+// what the file limit fits for every container registered if that is
+// less (the design note above).
+func (a *Agent) share() shares {
+	if files := a.files.Load(); files != 0 {
+		return sharesFitting(uint64(a.ids.count()), a.cfg.AdminConns, files, a.fullShares())
+	}
+	return a.fullShares()
+}
+
+// sessionShare is how many sessions one container may hold now.
+func (a *Agent) sessionShare() int { return a.share().sessions }
 
 // raiseFileLimit raises RLIMIT_NOFILE to want (as far as the kernel's
 // nr_open allows) if it is lower; it returns the limit now in force.

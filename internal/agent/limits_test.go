@@ -234,18 +234,22 @@ func TestAdminSocketHasItsOwnCapacity(t *testing.T) {
 // the limit fits for the containers registered.
 func TestFileLimitCoversEveryContainerShare(t *testing.T) {
 	subnet := netip.MustParsePrefix(testSubnet)
-	if want := fileLimit(subnet, DefaultSessionsPerContainer, DefaultAdminConns); want < 254*DefaultSessionsPerContainer {
-		t.Fatalf("fileLimit for a /24: %d, below 254 containers at their full share", want)
+	def := shares{sessions: DefaultSessionsPerContainer, verbsFDs: DefaultVerbsFDs}
+	full := fileLimit(subnet, def, DefaultAdminConns)
+	if full < 254*(DefaultSessionsPerContainer+DefaultVerbsFDs) {
+		t.Fatalf("fileLimit for a /24: %d, below 254 containers at their full share", full)
 	}
-	full := fileLimit(subnet, DefaultSessionsPerContainer, DefaultAdminConns)
-	if share := sessionsFitting(254, DefaultAdminConns, full); share < DefaultSessionsPerContainer {
-		t.Errorf("254 containers with the files the agent asks for: a share of %d, want %d", share, DefaultSessionsPerContainer)
+	if got := sharesFitting(254, DefaultAdminConns, full, def); got != def {
+		t.Errorf("254 containers with the files the agent asks for: shares %+v, want %+v", got, def)
 	}
 	for _, n := range []uint64{1, 3, 10} { // with this sandbox's hard limit
 		const have = 20000
-		share := sessionsFitting(n, DefaultAdminConns, have)
-		if need := n*uint64(share+perContainerFDs) + refusalsStrangers + DefaultAdminConns + fdReserve; need > have {
-			t.Errorf("%d containers at a share of %d need %d files, more than the %d there are", n, share, need, have)
+		got := sharesFitting(n, DefaultAdminConns, have, def)
+		if need := n*uint64(got.sessions+got.verbsFDs+perContainerFDs) + refusalsStrangers + DefaultAdminConns + fdReserve; need > have {
+			t.Errorf("%d containers at shares %+v need %d files, more than the %d there are", n, got, need, have)
+		}
+		if d := got.sessions*DefaultVerbsFDs/DefaultSessionsPerContainer - got.verbsFDs; d < -2 || d > 2 { // rounding
+			t.Errorf("%d containers: shares %+v are not lowered in the same proportion", n, got)
 		}
 	}
 	a := startAgent(t, newFakeDir(), nil)
@@ -253,11 +257,15 @@ func TestFileLimitCoversEveryContainerShare(t *testing.T) {
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		t.Fatal(err)
 	}
-	if lim.Cur < lim.Max && lim.Cur < fileLimit(subnet, DefaultSessionsPerContainer, DefaultAdminConns) {
+	if lim.Cur < lim.Max && lim.Cur < full {
 		t.Errorf("RLIMIT_NOFILE %d after start: short of what the subnet needs, yet below the hard limit %d", lim.Cur, lim.Max)
 	}
-	if share := a.sessionShare(); share != min(DefaultSessionsPerContainer, sessionsFitting(0, DefaultAdminConns, lim.Cur)) {
-		t.Errorf("share with no container registered and %d files: %d", lim.Cur, share)
+	want := def
+	if lim.Cur < full {
+		want = sharesFitting(0, DefaultAdminConns, lim.Cur, def)
+	}
+	if got := a.share(); got != want {
+		t.Errorf("shares with no container registered and %d files: %+v, want %+v", lim.Cur, got, want)
 	}
 }
 
@@ -442,4 +450,16 @@ func TestLinkFillsInFlightBoundedPerContainer(t *testing.T) {
 		t.Fatalf("LINK_FILL once a fill ended: %d connections, %v; want 1", len(fds), err)
 	}
 	protocol.CloseFDs(fds)
+}
+
+// The verbs registry's descriptors are in the file limit: every container
+// of a /24 at its full share, its verbs memfds included, fits the kernel's
+// default fs.nr_open, so the agent raises its limit that far and no
+// container's session share shrinks for them.
+func TestVerbsFDsFitDefaultNrOpen(t *testing.T) {
+	const defaultNrOpen = 1 << 20
+	full := fileLimit(netip.MustParsePrefix(testSubnet), shares{DefaultSessionsPerContainer, DefaultVerbsFDs}, DefaultAdminConns)
+	if full > defaultNrOpen {
+		t.Fatalf("fileLimit for a /24: %d, more than the default fs.nr_open %d", full, defaultNrOpen)
+	}
 }

@@ -37,17 +37,18 @@ func (a *Agent) Listen() error {
 // connections (limits.go); short of it, the share shrinks with the number
 // of containers registered (sessionShare).
 func (a *Agent) raiseFileLimit() {
-	want := fileLimit(a.subnet, a.cfg.SessionsPerContainer, a.cfg.AdminConns)
+	want := fileLimit(a.subnet, a.fullShares(), a.cfg.AdminConns)
 	got, err := raiseFileLimit(want)
 	if got >= want {
 		return
 	}
 	a.files.Store(got)
-	a.log.Warn("the open-file limit is short of every container's full share of sessions; "+
-		"a container's share shrinks to fit as containers register. "+
+	full := sharesFitting(subnetContainers(a.subnet), a.cfg.AdminConns, got, a.fullShares())
+	a.log.Warn("the open-file limit is short of every container's full share of sessions and verbs memfds; "+
+		"a container's shares shrink to fit as containers register. "+
 		"Give freeflowd CAP_SYS_RESOURCE or a higher hard limit (LimitNOFILE), or lower -sessions-per-container",
-		"want_files", want, "have_files", got, "sessions_per_container_with_the_subnet_full",
-		min(sessionsFitting(subnetContainers(a.subnet), a.cfg.AdminConns, got), a.cfg.SessionsPerContainer), "err", err)
+		"want_files", want, "have_files", got, "sessions_per_container_with_the_subnet_full", full.sessions,
+		"verbs_fds_per_container_with_the_subnet_full", full.verbsFDs, "err", err)
 }
 
 func listen(path string, mode os.FileMode) (*net.UnixListener, error) {

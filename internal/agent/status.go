@@ -27,7 +27,7 @@ func (a *Agent) status() agentapi.Status {
 		BrokerAddr:        a.brokerAddr(),
 		BrokerError:       a.brokerErr,
 		FabricGuardError:  a.guardErr,
-		Limits:            agentapi.Limits{SessionsPerContainer: a.sessionShare(), AdminConns: a.cfg.AdminConns},
+		Limits:            a.limits(),
 		SessionsHeld:      a.sessions.all(),
 	}
 }
@@ -60,4 +60,10 @@ func (a *Agent) brokerAddr() string {
 		return ""
 	}
 	return a.broker.Addr().String()
+}
+
+// limits are the per-container shares in force now (limits.go).
+func (a *Agent) limits() agentapi.Limits {
+	sh := a.share()
+	return agentapi.Limits{SessionsPerContainer: sh.sessions, VerbsFDsPerContainer: sh.verbsFDs, AdminConns: a.cfg.AdminConns}
 }

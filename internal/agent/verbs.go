@@ -11,7 +11,8 @@ package agent
 //     the container and the session that made it, and the QP it was last
 //     connected to (VERBS_CONNECT);
 //   - every region by its rkey, per container (random, nonzero, unique in
-//     the container), with its memfds and segments, and its session.
+//     the container), with its memfds and segments, and its session;
+//   - the memfds those hold, once per file and container (verbs_files.go).
 //
 // Both belong to the provider's session that made them (one per
 // ibv_open_device) and die with it: when the connection closes (the
@@ -36,7 +37,6 @@ import (
 	"sync"
 
 	"github.com/freeflow-net/freeflow/internal/protocol"
-	"golang.org/x/sys/unix"
 )
 
 // Defaults of the per-container verbs limits: what the device reports
@@ -53,8 +53,9 @@ type vqp struct {
 	container string
 	owner     *session
 	typ, pd   uint32
-	fd        int  // the memfd of its incoming ring
-	peer      *vqp // connected to (VERBS_CONNECT); nil until then
+	fd        int     // the memfd of its incoming ring (held, verbs_files.go)
+	file      fileKey // names fd among the container's held files
+	peer      *vqp    // connected to (VERBS_CONNECT); nil until then
 }
 
 // vmr is one registered memory region.
@@ -64,18 +65,21 @@ type vmr struct {
 	owner     *session
 	mr        protocol.VerbsMR
 	segs      []protocol.Segment
-	fds       []int // one per segment
+	fds       []int     // one per segment (held, verbs_files.go)
+	files     []fileKey // names each of fds among the container's held files
 }
 
 // verbsRegistry holds the host's QPs and regions.
 type verbsRegistry struct {
-	mu     sync.Mutex
-	qps    map[uint32]*vqp
-	mrs    map[string]map[uint32]*vmr // container id -> rkey -> region
-	qpsOf  map[string]int             // container id -> its QPs
-	nextQP uint32
-	maxQPs int
-	maxMRs int
+	mu      sync.Mutex
+	qps     map[uint32]*vqp
+	mrs     map[string]map[uint32]*vmr       // container id -> rkey -> region
+	qpsOf   map[string]int                   // container id -> its QPs
+	files   map[string]map[fileKey]*heldFile // container id -> the memfds its QPs and regions hold
+	nextQP  uint32
+	maxQPs  int
+	maxMRs  int
+	fdShare func() int // distinct memfds one container may hold now (verbs_files.go)
 	// owned lists what each session made, to forget it when the session ends.
 	owned map[*session]*verbsOwned
 }
@@ -85,10 +89,11 @@ type verbsOwned struct {
 	mrs map[uint32]*vmr
 }
 
-func newVerbsRegistry(maxQPs, maxMRs int) *verbsRegistry {
+func newVerbsRegistry(maxQPs, maxMRs int, fdShare func() int) *verbsRegistry {
 	return &verbsRegistry{
 		qps: map[uint32]*vqp{}, mrs: map[string]map[uint32]*vmr{}, qpsOf: map[string]int{},
-		owned: map[*session]*verbsOwned{}, maxQPs: maxQPs, maxMRs: maxMRs,
+		files: map[string]map[fileKey]*heldFile{}, owned: map[*session]*verbsOwned{},
+		maxQPs: maxQPs, maxMRs: maxMRs, fdShare: fdShare,
 	}
 }
 
@@ -139,26 +144,28 @@ func (s *session) verbsQPCreate(m *protocol.Message) (*protocol.Message, error) 
 	if err := checkQPMemfd(s.inFDs[0]); err != nil {
 		return nil, err
 	}
-	fd, err := dupFD(s.inFDs[0])
-	if err != nil {
-		return nil, err
-	}
-	qp := &vqp{container: s.self.ID, owner: s, typ: q.Type, pd: q.PD, fd: fd}
-	if err := s.a.verbs.addQP(qp); err != nil {
-		unix.Close(fd)
+	qp := &vqp{container: s.self.ID, owner: s, typ: q.Type, pd: q.PD}
+	if err := s.a.verbs.addQP(qp, s.inFDs[0]); err != nil {
 		return nil, err
 	}
 	return protocol.New(protocol.TypeOK, m.Seq, protocol.U32(protocol.AttrQPN, qp.qpn)), nil
 }
 
-// addQP numbers qp and keeps it, within its container's limit.
-func (r *verbsRegistry) addQP(qp *vqp) error {
+// addQP numbers qp and keeps it with its memfd fd, within its container's
+// limits.
+func (r *verbsRegistry) addQP(qp *vqp, fd int) error {
+	fdShare := r.fdShare()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.qpsOf[qp.container] >= r.maxQPs {
 		return protocol.Errorf(protocol.CodeLimit,
 			"container %s holds %d queue pairs, its limit; destroy some (ibv_destroy_qp) before making more", qp.container, r.maxQPs)
 	}
+	keys, fds, err := r.holdFilesLocked(qp.container, []int{fd}, fdShare)
+	if err != nil {
+		return err
+	}
+	qp.file, qp.fd = keys[0], fds[0]
 	for { // at most maxQPs per container: a free number is always near
 		r.nextQP = r.nextQP%maxQPN + 1
 		if r.qps[r.nextQP] == nil {
@@ -210,7 +217,7 @@ func (r *verbsRegistry) dropQPLocked(qp *vqp) {
 	}
 }
 
-// retireQP closes a dropped QP's memfd, marking it dead first if dead.
+// retireQP gives back a dropped QP's memfd, marking it dead first if dead.
 func (a *Agent) retireQP(qp *vqp, dead bool) {
 	if dead {
 		if err := markQPDead(qp.fd); err != nil {
@@ -218,7 +225,7 @@ func (a *Agent) retireQP(qp *vqp, dead bool) {
 				"qpn", qp.qpn, "container", qp.container, "err", err)
 		}
 	}
-	unix.Close(qp.fd)
+	a.verbs.releaseFiles(qp.container, []fileKey{qp.file})
 }
 
 // endVerbs forgets what session s made when it ends: its QPs are marked
@@ -246,7 +253,7 @@ func (a *Agent) endVerbs(s *session) {
 		a.retireQP(qp, !stopping)
 	}
 	for _, mr := range mrs {
-		protocol.CloseFDs(mr.fds)
+		r.releaseFiles(mr.container, mr.files)
 	}
 }
 

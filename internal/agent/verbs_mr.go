@@ -25,16 +25,7 @@ func (s *session) verbsMRReg(m *protocol.Message) (*protocol.Message, error) {
 		return nil, err
 	}
 	reg := &vmr{container: s.self.ID, owner: s, mr: mr, segs: segs}
-	for _, fd := range s.inFDs {
-		nfd, err := dupFD(fd)
-		if err != nil {
-			protocol.CloseFDs(reg.fds)
-			return nil, err
-		}
-		reg.fds = append(reg.fds, nfd)
-	}
-	if err := s.a.verbs.addMR(reg); err != nil {
-		protocol.CloseFDs(reg.fds)
+	if err := s.a.verbs.addMR(reg, s.inFDs); err != nil {
 		return nil, err
 	}
 	return protocol.New(protocol.TypeOK, m.Seq, protocol.U32(protocol.AttrRKey, reg.rkey)), nil
@@ -76,15 +67,20 @@ func checkRegion(mr protocol.VerbsMR, segs []protocol.Segment, fds []int) error 
 	return nil
 }
 
-// addMR keys reg with a random rkey unique in its container, within the
-// container's limit.
-func (r *verbsRegistry) addMR(reg *vmr) error {
+// addMR keys reg with a random rkey unique in its container and keeps it
+// with its memfds fds, within the container's limits.
+func (r *verbsRegistry) addMR(reg *vmr, fds []int) error {
+	fdShare := r.fdShare()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	mrs := r.mrs[reg.container]
 	if len(mrs) >= r.maxMRs {
 		return protocol.Errorf(protocol.CodeLimit,
 			"container %s holds %d memory regions, its limit; deregister some (ibv_dereg_mr) before registering more", reg.container, r.maxMRs)
+	}
+	var err error
+	if reg.files, reg.fds, err = r.holdFilesLocked(reg.container, fds, fdShare); err != nil {
+		return err
 	}
 	if mrs == nil {
 		mrs = map[uint32]*vmr{}
@@ -97,7 +93,8 @@ func (r *verbsRegistry) addMR(reg *vmr) error {
 	return nil
 }
 
-// dropMRLocked removes reg from the registry; the caller closes its fds.
+// dropMRLocked removes reg from the registry; the caller releases its
+// files.
 func (r *verbsRegistry) dropMRLocked(reg *vmr) {
 	if mrs := r.mrs[reg.container]; mrs[reg.rkey] == reg {
 		if delete(mrs, reg.rkey); len(mrs) == 0 {
@@ -123,11 +120,9 @@ func (s *session) verbsMRDereg(m *protocol.Message) (*protocol.Message, error) {
 	}
 	if reg != nil {
 		r.dropMRLocked(reg)
+		r.releaseFilesLocked(reg.container, reg.files)
 	}
 	r.mu.Unlock()
-	if reg != nil {
-		protocol.CloseFDs(reg.fds)
-	}
 	return protocol.New(protocol.TypeOK, m.Seq), nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -192,7 +193,7 @@ func registryEmpty(a *testAgent) bool {
 	r := a.verbs
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.qps) == 0 && len(r.mrs) == 0 && len(r.qpsOf) == 0 && len(r.owned) == 0
+	return len(r.qps) == 0 && len(r.mrs) == 0 && len(r.qpsOf) == 0 && len(r.owned) == 0 && len(r.files) == 0
 }
 
 // waitRegistryEmpty waits until the sessions that ended are forgotten.
@@ -682,4 +683,134 @@ func TestVerbsHostileRequestsGetErrors(t *testing.T) {
 	bad.conn.Close()
 	good.conn.Close()
 	waitRegistryEmpty(t, a)
+}
+
+// openCopies returns how many of this process's descriptors (the agent's
+// included: it runs in the test's process) are the file fd is.
+func openCopies(t *testing.T, fd int) int {
+	t.Helper()
+	var want unix.Stat_t
+	if err := unix.Fstat(fd, &want); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		var st unix.Stat_t
+		if unix.Stat("/proc/self/fd/"+e.Name(), &st) == nil && st.Dev == want.Dev && st.Ino == want.Ino {
+			n++
+		}
+	}
+	return n
+}
+
+// waitCopies waits until want descriptors are the file fd is: the agent
+// closes a request's descriptors after it has answered it.
+func waitCopies(t *testing.T, fd, want int) {
+	t.Helper()
+	first := openCopies(t, fd)
+	for n, deadline := first, time.Now().Add(time.Second); n != want; n = openCopies(t, fd) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d descriptors are the memfd (%d a second ago), want %d: the test's own and the agent's", n, first, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// The provider sends the same memfd again for regions that share pages:
+// the agent keeps one descriptor for it however many segments and regions
+// name it, and closes it when the last of them goes.
+func TestVerbsSharedMemfdHeldOnce(t *testing.T) {
+	a := startAgent(t, newFakeDir(selfContainer), nil)
+	ini, tgt := newLib(t, a), newLib(t, a)
+	const pages, regions = protocol.MaxFDs, 64
+	fd := newMemfd(t, pages*4096, verbsSeals)
+	segs := make([]protocol.Segment, pages)
+	fds := make([]int, pages)
+	for i := range segs {
+		segs[i], fds[i] = protocol.Segment{Offset: uint64(i) * 4096, Len: 4096}, fd
+	}
+	var rkeys []uint32
+	for range regions {
+		rkey, err := tgt.mrReg(protocol.VerbsMR{Addr: 0x10000, Len: pages * 4096, Access: accessRemoteWrite, PD: 5}, segs, fds...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rkeys = append(rkeys, rkey)
+	}
+	waitCopies(t, fd, 2)
+	// Each grant still hands one descriptor per segment, each the file.
+	qa, _ := newQP(t, ini, 1)
+	qb, _ := newQP(t, tgt, 5)
+	if _, _, _, err := ini.verbsConnect(t, qa, lidPeer(qb, selfLID)); err != nil {
+		t.Fatal(err)
+	}
+	g, err := ini.mrGet(t, qa, rkeys[regions-1])
+	if err != nil || len(g.fds) != pages || !sameFile(t, g.fds[pages-1], fd) {
+		t.Fatalf("grant of a region on a shared memfd: %d fds, %v", len(g.fds), err)
+	}
+	protocol.CloseFDs(g.fds)
+	for _, rkey := range rkeys[1:] {
+		if err := tgt.verbsDrop(protocol.TypeVerbsMRDereg, protocol.AttrRKey, rkey); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitCopies(t, fd, 2) // one region still uses it
+	if err := tgt.verbsDrop(protocol.TypeVerbsMRDereg, protocol.AttrRKey, rkeys[0]); err != nil {
+		t.Fatal(err)
+	}
+	waitCopies(t, fd, 1)
+}
+
+// A container holds at most DefaultVerbsFDs distinct memfds at the agent,
+// QPs' and regions' together; a file it holds already costs nothing more,
+// and what it gives back makes room.
+func TestVerbsFDsBoundedPerContainer(t *testing.T) {
+	a := startAgent(t, newFakeDir(selfContainer), nil)
+	l := newLib(t, a)
+	_, qfd := newQP(t, l, 1)
+	var last uint32
+	for i := 1; i < DefaultVerbsFDs; i++ {
+		rkey, _ := region(t, l, 1, 0, 1, accessRemoteRead)
+		last = rkey
+	}
+	fd := newMemfd(t, 4096, verbsSeals)
+	_, err := l.mrReg(protocol.VerbsMR{Addr: 0x10000, Len: 4096, Access: accessRemoteWrite, PD: 1}, []protocol.Segment{{Len: 4096}}, fd)
+	wantCode(t, err, protocol.CodeLimit)
+	_, err = newLib(t, a).qpCreate(newQPMemfd(t), protocol.QPTypeRC, 1) // the container's, not the session's
+	wantCode(t, err, protocol.CodeLimit)
+	if _, err := l.qpCreate(qfd, protocol.QPTypeRC, 1); err != nil {
+		t.Fatalf("a second QP on a memfd held already: %v", err)
+	}
+	if err := l.verbsDrop(protocol.TypeVerbsMRDereg, protocol.AttrRKey, last); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.mrReg(protocol.VerbsMR{Addr: 0x10000, Len: 4096, Access: accessRemoteWrite, PD: 1}, []protocol.Segment{{Len: 4096}}, fd); err != nil {
+		t.Fatalf("after a deregistration, a region on a new memfd: %v", err)
+	}
+	l.conn.Close()
+	waitRegistryEmpty(t, a)
+}
+
+// Under a file limit short of the subnet's need, a container's verbs
+// memfds are lowered with its session share (limits.go, sharesFitting).
+func TestVerbsFDsFollowAShortFileLimit(t *testing.T) {
+	a := startAgent(t, newFakeDir(selfContainer), nil)
+	l := newLib(t, a)
+	// One container registered; room for 30 descriptors past the fixed ones.
+	a.files.Store(refusalsStrangers + DefaultAdminConns + fdReserve + perContainerFDs + 30)
+	share := a.share().verbsFDs
+	if share >= DefaultVerbsFDs || share < minVerbsFDs {
+		t.Fatalf("verbs memfd share under a short limit: %d", share)
+	}
+	for i := range share {
+		if _, err := l.qpCreate(newQPMemfd(t), protocol.QPTypeRC, 1); err != nil {
+			t.Fatalf("QP %d of a share of %d: %v", i+1, share, err)
+		}
+	}
+	_, err := l.qpCreate(newQPMemfd(t), protocol.QPTypeRC, 1)
+	wantCode(t, err, protocol.CodeLimit)
 }

@@ -70,14 +70,35 @@ func (a *AdminClient) Status(ctx context.Context) (Status, error) {
 // Conns returns the live connections the agent answered for and those
 // the processes' ledgers list, asking for them a page at a time.
 func (a *AdminClient) Conns(ctx context.Context) ([]ConnInfo, error) {
-	cs := []ConnInfo{}
+	return listPages[ConnInfo](ctx, a, protocol.ListConns)
+}
+
+// QPs returns the verbs queue pairs the agent registered.
+func (a *AdminClient) QPs(ctx context.Context) ([]QPInfo, error) {
+	return listPages[QPInfo](ctx, a, protocol.ListQPs)
+}
+
+// VerbsMem returns, per container, what its verbs QPs and regions hold.
+func (a *AdminClient) VerbsMem(ctx context.Context) ([]VerbsMemInfo, error) {
+	return listPages[VerbsMemInfo](ctx, a, protocol.ListVerbsMem)
+}
+
+// listPages asks CONNS for the list listing names, a page at a time.
+func listPages[T any](ctx context.Context, a *AdminClient, listing uint8) ([]T, error) {
+	list := []T{}
 	for {
-		m := protocol.New(protocol.TypeConns, 0, protocol.U32(protocol.AttrOffset, uint32(len(cs))))
+		m := protocol.New(protocol.TypeConns, 0, protocol.U32(protocol.AttrOffset, uint32(len(list))))
+		if listing != protocol.ListConns {
+			m.Attrs = append(m.Attrs, protocol.U8(protocol.AttrListing, listing))
+		}
 		r, err := a.c.Call(ctx, m, protocol.TypeOK)
 		if err != nil {
 			return nil, fmt.Errorf("agent %v: %w", protocol.TypeConns, err)
 		}
-		var page []ConnInfo
+		if err := sameListing(r, listing); err != nil {
+			return nil, err
+		}
+		var page []T
 		total, err := r.U32(protocol.AttrCount)
 		if err == nil {
 			err = r.JSON(&page)
@@ -85,11 +106,27 @@ func (a *AdminClient) Conns(ctx context.Context) ([]ConnInfo, error) {
 		if err != nil {
 			return nil, fmt.Errorf("agent %v reply: %w", protocol.TypeConns, err)
 		}
-		cs = append(cs, page...)
-		if len(page) == 0 || len(cs) >= int(total) { // the list may shrink meanwhile
-			return cs, nil
+		list = append(list, page...)
+		if len(page) == 0 || len(list) >= int(total) { // the list may shrink meanwhile
+			return list, nil
 		}
 	}
+}
+
+// sameListing checks that reply r lists what was asked: an agent older
+// than LISTING ignores it and lists the connections.
+func sameListing(r *protocol.Message, listing uint8) error {
+	got := uint8(protocol.ListConns)
+	if _, ok := r.Get(protocol.AttrListing); ok {
+		var err error
+		if got, err = r.U8(protocol.AttrListing); err != nil {
+			return fmt.Errorf("agent %v reply: %w", protocol.TypeConns, err)
+		}
+	}
+	if got != listing {
+		return fmt.Errorf("the agent answered with list %d, not list %d: it predates that list; restart it with this release (freeflow agent restart --host H)", got, listing)
+	}
+	return nil
 }
 
 func (a *AdminClient) okJSON(ctx context.Context, t protocol.Type, v any) error {

@@ -29,7 +29,8 @@ type Status struct {
 // Limits are the per-container limits in force (internal/agent/limits.go; ARCHITECTURE.md,
 // "Limits").
 type Limits struct {
-	SessionsPerContainer int `json:"sessions_per_container"` // what one container may hold now
+	SessionsPerContainer int `json:"sessions_per_container"`  // what one container may hold now
+	VerbsFDsPerContainer int `json:"verbs_fds_per_container"` // memfds one container's verbs QPs and regions may hold now
 	AdminConns           int `json:"admin_conns"`
 }
 

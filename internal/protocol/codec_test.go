@@ -70,6 +70,9 @@ func TestEncodeRefusesWhatDecodeRefuses(t *testing.T) {
 		"ip size":       New(TypeLookup, 1, Attr{Type: AttrIP, Value: []byte{1, 2, 3}}),
 		"value > 65535": New(TypeList, 1, Attr{Type: 999, Value: make([]byte, 70000)}),
 		"segments 15":   New(TypeVerbsMRReg, 1, Attr{Type: AttrSegments, Value: make([]byte, 15)}),
+		// LISTING is a u8; the library's decoder does not know it, so this
+		// case has no vector (the C decoder would keep it as unknown).
+		"listing size": New(TypeConns, 1, Attr{Type: AttrListing, Value: []byte{1, 0}}),
 	}
 	for name, m := range cases {
 		if b, err := Encode(m); err == nil {

@@ -127,6 +127,14 @@ const (
 	AttrVerbsMR        AttrType = 32 // 24 bytes: u64 address, u64 length, u32 access, u32 PD
 	AttrRKey           AttrType = 33 // u32: a memory region's remote key
 	AttrSegments       AttrType = 34 // 16 to 256 bytes, a multiple of 16: (u64 offset, u64 length) per fd
+	AttrListing        AttrType = 35 // CONNS and its reply: u8, which list (List*); absent = connections
+)
+
+// Values of LISTING: the lists CONNS pages through.
+const (
+	ListConns    = 0 // the live connections
+	ListQPs      = 1 // the verbs queue pairs
+	ListVerbsMem = 2 // per container, the verbs QPs, regions and memfds held
 )
 
 // Bits of CAPS.
@@ -203,6 +211,7 @@ var attrSpecs = map[AttrType]attrSpec{
 	AttrVerbsMR:        {"VERBS_MR", kindFixed, 24},
 	AttrRKey:           {"RKEY", kindU32, 0},
 	AttrSegments:       {"SEGMENTS", kindSegs, MaxFDs * segmentSize},
+	AttrListing:        {"LISTING", kindU8, 0},
 }
 
 func (a AttrType) String() string {

@@ -131,14 +131,15 @@ var shmLayoutIgnored = []string{
 var vqpLayoutChecked = map[string]uint64{
 	"magic": VQPMagic, "version": VQPVersion, "hdr_size": VQPHeaderSize,
 	"ring_min": VQPRingMin, "ring_max": VQPRingMax, "off_ring_size": VQPOffRingSize, "off_dead": VQPOffDead,
+	"off_prod": VQPOffProd,
 }
 
 // vqpLayoutIgnored are the verbs-qp-layout keys Go does not define on
-// purpose: the agent checks a QP's header and sets its dead word, and never
-// reads or writes its ring (the providers' alone; the C vector test checks
-// them).
+// purpose: the agent checks a QP's header, sets its dead word and reads its
+// prod counter for `freeflow conns --qps`, and never reads or writes its
+// ring (the providers' alone; the C vector test checks them).
 var vqpLayoutIgnored = []string{
-	"off_access", "off_prod", "off_cons", "rec_hdr", "rec_align", "rec_len", "rec_op", "rec_flags", "rec_imm", "rec_total",
+	"off_access", "off_cons", "rec_hdr", "rec_align", "rec_len", "rec_op", "rec_flags", "rec_imm", "rec_total",
 	"op_send", "op_send_imm", "op_write_imm", "op_pad", "first", "last",
 }
 

@@ -13,6 +13,7 @@ const (
 	VQPRingMax     = 16 << 20 // largest ring_size
 	VQPOffRingSize = 8        // u32 ring_size, after magic and version
 	VQPOffDead     = 16       // u32: 1 once the owner is gone
+	VQPOffProd     = 64       // u64: bytes the peer produced into the ring
 )
 
 // VerbsPeer is VERBS_PEER: the remote QP as ibv_modify_qp to RTR names it.

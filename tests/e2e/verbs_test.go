@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/freeflow-net/freeflow/internal/agentapi"
 	"github.com/freeflow-net/freeflow/internal/testenv"
 )
 
@@ -188,4 +190,118 @@ func TestVerbsRdmaCoreTestSuite(t *testing.T) {
 		skips[m[1]]++
 	}
 	t.Logf("rdma-core's tests: %s run, %d passed; skipped: %v", ran[1], len(ok), skips)
+}
+
+// verbsListed returns the entries of `freeflow conns <flag> -o json`.
+func verbsListed[T any](t *testing.T, c *testenv.Cluster, flag string) []T {
+	t.Helper()
+	var all []T
+	out := c.MustFF(t, "conns", flag, "-o", "json")
+	must(t, json.Unmarshal([]byte(out), &all), "parse `freeflow conns %s -o json`: %s", flag, out)
+	return all
+}
+
+// qpsOf returns the QPs `freeflow conns --qps` lists for container name.
+func qpsOf(t *testing.T, c *testenv.Cluster, name string) []agentapi.QPInfo {
+	t.Helper()
+	var mine []agentapi.QPInfo
+	for _, q := range verbsListed[agentapi.QPInfo](t, c, "--qps") {
+		if q.Container == name {
+			mine = append(mine, q)
+		}
+	}
+	return mine
+}
+
+// verbsPair starts a verbs server and its client, each in a container of
+// its own on h1, running cmd (the client with the server's name) until
+// the test removes them, and waits until `freeflow conns --qps` lists
+// their QPs connected to each other (and, if rx, with bytes received). It
+// returns the server's QP and the client's.
+func verbsPair(t *testing.T, c *testenv.Cluster, cmd string, rx bool) (agentapi.QPInfo, agentapi.QPInfo) {
+	t.Helper()
+	srv, cli := testenv.RandomName("vq", 5), testenv.RandomName("vq", 5)
+	c.StartDetached(t, "h1", srv, nil, "sh", "-c", "timeout 120 "+cmd)
+	c.WaitListening(t, srv, 18515)
+	c.StartDetached(t, "h1", cli, nil, "sh", "-c", "timeout 120 "+cmd+" "+srv)
+	var s, k []agentapi.QPInfo
+	testenv.WaitFor(t, cmd+": both QPs connected", func() bool {
+		s, k = qpsOf(t, c, srv), qpsOf(t, c, cli)
+		return len(s) == 1 && len(k) == 1 && s[0].State == "connected" && k[0].State == "connected" &&
+			(!rx || s[0].RxBytes > 0 && k[0].RxBytes > 0)
+	})
+	for _, pair := range [][2]agentapi.QPInfo{{s[0], k[0]}, {k[0], s[0]}} {
+		q, peer := pair[0], pair[1]
+		if q.Type != "RC" || q.Path != "shm" || q.PeerContainer != peer.Container || q.PeerQPN != peer.QPN || q.QPN == 0 {
+			t.Fatalf("%s: QP of %s listed %+v; want RC on shm connected to %s's QP %#x", cmd, q.Container, q, peer.Container, peer.QPN)
+		}
+	}
+	return s[0], k[0]
+}
+
+// verbsMemOf returns what `freeflow conns --regions` lists per container.
+func verbsMemOf(t *testing.T, c *testenv.Cluster) map[string]agentapi.VerbsMemInfo {
+	t.Helper()
+	mem := map[string]agentapi.VerbsMemInfo{}
+	for _, m := range verbsListed[agentapi.VerbsMemInfo](t, c, "--regions") {
+		mem[m.Container] = m
+	}
+	return mem
+}
+
+// TestVerbsConnsListsQueuePairs: while Debian's ibv_rc_pingpong runs
+// between two containers, `freeflow conns --qps` lists each one's RC QP
+// connected to the other's, on shm, with the bytes the peer sent into its
+// ring growing; `--regions` counts each container's QP and the memfd held
+// for it (ibv_rc_pingpong's buffer allows no remote access: no region),
+// and, while perftest's ib_write_bw runs, its region of remote-writable
+// memory too; once the programs are gone, so are their QPs and memfds.
+func TestVerbsConnsListsQueuePairs(t *testing.T) {
+	if m := testenv.Missing("ibv_rc_pingpong", "ib_write_bw"); m != "" {
+		t.Skip(m)
+	}
+	c := newCluster(t, 1)
+	s, k := verbsPair(t, c, "ibv_rc_pingpong -n 1000000000", true)
+	later := qpsOf(t, c, s.Container)
+	if len(later) != 1 || later[0].RxBytes < s.RxBytes {
+		t.Fatalf("the server's QP later: %+v; want its bytes received at least %d", later, s.RxBytes)
+	}
+	table := c.MustFF(t, "conns", "--qps")
+	row := fmt.Sprintf("0x%06x  RC", s.QPN)
+	if !strings.HasPrefix(table, "CONTAINER") || !strings.Contains(table, row) || !strings.Contains(table, "connected") {
+		t.Fatalf("`freeflow conns --qps` table lacks the server's QP (%q):\n%s", row, table)
+	}
+	t.Logf("freeflow conns --qps:\n%s", table)
+	mem := verbsMemOf(t, c)
+	for _, q := range []agentapi.QPInfo{s, k} {
+		if m := mem[q.Container]; m.QPs != 1 || m.Regions != 0 || m.Memfds != 1 || m.MemfdLimit < 1 {
+			t.Fatalf("--regions for %s: %+v; want its one QP and the one memfd held for it", q.Container, m)
+		}
+	}
+
+	ws, wk := verbsPair(t, c, "ib_write_bw -F -s 4096 -D 100", false)
+	mem = verbsMemOf(t, c)
+	for _, q := range []agentapi.QPInfo{ws, wk} {
+		if m := mem[q.Container]; m.QPs != 1 || m.Regions < 1 || m.RegionBytes < 4096 || m.Memfds < 2 || m.MemfdLimit < m.Memfds {
+			t.Fatalf("--regions for %s running ib_write_bw: %+v; want its QP, its region of at least 4 KiB and a memfd for each", q.Container, m)
+		}
+	}
+	t.Logf("freeflow conns --regions:\n%s", c.MustFF(t, "conns", "--regions"))
+
+	gone := []string{s.Container, k.Container, ws.Container, wk.Container}
+	c.MustFF(t, append([]string{"rm", "-f"}, gone...)...)
+	testenv.WaitFor(t, "the QPs of the removed containers forgotten", func() bool {
+		for _, name := range gone {
+			if len(qpsOf(t, c, name)) != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	mem = verbsMemOf(t, c)
+	for _, name := range gone {
+		if m, ok := mem[name]; ok {
+			t.Fatalf("--regions after the containers went: %+v", m)
+		}
+	}
 }

@@ -18,7 +18,7 @@
 
 /* Limits the device reports (docs/VERBS.md, "Limits"). */
 enum {
-	FFV_MAX_QP = 4096,
+	FFV_MAX_QP = 2048,	/* the agent holds at most 2048 memfds per container (ARCHITECTURE.md, "Limits") */
 	FFV_MAX_QP_WR = 16384,
 	FFV_MAX_SGE = 32,
 	FFV_MAX_CQ = 4096,

@@ -554,10 +554,12 @@ void ffv_progress(struct ffv_qp *qp)
 	if (qp->vqp.qp.state == IBV_QPS_RESET || qp->vqp.qp.state == IBV_QPS_INIT)
 		return;
 	ffv_take_incoming(qp);
+	/*
+	 * A peer that is gone is noticed by sending to it, as a NIC notices it
+	 * (retries run out): a QP that only receives stays as it is, its
+	 * receives posted (ibv_rc_pingpong's client still counts its last
+	 * completions when its server has exited).
+	 */
 	if (qp->vqp.qp.state == IBV_QPS_RTS)
 		drain_sq(qp);
-	/* A peer gone with receives still posted: they will never fill (a NIC's retries run out). */
-	if (qp->peer_mem && qp->vqp.qp.state != IBV_QPS_ERR && peer_dead(qp) &&
-	    __atomic_load_n((uint64_t *)(qp->mem + FF_VQP_OFF_PROD), __ATOMIC_ACQUIRE) == qp->rx_cons)
-		ffv_qp_error(qp);
 }
