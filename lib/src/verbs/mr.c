@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <signal.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -58,15 +59,18 @@ struct shared {
 	int fd;
 	int refs;			/* MRs using it */
 	int ro;				/* sealed F_SEAL_FUTURE_WRITE: peers may only read it */
+	int prot;			/* the pages' protection, given back with them */
 };
 
 static pthread_mutex_t shared_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct shared *shared_list;
 
 /*
- * Moving pages runs on a stack of its own (swapcontext): the copy must
- * hold everything the caller's thread wrote to those pages, and a buffer on
- * that thread's stack shares pages with the frames doing the move.
+ * Moving pages, into a memfd or back, runs on a stack of its own
+ * (swapcontext) with every signal blocked: the copy must hold everything
+ * the caller's thread wrote to those pages, and a buffer on that thread's
+ * stack shares pages with the frames doing the move. shared_mu serialises
+ * it.
  */
 static struct {
 	ucontext_t caller, mover;
@@ -75,6 +79,7 @@ static struct {
 	char stack[64 << 10] __attribute__((aligned(16)));
 } mv;
 
+/* Into mv.fd, mapped over the pages, which keep their protection. */
 static void move_pages(void)
 {
 	size_t len = mv.end - mv.start;
@@ -89,6 +94,44 @@ static void move_pages(void)
 	if (mmap((void *)mv.start, len, mv.prot, MAP_SHARED | MAP_FIXED, mv.fd, 0) == MAP_FAILED)
 		mv.err = -errno;
 	munmap(tmp, len);
+}
+
+/*
+ * Back into private memory of mv.prot: peers may keep their mapping of the
+ * memfd, the program's pages must no longer be it.
+ */
+static void unmove_pages(void)
+{
+	size_t len = mv.end - mv.start;
+	void *copy = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	mv.err = 0;
+	if (copy == MAP_FAILED) {
+		mv.err = -errno;
+		return;
+	}
+	memcpy(copy, (void *)mv.start, len);
+	if (mremap(copy, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)mv.start) == MAP_FAILED) {
+		mv.err = -errno;
+		munmap(copy, len);
+		return;
+	}
+	mprotect((void *)mv.start, len, mv.prot);
+}
+
+/* shared_mu held: fn (move_pages, unmove_pages) on mv's own stack; its error. */
+static int on_mover_stack(void (*fn)(void))
+{
+	if (getcontext(&mv.mover) < 0)
+		return -errno;
+	mv.mover.uc_stack.ss_sp = mv.stack;
+	mv.mover.uc_stack.ss_size = sizeof(mv.stack);
+	mv.mover.uc_link = &mv.caller;
+	sigfillset(&mv.mover.uc_sigmask);
+	makecontext(&mv.mover, fn, 0);
+	if (swapcontext(&mv.caller, &mv.mover) < 0)
+		return -errno;
+	return mv.err;
 }
 
 /* The protection of [start, end) if it is private memory of one protection; -errno otherwise. */
@@ -123,48 +166,68 @@ static int private_prot(uintptr_t start, uintptr_t end)
 }
 
 /*
- * A sealed memfd of len bytes with [start, start + len)'s pages, mapped
- * over them; ro: then sealed against any new writable mapping, so a peer
- * granted it read-only cannot write it even by reopening the fd through
- * /proc (our own mapping stays writable).
+ * shared_mu held: s loses a reference; with the last its pages go back to
+ * private memory (unmove_pages) and it leaves the list pp points into (NULL:
+ * on none).
+ */
+static void unshare_seg(struct shared *s, struct shared **pp)
+{
+	if (--s->refs > 0)
+		return;
+	while (pp && *pp != s)
+		pp = &(*pp)->next;
+	if (pp)
+		*pp = s->next;
+	mv.start = s->start, mv.end = s->end, mv.prot = s->prot;
+	on_mover_stack(unmove_pages);
+	close(s->fd);
+	free(s);
+}
+
+/*
+ * shared_mu held: a sealed memfd of len bytes with [start, start + len)'s
+ * pages, mapped over them; ro: then sealed against any new writable
+ * mapping, so a peer granted it read-only cannot write it even by reopening
+ * the fd through /proc (our own mapping stays writable). Pages that
+ * ibv_fork_init keeps out of a child stay so.
  */
 static struct shared *share_run(uintptr_t start, uintptr_t end, int ro)
 {
 	struct shared *s;
 	int prot = private_prot(start, end);
-	int fd;
+	int fd = -1, err;
 
 	if (prot < 0) {
 		errno = -prot;
 		return NULL;
 	}
-	fd = memfd_create("ffv-mr", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	if (fd < 0)
-		return NULL;
-	if (ftruncate(fd, end - start) < 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0)
-		goto fail;
-	mv.start = start, mv.end = end, mv.fd = fd, mv.prot = prot;
-	if (getcontext(&mv.mover) < 0)
-		goto fail;
-	mv.mover.uc_stack.ss_sp = mv.stack;
-	mv.mover.uc_stack.ss_size = sizeof(mv.stack);
-	mv.mover.uc_link = &mv.caller;
-	makecontext(&mv.mover, move_pages, 0);
-	if (swapcontext(&mv.caller, &mv.mover) < 0)
-		goto fail;
-	if (mv.err) {
-		errno = -mv.err;
-		goto fail;
-	}
-	if (ro && fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE) < 0)
-		goto fail;	/* the pages stay shared; nothing depends on it */
 	s = calloc(1, sizeof(*s));
 	if (!s)
+		return NULL;
+	fd = memfd_create("ffv-mr", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0 || ftruncate(fd, end - start) < 0 ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0)
 		goto fail;
-	*s = (struct shared){ .start = start, .end = end, .fd = fd, .ro = ro };
+	mv.start = start, mv.end = end, mv.fd = fd, mv.prot = prot;
+	if ((err = on_mover_stack(move_pages))) {
+		errno = -err;
+		goto fail;
+	}
+	if (ibv_is_fork_initialized() == IBV_FORK_ENABLED)
+		madvise((void *)start, end - start, MADV_DONTFORK);
+	*s = (struct shared){ .start = start, .end = end, .fd = fd, .ro = ro, .prot = prot };
+	if (ro && fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE) < 0) {
+		err = errno;
+		s->refs = 1;
+		unshare_seg(s, NULL);	/* on no list yet: the pages go back */
+		errno = err;
+		return NULL;
+	}
 	return s;
 fail:
-	close(fd);
+	if (fd >= 0)
+		close(fd);
+	free(s);
 	return NULL;
 }
 
@@ -172,36 +235,39 @@ fail:
  * shared_mu held: the segments covering [start, end), sharing the runs not
  * shared yet; each gets a reference. Returns the count, or -errno: EINVAL
  * when a page is shared already the other way (read-only or writable: one
- * memfd cannot be both).
+ * memfd cannot be both), ENOMEM past MAX_SEGS. A failure leaves the pages
+ * as they were: what this call shared goes back.
  */
 static int share(uintptr_t start, uintptr_t end, int ro, struct shared **segs)
 {
 	struct shared **pp = &shared_list;
-	int n = 0;
+	int n = 0, err;
 
 	for (uintptr_t at = start; at < end;) {
 		struct shared *s;
 
 		while (*pp && (*pp)->end <= at)
 			pp = &(*pp)->next;
+		if (n == MAX_SEGS) {
+			err = -ENOMEM;	/* more pieces than SEGMENTS carries */
+			goto fail;
+		}
 		if (*pp && (*pp)->start <= at) {
 			s = *pp;
 			if (s->ro != ro) {
-				errno = EINVAL;
+				err = -EINVAL;
 				goto fail;
 			}
 		} else {
 			uintptr_t run_end = *pp && (*pp)->start < end ? (*pp)->start : end;
 
 			s = share_run(at, run_end, ro);
-			if (!s)
+			if (!s) {
+				err = -errno;
 				goto fail;
+			}
 			s->next = *pp;
 			*pp = s;
-		}
-		if (n == MAX_SEGS) {
-			errno = ENOMEM;	/* more pieces than SEGMENTS carries */
-			goto fail;
 		}
 		s->refs++;
 		segs[n++] = s;
@@ -210,34 +276,8 @@ static int share(uintptr_t start, uintptr_t end, int ro, struct shared **segs)
 	return n;
 fail:
 	while (n > 0)
-		segs[--n]->refs--;
-	return -errno;
-}
-
-/* shared_mu held: s loses a reference; the last one gives its pages back as private memory. */
-static void unshare_seg(struct shared *s)
-{
-	struct shared **pp = &shared_list;
-
-	if (--s->refs > 0)
-		return;
-	while (*pp != s)
-		pp = &(*pp)->next;
-	*pp = s->next;
-	/* Peers may keep their mapping of the memfd: the program's pages must no longer be it. */
-	{
-		size_t len = s->end - s->start;
-		void *copy = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-
-		if (copy != MAP_FAILED) {
-			memcpy(copy, (void *)s->start, len);
-			if (mremap(copy, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)s->start) ==
-			    MAP_FAILED)
-				munmap(copy, len);
-		}
-	}
-	close(s->fd);
-	free(s);
+		unshare_seg(segs[--n], &shared_list);
+	return err;
 }
 
 static uint32_t random_key(void)
@@ -293,7 +333,7 @@ static int register_remote(struct ffv_context *c, struct ffv_mr *mr, uint32_t pd
 	if (err) {
 		pthread_mutex_lock(&shared_mu);
 		while (n > 0)
-			unshare_seg(segs[--n]);
+			unshare_seg(segs[--n], &shared_list);
 		pthread_mutex_unlock(&shared_mu);
 		return err > 0 ? -EPERM : err;
 	}
@@ -314,9 +354,18 @@ static void unshare_range(uintptr_t start, uintptr_t end)
 		if (!s)
 			break;
 		at = s->end;
-		unshare_seg(s);
+		unshare_seg(s, &shared_list);
 	}
 	pthread_mutex_unlock(&shared_mu);
+}
+
+/* ctx->mu held: whether an MR of c has lkey. */
+static int lkey_taken(struct ffv_context *c, uint32_t lkey)
+{
+	for (struct ffv_mr *mr = c->mrs; mr; mr = mr->next)
+		if (mr->vmr.ibv_mr.lkey == lkey)
+			return 1;
+	return 0;
 }
 
 struct ibv_mr *ffv_reg_mr(struct ibv_pd *ibpd, void *addr, size_t len, uint64_t iova, int access)
@@ -340,9 +389,12 @@ struct ibv_mr *ffv_reg_mr(struct ibv_pd *ibpd, void *addr, size_t len, uint64_t 
 	mr->access = access;
 	mr->vmr.access = access;
 	mr->vmr.mr_type = IBV_MR_TYPE_MR;
-	mr->vmr.ibv_mr.lkey = random_key();
-	mr->vmr.ibv_mr.rkey = mr->vmr.ibv_mr.lkey;
 	pthread_mutex_lock(&c->mu);
+	/* Unique in the context: a lookup finds one MR per lkey. */
+	do
+		mr->vmr.ibv_mr.lkey = random_key();
+	while (lkey_taken(c, mr->vmr.ibv_mr.lkey));
+	mr->vmr.ibv_mr.rkey = mr->vmr.ibv_mr.lkey;
 	if (access & REMOTE_ACCESS)
 		err = register_remote(c, mr, ffv_pd(ibpd)->num);
 	if (!err) {
