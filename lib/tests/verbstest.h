@@ -89,8 +89,8 @@ struct tv_end {
 	struct ibv_qp *qp;
 };
 
-/* Open the device; a PD, a CQ and an RC QP in INIT. */
-static inline void tv_open(struct tv_end *e)
+/* Open the device; a PD, a CQ (with completion channel *ch if ch) and an RC QP in INIT. */
+static inline void tv_open_ch(struct tv_end *e, struct ibv_comp_channel **ch)
 {
 	struct ibv_device **list = ibv_get_device_list(NULL);
 	struct ibv_qp_init_attr ia = { .qp_type = IBV_QPT_RC,
@@ -104,14 +104,22 @@ static inline void tv_open(struct tv_end *e)
 	e->ctx = ibv_open_device(list[0]);
 	ibv_free_device_list(list);
 	TV_MUST(e->ctx, "open the device: %s", strerror(errno));
+	if (ch)
+		TV_MUST((*ch = ibv_create_comp_channel(e->ctx)), "create a completion channel: %s",
+			strerror(errno));
 	e->pd = ibv_alloc_pd(e->ctx);
-	e->cq = ibv_create_cq(e->ctx, 256, NULL, NULL, 0);
+	e->cq = ibv_create_cq(e->ctx, 256, e, ch ? *ch : NULL, 0);
 	TV_MUST(e->pd && e->cq, "PD, CQ: %s", strerror(errno));
 	ia.send_cq = ia.recv_cq = e->cq;
 	e->qp = ibv_create_qp(e->pd, &ia);
 	TV_MUST(e->qp, "create an RC QP: %s", strerror(errno));
 	TV_MUST(ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
 			    IBV_QP_ACCESS_FLAGS) == 0, "QP to INIT");
+}
+
+static inline void tv_open(struct tv_end *e)
+{
+	tv_open_ch(e, NULL);
 }
 
 /* INIT -> RTR -> RTS towards the peer's QP. */

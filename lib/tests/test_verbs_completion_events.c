@@ -1,0 +1,183 @@
+/* SPDX-License-Identifier: MIT */
+/* Description: completion channels on the virtual verbs device: a receiver asleep in ibv_get_cq_event is woken by the other process's SEND (no lost wake-up: also when the SEND came before the arm); a solicited-only arm ignores an unsolicited receive and fires on a solicited one; a sender asleep in ibv_get_cq_event behind a SEND larger than the peer's ring is woken as the receiver makes room; events name the CQ and its context, are counted and acked; the channel fd is close-on-exec and goes with ibv_destroy_comp_channel, which refuses while a CQ uses it */
+#include <poll.h>
+
+#include "verbstest.h"
+
+#define BIG (3u << 20)	/* past the 1 MiB ring: the send waits for room */
+
+/* One event within 10 s, for e's CQ; a hang fails the test, not the suite. */
+static void wait_event(struct tv_end *e, struct ibv_comp_channel *ch, const char *what)
+{
+	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+	struct ibv_cq *cq = NULL;
+	void *cq_ctx = NULL;
+
+	TV_MUST(poll(&p, 1, 10000) == 1, "%s: no completion event within 10 s", what);
+	TV_MUST(ibv_get_cq_event(ch, &cq, &cq_ctx) == 0, "%s: ibv_get_cq_event: %s", what,
+		strerror(errno));
+	CHECK(cq == e->cq && cq_ctx == e, "%s: the event names CQ %p context %p, want %p %p", what,
+	      (void *)cq, cq_ctx, (void *)e->cq, (void *)e);
+}
+
+static int no_event(struct ibv_comp_channel *ch)
+{
+	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+
+	return poll(&p, 1, 0) == 0;
+}
+
+static void post_recv(struct tv_end *e, struct ibv_mr *mr, uint64_t id)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)mr->addr, .length = (uint32_t)mr->length,
+			       .lkey = mr->lkey };
+	struct ibv_recv_wr wr = { .wr_id = id, .sg_list = &sge, .num_sge = 1 }, *bad;
+
+	TV_MUST(ibv_post_recv(e->qp, &wr, &bad) == 0, "post receive %llu", (unsigned long long)id);
+}
+
+/* A receive completion, polled: message id of len bytes, intact. */
+static void got(struct tv_end *e, struct ibv_mr *mr, uint64_t id, uint32_t len)
+{
+	struct ibv_wc wc = tv_wait(e);
+
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV && wc.wr_id == id &&
+	      wc.byte_len == len, "receive %llu: status %d opcode %d wr_id %llu len %u",
+	      (unsigned long long)id, wc.status, wc.opcode, (unsigned long long)wc.wr_id, wc.byte_len);
+	for (uint32_t k = 0; k < len; k++)
+		if (((uint8_t *)mr->addr)[k] != tv_pattern((uint32_t)id, k)) {
+			CHECK(0, "receive %llu: byte %u wrong", (unsigned long long)id, k);
+			break;
+		}
+}
+
+static void say(int sock, char c)
+{
+	TV_MUST(write(sock, &c, 1) == 1, "say %c", c);
+}
+
+static void hear(int sock, char want)
+{
+	char c = 0;
+
+	TV_MUST(read(sock, &c, 1) == 1 && c == want, "wait for %c (got %c)", want, c);
+}
+
+/* The sender: its own CQ has a channel too, for the wait behind the big SEND. */
+static int sender(int sock)
+{
+	static const uint32_t lens[] = { 0, 1000, 2000, 3000, 4000, BIG };
+	struct ibv_comp_channel *ch;
+	struct tv_end e;
+	struct tv_name me, peer;
+	uint8_t *buf = malloc(BIG);
+	struct ibv_mr *mr;
+	struct ibv_wc wc;
+
+	tv_open_ch(&e, &ch);
+	mr = ibv_reg_mr(e.pd, buf, BIG, 0);
+	TV_MUST(buf && mr, "register the send buffer: %s", strerror(errno));
+	me = (struct tv_name){ .qpn = e.qp->qp_num, .lid = 0x102 };
+	peer = tv_trade(sock, &me);
+	tv_connect(&e, &peer);
+	for (uint64_t id = 1; id <= 5; id++) {
+		struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = lens[id], .lkey = mr->lkey };
+		struct ibv_send_wr wr = { .wr_id = id, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+					  .send_flags = IBV_SEND_SIGNALED |
+							(id == 4 ? IBV_SEND_SOLICITED : 0) }, *bad;
+
+		hear(sock, (char)('0' + id));
+		for (uint32_t k = 0; k < lens[id]; k++)
+			buf[k] = tv_pattern((uint32_t)id, k);
+		if (id == 5)	/* armed before the post: the completion comes while we sleep */
+			TV_MUST(ibv_req_notify_cq(e.cq, 0) == 0, "arm the sender's CQ");
+		TV_MUST(ibv_post_send(e.qp, &wr, &bad) == 0, "post send %llu", (unsigned long long)id);
+		if (id == 5) {
+			/* The receiver takes nothing until told: the rest waits for room. */
+			TV_MUST(ibv_poll_cq(e.cq, 1, &wc) == 0, "a 3 MiB send into a 1 MiB ring completed at once");
+			say(sock, 's');
+			wait_event(&e, ch, "the sender, behind a send larger than the ring");
+			ibv_ack_cq_events(e.cq, 1);
+		}
+		wc = tv_wait(&e);
+		CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == id, "send %llu: status %d wr_id %llu",
+		      (unsigned long long)id, wc.status, (unsigned long long)wc.wr_id);
+		say(sock, 'a');
+	}
+	hear(sock, 'x');
+	CHECK(ibv_destroy_qp(e.qp) == 0 && ibv_destroy_cq(e.cq) == 0 &&
+	      ibv_destroy_comp_channel(ch) == 0, "the sender's teardown");
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct ibv_comp_channel *ch;
+	struct tv_end e;
+	struct tv_name me, peer;
+	uint8_t *buf = malloc(BIG);
+	struct ibv_mr *mr;
+	int sock, events = 0, fd;
+	pid_t pid;
+
+	(void)argc;
+	tv_setup(argv);
+	pid = tv_fork(sender, &sock);
+	tv_open_ch(&e, &ch);
+	CHECK((fcntl(ch->fd, F_GETFD) & FD_CLOEXEC) != 0, "the channel fd is close-on-exec");
+	mr = ibv_reg_mr(e.pd, buf, BIG, IBV_ACCESS_LOCAL_WRITE);
+	TV_MUST(buf && mr, "register the receive buffer: %s", strerror(errno));
+	me = (struct tv_name){ .qpn = e.qp->qp_num, .lid = 0x102 };
+	peer = tv_trade(sock, &me);
+	tv_connect(&e, &peer);
+
+	/* 1: the SEND comes while we sleep in ibv_get_cq_event: the peer must wake us. */
+	post_recv(&e, mr, 1);
+	TV_MUST(ibv_req_notify_cq(e.cq, 0) == 0, "arm");
+	say(sock, '1');
+	wait_event(&e, ch, "asleep when the SEND came");
+	events++;
+	got(&e, mr, 1, 1000);
+	hear(sock, 'a');
+
+	/* 2: the SEND came before the arm: the arm finds it, the event comes at once. */
+	post_recv(&e, mr, 2);
+	say(sock, '2');
+	hear(sock, 'a');
+	TV_MUST(ibv_req_notify_cq(e.cq, 0) == 0, "arm after the SEND came");
+	wait_event(&e, ch, "armed after the SEND came");
+	events++;
+	got(&e, mr, 2, 2000);
+	CHECK(no_event(ch), "one event per arm");
+
+	/* 3: solicited only: no event for an unsolicited receive (polled here), one for a solicited one. */
+	TV_MUST(ibv_req_notify_cq(e.cq, 1) == 0, "arm for solicited events");
+	post_recv(&e, mr, 3);
+	say(sock, '3');
+	hear(sock, 'a');
+	got(&e, mr, 3, 3000);
+	CHECK(no_event(ch), "an unsolicited receive made an event while armed solicited-only");
+	post_recv(&e, mr, 4);
+	say(sock, '4');
+	wait_event(&e, ch, "a solicited receive");
+	events++;
+	got(&e, mr, 4, 4000);
+	hear(sock, 'a');
+	ibv_ack_cq_events(e.cq, events);
+
+	/* 4: unarmed, we take nothing until the sender sleeps behind 3 MiB; taking makes room and wakes it. */
+	post_recv(&e, mr, 5);
+	say(sock, '5');
+	hear(sock, 's');
+	got(&e, mr, 5, BIG);
+	hear(sock, 'a');
+
+	CHECK(ibv_destroy_comp_channel(ch) == EBUSY, "destroying a channel a CQ uses is refused");
+	say(sock, 'x');
+	tv_join(pid);
+	fd = ch->fd;
+	CHECK(ibv_destroy_qp(e.qp) == 0 && ibv_destroy_cq(e.cq) == 0, "destroy the QP and CQ");
+	CHECK(ibv_destroy_comp_channel(ch) == 0, "destroy the channel");
+	CHECK(fcntl(fd, F_GETFD) == -1 && errno == EBADF, "the channel fd is closed with it");
+	return t_shim_finish();
+}
