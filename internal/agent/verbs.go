@@ -7,8 +7,9 @@ package agent
 //
 //   - every live QP by its number (QPN, 1..0xffffff, unique on the host and
 //     not given again while the QP lives: a counter that wraps and skips
-//     live numbers), with the memfd of its incoming ring, its type and PD,
-//     the container and the session that made it, and the QP it was last
+//     live numbers), with the memfd of its incoming ring, its doorbell if
+//     it has one (docs/VERBS.md, "Completion events"), its type and PD, the
+//     container and the session that made it, and the QP it was last
 //     connected to (VERBS_CONNECT);
 //   - every region by its rkey, per container (random, nonzero, unique in
 //     the container), with its memfds and segments, and its session.
@@ -54,6 +55,7 @@ type vqp struct {
 	owner     *session
 	typ, pd   uint32
 	fd        int  // the memfd of its incoming ring
+	bell      int  // its doorbell, handed to its peers; -1: none
 	peer      *vqp // connected to (VERBS_CONNECT); nil until then
 }
 
@@ -133,19 +135,26 @@ func (s *session) verbsQPCreate(m *protocol.Message) (*protocol.Message, error) 
 	if q.Type != protocol.QPTypeRC && q.Type != protocol.QPTypeUD {
 		return nil, protocol.Errorf(protocol.CodeInvalid, "QP type %d is not served: the device has RC (2) and UD (4) queue pairs", q.Type)
 	}
-	if len(s.inFDs) != 1 {
-		return nil, protocol.Errorf(protocol.CodeInvalid, "VERBS_QP_CREATE carries %d file descriptors; it carries exactly one, the QP's memfd", len(s.inFDs))
+	if len(s.inFDs) != 1 && len(s.inFDs) != 2 {
+		return nil, protocol.Errorf(protocol.CodeInvalid, "VERBS_QP_CREATE carries %d file descriptors; it carries the QP's memfd and, if it has one, its doorbell", len(s.inFDs))
 	}
 	if err := checkQPMemfd(s.inFDs[0]); err != nil {
 		return nil, err
 	}
-	fd, err := dupFD(s.inFDs[0])
-	if err != nil {
-		return nil, err
+	if len(s.inFDs) == 2 {
+		if err := checkDoorbell(s.inFDs[1]); err != nil {
+			return nil, err
+		}
 	}
-	qp := &vqp{container: s.self.ID, owner: s, typ: q.Type, pd: q.PD, fd: fd}
-	if err := s.a.verbs.addQP(qp); err != nil {
-		unix.Close(fd)
+	qp := &vqp{container: s.self.ID, owner: s, typ: q.Type, pd: q.PD, fd: -1, bell: -1}
+	if qp.fd, err = dupFD(s.inFDs[0]); err == nil && len(s.inFDs) == 2 {
+		qp.bell, err = dupFD(s.inFDs[1])
+	}
+	if err == nil {
+		err = s.a.verbs.addQP(qp)
+	}
+	if err != nil {
+		qp.closeFDs()
 		return nil, err
 	}
 	return protocol.New(protocol.TypeOK, m.Seq, protocol.U32(protocol.AttrQPN, qp.qpn)), nil
@@ -210,7 +219,16 @@ func (r *verbsRegistry) dropQPLocked(qp *vqp) {
 	}
 }
 
-// retireQP closes a dropped QP's memfd, marking it dead first if dead.
+// closeFDs closes the descriptors the agent keeps of qp.
+func (qp *vqp) closeFDs() {
+	for _, fd := range []int{qp.fd, qp.bell} {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+}
+
+// retireQP closes a dropped QP's memfd and doorbell, marking it dead first if dead.
 func (a *Agent) retireQP(qp *vqp, dead bool) {
 	if dead {
 		if err := markQPDead(qp.fd); err != nil {
@@ -218,7 +236,7 @@ func (a *Agent) retireQP(qp *vqp, dead bool) {
 				"qpn", qp.qpn, "container", qp.container, "err", err)
 		}
 	}
-	unix.Close(qp.fd)
+	qp.closeFDs()
 }
 
 // endVerbs forgets what session s made when it ends: its QPs are marked

@@ -328,6 +328,72 @@ func TestVerbsConnectHandsOverPeerRing(t *testing.T) {
 	}
 }
 
+// newDoorbell makes a doorbell as a provider does, a datagram socket pair;
+// the ends are closed when the test ends.
+func newDoorbell(t *testing.T) [2]int {
+	t.Helper()
+	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { protocol.CloseFDs(sp[:]) })
+	return [2]int{sp[0], sp[1]}
+}
+
+// A QP made with a doorbell hands it to its peers with its memfd: what a
+// peer rings arrives at the owner's end. One made without hands none.
+func TestVerbsConnectHandsOverPeerDoorbell(t *testing.T) {
+	a := startAgent(t, newFakeDir(selfContainer), nil)
+	ini, tgt := newLib(t, a), newLib(t, a)
+	qa, _ := newQP(t, ini, 1)
+	bell := newDoorbell(t)
+	r, _, err := tgt.call(protocol.New(protocol.TypeVerbsQPCreate, 0, protocol.VerbsQP{Type: protocol.QPTypeRC, PD: 1}.Attr()), newQPMemfd(t), bell[1])
+	if err != nil {
+		t.Fatalf("a QP with a doorbell: %v", err)
+	}
+	qb, _ := r.U32(protocol.AttrQPN)
+	r, fds, err := ini.call(protocol.New(protocol.TypeVerbsConnect, 0, protocol.U32(protocol.AttrQPN, qa), lidPeer(qb, selfLID).Attr()))
+	if err != nil || len(fds) != 2 {
+		t.Fatalf("connect to a QP with a doorbell: %v, %d fds; want its memfd and doorbell", err, len(fds))
+	}
+	defer protocol.CloseFDs(fds)
+	if _, err := unix.Write(fds[1], []byte{1}); err != nil {
+		t.Fatalf("ring the handed doorbell: %v", err)
+	}
+	var b [8]byte
+	if n, err := unix.Read(bell[0], b[:]); n != 1 || err != nil {
+		t.Fatalf("the owner's end read %d bytes (%v); want the ring", n, err)
+	}
+	if _, _, _, err := tgt.verbsConnect(t, qb, lidPeer(qa, selfLID)); err != nil {
+		t.Fatalf("connect to a QP without a doorbell (one fd): %v", err)
+	}
+}
+
+// A second descriptor that is no datagram socket (a pipe, a stream socket),
+// or a third, is refused: a peer would ring it.
+func TestVerbsQPCreateRejectsBadDoorbell(t *testing.T) {
+	a := startAgent(t, newFakeDir(selfContainer), nil)
+	l := newLib(t, a)
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	defer protocol.CloseFDs(p[:])
+	st, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer protocol.CloseFDs(st[:])
+	bell := newDoorbell(t)
+	for _, fds := range [][]int{{newQPMemfd(t), p[1]}, {newQPMemfd(t), st[0]}, {newQPMemfd(t), bell[1], bell[1]}} {
+		_, _, err := l.call(protocol.New(protocol.TypeVerbsQPCreate, 0, protocol.VerbsQP{Type: protocol.QPTypeRC, PD: 1}.Attr()), fds...)
+		wantCode(t, err, protocol.CodeInvalid)
+	}
+	if !registryEmpty(a) {
+		t.Fatal("a refused QP was kept")
+	}
+}
+
 func TestVerbsConnectRejectsAnotherSessionsQPN(t *testing.T) {
 	a := startAgent(t, newFakeDir(selfContainer), nil)
 	ini, tgt := newLib(t, a), newLib(t, a)
