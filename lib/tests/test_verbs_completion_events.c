@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Description: completion channels on the virtual verbs device: a receiver asleep in ibv_get_cq_event is woken by the other process's SEND (no lost wake-up: also when the SEND came before the arm); a solicited-only arm ignores an unsolicited receive and fires on a solicited one; a sender asleep in ibv_get_cq_event behind a SEND larger than the peer's ring is woken as the receiver makes room; events name the CQ and its context, are counted and acked; the channel fd is close-on-exec and goes with ibv_destroy_comp_channel, which refuses while a CQ uses it */
+/* Description: completion channels on the virtual verbs device: a receiver asleep in ibv_get_cq_event is woken by the other process's SEND (no lost wake-up: also when the SEND came before the arm); a completion already in the CQ at the arm makes no event (the IB spec's next completion, which perftest relies on); a solicited-only arm ignores an unsolicited receive and fires on a solicited one; a sender asleep in ibv_get_cq_event behind a SEND larger than the peer's ring is woken as the receiver makes room; events name the CQ and its context, are counted and acked; the channel fd is close-on-exec and goes with ibv_destroy_comp_channel, which refuses while a CQ uses it */
 #include <poll.h>
 
 #include "verbstest.h"
@@ -66,7 +66,7 @@ static void hear(int sock, char want)
 /* The sender: its own CQ has a channel too, for the wait behind the big SEND. */
 static int sender(int sock)
 {
-	static const uint32_t lens[] = { 0, 1000, 2000, 3000, 4000, BIG };
+	static const uint32_t lens[] = { 0, 1000, 2000, 2500, 3000, 4000, BIG };
 	struct ibv_comp_channel *ch;
 	struct tv_end e;
 	struct tv_name me, peer;
@@ -80,19 +80,19 @@ static int sender(int sock)
 	me = (struct tv_name){ .qpn = e.qp->qp_num, .lid = 0x102 };
 	peer = tv_trade(sock, &me);
 	tv_connect(&e, &peer);
-	for (uint64_t id = 1; id <= 5; id++) {
+	for (uint64_t id = 1; id <= 6; id++) {
 		struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = lens[id], .lkey = mr->lkey };
 		struct ibv_send_wr wr = { .wr_id = id, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
 					  .send_flags = IBV_SEND_SIGNALED |
-							(id == 4 ? IBV_SEND_SOLICITED : 0) }, *bad;
+							(id == 5 ? IBV_SEND_SOLICITED : 0) }, *bad;
 
 		hear(sock, (char)('0' + id));
 		for (uint32_t k = 0; k < lens[id]; k++)
 			buf[k] = tv_pattern((uint32_t)id, k);
-		if (id == 5)	/* armed before the post: the completion comes while we sleep */
+		if (id == 6)	/* armed before the post: the completion comes while we sleep */
 			TV_MUST(ibv_req_notify_cq(e.cq, 0) == 0, "arm the sender's CQ");
 		TV_MUST(ibv_post_send(e.qp, &wr, &bad) == 0, "post send %llu", (unsigned long long)id);
-		if (id == 5) {
+		if (id == 6) {
 			/* The receiver takes nothing until told: the rest waits for room. */
 			TV_MUST(ibv_poll_cq(e.cq, 1, &wc) == 0, "a 3 MiB send into a 1 MiB ring completed at once");
 			say(sock, 's');
@@ -150,26 +150,35 @@ int main(int argc, char **argv)
 	got(&e, mr, 2, 2000);
 	CHECK(no_event(ch), "one event per arm");
 
-	/* 3: solicited only: no event for an unsolicited receive (polled here), one for a solicited one. */
-	TV_MUST(ibv_req_notify_cq(e.cq, 1) == 0, "arm for solicited events");
+	/* 3: a completion already in the CQ at the arm makes no event (IB spec: the next one does). */
 	post_recv(&e, mr, 3);
 	say(sock, '3');
 	hear(sock, 'a');
-	got(&e, mr, 3, 3000);
-	CHECK(no_event(ch), "an unsolicited receive made an event while armed solicited-only");
+	CHECK(ibv_poll_cq(e.cq, 0, NULL) == 0, "poll for nothing");	/* takes the SEND in: its completion waits */
+	TV_MUST(ibv_req_notify_cq(e.cq, 0) == 0, "arm with a completion in the CQ");
+	CHECK(no_event(ch), "an arm fired for a completion already in the CQ");
+	got(&e, mr, 3, 2500);
+
+	/* 4: solicited only: no event for an unsolicited receive (polled here), one for a solicited one. */
+	TV_MUST(ibv_req_notify_cq(e.cq, 1) == 0, "arm for solicited events");
 	post_recv(&e, mr, 4);
 	say(sock, '4');
+	hear(sock, 'a');
+	got(&e, mr, 4, 3000);
+	CHECK(no_event(ch), "an unsolicited receive made an event while armed solicited-only");
+	post_recv(&e, mr, 5);
+	say(sock, '5');
 	wait_event(&e, ch, "a solicited receive");
 	events++;
-	got(&e, mr, 4, 4000);
+	got(&e, mr, 5, 4000);
 	hear(sock, 'a');
 	ibv_ack_cq_events(e.cq, events);
 
-	/* 4: unarmed, we take nothing until the sender sleeps behind 3 MiB; taking makes room and wakes it. */
-	post_recv(&e, mr, 5);
-	say(sock, '5');
+	/* 5: unarmed, we take nothing until the sender sleeps behind 3 MiB; taking makes room and wakes it. */
+	post_recv(&e, mr, 6);
+	say(sock, '6');
 	hear(sock, 's');
-	got(&e, mr, 5, BIG);
+	got(&e, mr, 6, BIG);
 	hear(sock, 'a');
 
 	CHECK(ibv_destroy_comp_channel(ch) == EBUSY, "destroying a channel a CQ uses is refused");

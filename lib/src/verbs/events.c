@@ -4,9 +4,10 @@
  * channel gets one event, a struct ib_uverbs_comp_event_desc naming it, in
  * the channel's pipe (libfreeflow made it, calls/uverbs.c) when a
  * completion is added after ibv_req_notify_cq armed it; then it is
- * disarmed until the next arm. An arm while the CQ holds completions fires
- * at once, as mlx5 hardware does, so a program that polls one completion
- * per event never waits for the next.
+ * disarmed until the next arm. As the IB spec says, only a completion
+ * added after the arm fires it, not one already in the CQ: perftest polls
+ * one completion per event and takes an event without one as its next
+ * message's, which breaks its ping-pong.
  *
  * A receive completes only when the receiver takes the peer's records from
  * its ring, and a program asleep in ibv_get_cq_event takes nothing. So a
@@ -182,8 +183,6 @@ int ffv_req_notify_cq(struct ibv_cq *ibcq, int solicited)
 	for (struct ffv_qp *qp = c->qps; qp && cq->armed; qp = qp->next)
 		if (qp->scq == cq || qp->rcq == cq)
 			ffv_progress(qp);
-	if (cq->armed && cq->count)
-		ffv_cq_fire(cq);
 	pthread_mutex_unlock(&c->mu);
 	return 0;
 }

@@ -586,8 +586,15 @@ void ffv_progress(struct ffv_qp *qp)
 		drain_sq(qp);
 		want_room(qp);
 	}
-	/* A peer gone with receives still posted: they will never fill (a NIC's retries run out). */
-	if (qp->peer_mem && qp->vqp.qp.state != IBV_QPS_ERR && peer_dead(qp) &&
+	/*
+	 * A peer gone with receives still posted: they will never fill (a NIC's
+	 * retries run out). Only once the program has polled every completion
+	 * made before: a NIC notices long after them, and a program that stops
+	 * at its last expected completion (ibv_rc_pingpong's server, woken by
+	 * an event after its client exited) must not find the flush beside it.
+	 */
+	if (qp->peer_mem && qp->vqp.qp.state != IBV_QPS_ERR && !qp->rcq->count && !qp->scq->count &&
+	    peer_dead(qp) &&
 	    __atomic_load_n((uint64_t *)(qp->mem + FF_VQP_OFF_PROD), __ATOMIC_ACQUIRE) == qp->rx_cons)
 		ffv_qp_error(qp);
 }
