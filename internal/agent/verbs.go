@@ -204,6 +204,7 @@ func (s *session) verbsQPDestroy(m *protocol.Message) (*protocol.Message, error)
 	s.a.verbs.mu.Unlock()
 	if qp != nil {
 		s.a.retireQP(qp, true)
+		s.a.verbs.ringPeersOf([]*vqp{qp})
 	}
 	return protocol.New(protocol.TypeOK, m.Seq), nil
 }
@@ -263,8 +264,30 @@ func (a *Agent) endVerbs(s *session) {
 	for _, qp := range qps {
 		a.retireQP(qp, !stopping)
 	}
+	if !stopping {
+		r.ringPeersOf(qps)
+	}
 	for _, mr := range mrs {
 		protocol.CloseFDs(mr.fds)
+	}
+}
+
+// ringPeersOf rings the doorbell of every QP connected to one of dead
+// (marked dead already), so that a program asleep in ibv_get_cq_event
+// looks at its QPs and finds its peer gone, as a polling one does
+// (docs/VERBS.md, "Completion events"). One pass over the host's QPs;
+// a ring never blocks.
+func (r *verbsRegistry) ringPeersOf(dead []*vqp) {
+	gone := map[*vqp]bool{}
+	for _, qp := range dead {
+		gone[qp] = true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, q := range r.qps {
+		if q.bell >= 0 && gone[q.peer] {
+			unix.Sendto(q.bell, []byte{1}, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, nil)
+		}
 	}
 }
 

@@ -3,7 +3,7 @@
  * The fake agent's verbs registry (PROTOCOL.md, "Verbs"), for the
  * provider's tests: QPs and regions by the session that registered them,
  * peers named by QPN alone (the fake has no containers, so VERBS_PEER's LID
- * and GID are not looked at), each QP's doorbell handed to its peers, grants only through a connected QP to a region
+ * and GID are not looked at), each QP's doorbell handed to its peers and rung when they die, grants only through a connected QP to a region
  * in its peer's PD, read-only unless the region allows remote writes or
  * atomics, and a dead word set when a session ends. The agent's own rules
  * (internal/agent) are tested in Go.
@@ -108,6 +108,7 @@ static inline void fv_close_fds(const int *fds, int n)
 		close(fds[i]);
 }
 
+/* q's dead word set, then the doorbells of the QPs connected to it rung. */
 static inline void fv_mark_dead(struct fv_qp *q)
 {
 	uint8_t *p = mmap(NULL, FF_VQP_HDR_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, q->memfd, 0);
@@ -116,6 +117,9 @@ static inline void fv_mark_dead(struct fv_qp *q)
 		__atomic_store_n((uint32_t *)(p + FF_VQP_OFF_DEAD), 1, __ATOMIC_RELEASE);
 		munmap(p, FF_VQP_HDR_SIZE);
 	}
+	for (int i = 0; i < FV_MAX_QPS; i++)
+		if (fv_qps[i].owner && fv_qps[i].peer == q->qpn && fv_qps[i].bell >= 0)
+			send(fv_qps[i].bell, "", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 	close(q->memfd);
 	if (q->bell >= 0)
 		close(q->bell);

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Description: completion channels on the virtual verbs device: a receiver asleep in ibv_get_cq_event is woken by the other process's SEND (no lost wake-up: also when the SEND came before the arm); a completion already in the CQ at the arm makes no event (the IB spec's next completion, which perftest relies on); a solicited-only arm ignores an unsolicited receive and fires on a solicited one; a sender asleep in ibv_get_cq_event behind a SEND larger than the peer's ring is woken as the receiver makes room; events name the CQ and its context, are counted and acked; the channel fd is close-on-exec and goes with ibv_destroy_comp_channel, which refuses while a CQ uses it */
+/* Description: completion channels on the virtual verbs device: a receiver asleep in ibv_get_cq_event is woken by the other process's SEND (no lost wake-up: also when the SEND came before the arm); a completion already in the CQ at the arm makes no event (the IB spec's next completion, which perftest relies on); a solicited-only arm ignores an unsolicited receive and fires on a solicited one; a sender asleep in ibv_get_cq_event behind a SEND larger than the peer's ring is woken as the receiver makes room; events name the CQ and its context, are counted and acked; a receiver asleep when its peer goes is woken and finds its receive flushed; the channel fd is close-on-exec and goes with ibv_destroy_comp_channel, which refuses while a CQ uses it */
 #include <poll.h>
 
 #include "verbstest.h"
@@ -182,7 +182,19 @@ int main(int argc, char **argv)
 	hear(sock, 'a');
 
 	CHECK(ibv_destroy_comp_channel(ch) == EBUSY, "destroying a channel a CQ uses is refused");
+	/* 6: the peer goes while we sleep with a receive posted: woken, it is flushed, as a poll finds. */
+	post_recv(&e, mr, 7);
+	TV_MUST(ibv_req_notify_cq(e.cq, 0) == 0, "arm before the peer goes");
 	say(sock, 'x');
+	wait_event(&e, ch, "asleep when the peer went");
+	{
+		struct ibv_wc wc = tv_wait(&e);
+
+		CHECK(wc.wr_id == 7 && wc.status == IBV_WC_WR_FLUSH_ERR,
+		      "the receive posted when the peer went: wr %llu status %d, want flushed",
+		      (unsigned long long)wc.wr_id, wc.status);
+	}
+	ibv_ack_cq_events(e.cq, 1);
 	tv_join(pid);
 	fd = ch->fd;
 	CHECK(ibv_destroy_qp(e.qp) == 0 && ibv_destroy_cq(e.cq) == 0, "destroy the QP and CQ");
