@@ -89,16 +89,10 @@ struct tv_end {
 	struct ibv_qp *qp;
 };
 
-/* Open the device; a PD, a CQ (with completion channel *ch if ch) and an RC QP in INIT. */
-static inline void tv_open_ch(struct tv_end *e, struct ibv_comp_channel **ch)
+/* Open the device; a PD and a CQ (with a completion channel, into *ch, if ch). */
+static inline void tv_device(struct tv_end *e, struct ibv_comp_channel **ch)
 {
 	struct ibv_device **list = ibv_get_device_list(NULL);
-	struct ibv_qp_init_attr ia = { .qp_type = IBV_QPT_RC,
-				       .cap = { .max_send_wr = 64, .max_recv_wr = 64,
-						.max_send_sge = 4, .max_recv_sge = 4 } };
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
-				 .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-						    IBV_ACCESS_REMOTE_ATOMIC };
 
 	TV_MUST(list && list[0], "no verbs device: %s", strerror(errno));
 	e->ctx = ibv_open_device(list[0]);
@@ -110,11 +104,29 @@ static inline void tv_open_ch(struct tv_end *e, struct ibv_comp_channel **ch)
 	e->pd = ibv_alloc_pd(e->ctx);
 	e->cq = ibv_create_cq(e->ctx, 256, e, ch ? *ch : NULL, 0);
 	TV_MUST(e->pd && e->cq, "PD, CQ: %s", strerror(errno));
-	ia.send_cq = ia.recv_cq = e->cq;
+}
+
+/* An RC QP on e's PD and CQ, in INIT. */
+static inline void tv_qp(struct tv_end *e)
+{
+	struct ibv_qp_init_attr ia = { .qp_type = IBV_QPT_RC, .send_cq = e->cq, .recv_cq = e->cq,
+				       .cap = { .max_send_wr = 64, .max_recv_wr = 64,
+						.max_send_sge = 4, .max_recv_sge = 4 } };
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
+				 .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+						    IBV_ACCESS_REMOTE_ATOMIC };
+
 	e->qp = ibv_create_qp(e->pd, &ia);
 	TV_MUST(e->qp, "create an RC QP: %s", strerror(errno));
 	TV_MUST(ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
 			    IBV_QP_ACCESS_FLAGS) == 0, "QP to INIT");
+}
+
+/* The device, a PD, a CQ (with a completion channel if ch) and an RC QP in INIT. */
+static inline void tv_open_ch(struct tv_end *e, struct ibv_comp_channel **ch)
+{
+	tv_device(e, ch);
+	tv_qp(e);
 }
 
 static inline void tv_open(struct tv_end *e)

@@ -89,6 +89,7 @@ static int events_start(struct ffv_context *c)
 		return -err;
 	}
 	c->events_on = 1;
+	c->events_pid = getpid();
 	return 0;
 }
 
@@ -96,11 +97,14 @@ void ffv_events_stop(struct ffv_context *c)
 {
 	if (!c->events_on)
 		return;
-	pthread_mutex_lock(&c->mu);
-	c->stopping = 1;
-	pthread_mutex_unlock(&c->mu);
-	ffv_ring(c->bell[1]);
-	pthread_join(c->events, NULL);
+	/* A fork child has no thread to join (and must not stop its parent's). */
+	if (c->events_pid == getpid()) {
+		pthread_mutex_lock(&c->mu);
+		c->stopping = 1;
+		pthread_mutex_unlock(&c->mu);
+		ffv_ring(c->bell[1]);
+		pthread_join(c->events, NULL);
+	}
 	close(c->bell[0]);
 	close(c->bell[1]);
 	c->events_on = 0;

@@ -133,6 +133,9 @@ struct ibv_qp *ffv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 	if (!err) {
 		qp->next = c->qps;
 		c->qps = qp;
+		/* Its receive CQ armed already: its peers ring from the first record on. */
+		if (qp->belled && qp->rcq->armed)
+			__atomic_store_n((uint32_t *)(qp->mem + FF_VQP_OFF_ARMED), 1, __ATOMIC_SEQ_CST);
 	}
 	pthread_mutex_unlock(&c->mu);
 	if (err) {

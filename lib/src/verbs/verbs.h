@@ -19,6 +19,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <infiniband/driver.h>
 
@@ -52,6 +53,7 @@ struct ffv_context {
 	 */
 	int bell[2];
 	pthread_t events;
+	pid_t events_pid;		/* the process the thread runs in (not a fork child) */
 	int events_on, stopping;
 };
 
