@@ -2,7 +2,8 @@
 /*
  * The calls concern: the wrappers of socket, connect, accept, close, dup,
  * fcntl... (calls/socket.c), the data calls (calls/io.c), getsockopt and
- * setsockopt (sockopt.c), and the routes around the wrappers (routes.c).
+ * setsockopt (sockopt.c), the routes around the wrappers (routes.c), and
+ * the verbs device's command file (uverbs.c).
  */
 #ifndef FREEFLOW_CALLS_H
 #define FREEFLOW_CALLS_H
