@@ -1,67 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: completion channels on the virtual verbs device: a receiver asleep in ibv_get_cq_event is woken by the other process's SEND (no lost wake-up: also when the SEND came before the arm); a completion already in the CQ at the arm makes no event (the IB spec's next completion, which perftest relies on); a solicited-only arm ignores an unsolicited receive and fires on a solicited one; a sender asleep in ibv_get_cq_event behind a SEND larger than the peer's ring is woken as the receiver makes room; events name the CQ and its context, are counted and acked; a receiver asleep when its peer goes is woken and finds its receive flushed; the channel fd is close-on-exec and goes with ibv_destroy_comp_channel, which refuses while a CQ uses it */
-#include <poll.h>
-
 #include "verbstest.h"
 
 #define BIG (3u << 20)	/* past the 1 MiB ring: the send waits for room */
-
-/* One event within 10 s, for e's CQ; a hang fails the test, not the suite. */
-static void wait_event(struct tv_end *e, struct ibv_comp_channel *ch, const char *what)
-{
-	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
-	struct ibv_cq *cq = NULL;
-	void *cq_ctx = NULL;
-
-	TV_MUST(poll(&p, 1, 10000) == 1, "%s: no completion event within 10 s", what);
-	TV_MUST(ibv_get_cq_event(ch, &cq, &cq_ctx) == 0, "%s: ibv_get_cq_event: %s", what,
-		strerror(errno));
-	CHECK(cq == e->cq && cq_ctx == e, "%s: the event names CQ %p context %p, want %p %p", what,
-	      (void *)cq, cq_ctx, (void *)e->cq, (void *)e);
-}
-
-static int no_event(struct ibv_comp_channel *ch)
-{
-	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
-
-	return poll(&p, 1, 0) == 0;
-}
-
-static void post_recv(struct tv_end *e, struct ibv_mr *mr, uint64_t id)
-{
-	struct ibv_sge sge = { .addr = (uintptr_t)mr->addr, .length = (uint32_t)mr->length,
-			       .lkey = mr->lkey };
-	struct ibv_recv_wr wr = { .wr_id = id, .sg_list = &sge, .num_sge = 1 }, *bad;
-
-	TV_MUST(ibv_post_recv(e->qp, &wr, &bad) == 0, "post receive %llu", (unsigned long long)id);
-}
-
-/* A receive completion, polled: message id of len bytes, intact. */
-static void got(struct tv_end *e, struct ibv_mr *mr, uint64_t id, uint32_t len)
-{
-	struct ibv_wc wc = tv_wait(e);
-
-	CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV && wc.wr_id == id &&
-	      wc.byte_len == len, "receive %llu: status %d opcode %d wr_id %llu len %u",
-	      (unsigned long long)id, wc.status, wc.opcode, (unsigned long long)wc.wr_id, wc.byte_len);
-	for (uint32_t k = 0; k < len; k++)
-		if (((uint8_t *)mr->addr)[k] != tv_pattern((uint32_t)id, k)) {
-			CHECK(0, "receive %llu: byte %u wrong", (unsigned long long)id, k);
-			break;
-		}
-}
-
-static void say(int sock, char c)
-{
-	TV_MUST(write(sock, &c, 1) == 1, "say %c", c);
-}
-
-static void hear(int sock, char want)
-{
-	char c = 0;
-
-	TV_MUST(read(sock, &c, 1) == 1 && c == want, "wait for %c (got %c)", want, c);
-}
 
 /* The sender: its own CQ has a channel too, for the wait behind the big SEND. */
 static int sender(int sock)
@@ -86,7 +27,7 @@ static int sender(int sock)
 					  .send_flags = IBV_SEND_SIGNALED |
 							(id == 5 ? IBV_SEND_SOLICITED : 0) }, *bad;
 
-		hear(sock, (char)('0' + id));
+		tv_hear(sock, (char)('0' + id));
 		for (uint32_t k = 0; k < lens[id]; k++)
 			buf[k] = tv_pattern((uint32_t)id, k);
 		if (id == 6)	/* armed before the post: the completion comes while we sleep */
@@ -95,16 +36,16 @@ static int sender(int sock)
 		if (id == 6) {
 			/* The receiver takes nothing until told: the rest waits for room. */
 			TV_MUST(ibv_poll_cq(e.cq, 1, &wc) == 0, "a 3 MiB send into a 1 MiB ring completed at once");
-			say(sock, 's');
-			wait_event(&e, ch, "the sender, behind a send larger than the ring");
+			tv_say(sock, 's');
+			tv_event(&e, ch, "the sender, behind a send larger than the ring");
 			ibv_ack_cq_events(e.cq, 1);
 		}
 		wc = tv_wait(&e);
 		CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == id, "send %llu: status %d wr_id %llu",
 		      (unsigned long long)id, wc.status, (unsigned long long)wc.wr_id);
-		say(sock, 'a');
+		tv_say(sock, 'a');
 	}
-	hear(sock, 'x');
+	tv_hear(sock, 'x');
 	CHECK(ibv_destroy_qp(e.qp) == 0 && ibv_destroy_cq(e.cq) == 0 &&
 	      ibv_destroy_comp_channel(ch) == 0, "the sender's teardown");
 	return 0;
@@ -132,61 +73,61 @@ int main(int argc, char **argv)
 	tv_connect(&e, &peer);
 
 	/* 1: the SEND comes while we sleep in ibv_get_cq_event: the peer must wake us. */
-	post_recv(&e, mr, 1);
+	tv_post_recv(&e, mr, 1);
 	TV_MUST(ibv_req_notify_cq(e.cq, 0) == 0, "arm");
-	say(sock, '1');
-	wait_event(&e, ch, "asleep when the SEND came");
+	tv_say(sock, '1');
+	tv_event(&e, ch, "asleep when the SEND came");
 	events++;
-	got(&e, mr, 1, 1000);
-	hear(sock, 'a');
+	tv_got(&e, mr, 1, 1000);
+	tv_hear(sock, 'a');
 
 	/* 2: the SEND came before the arm: the arm finds it, the event comes at once. */
-	post_recv(&e, mr, 2);
-	say(sock, '2');
-	hear(sock, 'a');
+	tv_post_recv(&e, mr, 2);
+	tv_say(sock, '2');
+	tv_hear(sock, 'a');
 	TV_MUST(ibv_req_notify_cq(e.cq, 0) == 0, "arm after the SEND came");
-	wait_event(&e, ch, "armed after the SEND came");
+	tv_event(&e, ch, "armed after the SEND came");
 	events++;
-	got(&e, mr, 2, 2000);
-	CHECK(no_event(ch), "one event per arm");
+	tv_got(&e, mr, 2, 2000);
+	CHECK(tv_no_event(ch), "one event per arm");
 
 	/* 3: a completion already in the CQ at the arm makes no event (IB spec: the next one does). */
-	post_recv(&e, mr, 3);
-	say(sock, '3');
-	hear(sock, 'a');
+	tv_post_recv(&e, mr, 3);
+	tv_say(sock, '3');
+	tv_hear(sock, 'a');
 	CHECK(ibv_poll_cq(e.cq, 0, NULL) == 0, "poll for nothing");	/* takes the SEND in: its completion waits */
 	TV_MUST(ibv_req_notify_cq(e.cq, 0) == 0, "arm with a completion in the CQ");
-	CHECK(no_event(ch), "an arm fired for a completion already in the CQ");
-	got(&e, mr, 3, 2500);
+	CHECK(tv_no_event(ch), "an arm fired for a completion already in the CQ");
+	tv_got(&e, mr, 3, 2500);
 
 	/* 4: solicited only: no event for an unsolicited receive (polled here), one for a solicited one. */
 	TV_MUST(ibv_req_notify_cq(e.cq, 1) == 0, "arm for solicited events");
-	post_recv(&e, mr, 4);
-	say(sock, '4');
-	hear(sock, 'a');
-	got(&e, mr, 4, 3000);
-	CHECK(no_event(ch), "an unsolicited receive made an event while armed solicited-only");
-	post_recv(&e, mr, 5);
-	say(sock, '5');
-	wait_event(&e, ch, "a solicited receive");
+	tv_post_recv(&e, mr, 4);
+	tv_say(sock, '4');
+	tv_hear(sock, 'a');
+	tv_got(&e, mr, 4, 3000);
+	CHECK(tv_no_event(ch), "an unsolicited receive made an event while armed solicited-only");
+	tv_post_recv(&e, mr, 5);
+	tv_say(sock, '5');
+	tv_event(&e, ch, "a solicited receive");
 	events++;
-	got(&e, mr, 5, 4000);
-	hear(sock, 'a');
+	tv_got(&e, mr, 5, 4000);
+	tv_hear(sock, 'a');
 	ibv_ack_cq_events(e.cq, events);
 
 	/* 5: unarmed, we take nothing until the sender sleeps behind 3 MiB; taking makes room and wakes it. */
-	post_recv(&e, mr, 6);
-	say(sock, '6');
-	hear(sock, 's');
-	got(&e, mr, 6, BIG);
-	hear(sock, 'a');
+	tv_post_recv(&e, mr, 6);
+	tv_say(sock, '6');
+	tv_hear(sock, 's');
+	tv_got(&e, mr, 6, BIG);
+	tv_hear(sock, 'a');
 
 	CHECK(ibv_destroy_comp_channel(ch) == EBUSY, "destroying a channel a CQ uses is refused");
 	/* 6: the peer goes while we sleep with a receive posted: woken, it is flushed, as a poll finds. */
-	post_recv(&e, mr, 7);
+	tv_post_recv(&e, mr, 7);
 	TV_MUST(ibv_req_notify_cq(e.cq, 0) == 0, "arm before the peer goes");
-	say(sock, 'x');
-	wait_event(&e, ch, "asleep when the peer went");
+	tv_say(sock, 'x');
+	tv_event(&e, ch, "asleep when the peer went");
 	{
 		struct ibv_wc wc = tv_wait(&e);
 

@@ -13,6 +13,7 @@
 
 #include <infiniband/verbs.h>
 #include <libgen.h>
+#include <poll.h>
 #include <sys/mount.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
@@ -203,6 +204,66 @@ static inline void tv_join(pid_t pid)
 static inline uint8_t tv_pattern(uint32_t seed, size_t i)
 {
 	return (uint8_t)(i * 131 + seed * 7 + (i >> 9));
+}
+
+/* One event within 10 s, for e's CQ; a hang fails the test, not the suite. */
+static inline void tv_event(struct tv_end *e, struct ibv_comp_channel *ch, const char *what)
+{
+	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+	struct ibv_cq *cq = NULL;
+	void *cq_ctx = NULL;
+
+	TV_MUST(poll(&p, 1, 10000) == 1, "%s: no completion event within 10 s", what);
+	TV_MUST(ibv_get_cq_event(ch, &cq, &cq_ctx) == 0, "%s: ibv_get_cq_event: %s", what,
+		strerror(errno));
+	CHECK(cq == e->cq && cq_ctx == e, "%s: the event names CQ %p context %p, want %p %p", what,
+	      (void *)cq, cq_ctx, (void *)e->cq, (void *)e);
+}
+
+/* Whether the channel holds no event now. */
+static inline int tv_no_event(struct ibv_comp_channel *ch)
+{
+	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+
+	return poll(&p, 1, 0) == 0;
+}
+
+/* A receive of the whole of mr, as wr id. */
+static inline void tv_post_recv(struct tv_end *e, struct ibv_mr *mr, uint64_t id)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)mr->addr, .length = (uint32_t)mr->length,
+			       .lkey = mr->lkey };
+	struct ibv_recv_wr wr = { .wr_id = id, .sg_list = &sge, .num_sge = 1 }, *bad;
+
+	TV_MUST(ibv_post_recv(e->qp, &wr, &bad) == 0, "post receive %llu", (unsigned long long)id);
+}
+
+/* A receive completion, polled: message id of len bytes, intact. */
+static inline void tv_got(struct tv_end *e, struct ibv_mr *mr, uint64_t id, uint32_t len)
+{
+	struct ibv_wc wc = tv_wait(e);
+
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV && wc.wr_id == id &&
+	      wc.byte_len == len, "receive %llu: status %d opcode %d wr_id %llu len %u",
+	      (unsigned long long)id, wc.status, wc.opcode, (unsigned long long)wc.wr_id, wc.byte_len);
+	for (uint32_t k = 0; k < len; k++)
+		if (((uint8_t *)mr->addr)[k] != tv_pattern((uint32_t)id, k)) {
+			CHECK(0, "receive %llu: byte %u wrong", (unsigned long long)id, k);
+			break;
+		}
+}
+
+/* One byte of the test's own protocol over sock, and the wait for one. */
+static inline void tv_say(int sock, char c)
+{
+	TV_MUST(write(sock, &c, 1) == 1, "say %c", c);
+}
+
+static inline void tv_hear(int sock, char want)
+{
+	char c = 0;
+
+	TV_MUST(read(sock, &c, 1) == 1 && c == want, "wait for %c (got %c)", want, c);
 }
 
 #endif
