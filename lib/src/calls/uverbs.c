@@ -13,13 +13,16 @@
  * writer of it per CQ. Every other command goes to /dev/null, as before.
  *
  * Only an absolute path under /dev/infiniband/ is looked at, after the
- * kernel opened it (so the path was readable); the command and the
- * response go through process_vm_readv/writev, so a bad pointer fails the
- * write with EFAULT as the kernel's would.
+ * kernel opened it (so the path was readable), and only such a path starts
+ * the library; the command and the response go through
+ * process_vm_readv/writev, so a bad pointer fails the write with EFAULT as
+ * the kernel's would.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/uio.h>
@@ -81,73 +84,101 @@ ssize_t ff_uverbs_write(const void *buf, size_t n)
 	return (ssize_t)n;
 }
 
-/* After the kernel opened path as fd: a verbs device's command file is marked. */
-static int opened(int fd, const char *path)
+/*
+ * After the kernel opened path as fd: a verbs device's command file is
+ * marked, the library started first if it was not (only then: the path
+ * was not looked at before the kernel read it).
+ */
+static void opened(int fd, const char *path)
 {
 	if (fd >= 0 && !ff_busy && !strncmp(path, UVERBS_DIR, sizeof(UVERBS_DIR) - 1) &&
-	    !strncmp(path + sizeof(UVERBS_DIR) - 1, "uverbs", 6))
+	    !strncmp(path + sizeof(UVERBS_DIR) - 1, "uverbs", 6)) {
+		ff_init();
 		ff_fd_mark(fd, FF_FD_UVERBS);
-	return fd;
+	}
+}
+
+typedef int (*open_fn)(const char *, int, ...);
+typedef int (*openat_fn)(int, const char *, int, ...);
+
+/*
+ * libc's function name, resolved once without starting the library: an
+ * allocator opens files under its own lock before anything started it
+ * (test_syscall_during_allocator_start), and start-up allocates.
+ */
+static void *libc_fn(void *_Atomic *slot, const char *name)
+{
+	void *f = atomic_load_explicit(slot, memory_order_acquire);
+
+	if (!f) {
+		f = dlsym(RTLD_NEXT, name);
+		atomic_store_explicit(slot, f, memory_order_release);
+	}
+	return f;
 }
 
 /* open's third argument exists only with O_CREAT or O_TMPFILE, as libc reads it. */
-#define MODE(flags, last, mode) do {					\
+#define MODE(flags, mode) do {						\
 	va_list ap_;							\
 	if ((flags) & (O_CREAT | O_TMPFILE)) {				\
-		va_start(ap_, last);					\
+		va_start(ap_, flags);					\
 		(mode) = va_arg(ap_, mode_t);				\
 		va_end(ap_);						\
 	}								\
 } while (0)
 
-FF_EXPORT int open(const char *path, int flags, ...)
+/* libc's open-like call made (fd, or -1 with errno), the mark; errno as libc left it. */
+static int after(int fd, const char *path)
 {
-	mode_t mode = 0;
-	int fd, err;
+	int err = errno;
 
-	MODE(flags, flags, mode);
-	fd = REAL(open)(path, flags, mode);
-	err = errno;
 	opened(fd, path);
 	errno = err;
 	return fd;
+}
+
+static int no_libc(void)
+{
+	errno = ENOSYS;
+	return -1;
+}
+
+FF_EXPORT int open(const char *path, int flags, ...)
+{
+	static void *_Atomic real;
+	open_fn f = (open_fn)libc_fn(&real, "open");
+	mode_t mode = 0;
+
+	MODE(flags, mode);
+	return f ? after(f(path, flags, mode), path) : no_libc();
 }
 
 FF_EXPORT int open64(const char *path, int flags, ...)
 {
+	static void *_Atomic real;
+	open_fn f = (open_fn)libc_fn(&real, "open64");
 	mode_t mode = 0;
-	int fd, err;
 
-	MODE(flags, flags, mode);
-	fd = REAL(open64)(path, flags, mode);
-	err = errno;
-	opened(fd, path);
-	errno = err;
-	return fd;
+	MODE(flags, mode);
+	return f ? after(f(path, flags, mode), path) : no_libc();
 }
 
 FF_EXPORT int openat(int dir, const char *path, int flags, ...)
 {
+	static void *_Atomic real;
+	openat_fn f = (openat_fn)libc_fn(&real, "openat");
 	mode_t mode = 0;
-	int fd, err;
 
-	MODE(flags, flags, mode);
-	fd = REAL(openat)(dir, path, flags, mode);
-	err = errno;
-	opened(fd, path);
-	errno = err;
-	return fd;
+	MODE(flags, mode);
+	return f ? after(f(dir, path, flags, mode), path) : no_libc();
 }
 
 FF_EXPORT int openat64(int dir, const char *path, int flags, ...)
 {
+	static void *_Atomic real;
+	openat_fn f = (openat_fn)libc_fn(&real, "openat64");
 	mode_t mode = 0;
-	int fd, err;
 
-	MODE(flags, flags, mode);
-	fd = REAL(openat64)(dir, path, flags, mode);
-	err = errno;
-	opened(fd, path);
-	errno = err;
-	return fd;
+	MODE(flags, mode);
+	return f ? after(f(dir, path, flags, mode), path) : no_libc();
 }

@@ -111,9 +111,6 @@ struct ff_real {
 	int (*system)(const char *);
 	FILE *(*popen)(const char *, const char *);
 	int (*open)(const char *, int, ...);
-	int (*open64)(const char *, int, ...);
-	int (*openat)(int, const char *, int, ...);
-	int (*openat64)(int, const char *, int, ...);
 };
 
 extern struct ff_real ff_real;
