@@ -25,7 +25,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -110,13 +109,6 @@ void ffv_events_stop(struct ffv_context *c)
 	c->events_on = 0;
 }
 
-static int debug_on(void)
-{
-	const char *d = getenv("FREEFLOW_DEBUG");
-
-	return d && *d && strcmp(d, "0");
-}
-
 int ffv_cq_channel(struct ffv_context *c, struct ffv_cq *cq, struct ibv_comp_channel *ch)
 {
 	struct stat st;
@@ -125,7 +117,7 @@ int ffv_cq_channel(struct ffv_context *c, struct ffv_cq *cq, struct ibv_comp_cha
 
 	/* Without libfreeflow, ibv_create_comp_channel's "fd" is whatever /dev/null left. */
 	if (fstat(ch->fd, &st) < 0 || !S_ISFIFO(st.st_mode)) {
-		if (debug_on())
+		if (ffv_debug_on())
 			fprintf(stderr, "libffv: completion channel fd %d is not libfreeflow's; "
 				"channels need libfreeflow.so preloaded, as `freeflow run` does\n", ch->fd);
 		return -EOPNOTSUPP;
@@ -163,7 +155,7 @@ void ffv_cq_fire(struct ffv_cq *cq)
 	 * The pipe holds 8192 events and a CQ has at most one unread per arm:
 	 * full, it already holds events the program has not read.
 	 */
-	if (write(cq->chan, &ev, sizeof(ev)) != sizeof(ev) && debug_on())
+	if (write(cq->chan, &ev, sizeof(ev)) != sizeof(ev) && ffv_debug_on())
 		fprintf(stderr, "libffv: a completion event was not written: %s\n", strerror(errno));
 }
 

@@ -188,6 +188,8 @@ int ffv_agent_call(struct ffv_context *c, uint8_t *buf, size_t len, const int *f
 		   struct ff_msg *reply, size_t cap, int *rfds, int *nrfds);
 void ffv_agent_close(struct ffv_context *c);
 uint32_t ffv_next_seq(struct ffv_context *c);
+/* FREEFLOW_DEBUG is set: say why on stderr. */
+int ffv_debug_on(void);
 
 /* ---- mr.c: PDs, regions, grants ---- */
 struct ibv_pd *ffv_alloc_pd(struct ibv_context *ctx);
