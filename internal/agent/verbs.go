@@ -7,8 +7,9 @@ package agent
 //
 //   - every live QP by its number (QPN, 1..0xffffff, unique on the host and
 //     not given again while the QP lives: a counter that wraps and skips
-//     live numbers), with the memfd of its incoming ring, its type and PD,
-//     the container and the session that made it, and the QP it was last
+//     live numbers), with the memfd of its incoming ring, its doorbell if
+//     it has one (docs/VERBS.md, "Completion events"), its type and PD, the
+//     container and the session that made it, and the QP it was last
 //     connected to (VERBS_CONNECT);
 //   - every region by its rkey, per container (random, nonzero, unique in
 //     the container), with its memfds and segments, and its session;
@@ -37,6 +38,7 @@ import (
 	"sync"
 
 	"github.com/freeflow-net/freeflow/internal/protocol"
+	"golang.org/x/sys/unix"
 )
 
 // Defaults of the per-container verbs limits: what the device reports
@@ -55,7 +57,9 @@ type vqp struct {
 	typ, pd   uint32
 	fd        int     // the memfd of its incoming ring (held, verbs_files.go)
 	file      fileKey // names fd among the container's held files
-	peer      *vqp    // connected to (VERBS_CONNECT); nil until then
+	bell      int     // its doorbell, handed to its peers (held too: one per context); -1: none
+	bellFile  fileKey
+	peer      *vqp // connected to (VERBS_CONNECT); nil until then
 }
 
 // vmr is one registered memory region.
@@ -138,22 +142,27 @@ func (s *session) verbsQPCreate(m *protocol.Message) (*protocol.Message, error) 
 	if q.Type != protocol.QPTypeRC && q.Type != protocol.QPTypeUD {
 		return nil, protocol.Errorf(protocol.CodeInvalid, "QP type %d is not served: the device has RC (2) and UD (4) queue pairs", q.Type)
 	}
-	if len(s.inFDs) != 1 {
-		return nil, protocol.Errorf(protocol.CodeInvalid, "VERBS_QP_CREATE carries %d file descriptors; it carries exactly one, the QP's memfd", len(s.inFDs))
+	if len(s.inFDs) != 1 && len(s.inFDs) != 2 {
+		return nil, protocol.Errorf(protocol.CodeInvalid, "VERBS_QP_CREATE carries %d file descriptors; it carries the QP's memfd and, if it has one, its doorbell", len(s.inFDs))
 	}
 	if err := checkQPMemfd(s.inFDs[0]); err != nil {
 		return nil, err
 	}
-	qp := &vqp{container: s.self.ID, owner: s, typ: q.Type, pd: q.PD}
-	if err := s.a.verbs.addQP(qp, s.inFDs[0]); err != nil {
+	if len(s.inFDs) == 2 {
+		if err := checkDoorbell(s.inFDs[1]); err != nil {
+			return nil, err
+		}
+	}
+	qp := &vqp{container: s.self.ID, owner: s, typ: q.Type, pd: q.PD, bell: -1}
+	if err := s.a.verbs.addQP(qp, s.inFDs[0:1], s.inFDs[1:]); err != nil {
 		return nil, err
 	}
 	return protocol.New(protocol.TypeOK, m.Seq, protocol.U32(protocol.AttrQPN, qp.qpn)), nil
 }
 
-// addQP numbers qp and keeps it with its memfd fd, within its container's
-// limits.
-func (r *verbsRegistry) addQP(qp *vqp, fd int) error {
+// addQP numbers qp and holds its memfd (memfd[0]) and doorbell (bell: none or one),
+// within the container's limits.
+func (r *verbsRegistry) addQP(qp *vqp, memfd, bell []int) error {
 	fdShare := r.fdShare()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -161,11 +170,14 @@ func (r *verbsRegistry) addQP(qp *vqp, fd int) error {
 		return protocol.Errorf(protocol.CodeLimit,
 			"container %s holds %d queue pairs, its limit; destroy some (ibv_destroy_qp) before making more", qp.container, r.maxQPs)
 	}
-	keys, fds, err := r.holdFilesLocked(qp.container, []int{fd}, fdShare)
+	keys, fds, err := r.holdFilesLocked(qp.container, append(memfd[:1:1], bell...), fdShare)
 	if err != nil {
 		return err
 	}
 	qp.file, qp.fd = keys[0], fds[0]
+	if len(bell) > 0 {
+		qp.bellFile, qp.bell = keys[1], fds[1]
+	}
 	for { // at most maxQPs per container: a free number is always near
 		r.nextQP = r.nextQP%maxQPN + 1
 		if r.qps[r.nextQP] == nil {
@@ -202,6 +214,7 @@ func (s *session) verbsQPDestroy(m *protocol.Message) (*protocol.Message, error)
 	s.a.verbs.mu.Unlock()
 	if qp != nil {
 		s.a.retireQP(qp, true)
+		s.a.verbs.ringPeersOf([]*vqp{qp})
 	}
 	return protocol.New(protocol.TypeOK, m.Seq), nil
 }
@@ -217,7 +230,7 @@ func (r *verbsRegistry) dropQPLocked(qp *vqp) {
 	}
 }
 
-// retireQP gives back a dropped QP's memfd, marking it dead first if dead.
+// retireQP gives back a dropped QP's memfd and closes its doorbell, marking it dead first if dead.
 func (a *Agent) retireQP(qp *vqp, dead bool) {
 	if dead {
 		if err := markQPDead(qp.fd); err != nil {
@@ -225,7 +238,11 @@ func (a *Agent) retireQP(qp *vqp, dead bool) {
 				"qpn", qp.qpn, "container", qp.container, "err", err)
 		}
 	}
-	a.verbs.releaseFiles(qp.container, []fileKey{qp.file})
+	keys := []fileKey{qp.file}
+	if qp.bell >= 0 {
+		keys = append(keys, qp.bellFile)
+	}
+	a.verbs.releaseFiles(qp.container, keys)
 }
 
 // endVerbs forgets what session s made when it ends: its QPs are marked
@@ -252,8 +269,30 @@ func (a *Agent) endVerbs(s *session) {
 	for _, qp := range qps {
 		a.retireQP(qp, !stopping)
 	}
+	if !stopping {
+		r.ringPeersOf(qps)
+	}
 	for _, mr := range mrs {
 		r.releaseFiles(mr.container, mr.files)
+	}
+}
+
+// ringPeersOf rings the doorbell of every QP connected to one of dead
+// (marked dead already), so that a program asleep in ibv_get_cq_event
+// looks at its QPs and finds its peer gone, as a polling one does
+// (docs/VERBS.md, "Completion events"). One pass over the host's QPs;
+// a ring never blocks.
+func (r *verbsRegistry) ringPeersOf(dead []*vqp) {
+	gone := map[*vqp]bool{}
+	for _, qp := range dead {
+		gone[qp] = true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, q := range r.qps {
+		if q.bell >= 0 && gone[q.peer] {
+			unix.Sendto(q.bell, []byte{1}, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, nil)
+		}
 	}
 }
 

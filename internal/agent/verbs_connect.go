@@ -10,7 +10,7 @@ import (
 )
 
 // verbsConnect connects the caller's QP to the one VERBS_PEER names, and
-// hands over that QP's memfd.
+// hands over that QP's memfd and doorbell.
 func (s *session) verbsConnect(m *protocol.Message) (*protocol.Message, error) {
 	qpn, err := m.U32(protocol.AttrQPN)
 	if err != nil {
@@ -35,39 +35,47 @@ func (s *session) verbsConnect(m *protocol.Message) (*protocol.Message, error) {
 		return nil, protocol.Errorf(protocol.CodeDenied,
 			"container %s may not connect to container %s (%s): the tenant policy forbids it, as it would a TCP connection", s.self.Name, peerC.Name, why)
 	}
-	peer, fd, err := r.connect(s, qpn, p.QPN, peerC)
+	peer, fds, err := r.connect(s, qpn, p.QPN, peerC)
 	if err != nil {
 		return nil, err
 	}
-	s.outFDs = []int{fd}
+	s.outFDs = fds
 	return protocol.New(protocol.TypeVerbsPeerQP, m.Seq, protocol.U32(protocol.AttrQPN, peer.qpn),
 		protocol.VerbsQP{Type: peer.typ}.Attr()), nil
 }
 
 // connect pairs the caller's QP qpn with QP peerQPN of container peerC and
-// returns that QP and a copy of its memfd.
-func (r *verbsRegistry) connect(s *session, qpn, peerQPN uint32, peerC directory.Container) (*vqp, int, error) {
+// returns that QP and copies of its memfd and, if it has one, its doorbell.
+func (r *verbsRegistry) connect(s *session, qpn, peerQPN uint32, peerC directory.Container) (*vqp, []int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	own, err := r.ownQPLocked(s, qpn)
 	if err != nil {
-		return nil, -1, err
+		return nil, nil, err
 	}
 	peer := r.qps[peerQPN]
 	if peer == nil || peer.container != peerC.ID {
-		return nil, -1, protocol.Errorf(protocol.CodeNotFound,
+		return nil, nil, protocol.Errorf(protocol.CodeNotFound,
 			"container %s has no QP %#x (yet); ask again once its program has made it", peerC.Name, peerQPN)
 	}
 	if peer.typ != own.typ {
-		return nil, -1, protocol.Errorf(protocol.CodeInvalid,
+		return nil, nil, protocol.Errorf(protocol.CodeInvalid,
 			"QP %#x is of type %d and QP %#x of type %d: only QPs of one type connect", qpn, own.typ, peerQPN, peer.typ)
 	}
-	fd, err := dupFD(peer.fd)
-	if err != nil {
-		return nil, -1, err
+	var fds []int
+	for _, fd := range []int{peer.fd, peer.bell} {
+		if fd < 0 {
+			continue
+		}
+		nfd, err := dupFD(fd)
+		if err != nil {
+			protocol.CloseFDs(fds)
+			return nil, nil, err
+		}
+		fds = append(fds, nfd)
 	}
 	own.peer = peer
-	return peer, fd, nil
+	return peer, fds, nil
 }
 
 // verbsPeerContainer returns the container of this host whose verbs port

@@ -67,6 +67,19 @@ func checkQPMemfd(fd int) error {
 	return nil
 }
 
+// checkDoorbell checks a QP's doorbell as VERBS_QP_CREATE requires: an
+// AF_UNIX datagram socket, which its peers ring with non-blocking sends.
+func checkDoorbell(fd int) error {
+	dom, err1 := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN)
+	typ, err2 := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE)
+	if err1 != nil || err2 != nil || dom != unix.AF_UNIX || typ != unix.SOCK_DGRAM {
+		return protocol.Errorf(protocol.CodeInvalid,
+			"the QP's second descriptor is not an AF_UNIX datagram socket (domain %d type %d, %v %v); send the doorbell socketpair(AF_UNIX, SOCK_DGRAM) made, or no second descriptor (docs/VERBS.md, \"Completion events\")",
+			dom, typ, err1, err2)
+	}
+	return nil
+}
+
 // markQPDead sets the dead word of a QP's memfd, so that its peers' next
 // work request on it fails (docs/VERBS.md, "Queue pair memory").
 func markQPDead(fd int) error {

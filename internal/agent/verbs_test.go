@@ -329,6 +329,64 @@ func TestVerbsConnectHandsOverPeerRing(t *testing.T) {
 	}
 }
 
+// newDoorbell makes a doorbell as a provider does, a datagram socket pair;
+// the ends are closed when the test ends.
+func newDoorbell(t *testing.T) [2]int {
+	t.Helper()
+	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { protocol.CloseFDs(sp[:]) })
+	return [2]int{sp[0], sp[1]}
+}
+
+// A QP made with a doorbell hands it to its peers with its memfd: what a
+// peer rings arrives at the owner's end. One made without hands none.
+func TestVerbsConnectHandsOverPeerDoorbell(t *testing.T) {
+	a := startAgent(t, newFakeDir(selfContainer), nil)
+	ini, tgt := newLib(t, a), newLib(t, a)
+	qa, _ := newQP(t, ini, 1)
+	qb, bell := newBelledQP(t, tgt)
+	_, fds, err := ini.call(protocol.New(protocol.TypeVerbsConnect, 0, protocol.U32(protocol.AttrQPN, qa), lidPeer(qb, selfLID).Attr()))
+	if err != nil || len(fds) != 2 {
+		t.Fatalf("connect to a QP with a doorbell: %v, %d fds; want its memfd and doorbell", err, len(fds))
+	}
+	defer protocol.CloseFDs(fds)
+	if _, err := unix.Write(fds[1], []byte{1}); err != nil {
+		t.Fatalf("ring the handed doorbell: %v", err)
+	}
+	waitRing(t, bell, "a ring on the handed doorbell")
+	if _, _, _, err := tgt.verbsConnect(t, qb, lidPeer(qa, selfLID)); err != nil {
+		t.Fatalf("connect to a QP without a doorbell (one fd): %v", err)
+	}
+}
+
+// A second descriptor that is no datagram socket (a pipe, a stream socket),
+// or a third, is refused: a peer would ring it.
+func TestVerbsQPCreateRejectsBadDoorbell(t *testing.T) {
+	a := startAgent(t, newFakeDir(selfContainer), nil)
+	l := newLib(t, a)
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	defer protocol.CloseFDs(p[:])
+	st, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer protocol.CloseFDs(st[:])
+	bell := newDoorbell(t)
+	for _, fds := range [][]int{{newQPMemfd(t), p[1]}, {newQPMemfd(t), st[0]}, {newQPMemfd(t), bell[1], bell[1]}} {
+		_, _, err := l.call(protocol.New(protocol.TypeVerbsQPCreate, 0, protocol.VerbsQP{Type: protocol.QPTypeRC, PD: 1}.Attr()), fds...)
+		wantCode(t, err, protocol.CodeInvalid)
+	}
+	if !registryEmpty(a) {
+		t.Fatal("a refused QP was kept")
+	}
+}
+
 func TestVerbsConnectRejectsAnotherSessionsQPN(t *testing.T) {
 	a := startAgent(t, newFakeDir(selfContainer), nil)
 	ini, tgt := newLib(t, a), newLib(t, a)
@@ -570,6 +628,63 @@ func TestVerbsMRLimitPerContainer(t *testing.T) {
 	}
 	if _, err := l.mrReg(protocol.VerbsMR{Addr: 0x10000, Len: 4096, Access: accessRemoteWrite, PD: 1}, []protocol.Segment{{Len: 4096}}, fd); err != nil {
 		t.Fatalf("after a deregistration, a region within the limit: %v", err)
+	}
+}
+
+// newBelledQP registers an RC QP with a doorbell, as a provider whose CQ has
+// a completion channel does; it returns the QPN and the owner's end.
+func newBelledQP(t *testing.T, l *libClient) (uint32, int) {
+	t.Helper()
+	bell := newDoorbell(t)
+	r, _, err := l.call(protocol.New(protocol.TypeVerbsQPCreate, 0, protocol.VerbsQP{Type: protocol.QPTypeRC, PD: 1}.Attr()), newQPMemfd(t), bell[1])
+	if err != nil {
+		t.Fatalf("a QP with a doorbell: %v", err)
+	}
+	qpn, err := r.U32(protocol.AttrQPN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return qpn, bell[0]
+}
+
+// waitRing waits (5 s at most) for a ring on the owner's end of a doorbell.
+func waitRing(t *testing.T, fd int, what string) {
+	t.Helper()
+	p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	if n, err := unix.Poll(p, 5000); n != 1 || err != nil {
+		t.Fatalf("%s: the survivor's doorbell was not rung (%d, %v)", what, n, err)
+	}
+	var b [8]byte
+	unix.Read(fd, b[:])
+}
+
+// When a QP dies (its session ends, or it is destroyed), the doorbells of
+// the QPs connected to it are rung after its dead word is set: a survivor
+// asleep in ibv_get_cq_event wakes and finds the dead peer.
+func TestVerbsPeerDeathRingsDoorbells(t *testing.T) {
+	a := startAgent(t, newFakeDir(selfContainer), nil)
+	ini := newLib(t, a)
+	qa, bell := newBelledQP(t, ini)
+	for _, end := range []string{"session end", "VERBS_QP_DESTROY"} {
+		tgt, err := dialLib(a.cfg.LibrarySocket())
+		if err != nil {
+			t.Fatal(err)
+		}
+		qb, fdb := newQP(t, tgt, 1)
+		if _, _, _, err := ini.verbsConnect(t, qa, lidPeer(qb, selfLID)); err != nil {
+			t.Fatal(err)
+		}
+		hb := mapShared(t, fdb, 4096, unix.PROT_READ)
+		if end == "session end" {
+			tgt.conn.Close()
+		} else if err := tgt.verbsDrop(protocol.TypeVerbsQPDestroy, protocol.AttrQPN, qb); err != nil {
+			t.Fatal(err)
+		}
+		waitRing(t, bell, end)
+		if deadWord(hb) != 1 {
+			t.Fatalf("%s: the doorbell rang before the peer's dead word was set", end)
+		}
+		tgt.conn.Close()
 	}
 }
 

@@ -3,7 +3,7 @@
  * The fake agent's verbs registry (PROTOCOL.md, "Verbs"), for the
  * provider's tests: QPs and regions by the session that registered them,
  * peers named by QPN alone (the fake has no containers, so VERBS_PEER's LID
- * and GID are not looked at), grants only through a connected QP to a region
+ * and GID are not looked at), each QP's doorbell handed to its peers and rung when they die, grants only through a connected QP to a region
  * in its peer's PD, read-only unless the region allows remote writes or
  * atomics, and a dead word set when a session ends. The agent's own rules
  * (internal/agent) are tested in Go.
@@ -28,7 +28,7 @@
 struct fv_qp {
 	int owner;		/* session fd; 0: free slot */
 	uint32_t qpn, pd, peer;
-	int memfd;
+	int memfd, bell;	/* bell: the owner's doorbell, or -1 */
 };
 
 struct fv_mr {
@@ -108,6 +108,7 @@ static inline void fv_close_fds(const int *fds, int n)
 		close(fds[i]);
 }
 
+/* q's dead word set, then the doorbells of the QPs connected to it rung. */
 static inline void fv_mark_dead(struct fv_qp *q)
 {
 	uint8_t *p = mmap(NULL, FF_VQP_HDR_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, q->memfd, 0);
@@ -116,7 +117,12 @@ static inline void fv_mark_dead(struct fv_qp *q)
 		__atomic_store_n((uint32_t *)(p + FF_VQP_OFF_DEAD), 1, __ATOMIC_RELEASE);
 		munmap(p, FF_VQP_HDR_SIZE);
 	}
+	for (int i = 0; i < FV_MAX_QPS; i++)
+		if (fv_qps[i].owner && fv_qps[i].peer == q->qpn && fv_qps[i].bell >= 0)
+			send(fv_qps[i].bell, "", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 	close(q->memfd);
+	if (q->bell >= 0)
+		close(q->bell);
 	q->owner = 0;
 }
 
@@ -149,9 +155,10 @@ static inline void fv_request(int fd, const struct ff_msg *m, int *fds, int nfds
 	switch (m->type) {
 	case FF_MSG_VERBS_QP_CREATE:
 		a = ff_msg_get(m, FF_ATTR_VERBS_QP);
-		for (int i = 0; a && nfds == 1 && i < FV_MAX_QPS; i++)
+		for (int i = 0; a && (nfds == 1 || nfds == 2) && i < FV_MAX_QPS; i++)
 			if (!fv_qps[i].owner) {
-				fv_qps[i] = (struct fv_qp){ .owner = fd, .qpn = fv_next_qpn++, .memfd = fds[0] };
+				fv_qps[i] = (struct fv_qp){ .owner = fd, .qpn = fv_next_qpn++, .memfd = fds[0],
+							    .bell = nfds == 2 ? fds[1] : -1 };
 				memcpy(&fv_qps[i].pd, a->val + 4, 4);
 				fv_ok_u32(fd, m->seq, FF_ATTR_QPN, fv_qps[i].qpn);
 				return;
@@ -175,7 +182,11 @@ static inline void fv_request(int fd, const struct ff_msg *m, int *fds, int nfds
 			return;
 		}
 		q->peer = peer;
-		fv_reply(fd, FF_MSG_VERBS_PEER_QP, m->seq, &p->memfd, 1, fv_peer_attrs, p);
+		{
+			int out[2] = { p->memfd, p->bell };
+
+			fv_reply(fd, FF_MSG_VERBS_PEER_QP, m->seq, out, p->bell >= 0 ? 2 : 1, fv_peer_attrs, p);
+		}
 		return;
 	}
 	case FF_MSG_VERBS_MR_REG:

@@ -22,6 +22,7 @@ static const char *const wrapped[] = {
 	"preadv64v2", "pwritev64v2", "_Fork", "system", "popen", "freopen", "freopen64",
 	"io_uring_setup", "io_uring_queue_init", "io_uring_queue_init_params",
 	"io_uring_queue_init_mem",
+	"open", "open64", "openat", "openat64",
 };
 #define NWRAPPED (sizeof(wrapped) / sizeof(wrapped[0]))
 

@@ -232,12 +232,13 @@ static const struct layout_key vqp_keys[] = {
 	K("ring_min", FF_VQP_RING_MIN), K("ring_max", FF_VQP_RING_MAX),
 	K("off_ring_size", FF_VQP_OFF_RING_SIZE), K("off_dead", FF_VQP_OFF_DEAD), K("off_access", FF_VQP_OFF_ACCESS),
 	K("off_prod", FF_VQP_OFF_PROD), K("off_cons", FF_VQP_OFF_CONS),
+	K("off_waiting", FF_VQP_OFF_WAITING), K("off_armed", FF_VQP_OFF_ARMED),
 	K("rec_hdr", FF_VQP_REC_HDR), K("rec_align", FF_VQP_REC_ALIGN), K("rec_len", FF_VQP_REC_LEN),
 	K("rec_op", FF_VQP_REC_OP), K("rec_flags", FF_VQP_REC_FLAGS), K("rec_imm", FF_VQP_REC_IMM),
 	K("rec_total", FF_VQP_REC_TOTAL),
 	K("op_send", FF_VQP_OP_SEND), K("op_send_imm", FF_VQP_OP_SEND_IMM),
 	K("op_write_imm", FF_VQP_OP_WRITE_IMM), K("op_pad", FF_VQP_OP_PAD),
-	K("first", FF_VQP_FIRST), K("last", FF_VQP_LAST),
+	K("first", FF_VQP_FIRST), K("last", FF_VQP_LAST), K("solicited", FF_VQP_SOLICITED),
 };
 #undef K
 #define N_KEYS(a)	(sizeof(a) / sizeof((a)[0]))

@@ -13,6 +13,7 @@
 
 #include <infiniband/verbs.h>
 #include <libgen.h>
+#include <poll.h>
 #include <sys/mount.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
@@ -89,29 +90,49 @@ struct tv_end {
 	struct ibv_qp *qp;
 };
 
-/* Open the device; a PD, a CQ and an RC QP in INIT. */
-static inline void tv_open(struct tv_end *e)
+/* Open the device; a PD and a CQ (with a completion channel, into *ch, if ch). */
+static inline void tv_device(struct tv_end *e, struct ibv_comp_channel **ch)
 {
 	struct ibv_device **list = ibv_get_device_list(NULL);
-	struct ibv_qp_init_attr ia = { .qp_type = IBV_QPT_RC,
+
+	TV_MUST(list && list[0], "no verbs device: %s", strerror(errno));
+	e->ctx = ibv_open_device(list[0]);
+	ibv_free_device_list(list);
+	TV_MUST(e->ctx, "open the device: %s", strerror(errno));
+	if (ch)
+		TV_MUST((*ch = ibv_create_comp_channel(e->ctx)), "create a completion channel: %s",
+			strerror(errno));
+	e->pd = ibv_alloc_pd(e->ctx);
+	e->cq = ibv_create_cq(e->ctx, 256, e, ch ? *ch : NULL, 0);
+	TV_MUST(e->pd && e->cq, "PD, CQ: %s", strerror(errno));
+}
+
+/* An RC QP on e's PD and CQ, in INIT. */
+static inline void tv_qp(struct tv_end *e)
+{
+	struct ibv_qp_init_attr ia = { .qp_type = IBV_QPT_RC, .send_cq = e->cq, .recv_cq = e->cq,
 				       .cap = { .max_send_wr = 64, .max_recv_wr = 64,
 						.max_send_sge = 4, .max_recv_sge = 4 } };
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
 				 .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
 						    IBV_ACCESS_REMOTE_ATOMIC };
 
-	TV_MUST(list && list[0], "no verbs device: %s", strerror(errno));
-	e->ctx = ibv_open_device(list[0]);
-	ibv_free_device_list(list);
-	TV_MUST(e->ctx, "open the device: %s", strerror(errno));
-	e->pd = ibv_alloc_pd(e->ctx);
-	e->cq = ibv_create_cq(e->ctx, 256, NULL, NULL, 0);
-	TV_MUST(e->pd && e->cq, "PD, CQ: %s", strerror(errno));
-	ia.send_cq = ia.recv_cq = e->cq;
 	e->qp = ibv_create_qp(e->pd, &ia);
 	TV_MUST(e->qp, "create an RC QP: %s", strerror(errno));
 	TV_MUST(ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
 			    IBV_QP_ACCESS_FLAGS) == 0, "QP to INIT");
+}
+
+/* The device, a PD, a CQ (with a completion channel if ch) and an RC QP in INIT. */
+static inline void tv_open_ch(struct tv_end *e, struct ibv_comp_channel **ch)
+{
+	tv_device(e, ch);
+	tv_qp(e);
+}
+
+static inline void tv_open(struct tv_end *e)
+{
+	tv_open_ch(e, NULL);
 }
 
 /* INIT -> RTR -> RTS towards the peer's QP. */
@@ -183,6 +204,66 @@ static inline void tv_join(pid_t pid)
 static inline uint8_t tv_pattern(uint32_t seed, size_t i)
 {
 	return (uint8_t)(i * 131 + seed * 7 + (i >> 9));
+}
+
+/* One event within 10 s, for e's CQ; a hang fails the test, not the suite. */
+static inline void tv_event(struct tv_end *e, struct ibv_comp_channel *ch, const char *what)
+{
+	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+	struct ibv_cq *cq = NULL;
+	void *cq_ctx = NULL;
+
+	TV_MUST(poll(&p, 1, 10000) == 1, "%s: no completion event within 10 s", what);
+	TV_MUST(ibv_get_cq_event(ch, &cq, &cq_ctx) == 0, "%s: ibv_get_cq_event: %s", what,
+		strerror(errno));
+	CHECK(cq == e->cq && cq_ctx == e, "%s: the event names CQ %p context %p, want %p %p", what,
+	      (void *)cq, cq_ctx, (void *)e->cq, (void *)e);
+}
+
+/* Whether the channel holds no event now. */
+static inline int tv_no_event(struct ibv_comp_channel *ch)
+{
+	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+
+	return poll(&p, 1, 0) == 0;
+}
+
+/* A receive of the whole of mr, as wr id. */
+static inline void tv_post_recv(struct tv_end *e, struct ibv_mr *mr, uint64_t id)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)mr->addr, .length = (uint32_t)mr->length,
+			       .lkey = mr->lkey };
+	struct ibv_recv_wr wr = { .wr_id = id, .sg_list = &sge, .num_sge = 1 }, *bad;
+
+	TV_MUST(ibv_post_recv(e->qp, &wr, &bad) == 0, "post receive %llu", (unsigned long long)id);
+}
+
+/* A receive completion, polled: message id of len bytes, intact. */
+static inline void tv_got(struct tv_end *e, struct ibv_mr *mr, uint64_t id, uint32_t len)
+{
+	struct ibv_wc wc = tv_wait(e);
+
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV && wc.wr_id == id &&
+	      wc.byte_len == len, "receive %llu: status %d opcode %d wr_id %llu len %u",
+	      (unsigned long long)id, wc.status, wc.opcode, (unsigned long long)wc.wr_id, wc.byte_len);
+	for (uint32_t k = 0; k < len; k++)
+		if (((uint8_t *)mr->addr)[k] != tv_pattern((uint32_t)id, k)) {
+			CHECK(0, "receive %llu: byte %u wrong", (unsigned long long)id, k);
+			break;
+		}
+}
+
+/* One byte of the test's own protocol over sock, and the wait for one. */
+static inline void tv_say(int sock, char c)
+{
+	TV_MUST(write(sock, &c, 1) == 1, "say %c", c);
+}
+
+static inline void tv_hear(int sock, char want)
+{
+	char c = 0;
+
+	TV_MUST(read(sock, &c, 1) == 1 && c == want, "wait for %c (got %c)", want, c);
 }
 
 #endif

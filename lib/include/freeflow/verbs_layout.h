@@ -24,6 +24,15 @@
 /* u64 byte counters of the ring, each on its own cache line: the peer produces, the owner consumes. */
 #define FF_VQP_OFF_PROD		64u
 #define FF_VQP_OFF_CONS		128u
+/*
+ * u32 wake-up requests (docs/VERBS.md, "Completion events"), each on the
+ * cache line of the counter its reader looks at with it. waiting, the
+ * peer's: it has sends waiting for room, ring its doorbell after consuming.
+ * armed, the owner's: its receive CQ is armed, ring its doorbell after
+ * producing.
+ */
+#define FF_VQP_OFF_WAITING	72u
+#define FF_VQP_OFF_ARMED	136u
 
 /* A record in the ring: a 16-byte header, then len payload bytes, padded to FF_VQP_REC_ALIGN. */
 #define FF_VQP_REC_HDR		16u
@@ -43,5 +52,6 @@ enum ff_vqp_op {
 
 #define FF_VQP_FIRST	1u
 #define FF_VQP_LAST	2u
+#define FF_VQP_SOLICITED 4u	/* on a message's last piece: sent with IBV_SEND_SOLICITED */
 
 #endif

@@ -2,7 +2,8 @@
 /*
  * The calls concern: the wrappers of socket, connect, accept, close, dup,
  * fcntl... (calls/socket.c), the data calls (calls/io.c), getsockopt and
- * setsockopt (sockopt.c), and the routes around the wrappers (routes.c).
+ * setsockopt (sockopt.c), the routes around the wrappers (routes.c), and
+ * the verbs device's command file (uverbs.c).
  */
 #ifndef FREEFLOW_CALLS_H
 #define FREEFLOW_CALLS_H
@@ -37,5 +38,21 @@ void ff_fd_to_kernel(int fd, const char *why);
 void ff_shm_avoid(const char *why);
 /* Ring fd (FF_FD_RING) is being closed: the shim's mapping of it goes. */
 void ff_ring_closed(int fd);
+/*
+ * The n bytes at src, which a system call's argument names, into dst, read
+ * as the kernel reads them: an address the program got wrong fails the
+ * read (-EFAULT; the kernel then fails the call so) instead of faulting in
+ * the library. 0 or -errno.
+ */
+int ff_user_read(void *dst, const void *src, size_t n);
+
+/* ---- uverbs.c: the verbs device's command file ---- */
+
+/*
+ * A write of n bytes at buf to a uverbs fd (FF_FD_UVERBS): n if the
+ * library answered it as the kernel would (CREATE_COMP_CHANNEL), -errno
+ * if that failed, 0 if it is not a command the library answers.
+ */
+ssize_t ff_uverbs_write(const void *buf, size_t n);
 
 #endif

@@ -31,6 +31,7 @@
 #include <time.h>
 
 #include "agent/agent.h"
+#include "calls/calls.h"
 #include "core/core.h"
 #include "proc/proc.h"
 #include "setup/setup.h"
@@ -155,11 +156,26 @@ FF_EXPORT ssize_t read(int fd, void *buf, size_t n)
 	return REAL(read)(fd, buf, n);
 }
 
+/* Whether fd is the verbs device's command file (call after ROUTE). */
+static int uverbs(int fd)
+{
+	struct ff_slot *s = ff_fd_slot(fd);
+
+	return !ff_busy && s && (atomic_load_explicit(&s->flags, memory_order_relaxed) & FF_FD_UVERBS);
+}
+
 FF_EXPORT ssize_t write(int fd, const void *buf, size_t n)
 {
 	struct iovec v = { (void *)buf, n };
+	ssize_t r;
 
 	ROUTE(fd, 0, ff_shm_send(fd, &v, 1, 0));
+	if (uverbs(fd) && (r = ff_uverbs_write(buf, n))) {
+		if (r > 0)
+			return r;
+		errno = (int)-r;
+		return -1;
+	}
 	return REAL(write)(fd, buf, n);
 }
 

@@ -367,13 +367,7 @@ static void sqe_fd(int fd)
 		ff_fd_to_kernel(fd, "used through io_uring");
 }
 
-/*
- * The n bytes at src, which a system call's argument names, into dst, read
- * as the kernel reads them: an address the program got wrong fails the
- * read (-EFAULT; the kernel then fails the call so) instead of faulting in
- * the library. 0 or -errno.
- */
-static int user_read(void *dst, const void *src, size_t n)
+int ff_user_read(void *dst, const void *src, size_t n)
 {
 	struct iovec to = { .iov_base = dst, .iov_len = n };
 	struct iovec from = { .iov_base = (void *)(uintptr_t)src, .iov_len = n };
@@ -383,14 +377,14 @@ static int user_read(void *dst, const void *src, size_t n)
 }
 
 /*
- * user_read of memory the library must see before the kernel uses it; 0,
+ * ff_user_read of memory the library must see before the kernel uses it; 0,
  * or -1 if it cannot: a bad address is the kernel's to refuse; anything
  * else (a sandbox that denies the read) leaves the library blind, so the
  * process leaves shm (what says why).
  */
 static int must_read(void *dst, const void *src, size_t n, const char *what)
 {
-	int err = user_read(dst, src, n);
+	int err = ff_user_read(dst, src, n);
 
 	if (err && err != -EFAULT)
 		ff_shm_avoid(what);
@@ -753,7 +747,7 @@ static int route(long n, const long *a, long *ret)
 	case SYS_clone3: {
 		uint64_t flags = 0;	/* clone_args.flags, its first field; unread: a process copy */
 
-		if (!a[0] || user_read(&flags, (const void *)a[0], sizeof(flags)) == -EFAULT)
+		if (!a[0] || ff_user_read(&flags, (const void *)a[0], sizeof(flags)) == -EFAULT)
 			return 0;	/* the kernel refuses it (EINVAL, EFAULT): nothing copied */
 		before_copy((unsigned long)flags);
 		return 0;

@@ -432,12 +432,13 @@ static void dup_track(int oldfd, int newfd)
 {
 	struct ff_slot *s = ff_fd_slot(oldfd);
 	struct ff_conn *c, *old;
-	int opted_out, ring;
+	int opted_out, ring, uverbs;
 
 	ff_epset_dup(oldfd, newfd);
 	if (!ff_fd_slot(newfd) || oldfd == newfd)
 		return;
 	ring = atomic_load(&ff_fd_slot(newfd)->flags) & FF_FD_RING;
+	uverbs = s && (atomic_load(&s->flags) & FF_FD_UVERBS);
 	ff_table_lock();
 	c = keep_overlay(oldfd, s, &opted_out);
 	old = put_slot(newfd, c);
@@ -445,6 +446,8 @@ static void dup_track(int oldfd, int newfd)
 	ff_conn_closed(old);
 	if (ring)
 		ff_ring_closed(newfd);
+	if (uverbs)
+		ff_fd_mark(newfd, FF_FD_UVERBS);	/* a copy of the command file answers as it does */
 	if (opted_out)
 		ff_fallback(oldfd, "duplicated (as fd %d) before the decision", newfd);
 }

@@ -110,6 +110,7 @@ struct ff_real {
 	pid_t (*_Fork)(void);
 	int (*system)(const char *);
 	FILE *(*popen)(const char *, const char *);
+	int (*open)(const char *, int, ...);
 };
 
 extern struct ff_real ff_real;
@@ -206,6 +207,7 @@ struct ff_conn {
 #define FF_FD_SWAPPED	8u	/* conn is SWAPPED: a kernel channel sits at the fd */
 #define FF_FD_SHM	16u	/* conn->shm is set: the data path goes through shm/io.c */
 #define FF_FD_RING	32u	/* an io_uring whose submissions the shim follows (routes.c) */
+#define FF_FD_UVERBS	64u	/* the verbs device's command file (calls/uverbs.c) */
 
 struct ff_slot {
 	_Atomic uint8_t flags;

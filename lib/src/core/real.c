@@ -88,6 +88,7 @@ static void resolve_all(void)
 	NEED(execve); NEED(execvpe); NEED(fexecve); NEED(posix_spawn); NEED(posix_spawnp);
 	NEED(vfork); NEED(fdopen); NEED(fclose); NEED(system); NEED(popen);
 	NEED(freopen); NEED(freopen64);
+	NEED(open);
 	/* Newer or fortify-only entry points: a program can only call them if libc has them. */
 	MAYBE(fcntl64, "fcntl64");
 	MAYBE(read_chk, "__read_chk");

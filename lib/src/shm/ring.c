@@ -79,7 +79,7 @@ static uint64_t movable = MOVABLE(212992);
 static void read_wmem_max(void)
 {
 	char buf[32];
-	int fd = open("/proc/sys/net/core/wmem_max", O_RDONLY | O_CLOEXEC);
+	int fd = ff_real.open("/proc/sys/net/core/wmem_max", O_RDONLY | O_CLOEXEC);
 	ssize_t n = fd < 0 ? -1 : ff_real.read(fd, buf, sizeof(buf) - 1);
 	long long v;
 

@@ -22,7 +22,7 @@
 #define AGENT_WAIT_MS	5000	/* an agent that does not answer in 5 s is broken */
 #define MAX_FDS		16	/* SEGMENTS has at most 16 */
 
-static int debug_on(void)
+int ffv_debug_on(void)
 {
 	const char *d = getenv("FREEFLOW_DEBUG");
 
@@ -160,7 +160,7 @@ int ffv_agent_call(struct ffv_context *c, uint8_t *buf, size_t len, const int *f
 
 	*nrfds = 0;
 	if (c->agent < 0 && (err = agent_open(c))) {
-		if (debug_on())
+		if (ffv_debug_on())
 			fprintf(stderr, "libffv: no session with the FreeFlow agent: %s\n", strerror(-err));
 		return err;
 	}
@@ -182,7 +182,7 @@ int ffv_agent_call(struct ffv_context *c, uint8_t *buf, size_t len, const int *f
 
 		while (*nrfds > 0)
 			close(rfds[--*nrfds]);
-		if (debug_on() && msg)
+		if (ffv_debug_on() && msg)
 			fprintf(stderr, "libffv: the agent refused: %.*s\n", (int)msg->len, msg->val);
 		return code && ff_attr_u32(code) ? (int)ff_attr_u32(code) : -EPROTO;
 	}

@@ -1,14 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Completion queues: private to the process (the peers never write them:
- * a receive completes when its owner polls and takes the records waiting in
- * its QPs' rings, post.c). Polling moves every QP of the context along
- * first, so a program that only polls still sees its sends go out and its
- * receives come in.
+ * a receive completes when its owner polls, or its event thread wakes, and
+ * takes the records waiting in its QPs' rings, post.c). Polling moves every
+ * QP of the CQ along first, so a program that only polls still sees its
+ * sends go out and its receives come in. Channels and arming: events.c.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "verbs/verbs.h"
 
@@ -16,23 +17,24 @@ struct ibv_cq *ffv_create_cq(struct ibv_context *ctx, int cqe, struct ibv_comp_c
 			     int vec)
 {
 	struct ffv_cq *cq;
+	int err;
 
 	if (cqe < 1 || cqe > (1 << 20) || vec < 0 || vec >= ctx->num_comp_vectors) {
 		errno = EINVAL;
 		return NULL;
 	}
-	if (ch) {
-		/* Completion channels need the library's shim (docs/VERBS.md, "Not yet"). */
-		errno = EOPNOTSUPP;
-		return NULL;
-	}
 	cq = calloc(1, sizeof(*cq));
 	if (!cq)
 		return NULL;
+	cq->ctx = ffv_ctx(ctx);
+	cq->chan = -1;
 	cq->size = (uint32_t)cqe;
 	cq->wc = calloc(cq->size, sizeof(*cq->wc));
-	if (!cq->wc) {
+	err = !cq->wc ? -ENOMEM : ch ? ffv_cq_channel(cq->ctx, cq, ch) : 0;
+	if (err) {
+		free(cq->wc);
 		free(cq);
+		errno = -err;
 		return NULL;
 	}
 	cq->vcq.cq.cqe = cqe;
@@ -51,12 +53,14 @@ int ffv_destroy_cq(struct ibv_cq *ibcq)
 			return EBUSY;	/* as a NIC: a QP still uses it */
 		}
 	pthread_mutex_unlock(&c->mu);
+	if (cq->chan >= 0)
+		close(cq->chan);
 	free(cq->wc);
 	free(cq);
 	return 0;
 }
 
-int ffv_cq_push(struct ffv_cq *cq, const struct ibv_wc *wc)
+int ffv_cq_push(struct ffv_cq *cq, const struct ibv_wc *wc, int solicited)
 {
 	if (cq->count == cq->size) {
 		cq->overflowed = 1;
@@ -64,6 +68,10 @@ int ffv_cq_push(struct ffv_cq *cq, const struct ibv_wc *wc)
 	}
 	cq->wc[(cq->head + cq->count) % cq->size] = *wc;
 	cq->count++;
+	/* As the IB spec: solicited-only fires on a solicited receive or an error. */
+	if (cq->armed == FFV_ARM_ANY ||
+	    (cq->armed == FFV_ARM_SOLICITED && (solicited || wc->status != IBV_WC_SUCCESS)))
+		ffv_cq_fire(cq);
 	return 0;
 }
 
@@ -90,11 +98,4 @@ int ffv_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 	}
 	pthread_mutex_unlock(&c->mu);
 	return got;
-}
-
-int ffv_req_notify_cq(struct ibv_cq *cq, int solicited)
-{
-	(void)cq;
-	(void)solicited;
-	return EOPNOTSUPP;	/* no completion channels yet (create_cq refuses them) */
 }

@@ -195,6 +195,7 @@ static void free_context(struct ibv_context *ctx)
 {
 	struct ffv_context *c = ffv_ctx(ctx);
 
+	ffv_events_stop(c);
 	ffv_grants_drop(c);
 	ffv_agent_close(c);
 	pthread_mutex_destroy(&c->mu);

@@ -21,9 +21,9 @@ static uint32_t round16(uint32_t n)
 	return (n + FF_VQP_REC_ALIGN - 1) & ~(FF_VQP_REC_ALIGN - 1);
 }
 
-static void push_wc(struct ffv_qp *qp, struct ffv_cq *cq, const struct ibv_wc *wc)
+static void push_wc(struct ffv_qp *qp, struct ffv_cq *cq, const struct ibv_wc *wc, int solicited)
 {
-	if (ffv_cq_push(cq, wc) && qp->vqp.qp.state != IBV_QPS_ERR)
+	if (ffv_cq_push(cq, wc, solicited) && qp->vqp.qp.state != IBV_QPS_ERR)
 		ffv_qp_error(qp);	/* a NIC moves the QPs of an overflowed CQ to error */
 }
 
@@ -33,7 +33,7 @@ void ffv_complete(struct ffv_qp *qp, int send, uint64_t wr_id, enum ibv_wc_statu
 	struct ibv_wc wc = { .wr_id = wr_id, .status = st, .opcode = op, .byte_len = len,
 			     .qp_num = qp->vqp.qp.qp_num, .src_qp = qp->peer_qpn };
 
-	push_wc(qp, send ? qp->scq : qp->rcq, &wc);
+	push_wc(qp, send ? qp->scq : qp->rcq, &wc, 0);
 }
 
 static int peer_dead(const struct ffv_qp *qp)
@@ -97,9 +97,21 @@ static void rec_header(uint8_t *at, uint32_t len, uint8_t op, uint8_t flags, uin
 	memcpy(at, h, sizeof(h));
 }
 
+/* Records out: prod, then the peer's doorbell if its armed word asks (events.c). */
 static void publish(struct ffv_qp *qp)
 {
 	__atomic_store_n((uint64_t *)(qp->peer_mem + FF_VQP_OFF_PROD), qp->tx_prod, __ATOMIC_RELEASE);
+	if (qp->peer_bell < 0)
+		return;
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);	/* prod before armed: docs/VERBS.md, "No lost wake-up" */
+	if (__atomic_load_n((uint32_t *)(qp->peer_mem + FF_VQP_OFF_ARMED), __ATOMIC_RELAXED))
+		ffv_ring(qp->peer_bell);
+}
+
+/* The flags of a message's last record: FF_VQP_SOLICITED if the sender asked. */
+static uint8_t last_flags(const struct ibv_send_wr *wr)
+{
+	return FF_VQP_LAST | (wr->send_flags & IBV_SEND_SOLICITED ? FF_VQP_SOLICITED : 0);
 }
 
 /* Copy len bytes from offset off of the gather list into dst. */
@@ -138,7 +150,7 @@ static int do_send(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t tot
 		if ((off = ring_reserve(qp, len)) < 0)
 			break;
 		rec_header(qp->peer_mem + FF_VQP_HDR_SIZE + off, len, op,
-			   (*done == 0 ? FF_VQP_FIRST : 0) | (*done + len == total ? FF_VQP_LAST : 0),
+			   (*done == 0 ? FF_VQP_FIRST : 0) | (*done + len == total ? last_flags(wr) : 0),
 			   wr->imm_data, total);
 		gather(qp->peer_mem + FF_VQP_HDR_SIZE + off + FF_VQP_REC_HDR, wr->sg_list, wr->num_sge,
 		       *done, len);
@@ -172,7 +184,7 @@ static int do_write(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t to
 			return WAIT;
 		/* Release order: the target sees the record only after the data. */
 		rec_header(qp->peer_mem + FF_VQP_HDR_SIZE + off, 0, FF_VQP_OP_WRITE_IMM,
-			   FF_VQP_FIRST | FF_VQP_LAST, wr->imm_data, total);
+			   FF_VQP_FIRST | last_flags(wr), wr->imm_data, total);
 		qp->tx_prod += FF_VQP_REC_HDR;
 		publish(qp);
 	}
@@ -311,6 +323,28 @@ static void drain_sq(struct ffv_qp *qp)
 	}
 }
 
+/*
+ * After drain_sq: while sends wait for room, the peer's waiting word asks
+ * it to ring our doorbell when it consumes (only a QP whose doorbell the
+ * peer has: one with a channel), then the room is looked at again, the
+ * mirror of ffv_req_notify_cq's arm-then-look (docs/VERBS.md, "No lost
+ * wake-up").
+ */
+static void want_room(struct ffv_qp *qp)
+{
+	if (!qp->belled || !qp->peer_mem)
+		return;
+	while ((qp->sq != NULL) != qp->waiting) {
+		qp->waiting = qp->sq != NULL;
+		__atomic_store_n((uint32_t *)(qp->peer_mem + FF_VQP_OFF_WAITING), qp->waiting,
+				 __ATOMIC_SEQ_CST);
+		if (qp->waiting) {
+			__atomic_thread_fence(__ATOMIC_SEQ_CST);
+			drain_sq(qp);
+		}
+	}
+}
+
 /* Keep wr (and its inline data) to go on later; its first done bytes went. */
 static int enqueue(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total, uint32_t done)
 {
@@ -407,6 +441,7 @@ int ffv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_w
 		}
 		finish(qp, wr, total, r);
 	}
+	want_room(qp);
 	pthread_mutex_unlock(&c->mu);
 	if (err)
 		*bad = wr;
@@ -464,7 +499,7 @@ int ffv_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_w
 }
 
 /* The receive at the head is done: its completion, and the QP's error if it failed. */
-static void recv_done(struct ffv_qp *qp, uint8_t op, uint32_t imm, uint32_t total)
+static void recv_done(struct ffv_qp *qp, uint8_t op, uint8_t flags, uint32_t imm, uint32_t total)
 {
 	struct ffv_rwqe *w = qp->rq[qp->rq_head];
 	struct ibv_wc wc = { .wr_id = w->wr_id, .status = qp->rx_status,
@@ -479,7 +514,7 @@ static void recv_done(struct ffv_qp *qp, uint8_t op, uint32_t imm, uint32_t tota
 	qp->rq_count--;
 	qp->rx_busy = 0;
 	free(w);
-	push_wc(qp, qp->rcq, &wc);
+	push_wc(qp, qp->rcq, &wc, (flags & FF_VQP_SOLICITED) != 0);
 	if (wc.status != IBV_WC_SUCCESS && qp->vqp.qp.state != IBV_QPS_ERR)
 		ffv_qp_error(qp);
 }
@@ -538,12 +573,19 @@ void ffv_take_incoming(struct ffv_qp *qp)
 			}
 			qp->rx_off += len;
 			if (flags & FF_VQP_LAST)
-				recv_done(qp, op, imm, op == FF_VQP_OP_WRITE_IMM ? total : qp->rx_off);
+				recv_done(qp, op, flags, imm, op == FF_VQP_OP_WRITE_IMM ? total : qp->rx_off);
 		}
 		qp->rx_cons += rec;
 	}
-	if (qp->rx_cons != start)
+	if (qp->rx_cons != start) {
 		__atomic_store_n((uint64_t *)(qp->mem + FF_VQP_OFF_CONS), qp->rx_cons, __ATOMIC_RELEASE);
+		/* Room made: the producer's doorbell if its waiting word asks (want_room). */
+		if (qp->peer_bell >= 0) {
+			__atomic_thread_fence(__ATOMIC_SEQ_CST);
+			if (__atomic_load_n((uint32_t *)(qp->mem + FF_VQP_OFF_WAITING), __ATOMIC_RELAXED))
+				ffv_ring(qp->peer_bell);
+		}
+	}
 	qp->taking = 0;
 	if (qp->rx_broken && qp->vqp.qp.state != IBV_QPS_ERR)
 		ffv_qp_error(qp);
@@ -554,12 +596,19 @@ void ffv_progress(struct ffv_qp *qp)
 	if (qp->vqp.qp.state == IBV_QPS_RESET || qp->vqp.qp.state == IBV_QPS_INIT)
 		return;
 	ffv_take_incoming(qp);
-	/*
-	 * A peer that is gone is noticed by sending to it, as a NIC notices it
-	 * (retries run out): a QP that only receives stays as it is, its
-	 * receives posted (ibv_rc_pingpong's client still counts its last
-	 * completions when its server has exited).
-	 */
-	if (qp->vqp.qp.state == IBV_QPS_RTS)
+	if (qp->vqp.qp.state == IBV_QPS_RTS) {
 		drain_sq(qp);
+		want_room(qp);
+	}
+	/*
+	 * A peer gone with receives still posted: they will never fill (a NIC's
+	 * retries run out). Only once the program has polled every completion
+	 * made before: a NIC notices long after them, and a program that stops
+	 * at its last expected completion (ibv_rc_pingpong's server, woken by
+	 * an event after its client exited) must not find the flush beside it.
+	 */
+	if (qp->peer_mem && qp->vqp.qp.state != IBV_QPS_ERR && !qp->rcq->count && !qp->scq->count &&
+	    peer_dead(qp) &&
+	    __atomic_load_n((uint64_t *)(qp->mem + FF_VQP_OFF_PROD), __ATOMIC_ACQUIRE) == qp->rx_cons)
+		ffv_qp_error(qp);
 }

@@ -42,12 +42,13 @@ static int make_ring(struct ffv_qp *qp)
 	return 0;
 }
 
-/* ctx->mu held: VERBS_QP_CREATE; the agent's QPN into qp. */
+/* ctx->mu held: VERBS_QP_CREATE, with our doorbell if belled; the agent's QPN into qp. */
 static int register_qp(struct ffv_context *c, struct ffv_qp *qp)
 {
 	uint8_t buf[256], val[8];
 	uint32_t type = IBV_QPT_RC, pd = qp->pd->num;
 	const struct ff_attr *qpn;
+	int fds[2] = { qp->memfd, c->bell[1] };
 	struct ff_enc e;
 	struct ff_msg m;
 	int n, rn = 0, err;
@@ -58,7 +59,7 @@ static int register_qp(struct ffv_context *c, struct ffv_qp *qp)
 	n = ff_enc_finish(&e);
 	if (n < 0)
 		return n;
-	err = ffv_agent_call(c, buf, n, &qp->memfd, 1, &m, sizeof(buf), NULL, &rn);
+	err = ffv_agent_call(c, buf, n, fds, qp->belled ? 2 : 1, &m, sizeof(buf), NULL, &rn);
 	if (err)
 		return err > 0 ? (err == FF_ERR_LIMIT ? -ENOMEM : -EPERM) : err;
 	if (m.type != FF_MSG_OK || !(qpn = ff_msg_get(&m, FF_ATTR_QPN)))
@@ -75,6 +76,8 @@ static void free_qp(struct ffv_qp *qp)
 		munmap(qp->peer_mem, FF_VQP_HDR_SIZE + qp->peer_ring);
 	if (qp->memfd >= 0)
 		close(qp->memfd);
+	if (qp->peer_bell >= 0)
+		close(qp->peer_bell);
 	for (uint32_t i = 0; qp->rq && i < qp->rq_count; i++)
 		free(qp->rq[(qp->rq_head + i) % qp->cap.max_recv_wr]);
 	free(qp->rq);
@@ -108,9 +111,12 @@ struct ibv_qp *ffv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 	if (!qp)
 		return NULL;
 	qp->memfd = -1;
+	qp->peer_bell = -1;
 	qp->pd = ffv_pd(pd);
 	qp->scq = ffv_cq(attr->send_cq);
 	qp->rcq = ffv_cq(attr->recv_cq);
+	/* Its CQs' channels started the context's doorbell (events.c). */
+	qp->belled = qp->scq->chan >= 0 || qp->rcq->chan >= 0;
 	qp->sq_sig_all = attr->sq_sig_all;
 	cap->max_send_wr = cap->max_send_wr ? cap->max_send_wr : 1;
 	cap->max_recv_wr = cap->max_recv_wr ? cap->max_recv_wr : 1;
@@ -127,6 +133,9 @@ struct ibv_qp *ffv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 	if (!err) {
 		qp->next = c->qps;
 		c->qps = qp;
+		/* Its receive CQ armed already: its peers ring from the first record on. */
+		if (qp->belled && qp->rcq->armed)
+			__atomic_store_n((uint32_t *)(qp->mem + FF_VQP_OFF_ARMED), 1, __ATOMIC_SEQ_CST);
 	}
 	pthread_mutex_unlock(&c->mu);
 	if (err) {
@@ -220,6 +229,10 @@ static void reset(struct ffv_qp *qp)
 	if (qp->peer_mem)
 		munmap(qp->peer_mem, FF_VQP_HDR_SIZE + qp->peer_ring);
 	qp->peer_mem = NULL;
+	if (qp->peer_bell >= 0)
+		close(qp->peer_bell);
+	qp->peer_bell = -1;
+	qp->waiting = 0;
 }
 
 int ffv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
@@ -325,7 +338,7 @@ enum ibv_wc_status ffv_qp_connect(struct ffv_qp *qp)
 	struct ffv_context *c = ffv_ctx(qp->vqp.qp.context);
 	uint8_t buf[256], val[24];
 	const struct ff_attr *qpn;
-	int fd = -1, nfds = 1, n, err;
+	int fds[2], nfds = 2, n, err;
 	struct ff_enc e;
 	struct ff_msg m;
 
@@ -338,16 +351,20 @@ enum ibv_wc_status ffv_qp_connect(struct ffv_qp *qp)
 	n = ff_enc_finish(&e);
 	if (n < 0)
 		return IBV_WC_GENERAL_ERR;
-	err = ffv_agent_call(c, buf, n, NULL, 0, &m, sizeof(buf), &fd, &nfds);
+	err = ffv_agent_call(c, buf, n, NULL, 0, &m, sizeof(buf), fds, &nfds);
 	if (err)	/* no such QP (yet), another tenant's, or no agent: as an unreachable peer */
 		return IBV_WC_RETRY_EXC_ERR;
-	if (m.type != FF_MSG_VERBS_PEER_QP || nfds != 1 || !(qpn = ff_msg_get(&m, FF_ATTR_QPN)) ||
-	    map_peer(qp, fd)) {
-		if (nfds == 1)
-			close(fd);
+	/* The peer's memfd, and its doorbell if a CQ of it has a channel. */
+	if (m.type != FF_MSG_VERBS_PEER_QP || nfds < 1 || !(qpn = ff_msg_get(&m, FF_ATTR_QPN)) ||
+	    map_peer(qp, fds[0])) {
+		while (nfds > 0)
+			close(fds[--nfds]);
 		return IBV_WC_GENERAL_ERR;
 	}
-	close(fd);
+	close(fds[0]);
+	if (qp->peer_bell >= 0)
+		close(qp->peer_bell);
+	qp->peer_bell = nfds == 2 ? fds[1] : -1;
 	qp->peer_qpn = ff_attr_u32(qpn);
 	return IBV_WC_SUCCESS;
 }

@@ -10,14 +10,16 @@
  * bookworm's libibverbs 44 and every release up to 56.
  *
  * Locking: one mutex per context (ctx->mu) guards its PDs, MRs, CQs and
- * QPs and the agent session; the data path runs under it. The process's
- * shared regions (mr.c) have a lock of their own, taken inside ctx->mu.
+ * QPs and the agent session; the data path runs under it, also on the
+ * context's event thread (events.c). The process's shared regions (mr.c)
+ * have a lock of their own, taken inside ctx->mu.
  */
 #ifndef FF_VERBS_H
 #define FF_VERBS_H
 
 #include <pthread.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <infiniband/driver.h>
 
@@ -44,6 +46,15 @@ struct ffv_context {
 	struct ffv_mr *mrs;		/* every MR of the context, by lkey (mr.c) */
 	struct ffv_qp *qps;		/* every QP, for the CQs' progress (qp.c) */
 	struct ffv_grant *grants;	/* peers' regions mapped here (mr.c) */
+	/*
+	 * Completion events (events.c), from the first CQ with a channel on:
+	 * the doorbell, a datagram socket pair (peers ring bell[1], which the
+	 * agent hands them; the event thread reads bell[0]), and the thread.
+	 */
+	int bell[2];
+	pthread_t events;
+	pid_t events_pid;		/* the process the thread runs in (not a fork child) */
+	int events_on, stopping;
 };
 
 struct ffv_pd {
@@ -70,11 +81,16 @@ struct ffv_grant {
 	int access;
 };
 
+enum { FFV_UNARMED, FFV_ARM_ANY, FFV_ARM_SOLICITED };
+
 struct ffv_cq {
 	struct verbs_cq vcq;
+	struct ffv_context *ctx;
 	struct ibv_wc *wc;		/* ring of size entries: head is next to poll */
 	uint32_t size, head, count;
 	int overflowed;
+	int chan;			/* our writer of its completion channel's pipe, or -1 */
+	int armed;			/* FFV_ARM_*: ibv_req_notify_cq's, until the event */
 };
 
 /* A posted receive request: its buffers, copied from the ibv_recv_wr. */
@@ -115,6 +131,10 @@ struct ffv_qp {
 	uint8_t *peer_mem;
 	uint32_t peer_ring;
 	uint64_t tx_prod;		/* bytes we produced into the peer's ring (ours to know) */
+	int peer_bell;			/* the peer's doorbell (VERBS_PEER_QP's second fd), or -1 */
+	uint32_t waiting;		/* what we last wrote to the peer's waiting word */
+	/* Our doorbell went to the agent with the QP: a CQ of ours has a channel. */
+	int belled;
 	/* Posted receives, in order. */
 	struct ffv_rwqe **rq;
 	uint32_t rq_head, rq_count;
@@ -168,6 +188,8 @@ int ffv_agent_call(struct ffv_context *c, uint8_t *buf, size_t len, const int *f
 		   struct ff_msg *reply, size_t cap, int *rfds, int *nrfds);
 void ffv_agent_close(struct ffv_context *c);
 uint32_t ffv_next_seq(struct ffv_context *c);
+/* FREEFLOW_DEBUG is set: say why on stderr. */
+int ffv_debug_on(void);
 
 /* ---- mr.c: PDs, regions, grants ---- */
 struct ibv_pd *ffv_alloc_pd(struct ibv_context *ctx);
@@ -191,9 +213,23 @@ struct ibv_cq *ffv_create_cq(struct ibv_context *ctx, int cqe, struct ibv_comp_c
 			     int vec);
 int ffv_destroy_cq(struct ibv_cq *cq);
 int ffv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
+/*
+ * ctx->mu held: add a completion (solicited: a receive of a message sent
+ * with IBV_SEND_SOLICITED); 0, or -ENOSPC when the CQ overflowed. An armed
+ * CQ's channel gets its event.
+ */
+int ffv_cq_push(struct ffv_cq *cq, const struct ibv_wc *wc, int solicited);
+
+/* ---- events.c: completion channels and the doorbell ---- */
+/* create_cq with a channel: our writer of it, the event thread; 0 or -errno. */
+int ffv_cq_channel(struct ffv_context *c, struct ffv_cq *cq, struct ibv_comp_channel *ch);
 int ffv_req_notify_cq(struct ibv_cq *cq, int solicited);
-/* ctx->mu held: add a completion; 0, or -ENOSPC when the CQ overflowed. */
-int ffv_cq_push(struct ffv_cq *cq, const struct ibv_wc *wc);
+/* ctx->mu held: the CQ's event into its channel; disarmed. */
+void ffv_cq_fire(struct ffv_cq *cq);
+/* free_context: the event thread ends, the doorbell closes. */
+void ffv_events_stop(struct ffv_context *c);
+/* Ring a peer's doorbell: never blocks, whatever fd is. */
+void ffv_ring(int fd);
 
 /* ---- qp.c ---- */
 struct ibv_qp *ffv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
@@ -212,7 +248,10 @@ void ffv_qp_error(struct ffv_qp *qp);
 /* ---- post.c: the data path ---- */
 int ffv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 int ffv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
-/* ctx->mu held: move qp's data along: incoming records to receives, waiting sends to the ring. */
+/*
+ * ctx->mu held: move qp's data along: incoming records to receives, waiting
+ * sends to the ring (asking the peer for a doorbell when they still wait).
+ */
 void ffv_progress(struct ffv_qp *qp);
 /* ctx->mu held: the records waiting in qp's ring into its posted receives. */
 void ffv_take_incoming(struct ffv_qp *qp);

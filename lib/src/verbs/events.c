@@ -1,0 +1,184 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Completion events (docs/VERBS.md, "Completion events"): a CQ made with a
+ * channel gets one event, a struct ib_uverbs_comp_event_desc naming it, in
+ * the channel's pipe (libfreeflow made it, calls/uverbs.c) when a
+ * completion is added after ibv_req_notify_cq armed it; then it is
+ * disarmed until the next arm. As the IB spec says, only a completion
+ * added after the arm fires it, not one already in the CQ: perftest polls
+ * one completion per event and takes an event without one as its next
+ * message's, which breaks its ping-pong.
+ *
+ * A receive completes only when the receiver takes the peer's records from
+ * its ring, and a program asleep in ibv_get_cq_event takes nothing. So a
+ * context with a channel has a doorbell, a datagram socket pair, and a
+ * thread asleep on it; a QP of it tells its peers through the agent
+ * (VERBS_QP_CREATE's second fd), and the peer rings after producing into
+ * the ring while the QP's `armed` word asks for it, or after consuming
+ * while the producer's `waiting` word asks for it (sends that found no
+ * room). The thread then moves every QP of the context along, which makes
+ * the completions and so the events. A peer that rings for nothing costs
+ * a scan. Ringing is a non-blocking send: a full doorbell already holds a
+ * wake-up, and a descriptor that is not the peer's doorbell fails it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <rdma/ib_user_verbs.h>
+
+#include "verbs/verbs.h"
+
+void ffv_ring(int fd)
+{
+	char b = 1;
+
+	send(fd, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+/* The event thread: asleep on the doorbell, no CPU while idle. */
+static void *events_main(void *arg)
+{
+	struct ffv_context *c = arg;
+	struct pollfd p = { .fd = c->bell[0], .events = POLLIN };
+	char buf[256];
+
+	for (;;) {
+		if (poll(&p, 1, -1) < 0 && errno != EINTR)
+			return NULL;
+		/* Every ring so far is answered by the one scan below. */
+		while (recv(c->bell[0], buf, sizeof(buf), MSG_DONTWAIT) > 0)
+			;
+		pthread_mutex_lock(&c->mu);
+		if (c->stopping) {
+			pthread_mutex_unlock(&c->mu);
+			return NULL;
+		}
+		for (struct ffv_qp *qp = c->qps; qp; qp = qp->next)
+			if (qp->belled)
+				ffv_progress(qp);
+		pthread_mutex_unlock(&c->mu);
+	}
+}
+
+/* ctx->mu held: the doorbell and the thread, once per context. */
+static int events_start(struct ffv_context *c)
+{
+	sigset_t all, old;
+	int err;
+
+	if (c->events_on)
+		return 0;
+	if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, c->bell) < 0)
+		return -errno;
+	/* The program's signal handlers must never run on the provider's thread. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	err = pthread_create(&c->events, NULL, events_main, c);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (err) {
+		close(c->bell[0]);
+		close(c->bell[1]);
+		return -err;
+	}
+	c->events_on = 1;
+	c->events_pid = getpid();
+	return 0;
+}
+
+void ffv_events_stop(struct ffv_context *c)
+{
+	if (!c->events_on)
+		return;
+	/* A fork child has no thread to join (and must not stop its parent's). */
+	if (c->events_pid == getpid()) {
+		pthread_mutex_lock(&c->mu);
+		c->stopping = 1;
+		pthread_mutex_unlock(&c->mu);
+		ffv_ring(c->bell[1]);
+		pthread_join(c->events, NULL);
+	}
+	close(c->bell[0]);
+	close(c->bell[1]);
+	c->events_on = 0;
+}
+
+int ffv_cq_channel(struct ffv_context *c, struct ffv_cq *cq, struct ibv_comp_channel *ch)
+{
+	struct stat st;
+	char path[32];
+	int err;
+
+	/* Without libfreeflow, ibv_create_comp_channel's "fd" is whatever /dev/null left. */
+	if (fstat(ch->fd, &st) < 0 || !S_ISFIFO(st.st_mode)) {
+		if (ffv_debug_on())
+			fprintf(stderr, "libffv: completion channel fd %d is not libfreeflow's; "
+				"channels need libfreeflow.so preloaded, as `freeflow run` does\n", ch->fd);
+		return -EOPNOTSUPP;
+	}
+	/* Our own writer, non-blocking: the program's flags on its fd are its own. */
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", ch->fd);
+	cq->chan = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+	if (cq->chan < 0)
+		return -errno;
+	pthread_mutex_lock(&c->mu);
+	err = events_start(c);
+	pthread_mutex_unlock(&c->mu);
+	if (err) {
+		close(cq->chan);
+		cq->chan = -1;
+	}
+	return err;
+}
+
+/* ctx->mu held: the armed word of every QP that receives into cq (0 or 1). */
+static void arm_qps(struct ffv_cq *cq, uint32_t on)
+{
+	for (struct ffv_qp *qp = cq->ctx->qps; qp; qp = qp->next)
+		if (qp->rcq == cq && qp->belled)
+			__atomic_store_n((uint32_t *)(qp->mem + FF_VQP_OFF_ARMED), on, __ATOMIC_SEQ_CST);
+}
+
+void ffv_cq_fire(struct ffv_cq *cq)
+{
+	struct ib_uverbs_comp_event_desc ev = { .cq_handle = (uintptr_t)&cq->vcq.cq };
+
+	cq->armed = FFV_UNARMED;
+	arm_qps(cq, 0);
+	/*
+	 * The pipe holds 8192 events and a CQ has at most one unread per arm:
+	 * full, it already holds events the program has not read.
+	 */
+	if (write(cq->chan, &ev, sizeof(ev)) != sizeof(ev) && ffv_debug_on())
+		fprintf(stderr, "libffv: a completion event was not written: %s\n", strerror(errno));
+}
+
+/*
+ * Arm, then look: the armed words are set (seq_cst) before the rings are
+ * read again, and a peer publishes before it reads the word, so either it
+ * sees the word and rings, or the look here finds its records
+ * (docs/VERBS.md, "No lost wake-up").
+ */
+int ffv_req_notify_cq(struct ibv_cq *ibcq, int solicited)
+{
+	struct ffv_cq *cq = ffv_cq(ibcq);
+	struct ffv_context *c = cq->ctx;
+
+	if (cq->chan < 0)
+		return 0;	/* as a NIC: armed, but no channel to tell */
+	pthread_mutex_lock(&c->mu);
+	cq->armed = solicited ? FFV_ARM_SOLICITED : FFV_ARM_ANY;
+	arm_qps(cq, 1);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	for (struct ffv_qp *qp = c->qps; qp && cq->armed; qp = qp->next)
+		if (qp->scq == cq || qp->rcq == cq)
+			ffv_progress(qp);
+	pthread_mutex_unlock(&c->mu);
+	return 0;
+}
