@@ -480,14 +480,11 @@ int ffv_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_w
 		}
 		w->wr_id = wr->wr_id;
 		w->num_sge = wr->num_sge;
-		w->bad = 0;
 		w->room = 0;
+		/* The buffers are checked when a message starts into them (rwqe_writable). */
 		for (int i = 0; i < wr->num_sge; i++) {
 			w->sge[i] = wr->sg_list[i];
 			w->room += wr->sg_list[i].length;
-			if (!ffv_mr_find(c, w->sge[i].lkey, w->sge[i].addr, w->sge[i].length,
-					 IBV_ACCESS_LOCAL_WRITE))
-				w->bad = 1;
 		}
 		qp->rq[(qp->rq_head + qp->rq_count) % qp->cap.max_recv_wr] = w;
 		qp->rq_count++;
@@ -496,6 +493,22 @@ int ffv_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_w
 	if (err)
 		*bad = wr;
 	return err;
+}
+
+/*
+ * Whether every buffer of the receive at the head lies in an MR allowing
+ * local writes now, when a message starts into it: the program may have
+ * deregistered one since it posted it (a NIC would then fail it, not crash).
+ */
+static int rwqe_writable(struct ffv_qp *qp)
+{
+	struct ffv_context *c = ffv_ctx(qp->vqp.qp.context);
+	struct ffv_rwqe *w = qp->rq[qp->rq_head];
+
+	for (int i = 0; i < w->num_sge; i++)
+		if (!ffv_mr_find(c, w->sge[i].lkey, w->sge[i].addr, w->sge[i].length, IBV_ACCESS_LOCAL_WRITE))
+			return 0;
+	return 1;
 }
 
 /* The receive at the head is done: its completion, and the QP's error if it failed. */
@@ -547,7 +560,10 @@ void ffv_take_incoming(struct ffv_qp *qp)
 		    off + rec > qp->ring_size || (op == FF_VQP_OP_WRITE_IMM && len) ||
 		    (op != FF_VQP_OP_PAD && op != FF_VQP_OP_SEND && op != FF_VQP_OP_SEND_IMM &&
 		     op != FF_VQP_OP_WRITE_IMM) ||
-		    (op != FF_VQP_OP_PAD && (flags & FF_VQP_FIRST ? 1 : 0) == qp->rx_busy)) {
+		    (op != FF_VQP_OP_PAD && (flags & FF_VQP_FIRST ? 1 : 0) == qp->rx_busy) ||
+		    (op == FF_VQP_OP_WRITE_IMM && (flags & (FF_VQP_FIRST | FF_VQP_LAST)) !=
+						    (FF_VQP_FIRST | FF_VQP_LAST)) ||
+		    (op != FF_VQP_OP_PAD && !(flags & FF_VQP_FIRST) && op != qp->rx_op)) {
 			qp->rx_broken = 1;
 			break;
 		}
@@ -556,10 +572,11 @@ void ffv_take_incoming(struct ffv_qp *qp)
 				if (!qp->rq_count)
 					break;	/* no receive posted: it waits (RNR, retried for ever) */
 				qp->rx_busy = 1;
+				qp->rx_op = op;
 				qp->rx_off = 0;
 				/* WRITE with immediate takes a receive but never touches its buffers. */
 				qp->rx_status = op == FF_VQP_OP_WRITE_IMM ? IBV_WC_SUCCESS :
-						qp->rq[qp->rq_head]->bad ? IBV_WC_LOC_PROT_ERR :
+						!rwqe_writable(qp) ? IBV_WC_LOC_PROT_ERR :
 						total > qp->rq[qp->rq_head]->room ? IBV_WC_LOC_LEN_ERR :
 						IBV_WC_SUCCESS;
 			}

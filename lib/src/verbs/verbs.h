@@ -96,7 +96,6 @@ struct ffv_cq {
 /* A posted receive request: its buffers, copied from the ibv_recv_wr. */
 struct ffv_rwqe {
 	uint64_t wr_id;
-	int bad;			/* an SGE no MR allows writing: IBV_WC_LOC_PROT_ERR on arrival */
 	uint64_t room;			/* the SGEs' bytes */
 	int num_sge;
 	struct ibv_sge sge[];
@@ -140,6 +139,7 @@ struct ffv_qp {
 	uint32_t rq_head, rq_count;
 	uint64_t rx_cons;		/* bytes consumed from our ring (the peer may scribble on cons) */
 	int rx_busy;			/* a message's first piece arrived, its last not yet */
+	uint8_t rx_op;			/* that message's op: every piece must carry it */
 	uint32_t rx_off;		/* bytes of it placed in rq[rq_head] */
 	enum ibv_wc_status rx_status;	/* how it ends: LOC_LEN_ERR once it overflows */
 	int taking;			/* in ffv_take_incoming */
