@@ -7,6 +7,7 @@ import (
 	"github.com/freeflow-net/freeflow/internal/directory"
 	"github.com/freeflow-net/freeflow/internal/protocol"
 	"github.com/freeflow-net/freeflow/internal/verbsid"
+	"golang.org/x/sys/unix"
 )
 
 // verbsConnect connects the caller's QP to the one VERBS_PEER names, and
@@ -62,6 +63,17 @@ func (r *verbsRegistry) connect(s *session, qpn, peerQPN uint32, peerC directory
 		return nil, nil, protocol.Errorf(protocol.CodeInvalid,
 			"QP %#x is of type %d and QP %#x of type %d: only QPs of one type connect", qpn, own.typ, peerQPN, peer.typ)
 	}
+	// An RC QP takes packets from its own remote QP only: its ring goes
+	// only to the QP its owner connected it to. Until that owner does,
+	// the caller asks again (as a NIC retries), and is rung when it has.
+	own.peer = peer
+	if peer.peer != own {
+		return nil, nil, protocol.Errorf(protocol.CodeNotFound,
+			"QP %#x of container %s is not connected to QP %#x (yet); ask again once its program has moved it to RTR", peerQPN, peerC.Name, qpn)
+	}
+	if peer.bell >= 0 {
+		unix.Sendto(peer.bell, []byte{1}, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, nil)
+	}
 	var fds []int
 	for _, fd := range []int{peer.fd, peer.bell} {
 		if fd < 0 {
@@ -74,7 +86,6 @@ func (r *verbsRegistry) connect(s *session, qpn, peerQPN uint32, peerC directory
 		}
 		fds = append(fds, nfd)
 	}
-	own.peer = peer
 	return peer, fds, nil
 }
 

@@ -159,8 +159,8 @@ func (r *verbsRegistry) grant(s *session, qpn, rkey uint32) (*vmr, []int, error)
 		return nil, nil, err
 	}
 	peer := own.peer
-	if peer == nil || r.qps[peer.qpn] != peer {
-		return nil, nil, protocol.Errorf(protocol.CodeNotFound, "QP %#x is connected to no live QP (VERBS_CONNECT first): no region is reachable through it", qpn)
+	if peer == nil || r.qps[peer.qpn] != peer || peer.peer != own {
+		return nil, nil, protocol.Errorf(protocol.CodeNotFound, "QP %#x is connected to no live QP connected back to it (VERBS_CONNECT on both sides first): no region is reachable through it", qpn)
 	}
 	reg := r.mrs[peer.container][rkey]
 	if reg == nil || reg.owner != peer.owner || reg.mr.PD != peer.pd {

@@ -95,6 +95,18 @@ func newQP(t *testing.T, l *libClient, pd uint32) (uint32, int) {
 
 // verbsConnect connects qpn to peer and returns the peer's QPN, type and
 // memfd (closed when the test ends).
+// connectBack connects QP qpn of l to QP to, as the program at that end
+// moves its QP to RTR: a QP's ring goes only to the QP its owner connected
+// it to, so the first of the two gets NOTFOUND.
+func connectBack(t *testing.T, l *libClient, qpn, to uint32) {
+	t.Helper()
+	if _, _, _, err := l.verbsConnect(t, qpn, lidPeer(to, selfLID)); err != nil {
+		if pe, ok := err.(*protocol.Error); !ok || pe.Code != protocol.CodeNotFound {
+			t.Fatalf("connect QP %#x back to %#x: %v", qpn, to, err)
+		}
+	}
+}
+
 func (l *libClient) verbsConnect(t *testing.T, qpn uint32, peer protocol.VerbsPeer) (uint32, uint32, int, error) {
 	r, fds, err := l.call(protocol.New(protocol.TypeVerbsConnect, 0, protocol.U32(protocol.AttrQPN, qpn), peer.Attr()))
 	if err != nil {
@@ -316,6 +328,7 @@ func TestVerbsConnectHandsOverPeerRing(t *testing.T) {
 	qb, fdb := newQP(t, tgt, 7)
 	var gid [16]byte
 	copy(gid[10:], []byte{0xff, 0xff, 10, 244, 1, 9})
+	connectBack(t, tgt, qb, qa)
 	for _, peer := range []protocol.VerbsPeer{lidPeer(qb, selfLID), {QPN: qb, GID: gid}, {QPN: qb, LID: selfLID, GID: gid}} {
 		pq, typ, fd, err := ini.verbsConnect(t, qa, peer)
 		if err != nil || pq != qb || typ != protocol.QPTypeRC || !sameFile(t, fd, fdb) {
@@ -348,6 +361,7 @@ func TestVerbsConnectHandsOverPeerDoorbell(t *testing.T) {
 	ini, tgt := newLib(t, a), newLib(t, a)
 	qa, _ := newQP(t, ini, 1)
 	qb, bell := newBelledQP(t, tgt)
+	connectBack(t, tgt, qb, qa)
 	_, fds, err := ini.call(protocol.New(protocol.TypeVerbsConnect, 0, protocol.U32(protocol.AttrQPN, qa), lidPeer(qb, selfLID).Attr()))
 	if err != nil || len(fds) != 2 {
 		t.Fatalf("connect to a QP with a doorbell: %v, %d fds; want its memfd and doorbell", err, len(fds))
@@ -487,6 +501,7 @@ func TestVerbsMRGrantedOnlyThroughConnectedQPInItsPD(t *testing.T) {
 
 	_, err := ini.mrGet(t, qa, inPD)
 	wantCode(t, err, protocol.CodeNotFound) // not connected yet
+	connectBack(t, tgt, qb, qa)
 	if _, _, _, err := ini.verbsConnect(t, qa, lidPeer(qb, selfLID)); err != nil {
 		t.Fatal(err)
 	}
@@ -520,6 +535,7 @@ func TestVerbsMRGrantReadOnlyWithoutRemoteWrite(t *testing.T) {
 	ini, tgt := newLib(t, a), newLib(t, a)
 	qa, _ := newQP(t, ini, 1)
 	qb, _ := newQP(t, tgt, 5)
+	connectBack(t, tgt, qb, qa)
 	if _, _, _, err := ini.verbsConnect(t, qa, lidPeer(qb, selfLID)); err != nil {
 		t.Fatal(err)
 	}
@@ -671,7 +687,8 @@ func TestVerbsPeerDeathRingsDoorbells(t *testing.T) {
 			t.Fatal(err)
 		}
 		qb, fdb := newQP(t, tgt, 1)
-		if _, _, _, err := ini.verbsConnect(t, qa, lidPeer(qb, selfLID)); err != nil {
+		connectBack(t, tgt, qb, qa)
+	if _, _, _, err := ini.verbsConnect(t, qa, lidPeer(qb, selfLID)); err != nil {
 			t.Fatal(err)
 		}
 		hb := mapShared(t, fdb, 4096, unix.PROT_READ)
@@ -698,6 +715,7 @@ func TestVerbsSessionEndMarksQPsDead(t *testing.T) {
 	qa, fda := newQP(t, ini, 1)
 	qb, fdb := newQP(t, tgt, 5)
 	rkey, _ := region(t, tgt, 1, 0, 5, accessRemoteRead)
+	connectBack(t, tgt, qb, qa)
 	if _, _, _, err := ini.verbsConnect(t, qa, lidPeer(qb, selfLID)); err != nil {
 		t.Fatal(err)
 	}
@@ -721,6 +739,7 @@ func TestVerbsQPDestroyMarksDeadAndForgets(t *testing.T) {
 	ini, tgt := newLib(t, a), newLib(t, a)
 	qa, _ := newQP(t, ini, 1)
 	qb, fdb := newQP(t, tgt, 5)
+	connectBack(t, tgt, qb, qa)
 	if _, _, _, err := ini.verbsConnect(t, qa, lidPeer(qb, selfLID)); err != nil {
 		t.Fatal(err)
 	}
@@ -860,6 +879,7 @@ func TestVerbsSharedMemfdHeldOnce(t *testing.T) {
 	// Each grant still hands one descriptor per segment, each the file.
 	qa, _ := newQP(t, ini, 1)
 	qb, _ := newQP(t, tgt, 5)
+	connectBack(t, tgt, qb, qa)
 	if _, _, _, err := ini.verbsConnect(t, qa, lidPeer(qb, selfLID)); err != nil {
 		t.Fatal(err)
 	}
@@ -928,4 +948,34 @@ func TestVerbsFDsFollowAShortFileLimit(t *testing.T) {
 	}
 	_, err := l.qpCreate(newQPMemfd(t), protocol.QPTypeRC, 1)
 	wantCode(t, err, protocol.CodeLimit)
+}
+
+// A third QP, in a container the policy lets talk to the target, gets
+// neither the ring nor the regions of a QP connected to another: an RC QP
+// on a NIC takes packets from its own remote QP only. And the first end of
+// a pair to connect waits (NOTFOUND) until the other has connected back.
+func TestVerbsThirdQPCannotJoinAConnectedPair(t *testing.T) {
+	a := startAgent(t, newFakeDir(selfContainer), nil)
+	ini, tgt, third := newLib(t, a), newLib(t, a), newLib(t, a)
+	qa, _ := newQP(t, ini, 1)
+	qb, _ := newQP(t, tgt, 5)
+	qc, _ := newQP(t, third, 1)
+	rkey, _ := region(t, tgt, 1, 0xab, 5, accessRemoteWrite|accessRemoteRead|accessLocalWrite)
+	_, _, _, err := tgt.verbsConnect(t, qb, lidPeer(qa, selfLID))
+	wantCode(t, err, protocol.CodeNotFound) // qa is not connected to qb yet
+	if _, _, _, err := ini.verbsConnect(t, qa, lidPeer(qb, selfLID)); err != nil {
+		t.Fatalf("the second end of a pair: %v", err)
+	}
+	if _, _, _, err := tgt.verbsConnect(t, qb, lidPeer(qa, selfLID)); err != nil {
+		t.Fatalf("the first end, asking again: %v", err)
+	}
+	if _, _, fd, err := third.verbsConnect(t, qc, lidPeer(qb, selfLID)); err == nil {
+		t.Errorf("QP %#x (connected to %#x) was handed to a third QP %#x: its ring fd %d, writable", qb, qa, qc, fd)
+	}
+	if g, err := third.mrGet(t, qc, rkey); err == nil {
+		t.Errorf("the third QP got QP %#x's region (rkey %#x): %d fds", qb, rkey, len(g.fds))
+	}
+	if _, err := ini.mrGet(t, qa, rkey); err != nil {
+		t.Errorf("the QP connected to it: %v", err)
+	}
 }

@@ -2,7 +2,8 @@
 /*
  * The fake agent's verbs registry (PROTOCOL.md, "Verbs"), for the
  * provider's tests: QPs and regions by the session that registered them,
- * peers named by QPN alone (the fake has no containers, so VERBS_PEER's LID
+ * a QP's ring only to the QP its owner connected it to, peers named by QPN
+ * alone (the fake has no containers, so VERBS_PEER's LID
  * and GID are not looked at), each QP's doorbell handed to its peers and rung when they die, grants only through a connected QP to a region
  * in its peer's PD, read-only unless the region allows remote writes or
  * atomics, and a dead word set when a session ends. The agent's own rules
@@ -182,6 +183,13 @@ static inline void fv_request(int fd, const struct ff_msg *m, int *fds, int nfds
 			return;
 		}
 		q->peer = peer;
+		/* A QP's ring goes only to the QP its owner connected it to (the agent's rule). */
+		if (p->peer != q->qpn) {
+			fv_error(fd, m->seq, FF_ERR_NOTFOUND);
+			return;
+		}
+		if (p->bell >= 0)
+			send(p->bell, "", 1, MSG_DONTWAIT | MSG_NOSIGNAL);	/* it may wait for this */
 		{
 			int out[2] = { p->memfd, p->bell };
 
@@ -211,6 +219,8 @@ static inline void fv_request(int fd, const struct ff_msg *m, int *fds, int nfds
 	case FF_MSG_VERBS_MR_GET:
 		q = ff_msg_get(m, FF_ATTR_QPN) ? fv_qp(ff_attr_u32(ff_msg_get(m, FF_ATTR_QPN))) : NULL;
 		p = q && q->owner == fd ? fv_qp(q->peer) : NULL;
+		if (p && p->peer != q->qpn)
+			p = NULL;	/* not connected back */
 		a = ff_msg_get(m, FF_ATTR_RKEY);
 		for (int i = 0; p && a && i < FV_MAX_MRS; i++) {
 			struct fv_mr *r = &fv_mrs[i];

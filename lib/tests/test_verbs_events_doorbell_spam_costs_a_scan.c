@@ -46,6 +46,8 @@ static int hostile(int sock)
 	TV_MUST(buf && mr, "register");
 	me = (struct tv_name){ .qpn = e.qp->qp_num, .lid = 0x102 };
 	peer = tv_trade(sock, &me);
+	/* Connect second: the first end to connect gets its peer's QP only once that one connected back. */
+	tv_hear(sock, 'c');
 	tv_connect(&e, &peer);
 	bell = find_doorbell();
 	for (uint32_t id = 1; id <= ROUNDS; id++) {
@@ -87,6 +89,7 @@ int main(int argc, char **argv)
 	me = (struct tv_name){ .qpn = e.qp->qp_num, .lid = 0x102 };
 	peer = tv_trade(sock, &me);
 	tv_connect(&e, &peer);
+	tv_say(sock, 'c');
 	for (uint32_t id = 1; id <= ROUNDS; id++) {
 		tv_post_recv(&e, mr, id);
 		TV_MUST(ibv_req_notify_cq(e.cq, 0) == 0, "arm");

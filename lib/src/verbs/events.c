@@ -48,9 +48,10 @@ static void *events_main(void *arg)
 	struct ffv_context *c = arg;
 	struct pollfd p = { .fd = c->bell[0], .events = POLLIN };
 	char buf[256];
+	int timeout = -1;
 
 	for (;;) {
-		if (poll(&p, 1, -1) < 0 && errno != EINTR)
+		if (poll(&p, 1, timeout) < 0 && errno != EINTR)
 			return NULL;
 		/* Every ring so far is answered by the one scan below. */
 		while (recv(c->bell[0], buf, sizeof(buf), MSG_DONTWAIT) > 0)
@@ -60,15 +61,24 @@ static void *events_main(void *arg)
 			pthread_mutex_unlock(&c->mu);
 			return NULL;
 		}
-		for (struct ffv_qp *qp = c->qps; qp; qp = qp->next)
-			if (qp->belled)
+		/*
+		 * A QP whose peer has not connected back retries as a NIC does,
+		 * even while its program sleeps (ffv_qp_reach): woken by the
+		 * agent when the peer connects, or by the clock for the next try.
+		 */
+		timeout = -1;
+		for (struct ffv_qp *qp = c->qps; qp; qp = qp->next) {
+			if (qp->belled || qp->reach_by)
 				ffv_progress(qp);
+			if (qp->reach_by)
+				timeout = 1;
+		}
 		pthread_mutex_unlock(&c->mu);
 	}
 }
 
 /* ctx->mu held: the doorbell and the thread, once per context. */
-static int events_start(struct ffv_context *c)
+int ffv_events_start(struct ffv_context *c)
 {
 	sigset_t all, old;
 	int err;
@@ -128,7 +138,7 @@ int ffv_cq_channel(struct ffv_context *c, struct ffv_cq *cq, struct ibv_comp_cha
 	if (cq->chan < 0)
 		return -errno;
 	pthread_mutex_lock(&c->mu);
-	err = events_start(c);
+	err = ffv_events_start(c);
 	pthread_mutex_unlock(&c->mu);
 	if (err) {
 		close(cq->chan);

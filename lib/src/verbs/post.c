@@ -263,10 +263,12 @@ static enum ibv_wc_opcode wc_opcode(enum ibv_wr_opcode op)
 static int run(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total, uint32_t *done)
 {
 	if (!qp->peer_mem) {
-		enum ibv_wc_status st = ffv_qp_connect(qp);
+		int st = ffv_qp_reach(qp);
 
+		if (st == FFV_REACH_LATER)
+			return WAIT;
 		if (st != IBV_WC_SUCCESS)
-			return -(int)st;
+			return -st;
 	}
 	if (peer_dead(qp))
 		return -(int)IBV_WC_RETRY_EXC_ERR;	/* as a NIC whose peer stopped answering */
@@ -612,6 +614,16 @@ void ffv_progress(struct ffv_qp *qp)
 {
 	if (qp->vqp.qp.state == IBV_QPS_RESET || qp->vqp.qp.state == IBV_QPS_INIT)
 		return;
+	/*
+	 * A QP that only receives maps its peer too, once the peer connected
+	 * back, to see it die (below); a failure here is no error (a NIC
+	 * never notices a silent peer it does not send to).
+	 */
+	if (!qp->peer_mem && qp->vqp.qp.state != IBV_QPS_ERR && !qp->sq &&
+	    ffv_now_ns() >= qp->reach_next) {
+		ffv_qp_connect(qp);
+		qp->reach_next = qp->peer_mem ? 0 : ffv_now_ns() + 1000000;
+	}
 	ffv_take_incoming(qp);
 	if (qp->vqp.qp.state == IBV_QPS_RTS) {
 		drain_sq(qp);

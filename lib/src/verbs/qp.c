@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "freeflow/proto.h"
@@ -263,8 +264,10 @@ int ffv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 		qp->attr.ah_attr = attr->ah_attr;
 	if (mask & IBV_QP_PATH_MTU)
 		qp->attr.path_mtu = attr->path_mtu;
-	if (mask & IBV_QP_DEST_QPN)
+	if (mask & IBV_QP_DEST_QPN) {
 		qp->attr.dest_qp_num = attr->dest_qp_num;
+		qp->peer_qpn = attr->dest_qp_num;	/* the src_qp of what arrives */
+	}
 	if (mask & IBV_QP_RQ_PSN)
 		qp->attr.rq_psn = attr->rq_psn;
 	if (mask & IBV_QP_SQ_PSN)
@@ -367,6 +370,56 @@ enum ibv_wc_status ffv_qp_connect(struct ffv_qp *qp)
 	qp->peer_bell = nfds == 2 ? fds[1] : -1;
 	qp->peer_qpn = ff_attr_u32(qpn);
 	return IBV_WC_SUCCESS;
+}
+
+int64_t ffv_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/*
+ * How long a NIC would retry a peer that does not answer: 4.096 µs << the
+ * QP's timeout, retry_cnt + 1 times; at least 100 ms (a program may post as
+ * soon as it is in RTS, its peer a moment later), at most 10 s (timeout 0
+ * is "for ever" on a NIC).
+ */
+static int64_t retry_budget_ns(const struct ffv_qp *qp)
+{
+	int64_t t = qp->attr.timeout && qp->attr.timeout < 31 ? 4096LL << qp->attr.timeout : 10000000000LL;
+
+	t *= qp->attr.retry_cnt + 1;
+	return t < 100000000 ? 100000000 : t > 10000000000LL ? 10000000000LL : t;
+}
+
+/* Ask the agent again at most this often while a peer has not connected back. */
+#define REACH_EVERY_NS	1000000
+
+int ffv_qp_reach(struct ffv_qp *qp)
+{
+	int64_t now = ffv_now_ns();
+	enum ibv_wc_status st;
+
+	if (qp->reach_next && now < qp->reach_next)
+		return FFV_REACH_LATER;
+	st = ffv_qp_connect(qp);
+	if (st == IBV_WC_SUCCESS) {
+		qp->reach_by = qp->reach_next = 0;
+		return st;
+	}
+	if (!qp->reach_by) {
+		qp->reach_by = now + retry_budget_ns(qp);
+		/* A NIC retries on its own: so does the event thread, if the program does not call. */
+		ffv_events_start(ffv_ctx(qp->vqp.qp.context));
+	}
+	if (now >= qp->reach_by) {
+		qp->reach_by = qp->reach_next = 0;
+		return st;
+	}
+	qp->reach_next = now + REACH_EVERY_NS;
+	return FFV_REACH_LATER;
 }
 
 void ffv_qp_error(struct ffv_qp *qp)

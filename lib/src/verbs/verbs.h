@@ -130,6 +130,7 @@ struct ffv_qp {
 	uint8_t *peer_mem;
 	uint32_t peer_ring;
 	uint64_t tx_prod;		/* bytes we produced into the peer's ring (ours to know) */
+	int64_t reach_by, reach_next;	/* ffv_qp_reach: until when, and when next, to ask */
 	int peer_bell;			/* the peer's doorbell (VERBS_PEER_QP's second fd), or -1 */
 	uint32_t waiting;		/* what we last wrote to the peer's waiting word */
 	/* Our doorbell went to the agent with the QP: a CQ of ours has a channel. */
@@ -227,6 +228,12 @@ int ffv_req_notify_cq(struct ibv_cq *cq, int solicited);
 /* ctx->mu held: the CQ's event into its channel; disarmed. */
 void ffv_cq_fire(struct ffv_cq *cq);
 /* free_context: the event thread ends, the doorbell closes. */
+/*
+ * ctx->mu held: c's doorbell and event thread, if not yet there: for
+ * completion channels, and for sends that wait for their peer to connect
+ * back (the thread goes on with them while the program does not call).
+ */
+int ffv_events_start(struct ffv_context *c);
 void ffv_events_stop(struct ffv_context *c);
 /* Ring a peer's doorbell: never blocks, whatever fd is. */
 void ffv_ring(int fd);
@@ -239,6 +246,15 @@ int ffv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask);
 int ffv_destroy_qp(struct ibv_qp *qp);
 /* ctx->mu held: map qp's peer's ring (VERBS_CONNECT); 0, or the work completion's error. */
 enum ibv_wc_status ffv_qp_connect(struct ffv_qp *qp);
+/*
+ * ctx->mu held: ffv_qp_connect, as a NIC retries a peer that does not
+ * answer: FFV_REACH_LATER while the peer has not connected back and the
+ * retry budget lasts (asked again at most every millisecond), then the
+ * error; 0 once connected.
+ */
+#define FFV_REACH_LATER	(-1)
+int ffv_qp_reach(struct ffv_qp *qp);
+int64_t ffv_now_ns(void);
 /*
  * ctx->mu held: qp to the error state: what already arrived is delivered
  * (a NIC would have), then every request still posted completes flushed.
