@@ -688,7 +688,7 @@ func TestVerbsPeerDeathRingsDoorbells(t *testing.T) {
 		}
 		qb, fdb := newQP(t, tgt, 1)
 		connectBack(t, tgt, qb, qa)
-	if _, _, _, err := ini.verbsConnect(t, qa, lidPeer(qb, selfLID)); err != nil {
+		if _, _, _, err := ini.verbsConnect(t, qa, lidPeer(qb, selfLID)); err != nil {
 			t.Fatal(err)
 		}
 		hb := mapShared(t, fdb, 4096, unix.PROT_READ)
