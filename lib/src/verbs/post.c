@@ -114,10 +114,14 @@ static uint8_t last_flags(const struct ibv_send_wr *wr)
 	return FF_VQP_LAST | (wr->send_flags & IBV_SEND_SOLICITED ? FF_VQP_SOLICITED : 0);
 }
 
-/* Copy len bytes from offset off of the gather list into dst. */
-static void gather(uint8_t *dst, const struct ibv_sge *sge, int n, uint32_t off, uint32_t len)
+/*
+ * Copy len bytes between buf and the SGEs' bytes from offset off: into the
+ * SGEs (scatter) when in, else out of them (gather).
+ */
+static void sge_copy(const struct ibv_sge *sge, int n, uint32_t off, uint8_t *buf, uint32_t len, int in)
 {
 	for (int i = 0; i < n && len; i++) {
+		uint8_t *at = (uint8_t *)(uintptr_t)sge[i].addr;
 		uint32_t l = sge[i].length;
 
 		if (off >= l) {
@@ -127,9 +131,19 @@ static void gather(uint8_t *dst, const struct ibv_sge *sge, int n, uint32_t off,
 		l -= off;
 		if (l > len)
 			l = len;
-		memcpy(dst, (const uint8_t *)(uintptr_t)sge[i].addr + off, l);
-		dst += l, len -= l, off = 0;
+		memcpy(in ? at + off : buf, in ? buf : at + off, l);
+		buf += l, len -= l, off = 0;
 	}
+}
+
+static void gather(uint8_t *dst, const struct ibv_sge *sge, int n, uint32_t off, uint32_t len)
+{
+	sge_copy(sge, n, off, dst, len, 0);
+}
+
+static void scatter(const struct ibv_sge *sge, int n, uint32_t off, const uint8_t *src, uint32_t len)
+{
+	sge_copy(sge, n, off, (uint8_t *)src, len, 1);
 }
 
 /* ---- one work request ---- */
@@ -191,23 +205,6 @@ static int do_write(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t to
 	return DONE;
 }
 
-/* Scatter len bytes from src over the SGEs. */
-static void scatter(const struct ibv_sge *sge, int n, uint32_t off, const uint8_t *src, uint32_t len)
-{
-	for (int i = 0; i < n && len; i++) {
-		uint32_t l = sge[i].length;
-
-		if (off >= l) {
-			off -= l;
-			continue;
-		}
-		l -= off;
-		if (l > len)
-			l = len;
-		memcpy((uint8_t *)(uintptr_t)sge[i].addr + off, src, l);
-		src += l, len -= l, off = 0;
-	}
-}
 
 static int do_read(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total)
 {
