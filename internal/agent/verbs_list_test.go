@@ -60,9 +60,7 @@ func TestConnsListsQueuePairs(t *testing.T) {
 		l         *libClient
 		own, peer uint32
 	}{{ini, qa, qb}, {tgt, qb, qa}} {
-		if _, _, _, err := pair.l.verbsConnect(t, pair.own, lidPeer(pair.peer, selfLID)); err != nil {
-			t.Fatal(err)
-		}
+		connectBack(t, pair.l, pair.own, pair.peer) // the first end waits for the second (NOTFOUND)
 	}
 	setProd(t, fdb, 123456) // what qa's provider produced into qb's ring
 	got := qpsByQPN(t, admin)
