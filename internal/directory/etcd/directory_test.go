@@ -267,6 +267,10 @@ func checkGarbage(t *testing.T, endpoints []string) {
 		t.Fatalf("raw put: %v", err)
 	}
 	eventually(t, time.Second, "garbage replaces a record", lacksIP(d, "10.244.1.5"))
+	// The record goes before its garbage is logged: wait for the line, not assume it.
+	eventually(t, time.Second, "the garbage over a record logged", func() bool {
+		return logs.count(prefix+"containers/good ") > 0
+	})
 	for _, key := range []string{"containers/bad", "containers/mismatch", "hosts/bad", "containers/good"} {
 		if n := logs.count(prefix + key + " "); n != 1 {
 			t.Errorf("key %s logged %d times, want once", key, n)
