@@ -19,8 +19,8 @@ var (
 	pingpongSizes      = []int{1, 64, 1024, 16384, 65536, 262144, 1 << 20}
 	pingpongQuickSizes = []int{1, 1024, 65536, 1 << 20}
 	streamSizes        = []int{1024, 16384, 131072, 1 << 20}
-	memcpySizes        = []int{4096, 262144, 8 << 20, 128 << 20} // L1, L2, L3, DRAM here
-	ringBytes          = 256 << 10                               // each ring of the shm channel's test vector
+	memcpySizes        = []int{4096, 65536, 262144, 8 << 20, 128 << 20} // L1, L2 (the verbs target is at 64 KiB), L2, L3, DRAM here
+	ringBytes          = 256 << 10                                      // each ring of the shm channel's test vector
 )
 
 // ffmem metrics beyond the shared ones.
