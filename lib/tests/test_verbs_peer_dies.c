@@ -20,7 +20,10 @@ static int dies(int sock)
 	tv_connect(&e, &peer);
 	strcpy(msg, "last words");
 	sge = (struct ibv_sge){ .addr = (uintptr_t)msg, .length = 11, .lkey = mr->lkey };
+	wr.send_flags = IBV_SEND_SIGNALED;
 	TV_MUST(ibv_post_send(e.qp, &wr, &bad) == 0, "send the last words");
+	/* Sent, not only posted: a process that exits with a send in flight may lose it, on a NIC too. */
+	TV_MUST(tv_wait(&e).status == IBV_WC_SUCCESS, "the last words went");
 	TV_MUST(read(sock, &c, 1) == 1, "wait");
 	_exit(0);	/* no destroy, no close: the process is just gone */
 }

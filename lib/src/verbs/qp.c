@@ -402,23 +402,23 @@ int ffv_qp_reach(struct ffv_qp *qp)
 	int64_t now = ffv_now_ns();
 	enum ibv_wc_status st;
 
-	if (qp->reach_next && now < qp->reach_next)
-		return FFV_REACH_LATER;
-	st = ffv_qp_connect(qp);
-	if (st == IBV_WC_SUCCESS) {
-		qp->reach_by = qp->reach_next = 0;
-		return st;
-	}
-	if (!qp->reach_by) {
+	/*
+	 * The budget starts with the first request that needs the peer, even
+	 * when a poll asked the agent a moment ago (ffv_progress shares
+	 * reach_next): the event thread goes on with it by the clock.
+	 */
+	if (!qp->reach_by)
 		qp->reach_by = now + retry_budget_ns(qp);
-		/* A NIC retries on its own: so does the event thread, if the program does not call. */
-		ffv_events_start(ffv_ctx(qp->vqp.qp.context));
+	if (now >= qp->reach_next) {
+		st = ffv_qp_connect(qp);
+		if (st == IBV_WC_SUCCESS || now >= qp->reach_by) {
+			qp->reach_by = qp->reach_next = 0;
+			return st;
+		}
+		qp->reach_next = now + REACH_EVERY_NS;
 	}
-	if (now >= qp->reach_by) {
-		qp->reach_by = qp->reach_next = 0;
-		return st;
-	}
-	qp->reach_next = now + REACH_EVERY_NS;
+	/* A NIC retries on its own: so does the event thread, if the program does not call. */
+	ffv_events_start(ffv_ctx(qp->vqp.qp.context));
 	return FFV_REACH_LATER;
 }
 
