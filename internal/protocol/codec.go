@@ -82,6 +82,8 @@ func checkAttr(t AttrType, n int, seen map[AttrType]bool) error {
 		ok = n == spec.max
 	case kindSegs:
 		ok = n >= segmentSize && n <= spec.max && n%segmentSize == 0
+	case kindLanes:
+		ok = n >= LaneSize && n <= spec.max && n%LaneSize == 0
 	}
 	if !ok {
 		return Errorf(CodeBadMsg, "%v has a value of %d bytes, which its type does not allow", t, n)

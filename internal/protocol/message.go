@@ -49,6 +49,8 @@ const (
 	TypeVerbsMRGrant   Type = 0x25 // the answer to VERBS_MR_GET
 	TypeVerbsMRDereg   Type = 0x26
 	TypeVerbsQPDestroy Type = 0x27
+	TypeVerbsUDLane    Type = 0x28 // a UD QP's lane to another UD QP
+	TypeVerbsUDLanes   Type = 0x29 // a UD QP asks for the lanes to it
 	TypeOffer          Type = 0x30 // agent to agent, on the broker port (see PROTOCOL.md)
 	TypeCommit         Type = 0x31 // agent to agent: the connector's agent takes a fast PATH
 	TypeRegister       Type = 0x40
@@ -69,13 +71,14 @@ var typeNames = map[Type]string{
 	TypeVerbsQPCreate: "VERBS_QP_CREATE", TypeVerbsConnect: "VERBS_CONNECT", TypeVerbsPeerQP: "VERBS_PEER_QP",
 	TypeVerbsMRReg: "VERBS_MR_REG", TypeVerbsMRGet: "VERBS_MR_GET", TypeVerbsMRGrant: "VERBS_MR_GRANT",
 	TypeVerbsMRDereg: "VERBS_MR_DEREG", TypeVerbsQPDestroy: "VERBS_QP_DESTROY",
+	TypeVerbsUDLane: "VERBS_UD_LANE", TypeVerbsUDLanes: "VERBS_UD_LANES",
 	TypeOffer: "OFFER", TypeCommit: "COMMIT", TypeConns: "CONNS",
 	TypeRegister: "REGISTER", TypeUnregister: "UNREGISTER",
 	TypeList: "LIST", TypeStatus: "STATUS", TypeOK: "OK", TypeError: "ERROR",
 }
 
 // Known reports whether t is a message type of version 1. 0x1a and the
-// ranges 0x1d-0x1f, 0x28-0x2f and 0x32-0x3f are reserved; 0x16 (OPENED)
+// ranges 0x1d-0x1f, 0x2a-0x2f and 0x32-0x3f are reserved; 0x16 (OPENED)
 // is retired.
 func (t Type) Known() bool { _, ok := typeNames[t]; return ok }
 
@@ -128,6 +131,7 @@ const (
 	AttrRKey           AttrType = 33 // u32: a memory region's remote key
 	AttrSegments       AttrType = 34 // 16 to 256 bytes, a multiple of 16: (u64 offset, u64 length) per fd
 	AttrListing        AttrType = 35 // CONNS and its reply: u8, which list (List*); absent = connections
+	AttrVerbsLanes     AttrType = 36 // 28 to 448 bytes, a multiple of 28: (u32 lane id, VERBS_PEER) per fd
 )
 
 // Values of LISTING: the lists CONNS pages through.
@@ -162,10 +166,14 @@ const (
 	kindBytes                     // 0..max bytes (strings, JSON)
 	kindFixed                     // exactly max bytes (also u16 and u64 values)
 	kindSegs                      // segmentSize to max bytes, a multiple of segmentSize (SEGMENTS)
+	kindLanes                     // laneSize to max bytes, a multiple of laneSize (VERBS_LANES)
 )
 
 // segmentSize is the size of one SEGMENTS entry: u64 offset, u64 length.
 const segmentSize = 16
+
+// LaneSize is the size of one VERBS_LANES entry: u32 lane id, then a VERBS_PEER.
+const LaneSize = 28
 
 type attrSpec struct {
 	name string
@@ -212,6 +220,7 @@ var attrSpecs = map[AttrType]attrSpec{
 	AttrRKey:           {"RKEY", kindU32, 0},
 	AttrSegments:       {"SEGMENTS", kindSegs, MaxFDs * segmentSize},
 	AttrListing:        {"LISTING", kindU8, 0},
+	AttrVerbsLanes:     {"VERBS_LANES", kindLanes, MaxFDs * LaneSize},
 }
 
 func (a AttrType) String() string {

@@ -131,7 +131,7 @@ var shmLayoutIgnored = []string{
 var vqpLayoutChecked = map[string]uint64{
 	"magic": VQPMagic, "version": VQPVersion, "hdr_size": VQPHeaderSize,
 	"ring_min": VQPRingMin, "ring_max": VQPRingMax, "off_ring_size": VQPOffRingSize, "off_dead": VQPOffDead,
-	"off_prod": VQPOffProd,
+	"off_prod": VQPOffProd, "off_lanes": VQPOffLanes,
 }
 
 // vqpLayoutIgnored are the verbs-qp-layout keys Go does not define on
@@ -140,7 +140,7 @@ var vqpLayoutChecked = map[string]uint64{
 // ring (the providers' alone; the C vector test checks them).
 var vqpLayoutIgnored = []string{
 	"off_access", "off_cons", "off_waiting", "off_armed", "rec_hdr", "rec_align", "rec_len", "rec_op", "rec_flags", "rec_imm", "rec_total",
-	"op_send", "op_send_imm", "op_write_imm", "op_pad", "first", "last", "solicited",
+	"op_send", "op_send_imm", "op_write_imm", "op_pad", "first", "last", "solicited", "grh",
 }
 
 // checkLayout checks a layout vector: shm-layout against the constants of

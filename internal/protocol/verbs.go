@@ -13,6 +13,7 @@ const (
 	VQPRingMax     = 16 << 20 // largest ring_size
 	VQPOffRingSize = 8        // u32 ring_size, after magic and version
 	VQPOffDead     = 16       // u32: 1 once the owner is gone
+	VQPOffLanes    = 24       // u32, a UD QP's: the agent adds 1 for each lane it gives it
 	VQPOffProd     = 64       // u64: bytes the peer produced into the ring
 )
 

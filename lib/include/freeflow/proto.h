@@ -57,6 +57,8 @@ enum ff_msg_type {
 	FF_MSG_VERBS_MR_GRANT	= 0x25,
 	FF_MSG_VERBS_MR_DEREG	= 0x26,
 	FF_MSG_VERBS_QP_DESTROY	= 0x27,
+	FF_MSG_VERBS_UD_LANE	= 0x28,
+	FF_MSG_VERBS_UD_LANES	= 0x29,
 	FF_MSG_REGISTER		= 0x40,
 	FF_MSG_UNREGISTER	= 0x41,
 	FF_MSG_LIST		= 0x42,
@@ -102,6 +104,8 @@ enum ff_attr_type {
 	FF_ATTR_VERBS_MR	= 32,	/* 24 bytes: u64 address, u64 length, u32 access, u32 PD */
 	FF_ATTR_RKEY		= 33,	/* u32 */
 	FF_ATTR_SEGMENTS	= 34,	/* 16..256 bytes, n x (u64 offset, u64 length), one per fd */
+	/* 35 (LISTING) is admin only: unknown here. */
+	FF_ATTR_VERBS_LANES	= 36,	/* 28..448 bytes, n x (u32 lane id, 24-byte VERBS_PEER), one per fd */
 	FF_ATTR__COUNT			/* one past the highest known type */
 };
 

@@ -21,6 +21,11 @@
 #define FF_VQP_OFF_DEAD		16u
 /* u32: the QP's qp_access_flags (IBV_ACCESS_REMOTE_*), which one-sided requests through it need. */
 #define FF_VQP_OFF_ACCESS	20u
+/*
+ * u32, in a UD QP's own memfd: the agent adds 1 each time it gives the QP
+ * a new lane (VERBS_UD_LANE), so the owner asks for lanes only then.
+ */
+#define FF_VQP_OFF_LANES	24u
 /* u64 byte counters of the ring, each on its own cache line: the peer produces, the owner consumes. */
 #define FF_VQP_OFF_PROD		64u
 #define FF_VQP_OFF_CONS		128u
@@ -53,5 +58,11 @@ enum ff_vqp_op {
 #define FF_VQP_FIRST	1u
 #define FF_VQP_LAST	2u
 #define FF_VQP_SOLICITED 4u	/* on a message's last piece: sent with IBV_SEND_SOLICITED */
+/*
+ * In a UD lane: the datagram's address handle had a GRH (is_global), so
+ * the receive gets one. A lane's records are whole datagrams (FIRST|LAST)
+ * whose total word is the Q_Key they were sent with.
+ */
+#define FF_VQP_GRH	8u
 
 #endif

@@ -18,6 +18,7 @@ enum attr_kind {
 	KIND_EP,		/* FF_EP4_LEN or FF_EP6_LEN */
 	KIND_STR,		/* value length at most .size */
 	KIND_SEGS,		/* 16 to .size, a multiple of 16 (SEGMENTS) */
+	KIND_LANES,		/* 28 to .size, a multiple of 28 (VERBS_LANES) */
 };
 
 static const struct {
@@ -53,6 +54,7 @@ static const struct {
 	[FF_ATTR_VERBS_MR]	= { KIND_FIXED, 24 },
 	[FF_ATTR_RKEY]		= { KIND_FIXED, 4 },
 	[FF_ATTR_SEGMENTS]	= { KIND_SEGS, 256 },
+	[FF_ATTR_VERBS_LANES]	= { KIND_LANES, 16 * 28 },
 };
 
 /* The present bitmask needs one bit per known type. */
@@ -75,6 +77,8 @@ static int attr_len_ok(uint16_t type, size_t len)
 		return len == FF_EP4_LEN || len == FF_EP6_LEN;
 	case KIND_SEGS:
 		return len >= 16 && len <= attr_rules[type].size && len % 16 == 0;
+	case KIND_LANES:
+		return len >= 28 && len <= attr_rules[type].size && len % 28 == 0;
 	default:
 		return len <= attr_rules[type].size;
 	}
@@ -106,6 +110,8 @@ static int msg_type_known(uint8_t type)
 	case FF_MSG_VERBS_MR_GRANT:
 	case FF_MSG_VERBS_MR_DEREG:
 	case FF_MSG_VERBS_QP_DESTROY:
+	case FF_MSG_VERBS_UD_LANE:
+	case FF_MSG_VERBS_UD_LANES:
 	case FF_MSG_REGISTER:
 	case FF_MSG_UNREGISTER:
 	case FF_MSG_LIST:
