@@ -6,7 +6,8 @@
  * alone (the fake has no containers, so VERBS_PEER's LID
  * and GID are not looked at), each QP's doorbell handed to its peers and rung when they die, grants only through a connected QP to a region
  * in its peer's PD, read-only unless the region allows remote writes or
- * atomics, and a dead word set when a session ends. The agent's own rules
+ * atomics, a dead word set when a session ends, and UD lanes (a sender's
+ * memfd handed to the receiver with the sender's QPN). The agent's own rules
  * (internal/agent) are tested in Go.
  */
 #ifndef FREEFLOW_FAKE_VERBS_H
@@ -39,6 +40,17 @@ struct fv_mr {
 	int nsegs, fds[FV_MAX_SEGS];
 };
 
+/* A UD lane: the sender's memfd, for the receiving QP to. */
+struct fv_lane {
+	int owner;		/* the sender's session; 0: free slot */
+	uint32_t id, from, to;
+	int memfd;
+};
+
+#define FV_MAX_LANES	64
+
+static struct fv_lane fv_lanes[FV_MAX_LANES];
+static uint32_t fv_next_lane = 1;
 static struct fv_qp fv_qps[FV_MAX_QPS];
 static struct fv_mr fv_mrs[FV_MAX_MRS];
 static uint32_t fv_next_qpn = 0x100, fv_next_rkey = 0x1000;
@@ -109,15 +121,31 @@ static inline void fv_close_fds(const int *fds, int n)
 		close(fds[i]);
 }
 
-/* q's dead word set, then the doorbells of the QPs connected to it rung. */
-static inline void fv_mark_dead(struct fv_qp *q)
+/* Add v to the u32 at off of a QP-layout memfd's header. */
+static inline void fv_hdr_add(int memfd, uint32_t off, uint32_t v)
 {
-	uint8_t *p = mmap(NULL, FF_VQP_HDR_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, q->memfd, 0);
+	uint8_t *p = mmap(NULL, FF_VQP_HDR_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
 
 	if (p != MAP_FAILED) {
-		__atomic_store_n((uint32_t *)(p + FF_VQP_OFF_DEAD), 1, __ATOMIC_RELEASE);
+		__atomic_fetch_add((uint32_t *)(p + off), v, __ATOMIC_SEQ_CST);
 		munmap(p, FF_VQP_HDR_SIZE);
 	}
+}
+
+static inline void fv_lane_dead(struct fv_lane *l)
+{
+	fv_hdr_add(l->memfd, FF_VQP_OFF_DEAD, 1);
+	close(l->memfd);
+	l->owner = 0;
+}
+
+/* q's dead word set, its lanes dead, then the doorbells of the QPs connected to it rung. */
+static inline void fv_mark_dead(struct fv_qp *q)
+{
+	fv_hdr_add(q->memfd, FF_VQP_OFF_DEAD, 1);
+	for (int i = 0; i < FV_MAX_LANES; i++)
+		if (fv_lanes[i].owner && (fv_lanes[i].from == q->qpn || fv_lanes[i].to == q->qpn))
+			fv_lane_dead(&fv_lanes[i]);
 	for (int i = 0; i < FV_MAX_QPS; i++)
 		if (fv_qps[i].owner && fv_qps[i].peer == q->qpn && fv_qps[i].bell >= 0)
 			send(fv_qps[i].bell, "", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -145,6 +173,67 @@ static inline void fv_grant_attrs(struct ff_enc *e, const void *arg)
 	memset(mr + 20, 0, 4);	/* PD 0 */
 	ff_enc_attr(e, FF_ATTR_VERBS_MR, mr, sizeof(mr));
 	ff_enc_attr(e, FF_ATTR_SEGMENTS, r->segs, 16 * (size_t)r->nsegs);
+}
+
+/* VERBS_LANES: n entries of (lane id, the sender as VERBS_PEER names it). */
+struct fv_lanes_attr {
+	uint8_t val[16 * 28];
+	int n;
+};
+
+static inline void fv_lanes_attrs(struct ff_enc *e, const void *arg)
+{
+	const struct fv_lanes_attr *l = arg;
+
+	if (l->n)
+		ff_enc_attr(e, FF_ATTR_VERBS_LANES, l->val, 28 * (size_t)l->n);
+}
+
+/* VERBS_UD_LANE of q's owner: its lane to p replaces an earlier one; p told. */
+static inline void fv_ud_lane(int fd, uint32_t seq, struct fv_qp *q, struct fv_qp *p, int memfd)
+{
+	for (int i = 0; i < FV_MAX_LANES; i++)
+		if (fv_lanes[i].owner && fv_lanes[i].from == q->qpn && fv_lanes[i].to == p->qpn)
+			fv_lane_dead(&fv_lanes[i]);
+	for (int i = 0; i < FV_MAX_LANES; i++)
+		if (!fv_lanes[i].owner) {
+			fv_lanes[i] = (struct fv_lane){ .owner = fd, .id = fv_next_lane++, .from = q->qpn,
+							.to = p->qpn, .memfd = memfd };
+			fv_hdr_add(p->memfd, FF_VQP_OFF_LANES, 1);
+			if (p->bell >= 0)
+				send(p->bell, "", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+			fv_reply(fd, FF_MSG_OK, seq, &p->bell, p->bell >= 0, NULL, NULL);
+			return;
+		}
+	close(memfd);
+	fv_error(fd, seq, FF_ERR_LIMIT);
+}
+
+/* VERBS_UD_LANES of q: its live lanes from id from on, in id order, at most 16. */
+static inline void fv_ud_lanes(int fd, uint32_t seq, const struct fv_qp *q, uint32_t from)
+{
+	struct fv_lanes_attr out = { .n = 0 };
+	int fds[16];
+
+	while (out.n < 16) {
+		struct fv_lane *next = NULL;
+		/* The fake's one device: every QP is at LID 0x102, GID ::ffff:10.244.1.2 (tv_setup). */
+		uint8_t peer[24] = { 0, 0, 0, 0, 0x02, 0x01, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff,
+				     10, 244, 1, 2 };
+
+		for (int i = 0; i < FV_MAX_LANES; i++)
+			if (fv_lanes[i].owner && fv_lanes[i].to == q->qpn && fv_lanes[i].id >= from &&
+			    (!next || fv_lanes[i].id < next->id))
+				next = &fv_lanes[i];
+		if (!next)
+			break;
+		memcpy(peer, &next->from, 4);
+		memcpy(out.val + 28 * out.n, &next->id, 4);
+		memcpy(out.val + 28 * out.n + 4, peer, 24);
+		fds[out.n++] = next->memfd;
+		from = next->id + 1;
+	}
+	fv_reply(fd, FF_MSG_OK, seq, fds, out.n, fv_lanes_attrs, &out);
 }
 
 /* One verbs request of session fd (its fds in fds, taken over). */
@@ -248,6 +337,35 @@ static inline void fv_request(int fd, const struct ff_msg *m, int *fds, int nfds
 				fv_mrs[i].owner = 0;
 			}
 		fv_reply(fd, FF_MSG_OK, m->seq, NULL, 0, NULL, NULL);
+		return;
+	case FF_MSG_VERBS_UD_LANE:
+		q = ff_msg_get(m, FF_ATTR_QPN) ? fv_qp(ff_attr_u32(ff_msg_get(m, FF_ATTR_QPN))) : NULL;
+		a = ff_msg_get(m, FF_ATTR_VERBS_PEER);
+		if (!q || q->owner != fd || !a || nfds != 1) {
+			fv_close_fds(fds, nfds);
+			fv_error(fd, m->seq, FF_ERR_INVALID);
+			return;
+		}
+		{
+			uint32_t to;
+
+			memcpy(&to, a->val, 4);
+			if (!(p = fv_qp(to))) {
+				close(fds[0]);
+				fv_error(fd, m->seq, FF_ERR_NOTFOUND);
+				return;
+			}
+		}
+		fv_ud_lane(fd, m->seq, q, p, fds[0]);
+		return;
+	case FF_MSG_VERBS_UD_LANES:
+		q = ff_msg_get(m, FF_ATTR_QPN) ? fv_qp(ff_attr_u32(ff_msg_get(m, FF_ATTR_QPN))) : NULL;
+		a = ff_msg_get(m, FF_ATTR_OFFSET);
+		if (!q || q->owner != fd || !a) {
+			fv_error(fd, m->seq, FF_ERR_INVALID);
+			return;
+		}
+		fv_ud_lanes(fd, m->seq, q, ff_attr_u32(a));
 		return;
 	case FF_MSG_VERBS_QP_DESTROY:
 		q = ff_msg_get(m, FF_ATTR_QPN) ? fv_qp(ff_attr_u32(ff_msg_get(m, FF_ATTR_QPN))) : NULL;

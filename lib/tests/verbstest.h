@@ -266,4 +266,62 @@ static inline void tv_hear(int sock, char want)
 	TV_MUST(read(sock, &c, 1) == 1 && c == want, "wait for %c (got %c)", want, c);
 }
 
+#define TV_QKEY	0x11111111u
+
+/* A UD QP on e's PD and CQ, in RTS, with Q_Key TV_QKEY. */
+static inline void tv_ud_qp(struct tv_end *e)
+{
+	struct ibv_qp_init_attr ia = { .qp_type = IBV_QPT_UD, .send_cq = e->cq, .recv_cq = e->cq,
+				       .cap = { .max_send_wr = 64, .max_recv_wr = 64,
+						.max_send_sge = 2, .max_recv_sge = 2 } };
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = TV_QKEY };
+
+	e->qp = ibv_create_qp(e->pd, &ia);
+	TV_MUST(e->qp, "create a UD QP: %s", strerror(errno));
+	/* As on hardware: INIT needs the Q_Key. */
+	CHECK(ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT) != 0,
+	      "a UD QP went to INIT without a Q_Key");
+	TV_MUST(ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+			      IBV_QP_QKEY) == 0, "UD QP to INIT");
+	a.qp_state = IBV_QPS_RTR;
+	TV_MUST(ibv_modify_qp(e->qp, &a, IBV_QP_STATE) == 0, "UD QP to RTR");
+	a.qp_state = IBV_QPS_RTS;
+	TV_MUST(ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN) == 0, "UD QP to RTS");
+}
+
+static inline struct ibv_ah *tv_ah(struct tv_end *e, int global)
+{
+	struct ibv_ah_attr a = { .dlid = 0x102, .port_num = 1, .is_global = global };
+	struct ibv_ah *ah;
+
+	if (global) {
+		a.grh.hop_limit = 1;
+		TV_MUST(ibv_query_gid(e->ctx, 1, 0, &a.grh.dgid) == 0, "query GID 0");
+	}
+	ah = ibv_create_ah(e->pd, &a);
+	TV_MUST(ah, "create an address handle: %s", strerror(errno));
+	return ah;
+}
+
+/* A datagram of len bytes (the pattern of seed) to qpn through ah; its send completion's status. */
+static inline enum ibv_wc_status tv_send_dgram(struct tv_end *e, struct ibv_qp *qp, struct ibv_mr *mr,
+						    struct ibv_ah *ah, uint32_t qpn, uint32_t qkey, uint32_t len,
+						    uint32_t seed)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)mr->addr, .length = len, .lkey = mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = seed, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_SEND_WITH_IMM, .imm_data = htonl(seed),
+				  .send_flags = IBV_SEND_SIGNALED,
+				  .wr.ud = { .ah = ah, .remote_qpn = qpn, .remote_qkey = qkey } }, *bad;
+	struct ibv_wc wc;
+
+	for (uint32_t k = 0; k < len; k++)
+		((uint8_t *)mr->addr)[k] = tv_pattern(seed, k);
+	TV_MUST(ibv_post_send(qp, &wr, &bad) == 0, "post datagram %u: %s", seed, strerror(errno));
+	wc = tv_wait(e);
+	CHECK(wc.wr_id == seed && wc.opcode == IBV_WC_SEND, "datagram %u: completion wr_id %llu op %d",
+	      seed, (unsigned long long)wc.wr_id, wc.opcode);
+	return wc.status;
+}
+
 #endif

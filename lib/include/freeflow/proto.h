@@ -97,7 +97,8 @@ enum ff_attr_type {
 	FF_ATTR_LINK		= 24,	/* u64, a cross-host link's name (PATH host-tcp, LINK_FILL) */
 	FF_ATTR_COUNT		= 25,	/* u32, stock connections asked for (LINK_FILL) */
 	FF_ATTR_TOKEN		= 26,	/* 16 bytes, a cross-host link's secret */
-	/* 27 (LINK_PORT) is agent to agent, 28 (OFFSET) admin only: unknown here. */
+	/* 27 (LINK_PORT) is agent to agent: unknown here. */
+	FF_ATTR_OFFSET		= 28,	/* u32, the first entry wanted (VERBS_UD_LANES) */
 	FF_ATTR_QPN		= 29,	/* u32, a queue pair's number */
 	FF_ATTR_VERBS_PEER	= 30,	/* 24 bytes: u32 QPN, u16 LID, u16 0, 16-byte GID */
 	FF_ATTR_VERBS_QP	= 31,	/* 8 bytes: u32 QP type, u32 PD */

@@ -48,6 +48,7 @@ static const struct {
 	[FF_ATTR_LINK]		= { KIND_FIXED, 8 },
 	[FF_ATTR_COUNT]		= { KIND_FIXED, 4 },
 	[FF_ATTR_TOKEN]		= { KIND_FIXED, FF_TOKEN_LEN },
+	[FF_ATTR_OFFSET]	= { KIND_FIXED, 4 },
 	[FF_ATTR_QPN]		= { KIND_FIXED, 4 },
 	[FF_ATTR_VERBS_PEER]	= { KIND_FIXED, 24 },
 	[FF_ATTR_VERBS_QP]	= { KIND_FIXED, 8 },

@@ -96,17 +96,39 @@ static int read_guid(const char *ibdev_path, uint64_t *guid)
 	return 0;
 }
 
+/* GID 0 from ports/1/gids/0, eight groups of four hex digits, into network order. */
+static int read_gid(const char *ibdev_path, uint8_t gid[16])
+{
+	char buf[64];
+	unsigned g[8];
+	int err = read_line(ibdev_path, "ports/1/gids/0", buf, sizeof(buf));
+
+	if (err)
+		return err;
+	if (sscanf(buf, "%4x:%4x:%4x:%4x:%4x:%4x:%4x:%4x", &g[0], &g[1], &g[2], &g[3], &g[4], &g[5],
+		   &g[6], &g[7]) != 8)
+		return -EINVAL;
+	for (int i = 0; i < 8; i++) {
+		gid[2 * i] = (uint8_t)(g[i] >> 8);
+		gid[2 * i + 1] = (uint8_t)g[i];
+	}
+	return 0;
+}
+
 static struct verbs_device *alloc_device(struct verbs_sysfs_dev *sysfs)
 {
 	struct ffv_device *d;
 	uint64_t guid;
 	uint16_t lid;
+	uint8_t gid[16];
 	int err = read_lid(sysfs->ibdev_path, &lid);
 
 	if (!err)
 		err = read_guid(sysfs->ibdev_path, &guid);
+	if (!err)
+		err = read_gid(sysfs->ibdev_path, gid);
 	if (err) {
-		fprintf(stderr, "libffv: %s's ports/1/lid or node_guid under %s is missing or bad (%s); "
+		fprintf(stderr, "libffv: %s's ports/1/lid, node_guid or ports/1/gids/0 under %s is missing or bad (%s); "
 			"the container's verbs device is made by `freeflow run`\n", sysfs->ibdev_name,
 			sysfs->ibdev_path, strerror(-err));
 		return NULL;
@@ -116,6 +138,7 @@ static struct verbs_device *alloc_device(struct verbs_sysfs_dev *sysfs)
 		return NULL;
 	d->lid = lid;
 	d->node_guid = htobe64(guid);
+	memcpy(d->gid, gid, 16);
 	return &d->vdev;
 }
 
@@ -215,6 +238,8 @@ static const struct verbs_context_ops ops = {
 	.destroy_cq = ffv_destroy_cq,
 	.poll_cq = ffv_poll_cq,
 	.req_notify_cq = ffv_req_notify_cq,
+	.create_ah = ffv_create_ah,
+	.destroy_ah = ffv_destroy_ah,
 	.create_qp = ffv_create_qp,
 	.query_qp = ffv_query_qp,
 	.modify_qp = ffv_modify_qp,

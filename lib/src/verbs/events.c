@@ -151,8 +151,10 @@ int ffv_cq_channel(struct ffv_context *c, struct ffv_cq *cq, struct ibv_comp_cha
 static void arm_qps(struct ffv_cq *cq, uint32_t on)
 {
 	for (struct ffv_qp *qp = cq->ctx->qps; qp; qp = qp->next)
-		if (qp->rcq == cq && qp->belled)
+		if (qp->rcq == cq && qp->belled) {
 			__atomic_store_n((uint32_t *)(qp->mem + FF_VQP_OFF_ARMED), on, __ATOMIC_SEQ_CST);
+			ffv_ud_arm(qp, on);
+		}
 }
 
 void ffv_cq_fire(struct ffv_cq *cq)

@@ -51,41 +51,42 @@ static int peer_allows(const struct ffv_qp *qp, int access)
 
 /* ---- the sender's side of a ring ---- */
 
-/* Bytes free in the peer's ring; 0 also when its cons word makes no sense. */
-static uint32_t ring_room(const struct ffv_qp *qp)
+/* Bytes free in a ring we produce into; 0 also when its cons word makes no sense. */
+static uint32_t ring_room(const uint8_t *mem, uint32_t size, uint64_t prod)
 {
-	uint64_t cons = __atomic_load_n((uint64_t *)(qp->peer_mem + FF_VQP_OFF_CONS), __ATOMIC_ACQUIRE);
-	uint64_t used = qp->tx_prod - cons;
+	uint64_t cons = __atomic_load_n((const uint64_t *)(mem + FF_VQP_OFF_CONS), __ATOMIC_ACQUIRE);
+	uint64_t used = prod - cons;
 
-	return used > qp->peer_ring ? 0 : (uint32_t)(qp->peer_ring - used);
+	return used > size ? 0 : (uint32_t)(size - used);
 }
 
-/*
- * Room for one record of len payload bytes, padding to the ring's end first
- * if it would wrap: the offset to write it at, or -1 when there is none.
- */
-static long ring_reserve(struct ffv_qp *qp, uint32_t len)
+long ffv_ring_reserve(uint8_t *mem, uint32_t size, uint64_t *prod, uint32_t len)
 {
-	uint32_t need = FF_VQP_REC_HDR + round16(len), mask = qp->peer_ring - 1;
-	uint32_t off = (uint32_t)(qp->tx_prod & mask), to_end = qp->peer_ring - off;
-	uint8_t *ring = qp->peer_mem + FF_VQP_HDR_SIZE;
+	uint32_t need = FF_VQP_REC_HDR + round16(len);
+	uint32_t off = (uint32_t)(*prod & (size - 1)), to_end = size - off;
+	uint8_t *ring = mem + FF_VQP_HDR_SIZE;
 
 	if (need > to_end) {
 		uint32_t pad[4] = { to_end - FF_VQP_REC_HDR, FF_VQP_OP_PAD, 0, 0 };
 
-		if (ring_room(qp) < to_end + need)
+		if (ring_room(mem, size, *prod) < to_end + need)
 			return -1;
 		memcpy(ring + off, pad, sizeof(pad));
-		qp->tx_prod += to_end;
+		*prod += to_end;
 		off = 0;
-	} else if (ring_room(qp) < need) {
+	} else if (ring_room(mem, size, *prod) < need) {
 		return -1;
 	}
 	return off;
 }
 
-static void rec_header(uint8_t *at, uint32_t len, uint8_t op, uint8_t flags, uint32_t imm,
-		       uint32_t total)
+static long ring_reserve(struct ffv_qp *qp, uint32_t len)
+{
+	return ffv_ring_reserve(qp->peer_mem, qp->peer_ring, &qp->tx_prod, len);
+}
+
+void ffv_rec_header(uint8_t *at, uint32_t len, uint8_t op, uint8_t flags, uint32_t imm,
+		    uint32_t total)
 {
 	uint8_t h[FF_VQP_REC_HDR] = { 0 };
 
@@ -97,15 +98,19 @@ static void rec_header(uint8_t *at, uint32_t len, uint8_t op, uint8_t flags, uin
 	memcpy(at, h, sizeof(h));
 }
 
-/* Records out: prod, then the peer's doorbell if its armed word asks (events.c). */
-static void publish(struct ffv_qp *qp)
+void ffv_ring_publish(uint8_t *mem, uint64_t prod, int bell)
 {
-	__atomic_store_n((uint64_t *)(qp->peer_mem + FF_VQP_OFF_PROD), qp->tx_prod, __ATOMIC_RELEASE);
-	if (qp->peer_bell < 0)
+	__atomic_store_n((uint64_t *)(mem + FF_VQP_OFF_PROD), prod, __ATOMIC_RELEASE);
+	if (bell < 0)
 		return;
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);	/* prod before armed: docs/VERBS.md, "No lost wake-up" */
-	if (__atomic_load_n((uint32_t *)(qp->peer_mem + FF_VQP_OFF_ARMED), __ATOMIC_RELAXED))
-		ffv_ring(qp->peer_bell);
+	if (__atomic_load_n((uint32_t *)(mem + FF_VQP_OFF_ARMED), __ATOMIC_RELAXED))
+		ffv_ring(bell);
+}
+
+static void publish(struct ffv_qp *qp)
+{
+	ffv_ring_publish(qp->peer_mem, qp->tx_prod, qp->peer_bell);
 }
 
 /* The flags of a message's last record: FF_VQP_SOLICITED if the sender asked. */
@@ -136,12 +141,12 @@ static void sge_copy(const struct ibv_sge *sge, int n, uint32_t off, uint8_t *bu
 	}
 }
 
-static void gather(uint8_t *dst, const struct ibv_sge *sge, int n, uint32_t off, uint32_t len)
+void ffv_gather(uint8_t *dst, const struct ibv_sge *sge, int n, uint32_t off, uint32_t len)
 {
 	sge_copy(sge, n, off, dst, len, 0);
 }
 
-static void scatter(const struct ibv_sge *sge, int n, uint32_t off, const uint8_t *src, uint32_t len)
+void ffv_scatter(const struct ibv_sge *sge, int n, uint32_t off, const uint8_t *src, uint32_t len)
 {
 	sge_copy(sge, n, off, (uint8_t *)src, len, 1);
 }
@@ -163,10 +168,10 @@ static int do_send(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t tot
 			len = PIECE_MAX(qp->peer_ring);
 		if ((off = ring_reserve(qp, len)) < 0)
 			break;
-		rec_header(qp->peer_mem + FF_VQP_HDR_SIZE + off, len, op,
+		ffv_rec_header(qp->peer_mem + FF_VQP_HDR_SIZE + off, len, op,
 			   (*done == 0 ? FF_VQP_FIRST : 0) | (*done + len == total ? last_flags(wr) : 0),
 			   wr->imm_data, total);
-		gather(qp->peer_mem + FF_VQP_HDR_SIZE + off + FF_VQP_REC_HDR, wr->sg_list, wr->num_sge,
+		ffv_gather(qp->peer_mem + FF_VQP_HDR_SIZE + off + FF_VQP_REC_HDR, wr->sg_list, wr->num_sge,
 		       *done, len);
 		qp->tx_prod += FF_VQP_REC_HDR + round16(len);
 		*done += len;
@@ -188,7 +193,7 @@ static int do_write(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t to
 				     IBV_ACCESS_REMOTE_WRITE, &st);
 		if (!dst)
 			return -(int)st;
-		gather(dst, wr->sg_list, wr->num_sge, 0, total);
+		ffv_gather(dst, wr->sg_list, wr->num_sge, 0, total);
 		*done = 1;	/* the data is there; only the record may wait */
 	}
 	if (wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
@@ -197,7 +202,7 @@ static int do_write(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t to
 		if (off < 0)
 			return WAIT;
 		/* Release order: the target sees the record only after the data. */
-		rec_header(qp->peer_mem + FF_VQP_HDR_SIZE + off, 0, FF_VQP_OP_WRITE_IMM,
+		ffv_rec_header(qp->peer_mem + FF_VQP_HDR_SIZE + off, 0, FF_VQP_OP_WRITE_IMM,
 			   FF_VQP_FIRST | last_flags(wr), wr->imm_data, total);
 		qp->tx_prod += FF_VQP_REC_HDR;
 		publish(qp);
@@ -216,7 +221,7 @@ static int do_read(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t tot
 	src = ffv_grant_find(qp, wr->wr.rdma.rkey, wr->wr.rdma.remote_addr, total, IBV_ACCESS_REMOTE_READ, &st);
 	if (!src)
 		return -(int)st;
-	scatter(wr->sg_list, wr->num_sge, 0, src, total);
+	ffv_scatter(wr->sg_list, wr->num_sge, 0, src, total);
 	return DONE;
 }
 
@@ -240,7 +245,7 @@ static int do_atomic(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t t
 		__atomic_compare_exchange_n(dst, &old, wr->wr.atomic.swap, 0, __ATOMIC_SEQ_CST,
 					    __ATOMIC_SEQ_CST);
 	}
-	scatter(wr->sg_list, wr->num_sge, 0, (const uint8_t *)&old, 8);
+	ffv_scatter(wr->sg_list, wr->num_sge, 0, (const uint8_t *)&old, 8);
 	return DONE;
 }
 
@@ -363,7 +368,7 @@ static int enqueue(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t tot
 	if (inl) {
 		uint8_t *data = (uint8_t *)(w->sge + 1);
 
-		gather(data, wr->sg_list, wr->num_sge, 0, total);
+		ffv_gather(data, wr->sg_list, wr->num_sge, 0, total);
 		w->sge[0] = (struct ibv_sge){ .addr = (uintptr_t)data, .length = total };
 		w->wr.num_sge = 1;
 	} else {
@@ -431,6 +436,14 @@ int ffv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_w
 		if ((wr->send_flags & IBV_SEND_INLINE) && total > qp->cap.max_inline_data) {
 			err = EINVAL;
 			break;
+		}
+		if (ibqp->qp_type == IBV_QPT_UD) {
+			if (wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM) {
+				err = EINVAL;	/* a UD QP only sends */
+				break;
+			}
+			finish(qp, wr, total, ffv_ud_send(qp, wr, total));
+			continue;
 		}
 		r = qp->sq ? WAIT : run(qp, wr, total, &done);
 		if (r == WAIT) {
@@ -537,6 +550,10 @@ static void recv_done(struct ffv_qp *qp, uint8_t op, uint8_t flags, uint32_t imm
  */
 void ffv_take_incoming(struct ffv_qp *qp)
 {
+	if (qp->vqp.qp.qp_type == IBV_QPT_UD) {
+		ffv_ud_take(qp);
+		return;
+	}
 	uint8_t *ring = qp->mem + FF_VQP_HDR_SIZE;
 	uint64_t prod = __atomic_load_n((uint64_t *)(qp->mem + FF_VQP_OFF_PROD), __ATOMIC_ACQUIRE);
 	uint64_t start = qp->rx_cons;
@@ -585,7 +602,7 @@ void ffv_take_incoming(struct ffv_qp *qp)
 				if (qp->rx_off + len > w->room)
 					qp->rx_status = IBV_WC_LOC_LEN_ERR;
 				else
-					scatter(w->sge, w->num_sge, qp->rx_off, ring + off + FF_VQP_REC_HDR, len);
+					ffv_scatter(w->sge, w->num_sge, qp->rx_off, ring + off + FF_VQP_REC_HDR, len);
 			}
 			qp->rx_off += len;
 			if (flags & FF_VQP_LAST)
@@ -611,6 +628,10 @@ void ffv_progress(struct ffv_qp *qp)
 {
 	if (qp->vqp.qp.state == IBV_QPS_RESET || qp->vqp.qp.state == IBV_QPS_INIT)
 		return;
+	if (qp->vqp.qp.qp_type == IBV_QPT_UD) {
+		ffv_ud_take(qp);
+		return;
+	}
 	/*
 	 * A QP that only receives maps its peer too, once the peer connected
 	 * back, to see it die (below); a failure here is no error (a NIC

@@ -22,32 +22,43 @@
 #define MAX_SGE		32
 #define MAX_INLINE	4096
 
+int ffv_ring_make(uint32_t ring, int *fd, uint8_t **mem)
+{
+	size_t size = FF_VQP_HDR_SIZE + ring;
+	uint32_t hdr[3] = { FF_VQP_MAGIC, FF_VQP_VERSION, ring };
+	int err;
+
+	*mem = NULL;
+	*fd = memfd_create("ffv-qp", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (*fd < 0)
+		return -errno;
+	if (ftruncate(*fd, size) < 0 || fcntl(*fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0)
+		goto fail;
+	*mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
+	if (*mem == MAP_FAILED)
+		goto fail;
+	memcpy(*mem, hdr, sizeof(hdr));
+	return 0;
+fail:
+	err = -errno;
+	*mem = NULL;
+	close(*fd);
+	*fd = -1;
+	return err;
+}
+
 static int make_ring(struct ffv_qp *qp)
 {
-	size_t size = FF_VQP_HDR_SIZE + RING_SIZE;
-	uint32_t hdr[3] = { FF_VQP_MAGIC, FF_VQP_VERSION, RING_SIZE };
-
-	qp->memfd = memfd_create("ffv-qp", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	if (qp->memfd < 0)
-		return -errno;
-	if (ftruncate(qp->memfd, size) < 0 ||
-	    fcntl(qp->memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0)
-		return -errno;
-	qp->mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, qp->memfd, 0);
-	if (qp->mem == MAP_FAILED) {
-		qp->mem = NULL;
-		return -errno;
-	}
-	memcpy(qp->mem, hdr, sizeof(hdr));
-	qp->ring_size = RING_SIZE;
-	return 0;
+	/* A UD QP's datagrams arrive in its senders' lanes (ud.c): its own ring stays empty. */
+	qp->ring_size = qp->vqp.qp.qp_type == IBV_QPT_UD ? FF_VQP_RING_MIN : RING_SIZE;
+	return ffv_ring_make(qp->ring_size, &qp->memfd, &qp->mem);
 }
 
 /* ctx->mu held: VERBS_QP_CREATE, with our doorbell if belled; the agent's QPN into qp. */
 static int register_qp(struct ffv_context *c, struct ffv_qp *qp)
 {
 	uint8_t buf[256], val[8];
-	uint32_t type = IBV_QPT_RC, pd = qp->pd->num;
+	uint32_t type = qp->vqp.qp.qp_type, pd = qp->pd->num;
 	const struct ff_attr *qpn;
 	int fds[2] = { qp->memfd, c->bell[1] };
 	struct ff_enc e;
@@ -71,6 +82,7 @@ static int register_qp(struct ffv_context *c, struct ffv_qp *qp)
 
 static void free_qp(struct ffv_qp *qp)
 {
+	ffv_ud_free(qp);
 	if (qp->mem)
 		munmap(qp->mem, FF_VQP_HDR_SIZE + qp->ring_size);
 	if (qp->peer_mem)
@@ -98,8 +110,8 @@ struct ibv_qp *ffv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 	struct ffv_qp *qp;
 	int err;
 
-	if (attr->qp_type != IBV_QPT_RC || attr->srq) {
-		errno = EOPNOTSUPP;	/* UD and SRQ: not yet (docs/VERBS.md) */
+	if ((attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UD) || attr->srq) {
+		errno = EOPNOTSUPP;	/* SRQ: not yet (docs/VERBS.md) */
 		return NULL;
 	}
 	if (!attr->send_cq || !attr->recv_cq || cap->max_send_wr > MAX_WR ||
@@ -113,6 +125,7 @@ struct ibv_qp *ffv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 		return NULL;
 	qp->memfd = -1;
 	qp->peer_bell = -1;
+	qp->vqp.qp.qp_type = attr->qp_type;
 	qp->pd = ffv_pd(pd);
 	qp->scq = ffv_cq(attr->send_cq);
 	qp->rcq = ffv_cq(attr->recv_cq);
@@ -150,7 +163,6 @@ struct ibv_qp *ffv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 	qp->vqp.qp.send_cq = attr->send_cq;
 	qp->vqp.qp.recv_cq = attr->recv_cq;
 	qp->vqp.qp.state = IBV_QPS_RESET;
-	qp->vqp.qp.qp_type = IBV_QPT_RC;
 	pthread_mutex_init(&qp->vqp.qp.mutex, NULL);
 	pthread_cond_init(&qp->vqp.qp.cond, NULL);
 	qp->attr.qp_state = IBV_QPS_RESET;
@@ -180,9 +192,14 @@ int ffv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask,
 	return 0;
 }
 
-/* The attributes an RC transition requires (IB spec, table "QP state transition properties"). */
-static int required(enum ibv_qp_state from, enum ibv_qp_state to)
+/* The attributes a transition requires (IB spec, table "QP state transition properties"). */
+static int required(enum ibv_qp_type type, enum ibv_qp_state from, enum ibv_qp_state to)
 {
+	if (type == IBV_QPT_UD) {
+		if (from == IBV_QPS_RESET && to == IBV_QPS_INIT)
+			return IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY;
+		return from == IBV_QPS_RTR && to == IBV_QPS_RTS ? IBV_QP_SQ_PSN : 0;
+	}
 	if (from == IBV_QPS_RESET && to == IBV_QPS_INIT)
 		return IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
 	if (from == IBV_QPS_INIT && to == IBV_QPS_RTR)
@@ -246,7 +263,7 @@ int ffv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 	from = mask & IBV_QP_CUR_STATE ? attr->cur_qp_state : ibqp->state;
 	to = mask & IBV_QP_STATE ? attr->qp_state : from;
 	if (from != ibqp->state || !allowed(from, to) ||
-	    (mask & required(from, to)) != required(from, to) ||
+	    (mask & required(ibqp->qp_type, from, to)) != required(ibqp->qp_type, from, to) ||
 	    (mask & IBV_QP_PORT && attr->port_num != 1) ||
 	    (mask & IBV_QP_PKEY_INDEX && attr->pkey_index != 0)) {
 		pthread_mutex_unlock(&c->mu);
@@ -260,6 +277,8 @@ int ffv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 	}
 	if (mask & IBV_QP_PORT)
 		qp->attr.port_num = attr->port_num;
+	if (mask & IBV_QP_QKEY)
+		qp->attr.qkey = attr->qkey;
 	if (mask & IBV_QP_AV)
 		qp->attr.ah_attr = attr->ah_attr;
 	if (mask & IBV_QP_PATH_MTU)
@@ -290,7 +309,7 @@ int ffv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 		reset(qp);
 	else if (to == IBV_QPS_ERR && from != IBV_QPS_ERR)
 		ffv_qp_error(qp);
-	else if (to == IBV_QPS_RTR)
+	else if (to == IBV_QPS_RTR && ibqp->qp_type == IBV_QPT_RC)
 		ffv_qp_connect(qp);	/* the peer may not exist yet: the first send asks again */
 	pthread_mutex_unlock(&c->mu);
 	return 0;
@@ -310,29 +329,28 @@ static void peer_name(const struct ffv_qp *qp, uint8_t val[24])
 		memcpy(val + 8, ah->grh.dgid.raw, 16);
 }
 
-/* Map the peer's ring from the agent's fd, after checking what it is. */
-static int map_peer(struct ffv_qp *qp, int fd)
+int ffv_ring_map(int fd, uint8_t **mem, uint32_t *ring)
 {
 	struct stat st;
-	uint32_t ring, hdr[2];
-	uint8_t *mem;
+	uint32_t size, hdr[2];
+	uint8_t *m;
 
 	if (fstat(fd, &st) < 0 || st.st_size <= FF_VQP_HDR_SIZE)
 		return -EPROTO;
-	ring = (uint32_t)(st.st_size - FF_VQP_HDR_SIZE);
-	if (st.st_size > FF_VQP_HDR_SIZE + FF_VQP_RING_MAX || ring < FF_VQP_RING_MIN ||
-	    (ring & (ring - 1)))
+	size = (uint32_t)(st.st_size - FF_VQP_HDR_SIZE);
+	if (st.st_size > FF_VQP_HDR_SIZE + FF_VQP_RING_MAX || size < FF_VQP_RING_MIN ||
+	    (size & (size - 1)))
 		return -EPROTO;
-	mem = mmap(NULL, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (mem == MAP_FAILED)
+	m = mmap(NULL, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (m == MAP_FAILED)
 		return -errno;
-	memcpy(hdr, mem, sizeof(hdr));
+	memcpy(hdr, m, sizeof(hdr));
 	if (hdr[0] != FF_VQP_MAGIC || hdr[1] != FF_VQP_VERSION) {
-		munmap(mem, st.st_size);
+		munmap(m, st.st_size);
 		return -EPROTO;
 	}
-	qp->peer_mem = mem;
-	qp->peer_ring = ring;
+	*mem = m;
+	*ring = size;
 	return 0;
 }
 
@@ -359,7 +377,7 @@ enum ibv_wc_status ffv_qp_connect(struct ffv_qp *qp)
 		return IBV_WC_RETRY_EXC_ERR;
 	/* The peer's memfd, and its doorbell if a CQ of it has a channel. */
 	if (m.type != FF_MSG_VERBS_PEER_QP || nfds < 1 || !(qpn = ff_msg_get(&m, FF_ATTR_QPN)) ||
-	    map_peer(qp, fds[0])) {
+	    ffv_ring_map(fds[0], &qp->peer_mem, &qp->peer_ring)) {
 		while (nfds > 0)
 			close(fds[--nfds]);
 		return IBV_WC_GENERAL_ERR;

@@ -112,6 +112,29 @@ struct ffv_swqe {
 	struct ibv_sge sge[];
 };
 
+/* An address handle: where a UD send goes (ud.c). */
+struct ffv_ah {
+	struct ibv_ah ibv_ah;
+	struct ibv_ah_attr attr;
+};
+
+/*
+ * A UD lane (ud.c; PROTOCOL.md, "UD lanes"): a ring one sender QP produces
+ * datagrams into and one receiver QP consumes, the sender's memfd.
+ */
+struct ffv_lane {
+	struct ffv_lane *next;
+	uint8_t *mem;			/* NULL: the receiver was not found (a sender's) */
+	uint32_t ring;
+	uint64_t pos;			/* the sender's prod, the receiver's cons */
+	/* The other end, as VERBS_PEER names it: the receiver's key, the sender's identity. */
+	uint8_t peer[24];
+	uint32_t id;			/* the agent's lane id (a receiver's) */
+	int bell;			/* the receiver's doorbell (a sender's), or -1 */
+	int broken;			/* the sender broke the layout: read no more */
+	int64_t retry_at;		/* a receiver not found: ask the agent again from then */
+};
+
 struct ffv_qp {
 	struct verbs_qp vqp;		/* calloc'd, comp_mask stays 0: no ibv_qp_ex */
 	struct ffv_qp *next;
@@ -148,6 +171,10 @@ struct ffv_qp {
 	/* Sends waiting for room, oldest first. */
 	struct ffv_swqe *sq, **sq_tail;
 	uint32_t sq_count;
+	/* A UD QP's lanes (ud.c): to its receivers, from its senders. */
+	struct ffv_lane *tx_lanes, *rx_lanes;
+	uint32_t lanes_seen;		/* the lanes word when we last asked for lanes */
+	uint32_t next_lane;		/* the lane id to ask from */
 };
 
 static inline struct ffv_device *ffv_dev(struct ibv_device *d)
@@ -169,6 +196,11 @@ static inline struct ffv_qp *ffv_qp(struct ibv_qp *qp)
 static inline struct ffv_cq *ffv_cq(struct ibv_cq *cq)
 {
 	return container_of(cq, struct ffv_cq, vcq.cq);
+}
+
+static inline struct ffv_ah *ffv_ah(struct ibv_ah *ah)
+{
+	return container_of(ah, struct ffv_ah, ibv_ah);
 }
 
 static inline struct ffv_pd *ffv_pd(struct ibv_pd *pd)
@@ -244,6 +276,10 @@ int ffv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask,
 		 struct ibv_qp_init_attr *init);
 int ffv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask);
 int ffv_destroy_qp(struct ibv_qp *qp);
+/* A QP-layout memfd with a ring of ring bytes, made and mapped; 0 or -errno. */
+int ffv_ring_make(uint32_t ring, int *fd, uint8_t **mem);
+/* Map a QP-layout memfd another process made, after checking its size and header. */
+int ffv_ring_map(int fd, uint8_t **mem, uint32_t *ring);
 /* ctx->mu held: map qp's peer's ring (VERBS_CONNECT); 0, or the work completion's error. */
 enum ibv_wc_status ffv_qp_connect(struct ffv_qp *qp);
 /*
@@ -271,8 +307,33 @@ int ffv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr 
 void ffv_progress(struct ffv_qp *qp);
 /* ctx->mu held: the records waiting in qp's ring into its posted receives. */
 void ffv_take_incoming(struct ffv_qp *qp);
+/*
+ * Producing into a ring (RC: the peer QP's; UD: a lane): room for a record
+ * of len payload bytes, padding to the ring's end first if it would wrap,
+ * prod advanced past the padding: the offset to write at, or -1 if none.
+ */
+long ffv_ring_reserve(uint8_t *mem, uint32_t size, uint64_t *prod, uint32_t len);
+void ffv_rec_header(uint8_t *at, uint32_t len, uint8_t op, uint8_t flags, uint32_t imm,
+		    uint32_t total);
+/* Records out: prod, then the owner's doorbell if its armed word asks (events.c). */
+void ffv_ring_publish(uint8_t *mem, uint64_t prod, int bell);
+/* Copy len bytes out of (gather) or into (scatter) SGEs' bytes, from offset off of them. */
+void ffv_gather(uint8_t *dst, const struct ibv_sge *sge, int n, uint32_t off, uint32_t len);
+void ffv_scatter(const struct ibv_sge *sge, int n, uint32_t off, const uint8_t *src, uint32_t len);
 /* ctx->mu held: a completion of qp's into its send or receive CQ. */
 void ffv_complete(struct ffv_qp *qp, int send, uint64_t wr_id, enum ibv_wc_status st,
 		  enum ibv_wc_opcode op, uint32_t len);
+
+/* ---- ud.c: UD QPs and address handles ---- */
+struct ibv_ah *ffv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr);
+int ffv_destroy_ah(struct ibv_ah *ah);
+/* ctx->mu held: a UD SEND of total bytes: 0 (sent, or dropped as a fabric drops it) or -status. */
+int ffv_ud_send(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total);
+/* ctx->mu held: the datagrams waiting in a UD QP's lanes into its posted receives. */
+void ffv_ud_take(struct ffv_qp *qp);
+/* ctx->mu held: a UD QP's armed word into each of its lanes (events.c). */
+void ffv_ud_arm(struct ffv_qp *qp, uint32_t on);
+/* A UD QP's lanes unmapped (nothing for an RC QP). */
+void ffv_ud_free(struct ffv_qp *qp);
 
 #endif

@@ -1,0 +1,395 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * UD queue pairs and address handles (docs/VERBS.md, "Datagrams"). A UD
+ * QP takes datagrams from any UD QP that may reach it, so each sender has
+ * a lane of its own to each receiver: a ring in a memfd the sender makes
+ * and the agent hands to the receiver with the sender's identity
+ * (PROTOCOL.md, "UD lanes"), so no sender can break or forge another's
+ * datagrams. A datagram is one record of at most the port's MTU; one that
+ * finds no room, or no receiver, is dropped, as a fabric drops it.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "freeflow/proto.h"
+#include "verbs/verbs.h"
+
+#define UD_MTU		4096		/* the port's active_mtu (device.c) */
+#define LANE_RING	(256u << 10)	/* a sender's lane: 60 full datagrams, untouched pages free */
+#define GRH_SIZE	40		/* a UD receive's first 40 bytes are the GRH's, present or not */
+#define RETRY_NS	1000000		/* a receiver not found is asked for again at most this often */
+#define LANES_PER_ASK	16		/* the agent names at most this many lanes per answer */
+
+struct ibv_ah *ffv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
+{
+	struct ffv_ah *ah;
+
+	if (attr->port_num != 1 || (!attr->is_global && !attr->dlid)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	ah = calloc(1, sizeof(*ah));
+	if (!ah)
+		return NULL;
+	ah->attr = *attr;
+	ah->ibv_ah.context = pd->context;
+	ah->ibv_ah.pd = pd;
+	return &ah->ibv_ah;
+}
+
+int ffv_destroy_ah(struct ibv_ah *ah)
+{
+	free(ffv_ah(ah));
+	return 0;
+}
+
+static void lane_free(struct ffv_lane *l)
+{
+	if (l->mem)
+		munmap(l->mem, FF_VQP_HDR_SIZE + l->ring);
+	if (l->bell >= 0)
+		close(l->bell);
+	free(l);
+}
+
+void ffv_ud_free(struct ffv_qp *qp)
+{
+	for (struct ffv_lane **list = &qp->tx_lanes; list <= &qp->rx_lanes; list++)
+		while (*list) {
+			struct ffv_lane *l = *list;
+
+			*list = l->next;
+			lane_free(l);
+		}
+}
+
+static int lane_dead(const struct ffv_lane *l)
+{
+	return __atomic_load_n((const uint32_t *)(l->mem + FF_VQP_OFF_DEAD), __ATOMIC_ACQUIRE) != 0;
+}
+
+/* ---- the sender's side ---- */
+
+/*
+ * VERBS_PEER for the receiver an address handle and a QPN name, one name
+ * per receiver (a lane is found by it, and the agent keeps one lane per
+ * sender and receiver): by LID, also when the handle gives a GID an overlay
+ * address makes, ::ffff:a.b.c.d, whose LID is c·256+d (docs/VERBS.md,
+ * "Discovery"); by GID otherwise.
+ */
+static void dest_name(const struct ffv_ah *ah, uint32_t qpn, uint8_t peer[24])
+{
+	static const uint8_t v4mapped[12] = { [10] = 0xff, [11] = 0xff };
+	const uint8_t *gid = ah->attr.grh.dgid.raw;
+	uint16_t lid = ah->attr.dlid;
+
+	memset(peer, 0, 24);
+	memcpy(peer, &qpn, 4);
+	if (ah->attr.is_global && !memcmp(gid, v4mapped, 12))
+		lid = (uint16_t)(gid[14] << 8 | gid[15]);
+	else if (ah->attr.is_global)
+		lid = 0;
+	memcpy(peer + 4, &lid, 2);
+	if (!lid)
+		memcpy(peer + 8, gid, 16);
+}
+
+/* ctx->mu held: VERBS_UD_LANE: a new lane of ours to l->peer, mapped into l. */
+static void lane_open(struct ffv_qp *qp, struct ffv_lane *l)
+{
+	struct ffv_context *c = ffv_ctx(qp->vqp.qp.context);
+	uint8_t buf[256];
+	int fd, bell = -1, nb = 1, n;
+	struct ff_enc e;
+	struct ff_msg m;
+
+	if (ffv_ring_make(LANE_RING, &fd, &l->mem))
+		goto none;
+	ff_enc_start(&e, buf, sizeof(buf), FF_MSG_VERBS_UD_LANE, ffv_next_seq(c));
+	ff_enc_u32(&e, FF_ATTR_QPN, qp->vqp.qp.qp_num);
+	ff_enc_attr(&e, FF_ATTR_VERBS_PEER, l->peer, 24);
+	n = ff_enc_finish(&e);
+	if (n < 0 || ffv_agent_call(c, buf, n, &fd, 1, &m, sizeof(buf), &bell, &nb) ||
+	    m.type != FF_MSG_OK) {
+		if (nb > 0)
+			close(bell);
+		close(fd);
+		goto none;
+	}
+	close(fd);
+	l->ring = LANE_RING;
+	l->pos = 0;
+	l->bell = nb > 0 ? bell : -1;
+	return;
+none:
+	/* No such receiver (yet), another tenant's, or no agent: datagrams to it are lost. */
+	if (l->mem)
+		munmap(l->mem, FF_VQP_HDR_SIZE + LANE_RING);
+	l->mem = NULL;
+	l->retry_at = ffv_now_ns() + RETRY_NS;
+}
+
+/* ctx->mu held: our lane to peer, opened if there is none or it died; NULL: none to be had. */
+static struct ffv_lane *tx_lane(struct ffv_qp *qp, const uint8_t peer[24])
+{
+	struct ffv_lane *l;
+
+	for (l = qp->tx_lanes; l && memcmp(l->peer, peer, 24); l = l->next)
+		;
+	if (!l) {
+		if (!(l = calloc(1, sizeof(*l))))
+			return NULL;
+		memcpy(l->peer, peer, 24);
+		l->bell = -1;
+		l->next = qp->tx_lanes;
+		qp->tx_lanes = l;
+	}
+	if (l->mem && lane_dead(l)) {	/* the receiver went: it may be back under that name */
+		munmap(l->mem, FF_VQP_HDR_SIZE + l->ring);
+		l->mem = NULL;
+		if (l->bell >= 0)
+			close(l->bell);
+		l->bell = -1;
+	}
+	if (!l->mem && ffv_now_ns() >= l->retry_at)
+		lane_open(qp, l);
+	return l->mem ? l : NULL;
+}
+
+int ffv_ud_send(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total)
+{
+	const struct ffv_ah *ah = ffv_ah(wr->wr.ud.ah);
+	/* A Q_Key with its high bit set means the QP's own (IB spec, 10.2.5). */
+	uint32_t qkey = wr->wr.ud.remote_qkey & 0x80000000u ? qp->attr.qkey : wr->wr.ud.remote_qkey;
+	uint8_t peer[24], flags = FF_VQP_FIRST | FF_VQP_LAST;
+	struct ffv_lane *l;
+	long off;
+
+	if (total > UD_MTU)
+		return -(int)IBV_WC_LOC_LEN_ERR;
+	dest_name(ah, wr->wr.ud.remote_qpn, peer);
+	if (!(l = tx_lane(qp, peer)))
+		return 0;
+	if ((off = ffv_ring_reserve(l->mem, l->ring, &l->pos, total)) < 0)
+		return 0;	/* the receiver is behind: dropped, as a full receive queue drops it */
+	if (wr->send_flags & IBV_SEND_SOLICITED)
+		flags |= FF_VQP_SOLICITED;
+	if (ah->attr.is_global)
+		flags |= FF_VQP_GRH;
+	ffv_rec_header(l->mem + FF_VQP_HDR_SIZE + off, total,
+		       wr->opcode == IBV_WR_SEND_WITH_IMM ? FF_VQP_OP_SEND_IMM : FF_VQP_OP_SEND, flags,
+		       wr->imm_data, qkey);
+	ffv_gather(l->mem + FF_VQP_HDR_SIZE + off + FF_VQP_REC_HDR, wr->sg_list, wr->num_sge, 0, total);
+	l->pos += FF_VQP_REC_HDR + ((total + FF_VQP_REC_ALIGN - 1) & ~(FF_VQP_REC_ALIGN - 1));
+	ffv_ring_publish(l->mem, l->pos, l->bell);
+	return 0;
+}
+
+/* ---- the receiver's side ---- */
+
+void ffv_ud_arm(struct ffv_qp *qp, uint32_t on)
+{
+	for (struct ffv_lane *l = qp->rx_lanes; l; l = l->next)
+		__atomic_store_n((uint32_t *)(l->mem + FF_VQP_OFF_ARMED), on, __ATOMIC_SEQ_CST);
+}
+
+/* ctx->mu held: one answer's lanes (VERBS_LANES and their fds) mapped; how many it named. */
+static int add_lanes(struct ffv_qp *qp, const struct ff_attr *a, int *fds, int nfds)
+{
+	uint32_t armed = __atomic_load_n((uint32_t *)(qp->mem + FF_VQP_OFF_ARMED), __ATOMIC_RELAXED);
+	int n = a ? (int)(a->len / 28) : 0;
+	struct ffv_lane **tail = &qp->rx_lanes;
+
+	while (*tail)
+		tail = &(*tail)->next;
+	for (int i = 0; i < n && i < nfds; i++) {
+		struct ffv_lane *l = calloc(1, sizeof(*l));
+
+		if (!l || ffv_ring_map(fds[i], &l->mem, &l->ring)) {
+			free(l);	/* a lane we cannot map: its datagrams are lost */
+			continue;
+		}
+		memcpy(&l->id, a->val + 28 * i, 4);
+		memcpy(l->peer, a->val + 28 * i + 4, 24);
+		l->bell = -1;
+		l->pos = __atomic_load_n((uint64_t *)(l->mem + FF_VQP_OFF_CONS), __ATOMIC_RELAXED);
+		/* Armed as the QP's other lanes, before it is first read (events.c, "No lost wake-up"). */
+		__atomic_store_n((uint32_t *)(l->mem + FF_VQP_OFF_ARMED), armed, __ATOMIC_SEQ_CST);
+		*tail = l;	/* after the older lanes: their datagrams came first */
+		tail = &l->next;
+		if (l->id >= qp->next_lane)
+			qp->next_lane = l->id + 1;
+	}
+	return n;
+}
+
+/* ctx->mu held: VERBS_UD_LANES until the agent has named every new lane. */
+static void fetch_lanes(struct ffv_qp *qp)
+{
+	struct ffv_context *c = ffv_ctx(qp->vqp.qp.context);
+	uint8_t buf[1024];
+	int fds[LANES_PER_ASK], nfds, n;
+	struct ff_enc e;
+	struct ff_msg m;
+
+	do {
+		ff_enc_start(&e, buf, sizeof(buf), FF_MSG_VERBS_UD_LANES, ffv_next_seq(c));
+		ff_enc_u32(&e, FF_ATTR_QPN, qp->vqp.qp.qp_num);
+		ff_enc_u32(&e, FF_ATTR_OFFSET, qp->next_lane ? qp->next_lane : 1);
+		nfds = LANES_PER_ASK;
+		if ((n = ff_enc_finish(&e)) < 0 ||
+		    ffv_agent_call(c, buf, n, NULL, 0, &m, sizeof(buf), fds, &nfds) || m.type != FF_MSG_OK)
+			return;
+		n = add_lanes(qp, ff_msg_get(&m, FF_ATTR_VERBS_LANES), fds, nfds);
+		while (nfds > 0)
+			close(fds[--nfds]);
+	} while (n == LANES_PER_ASK);
+}
+
+/* TEMP until the SRQ branch lands: the next posted receive, and whether its buffers may be written. */
+static struct ffv_rwqe *ffv_rq_pop(struct ffv_qp *qp)
+{
+	struct ffv_rwqe *w;
+
+	if (!qp->rq_count)
+		return NULL;
+	w = qp->rq[qp->rq_head];
+	qp->rq_head = (qp->rq_head + 1) % qp->cap.max_recv_wr;
+	qp->rq_count--;
+	return w;
+}
+
+static int ffv_rwqe_writable(struct ffv_context *c, const struct ffv_rwqe *w)
+{
+	for (int i = 0; i < w->num_sge; i++)
+		if (!ffv_mr_find(c, w->sge[i].lkey, w->sge[i].addr, w->sge[i].length, IBV_ACCESS_LOCAL_WRITE))
+			return 0;
+	return 1;
+}
+
+/* The 40 bytes a GRH takes at the head of a UD receive: IPv6's header, as IB's GRH is. */
+static void grh(uint8_t out[GRH_SIZE], const struct ffv_qp *qp, const struct ffv_lane *l, uint32_t len)
+{
+	uint32_t vtf = htonl(6u << 28);
+	uint16_t paylen = htons((uint16_t)len);
+
+	memcpy(out, &vtf, 4);
+	memcpy(out + 4, &paylen, 2);
+	out[6] = 0x1b;	/* next header: IB's BTH */
+	out[7] = 1;	/* hop limit */
+	memcpy(out + 8, l->peer + 8, 16);
+	memcpy(out + 24, ffv_dev(qp->vqp.qp.context->device)->gid, 16);
+}
+
+/*
+ * One datagram of lane l (its record header h, payload p) into a posted
+ * receive; 0, or -1 when no receive is posted (it waits in the lane).
+ */
+static int deliver(struct ffv_qp *qp, const struct ffv_lane *l, const uint8_t *h, const uint8_t *p)
+{
+	struct ffv_context *c = ffv_ctx(qp->vqp.qp.context);
+	uint32_t len, imm, qkey;
+	uint16_t slid;
+	struct ffv_rwqe *w;
+	struct ibv_wc wc = { .opcode = IBV_WC_RECV, .qp_num = qp->vqp.qp.qp_num };
+
+	memcpy(&len, h + FF_VQP_REC_LEN, 4);
+	memcpy(&imm, h + FF_VQP_REC_IMM, 4);
+	memcpy(&qkey, h + FF_VQP_REC_TOTAL, 4);
+	if (qkey != qp->attr.qkey)
+		return 0;	/* the wrong Q_Key: dropped, as the IB spec drops it */
+	if (!(w = ffv_rq_pop(qp)))
+		return -1;
+	wc.wr_id = w->wr_id;
+	memcpy(&wc.src_qp, l->peer, 4);
+	memcpy(&slid, l->peer + 4, 2);
+	wc.slid = slid;
+	wc.byte_len = GRH_SIZE + len;
+	if (!ffv_rwqe_writable(c, w)) {
+		wc.status = IBV_WC_LOC_PROT_ERR;
+	} else if (w->room < GRH_SIZE + len) {
+		wc.status = IBV_WC_LOC_LEN_ERR;
+	} else {
+		if (h[FF_VQP_REC_FLAGS] & FF_VQP_GRH) {
+			uint8_t g[GRH_SIZE];
+
+			grh(g, qp, l, len);
+			ffv_scatter(w->sge, w->num_sge, 0, g, GRH_SIZE);
+			wc.wc_flags |= IBV_WC_GRH;
+		}
+		ffv_scatter(w->sge, w->num_sge, GRH_SIZE, p, len);
+	}
+	if (h[FF_VQP_REC_OP] == FF_VQP_OP_SEND_IMM) {
+		wc.imm_data = imm;
+		wc.wc_flags |= IBV_WC_WITH_IMM;
+	}
+	free(w);
+	if (ffv_cq_push(qp->rcq, &wc, (h[FF_VQP_REC_FLAGS] & FF_VQP_SOLICITED) != 0) ||
+	    wc.status != IBV_WC_SUCCESS)
+		ffv_qp_error(qp);
+	return 0;
+}
+
+/*
+ * The datagrams of lane l into posted receives. A record that makes no
+ * sense breaks that lane only: its sender broke its own datagrams.
+ */
+static void take_lane(struct ffv_qp *qp, struct ffv_lane *l)
+{
+	uint64_t prod = __atomic_load_n((uint64_t *)(l->mem + FF_VQP_OFF_PROD), __ATOMIC_ACQUIRE);
+	const uint8_t *ring = l->mem + FF_VQP_HDR_SIZE;
+	uint64_t start = l->pos;
+
+	while (!l->broken && l->pos != prod && qp->vqp.qp.state != IBV_QPS_ERR) {
+		uint64_t avail = prod - l->pos;
+		uint32_t off = (uint32_t)(l->pos & (l->ring - 1)), len, rec;
+		const uint8_t *h = ring + off;
+		uint8_t op = h[FF_VQP_REC_OP], flags = h[FF_VQP_REC_FLAGS];
+
+		memcpy(&len, h + FF_VQP_REC_LEN, 4);
+		rec = FF_VQP_REC_HDR + ((len + FF_VQP_REC_ALIGN - 1) & ~(FF_VQP_REC_ALIGN - 1));
+		if (avail > l->ring || len > l->ring || rec > avail || off + rec > l->ring ||
+		    (op != FF_VQP_OP_PAD &&
+		     ((op != FF_VQP_OP_SEND && op != FF_VQP_OP_SEND_IMM) || len > UD_MTU ||
+		      (flags & (FF_VQP_FIRST | FF_VQP_LAST)) != (FF_VQP_FIRST | FF_VQP_LAST)))) {
+			l->broken = 1;
+			break;
+		}
+		if (op != FF_VQP_OP_PAD && deliver(qp, l, h, h + FF_VQP_REC_HDR) < 0)
+			break;	/* no receive posted: it waits */
+		l->pos += rec;
+	}
+	if (l->pos != start)
+		__atomic_store_n((uint64_t *)(l->mem + FF_VQP_OFF_CONS), l->pos, __ATOMIC_RELEASE);
+}
+
+void ffv_ud_take(struct ffv_qp *qp)
+{
+	uint32_t gen = __atomic_load_n((uint32_t *)(qp->mem + FF_VQP_OFF_LANES), __ATOMIC_ACQUIRE);
+
+	if (qp->taking || (qp->vqp.qp.state != IBV_QPS_RTR && qp->vqp.qp.state != IBV_QPS_RTS))
+		return;	/* taking: a completion inside made the QP fail, and its flush comes here */
+	qp->taking = 1;
+	if (gen != qp->lanes_seen) {	/* the agent gave us a lane since we last asked */
+		qp->lanes_seen = gen;
+		fetch_lanes(qp);
+	}
+	for (struct ffv_lane **pp = &qp->rx_lanes; *pp;) {
+		struct ffv_lane *l = *pp;
+		int dead = lane_dead(l);	/* before the last look: what it published before dying is taken */
+
+		take_lane(qp, l);
+		if (dead && (l->broken ||
+			     l->pos == __atomic_load_n((uint64_t *)(l->mem + FF_VQP_OFF_PROD), __ATOMIC_ACQUIRE))) {
+			*pp = l->next;
+			lane_free(l);
+			continue;
+		}
+		pp = &l->next;
+	}
+	qp->taking = 0;
+}
