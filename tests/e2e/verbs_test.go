@@ -87,13 +87,13 @@ var (
 	perftestRow = regexp.MustCompile(`(?m)^\s*\d+\s+\d+\s+[0-9.]+\s+[0-9.]+`)
 )
 
-// TestVerbsDebianProgramsBetweenContainers: Debian's ibv_rc_pingpong
-// (validating every received buffer) and perftest's latency and bandwidth
+// TestVerbsDebianProgramsBetweenContainers: Debian's ibv_rc_pingpong and
+// ibv_ud_pingpong (validating every received buffer) and perftest's latency and bandwidth
 // tools, unmodified, between two containers on one host through their
 // virtual devices, polling and with completion events (-e): both ends exit
 // 0 and report their results.
 func TestVerbsDebianProgramsBetweenContainers(t *testing.T) {
-	if m := testenv.Missing("ibv_rc_pingpong", "ib_send_lat", "ib_write_lat", "ib_read_lat", "ib_atomic_lat",
+	if m := testenv.Missing("ibv_rc_pingpong", "ibv_ud_pingpong", "ib_send_lat", "ib_write_lat", "ib_read_lat", "ib_atomic_lat",
 		"ib_send_bw", "ib_write_bw", "ib_read_bw"); m != "" {
 		t.Skip(m)
 	}
@@ -102,6 +102,9 @@ func TestVerbsDebianProgramsBetweenContainers(t *testing.T) {
 		{"rc_pingpong 1 B", []string{"ibv_rc_pingpong", "-c", "-s", "1", "-n", "500"}, pingpongDone, false},
 		{"rc_pingpong 4 KiB", []string{"ibv_rc_pingpong", "-c", "-s", "4096", "-n", "500"}, pingpongDone, false},
 		{"rc_pingpong 3 MiB", []string{"ibv_rc_pingpong", "-c", "-s", "3145728", "-n", "20", "-r", "4"}, pingpongDone, false},
+		{"ud_pingpong 1 B", []string{"ibv_ud_pingpong", "-c", "-s", "1", "-n", "500"}, pingpongDone, false},
+		{"ud_pingpong 4 KiB", []string{"ibv_ud_pingpong", "-c", "-s", "4096", "-n", "500"}, pingpongDone, false},
+		{"ud_pingpong GRH", []string{"ibv_ud_pingpong", "-c", "-g", "0", "-s", "2048", "-n", "500"}, pingpongDone, false},
 		{"send_lat", []string{"ib_send_lat", "-F", "-a", "-n", "200"}, perftestRow, false},
 		{"write_lat", []string{"ib_write_lat", "-F", "-a", "-n", "200"}, perftestRow, false},
 		{"read_lat", []string{"ib_read_lat", "-F", "-s", "4096"}, perftestRow, true},
@@ -112,6 +115,7 @@ func TestVerbsDebianProgramsBetweenContainers(t *testing.T) {
 		// Completion events (-e): each end sleeps in ibv_get_cq_event, woken by the other's doorbell.
 		{"events rc_pingpong 4 KiB", []string{"ibv_rc_pingpong", "-e", "-c", "-s", "4096", "-n", "500"}, pingpongDone, false},
 		{"events rc_pingpong 3 MiB", []string{"ibv_rc_pingpong", "-e", "-c", "-s", "3145728", "-n", "20", "-r", "4"}, pingpongDone, false},
+		{"events ud_pingpong 2 KiB", []string{"ibv_ud_pingpong", "-e", "-c", "-s", "2048", "-n", "500"}, pingpongDone, false},
 		{"events send_lat", []string{"ib_send_lat", "-F", "-e", "-a", "-n", "200"}, perftestRow, false},
 		{"events send_bw", []string{"ib_send_bw", "-F", "-e", "-s", "65536"}, perftestRow, false},
 		// perftest refuses -e for WRITE ("Events feature not available on WRITE verb").

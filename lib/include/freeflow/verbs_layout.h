@@ -26,6 +26,12 @@
  * a new lane (VERBS_UD_LANE), so the owner asks for lanes only then.
  */
 #define FF_VQP_OFF_LANES	24u
+/*
+ * u32, the owner's: it adds 1 at each ibv_dereg_mr of a region that
+ * allowed remote access, so its peers ask the agent again for the regions
+ * they hold through this QP (a revoked rkey then fails, as on a NIC).
+ */
+#define FF_VQP_OFF_MR_GEN	28u
 /* u64 byte counters of the ring, each on its own cache line: the peer produces, the owner consumes. */
 #define FF_VQP_OFF_PROD		64u
 #define FF_VQP_OFF_CONS		128u

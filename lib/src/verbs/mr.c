@@ -432,6 +432,9 @@ int ffv_dereg_mr(struct verbs_mr *vmr)
 		n = ff_enc_finish(&e);
 		if (n >= 0)
 			ffv_agent_call(c, buf, n, NULL, 0, &m, sizeof(buf), NULL, &rn);
+		/* After the agent forgot the rkey: a peer that asks again is refused. */
+		for (struct ffv_qp *qp = c->qps; qp; qp = qp->next)
+			__atomic_fetch_add((uint32_t *)(qp->mem + FF_VQP_OFF_MR_GEN), 1, __ATOMIC_SEQ_CST);
 		unshare_range(mr->start, mr->end);
 	}
 	pthread_mutex_unlock(&c->mu);
@@ -493,9 +496,21 @@ fail:
 	return NULL;
 }
 
+static void grant_free(struct ffv_grant *g)
+{
+	munmap(g->base, g->map_len);
+	free(g);
+}
+
+static uint32_t peer_mr_gen(const struct ffv_qp *qp)
+{
+	return __atomic_load_n((const uint32_t *)(qp->peer_mem + FF_VQP_OFF_MR_GEN), __ATOMIC_ACQUIRE);
+}
+
 /* ctx->mu held: ask the agent for the region rkey through qp (VERBS_MR_GET). */
 static struct ffv_grant *fetch_grant(struct ffv_qp *qp, uint32_t rkey)
 {
+	uint32_t gen = peer_mr_gen(qp);	/* before asking: a dereg meanwhile makes us ask again */
 	struct ffv_context *c = ffv_ctx(qp->vqp.qp.context);
 	uint8_t buf[1024];
 	int fds[MAX_SEGS], nfds = MAX_SEGS, n;
@@ -516,6 +531,7 @@ static struct ffv_grant *fetch_grant(struct ffv_qp *qp, uint32_t rkey)
 	if (g) {
 		g->peer_qpn = qp->peer_qpn;
 		g->rkey = rkey;
+		g->gen = gen;
 		g->next = c->grants;
 		c->grants = g;
 	}
@@ -526,11 +542,16 @@ uint8_t *ffv_grant_find(struct ffv_qp *qp, uint32_t rkey, uint64_t raddr, uint32
 			int access, enum ibv_wc_status *status)
 {
 	struct ffv_context *c = ffv_ctx(qp->vqp.qp.context);
-	struct ffv_grant *g;
+	struct ffv_grant *g, **pp;
 
-	for (g = c->grants; g; g = g->next)
+	for (pp = &c->grants; (g = *pp); pp = &g->next)
 		if (g->rkey == rkey && g->peer_qpn == qp->peer_qpn)
 			break;
+	if (g && g->gen != peer_mr_gen(qp)) {	/* the peer deregistered a region since */
+		*pp = g->next;
+		grant_free(g);
+		g = NULL;
+	}
 	if (!g)
 		g = fetch_grant(qp, rkey);
 	*status = IBV_WC_REM_ACCESS_ERR;
@@ -547,7 +568,6 @@ void ffv_grants_drop(struct ffv_context *c)
 		struct ffv_grant *g = c->grants;
 
 		c->grants = g->next;
-		munmap(g->base, g->map_len);
-		free(g);
+		grant_free(g);
 	}
 }

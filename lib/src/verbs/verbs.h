@@ -75,6 +75,7 @@ struct ffv_mr {
 struct ffv_grant {
 	struct ffv_grant *next;
 	uint32_t peer_qpn, rkey;
+	uint32_t gen;			/* the peer QP's mr_gen word when the agent granted it */
 	uintptr_t start, end;		/* the region in the owner's address space */
 	uint8_t *base;			/* our mapping of its pages from floor(start) */
 	size_t map_len;
