@@ -7,7 +7,6 @@ import (
 	"github.com/freeflow-net/freeflow/internal/directory"
 	"github.com/freeflow-net/freeflow/internal/protocol"
 	"github.com/freeflow-net/freeflow/internal/verbsid"
-	"golang.org/x/sys/unix"
 )
 
 // verbsConnect connects the caller's QP to the one VERBS_PEER names, and
@@ -72,7 +71,7 @@ func (r *verbsRegistry) connect(s *session, qpn, peerQPN uint32, peerC directory
 			"QP %#x of container %s is not connected to QP %#x (yet); ask again once its program has moved it to RTR", peerQPN, peerC.Name, qpn)
 	}
 	if peer.bell >= 0 {
-		unix.Sendto(peer.bell, []byte{1}, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, nil)
+		ring(peer.bell)
 	}
 	var fds []int
 	for _, fd := range []int{peer.fd, peer.bell} {
