@@ -30,6 +30,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/freeflow-net/freeflow/internal/directory"
 	"github.com/freeflow-net/freeflow/internal/protocol"
 	"github.com/freeflow-net/freeflow/internal/verbsid"
 	"golang.org/x/sys/unix"
@@ -51,11 +52,7 @@ type vlane struct {
 
 // verbsUDLane gives the caller's UD QP a lane to the UD QP VERBS_PEER names.
 func (s *session) verbsUDLane(m *protocol.Message) (*protocol.Message, error) {
-	qpn, err := m.U32(protocol.AttrQPN)
-	if err != nil {
-		return nil, err
-	}
-	p, err := m.VerbsPeer()
+	qpn, p, err := qpAndPeer(m)
 	if err != nil {
 		return nil, err
 	}
@@ -76,16 +73,12 @@ func (s *session) verbsUDLane(m *protocol.Message) (*protocol.Message, error) {
 	if err != nil {
 		return nil, err
 	}
-	toC, err := s.a.verbsPeerContainer(p)
+	toC, err := s.verbsReachable(p)
 	if err != nil {
 		return nil, err
 	}
-	if ok, why := s.a.policy().Trust(s.self, toC); !ok {
-		return nil, protocol.Errorf(protocol.CodeDenied,
-			"container %s may not send to container %s (%s): the tenant policy forbids it, as it would a TCP connection", s.self.Name, toC.Name, why)
-	}
 	lane := &vlane{src: src}
-	to, old, bell, err := r.addLane(s, lane, p.QPN, toC.ID, s.inFDs[0])
+	to, old, bell, err := r.addLane(s, lane, p.QPN, toC, s.inFDs[0])
 	if err != nil {
 		return nil, err
 	}
@@ -126,11 +119,11 @@ func (r *verbsRegistry) ownUDQPLocked(s *session, qpn uint32) (*vqp, error) {
 }
 
 // addLane makes lane, from the caller's QP lane.src.QPN to QP toQPN of
-// container toID, on the memfd fd, and returns the receiving QP (a use of
+// container toC, on the memfd fd, and returns the receiving QP (a use of
 // its memfd held for the caller, who releases it), the lane it replaces
 // if any (for the caller to retire) and a copy of the receiving QP's
 // doorbell (-1: none).
-func (r *verbsRegistry) addLane(s *session, lane *vlane, toQPN uint32, toID string, fd int) (*vqp, *vlane, int, error) {
+func (r *verbsRegistry) addLane(s *session, lane *vlane, toQPN uint32, toC directory.Container, fd int) (*vqp, *vlane, int, error) {
 	fdShare := r.fdShare()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -139,8 +132,8 @@ func (r *verbsRegistry) addLane(s *session, lane *vlane, toQPN uint32, toID stri
 		return nil, nil, -1, err
 	}
 	to := r.qps[toQPN]
-	if to == nil || to.container != toID {
-		return nil, nil, -1, protocol.Errorf(protocol.CodeNotFound, "container %s has no QP %#x on this host (a datagram to it is lost)", toID, toQPN)
+	if to == nil || to.container != toC.ID {
+		return nil, nil, -1, protocol.Errorf(protocol.CodeNotFound, "container %s has no QP %#x (a datagram to it is lost)", toC.Name, toQPN)
 	}
 	if to.typ != protocol.QPTypeUD {
 		return nil, nil, -1, protocol.Errorf(protocol.CodeInvalid, "QP %#x is of type %d; a lane goes to a UD (4) QP", toQPN, to.typ)
@@ -193,10 +186,15 @@ func (r *verbsRegistry) detachLaneLocked(lane *vlane) {
 	}
 }
 
-// detachLanesLocked removes every lane qp sends or receives; the caller
-// retires them.
+// detachLanesLocked removes every lane qp sends or receives (once each: a
+// QP may send to itself); the caller retires them.
 func (r *verbsRegistry) detachLanesLocked(qp *vqp) []*vlane {
-	lanes := append(slices.Collect(maps.Values(qp.sent)), qp.lanes...)
+	lanes := slices.Collect(maps.Values(qp.sent))
+	for _, l := range qp.lanes {
+		if l.from != qp {
+			lanes = append(lanes, l)
+		}
+	}
 	for _, l := range lanes {
 		r.detachLaneLocked(l)
 	}

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
-	"time"
 	"unsafe"
 
 	"github.com/freeflow-net/freeflow/internal/directory"
@@ -295,23 +294,15 @@ func TestVerbsUDLaneNotFoundWithoutTheQP(t *testing.T) {
 // Containers of tenants that may not talk get no lane, as they get no TCP
 // connection; a policy that trusts the pair lets the request through.
 func TestVerbsUDLaneDeniedAcrossTenants(t *testing.T) {
-	red := directory.Container{ID: "red0", Name: "red", Host: testHost, IP: "10.244.1.30", Tenant: "red", NetNS: "/nonexistent"}
-	dir := newFakeDir(selfContainer, red)
-	a := startAgent(t, dir, nil)
+	a, trust := agentWithRedTenant(t)
 	l := newLib(t, a)
 	qa, _, _ := newUDQP(t, l, false)
-	_, err := l.udLane(t, qa, lidPeer(1, 0x011e), newQPMemfd(t))
+	_, err := l.udLane(t, qa, lidPeer(1, redLID), newQPMemfd(t))
 	wantCode(t, err, protocol.CodeDenied)
-	dir.setPolicy(`{"trusted_tenant_pairs": [["blue", "red"]]}`)
-	for i := 0; len(a.policy().TrustedTenantPairs) != 1; i++ {
-		if i == 500 {
-			t.Fatal("the agent did not load the policy document")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	trust()
 	l = newLib(t, a) // the first may have idled out meanwhile
 	qa, _, _ = newUDQP(t, l, false)
-	_, err = l.udLane(t, qa, lidPeer(1, 0x011e), newQPMemfd(t))
+	_, err = l.udLane(t, qa, lidPeer(1, redLID), newQPMemfd(t))
 	wantCode(t, err, protocol.CodeNotFound) // red has no QP 1: past the policy
 }
 
@@ -414,11 +405,7 @@ func TestVerbsUDLaneDiesWithItsSender(t *testing.T) {
 		lane := snd.newLane(t, qa, selfPeer(qr))
 		waitRing(t, bell, "a new lane")
 		mem := mapShared(t, lane, 4096, unix.PROT_READ)
-		if end == "session end" {
-			snd.conn.Close()
-		} else if err := snd.verbsDrop(protocol.TypeVerbsQPDestroy, protocol.AttrQPN, qa); err != nil {
-			t.Fatal(err)
-		}
+		endQP(t, snd, qa, end)
 		waitRing(t, bell, end)
 		if deadWord(mem) != 1 {
 			t.Fatalf("%s: the receiver was rung before the lane's dead word was set", end)
@@ -447,11 +434,7 @@ func TestVerbsUDLanesDieWithTheirReceiver(t *testing.T) {
 		}
 		qr, _, _ := newUDQP(t, rcv, false)
 		lanes := []int{s1.newLane(t, q1, selfPeer(qr)), s2.newLane(t, q2, selfPeer(qr))}
-		if end == "session end" {
-			rcv.conn.Close()
-		} else if err := rcv.verbsDrop(protocol.TypeVerbsQPDestroy, protocol.AttrQPN, qr); err != nil {
-			t.Fatal(err)
-		}
+		endQP(t, rcv, qr, end)
 		for _, fd := range lanes {
 			waitDead(t, mapShared(t, fd, 4096, unix.PROT_READ))
 			waitCopies(t, fd, 1)
@@ -462,6 +445,28 @@ func TestVerbsUDLanesDieWithTheirReceiver(t *testing.T) {
 	}
 	qr, _, _ := newUDQP(t, s2, false)
 	s1.newLane(t, q1, selfPeer(qr))
+}
+
+// A UD QP may send to itself: its lane to itself is listed once, and dies
+// once with it.
+func TestVerbsUDLaneToItsOwnQP(t *testing.T) {
+	a := startAgent(t, newFakeDir(selfContainer), nil)
+	l := newLib(t, a)
+	q, _, _ := newUDQP(t, l, false)
+	lane := l.newLane(t, q, selfPeer(q))
+	lanes, _, err := l.udLanes(t, q, 0)
+	if err != nil || len(lanes) != 1 || lanes[0].From.QPN != q {
+		t.Fatalf("a QP's lanes to itself: %+v, %v", lanes, err)
+	}
+	if err := l.verbsDrop(protocol.TypeVerbsQPDestroy, protocol.AttrQPN, q); err != nil {
+		t.Fatal(err)
+	}
+	if deadWord(mapShared(t, lane, 4096, unix.PROT_READ)) != 1 {
+		t.Fatal("the lane of a destroyed QP to itself is not dead")
+	}
+	if m := a.verbsMemList(); len(m) != 0 {
+		t.Fatalf("the agent still holds %+v of the QP and its lane", m)
+	}
 }
 
 // VERBS_UD_LANES pages: at most 16 lanes per answer, in id order, from
