@@ -36,9 +36,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// MaxLanesPerQP is how many live lanes one UD QP may have: one per sender,
-// so a QP that 1024 QPs send to, each its own ring of at least 8 KiB mapped
-// in the receiver (ARCHITECTURE.md, "Limits").
+// MaxLanesPerQP is how many live lanes one UD QP may have, one per
+// sending QP: other containers' QPs make them, and each is a ring the
+// receiver maps and scans (ARCHITECTURE.md, "Limits", says why 1024).
 const MaxLanesPerQP = 1024
 
 // vlane is one sender's lane to a receiving UD QP.
