@@ -36,6 +36,8 @@ func TestMain(m *testing.M) {
 		os.Exit(holdChild())
 	case "hold-ledger":
 		os.Exit(holdLedgerChild())
+	case "dial":
+		os.Exit(dialChild())
 	}
 	if action := os.Getenv(envChild); action != "" {
 		res, err := runChild(action)

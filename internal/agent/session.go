@@ -35,7 +35,7 @@ type session struct {
 	caps  uint32              // CAPS of the caller's HELLO (protocol.Cap*)
 
 	inFDs  []int // descriptors the request being served carries (LEDGER's memfd, verbs memfds), then closed
-	outFDs []int // descriptors the next reply carries (PATH, VERBS_PEER_QP, VERBS_MR_GRANT), then closed
+	outFDs []int // descriptors the next reply carries (PATH, VERBS_PEER_QP, VERBS_MR_GRANT, a UD lane's OK), then closed
 
 	conns connPages // admin socket: the list this session's CONNS pages through
 }
@@ -248,7 +248,8 @@ func (s *session) handle(m *protocol.Message) (*protocol.Message, error) {
 	case protocol.TypeLinkFill:
 		return s.handleLinkFill(m)
 	case protocol.TypeVerbsQPCreate, protocol.TypeVerbsConnect, protocol.TypeVerbsMRReg, protocol.TypeVerbsMRGet,
-		protocol.TypeVerbsMRDereg, protocol.TypeVerbsQPDestroy, protocol.TypeVerbsPeerQP, protocol.TypeVerbsMRGrant:
+		protocol.TypeVerbsMRDereg, protocol.TypeVerbsQPDestroy, protocol.TypeVerbsUDLane, protocol.TypeVerbsUDLanes,
+		protocol.TypeVerbsPeerQP, protocol.TypeVerbsMRGrant:
 		return s.handleVerbs(m)
 	case protocol.TypeRegister, protocol.TypeUnregister, protocol.TypeList, protocol.TypeStatus, protocol.TypeConns:
 		if !s.admin {

@@ -13,6 +13,7 @@ package agent
 //     connected to (VERBS_CONNECT);
 //   - every region by its rkey, per container (random, nonzero, unique in
 //     the container), with its memfds and segments, and its session;
+//   - the lanes between UD QPs, each a sender's memfd (verbs_lanes.go);
 //   - the memfds those hold, once per file and container (verbs_files.go).
 //
 // Both belong to the provider's session that made them (one per
@@ -38,7 +39,6 @@ import (
 	"sync"
 
 	"github.com/freeflow-net/freeflow/internal/protocol"
-	"golang.org/x/sys/unix"
 )
 
 // Defaults of the per-container verbs limits: what the device reports
@@ -60,6 +60,10 @@ type vqp struct {
 	bell      int     // its doorbell, handed to its peers (held too: one per context); -1: none
 	bellFile  fileKey
 	peer      *vqp // connected to (VERBS_CONNECT); nil until then
+	// A UD QP's lanes (verbs_lanes.go).
+	lanes    []*vlane        // to it, live, in id order
+	lastLane uint32          // the id it was given last; none is given twice
+	sent     map[*vqp]*vlane // from it, by receiving QP
 }
 
 // vmr is one registered memory region.
@@ -129,6 +133,10 @@ func (s *session) handleVerbs(m *protocol.Message) (*protocol.Message, error) {
 		return s.verbsMRDereg(m)
 	case protocol.TypeVerbsQPDestroy:
 		return s.verbsQPDestroy(m)
+	case protocol.TypeVerbsUDLane:
+		return s.verbsUDLane(m)
+	case protocol.TypeVerbsUDLanes:
+		return s.verbsUDLanes(m)
 	}
 	return nil, protocol.Errorf(protocol.CodeUnknown, "%v is the agent's answer, not a request it serves", m.Type)
 }
@@ -208,19 +216,22 @@ func (s *session) verbsQPDestroy(m *protocol.Message) (*protocol.Message, error)
 	}
 	s.a.verbs.mu.Lock()
 	qp, err := s.a.verbs.ownQPLocked(s, qpn)
+	var lanes []*vlane
 	if err == nil {
-		s.a.verbs.dropQPLocked(qp)
+		lanes = s.a.verbs.dropQPLocked(qp)
 	}
 	s.a.verbs.mu.Unlock()
 	if qp != nil {
 		s.a.retireQP(qp, true)
 		s.a.verbs.ringPeersOf([]*vqp{qp})
+		s.a.retireLanes(lanes, true)
 	}
 	return protocol.New(protocol.TypeOK, m.Seq), nil
 }
 
-// dropQPLocked removes qp from the registry; the caller retires it.
-func (r *verbsRegistry) dropQPLocked(qp *vqp) {
+// dropQPLocked removes qp from the registry, and the lanes it sends or
+// receives from their other ends; the caller retires it and them.
+func (r *verbsRegistry) dropQPLocked(qp *vqp) []*vlane {
 	delete(r.qps, qp.qpn)
 	if o := r.owned[qp.owner]; o != nil {
 		delete(o.qps, qp.qpn)
@@ -228,6 +239,7 @@ func (r *verbsRegistry) dropQPLocked(qp *vqp) {
 	if r.qpsOf[qp.container]--; r.qpsOf[qp.container] <= 0 {
 		delete(r.qpsOf, qp.container)
 	}
+	return r.detachLanesLocked(qp)
 }
 
 // retireQP gives back a dropped QP's memfd and closes its doorbell, marking it dead first if dead.
@@ -257,8 +269,9 @@ func (a *Agent) endVerbs(s *session) {
 		return
 	}
 	qps, mrs := slices.Collect(maps.Values(o.qps)), slices.Collect(maps.Values(o.mrs))
+	var lanes []*vlane
 	for _, qp := range qps {
-		r.dropQPLocked(qp)
+		lanes = append(lanes, r.dropQPLocked(qp)...)
 	}
 	for _, mr := range mrs {
 		r.dropMRLocked(mr)
@@ -272,6 +285,7 @@ func (a *Agent) endVerbs(s *session) {
 	if !stopping {
 		r.ringPeersOf(qps)
 	}
+	a.retireLanes(lanes, !stopping)
 	for _, mr := range mrs {
 		r.releaseFiles(mr.container, mr.files)
 	}
@@ -291,7 +305,7 @@ func (r *verbsRegistry) ringPeersOf(dead []*vqp) {
 	defer r.mu.Unlock()
 	for _, q := range r.qps {
 		if q.bell >= 0 && gone[q.peer] {
-			unix.Sendto(q.bell, []byte{1}, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, nil)
+			ring(q.bell)
 		}
 	}
 }

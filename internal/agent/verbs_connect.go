@@ -7,17 +7,12 @@ import (
 	"github.com/freeflow-net/freeflow/internal/directory"
 	"github.com/freeflow-net/freeflow/internal/protocol"
 	"github.com/freeflow-net/freeflow/internal/verbsid"
-	"golang.org/x/sys/unix"
 )
 
 // verbsConnect connects the caller's QP to the one VERBS_PEER names, and
 // hands over that QP's memfd and doorbell.
 func (s *session) verbsConnect(m *protocol.Message) (*protocol.Message, error) {
-	qpn, err := m.U32(protocol.AttrQPN)
-	if err != nil {
-		return nil, err
-	}
-	p, err := m.VerbsPeer()
+	qpn, p, err := qpAndPeer(m)
 	if err != nil {
 		return nil, err
 	}
@@ -28,13 +23,9 @@ func (s *session) verbsConnect(m *protocol.Message) (*protocol.Message, error) {
 	if err != nil { // only this session drops its QPs, and it is here
 		return nil, err
 	}
-	peerC, err := s.a.verbsPeerContainer(p)
+	peerC, err := s.verbsReachable(p)
 	if err != nil {
 		return nil, err
-	}
-	if ok, why := s.a.policy().Trust(s.self, peerC); !ok {
-		return nil, protocol.Errorf(protocol.CodeDenied,
-			"container %s may not connect to container %s (%s): the tenant policy forbids it, as it would a TCP connection", s.self.Name, peerC.Name, why)
 	}
 	peer, fds, err := r.connect(s, qpn, p.QPN, peerC)
 	if err != nil {
@@ -72,7 +63,7 @@ func (r *verbsRegistry) connect(s *session, qpn, peerQPN uint32, peerC directory
 			"QP %#x of container %s is not connected to QP %#x (yet); ask again once its program has moved it to RTR", peerQPN, peerC.Name, qpn)
 	}
 	if peer.bell >= 0 {
-		unix.Sendto(peer.bell, []byte{1}, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, nil)
+		ring(peer.bell)
 	}
 	var fds []int
 	for _, fd := range []int{peer.fd, peer.bell} {
@@ -87,6 +78,32 @@ func (r *verbsRegistry) connect(s *session, qpn, peerQPN uint32, peerC directory
 		fds = append(fds, nfd)
 	}
 	return peer, fds, nil
+}
+
+// qpAndPeer returns a request's QPN, the caller's QP, and its VERBS_PEER,
+// the QP it names.
+func qpAndPeer(m *protocol.Message) (uint32, protocol.VerbsPeer, error) {
+	qpn, err := m.U32(protocol.AttrQPN)
+	if err != nil {
+		return 0, protocol.VerbsPeer{}, err
+	}
+	p, err := m.VerbsPeer()
+	return qpn, p, err
+}
+
+// verbsReachable returns the container of this host whose port p names,
+// if the tenant policy lets the caller's container reach it (DENIED
+// otherwise, as a TCP connection would be).
+func (s *session) verbsReachable(p protocol.VerbsPeer) (directory.Container, error) {
+	c, err := s.a.verbsPeerContainer(p)
+	if err != nil {
+		return directory.Container{}, err
+	}
+	if ok, why := s.a.policy().Trust(s.self, c); !ok {
+		return directory.Container{}, protocol.Errorf(protocol.CodeDenied,
+			"container %s may not reach the queue pairs of container %s (%s): the tenant policy forbids it, as it would a TCP connection", s.self.Name, c.Name, why)
+	}
+	return c, nil
 }
 
 // verbsPeerContainer returns the container of this host whose verbs port

@@ -3,8 +3,8 @@ package agent
 // Design note: the descriptors the verbs registry holds (ARCHITECTURE.md,
 // "Limits").
 //
-// Every QP holds its memfd and every region one memfd per segment, for as
-// long as they live, so that the agent can hand them to peers. Left alone,
+// Every QP holds its memfd, every region one memfd per segment and every
+// UD lane its memfd (in its sender's container), for as long as they live, so that the agent can hand them to peers. Left alone,
 // a container at the device's limits would hold 4096 + 65536 × 16 of them,
 // more than the agent's file limit has for all containers together. So
 // each container's held descriptors are counted against a cap of their
@@ -58,34 +58,49 @@ func (r *verbsRegistry) holdFilesLocked(id string, fds []int, limit int) ([]file
 }
 
 func (r *verbsRegistry) holdFileLocked(id string, fd, limit int) (fileKey, int, error) {
+	k, err := fileKeyOf(fd)
+	if err != nil {
+		return fileKey{}, -1, err
+	}
+	hfd, err := r.holdKeyLocked(id, k, fd, limit)
+	return k, hfd, err
+}
+
+// fileKeyOf names the file fd is, as held files are named.
+func fileKeyOf(fd int) (fileKey, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return fileKey{}, -1, protocol.Errorf(protocol.CodeInvalid, "a descriptor cannot be read (fstat: %v); send a memfd", err)
+		return fileKey{}, protocol.Errorf(protocol.CodeInvalid, "a descriptor cannot be read (fstat: %v); send a memfd", err)
 	}
 	acc, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
 	if err != nil {
-		return fileKey{}, -1, protocol.Errorf(protocol.CodeInvalid, "a descriptor's mode cannot be read (%v); send a memfd", err)
+		return fileKey{}, protocol.Errorf(protocol.CodeInvalid, "a descriptor's mode cannot be read (%v); send a memfd", err)
 	}
-	k := fileKey{dev: st.Dev, ino: st.Ino, acc: acc & unix.O_ACCMODE}
+	return fileKey{dev: st.Dev, ino: st.Ino, acc: acc & unix.O_ACCMODE}, nil
+}
+
+// holdKeyLocked holds one more use of the file k, which fd is, for
+// container id, and returns the registry's descriptor for it.
+func (r *verbsRegistry) holdKeyLocked(id string, k fileKey, fd, limit int) (int, error) {
 	files := r.files[id]
 	if f := files[k]; f != nil {
 		f.users++
-		return k, f.fd, nil
+		return f.fd, nil
 	}
 	if len(files) >= limit {
-		return fileKey{}, -1, protocol.Errorf(protocol.CodeLimit,
-			"container %s holds %d memfds at the agent, its limit for QPs and memory regions together; destroy QPs or deregister regions (or register fewer, larger ones) before making more", id, limit)
+		return -1, protocol.Errorf(protocol.CodeLimit,
+			"container %s holds %d memfds at the agent, its limit for QPs, memory regions and UD lanes together; destroy QPs or deregister regions (or register fewer, larger ones) before making more", id, limit)
 	}
 	nfd, err := dupFD(fd)
 	if err != nil {
-		return fileKey{}, -1, err
+		return -1, err
 	}
 	if files == nil {
 		files = map[fileKey]*heldFile{}
 		r.files[id] = files
 	}
 	files[k] = &heldFile{fd: nfd, users: 1}
-	return k, nfd, nil
+	return nfd, nil
 }
 
 // releaseFilesLocked gives back one use of each file keys names for

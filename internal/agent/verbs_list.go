@@ -44,7 +44,9 @@ func (a *Agent) qpList() []agentapi.QPInfo {
 		if err != nil {
 			a.log.Warn("could not read a verbs QP's header for the listing", "qpn", q.info.QPN, "err", err)
 		}
-		q.info.RxBytes = prod
+		if q.info.Type != qpTypeName(protocol.QPTypeUD) { // a UD QP's datagrams arrive in lanes, not its ring
+			q.info.RxBytes = prod
+		}
 		if dead {
 			q.info.State = qpDead
 		}

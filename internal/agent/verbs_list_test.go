@@ -153,6 +153,26 @@ func TestConnsListsVerbsMemoryPerContainer(t *testing.T) {
 	}
 }
 
+// A UD QP is listed with its peer fields empty and rx_bytes 0 whatever its
+// own ring's counter says (its datagrams arrive in lanes); its senders'
+// lanes are memfds their container holds, counted in `--regions`.
+func TestConnsListsUDQPWithoutPeerOrBytes(t *testing.T) {
+	a, admin := listingAgent(t)
+	snd, rcv := newLib(t, a), newLib(t, a)
+	qa, _, _ := newUDQP(t, snd, false)
+	qr, fdr, _ := newUDQP(t, rcv, false)
+	setProd(t, snd.newLane(t, qa, selfPeer(qr)), 4096)
+	setProd(t, fdr, 777) // no peer produces here; a hostile one may write it
+	want := agentapi.QPInfo{Container: "self", QPN: qr, Type: "UD", Path: "shm", State: "registered"}
+	if q := qpsByQPN(t, admin)[qr]; q != want {
+		t.Fatalf("UD QP listed %+v, want %+v", q, want)
+	}
+	mem, err := admin.VerbsMem(ctxT(t))
+	if err != nil || len(mem) != 1 || mem[0].QPs != 2 || mem[0].Memfds != 3 {
+		t.Fatalf("listed %+v, %v; want 2 QPs and 3 memfds (the QPs' and the lane)", mem, err)
+	}
+}
+
 // A LISTING no agent lists is INVALID, and the session goes on.
 func TestConnsUnknownListingInvalid(t *testing.T) {
 	a := startAgent(t, newFakeDir(), nil)

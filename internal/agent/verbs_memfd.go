@@ -80,14 +80,28 @@ func checkDoorbell(fd int) error {
 	return nil
 }
 
-// markQPDead sets the dead word of a QP's memfd, so that its peers' next
-// work request on it fails (docs/VERBS.md, "Queue pair memory").
+// markQPDead sets the dead word of a QP's memfd (or a UD lane's), so that
+// its peers' next work request on it fails (docs/VERBS.md, "Queue pair
+// memory").
 func markQPDead(fd int) error {
+	return withQPHeaderWord(fd, protocol.VQPOffDead, func(w *uint32) { atomic.StoreUint32(w, 1) })
+}
+
+// addLanesWord adds 1 to the lanes word of a UD QP's memfd: its owner asks
+// for its lanes when that word changes (PROTOCOL.md, "UD lanes").
+func addLanesWord(fd int) error {
+	return withQPHeaderWord(fd, protocol.VQPOffLanes, func(w *uint32) { atomic.AddUint32(w, 1) })
+}
+
+// withQPHeaderWord calls f with the u32 word at off of a QP memfd's header
+// page, mapped writable for the call. The agent maps the page only for
+// that, a mapping per word written: QPs are many, and written rarely.
+func withQPHeaderWord(fd int, off int, f func(*uint32)) error {
 	mem, err := unix.Mmap(fd, 0, protocol.VQPHeaderSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return fmt.Errorf("map the QP's header page: %w", err)
 	}
-	atomic.StoreUint32((*uint32)(unsafe.Pointer(&mem[protocol.VQPOffDead])), 1)
+	f((*uint32)(unsafe.Pointer(&mem[off])))
 	return unix.Munmap(mem)
 }
 

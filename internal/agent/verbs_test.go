@@ -432,26 +432,43 @@ func TestVerbsConnectNotFoundOffHostOrNoSuchQP(t *testing.T) {
 	wantCode(t, err, protocol.CodeInvalid) // names no port at all
 }
 
-func TestVerbsConnectDeniedAcrossTenants(t *testing.T) {
+// redLID is the LID of the container of tenant red agentWithRedTenant
+// starts (10.244.1.30).
+const redLID = 0x011e
+
+// agentWithRedTenant starts an agent that knows selfContainer (tenant
+// blue) and a container of tenant red, which the default policy keeps
+// apart; trust makes the policy trust the pair, once the agent has loaded
+// it.
+func agentWithRedTenant(t *testing.T) (a *testAgent, trust func()) {
+	t.Helper()
 	red := directory.Container{ID: "red0", Name: "red", Host: testHost, IP: "10.244.1.30", Tenant: "red", NetNS: "/nonexistent"}
 	dir := newFakeDir(selfContainer, red)
-	a := startAgent(t, dir, nil)
+	a = startAgent(t, dir, nil)
+	return a, func() {
+		t.Helper()
+		dir.setPolicy(`{"trusted_tenant_pairs": [["blue", "red"]]}`)
+		for i := 0; len(a.policy().TrustedTenantPairs) != 1; i++ {
+			if i == 500 {
+				t.Fatal("the agent did not load the policy document")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+func TestVerbsConnectDeniedAcrossTenants(t *testing.T) {
+	a, trust := agentWithRedTenant(t)
 	ini := newLib(t, a)
 	qa, _ := newQP(t, ini, 1)
-	_, _, _, err := ini.verbsConnect(t, qa, lidPeer(1, 0x011e))
+	_, _, _, err := ini.verbsConnect(t, qa, lidPeer(1, redLID))
 	wantCode(t, err, protocol.CodeDenied)
 	// A policy that trusts the pair lets the request through to the QP
 	// lookup, as it would a TCP connection.
-	dir.setPolicy(`{"trusted_tenant_pairs": [["blue", "red"]]}`)
-	for i := 0; len(a.policy().TrustedTenantPairs) != 1; i++ {
-		if i == 500 {
-			t.Fatal("the agent did not load the policy document")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	trust()
 	ini = newLib(t, a) // the first may have idled out meanwhile
 	qa, _ = newQP(t, ini, 1)
-	_, _, _, err = ini.verbsConnect(t, qa, lidPeer(1, 0x011e))
+	_, _, _, err = ini.verbsConnect(t, qa, lidPeer(1, redLID))
 	wantCode(t, err, protocol.CodeNotFound)
 }
 
@@ -674,6 +691,17 @@ func waitRing(t *testing.T, fd int, what string) {
 	unix.Read(fd, b[:])
 }
 
+// endQP ends QP qpn of l as end says: "session end" closes l's session,
+// "VERBS_QP_DESTROY" destroys the QP.
+func endQP(t *testing.T, l *libClient, qpn uint32, end string) {
+	t.Helper()
+	if end == "session end" {
+		l.conn.Close()
+	} else if err := l.verbsDrop(protocol.TypeVerbsQPDestroy, protocol.AttrQPN, qpn); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // When a QP dies (its session ends, or it is destroyed), the doorbells of
 // the QPs connected to it are rung after its dead word is set: a survivor
 // asleep in ibv_get_cq_event wakes and finds the dead peer.
@@ -692,11 +720,7 @@ func TestVerbsPeerDeathRingsDoorbells(t *testing.T) {
 			t.Fatal(err)
 		}
 		hb := mapShared(t, fdb, 4096, unix.PROT_READ)
-		if end == "session end" {
-			tgt.conn.Close()
-		} else if err := tgt.verbsDrop(protocol.TypeVerbsQPDestroy, protocol.AttrQPN, qb); err != nil {
-			t.Fatal(err)
-		}
+		endQP(t, tgt, qb, end)
 		waitRing(t, bell, end)
 		if deadWord(hb) != 1 {
 			t.Fatalf("%s: the doorbell rang before the peer's dead word was set", end)

@@ -3,9 +3,12 @@ package protocol
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -159,4 +162,51 @@ func TestEndpointAttr(t *testing.T) {
 	if want := "0e0006000a0000010050"; fmt.Sprintf("%x", b[HeaderSize:]) != want {
 		t.Errorf("LOCAL endpoint on the wire = %x, want %s (address then port, network order)", b[HeaderSize:], want)
 	}
+}
+
+// VERBS_LANES as Lanes writes it is the vector verbs_lanes_one of
+// docs/protocol-vectors.txt, which the C decoder checks too, and reads
+// back entry by entry; a message without it has no lanes.
+func TestVerbsLanesAttr(t *testing.T) {
+	from := VerbsPeer{QPN: 0x101, LID: 0x0a04, GID: netip.MustParseAddr("::ffff:10.244.10.4").As16()}
+	got := mustEncode(t, New(TypeOK, 91, Lanes([]Lane{{ID: 1, From: from}})))
+	if want := vectorBytes(t, "verbs_lanes_one"); !bytes.Equal(got, want) {
+		t.Fatalf("Lanes encodes to\n%x\nwant the vector's\n%x", got, want)
+	}
+	in := make([]Lane, MaxFDs)
+	for i := range in {
+		in[i] = Lane{ID: uint32(i*7 + 1), From: VerbsPeer{QPN: uint32(i) << 8, LID: uint16(i), GID: [16]byte{15: byte(i)}}}
+	}
+	m, err := Decode(mustEncode(t, New(TypeOK, 1, Lanes(in))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := m.Lanes(); err != nil || !slices.Equal(out, in) {
+		t.Fatalf("16 lanes read back as %+v, %v", out, err)
+	}
+	if out, err := New(TypeOK, 1).Lanes(); err != nil || out != nil {
+		t.Fatalf("no VERBS_LANES: %+v, %v; want none", out, err)
+	}
+	_, err = New(TypeOK, 1, Attr{Type: AttrVerbsLanes, Value: make([]byte, LaneSize+1)}).Lanes()
+	wantCode(t, err, CodeInvalid)
+}
+
+// vectorBytes returns the bytes of the vector called name.
+func vectorBytes(t *testing.T, name string) []byte {
+	t.Helper()
+	data, err := os.ReadFile("../../docs/protocol-vectors.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) > 2 && f[0] == name {
+			b, err := hex.DecodeString(f[2])
+			if err != nil {
+				t.Fatalf("vector %s: %v", name, err)
+			}
+			return b
+		}
+	}
+	t.Fatalf("no vector %s in docs/protocol-vectors.txt", name)
+	return nil
 }

@@ -54,12 +54,40 @@ type Segment struct {
 	Offset, Len uint64
 }
 
+// Lane is one VERBS_LANES entry: a lane to a UD QP, by its id, and its
+// sender as the agent knows it.
+type Lane struct {
+	ID   uint32
+	From VerbsPeer
+}
+
 // Attr returns the VERBS_PEER attribute.
 func (p VerbsPeer) Attr() Attr {
-	b := binary.LittleEndian.AppendUint32(nil, p.QPN)
+	return Attr{Type: AttrVerbsPeer, Value: p.append(nil)}
+}
+
+// append appends p's 24 bytes as VERBS_PEER lays them out.
+func (p VerbsPeer) append(b []byte) []byte {
+	b = binary.LittleEndian.AppendUint32(b, p.QPN)
 	b = binary.LittleEndian.AppendUint16(b, p.LID)
 	b = binary.LittleEndian.AppendUint16(b, 0)
-	return Attr{Type: AttrVerbsPeer, Value: append(b, p.GID[:]...)}
+	return append(b, p.GID[:]...)
+}
+
+// parseVerbsPeer reads the 24 bytes of a VERBS_PEER.
+func parseVerbsPeer(v []byte) VerbsPeer {
+	p := VerbsPeer{QPN: binary.LittleEndian.Uint32(v), LID: binary.LittleEndian.Uint16(v[4:])}
+	copy(p.GID[:], v[8:24])
+	return p
+}
+
+// Lanes returns the VERBS_LANES attribute: one entry per fd of its message.
+func Lanes(ls []Lane) Attr {
+	var b []byte
+	for _, l := range ls {
+		b = l.From.append(binary.LittleEndian.AppendUint32(b, l.ID))
+	}
+	return Attr{Type: AttrVerbsLanes, Value: b}
 }
 
 // Attr returns the VERBS_QP attribute.
@@ -92,9 +120,7 @@ func (m *Message) VerbsPeer() (VerbsPeer, error) {
 	if err != nil {
 		return VerbsPeer{}, err
 	}
-	p := VerbsPeer{QPN: binary.LittleEndian.Uint32(v), LID: binary.LittleEndian.Uint16(v[4:])}
-	copy(p.GID[:], v[8:])
-	return p, nil
+	return parseVerbsPeer(v), nil
 }
 
 // VerbsQP returns VERBS_QP, or INVALID if it is missing.
@@ -134,4 +160,23 @@ func (m *Message) Segments() ([]Segment, error) {
 		segs[i] = Segment{Offset: binary.LittleEndian.Uint64(e), Len: binary.LittleEndian.Uint64(e[8:])}
 	}
 	return segs, nil
+}
+
+// Lanes returns VERBS_LANES: none if it is absent (an answer without
+// lanes has none), INVALID if it is not a whole number of entries (a
+// decoded message's always is).
+func (m *Message) Lanes() ([]Lane, error) {
+	v, ok := m.Get(AttrVerbsLanes)
+	if !ok {
+		return nil, nil
+	}
+	if len(v) == 0 || len(v)%LaneSize != 0 {
+		return nil, Errorf(CodeInvalid, "VERBS_LANES of %v must be a multiple of %d bytes", m.Type, LaneSize)
+	}
+	ls := make([]Lane, len(v)/LaneSize)
+	for i := range ls {
+		e := v[i*LaneSize:]
+		ls[i] = Lane{ID: binary.LittleEndian.Uint32(e), From: parseVerbsPeer(e[4:])}
+	}
+	return ls, nil
 }
