@@ -41,6 +41,35 @@ struct ibv_cq *ffv_create_cq(struct ibv_context *ctx, int cqe, struct ibv_comp_c
 	return &cq->vcq.cq;
 }
 
+/* As a NIC: fails while the CQ holds more completions than the new size. */
+int ffv_resize_cq(struct ibv_cq *ibcq, int cqe)
+{
+	struct ffv_context *c = ffv_ctx(ibcq->context);
+	struct ffv_cq *cq = ffv_cq(ibcq);
+	struct ibv_wc *wc;
+
+	if (cqe < 1 || cqe > (1 << 20))
+		return EINVAL;
+	wc = calloc((size_t)cqe, sizeof(*wc));
+	if (!wc)
+		return ENOMEM;
+	pthread_mutex_lock(&c->mu);
+	if ((uint32_t)cqe < cq->count) {
+		pthread_mutex_unlock(&c->mu);
+		free(wc);
+		return EINVAL;
+	}
+	for (uint32_t i = 0; i < cq->count; i++)
+		wc[i] = cq->wc[(cq->head + i) % cq->size];
+	free(cq->wc);
+	cq->wc = wc;
+	cq->head = 0;
+	cq->size = (uint32_t)cqe;
+	ibcq->cqe = cqe;
+	pthread_mutex_unlock(&c->mu);
+	return 0;
+}
+
 int ffv_destroy_cq(struct ibv_cq *ibcq)
 {
 	struct ffv_context *c = ffv_ctx(ibcq->context);

@@ -235,6 +235,7 @@ static const struct verbs_context_ops ops = {
 	.reg_mr = ffv_reg_mr,
 	.dereg_mr = ffv_dereg_mr,
 	.create_cq = ffv_create_cq,
+	.resize_cq = ffv_resize_cq,
 	.destroy_cq = ffv_destroy_cq,
 	.poll_cq = ffv_poll_cq,
 	.req_notify_cq = ffv_req_notify_cq,

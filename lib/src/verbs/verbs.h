@@ -245,6 +245,7 @@ void ffv_grants_drop(struct ffv_context *c);
 /* ---- cq.c ---- */
 struct ibv_cq *ffv_create_cq(struct ibv_context *ctx, int cqe, struct ibv_comp_channel *ch,
 			     int vec);
+int ffv_resize_cq(struct ibv_cq *cq, int cqe);
 int ffv_destroy_cq(struct ibv_cq *cq);
 int ffv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 /*
