@@ -87,13 +87,13 @@ var (
 	perftestRow = regexp.MustCompile(`(?m)^\s*\d+\s+\d+\s+[0-9.]+\s+[0-9.]+`)
 )
 
-// TestVerbsDebianProgramsBetweenContainers: Debian's ibv_rc_pingpong
-// (validating every received buffer) and perftest's latency and bandwidth
-// tools, unmodified, between two containers on one host through their
-// virtual devices, polling and with completion events (-e): both ends exit
-// 0 and report their results.
+// TestVerbsDebianProgramsBetweenContainers: Debian's ibv_rc_pingpong and
+// ibv_srq_pingpong (16 QPs sharing one SRQ; both validating received
+// buffers) and perftest's latency and bandwidth tools, unmodified, between
+// two containers on one host through their virtual devices, polling and
+// with completion events (-e): both ends exit 0 and report their results.
 func TestVerbsDebianProgramsBetweenContainers(t *testing.T) {
-	if m := testenv.Missing("ibv_rc_pingpong", "ib_send_lat", "ib_write_lat", "ib_read_lat", "ib_atomic_lat",
+	if m := testenv.Missing("ibv_rc_pingpong", "ibv_srq_pingpong", "ib_send_lat", "ib_write_lat", "ib_read_lat", "ib_atomic_lat",
 		"ib_send_bw", "ib_write_bw", "ib_read_bw"); m != "" {
 		t.Skip(m)
 	}
@@ -102,6 +102,9 @@ func TestVerbsDebianProgramsBetweenContainers(t *testing.T) {
 		{"rc_pingpong 1 B", []string{"ibv_rc_pingpong", "-c", "-s", "1", "-n", "500"}, pingpongDone, false},
 		{"rc_pingpong 4 KiB", []string{"ibv_rc_pingpong", "-c", "-s", "4096", "-n", "500"}, pingpongDone, false},
 		{"rc_pingpong 3 MiB", []string{"ibv_rc_pingpong", "-c", "-s", "3145728", "-n", "20", "-r", "4"}, pingpongDone, false},
+		// 16 QPs take their receives from one SRQ; 1 MiB messages go in pieces that interleave in it.
+		{"srq_pingpong 4 KiB", []string{"ibv_srq_pingpong", "-c", "-s", "4096", "-n", "500"}, pingpongDone, false},
+		{"srq_pingpong 1 MiB", []string{"ibv_srq_pingpong", "-c", "-s", "1048576", "-n", "20", "-r", "64"}, pingpongDone, false},
 		{"send_lat", []string{"ib_send_lat", "-F", "-a", "-n", "200"}, perftestRow, false},
 		{"write_lat", []string{"ib_write_lat", "-F", "-a", "-n", "200"}, perftestRow, false},
 		{"read_lat", []string{"ib_read_lat", "-F", "-s", "4096"}, perftestRow, true},
@@ -112,6 +115,7 @@ func TestVerbsDebianProgramsBetweenContainers(t *testing.T) {
 		// Completion events (-e): each end sleeps in ibv_get_cq_event, woken by the other's doorbell.
 		{"events rc_pingpong 4 KiB", []string{"ibv_rc_pingpong", "-e", "-c", "-s", "4096", "-n", "500"}, pingpongDone, false},
 		{"events rc_pingpong 3 MiB", []string{"ibv_rc_pingpong", "-e", "-c", "-s", "3145728", "-n", "20", "-r", "4"}, pingpongDone, false},
+		{"events srq_pingpong 4 KiB", []string{"ibv_srq_pingpong", "-e", "-c", "-s", "4096", "-n", "500"}, pingpongDone, false},
 		{"events send_lat", []string{"ib_send_lat", "-F", "-e", "-a", "-n", "200"}, perftestRow, false},
 		{"events send_bw", []string{"ib_send_bw", "-F", "-e", "-s", "65536"}, perftestRow, false},
 		// perftest refuses -e for WRITE ("Events feature not available on WRITE verb").
@@ -166,10 +170,12 @@ func TestVerbsQPsOfTenantsThatMayNotTalk(t *testing.T) {
 }
 
 // TestVerbsRdmaCoreTestSuite runs rdma-core's own tests (Debian's
-// python3-pyverbs ships them) for the device, PDs, MRs, CQs, QPs and
+// python3-pyverbs ships them) for the device, PDs, MRs, CQs, QPs, SRQs and
 // atomics against a container's device: none may fail; what they skip is
 // logged (features the device does not report: extended QPs, device
-// memory, memory windows, UD, XRC).
+// memory, memory windows, UD, XRC, ODP, parent domains, tag matching).
+// rdma-core 44's suite has no SRQ tests of its own: testdata/pyverbs has
+// 56.1's test_srq.py, made to run with 44's, and its three tests must pass.
 func TestVerbsRdmaCoreTestSuite(t *testing.T) {
 	const suite = "/usr/share/doc/rdma-core/tests"
 	if m := testenv.Missing("python3"); m != "" {
@@ -180,18 +186,26 @@ func TestVerbsRdmaCoreTestSuite(t *testing.T) {
 	}
 	// Debian compresses most of its files: a copy, uncompressed, for the container.
 	dir := t.TempDir()
-	if out, err := exec.Command("sh", "-c", "cp -r "+suite+" "+dir+"/tests && gunzip -f "+dir+"/tests/*.gz").CombinedOutput(); err != nil {
+	if out, err := exec.Command("sh", "-c", "cp -r "+suite+" "+dir+"/tests && gunzip -f "+dir+"/tests/*.gz && "+
+		"cp testdata/pyverbs/test_srq.py "+dir+"/tests/").CombinedOutput(); err != nil {
 		t.Fatalf("copy rdma-core's tests: %v\n%s", err, out)
 	}
 	os.Chmod(dir, 0o755)
 	c := newCluster(t, 1)
 	r := c.FF(t, "run", "--host", "h1", "--name", testenv.RandomName("py", 5), "--rm", "-v", dir+":/tmp/pyt:ro", "--",
-		"sh", "-c", "cd /tmp && exec python3 /tmp/pyt/tests/run_tests.py --dev ffv0 -v test_device test_pd test_mr test_cq test_qp test_atomic")
+		"sh", "-c", "cd /tmp && exec python3 /tmp/pyt/tests/run_tests.py --dev ffv0 -v test_device test_pd test_mr test_cq test_qp test_atomic "+
+			"test_srq test_odp test_parent_domain test_tag_matching")
 	out := r.Stdout + r.Stderr
 	ran := regexp.MustCompile(`Ran (\d+) tests`).FindStringSubmatch(out)
 	ok := regexp.MustCompile(`(?m) \.\.\. ok$`).FindAllString(out, -1)
 	if r.Code != 0 || ran == nil || strings.Contains(out, "FAILED") || len(ok) < 25 {
 		t.Fatalf("rdma-core's tests: exit %d, %d passed, want none failed and at least 25 passed:\n%s", r.Code, len(ok), out)
+	}
+	for _, name := range []string{"test_rc_srq_traffic", "test_resize_srq", "test_modify_srq_limit"} {
+		// "name (module.Class.name)", its docstring's first line on the next line if it has one, then "... ok".
+		if !regexp.MustCompile(`(?m)^` + name + ` \([^)]*\)(\n[^\n]*)? \.\.\. ok$`).MatchString(out) {
+			t.Errorf("rdma-core's SRQ test %s did not pass:\n%s", name, out)
+		}
 	}
 	skips := map[string]int{}
 	for _, m := range regexp.MustCompile(`skipped '([^']*)'`).FindAllStringSubmatch(out, -1) {
