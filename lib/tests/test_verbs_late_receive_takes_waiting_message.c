@@ -8,24 +8,17 @@
 static int peer(int sock)
 {
 	struct tv_end r, s;
-	struct tv_name me, pr, ps;
-	uint8_t *buf = malloc(LEN);
 	struct ibv_mr *mr;
 
 	tv_open(&r);
 	s = r;
 	tv_qp(&s);
-	mr = ibv_reg_mr(r.pd, buf, LEN, 0);
-	TV_MUST(buf && mr, "register the send buffer: %s", strerror(errno));
-	me = (struct tv_name){ .qpn = r.qp->qp_num, .lid = 0x102 };
-	pr = tv_trade(sock, &me);
-	me.qpn = s.qp->qp_num;
-	ps = tv_trade(sock, &me);
-	tv_connect(&r, &pr);
-	tv_connect(&s, &ps);
+	mr = tv_region(&r, LEN, 0);
+	tv_link(sock, &r);
+	tv_link(sock, &s);
 	for (uint32_t id = 1; id <= 3; id++) {
 		tv_hear(sock, 'n');
-		tv_send(id == 1 ? &r : &s, mr, buf, LEN, id);
+		tv_send(id == 1 ? &r : &s, mr, mr->addr, LEN, id);
 		CHECK(tv_wait(&r).status == IBV_WC_SUCCESS, "send %u", id);
 		tv_say(sock, 's');
 	}
@@ -56,10 +49,8 @@ static void got(struct tv_end *e, struct ibv_qp *qp, uint8_t *buf, uint32_t id)
 
 int main(int argc, char **argv)
 {
-	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 4, .max_sge = 1 } };
 	struct ibv_comp_channel *ch;
 	struct tv_end e, s;
-	struct tv_name me, pr, ps;
 	struct ibv_srq *srq;
 	struct ibv_mr *mr;
 	uint8_t *buf;
@@ -70,19 +61,13 @@ int main(int argc, char **argv)
 	tv_setup(argv);
 	pid = tv_fork(peer, &sock);
 	tv_open_ch(&e, &ch);
-	buf = malloc(LEN);
-	mr = ibv_reg_mr(e.pd, buf, LEN, IBV_ACCESS_LOCAL_WRITE);
-	TV_MUST(buf && mr, "register the receive buffer: %s", strerror(errno));
-	srq = ibv_create_srq(e.pd, &sa);
-	TV_MUST(srq, "create an SRQ: %s", strerror(errno));
+	mr = tv_region(&e, LEN, IBV_ACCESS_LOCAL_WRITE);
+	buf = mr->addr;
+	srq = tv_srq(&e, 4, NULL);
 	s = e;
 	tv_qp_srq(&s, srq);
-	me = (struct tv_name){ .qpn = e.qp->qp_num, .lid = 0x102 };
-	pr = tv_trade(sock, &me);
-	me.qpn = s.qp->qp_num;
-	ps = tv_trade(sock, &me);
-	tv_connect(&e, &pr);
-	tv_connect(&s, &ps);
+	tv_link(sock, &e);
+	tv_link(sock, &s);
 
 	/* The QP's own queue, a sleeper: armed, then the receive, then asleep on the channel. */
 	arrives(sock, &e, 1);

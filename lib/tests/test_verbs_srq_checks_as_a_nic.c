@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Description: an SRQ's verbs check what a NIC checks: sizes past the device's limits fail with EINVAL; post_srq_recv fails with EINVAL past max_sge and ENOMEM when full, naming the request; a resize keeps every posted receive and may not drop below them; srq_limit past max_wr fails, query_srq gives back what was set; a QP made with the SRQ reports it in query_qp, has no receive queue of its own (post_recv: EINVAL); destroy_srq fails with EBUSY while a QP uses it */
+/* Description: an SRQ's verbs check what a NIC checks: sizes past the device's limits fail with EINVAL; post_srq_recv fails with EINVAL past max_sge and ENOMEM when full, naming the request; a resize keeps every posted receive and may not drop below them; srq_limit past max_wr fails, query_srq gives back what was set; a QP made with the SRQ reports it in query_qp (a QP of another context may not use it: EINVAL), has no receive queue of its own (post_recv: EINVAL); destroy_srq fails with EBUSY while a QP uses it */
 #include "verbstest.h"
 
 /* A chain of n receives of one 64-byte SGE each (num_sge SGEs for the last), ids from id. */
@@ -31,7 +31,8 @@ int main(int argc, char **argv)
 	struct ibv_recv_wr rwr = { .wr_id = 1 }, *rbad;
 	struct ibv_srq *srq;
 	struct ibv_mr *mr;
-	struct tv_end e;
+	struct ibv_qp_init_attr ia;
+	struct tv_end e, other;
 	uint64_t bad;
 	static uint8_t buf[256];
 
@@ -80,6 +81,12 @@ int main(int argc, char **argv)
 	CHECK(ibv_post_recv(e.qp, &rwr, &rbad) == EINVAL && rbad == &rwr,
 	      "post_recv on a QP with an SRQ did not fail with EINVAL");
 	CHECK(ibv_destroy_srq(srq) == EBUSY, "destroy_srq while a QP uses it did not fail with EBUSY");
+	/* Another context of the device (another process's, as the kernel sees it) may not use it. */
+	tv_device(&other, NULL);
+	ia = (struct ibv_qp_init_attr){ .qp_type = IBV_QPT_RC, .send_cq = other.cq,
+					.recv_cq = other.cq, .srq = srq, .cap = { .max_send_wr = 1 } };
+	CHECK(!ibv_create_qp(other.pd, &ia) && errno == EINVAL,
+	      "a QP of another context with this SRQ: errno %d, want EINVAL", errno);
 	CHECK(ibv_destroy_qp(e.qp) == 0, "destroy the QP");
 	CHECK(ibv_destroy_srq(srq) == 0, "destroy the SRQ once no QP uses it");
 	return t_shim_finish();

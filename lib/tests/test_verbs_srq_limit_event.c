@@ -8,19 +8,14 @@
 static int peer(int sock)
 {
 	struct tv_end e;
-	struct tv_name me, rx;
-	uint8_t *buf = malloc(LEN);
 	struct ibv_mr *mr;
 
 	tv_open(&e);
-	mr = ibv_reg_mr(e.pd, buf, LEN, 0);
-	TV_MUST(buf && mr, "register the send buffer: %s", strerror(errno));
-	me = (struct tv_name){ .qpn = e.qp->qp_num, .lid = 0x102 };
-	rx = tv_trade(sock, &me);
-	tv_connect(&e, &rx);
+	mr = tv_region(&e, LEN, 0);
+	tv_link(sock, &e);
 	for (uint32_t id = 0; id < MSGS; id++) {
 		tv_hear(sock, 'n');
-		tv_send(&e, mr, buf, LEN, id);
+		tv_send(&e, mr, mr->addr, LEN, id);
 		CHECK(tv_wait(&e).status == IBV_WC_SUCCESS, "send %u", id);
 	}
 	tv_hear(sock, 'x');
@@ -57,11 +52,9 @@ static void limit(struct ibv_srq *srq, uint32_t n)
 
 int main(int argc, char **argv)
 {
-	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 8, .max_sge = 1 }, .srq_context = &sa };
 	struct ibv_srq_attr attr = { .max_wr = 16 };
 	struct ibv_async_event ev;
 	struct tv_end e;
-	struct tv_name me, peer_name;
 	struct ibv_srq *srq;
 	struct ibv_mr *mr;
 	uint8_t *buf;
@@ -72,11 +65,9 @@ int main(int argc, char **argv)
 	tv_setup(argv);
 	pid = tv_fork(peer, &sock);
 	tv_device(&e, NULL);
-	srq = ibv_create_srq(e.pd, &sa);
-	TV_MUST(srq, "create an SRQ: %s", strerror(errno));
-	buf = malloc(LEN * 10);
-	mr = ibv_reg_mr(e.pd, buf, LEN * 10, IBV_ACCESS_LOCAL_WRITE);
-	TV_MUST(buf && mr, "register the receive buffers: %s", strerror(errno));
+	srq = tv_srq(&e, 8, &e);
+	mr = tv_region(&e, LEN * 10, IBV_ACCESS_LOCAL_WRITE);
+	buf = mr->addr;
 	for (uint32_t w = 0; w < 8; w++)
 		tv_post_srq(srq, mr, buf + w * LEN, LEN, w);
 	TV_MUST(ibv_modify_srq(srq, &attr, IBV_SRQ_MAX_WR) == 0, "resize the SRQ to 16");
@@ -84,9 +75,7 @@ int main(int argc, char **argv)
 		tv_post_srq(srq, mr, buf + w * LEN, LEN, w);
 	limit(srq, 7);
 	tv_qp_srq(&e, srq);
-	me = (struct tv_name){ .qpn = e.qp->qp_num, .lid = 0x102 };
-	peer_name = tv_trade(sock, &me);
-	tv_connect(&e, &peer_name);
+	tv_link(sock, &e);
 
 	/* 10 posted, limit 7: three messages leave 7, not fewer. */
 	for (uint32_t id = 0; id < 3; id++)
@@ -96,7 +85,7 @@ int main(int argc, char **argv)
 	TV_MUST(async_ready(&e, 10000), "no event within 10 s once 6 receives were left");
 	TV_MUST(ibv_get_async_event(e.ctx, &ev) == 0, "ibv_get_async_event: %s", strerror(errno));
 	CHECK(ev.event_type == IBV_EVENT_SRQ_LIMIT_REACHED && ev.element.srq == srq &&
-	      ev.element.srq->srq_context == &sa, "event %d for %p, want SRQ_LIMIT_REACHED (%d) for %p",
+	      ev.element.srq->srq_context == &e, "event %d for %p, want SRQ_LIMIT_REACHED (%d) for %p",
 	      ev.event_type, (void *)ev.element.srq, IBV_EVENT_SRQ_LIMIT_REACHED, (void *)srq);
 	ibv_ack_async_event(&ev);
 	TV_MUST(ibv_query_srq(srq, &attr) == 0, "query the SRQ");

@@ -10,8 +10,6 @@ static const uint32_t sizes[] = { 100, 5000, 1 };
 static int peer(int sock)
 {
 	struct tv_end a, b;
-	struct tv_name me, ra, rb;
-	uint8_t *buf = malloc(BIG * 2);
 	struct ibv_mr *mr;
 
 	tv_open(&a);
@@ -20,20 +18,15 @@ static int peer(int sock)
 	b.cq = ibv_create_cq(b.ctx, 16, NULL, NULL, 0);
 	TV_MUST(b.cq, "a second CQ: %s", strerror(errno));
 	tv_qp(&b);
-	mr = ibv_reg_mr(a.pd, buf, BIG * 2, 0);
-	TV_MUST(buf && mr, "register the send buffer: %s", strerror(errno));
-	me = (struct tv_name){ .qpn = a.qp->qp_num, .lid = 0x102 };
-	ra = tv_trade(sock, &me);
-	me.qpn = b.qp->qp_num;
-	rb = tv_trade(sock, &me);
-	tv_connect(&a, &ra);
-	tv_connect(&b, &rb);
+	mr = tv_region(&a, BIG * 2, 0);
+	tv_link(sock, &a);
+	tv_link(sock, &b);
 	/* The first megabyte goes into the ring; the rest waits for room that never comes. */
-	tv_send(&a, mr, buf, BIG, 99);
+	tv_send(&a, mr, mr->addr, BIG, 99);
 	tv_say(sock, 'a');
 	tv_hear(sock, 'b');
 	for (size_t i = 0; i < N; i++) {
-		tv_send(&b, mr, buf + BIG, sizes[i], (uint32_t)i);
+		tv_send(&b, mr, (uint8_t *)mr->addr + BIG, sizes[i], (uint32_t)i);
 		CHECK(tv_wait(&b).status == IBV_WC_SUCCESS, "send %zu on the QP that stays", i);
 	}
 	tv_hear(sock, 'x');
@@ -42,12 +35,11 @@ static int peer(int sock)
 
 int main(int argc, char **argv)
 {
-	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 8, .max_sge = 1 } };
 	struct ibv_qp_attr err = { .qp_state = IBV_QPS_ERR };
 	struct pollfd pf;
 	struct ibv_async_event ev;
 	struct tv_end e, a, b;
-	struct tv_name me, pa, pb;
+	struct tv_name pb;
 	struct ibv_srq *srq;
 	struct ibv_mr *mr;
 	struct ibv_wc wc;
@@ -59,22 +51,16 @@ int main(int argc, char **argv)
 	tv_setup(argv);
 	pid = tv_fork(peer, &sock);
 	tv_device(&e, NULL);
-	srq = ibv_create_srq(e.pd, &sa);
-	TV_MUST(srq, "create an SRQ: %s", strerror(errno));
-	buf = malloc(BIG * (N + 1));
-	mr = ibv_reg_mr(e.pd, buf, BIG * (N + 1), IBV_ACCESS_LOCAL_WRITE);
-	TV_MUST(buf && mr, "register the receive buffers: %s", strerror(errno));
+	srq = tv_srq(&e, 8, NULL);
+	mr = tv_region(&e, BIG * (N + 1), IBV_ACCESS_LOCAL_WRITE);
+	buf = mr->addr;
 	for (uint64_t w = 0; w <= N; w++)
 		tv_post_srq(srq, mr, buf + w * BIG, BIG, w);
 	a = b = e;
 	tv_qp_srq(&a, srq);
 	tv_qp_srq(&b, srq);
-	me = (struct tv_name){ .qpn = a.qp->qp_num, .lid = 0x102 };
-	pa = tv_trade(sock, &me);
-	me.qpn = b.qp->qp_num;
-	pb = tv_trade(sock, &me);
-	tv_connect(&a, &pa);
-	tv_connect(&b, &pb);
+	tv_link(sock, &a);
+	pb = tv_link(sock, &b);
 
 	tv_hear(sock, 'a');
 	TV_MUST(ibv_poll_cq(e.cq, 1, &wc) == 0, "half a message completed");

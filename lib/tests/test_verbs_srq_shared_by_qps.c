@@ -18,16 +18,13 @@ static uint32_t seed(int peer, size_t i)
 static int sender(int sock)
 {
 	struct tv_end e;
-	struct tv_name me, peer;
-	uint8_t *buf = malloc(BIG * 2), *at = buf;
 	struct ibv_mr *mr;
+	uint8_t *at;
 
 	tv_open(&e);
-	mr = ibv_reg_mr(e.pd, buf, BIG * 2, 0);
-	TV_MUST(buf && mr, "register the send buffer: %s", strerror(errno));
-	me = (struct tv_name){ .qpn = e.qp->qp_num, .lid = 0x102 };
-	peer = tv_trade(sock, &me);
-	tv_connect(&e, &peer);
+	mr = tv_region(&e, BIG * 2, 0);
+	at = mr->addr;
+	tv_link(sock, &e);
 	for (size_t i = 0; i < N; at += sizes[i], i++)
 		tv_send(&e, mr, at, sizes[i], seed(me_id, i));
 	tv_say(sock, 'p');	/* posted: what fits is in the receiver's ring, the rest waits */
@@ -44,7 +41,6 @@ static int sender(int sock)
 
 int main(int argc, char **argv)
 {
-	struct ibv_srq_init_attr sa = { .attr = { .max_wr = PEERS * N, .max_sge = 1 } };
 	struct tv_end e, qps[PEERS];
 	struct tv_name peer[PEERS];
 	struct ibv_srq *srq;
@@ -62,21 +58,15 @@ int main(int argc, char **argv)
 		pid[p] = tv_fork(sender, &sock[p]);
 	}
 	tv_device(&e, NULL);
-	srq = ibv_create_srq(e.pd, &sa);
-	TV_MUST(srq, "create an SRQ: %s", strerror(errno));
-	buf = malloc((size_t)BIG * PEERS * N);
-	mr = ibv_reg_mr(e.pd, buf, (size_t)BIG * PEERS * N, IBV_ACCESS_LOCAL_WRITE);
-	TV_MUST(buf && mr, "register the receive buffers: %s", strerror(errno));
+	srq = tv_srq(&e, PEERS * N, NULL);
+	mr = tv_region(&e, (size_t)BIG * PEERS * N, IBV_ACCESS_LOCAL_WRITE);
+	buf = mr->addr;
 	for (uint64_t w = 0; w < PEERS * N; w++)
 		tv_post_srq(srq, mr, buf + w * BIG, BIG, w);
 	for (int p = 0; p < PEERS; p++) {
-		struct tv_name me;
-
 		qps[p] = e;
 		tv_qp_srq(&qps[p], srq);
-		me = (struct tv_name){ .qpn = qps[p].qp->qp_num, .lid = 0x102 };
-		peer[p] = tv_trade(sock[p], &me);
-		tv_connect(&qps[p], &peer[p]);
+		peer[p] = tv_link(sock[p], &qps[p]);
 	}
 	/* Every peer's first megabyte waits in its ring before the first poll takes any. */
 	for (int p = 0; p < PEERS; p++)

@@ -158,6 +158,26 @@ static inline void tv_connect(struct tv_end *e, const struct tv_name *peer)
 	      "QP to RTS");
 }
 
+/* len bytes, malloc'd and registered on e's PD with access (the buffer is mr->addr). */
+static inline struct ibv_mr *tv_region(struct tv_end *e, size_t len, int access)
+{
+	void *buf = malloc(len);
+	struct ibv_mr *mr = buf ? ibv_reg_mr(e->pd, buf, len, access) : NULL;
+
+	TV_MUST(mr, "register %zu bytes: %s", len, strerror(errno));
+	return mr;
+}
+
+/* An SRQ of max_wr receives of one SGE on e's PD, its context ctx. */
+static inline struct ibv_srq *tv_srq(struct tv_end *e, uint32_t max_wr, void *ctx)
+{
+	struct ibv_srq_init_attr a = { .attr = { .max_wr = max_wr, .max_sge = 1 }, .srq_context = ctx };
+	struct ibv_srq *srq = ibv_create_srq(e->pd, &a);
+
+	TV_MUST(srq, "create an SRQ: %s", strerror(errno));
+	return srq;
+}
+
 /* One completion within 10 s (a hang fails the test, not the suite). */
 static inline struct ibv_wc tv_wait(struct tv_end *e)
 {
@@ -179,6 +199,15 @@ static inline struct tv_name tv_trade(int sock, const struct tv_name *mine)
 	TV_MUST(write(sock, mine, sizeof(*mine)) == sizeof(*mine) &&
 	      read(sock, &theirs, sizeof(theirs)) == sizeof(theirs), "trade names");
 	return theirs;
+}
+
+/* e's QP name for the other process's over sock, and e connected to that QP; its name. */
+static inline struct tv_name tv_link(int sock, struct tv_end *e)
+{
+	struct tv_name me = { .qpn = e->qp->qp_num, .lid = 0x102 }, peer = tv_trade(sock, &me);
+
+	tv_connect(e, &peer);
+	return peer;
 }
 
 /* Fork the peer: peer(sock) runs in the child, whose exit code tv_join checks. */

@@ -101,7 +101,8 @@ struct ibv_qp *ffv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 		errno = EOPNOTSUPP;	/* UD: not yet (docs/VERBS.md) */
 		return NULL;
 	}
-	if (!attr->send_cq || !attr->recv_cq || cap->max_send_wr > MAX_WR ||
+	if (!attr->send_cq || !attr->recv_cq || (attr->srq && attr->srq->context != pd->context) ||
+	    cap->max_send_wr > MAX_WR ||
 	    cap->max_recv_wr > MAX_WR || cap->max_send_sge > MAX_SGE ||
 	    cap->max_recv_sge > MAX_SGE || cap->max_inline_data > MAX_INLINE) {
 		errno = EINVAL;
