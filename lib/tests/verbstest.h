@@ -107,10 +107,11 @@ static inline void tv_device(struct tv_end *e, struct ibv_comp_channel **ch)
 	TV_MUST(e->pd && e->cq, "PD, CQ: %s", strerror(errno));
 }
 
-/* An RC QP on e's PD and CQ, in INIT. */
-static inline void tv_qp(struct tv_end *e)
+/* An RC QP on e's PD and CQ, in INIT, taking its receives from srq if not NULL. */
+static inline void tv_qp_srq(struct tv_end *e, struct ibv_srq *srq)
 {
 	struct ibv_qp_init_attr ia = { .qp_type = IBV_QPT_RC, .send_cq = e->cq, .recv_cq = e->cq,
+				       .srq = srq,
 				       .cap = { .max_send_wr = 64, .max_recv_wr = 64,
 						.max_send_sge = 4, .max_recv_sge = 4 } };
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
@@ -121,6 +122,11 @@ static inline void tv_qp(struct tv_end *e)
 	TV_MUST(e->qp, "create an RC QP: %s", strerror(errno));
 	TV_MUST(ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
 			    IBV_QP_ACCESS_FLAGS) == 0, "QP to INIT");
+}
+
+static inline void tv_qp(struct tv_end *e)
+{
+	tv_qp_srq(e, NULL);
 }
 
 /* The device, a PD, a CQ (with a completion channel if ch) and an RC QP in INIT. */
@@ -152,6 +158,26 @@ static inline void tv_connect(struct tv_end *e, const struct tv_name *peer)
 	      "QP to RTS");
 }
 
+/* len bytes, malloc'd and registered on e's PD with access (the buffer is mr->addr). */
+static inline struct ibv_mr *tv_region(struct tv_end *e, size_t len, int access)
+{
+	void *buf = malloc(len);
+	struct ibv_mr *mr = buf ? ibv_reg_mr(e->pd, buf, len, access) : NULL;
+
+	TV_MUST(mr, "register %zu bytes: %s", len, strerror(errno));
+	return mr;
+}
+
+/* An SRQ of max_wr receives of one SGE on e's PD, its context ctx. */
+static inline struct ibv_srq *tv_srq(struct tv_end *e, uint32_t max_wr, void *ctx)
+{
+	struct ibv_srq_init_attr a = { .attr = { .max_wr = max_wr, .max_sge = 1 }, .srq_context = ctx };
+	struct ibv_srq *srq = ibv_create_srq(e->pd, &a);
+
+	TV_MUST(srq, "create an SRQ: %s", strerror(errno));
+	return srq;
+}
+
 /* One completion within 10 s (a hang fails the test, not the suite). */
 static inline struct ibv_wc tv_wait(struct tv_end *e)
 {
@@ -173,6 +199,15 @@ static inline struct tv_name tv_trade(int sock, const struct tv_name *mine)
 	TV_MUST(write(sock, mine, sizeof(*mine)) == sizeof(*mine) &&
 	      read(sock, &theirs, sizeof(theirs)) == sizeof(theirs), "trade names");
 	return theirs;
+}
+
+/* e's QP name for the other process's over sock, and e connected to that QP; its name. */
+static inline struct tv_name tv_link(int sock, struct tv_end *e)
+{
+	struct tv_name me = { .qpn = e->qp->qp_num, .lid = 0x102 }, peer = tv_trade(sock, &me);
+
+	tv_connect(e, &peer);
+	return peer;
 }
 
 /* Fork the peer: peer(sock) runs in the child, whose exit code tv_join checks. */
@@ -238,6 +273,18 @@ static inline void tv_post_recv(struct tv_end *e, struct ibv_mr *mr, uint64_t id
 	TV_MUST(ibv_post_recv(e->qp, &wr, &bad) == 0, "post receive %llu", (unsigned long long)id);
 }
 
+/* Whether buf holds the len bytes of tv_pattern(seed); the first wrong one is named. */
+static inline int tv_intact(const uint8_t *buf, uint32_t seed, uint32_t len, const char *what)
+{
+	for (uint32_t k = 0; k < len; k++)
+		if (buf[k] != tv_pattern(seed, k)) {
+			CHECK(0, "%s: byte %u of %u is %#x, want %#x", what, k, len, buf[k],
+			      tv_pattern(seed, k));
+			return 0;
+		}
+	return 1;
+}
+
 /* A receive completion, polled: message id of len bytes, intact. */
 static inline void tv_got(struct tv_end *e, struct ibv_mr *mr, uint64_t id, uint32_t len)
 {
@@ -246,11 +293,31 @@ static inline void tv_got(struct tv_end *e, struct ibv_mr *mr, uint64_t id, uint
 	CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV && wc.wr_id == id &&
 	      wc.byte_len == len, "receive %llu: status %d opcode %d wr_id %llu len %u",
 	      (unsigned long long)id, wc.status, wc.opcode, (unsigned long long)wc.wr_id, wc.byte_len);
+	tv_intact(mr->addr, (uint32_t)id, len, "receive");
+}
+
+/* A receive of [buf, buf + len) of mr into srq, as wr id. */
+static inline void tv_post_srq(struct ibv_srq *srq, struct ibv_mr *mr, uint8_t *buf, uint32_t len,
+			       uint64_t id)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = len, .lkey = mr->lkey };
+	struct ibv_recv_wr wr = { .wr_id = id, .sg_list = &sge, .num_sge = 1 }, *bad;
+
+	TV_MUST(ibv_post_srq_recv(srq, &wr, &bad) == 0, "post SRQ receive %llu: %s",
+		(unsigned long long)id, strerror(errno));
+}
+
+/* A signaled SEND of the len bytes at buf (in mr), filled with tv_pattern(seed) first. */
+static inline void tv_send(struct tv_end *e, struct ibv_mr *mr, uint8_t *buf, uint32_t len,
+			   uint32_t seed)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = len, .lkey = mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = seed, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *bad;
+
 	for (uint32_t k = 0; k < len; k++)
-		if (((uint8_t *)mr->addr)[k] != tv_pattern((uint32_t)id, k)) {
-			CHECK(0, "receive %llu: byte %u wrong", (unsigned long long)id, k);
-			break;
-		}
+		buf[k] = tv_pattern(seed, k);
+	TV_MUST(ibv_post_send(e->qp, &wr, &bad) == 0, "post send %u: %s", seed, strerror(errno));
 }
 
 /* One byte of the test's own protocol over sock, and the wait for one. */

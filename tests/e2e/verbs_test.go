@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -88,12 +89,13 @@ var (
 )
 
 // TestVerbsDebianProgramsBetweenContainers: Debian's ibv_rc_pingpong and
-// ibv_ud_pingpong (validating every received buffer) and perftest's latency and bandwidth
-// tools, unmodified, between two containers on one host through their
-// virtual devices, polling and with completion events (-e): both ends exit
-// 0 and report their results.
+// ibv_ud_pingpong and ibv_srq_pingpong (16 QPs sharing one SRQ; all
+// validating received buffers) and perftest's latency and bandwidth tools,
+// unmodified, between two containers on one host through their virtual
+// devices, polling and with completion events (-e): both ends exit 0 and
+// report their results.
 func TestVerbsDebianProgramsBetweenContainers(t *testing.T) {
-	if m := testenv.Missing("ibv_rc_pingpong", "ibv_ud_pingpong", "ib_send_lat", "ib_write_lat", "ib_read_lat", "ib_atomic_lat",
+	if m := testenv.Missing("ibv_rc_pingpong", "ibv_ud_pingpong", "ibv_srq_pingpong", "ib_send_lat", "ib_write_lat", "ib_read_lat", "ib_atomic_lat",
 		"ib_send_bw", "ib_write_bw", "ib_read_bw"); m != "" {
 		t.Skip(m)
 	}
@@ -105,6 +107,9 @@ func TestVerbsDebianProgramsBetweenContainers(t *testing.T) {
 		{"ud_pingpong 1 B", []string{"ibv_ud_pingpong", "-c", "-s", "1", "-n", "500"}, pingpongDone, false},
 		{"ud_pingpong 4 KiB", []string{"ibv_ud_pingpong", "-c", "-s", "4096", "-n", "500"}, pingpongDone, false},
 		{"ud_pingpong GRH", []string{"ibv_ud_pingpong", "-c", "-g", "0", "-s", "2048", "-n", "500"}, pingpongDone, false},
+		// 16 QPs take their receives from one SRQ; 1 MiB messages go in pieces that interleave in it.
+		{"srq_pingpong 4 KiB", []string{"ibv_srq_pingpong", "-c", "-s", "4096", "-n", "500"}, pingpongDone, false},
+		{"srq_pingpong 1 MiB", []string{"ibv_srq_pingpong", "-c", "-s", "1048576", "-n", "20", "-r", "64"}, pingpongDone, false},
 		{"send_lat", []string{"ib_send_lat", "-F", "-a", "-n", "200"}, perftestRow, false},
 		{"write_lat", []string{"ib_write_lat", "-F", "-a", "-n", "200"}, perftestRow, false},
 		{"read_lat", []string{"ib_read_lat", "-F", "-s", "4096"}, perftestRow, true},
@@ -116,6 +121,7 @@ func TestVerbsDebianProgramsBetweenContainers(t *testing.T) {
 		{"events rc_pingpong 4 KiB", []string{"ibv_rc_pingpong", "-e", "-c", "-s", "4096", "-n", "500"}, pingpongDone, false},
 		{"events rc_pingpong 3 MiB", []string{"ibv_rc_pingpong", "-e", "-c", "-s", "3145728", "-n", "20", "-r", "4"}, pingpongDone, false},
 		{"events ud_pingpong 2 KiB", []string{"ibv_ud_pingpong", "-e", "-c", "-s", "2048", "-n", "500"}, pingpongDone, false},
+		{"events srq_pingpong 4 KiB", []string{"ibv_srq_pingpong", "-e", "-c", "-s", "4096", "-n", "500"}, pingpongDone, false},
 		{"events send_lat", []string{"ib_send_lat", "-F", "-e", "-a", "-n", "200"}, perftestRow, false},
 		{"events send_bw", []string{"ib_send_bw", "-F", "-e", "-s", "65536"}, perftestRow, false},
 		// perftest refuses -e for WRITE ("Events feature not available on WRITE verb").
@@ -170,10 +176,13 @@ func TestVerbsQPsOfTenantsThatMayNotTalk(t *testing.T) {
 }
 
 // TestVerbsRdmaCoreTestSuite runs rdma-core's own tests (Debian's
-// python3-pyverbs ships them) for the device, PDs, MRs, CQs, QPs,
+// python3-pyverbs ships them) for the device, PDs, MRs, CQs, QPs, SRQs,
 // atomics and address handles against a container's device: none may
 // fail; what they skip is logged (features the device does not report:
-// extended QPs, UC, device memory, memory windows, XRC, rereg).
+// extended QPs, UC, device memory, memory windows, XRC, ODP, parent
+// domains, tag matching, rereg). rdma-core 44's suite has no SRQ tests of
+// its own: 56.1's test_srq.py (from the source install-deps fetched) runs
+// through testdata/pyverbs/test_srq44.py, and its three tests must pass.
 func TestVerbsRdmaCoreTestSuite(t *testing.T) {
 	const suite = "/usr/share/doc/rdma-core/tests"
 	if m := testenv.Missing("python3"); m != "" {
@@ -182,26 +191,48 @@ func TestVerbsRdmaCoreTestSuite(t *testing.T) {
 	if _, err := os.Stat(suite + "/run_tests.py"); err != nil {
 		t.Skipf("rdma-core's test suite is not installed (python3-pyverbs): %v", err)
 	}
+	// rdma-core's source, which scripts/install-deps.sh fetches to build the provider.
+	srqTests := filepath.Join(rdmaCoreSource(), "tests", "test_srq.py")
+	if _, err := os.Stat(srqTests); err != nil {
+		t.Fatalf("rdma-core's source (scripts/install-deps.sh fetches it): %v", err)
+	}
 	// Debian compresses most of its files: a copy, uncompressed, for the container.
 	dir := t.TempDir()
-	if out, err := exec.Command("sh", "-c", "cp -r "+suite+" "+dir+"/tests && gunzip -f "+dir+"/tests/*.gz").CombinedOutput(); err != nil {
+	if out, err := exec.Command("sh", "-c", "cp -r "+suite+" "+dir+"/tests && gunzip -f "+dir+"/tests/*.gz && "+
+		"cp "+srqTests+" testdata/pyverbs/test_srq44.py "+dir+"/tests/").CombinedOutput(); err != nil {
 		t.Fatalf("copy rdma-core's tests: %v\n%s", err, out)
 	}
 	os.Chmod(dir, 0o755)
 	c := newCluster(t, 1)
 	r := c.FF(t, "run", "--host", "h1", "--name", testenv.RandomName("py", 5), "--rm", "-v", dir+":/tmp/pyt:ro", "--",
-		"sh", "-c", "cd /tmp && exec python3 /tmp/pyt/tests/run_tests.py --dev ffv0 -v test_device test_pd test_mr test_cq test_qp test_atomic test_addr")
+		"sh", "-c", "cd /tmp && exec python3 /tmp/pyt/tests/run_tests.py --dev ffv0 -v test_device test_pd test_mr test_cq test_qp test_atomic "+
+			"test_addr test_srq44 test_odp test_parent_domain test_tag_matching")
 	out := r.Stdout + r.Stderr
 	ran := regexp.MustCompile(`Ran (\d+) tests`).FindStringSubmatch(out)
 	ok := regexp.MustCompile(`(?m) \.\.\. ok$`).FindAllString(out, -1)
 	if r.Code != 0 || ran == nil || strings.Contains(out, "FAILED") || len(ok) < 40 {
 		t.Fatalf("rdma-core's tests: exit %d, %d passed, want none failed and at least 40 passed:\n%s", r.Code, len(ok), out)
 	}
+	for _, name := range []string{"test_rc_srq_traffic", "test_resize_srq", "test_modify_srq_limit"} {
+		// "name (module.Class.name)", its docstring's first line on the next line if it has one, then "... ok".
+		if !regexp.MustCompile(`(?m)^` + name + ` \([^)]*\)(\n[^\n]*)? \.\.\. ok$`).MatchString(out) {
+			t.Errorf("rdma-core's SRQ test %s did not pass:\n%s", name, out)
+		}
+	}
 	skips := map[string]int{}
 	for _, m := range regexp.MustCompile(`skipped '([^']*)'`).FindAllStringSubmatch(out, -1) {
 		skips[m[1]]++
 	}
 	t.Logf("rdma-core's tests: %s run, %d passed; skipped: %v", ran[1], len(ok), skips)
+}
+
+// rdmaCoreSource is where scripts/install-deps.sh unpacked rdma-core's
+// source (lib/Makefile's RDMA_CORE; FF_RDMA_CORE overrides it).
+func rdmaCoreSource() string {
+	if d := os.Getenv("FF_RDMA_CORE"); d != "" {
+		return d
+	}
+	return "/var/cache/freeflow/rdma-core-56.1"
 }
 
 // verbsListed returns the entries of `freeflow conns <flag> -o json`.

@@ -10,26 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 #include <endian.h>
 
 #include "verbs/verbs.h"
-
-/* Limits the device reports (docs/VERBS.md, "Limits"). */
-enum {
-	FFV_MAX_QP = 2048,	/* the agent holds at most 2048 memfds per container (ARCHITECTURE.md, "Limits") */
-	FFV_MAX_QP_WR = 16384,
-	FFV_MAX_SGE = 32,
-	FFV_MAX_CQ = 4096,
-	FFV_MAX_CQE = 1 << 20,
-	FFV_MAX_MR = 1 << 16,
-	FFV_MAX_PD = 1 << 16,
-	FFV_MAX_SRQ = 1024,
-	FFV_MAX_SRQ_WR = 16384,
-	FFV_MAX_RD_ATOM = 16,
-	FFV_MAX_AH = 1 << 16,
-};
 
 #define FFV_MAX_MSG	(1u << 31)	/* as a hardware port's max_msg_sz */
 /*
@@ -219,6 +203,8 @@ static void free_context(struct ibv_context *ctx)
 	struct ffv_context *c = ffv_ctx(ctx);
 
 	ffv_events_stop(c);
+	close(c->async_w);
+	close(c->async_r);
 	ffv_grants_drop(c);
 	ffv_agent_close(c);
 	pthread_mutex_destroy(&c->mu);
@@ -247,6 +233,11 @@ static const struct verbs_context_ops ops = {
 	.destroy_qp = ffv_destroy_qp,
 	.post_send = ffv_post_send,
 	.post_recv = ffv_post_recv,
+	.create_srq = ffv_create_srq,
+	.modify_srq = ffv_modify_srq,
+	.query_srq = ffv_query_srq,
+	.destroy_srq = ffv_destroy_srq,
+	.post_srq_recv = ffv_post_srq_recv,
 };
 
 static struct verbs_context *alloc_context(struct ibv_device *dev, int cmd_fd, void *priv)
@@ -261,8 +252,7 @@ static struct verbs_context *alloc_context(struct ibv_device *dev, int cmd_fd, v
 	 * Asynchronous events come from us, not from a kernel: with async_fd
 	 * set, libibverbs does not ask the (absent) kernel for one.
 	 */
-	c->vctx.context.async_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (c->vctx.context.async_fd < 0) {
+	if (ffv_async_open(c) < 0) {
 		verbs_uninit_context(&c->vctx);
 		free(c);
 		return NULL;

@@ -26,6 +26,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -193,4 +194,79 @@ int ffv_req_notify_cq(struct ibv_cq *ibcq, int solicited)
 			ffv_progress(qp);
 	pthread_mutex_unlock(&c->mu);
 	return 0;
+}
+
+/*
+ * Asynchronous events (docs/VERBS.md, "Asynchronous events"): libibverbs'
+ * ibv_get_async_event reads a struct ib_uverbs_async_event_desc from the
+ * context's async_fd, as from a kernel's event file. Ours is the read end of
+ * a pipe, blocking as a kernel's is; the provider writes the other end.
+ */
+int ffv_async_open(struct ffv_context *c)
+{
+	char path[32];
+	int p[2];
+
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -errno;
+	/* Our own reader, non-blocking (ffv_async_forget); the program's fd stays blocking. */
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", p[0]);
+	c->async_r = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	if (c->async_r < 0 || fcntl(p[1], F_SETFL, O_NONBLOCK) < 0) {
+		int err = -errno;
+
+		if (c->async_r >= 0)
+			close(c->async_r);
+		close(p[0]);
+		close(p[1]);
+		return err;
+	}
+	c->vctx.context.async_fd = p[0];
+	c->async_w = p[1];
+	return 0;
+}
+
+void ffv_async_event(struct ffv_context *c, void *element, enum ibv_event_type type)
+{
+	struct ib_uverbs_async_event_desc ev = { .element = (uintptr_t)element, .event_type = type };
+
+	/* 16 bytes: atomic in a pipe. Full (4096 unread events), it is dropped. */
+	if (write(c->async_w, &ev, sizeof(ev)) != sizeof(ev) && ffv_debug_on())
+		fprintf(stderr, "libffv: an asynchronous event was not written: %s\n", strerror(errno));
+}
+
+/*
+ * Read every event out and write back those of other objects, in order:
+ * ctx->mu keeps our writer out meanwhile; a program's read between takes
+ * whole events (each 16-byte write and read is atomic) and acknowledges
+ * them, which ffv_async_wait_acked then waits for.
+ */
+int ffv_async_forget(struct ffv_context *c, void *element)
+{
+	int cap = fcntl(c->async_r, F_GETPIPE_SZ);
+	size_t size = cap > 0 ? (size_t)cap : 65536, n = 0, keep = 0;
+	struct ib_uverbs_async_event_desc *ev = malloc(size);
+	ssize_t r;
+
+	if (!ev)
+		return -ENOMEM;
+	while (n < size && (r = read(c->async_r, (uint8_t *)ev + n, size - n)) > 0)
+		n += (size_t)r;
+	n /= sizeof(*ev);
+	for (size_t i = 0; i < n; i++)
+		if (ev[i].element != (uintptr_t)element)
+			ev[keep++] = ev[i];
+	if (keep && write(c->async_w, ev, keep * sizeof(*ev)) < 0 && ffv_debug_on())
+		fprintf(stderr, "libffv: asynchronous events lost: %s\n", strerror(errno));
+	free(ev);
+	return (int)(n - keep);
+}
+
+void ffv_async_wait_acked(pthread_mutex_t *mu, pthread_cond_t *cond, const uint32_t *completed,
+			  uint32_t acked)
+{
+	pthread_mutex_lock(mu);
+	while (*completed != acked)
+		pthread_cond_wait(cond, mu);
+	pthread_mutex_unlock(mu);
 }

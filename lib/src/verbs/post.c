@@ -469,64 +469,25 @@ int ffv_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_w
 	int err = 0;
 
 	pthread_mutex_lock(&c->mu);
-	for (; wr; wr = wr->next) {
-		struct ffv_rwqe *w;
-
-		if (ibqp->state == IBV_QPS_ERR) {
+	if (qp->srq || ibqp->state == IBV_QPS_RESET) {
+		/* A QP with an SRQ has no receive queue of its own. */
+		*bad = wr;
+		err = EINVAL;
+	} else if (ibqp->state == IBV_QPS_ERR) {
+		for (; wr; wr = wr->next)	/* flushed, as a NIC does */
 			ffv_complete(qp, 0, wr->wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0);
-			continue;
-		}
-		if (ibqp->state == IBV_QPS_RESET || wr->num_sge < 0 ||
-		    (uint32_t)wr->num_sge > qp->cap.max_recv_sge) {
-			err = EINVAL;
-			break;
-		}
-		if (qp->rq_count == qp->cap.max_recv_wr) {
-			err = ENOMEM;
-			break;
-		}
-		w = malloc(sizeof(*w) + sizeof(struct ibv_sge) * wr->num_sge);
-		if (!w) {
-			err = ENOMEM;
-			break;
-		}
-		w->wr_id = wr->wr_id;
-		w->num_sge = wr->num_sge;
-		w->room = 0;
-		/* The buffers are checked when a message starts into them (rwqe_writable). */
-		for (int i = 0; i < wr->num_sge; i++) {
-			w->sge[i] = wr->sg_list[i];
-			w->room += wr->sg_list[i].length;
-		}
-		qp->rq[(qp->rq_head + qp->rq_count) % qp->cap.max_recv_wr] = w;
-		qp->rq_count++;
+	} else {
+		err = ffv_rq_post(&qp->rq, wr, bad);
+		ffv_rq_fed(qp);
 	}
 	pthread_mutex_unlock(&c->mu);
-	if (err)
-		*bad = wr;
 	return err;
 }
 
-/*
- * Whether every buffer of the receive at the head lies in an MR allowing
- * local writes now, when a message starts into it: the program may have
- * deregistered one since it posted it (a NIC would then fail it, not crash).
- */
-static int rwqe_writable(struct ffv_qp *qp)
-{
-	struct ffv_context *c = ffv_ctx(qp->vqp.qp.context);
-	struct ffv_rwqe *w = qp->rq[qp->rq_head];
-
-	for (int i = 0; i < w->num_sge; i++)
-		if (!ffv_mr_find(c, w->sge[i].lkey, w->sge[i].addr, w->sge[i].length, IBV_ACCESS_LOCAL_WRITE))
-			return 0;
-	return 1;
-}
-
-/* The receive at the head is done: its completion, and the QP's error if it failed. */
+/* The receive qp holds is done: its completion, and the QP's error if it failed. */
 static void recv_done(struct ffv_qp *qp, uint8_t op, uint8_t flags, uint32_t imm, uint32_t total)
 {
-	struct ffv_rwqe *w = qp->rq[qp->rq_head];
+	struct ffv_rwqe *w = qp->rx_wqe;
 	struct ibv_wc wc = { .wr_id = w->wr_id, .status = qp->rx_status,
 			     .opcode = op == FF_VQP_OP_WRITE_IMM ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV,
 			     .byte_len = total, .qp_num = qp->vqp.qp.qp_num, .src_qp = qp->peer_qpn };
@@ -535,13 +496,32 @@ static void recv_done(struct ffv_qp *qp, uint8_t op, uint8_t flags, uint32_t imm
 		wc.imm_data = imm;
 		wc.wc_flags = IBV_WC_WITH_IMM;
 	}
-	qp->rq_head = (qp->rq_head + 1) % qp->cap.max_recv_wr;
-	qp->rq_count--;
-	qp->rx_busy = 0;
+	qp->rx_wqe = NULL;
 	free(w);
 	push_wc(qp, qp->rcq, &wc, (flags & FF_VQP_SOLICITED) != 0);
 	if (wc.status != IBV_WC_SUCCESS && qp->vqp.qp.state != IBV_QPS_ERR)
 		ffv_qp_error(qp);
+}
+
+/*
+ * A message's first record: the receive it goes into, held by qp until its
+ * last (from its SRQ, messages of several QPs interleave); 0, or -1 when
+ * none is posted.
+ */
+static int recv_start(struct ffv_qp *qp, uint8_t op, uint32_t total)
+{
+	struct ffv_rwqe *w = ffv_rx_next(qp);
+
+	if (!w)
+		return -1;
+	qp->rx_wqe = w;
+	qp->rx_op = op;
+	qp->rx_off = 0;
+	/* WRITE with immediate takes a receive but never touches its buffers. */
+	qp->rx_status = op == FF_VQP_OP_WRITE_IMM ? IBV_WC_SUCCESS :
+			!ffv_rwqe_writable(ffv_ctx(qp->vqp.qp.context), w) ? IBV_WC_LOC_PROT_ERR :
+			total > w->room ? IBV_WC_LOC_LEN_ERR : IBV_WC_SUCCESS;
+	return 0;
 }
 
 /*
@@ -550,17 +530,18 @@ static void recv_done(struct ffv_qp *qp, uint8_t op, uint8_t flags, uint32_t imm
  */
 void ffv_take_incoming(struct ffv_qp *qp)
 {
-	if (qp->vqp.qp.qp_type == IBV_QPT_UD) {
-		ffv_ud_take(qp);
-		return;
-	}
 	uint8_t *ring = qp->mem + FF_VQP_HDR_SIZE;
 	uint64_t prod = __atomic_load_n((uint64_t *)(qp->mem + FF_VQP_OFF_PROD), __ATOMIC_ACQUIRE);
 	uint64_t start = qp->rx_cons;
 
+	if (qp->vqp.qp.qp_type == IBV_QPT_UD) {
+		ffv_ud_take(qp);
+		return;
+	}
 	if (qp->taking || qp->rx_broken)
 		return;	/* a completion inside made the QP fail: its flush comes here */
 	qp->taking = 1;
+	qp->rx_starved = 0;
 	while (qp->rx_cons != prod && qp->vqp.qp.state != IBV_QPS_ERR) {
 		uint64_t avail = prod - qp->rx_cons;
 		uint32_t off = (uint32_t)(qp->rx_cons & (qp->ring_size - 1)), len, imm, total, rec;
@@ -576,7 +557,7 @@ void ffv_take_incoming(struct ffv_qp *qp)
 		    off + rec > qp->ring_size || (op == FF_VQP_OP_WRITE_IMM && len) ||
 		    (op != FF_VQP_OP_PAD && op != FF_VQP_OP_SEND && op != FF_VQP_OP_SEND_IMM &&
 		     op != FF_VQP_OP_WRITE_IMM) ||
-		    (op != FF_VQP_OP_PAD && (flags & FF_VQP_FIRST ? 1 : 0) == qp->rx_busy) ||
+		    (op != FF_VQP_OP_PAD && (flags & FF_VQP_FIRST ? 1 : 0) == (qp->rx_wqe != NULL)) ||
 		    (op == FF_VQP_OP_WRITE_IMM && (flags & (FF_VQP_FIRST | FF_VQP_LAST)) !=
 						    (FF_VQP_FIRST | FF_VQP_LAST)) ||
 		    (op != FF_VQP_OP_PAD && !(flags & FF_VQP_FIRST) && op != qp->rx_op)) {
@@ -584,25 +565,14 @@ void ffv_take_incoming(struct ffv_qp *qp)
 			break;
 		}
 		if (op != FF_VQP_OP_PAD) {
-			if (flags & FF_VQP_FIRST) {
-				if (!qp->rq_count)
-					break;	/* no receive posted: it waits (RNR, retried for ever) */
-				qp->rx_busy = 1;
-				qp->rx_op = op;
-				qp->rx_off = 0;
-				/* WRITE with immediate takes a receive but never touches its buffers. */
-				qp->rx_status = op == FF_VQP_OP_WRITE_IMM ? IBV_WC_SUCCESS :
-						!rwqe_writable(qp) ? IBV_WC_LOC_PROT_ERR :
-						total > qp->rq[qp->rq_head]->room ? IBV_WC_LOC_LEN_ERR :
-						IBV_WC_SUCCESS;
-			}
+			if (flags & FF_VQP_FIRST && recv_start(qp, op, total))
+				break;	/* no receive posted: it waits (RNR, retried for ever) */
 			if (qp->rx_status == IBV_WC_SUCCESS && len) {
-				struct ffv_rwqe *w = qp->rq[qp->rq_head];
-
-				if (qp->rx_off + len > w->room)
+				if (qp->rx_off + len > qp->rx_wqe->room)
 					qp->rx_status = IBV_WC_LOC_LEN_ERR;
 				else
-					ffv_scatter(w->sge, w->num_sge, qp->rx_off, ring + off + FF_VQP_REC_HDR, len);
+					ffv_scatter(qp->rx_wqe->sge, qp->rx_wqe->num_sge, qp->rx_off,
+						    ring + off + FF_VQP_REC_HDR, len);
 			}
 			qp->rx_off += len;
 			if (flags & FF_VQP_LAST)

@@ -91,9 +91,8 @@ static void free_qp(struct ffv_qp *qp)
 		close(qp->memfd);
 	if (qp->peer_bell >= 0)
 		close(qp->peer_bell);
-	for (uint32_t i = 0; qp->rq && i < qp->rq_count; i++)
-		free(qp->rq[(qp->rq_head + i) % qp->cap.max_recv_wr]);
-	free(qp->rq);
+	ffv_rq_free(&qp->rq);
+	free(qp->rx_wqe);
 	while (qp->sq) {
 		struct ffv_swqe *w = qp->sq;
 
@@ -110,11 +109,12 @@ struct ibv_qp *ffv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 	struct ffv_qp *qp;
 	int err;
 
-	if ((attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UD) || attr->srq) {
-		errno = EOPNOTSUPP;	/* SRQ: not yet (docs/VERBS.md) */
+	if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UD) {
+		errno = EOPNOTSUPP;	/* UC, XRC, raw packet: not (docs/VERBS.md) */
 		return NULL;
 	}
-	if (!attr->send_cq || !attr->recv_cq || cap->max_send_wr > MAX_WR ||
+	if (!attr->send_cq || !attr->recv_cq || (attr->srq && attr->srq->context != pd->context) ||
+	    cap->max_send_wr > MAX_WR ||
 	    cap->max_recv_wr > MAX_WR || cap->max_send_sge > MAX_SGE ||
 	    cap->max_recv_sge > MAX_SGE || cap->max_inline_data > MAX_INLINE) {
 		errno = EINVAL;
@@ -133,14 +133,17 @@ struct ibv_qp *ffv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 	qp->belled = qp->scq->chan >= 0 || qp->rcq->chan >= 0;
 	qp->sq_sig_all = attr->sq_sig_all;
 	cap->max_send_wr = cap->max_send_wr ? cap->max_send_wr : 1;
-	cap->max_recv_wr = cap->max_recv_wr ? cap->max_recv_wr : 1;
 	cap->max_send_sge = cap->max_send_sge ? cap->max_send_sge : 1;
-	cap->max_recv_sge = cap->max_recv_sge ? cap->max_recv_sge : 1;
+	/* With an SRQ, no receive queue of its own (and none reported, as mlx5). */
+	qp->srq = attr->srq ? ffv_srq(attr->srq) : NULL;
+	cap->max_recv_wr = qp->srq ? 0 : cap->max_recv_wr ? cap->max_recv_wr : 1;
+	cap->max_recv_sge = qp->srq ? 0 : cap->max_recv_sge ? cap->max_recv_sge : 1;
 	cap->max_inline_data = MAX_INLINE;
 	qp->cap = *cap;
 	qp->sq_tail = &qp->sq;
-	qp->rq = calloc(cap->max_recv_wr, sizeof(*qp->rq));
-	err = qp->rq ? make_ring(qp) : -ENOMEM;
+	err = qp->srq ? 0 : ffv_rq_init(&qp->rq, cap->max_recv_wr, cap->max_recv_sge);
+	if (!err)
+		err = make_ring(qp);
 	pthread_mutex_lock(&c->mu);
 	if (!err)
 		err = register_qp(c, qp);
@@ -162,6 +165,7 @@ struct ibv_qp *ffv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 	qp->vqp.qp.pd = pd;
 	qp->vqp.qp.send_cq = attr->send_cq;
 	qp->vqp.qp.recv_cq = attr->recv_cq;
+	qp->vqp.qp.srq = attr->srq;
 	qp->vqp.qp.state = IBV_QPS_RESET;
 	pthread_mutex_init(&qp->vqp.qp.mutex, NULL);
 	pthread_cond_init(&qp->vqp.qp.cond, NULL);
@@ -185,6 +189,7 @@ int ffv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask,
 	init->qp_context = ibqp->qp_context;
 	init->send_cq = ibqp->send_cq;
 	init->recv_cq = ibqp->recv_cq;
+	init->srq = ibqp->srq;
 	init->cap = qp->cap;
 	init->qp_type = ibqp->qp_type;
 	init->sq_sig_all = qp->sq_sig_all;
@@ -229,10 +234,11 @@ static int allowed(enum ibv_qp_state from, enum ibv_qp_state to)
 /* ctx->mu held: back to RESET: posted requests are dropped without completions, as a NIC does. */
 static void reset(struct ffv_qp *qp)
 {
-	for (uint32_t i = 0; i < qp->rq_count; i++)
-		free(qp->rq[(qp->rq_head + i) % qp->cap.max_recv_wr]);
-	qp->rq_head = qp->rq_count = qp->rx_off = 0;
-	qp->rx_busy = 0;
+	ffv_rq_clear(&qp->rq);
+	free(qp->rx_wqe);	/* the one taken from an SRQ too: a NIC's reset drops it */
+	qp->rx_wqe = NULL;
+	qp->rx_off = 0;
+	qp->rx_starved = 0;
 	qp->tx_prod = 0;
 	qp->rx_cons = 0;
 	__atomic_store_n((uint64_t *)(qp->mem + FF_VQP_OFF_CONS), 0, __ATOMIC_RELEASE);
@@ -440,8 +446,16 @@ int ffv_qp_reach(struct ffv_qp *qp)
 	return FFV_REACH_LATER;
 }
 
+static void flush_recv(struct ffv_qp *qp, struct ffv_rwqe *w)
+{
+	ffv_complete(qp, 0, w->wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0);
+	free(w);
+}
+
 void ffv_qp_error(struct ffv_qp *qp)
 {
+	struct ffv_rwqe *w;
+
 	if (qp->vqp.qp.state == IBV_QPS_RTR || qp->vqp.qp.state == IBV_QPS_RTS)
 		ffv_take_incoming(qp);
 	qp->vqp.qp.state = IBV_QPS_ERR;
@@ -455,13 +469,17 @@ void ffv_qp_error(struct ffv_qp *qp)
 	}
 	qp->sq_tail = &qp->sq;
 	qp->sq_count = 0;
-	while (qp->rq_count) {
-		struct ffv_rwqe *w = qp->rq[qp->rq_head];
-
-		ffv_complete(qp, 0, w->wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0);
-		free(w);
-		qp->rq_head = (qp->rq_head + 1) % qp->cap.max_recv_wr;
-		qp->rq_count--;
+	/* The receive it holds, then its own; an SRQ's stay in it, for its other QPs (IB spec). */
+	w = qp->rx_wqe;
+	qp->rx_wqe = NULL;
+	if (w)
+		flush_recv(qp, w);
+	while (!qp->srq && (w = ffv_rq_pop(qp)))
+		flush_recv(qp, w);
+	/* It will take no more from its SRQ: "Last WQE Reached", as the IB spec asks. */
+	if (qp->srq) {
+		qp->events++;
+		ffv_async_event(ffv_ctx(qp->vqp.qp.context), &qp->vqp.qp, IBV_EVENT_QP_LAST_WQE_REACHED);
 	}
 }
 
@@ -472,9 +490,14 @@ int ffv_destroy_qp(struct ibv_qp *ibqp)
 	uint8_t buf[256];
 	struct ff_enc e;
 	struct ff_msg m;
-	int n, rn = 0;
+	int n, rn = 0, unread;
 
 	pthread_mutex_lock(&c->mu);
+	unread = qp->events ? ffv_async_forget(c, ibqp) : 0;
+	if (unread < 0) {
+		pthread_mutex_unlock(&c->mu);
+		return -unread;
+	}
 	for (pp = &c->qps; *pp && *pp != qp; pp = &(*pp)->next)
 		;
 	if (*pp)
@@ -486,6 +509,9 @@ int ffv_destroy_qp(struct ibv_qp *ibqp)
 	if (n >= 0)
 		ffv_agent_call(c, buf, n, NULL, 0, &m, sizeof(buf), NULL, &rn);
 	pthread_mutex_unlock(&c->mu);
+	/* As a kernel's destroy: the events the program read, acknowledged first. */
+	ffv_async_wait_acked(&ibqp->mutex, &ibqp->cond, &ibqp->events_completed,
+			     qp->events - (uint32_t)unread);
 	free_qp(qp);
 	return 0;
 }

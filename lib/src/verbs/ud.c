@@ -250,27 +250,6 @@ static void fetch_lanes(struct ffv_qp *qp)
 	} while (n == LANES_PER_ASK);
 }
 
-/* TEMP until the SRQ branch lands: the next posted receive, and whether its buffers may be written. */
-static struct ffv_rwqe *ffv_rq_pop(struct ffv_qp *qp)
-{
-	struct ffv_rwqe *w;
-
-	if (!qp->rq_count)
-		return NULL;
-	w = qp->rq[qp->rq_head];
-	qp->rq_head = (qp->rq_head + 1) % qp->cap.max_recv_wr;
-	qp->rq_count--;
-	return w;
-}
-
-static int ffv_rwqe_writable(struct ffv_context *c, const struct ffv_rwqe *w)
-{
-	for (int i = 0; i < w->num_sge; i++)
-		if (!ffv_mr_find(c, w->sge[i].lkey, w->sge[i].addr, w->sge[i].length, IBV_ACCESS_LOCAL_WRITE))
-			return 0;
-	return 1;
-}
-
 /* The 40 bytes a GRH takes at the head of a UD receive: IPv6's header, as IB's GRH is. */
 static void grh(uint8_t out[GRH_SIZE], const struct ffv_qp *qp, const struct ffv_lane *l, uint32_t len)
 {
@@ -302,7 +281,7 @@ static int deliver(struct ffv_qp *qp, const struct ffv_lane *l, const uint8_t *h
 	memcpy(&qkey, h + FF_VQP_REC_TOTAL, 4);
 	if (qkey != qp->attr.qkey)
 		return 0;	/* the wrong Q_Key: dropped, as the IB spec drops it */
-	if (!(w = ffv_rq_pop(qp)))
+	if (!(w = ffv_rx_next(qp)))
 		return -1;
 	wc.wr_id = w->wr_id;
 	memcpy(&wc.src_qp, l->peer, 4);
@@ -374,6 +353,7 @@ void ffv_ud_take(struct ffv_qp *qp)
 	if (qp->taking || (qp->vqp.qp.state != IBV_QPS_RTR && qp->vqp.qp.state != IBV_QPS_RTS))
 		return;	/* taking: a completion inside made the QP fail, and its flush comes here */
 	qp->taking = 1;
+	qp->rx_starved = 0;
 	if (gen != qp->lanes_seen) {	/* the agent gave us a lane since we last asked */
 		qp->lanes_seen = gen;
 		fetch_lanes(qp);

@@ -33,6 +33,21 @@ struct ffv_device {
 	uint8_t gid[16];
 };
 
+/* Limits the device reports (docs/VERBS.md, "Limits"). */
+enum {
+	FFV_MAX_QP = 2048,	/* the agent holds at most 2048 memfds per container (ARCHITECTURE.md, "Limits") */
+	FFV_MAX_QP_WR = 16384,
+	FFV_MAX_SGE = 32,
+	FFV_MAX_CQ = 4096,
+	FFV_MAX_CQE = 1 << 20,
+	FFV_MAX_MR = 1 << 16,
+	FFV_MAX_PD = 1 << 16,
+	FFV_MAX_SRQ = 1024,
+	FFV_MAX_SRQ_WR = 16384,
+	FFV_MAX_RD_ATOM = 16,
+	FFV_MAX_AH = 1 << 16,
+};
+
 struct ffv_mr;
 struct ffv_qp;
 struct ffv_grant;
@@ -46,6 +61,14 @@ struct ffv_context {
 	struct ffv_mr *mrs;		/* every MR of the context, by lkey (mr.c) */
 	struct ffv_qp *qps;		/* every QP, for the CQs' progress (qp.c) */
 	struct ffv_grant *grants;	/* peers' regions mapped here (mr.c) */
+	uint32_t nsrq;			/* SRQs made (srq.c), at most FFV_MAX_SRQ */
+	/*
+	 * Asynchronous events (events.c): libibverbs reads them from the read
+	 * end of a pipe, vctx.context.async_fd; we write async_w (non-blocking)
+	 * and read async_r (non-blocking, our own) to take back those naming
+	 * an object being destroyed.
+	 */
+	int async_w, async_r;
 	/*
 	 * Completion events (events.c), from the first CQ with a channel on:
 	 * the doorbell, a datagram socket pair (peers ring bell[1], which the
@@ -100,6 +123,23 @@ struct ffv_rwqe {
 	uint64_t room;			/* the SGEs' bytes */
 	int num_sge;
 	struct ibv_sge sge[];
+};
+
+/* Posted receives, in order: a QP's own (its RQ) or an SRQ's (srq.c). */
+struct ffv_rq {
+	struct ffv_rwqe **w;		/* ring of size entries: head is the oldest */
+	uint32_t head, count, size;
+	uint32_t max_sge;
+};
+
+/* A shared receive queue: RC QPs made with it take their receives from it (srq.c). */
+struct ffv_srq {
+	struct ibv_srq ibv_srq;
+	struct ffv_context *ctx;
+	struct ffv_rq rq;
+	uint32_t limit;			/* armed srq_limit, 0 when not armed */
+	uint32_t events;		/* SRQ_LIMIT_REACHED events written for it */
+	int starved;			/* a QP of it has a message waiting for a receive */
 };
 
 /*
@@ -159,19 +199,22 @@ struct ffv_qp {
 	uint32_t waiting;		/* what we last wrote to the peer's waiting word */
 	/* Our doorbell went to the agent with the QP: a CQ of ours has a channel. */
 	int belled;
-	/* Posted receives, in order. */
-	struct ffv_rwqe **rq;
-	uint32_t rq_head, rq_count;
+	/* Posted receives, in order: its own, or (srq set) its SRQ's. */
+	struct ffv_rq rq;
+	struct ffv_srq *srq;
 	uint64_t rx_cons;		/* bytes consumed from our ring (the peer may scribble on cons) */
-	int rx_busy;			/* a message's first piece arrived, its last not yet */
+	/* The receive a message's first piece was matched to, held until its last. */
+	struct ffv_rwqe *rx_wqe;
+	int rx_starved;			/* a message's first piece found no receive posted (RNR) */
 	uint8_t rx_op;			/* that message's op: every piece must carry it */
-	uint32_t rx_off;		/* bytes of it placed in rq[rq_head] */
+	uint32_t rx_off;		/* bytes of it placed in rx_wqe */
 	enum ibv_wc_status rx_status;	/* how it ends: LOC_LEN_ERR once it overflows */
 	int taking;			/* in ffv_take_incoming */
 	int rx_broken;			/* the peer broke the ring's layout: nothing more is taken */
 	/* Sends waiting for room, oldest first. */
 	struct ffv_swqe *sq, **sq_tail;
 	uint32_t sq_count;
+	uint32_t events;		/* asynchronous events written for it (LAST_WQE_REACHED) */
 	/* A UD QP's lanes (ud.c): to its receivers, from its senders. */
 	struct ffv_lane *tx_lanes, *rx_lanes;
 	uint32_t lanes_seen;		/* the lanes word when we last asked for lanes */
@@ -207,6 +250,11 @@ static inline struct ffv_ah *ffv_ah(struct ibv_ah *ah)
 static inline struct ffv_pd *ffv_pd(struct ibv_pd *pd)
 {
 	return container_of(pd, struct ffv_pd, ibv_pd);
+}
+
+static inline struct ffv_srq *ffv_srq(struct ibv_srq *srq)
+{
+	return container_of(srq, struct ffv_srq, ibv_srq);
 }
 
 /* ---- agent.c: the provider's session with the agent ---- */
@@ -271,6 +319,20 @@ int ffv_events_start(struct ffv_context *c);
 void ffv_events_stop(struct ffv_context *c);
 /* Ring a peer's doorbell: never blocks, whatever fd is. */
 void ffv_ring(int fd);
+/* alloc_context: the pipe of asynchronous events; 0 or -errno. */
+int ffv_async_open(struct ffv_context *c);
+/* ctx->mu held: an asynchronous event about element (the SRQ or QP type names), for ibv_get_async_event. */
+void ffv_async_event(struct ffv_context *c, void *element, enum ibv_event_type type);
+/*
+ * Destroying element, of which fired events were written: ctx->mu held,
+ * ffv_async_forget takes back those not read yet (as a kernel drops them),
+ * and says how many, or -ENOMEM; then, ctx->mu released,
+ * ffv_async_wait_acked waits until the program acknowledged the others
+ * (ibv_ack_async_event counts them in *completed under mu, signals cond).
+ */
+int ffv_async_forget(struct ffv_context *c, void *element);
+void ffv_async_wait_acked(pthread_mutex_t *mu, pthread_cond_t *cond, const uint32_t *completed,
+			  uint32_t acked);
 
 /* ---- qp.c ---- */
 struct ibv_qp *ffv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
@@ -298,6 +360,44 @@ int64_t ffv_now_ns(void);
  * (a NIC would have), then every request still posted completes flushed.
  */
 void ffv_qp_error(struct ffv_qp *qp);
+
+/* ---- srq.c: receive queues, a QP's own and shared ones ---- */
+struct ibv_srq *ffv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr);
+int ffv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask);
+int ffv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr);
+int ffv_destroy_srq(struct ibv_srq *srq);
+int ffv_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+/* A queue of size receives of up to max_sge SGEs each; 0 or -ENOMEM. */
+int ffv_rq_init(struct ffv_rq *q, uint32_t size, uint32_t max_sge);
+/*
+ * ctx->mu held: wr and the requests chained to it at q's tail: 0, or
+ * EINVAL (num_sge past max_sge) or ENOMEM (q full) with *bad the request
+ * that failed and those before it posted.
+ */
+int ffv_rq_post(struct ffv_rq *q, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+/* Drop what q holds, without completions (a QP reset); ffv_rq_free also frees its ring. */
+void ffv_rq_clear(struct ffv_rq *q);
+void ffv_rq_free(struct ffv_rq *q);
+/*
+ * ctx->mu held: the next posted receive for qp (from its SRQ if it has
+ * one, else its RQ), NULL if none; the caller owns it (frees it). An SRQ
+ * whose count drops below its armed limit gets its SRQ_LIMIT_REACHED event.
+ */
+struct ffv_rwqe *ffv_rq_pop(struct ffv_qp *qp);
+/*
+ * ctx->mu held: the receive a message arriving at qp now goes into
+ * (ffv_rq_pop), or NULL: the message waits, and a receive posted for qp
+ * takes it at once (ffv_rq_fed).
+ */
+struct ffv_rwqe *ffv_rx_next(struct ffv_qp *qp);
+/* ctx->mu held: qp's message waits for a receive no longer if one was just posted for it. */
+void ffv_rq_fed(struct ffv_qp *qp);
+/*
+ * Whether every buffer of w lies in an MR of c allowing local writes now,
+ * when a message starts into it: the program may have deregistered one
+ * since it posted it (a NIC would then fail it, not crash).
+ */
+int ffv_rwqe_writable(struct ffv_context *c, const struct ffv_rwqe *w);
 
 /* ---- post.c: the data path ---- */
 int ffv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
