@@ -32,34 +32,6 @@ static int victim(int sock)
 	return 0;
 }
 
-static uint8_t *peer_ring(void)
-{
-	FILE *f = fopen("/proc/self/maps", "r");
-	char line[512];
-	uint8_t *found = NULL;
-
-	while (f && fgets(line, sizeof(line), f)) {
-		unsigned long lo, hi;
-
-		if (!strstr(line, "ffv-qp") || sscanf(line, "%lx-%lx", &lo, &hi) != 2)
-			continue;
-		if (*(uint64_t *)(lo + FF_VQP_OFF_PROD) != 0)
-			found = (uint8_t *)lo;
-	}
-	if (f)
-		fclose(f);
-	return found;
-}
-
-static void rec(uint8_t *at, uint32_t len, uint8_t op, uint8_t flags, uint32_t total)
-{
-	memset(at, 0, 16);
-	memcpy(at, &len, 4);
-	at[4] = op;
-	at[5] = flags;
-	memcpy(at + 12, &total, 4);
-}
-
 int main(int argc, char **argv)
 {
 	struct tv_end e;
@@ -84,12 +56,12 @@ int main(int argc, char **argv)
 	TV_MUST(ibv_post_send(e.qp, &wr, &bad) == 0, "send");
 	wc = tv_wait(&e);
 	TV_MUST(wc.status == IBV_WC_SUCCESS, "send status %d", wc.status);
-	mem = peer_ring();
+	mem = tv_written_ring();
 	TV_MUST(mem, "find the victim's ring");
 	ring = mem + FF_VQP_HDR_SIZE;
 	prod = *(uint64_t *)(mem + FF_VQP_OFF_PROD);
-	rec(ring + prod, 0, FF_VQP_OP_WRITE_IMM, FF_VQP_FIRST, 0);
-	rec(ring + prod + 16, 16, FF_VQP_OP_SEND, FF_VQP_LAST, 16);
+	tv_rec(ring + prod, 0, FF_VQP_OP_WRITE_IMM, FF_VQP_FIRST, 0);
+	tv_rec(ring + prod + 16, 16, FF_VQP_OP_SEND, FF_VQP_LAST, 16);
 	memset(ring + prod + 32, 0x41, 16);
 	__atomic_store_n((uint64_t *)(mem + FF_VQP_OFF_PROD), prod + 48, __ATOMIC_RELEASE);
 	CHECK(write(sock, "g", 1) == 1, "go");

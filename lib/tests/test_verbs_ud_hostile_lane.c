@@ -52,35 +52,6 @@ static int receiver(int sock)
 	return 0;
 }
 
-/* Our lane: the one mapping of ours named ffv-qp whose prod is not 0 (we sent into it). */
-static uint8_t *our_lane(void)
-{
-	FILE *f = fopen("/proc/self/maps", "r");
-	char line[512];
-	uint8_t *found = NULL;
-
-	while (f && fgets(line, sizeof(line), f)) {
-		unsigned long lo, hi;
-
-		if (strstr(line, "ffv-qp") && sscanf(line, "%lx-%lx", &lo, &hi) == 2 &&
-		    *(uint64_t *)(lo + FF_VQP_OFF_PROD) != 0)
-			found = (uint8_t *)lo;
-	}
-	if (f)
-		fclose(f);
-	return found;
-}
-
-static void rec(uint8_t *at, uint32_t len, uint8_t op, uint8_t flags, uint32_t qkey)
-{
-	memset(at, 0, 16);
-	memcpy(at, &len, 4);
-	at[4] = op;
-	at[5] = flags;
-	memcpy(at + 12, &qkey, 4);
-	memset(at + 16, 0x41, len);
-}
-
 int main(int argc, char **argv)
 {
 	struct tv_end bad, good;
@@ -111,15 +82,18 @@ int main(int argc, char **argv)
 	ah = tv_ah(&bad, 0);
 	TV_MUST(tv_send_dgram(&bad, bad.qp, mr, ah, peer.qpn, TV_QKEY, 20, 10) == IBV_WC_SUCCESS,
 		"the hostile sender's honest datagram");
-	lane = our_lane();
+	lane = tv_written_ring();	/* our lane: we sent into it */
 	TV_MUST(lane, "find our lane");
 	prod = *(uint64_t *)(lane + FF_VQP_OFF_PROD);
 	{
 		uint8_t *ring = lane + FF_VQP_HDR_SIZE + prod;
 
-		rec(ring, 8192, FF_VQP_OP_SEND, FF_VQP_FIRST | FF_VQP_LAST, TV_QKEY);	/* past the MTU */
-		rec(ring + 16 + 8192, 16, FF_VQP_OP_SEND, FF_VQP_FIRST, TV_QKEY);	/* a piece */
-		rec(ring + 48 + 8192, 16, 9, FF_VQP_FIRST | FF_VQP_LAST, TV_QKEY);	/* no such op */
+		tv_rec(ring, 8192, FF_VQP_OP_SEND, FF_VQP_FIRST | FF_VQP_LAST, TV_QKEY);	/* past the MTU */
+		tv_rec(ring + 16 + 8192, 16, FF_VQP_OP_SEND, FF_VQP_FIRST, TV_QKEY);	/* a piece */
+		tv_rec(ring + 48 + 8192, 16, 9, FF_VQP_FIRST | FF_VQP_LAST, TV_QKEY);	/* no such op */
+		memset(ring + 16, 0x41, 8192);
+		memset(ring + 32 + 8192, 0x41, 16);
+		memset(ring + 64 + 8192, 0x41, 16);
 		__atomic_store_n((uint64_t *)(lane + FF_VQP_OFF_PROD), prod + 80 + 8192, __ATOMIC_RELEASE);
 	}
 	TV_MUST(tv_send_dgram(&good, good.qp, mr, ah, peer.qpn, TV_QKEY, 20, 11) == IBV_WC_SUCCESS,

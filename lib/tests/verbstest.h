@@ -391,4 +391,37 @@ static inline enum ibv_wc_status tv_send_dgram(struct tv_end *e, struct ibv_qp *
 	return wc.status;
 }
 
+/*
+ * For the hostile-peer tests: the ring of ours another process reads
+ * (a QP-layout mapping named ffv-qp whose prod is not 0: we produced into
+ * it), to write records into by hand.
+ */
+static inline uint8_t *tv_written_ring(void)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	uint8_t *found = NULL;
+
+	while (f && fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+
+		if (strstr(line, "ffv-qp") && sscanf(line, "%lx-%lx", &lo, &hi) == 2 &&
+		    *(uint64_t *)(lo + FF_VQP_OFF_PROD) != 0)
+			found = (uint8_t *)lo;
+	}
+	if (f)
+		fclose(f);
+	return found;
+}
+
+/* A record header at at (docs/VERBS.md, "Queue pair memory"); total is a lane's Q_Key. */
+static inline void tv_rec(uint8_t *at, uint32_t len, uint8_t op, uint8_t flags, uint32_t total)
+{
+	memset(at, 0, 16);
+	memcpy(at, &len, 4);
+	at[4] = op;
+	at[5] = flags;
+	memcpy(at + 12, &total, 4);
+}
+
 #endif
