@@ -74,6 +74,7 @@ int ffv_destroy_cq(struct ibv_cq *ibcq)
 {
 	struct ffv_context *c = ffv_ctx(ibcq->context);
 	struct ffv_cq *cq = ffv_cq(ibcq);
+	int unread;
 
 	pthread_mutex_lock(&c->mu);
 	for (struct ffv_qp *qp = c->qps; qp; qp = qp->next)
@@ -81,7 +82,13 @@ int ffv_destroy_cq(struct ibv_cq *ibcq)
 			pthread_mutex_unlock(&c->mu);
 			return EBUSY;	/* as a NIC: a QP still uses it */
 		}
+	unread = cq->events ? ffv_async_forget(c, ibcq) : 0;
 	pthread_mutex_unlock(&c->mu);
+	if (unread < 0)
+		return -unread;
+	/* As a kernel's destroy: the events the program read, acknowledged first. */
+	ffv_async_wait_acked(&ibcq->mutex, &ibcq->cond, &ibcq->async_events_completed,
+			     cq->events - (uint32_t)unread);
 	if (cq->chan >= 0)
 		close(cq->chan);
 	free(cq->wc);
@@ -92,6 +99,10 @@ int ffv_destroy_cq(struct ibv_cq *ibcq)
 int ffv_cq_push(struct ffv_cq *cq, const struct ibv_wc *wc, int solicited)
 {
 	if (cq->count == cq->size) {
+		if (!cq->overflowed) {	/* a NIC's CQ goes to error, and says so once */
+			cq->events++;
+			ffv_async_event(cq->ctx, &cq->vcq.cq, IBV_EVENT_CQ_ERR);
+		}
 		cq->overflowed = 1;
 		return -ENOSPC;
 	}

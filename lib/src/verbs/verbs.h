@@ -113,6 +113,7 @@ struct ffv_cq {
 	struct ibv_wc *wc;		/* ring of size entries: head is next to poll */
 	uint32_t size, head, count;
 	int overflowed;
+	uint32_t events;		/* CQ_ERR events written for it (at its overflow) */
 	int chan;			/* our writer of its completion channel's pipe, or -1 */
 	int armed;			/* FFV_ARM_*: ibv_req_notify_cq's, until the event */
 };
