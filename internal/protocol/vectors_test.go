@@ -139,7 +139,7 @@ var vqpLayoutChecked = map[string]uint64{
 // prod counter for `freeflow conns --qps`, and never reads or writes its
 // ring (the providers' alone; the C vector test checks them).
 var vqpLayoutIgnored = []string{
-	"off_access", "off_mr_gen", "off_cons", "off_waiting", "off_armed", "rec_hdr", "rec_align", "rec_len", "rec_op", "rec_flags", "rec_imm", "rec_total",
+	"off_access", "off_mr_gen", "off_cons", "off_waiting", "off_armed", "off_rq_posted", "off_rnr_timer", "rec_hdr", "rec_align", "rec_len", "rec_op", "rec_flags", "rec_imm", "rec_total",
 	"op_send", "op_send_imm", "op_write_imm", "op_pad", "first", "last", "solicited", "grh",
 }
 

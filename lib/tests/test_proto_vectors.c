@@ -234,6 +234,7 @@ static const struct layout_key vqp_keys[] = {
 	K("off_lanes", FF_VQP_OFF_LANES), K("off_mr_gen", FF_VQP_OFF_MR_GEN),
 	K("off_prod", FF_VQP_OFF_PROD), K("off_cons", FF_VQP_OFF_CONS),
 	K("off_waiting", FF_VQP_OFF_WAITING), K("off_armed", FF_VQP_OFF_ARMED),
+	K("off_rq_posted", FF_VQP_OFF_RQ_POSTED), K("off_rnr_timer", FF_VQP_OFF_RNR_TIMER),
 	K("rec_hdr", FF_VQP_REC_HDR), K("rec_align", FF_VQP_REC_ALIGN), K("rec_len", FF_VQP_REC_LEN),
 	K("rec_op", FF_VQP_REC_OP), K("rec_flags", FF_VQP_REC_FLAGS), K("rec_imm", FF_VQP_REC_IMM),
 	K("rec_total", FF_VQP_REC_TOTAL),

@@ -141,18 +141,19 @@ static inline void tv_open(struct tv_end *e)
 	tv_open_ch(e, NULL);
 }
 
-/* INIT -> RTR -> RTS towards the peer's QP. */
-static inline void tv_connect(struct tv_end *e, const struct tv_name *peer)
+/* INIT -> RTR -> RTS towards the peer's QP, with our RNR timer and retries to the peer's. */
+static inline void tv_connect_rnr(struct tv_end *e, const struct tv_name *peer, uint8_t min_rnr_timer,
+				  uint8_t rnr_retry)
 {
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_4096,
 				 .dest_qp_num = peer->qpn, .max_dest_rd_atomic = 1,
-				 .min_rnr_timer = 12, .ah_attr = { .dlid = peer->lid, .port_num = 1 } };
+				 .min_rnr_timer = min_rnr_timer, .ah_attr = { .dlid = peer->lid, .port_num = 1 } };
 
 	TV_MUST(ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
 			    IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0,
 	      "QP to RTR");
 	a = (struct ibv_qp_attr){ .qp_state = IBV_QPS_RTS, .timeout = 14, .retry_cnt = 7,
-				  .rnr_retry = 7, .max_rd_atomic = 1 };
+				  .rnr_retry = rnr_retry, .max_rd_atomic = 1 };
 	TV_MUST(ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
 			    IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) == 0,
 	      "QP to RTS");
@@ -176,6 +177,12 @@ static inline struct ibv_srq *tv_srq(struct tv_end *e, uint32_t max_wr, void *ct
 
 	TV_MUST(srq, "create an SRQ: %s", strerror(errno));
 	return srq;
+}
+
+/* INIT -> RTR -> RTS towards the peer's QP, retrying RNR for ever (as perftest). */
+static inline void tv_connect(struct tv_end *e, const struct tv_name *peer)
+{
+	tv_connect_rnr(e, peer, 12, 7);
 }
 
 /* One completion within 10 s (a hang fails the test, not the suite). */

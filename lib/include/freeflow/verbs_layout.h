@@ -44,6 +44,14 @@
  */
 #define FF_VQP_OFF_WAITING	72u
 #define FF_VQP_OFF_ARMED	136u
+/*
+ * The owner's, on the cons line: u64, receives ever posted to the QP's own
+ * queue (all ones for a QP on an SRQ), and u32, its min_rnr_timer (the IB
+ * code): a peer whose rnr_retry is below 7 starts a message only once a
+ * receive is there for it, and retries for as long as a NIC would.
+ */
+#define FF_VQP_OFF_RQ_POSTED	144u
+#define FF_VQP_OFF_RNR_TIMER	152u
 
 /* A record in the ring: a 16-byte header, then len payload bytes, padded to FF_VQP_REC_ALIGN. */
 #define FF_VQP_REC_HDR		16u

@@ -69,9 +69,9 @@ static void *events_main(void *arg)
 		 */
 		timeout = -1;
 		for (struct ffv_qp *qp = c->qps; qp; qp = qp->next) {
-			if (qp->belled || qp->reach_by)
+			if (qp->belled || qp->reach_by || qp->rnr_by)
 				ffv_progress(qp);
-			if (qp->reach_by)
+			if (qp->reach_by || qp->rnr_by)
 				timeout = 1;
 		}
 		pthread_mutex_unlock(&c->mu);

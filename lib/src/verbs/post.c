@@ -155,11 +155,54 @@ void ffv_scatter(const struct ibv_sge *sge, int n, uint32_t off, const uint8_t *
 
 enum { DONE, WAIT };	/* or a work completion error, < 0 as -status */
 
+/* IB's RNR timer codes (the receiver's min_rnr_timer), in µs: code 0 is the longest. */
+static const uint32_t rnr_timer_us[32] = {
+	655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920, 2560,
+	3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122880, 163840,
+	245760, 327680, 491520,
+};
+
+/*
+ * Before a message that takes a receive (SEND, WRITE with immediate): with
+ * rnr_retry 7 (for ever, what nearly every program asks) it goes into the
+ * ring at once and waits there for its receive. Below 7, as a NIC: it
+ * starts only once the peer has a receive posted for it (the peer's
+ * rq_posted word), retried rnr_retry times the peer's RNR timer, then the
+ * request fails. DONE, WAIT, or -status.
+ */
+static int rnr_check(struct ffv_qp *qp)
+{
+	uint64_t posted;
+	uint32_t code;
+
+	if (qp->attr.rnr_retry >= 7)
+		return DONE;
+	posted = __atomic_load_n((uint64_t *)(qp->peer_mem + FF_VQP_OFF_RQ_POSTED), __ATOMIC_ACQUIRE);
+	if (posted > qp->tx_msgs) {
+		qp->rnr_by = 0;
+		return DONE;
+	}
+	if (!qp->rnr_by) {
+		code = __atomic_load_n((uint32_t *)(qp->peer_mem + FF_VQP_OFF_RNR_TIMER), __ATOMIC_RELAXED) & 31;
+		qp->rnr_by = ffv_now_ns() + (int64_t)qp->attr.rnr_retry * rnr_timer_us[code] * 1000 + 1;
+	}
+	if (ffv_now_ns() >= qp->rnr_by) {
+		qp->rnr_by = 0;
+		return -(int)IBV_WC_RNR_RETRY_EXC_ERR;
+	}
+	/* A NIC retries on its own: so does the event thread (events.c), if the program does not call. */
+	ffv_events_start(ffv_ctx(qp->vqp.qp.context));
+	return WAIT;
+}
+
 /* Move a SEND's bytes [done, total) into the ring while there is room. */
 static int do_send(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total, uint32_t *done)
 {
 	uint8_t op = wr->opcode == IBV_WR_SEND_WITH_IMM ? FF_VQP_OP_SEND_IMM : FF_VQP_OP_SEND;
+	int r = *done == 0 ? rnr_check(qp) : DONE;
 
+	if (r != DONE)
+		return r;
 	do {
 		uint32_t len = total - *done;
 		long off;
@@ -168,6 +211,8 @@ static int do_send(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t tot
 			len = PIECE_MAX(qp->peer_ring);
 		if ((off = ring_reserve(qp, len)) < 0)
 			break;
+		if (*done == 0)
+			qp->tx_msgs++;
 		ffv_rec_header(qp->peer_mem + FF_VQP_HDR_SIZE + off, len, op,
 			   (*done == 0 ? FF_VQP_FIRST : 0) | (*done + len == total ? last_flags(wr) : 0),
 			   wr->imm_data, total);
@@ -185,7 +230,10 @@ static int do_write(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t to
 {
 	enum ibv_wc_status st;
 	uint8_t *dst;
+	int r;
 
+	if (*done == 0 && wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM && (r = rnr_check(qp)) != DONE)
+		return r;
 	if (*done == 0) {
 		if (!peer_allows(qp, IBV_ACCESS_REMOTE_WRITE))
 			return -(int)IBV_WC_REM_ACCESS_ERR;
@@ -201,6 +249,7 @@ static int do_write(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t to
 
 		if (off < 0)
 			return WAIT;
+		qp->tx_msgs++;
 		/* Release order: the target sees the record only after the data. */
 		ffv_rec_header(qp->peer_mem + FF_VQP_HDR_SIZE + off, 0, FF_VQP_OP_WRITE_IMM,
 			   FF_VQP_FIRST | last_flags(wr), wr->imm_data, total);
@@ -477,7 +526,12 @@ int ffv_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_w
 		for (; wr; wr = wr->next)	/* flushed, as a NIC does */
 			ffv_complete(qp, 0, wr->wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0);
 	} else {
+		uint32_t before = qp->rq.count;
+
 		err = ffv_rq_post(&qp->rq, wr, bad);
+		/* What a peer below rnr_retry 7 waits for (rnr_check). */
+		qp->rq_posted += qp->rq.count - before;
+		__atomic_store_n((uint64_t *)(qp->mem + FF_VQP_OFF_RQ_POSTED), qp->rq_posted, __ATOMIC_RELEASE);
 		ffv_rq_fed(qp);
 	}
 	pthread_mutex_unlock(&c->mu);

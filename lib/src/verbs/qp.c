@@ -144,6 +144,8 @@ struct ibv_qp *ffv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 	err = qp->srq ? 0 : ffv_rq_init(&qp->rq, cap->max_recv_wr, cap->max_recv_sge);
 	if (!err)
 		err = make_ring(qp);
+	if (!err && qp->srq)	/* its receives are the SRQ's: a peer never waits on our count */
+		__atomic_store_n((uint64_t *)(qp->mem + FF_VQP_OFF_RQ_POSTED), UINT64_MAX, __ATOMIC_RELAXED);
 	pthread_mutex_lock(&c->mu);
 	if (!err)
 		err = register_qp(c, qp);
@@ -240,7 +242,13 @@ static void reset(struct ffv_qp *qp)
 	qp->rx_off = 0;
 	qp->rx_starved = 0;
 	qp->tx_prod = 0;
+	qp->tx_msgs = 0;
+	qp->rnr_by = 0;
 	qp->rx_cons = 0;
+	if (!qp->srq) {
+		qp->rq_posted = 0;
+		__atomic_store_n((uint64_t *)(qp->mem + FF_VQP_OFF_RQ_POSTED), 0, __ATOMIC_RELEASE);
+	}
 	__atomic_store_n((uint64_t *)(qp->mem + FF_VQP_OFF_CONS), 0, __ATOMIC_RELEASE);
 	while (qp->sq) {
 		struct ffv_swqe *w = qp->sq;
@@ -301,8 +309,12 @@ int ffv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 		qp->attr.max_dest_rd_atomic = attr->max_dest_rd_atomic;
 	if (mask & IBV_QP_MAX_QP_RD_ATOMIC)
 		qp->attr.max_rd_atomic = attr->max_rd_atomic;
-	if (mask & IBV_QP_MIN_RNR_TIMER)
+	if (mask & IBV_QP_MIN_RNR_TIMER) {
 		qp->attr.min_rnr_timer = attr->min_rnr_timer;
+		/* The timer a peer below rnr_retry 7 waits by (post.c, rnr_check). */
+		__atomic_store_n((uint32_t *)(qp->mem + FF_VQP_OFF_RNR_TIMER), attr->min_rnr_timer,
+				 __ATOMIC_RELAXED);
+	}
 	if (mask & IBV_QP_TIMEOUT)
 		qp->attr.timeout = attr->timeout;
 	if (mask & IBV_QP_RETRY_CNT)

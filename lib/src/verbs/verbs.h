@@ -196,6 +196,9 @@ struct ffv_qp {
 	uint32_t peer_ring;
 	uint64_t tx_prod;		/* bytes we produced into the peer's ring (ours to know) */
 	int64_t reach_by, reach_next;	/* ffv_qp_reach: until when, and when next, to ask */
+	uint64_t tx_msgs;		/* messages started into the peer's ring (each takes a receive) */
+	int64_t rnr_by;			/* waiting for the peer's receive (rnr_retry < 7) until then */
+	uint64_t rq_posted;		/* receives ever posted to our own queue (the header's copy) */
 	int peer_bell;			/* the peer's doorbell (VERBS_PEER_QP's second fd), or -1 */
 	uint32_t waiting;		/* what we last wrote to the peer's waiting word */
 	/* Our doorbell went to the agent with the QP: a CQ of ours has a channel. */
