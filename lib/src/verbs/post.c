@@ -321,8 +321,11 @@ static int run(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total, 
 		if (st != IBV_WC_SUCCESS)
 			return -st;
 	}
-	if (peer_dead(qp))
-		return -(int)IBV_WC_RETRY_EXC_ERR;	/* as a NIC whose peer stopped answering */
+	if (peer_dead(qp)) {
+		int st = ffv_qp_retry_dead(qp);
+
+		return st == FFV_REACH_LATER ? WAIT : -st;
+	}
 	switch (wr->opcode) {
 	case IBV_WR_SEND:
 	case IBV_WR_SEND_WITH_IMM:
@@ -677,9 +680,10 @@ void ffv_progress(struct ffv_qp *qp)
 	 * made before: a NIC notices long after them, and a program that stops
 	 * at its last expected completion (ibv_rc_pingpong's server, woken by
 	 * an event after its client exited) must not find the flush beside it.
+	 * Not while sends wait: their retries (ffv_qp_retry_dead) end it.
 	 */
-	if (qp->peer_mem && qp->vqp.qp.state != IBV_QPS_ERR && !qp->rcq->count && !qp->scq->count &&
-	    peer_dead(qp) &&
+	if (qp->peer_mem && qp->vqp.qp.state != IBV_QPS_ERR && !qp->sq && !qp->rcq->count &&
+	    !qp->scq->count && peer_dead(qp) &&
 	    __atomic_load_n((uint64_t *)(qp->mem + FF_VQP_OFF_PROD), __ATOMIC_ACQUIRE) == qp->rx_cons)
 		ffv_qp_error(qp);
 }

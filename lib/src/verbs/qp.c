@@ -464,6 +464,20 @@ static void flush_recv(struct ffv_qp *qp, struct ffv_rwqe *w)
 	free(w);
 }
 
+int ffv_qp_retry_dead(struct ffv_qp *qp)
+{
+	int64_t now = ffv_now_ns();
+
+	if (!qp->reach_by)
+		qp->reach_by = now + retry_budget_ns(qp);
+	if (now >= qp->reach_by) {
+		qp->reach_by = 0;
+		return IBV_WC_RETRY_EXC_ERR;
+	}
+	ffv_events_start(ffv_ctx(qp->vqp.qp.context));	/* the retries go on while the program sleeps */
+	return FFV_REACH_LATER;
+}
+
 void ffv_qp_error(struct ffv_qp *qp)
 {
 	struct ffv_rwqe *w;

@@ -358,6 +358,13 @@ enum ibv_wc_status ffv_qp_connect(struct ffv_qp *qp);
  */
 #define FFV_REACH_LATER	(-1)
 int ffv_qp_reach(struct ffv_qp *qp);
+/*
+ * ctx->mu held: a request to a peer that is gone (its dead word) waits as
+ * a NIC retries a peer that stopped answering, for the same budget:
+ * FFV_REACH_LATER, then the retry error. A program that stops polling
+ * before then (it counted its own messages done) never sees it.
+ */
+int ffv_qp_retry_dead(struct ffv_qp *qp);
 int64_t ffv_now_ns(void);
 /*
  * ctx->mu held: qp to the error state: what already arrived is delivered
