@@ -29,7 +29,9 @@ for b in "${BINARIES[@]}"; do
   fi
   echo "build-kube: building $b $VERSION into $KUBE_BIN (minutes on first build)"
   start=$SECONDS
-  go build -trimpath -ldflags "$ldflags" -o "$KUBE_BIN/.$b.tmp" "k8s.io/kubernetes/cmd/$b"
-  mv -f "$KUBE_BIN/.$b.tmp" "$KUBE_BIN/$b"
+  tmp=$(mktemp "$KUBE_BIN/.$b.XXXXXX") # two builds at once do not mix
+  go build -trimpath -ldflags "$ldflags" -o "$tmp" "k8s.io/kubernetes/cmd/$b" || { rm -f "$tmp"; exit 1; }
+  chmod 755 "$tmp"
+  mv -f "$tmp" "$KUBE_BIN/$b"
   echo "build-kube: $b built in $((SECONDS - start)) s"
 done
