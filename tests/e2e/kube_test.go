@@ -16,6 +16,7 @@ import (
 
 	"github.com/freeflow-net/freeflow/internal/cni"
 	"github.com/freeflow-net/freeflow/internal/ociimage"
+	"github.com/freeflow-net/freeflow/internal/state"
 	"github.com/freeflow-net/freeflow/internal/testenv"
 	"github.com/freeflow-net/freeflow/internal/testenv/kube"
 )
@@ -290,4 +291,37 @@ func alive(pid int) bool {
 	}
 	i := strings.LastIndexByte(string(b), ')')
 	return i > 0 && i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
+}
+
+// TestKubeNodeReadyWhenCNIInstalled: a node brought up without a CNI
+// configuration (as before FreeFlow's DaemonSet installs its own) and
+// without the CLI's agents registers NotReady, and turns Ready once a
+// configuration list appears in its /etc/cni/net.d, as an installer writes
+// it; the pod it then runs gets an address on the node's subnet.
+func TestKubeNodeReadyWhenCNIInstalled(t *testing.T) {
+	kc := newKube(t, kube.Options{Hosts: 1, NoAgents: true, NoCNI: true})
+	node := kc.Nodes[0]
+	ready := func() string {
+		return kc.Kubectl(t, "get", "node", node, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+	}
+	if got := ready(); got == "True" {
+		t.Fatalf("node %s is Ready without any CNI configuration", node)
+	}
+	l := state.NewLayout(kc.FF.Name)
+	list, err := cni.BridgeConfList(l, kc.Hosts[0], "installed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(kc.CNIConfDir(node), "10-installed.conflist"), list, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitWithin(t, time.Minute, "node "+node+" to turn Ready after its CNI configuration was installed", func() bool { return ready() == "True" })
+	echo := staticEcho(t)
+	kc.BuildImage(t, filepath.Dir(echo), ociimage.Config{Name: echoImage, Entrypoint: []string{"/echo"}})
+	kc.Apply(t, echoPod("after-install", node, "serve", "7000"))
+	kc.WaitPodPhase(t, "default", "after-install", "Running", podTimeout)
+	ip := net.ParseIP(kc.Kubectl(t, "get", "pod", "after-install", "-o", "jsonpath={.status.podIP}"))
+	if _, subnet, _ := net.ParseCIDR(kc.Hosts[0].Subnet); ip == nil || !subnet.Contains(ip) {
+		t.Fatalf("pod address %v, want one in %s", ip, subnet)
+	}
 }

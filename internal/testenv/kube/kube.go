@@ -76,8 +76,13 @@ type Cluster struct {
 	// NodeKubeconfig is the admin's, valid inside any host's network
 	// namespace (server: the first host's fabric address).
 	NodeKubeconfig string
-	Nodes          []string     // node names: the host names
-	Hosts          []state.Host // the hosts, in node order
+	// APIServer is the API server's URL inside the hosts' namespaces (h1's
+	// fabric address): what a pod on the host network is given as
+	// KUBERNETES_SERVICE_HOST/PORT, since no kube-proxy routes the
+	// kubernetes Service (see ServiceCIDR).
+	APIServer string
+	Nodes     []string     // node names: the host names
+	Hosts     []state.Host // the hosts, in node order
 	// ReadyAfter is how long Start took from the FreeFlow cluster being up
 	// to every node Ready (or registered, with NoCNI).
 	ReadyAfter time.Duration
@@ -178,6 +183,7 @@ func newCluster(ff *testenv.Cluster) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.APIServer = fmt.Sprintf("https://%s:%d", first.FabricIP, apiPort)
 	c.Kubeconfig = filepath.Join(c.dir, "admin.kubeconfig")
 	c.NodeKubeconfig = filepath.Join(c.dir, "admin-node.kubeconfig")
 	return c, nil
@@ -191,7 +197,7 @@ func (c *Cluster) bringUp(ctx context.Context, opts Options) error {
 	if err := p.kubeconfig(c.Kubeconfig, "https://"+c.proxy.addr(), "admin"); err != nil {
 		return err
 	}
-	server := fmt.Sprintf("https://%s:%d", c.cp.advertise, apiPort)
+	server := c.APIServer
 	if err := p.kubeconfig(c.NodeKubeconfig, server, "admin"); err != nil {
 		return err
 	}
