@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 GOTEST_TIMEOUT ?= 30m
 
-.PHONY: all deps build lib test test-go test-lib fuzz demo bench clean vet
+.PHONY: all deps build lib test test-go test-lib fuzz demo bench clean vet kube
 
 all: build
 
@@ -21,6 +21,11 @@ build:
 
 lib:
 	$(MAKE) -C lib
+
+# Kubernetes v1.34.2's control plane and kubelet for the Kubernetes tests
+# (docs/KUBERNETES.md); `deps` builds them too.
+kube:
+	./scripts/build-kube.sh
 
 vet:
 	@test -z "$$(gofmt -l cmd internal tests)" || { echo "gofmt needed on:"; gofmt -l cmd internal tests; exit 1; }

@@ -22,8 +22,12 @@ PACKAGES=(
   # own test suite ships with python3-pyverbs); cmake to
   # generate rdma-core's provider headers (below)
   libibverbs1 ibverbs-utils perftest rdmacm-utils python3-pyverbs cmake
+  # Kubernetes nodes of the test harness (internal/testenv/kube, docs/KUBERNETES.md): containerd 1.6
+  # with its CRI plugin, runc under it; the CNI plugins are above
+  containerd runc
 )
 CNITOOL_VERSION=v1.2.3 # matches github.com/containernetworking/cni in go.mod
+CRICTL_VERSION=v1.34.0 # the CRI client of Kubernetes v1.34, the release scripts/build-kube.sh builds
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "install-deps: must run as root (apt-get install); try: sudo $0" >&2
@@ -62,6 +66,20 @@ if ! command -v cnitool >/dev/null 2>&1; then
   echo "install-deps: installing cnitool $CNITOOL_VERSION (go install) into /usr/local/bin"
   GOBIN=/usr/local/bin go install "github.com/containernetworking/cni/cnitool@$CNITOOL_VERSION"
 fi
+
+if ! command -v crictl >/dev/null 2>&1; then
+  echo "install-deps: installing crictl $CRICTL_VERSION (go install) into /usr/local/bin"
+  GOBIN=/usr/local/bin go install "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION"
+fi
+
+# The directories a Kubernetes node has (its packages make them); each
+# test node binds its own over them in a private mount namespace, so they
+# stay empty here.
+mkdir -p /etc/cni/net.d /opt/cni/bin /var/lib/kubelet /var/log/pods /var/lib/cni /run/containerd
+
+# Kubernetes' control plane and kubelet are not packaged: built from the Go
+# module proxy (minutes the first time; skipped when built).
+"$(dirname "$0")/build-kube.sh"
 
 # rdma-core's provider headers (infiniband/driver.h and the kernel ABI
 # headers it includes), which the verbs provider (lib/src/verbs) is built

@@ -19,7 +19,7 @@ import (
 
 func init() {
 	register("cluster", command{
-		summary:   "bring a local cluster up (or repair one that is up: dead etcd, dead agents) or down: cluster up --hosts N [--etcd URLS] [--no-shm] [--shm-budget SIZE] | cluster down",
+		summary:   "bring a local cluster up (or repair one that is up: dead etcd, dead agents) or down: cluster up --hosts N [--etcd URLS] [--no-shm] [--shm-budget SIZE] [--no-agents] | cluster down",
 		run:       runCluster,
 		needsRoot: true,
 	})
@@ -43,6 +43,7 @@ func clusterUp(g *Global, args []string) error {
 	fs := newFlags(g, "cluster up")
 	hosts := fs.Int("hosts", 2, "number of simulated hosts")
 	etcd := fs.String("etcd", "", "use this external etcd (comma-separated client URLs, dialed from the namespace freeflow runs in) instead of starting one")
+	noAgents := fs.Bool("no-agents", false, "start no freeflowd on the hosts (the agents run elsewhere, e.g. as FreeFlow's DaemonSet on Kubernetes)")
 	var set directory.Settings
 	fs.BoolVar(&set.NoShm, "no-shm", false, "same-host fast paths use kernel socket pairs, never shared memory")
 	fs.Func("shm-budget", "shared memory each container may hold in channels, e.g. 2G or 512M (default 8G)", func(s string) error {
@@ -65,6 +66,7 @@ func clusterUp(g *Global, args []string) error {
 		Etcd:     commaList(*etcd),
 		BinDir:   filepath.Dir(exe),
 		Settings: set,
+		NoAgents: *noAgents,
 		Progress: func(f string, a ...any) { fmt.Fprintf(g.Out, "  "+f+"\n", a...) },
 	}
 	// Ctrl-C cancels the waits; Up then tears down what it made (a repair

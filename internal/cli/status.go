@@ -52,11 +52,11 @@ func printStatus(w io.Writer, r cluster.Report) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "HOST\tFABRIC-IP\tSUBNET\tAGENT\tDIRECTORY\tCONTAINERS")
 	for _, h := range r.Hosts {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", h.Name, h.FabricIP, h.Subnet, agentCell(h), directoryCell(h), containersCell(h))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", h.Name, h.FabricIP, h.Subnet, agentCell(r, h), directoryCell(h), containersCell(h))
 	}
 	tw.Flush()
 	for _, h := range r.Hosts {
-		if h.AgentError != "" {
+		if h.AgentError != "" && !r.NoAgents {
 			fmt.Fprintf(w, "%s: agent not answering: %s\n", h.Name, h.AgentError)
 		}
 	}
@@ -74,9 +74,12 @@ func etcdLine(e cluster.EtcdReport) string {
 	return fmt.Sprintf("etcd %s (%s): UNREACHABLE: %s", where, kind, e.Error)
 }
 
-func agentCell(h cluster.HostReport) string {
+func agentCell(r cluster.Report, h cluster.HostReport) string {
 	if h.Agent != nil {
 		return fmt.Sprintf("pid %d up %s", h.Agent.PID, (time.Duration(h.Agent.UptimeSeconds) * time.Second).String())
+	}
+	if r.NoAgents {
+		return "none (--no-agents)"
 	}
 	return fmt.Sprintf("pid %d %s, not answering", h.AgentPID, runningWord(h.AgentRunning))
 }

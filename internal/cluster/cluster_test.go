@@ -440,3 +440,48 @@ func TestDownRemovesContainers(t *testing.T) {
 		t.Errorf("cgroups left: %v", left)
 	}
 }
+
+// TestUpNoAgents: `cluster up --no-agents` makes the hosts, overlay and
+// etcd but no freeflowd (agents run elsewhere, as FreeFlow's DaemonSet on
+// Kubernetes); status says so rather than reporting dead agents; `up`
+// again repairs the same shape only; down removes everything.
+func TestUpNoAgents(t *testing.T) {
+	needRoot(t)
+	name := uniqueCluster(t)
+	out, code := freeflow(t, name, "cluster", "up", "--hosts", "2", "--no-agents")
+	if code != 0 || !strings.Contains(out, "--no-agents") {
+		t.Fatalf("cluster up --no-agents: exit %d:\n%s", code, out)
+	}
+	c, err := state.NewLayout(name).LoadCluster()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.NoAgents || c.Phase != state.PhaseUp {
+		t.Fatalf("cluster.json after up --no-agents: no_agents %v, phase %q", c.NoAgents, c.Phase)
+	}
+	if agents := processesMentioning(state.NewLayout(name).AdminSocket("h1")); len(agents) > 0 || c.Hosts[0].AgentPID != 0 {
+		t.Fatalf("an agent runs on h1 (pids %v, recorded %d)", agents, c.Hosts[0].AgentPID)
+	}
+	r := statusJSON(t, name)
+	if !r.NoAgents || !r.Etcd.Healthy {
+		t.Fatalf("status: no_agents %v, etcd healthy %v (%s)", r.NoAgents, r.Etcd.Healthy, r.Etcd.Error)
+	}
+	out, _ = freeflow(t, name, "status")
+	if !strings.Contains(out, "none (--no-agents)") || strings.Contains(out, "NOT RUNNING") || strings.Contains(out, "not answering") {
+		t.Errorf("status text of a cluster without agents:\n%s", out)
+	}
+	if out, code := freeflow(t, name, "cluster", "up", "--hosts", "2", "--no-agents"); code != 0 {
+		t.Errorf("up --no-agents again (a repair): exit %d:\n%s", code, out)
+	}
+	if again, _ := state.NewLayout(name).LoadCluster(); again.Hosts[0].AgentPID != 0 || again.Hosts[1].AgentPID != 0 {
+		t.Errorf("the repair started agents: %+v", again.Hosts)
+	}
+	out, code = freeflow(t, name, "cluster", "up", "--hosts", "2")
+	if code == 0 || !strings.Contains(out, "no-agents") {
+		t.Errorf("up with agents on a cluster made without: exit %d, %q; want a refusal naming no-agents", code, out)
+	}
+	if out, code := freeflow(t, name, "cluster", "down"); code != 0 {
+		t.Fatalf("down exited %d:\n%s", code, out)
+	}
+	assertGone(t, name, pids(c))
+}

@@ -35,6 +35,10 @@ func repair(ctx context.Context, l state.Layout, opts Options) (*state.Cluster, 
 	if c.Etcd.PID != etcdPID {
 		progress("directory: etcd was not running; restarted (pid %d)", c.Etcd.PID)
 	}
+	if c.NoAgents {
+		progress("directory answers; no agents (--no-agents)")
+		return c, nil
+	}
 	agentPIDs := make([]int, len(c.Hosts))
 	for i, h := range c.Hosts {
 		agentPIDs[i] = h.AgentPID
@@ -59,6 +63,9 @@ func repairable(l state.Layout, c *state.Cluster, opts Options) error {
 	}
 	if len(c.Hosts) != opts.Hosts {
 		return refuse(l, fmt.Sprintf("it has %d hosts, not %d", len(c.Hosts), opts.Hosts))
+	}
+	if c.NoAgents != opts.NoAgents {
+		return refuse(l, fmt.Sprintf("it was made with no-agents %v, not %v", c.NoAgents, opts.NoAgents))
 	}
 	managed := len(opts.Etcd) == 0
 	if managed != c.Etcd.Managed || (!managed && !slices.Equal(opts.Etcd, c.Etcd.Endpoints)) {

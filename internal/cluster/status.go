@@ -21,6 +21,8 @@ type Report struct {
 	Etcd    EtcdReport   `json:"etcd"`
 	Hosts   []HostReport `json:"hosts"`
 	Cached  []string     `json:"serving_from_cache,omitempty"` // hosts whose agent lost etcd
+	// NoAgents: the CLI started no agents (`cluster up --no-agents`).
+	NoAgents bool `json:"no_agents,omitempty"`
 }
 
 // EtcdReport is the directory as the CLI sees it.
@@ -44,7 +46,7 @@ type HostReport struct {
 
 // Status probes every part of the cluster described by c.
 func Status(ctx context.Context, l state.Layout, c *state.Cluster) Report {
-	r := Report{Cluster: c.Name, Phase: c.Phase, Created: c.Created, Etcd: etcdReport(ctx, l, c)}
+	r := Report{Cluster: c.Name, Phase: c.Phase, Created: c.Created, Etcd: etcdReport(ctx, l, c), NoAgents: c.NoAgents}
 	byHost := map[string][]string{}
 	if cs, err := l.Containers(); err == nil {
 		for _, ct := range cs {

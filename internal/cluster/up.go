@@ -26,6 +26,10 @@ type Options struct {
 	BinDir string
 	// Settings are stored in the directory for the agents (shm off, budget).
 	Settings directory.Settings
+	// NoAgents starts no freeflowd: the hosts, overlay and etcd only, for
+	// agents run by something else (FreeFlow's DaemonSet on a Kubernetes
+	// cluster on the hosts, see internal/testenv/kube).
+	NoAgents bool
 	// Progress, if set, is told about each part as it comes up.
 	Progress func(format string, args ...any)
 }
@@ -80,6 +84,7 @@ func newState(l state.Layout, opts Options) *state.Cluster {
 	for i := 1; i <= opts.Hosts; i++ {
 		c.Hosts = append(c.Hosts, state.NewHost(i))
 	}
+	c.NoAgents = opts.NoAgents
 	c.Etcd = state.Etcd{Endpoints: opts.Etcd}
 	if len(opts.Etcd) == 0 {
 		c.Etcd = state.Etcd{Endpoints: []string{ManagedEtcdURL}, Managed: true}
@@ -109,10 +114,14 @@ func build(ctx context.Context, l state.Layout, c *state.Cluster, opts Options) 
 		return err
 	}
 	progress("directory: etcd at %v", c.Etcd.Endpoints)
-	if err := bringUpAgents(ctx, l, c, opts.BinDir); err != nil {
-		return err
+	if c.NoAgents {
+		progress("agents: none (--no-agents)")
+	} else {
+		if err := bringUpAgents(ctx, l, c, opts.BinDir); err != nil {
+			return err
+		}
+		progress("agents: %d running", len(c.Hosts))
 	}
-	progress("agents: %d running", len(c.Hosts))
 	c.Phase = state.PhaseUp
 	return l.SaveCluster(c)
 }

@@ -26,45 +26,55 @@ func ConfListFile(l state.Layout, h string) string {
 	return filepath.Join(l.CNIConfDir(h), NetworkName+".conflist")
 }
 
-// ipamDir keeps host-local's address reservations under the host's
+// IPAMDir keeps host-local's address reservations under the host's
 // directory, so they go away with the cluster.
-func ipamDir(l state.Layout, h string) string { return filepath.Join(l.HostDir(h), "ipam") }
+func IPAMDir(l state.Layout, h string) string { return filepath.Join(l.HostDir(h), "ipam") }
 
 // cacheDir is libcni's result cache for host h (also cleaned with the cluster).
 func cacheDir(l state.Layout, h string) string { return filepath.Join(l.HostDir(h), "cni-cache") }
 
-// ConfList returns host h's network configuration list: bridge with
-// host-local IPAM on the host's subnet (gateway: the bridge), then the
-// freeflow plugin.
+// ConfList returns host h's network configuration list: the bridge (see
+// BridgePlugin), then the freeflow plugin.
 func ConfList(l state.Layout, h state.Host) ([]byte, error) {
-	list := map[string]any{
-		"cniVersion": "1.0.0",
-		"name":       NetworkName,
-		"plugins": []any{
-			map[string]any{
-				"type":        "bridge",
-				"bridge":      BridgeName,
-				"isGateway":   true,
-				"ipMasq":      false,
-				"mtu":         state.OverlayMTU,
-				"hairpinMode": false,
-				"ipam": map[string]any{
-					"type":   "host-local",
-					"ranges": [][]map[string]string{{{"subnet": h.Subnet, "gateway": h.Gateway}}},
-					// Containers reach the whole overlay through their bridge;
-					// nothing else is routed (there is no way out of the cluster).
-					"routes":  []map[string]string{{"dst": state.OverlayCIDR, "gw": h.Gateway}},
-					"dataDir": ipamDir(l, h.Name),
-				},
-			},
-			map[string]any{
-				"type":        PluginType,
-				"agentSocket": l.AdminSocket(h.Name),
-				"host":        h.Name,
-				"cluster":     l.Cluster,
-			},
+	return marshalList(NetworkName, BridgePlugin(l, h), map[string]any{
+		"type":        PluginType,
+		"agentSocket": l.AdminSocket(h.Name),
+		"host":        h.Name,
+		"cluster":     l.Cluster,
+	})
+}
+
+// BridgePlugin is the first plugin of host h's list: bridge with
+// host-local IPAM on the host's subnet (gateway: the bridge), reservations
+// kept under the host's directory.
+func BridgePlugin(l state.Layout, h state.Host) map[string]any {
+	return map[string]any{
+		"type":        "bridge",
+		"bridge":      BridgeName,
+		"isGateway":   true,
+		"ipMasq":      false,
+		"mtu":         state.OverlayMTU,
+		"hairpinMode": false,
+		"ipam": map[string]any{
+			"type":   "host-local",
+			"ranges": [][]map[string]string{{{"subnet": h.Subnet, "gateway": h.Gateway}}},
+			// Containers reach the whole overlay through their bridge;
+			// nothing else is routed (there is no way out of the cluster).
+			"routes":  []map[string]string{{"dst": state.OverlayCIDR, "gw": h.Gateway}},
+			"dataDir": IPAMDir(l, h.Name),
 		},
 	}
+}
+
+// BridgeConfList is a configuration list of the bridge plugin alone, named
+// name: the overlay without FreeFlow (the Kubernetes test harness's CNI
+// before FreeFlow is installed).
+func BridgeConfList(l state.Layout, h state.Host, name string) ([]byte, error) {
+	return marshalList(name, BridgePlugin(l, h))
+}
+
+func marshalList(name string, plugins ...any) ([]byte, error) {
+	list := map[string]any{"cniVersion": "1.0.0", "name": name, "plugins": plugins}
 	b, err := json.MarshalIndent(list, "", "  ")
 	if err != nil {
 		return nil, err

@@ -62,6 +62,7 @@ func (l Layout) HostsFile() string       { return filepath.Join(l.Dir(), "etc-ho
 func (l Layout) CrunRoot() string        { return filepath.Join(l.Dir(), "crun") }
 func (l Layout) EtcdDir() string         { return filepath.Join(l.Dir(), "etcd") }
 func (l Layout) HostDir(h string) string { return filepath.Join(l.Dir(), "hosts", h) }
+func (l Layout) RuncRoot() string        { return filepath.Join(l.Dir(), "runc") }
 
 // AgentSockDir is bind-mounted into each container of host h at
 // ContainerAgentDir; mounting the directory rather than the socket keeps the

@@ -26,6 +26,9 @@ type Cluster struct {
 	Hosts   []Host `json:"hosts"`
 	Etcd    Etcd   `json:"etcd"`
 	Created string `json:"created"`
+	// NoAgents: `cluster up --no-agents` started no freeflowd; something
+	// else runs the agents (on Kubernetes, FreeFlow's DaemonSet).
+	NoAgents bool `json:"no_agents,omitempty"`
 }
 
 // Host is one simulated host: a network namespace on the fabric.
