@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/freeflow-net/freeflow/internal/ffspec"
 	"github.com/freeflow-net/freeflow/internal/state"
 	"github.com/freeflow-net/freeflow/internal/verbsid"
 )
@@ -17,10 +18,9 @@ import (
 // character device libibverbs opens is /dev/null, whose numbers the tree
 // names.
 const (
-	ProviderName = "libffv-rdmav34.so"
 	// libibverbs appends "-rdmav34.so" to an absolute RDMAV_DRIVERS entry.
-	providerEnv      = "RDMAV_DRIVERS=/run/freeflow-lib/libffv"
-	containerProv    = "/run/freeflow-lib/" + ProviderName
+	providerEnv      = "RDMAV_DRIVERS=" + ffspec.LibDir + "/libffv"
+	containerProv    = ffspec.LibDir + "/" + ffspec.ProviderName
 	containerVerbs   = "/run/freeflow-verbs"
 	sysfsEnv         = "SYSFS_PATH=" + containerVerbs + "/sys"
 	verbsDeviceName  = "ffv0"
@@ -34,7 +34,7 @@ func (m *Manager) checkProvider() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	path := filepath.Join(filepath.Dir(lib), ProviderName)
+	path := filepath.Join(filepath.Dir(lib), ffspec.ProviderName)
 	if _, err := os.Stat(path); err != nil {
 		return "", fmt.Errorf("the FreeFlow verbs provider %s is missing (%w); build it with `make build`, or run the container with --no-rdma", path, err)
 	}
@@ -98,9 +98,9 @@ func withVerbs(spec *ociSpec, l state.Layout, c *state.Container, provider strin
 		return err
 	}
 	spec.Mounts = append(spec.Mounts,
-		ociMount{Destination: containerVerbs, Type: "bind", Source: dir, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}},
-		ociMount{Destination: containerProv, Type: "bind", Source: provider, Options: []string{"bind", "ro"}},
-		ociMount{Destination: verbsDeviceNode, Type: "bind", Source: "/dev/null", Options: []string{"bind"}})
+		ffspec.Mount{Destination: containerVerbs, Type: "bind", Source: dir, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}},
+		ffspec.Mount{Destination: containerProv, Type: "bind", Source: provider, Options: []string{"bind", "ro"}},
+		ffspec.Mount{Destination: verbsDeviceNode, Type: "bind", Source: "/dev/null", Options: []string{"bind"}})
 	spec.Process.Env = append(spec.Process.Env, sysfsEnv, providerEnv)
 	return nil
 }

@@ -1,0 +1,191 @@
+package runtimewrap
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/freeflow-net/freeflow/internal/atomicfile"
+	"github.com/freeflow-net/freeflow/internal/ffspec"
+)
+
+// OptOutAnnotation turns a pod's fast path off: "off" gives its containers
+// nothing of FreeFlow's, "on" (or no annotation) everything.
+const OptOutAnnotation = "freeflow.io/fast-path"
+
+// sandboxAnnotations name a pod's sandbox (pause) container, per CRI
+// runtime: containerd, CRI-O. A sandbox runs no program of the user's.
+var sandboxAnnotations = map[string]string{
+	"io.kubernetes.cri.container-type":  "sandbox",
+	"io.kubernetes.cri-o.ContainerType": "sandbox",
+}
+
+// spec is config.json, kept whole: only the fields FreeFlow changes are
+// decoded, everything else is written back as it was read.
+type spec struct {
+	top     map[string]json.RawMessage
+	process map[string]json.RawMessage
+	env     []string
+	mounts  []json.RawMessage
+}
+
+// Give adds to the container of bundle what a FreeFlow container gets,
+// unless it should get nothing (decide). It writes config.json only whole
+// (a new file renamed over the old) and not at all on error or when there
+// is nothing to add.
+func Give(bundle string, cfg Config) error {
+	path := filepath.Join(bundle, "config.json")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read the container's OCI configuration: %w", err)
+	}
+	s, err := parseSpec(b)
+	if err != nil {
+		return fmt.Errorf("parse %s: %w", path, err)
+	}
+	give, err := decide(s)
+	if err != nil || !give {
+		return err
+	}
+	if err := checkNode(cfg); err != nil {
+		return err
+	}
+	if s.has(ffspec.ContainerLibrary) {
+		return nil // given already (a create run again on the same bundle)
+	}
+	s.env = ffspec.Preload(s.env)
+	for _, m := range []ffspec.Mount{ffspec.AgentMount(cfg.AgentSockDir), ffspec.LibraryMount(cfg.Library)} {
+		raw, _ := json.Marshal(m) // a struct of strings: cannot fail
+		s.mounts = append(s.mounts, raw)
+	}
+	out, err := s.marshal()
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", path, err)
+	}
+	mode := os.FileMode(0o644)
+	if st, err := os.Stat(path); err == nil {
+		mode = st.Mode().Perm()
+	}
+	if err := atomicfile.Write(path, out, mode); err != nil {
+		return fmt.Errorf("give the container FreeFlow: %w", err)
+	}
+	return nil
+}
+
+func parseSpec(b []byte) (*spec, error) {
+	s := &spec{}
+	if err := json.Unmarshal(b, &s.top); err != nil {
+		return nil, err
+	}
+	if s.top == nil {
+		return nil, fmt.Errorf("not a JSON object")
+	}
+	if err := decodeField(s.top, "process", &s.process); err != nil {
+		return nil, err
+	}
+	if s.process == nil {
+		return nil, fmt.Errorf(`no "process": not an OCI runtime configuration`)
+	}
+	if err := decodeField(s.process, "env", &s.env); err != nil {
+		return nil, err
+	}
+	if err := decodeField(s.top, "mounts", &s.mounts); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// decodeField decodes obj[key] into v when present.
+func decodeField(obj map[string]json.RawMessage, key string, v any) error {
+	raw, ok := obj[key]
+	if !ok {
+		return nil
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return fmt.Errorf("%q: %w", key, err)
+	}
+	return nil
+}
+
+// has reports whether some mount's destination is dst.
+func (s *spec) has(dst string) bool {
+	for _, raw := range s.mounts {
+		var m ffspec.Mount
+		if json.Unmarshal(raw, &m) == nil && filepath.Clean(m.Destination) == dst {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *spec) marshal() ([]byte, error) {
+	var err error
+	set := func(obj map[string]json.RawMessage, key string, v any) {
+		if err == nil {
+			obj[key], err = json.Marshal(v)
+		}
+	}
+	set(s.process, "env", s.env)
+	set(s.top, "process", s.process)
+	set(s.top, "mounts", s.mounts)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(s.top)
+}
+
+// decide reports whether the container gets FreeFlow: not a pod's sandbox,
+// not a container in its host's network namespace (the agent serves only
+// containers registered by their own namespace), not a pod that opted out.
+// An opt-out annotation with another value than on or off is an error, so
+// a typo does not leave a pod with a fast path it meant to turn off.
+func decide(s *spec) (bool, error) {
+	var ann map[string]string
+	if err := decodeField(s.top, "annotations", &ann); err != nil {
+		return false, err
+	}
+	for k, v := range sandboxAnnotations {
+		if ann[k] == v {
+			return false, nil
+		}
+	}
+	switch v := ann[OptOutAnnotation]; v {
+	case "off":
+		return false, nil
+	case "", "on":
+	default:
+		return false, fmt.Errorf("annotation %s is %q: use \"on\" or \"off\"", OptOutAnnotation, v)
+	}
+	return ownNetwork(s)
+}
+
+func ownNetwork(s *spec) (bool, error) {
+	var linux struct {
+		Namespaces []struct {
+			Type string `json:"type"`
+		} `json:"namespaces"`
+	}
+	if err := decodeField(s.top, "linux", &linux); err != nil {
+		return false, err
+	}
+	for _, ns := range linux.Namespaces {
+		if ns.Type == "network" {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// checkNode refuses to give a container what the node does not have: a
+// bind of a missing file fails inside runc with a message that names no
+// cause.
+func checkNode(cfg Config) error {
+	if st, err := os.Stat(cfg.Library); err != nil || !st.Mode().IsRegular() {
+		return fmt.Errorf("the FreeFlow library %s is missing on this node (run `freeflowd install`, or opt the pod out with the annotation %s: \"off\")", cfg.Library, OptOutAnnotation)
+	}
+	if st, err := os.Stat(cfg.AgentSockDir); err != nil || !st.IsDir() {
+		return fmt.Errorf("the FreeFlow agent's socket directory %s is missing on this node (run `freeflowd install`, or opt the pod out with the annotation %s: \"off\")", cfg.AgentSockDir, OptOutAnnotation)
+	}
+	return nil
+}
