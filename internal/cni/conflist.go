@@ -1,12 +1,12 @@
 package cni
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 
+	"github.com/freeflow-net/freeflow/internal/atomicfile"
 	"github.com/freeflow-net/freeflow/internal/state"
 )
 
@@ -33,10 +33,43 @@ func ipamDir(l state.Layout, h string) string { return filepath.Join(l.HostDir(h
 // cacheDir is libcni's result cache for host h (also cleaned with the cluster).
 func cacheDir(l state.Layout, h string) string { return filepath.Join(l.HostDir(h), "cni-cache") }
 
+// Node is what a node's configuration list names: the subnet its
+// containers get addresses from, and the agent that registers them.
+type Node struct {
+	Name    string // the host or Kubernetes node, as the directory records it
+	Cluster string
+	Subnet  string // containers' addresses (host-local), e.g. 10.244.1.0/24
+	Gateway string // the bridge's address in Subnet
+	// Routes are the destinations containers reach through the gateway.
+	Routes      []string
+	IPAMDir     string // host-local's reservations ("" = its default, /var/lib/cni/networks)
+	AdminSocket string // the node agent's admin socket
+}
+
 // ConfList returns host h's network configuration list: bridge with
 // host-local IPAM on the host's subnet (gateway: the bridge), then the
-// freeflow plugin.
+// freeflow plugin. Containers reach the whole overlay through their
+// bridge; nothing else is routed (there is no way out of the cluster).
 func ConfList(l state.Layout, h state.Host) ([]byte, error) {
+	return NodeConfList(Node{Name: h.Name, Cluster: l.Cluster, Subnet: h.Subnet, Gateway: h.Gateway,
+		Routes: []string{state.OverlayCIDR}, IPAMDir: ipamDir(l, h.Name), AdminSocket: l.AdminSocket(h.Name)})
+}
+
+// NodeConfList returns node n's network configuration list: bridge with
+// host-local IPAM on n's subnet, then the freeflow plugin.
+func NodeConfList(n Node) ([]byte, error) {
+	routes := []map[string]string{}
+	for _, dst := range n.Routes {
+		routes = append(routes, map[string]string{"dst": dst, "gw": n.Gateway})
+	}
+	ipam := map[string]any{
+		"type":   "host-local",
+		"ranges": [][]map[string]string{{{"subnet": n.Subnet, "gateway": n.Gateway}}},
+		"routes": routes,
+	}
+	if n.IPAMDir != "" {
+		ipam["dataDir"] = n.IPAMDir
+	}
 	list := map[string]any{
 		"cniVersion": "1.0.0",
 		"name":       NetworkName,
@@ -48,20 +81,13 @@ func ConfList(l state.Layout, h state.Host) ([]byte, error) {
 				"ipMasq":      false,
 				"mtu":         state.OverlayMTU,
 				"hairpinMode": false,
-				"ipam": map[string]any{
-					"type":   "host-local",
-					"ranges": [][]map[string]string{{{"subnet": h.Subnet, "gateway": h.Gateway}}},
-					// Containers reach the whole overlay through their bridge;
-					// nothing else is routed (there is no way out of the cluster).
-					"routes":  []map[string]string{{"dst": state.OverlayCIDR, "gw": h.Gateway}},
-					"dataDir": ipamDir(l, h.Name),
-				},
+				"ipam":        ipam,
 			},
 			map[string]any{
 				"type":        PluginType,
-				"agentSocket": l.AdminSocket(h.Name),
-				"host":        h.Name,
-				"cluster":     l.Cluster,
+				"agentSocket": n.AdminSocket,
+				"host":        n.Name,
+				"cluster":     n.Cluster,
 			},
 		},
 	}
@@ -80,15 +106,11 @@ func WriteConfList(l state.Layout, h state.Host) error {
 		return fmt.Errorf("build CNI configuration for %s: %w", h.Name, err)
 	}
 	path := ConfListFile(l, h.Name)
-	if have, err := os.ReadFile(path); err == nil && bytes.Equal(have, want) {
-		return nil
-	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("create CNI configuration directory: %w", err)
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, want, 0o644); err != nil {
+	if _, err := atomicfile.Update(path, want, 0o644); err != nil {
 		return fmt.Errorf("write CNI configuration: %w", err)
 	}
-	return os.Rename(tmp, path)
+	return nil
 }

@@ -31,10 +31,11 @@ type spec struct {
 }
 
 // Give adds to the container of bundle what a FreeFlow container gets,
-// unless it should get nothing (decide). It writes config.json only whole
-// (a new file renamed over the old) and not at all on error or when there
-// is nothing to add.
-func Give(bundle string, cfg Config) error {
+// unless it should get nothing (decide); only then does it need the node's
+// configuration, from load. It writes config.json only whole (a new file
+// renamed over the old) and not at all on error or when there is nothing
+// to add.
+func Give(bundle string, load func() (Config, error)) error {
 	path := filepath.Join(bundle, "config.json")
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -46,6 +47,10 @@ func Give(bundle string, cfg Config) error {
 	}
 	give, err := decide(s)
 	if err != nil || !give {
+		return err
+	}
+	cfg, err := load()
+	if err != nil {
 		return err
 	}
 	if err := checkNode(cfg); err != nil {
@@ -177,15 +182,18 @@ func ownNetwork(s *spec) (bool, error) {
 	return false, nil
 }
 
-// checkNode refuses to give a container what the node does not have: a
-// bind of a missing file fails inside runc with a message that names no
-// cause.
+// checkNode refuses to give a container a library the node does not have
+// (a bind of a missing file fails inside runc with a message that names no
+// cause), and makes the agent's socket directory if the agent has not yet
+// (after a reboot, before the agent's pod runs): the agent makes its
+// socket in the directory it finds, and a container bound to it sees the
+// socket once it is there.
 func checkNode(cfg Config) error {
 	if st, err := os.Stat(cfg.Library); err != nil || !st.Mode().IsRegular() {
 		return fmt.Errorf("the FreeFlow library %s is missing on this node (run `freeflowd install`, or opt the pod out with the annotation %s: \"off\")", cfg.Library, OptOutAnnotation)
 	}
-	if st, err := os.Stat(cfg.AgentSockDir); err != nil || !st.IsDir() {
-		return fmt.Errorf("the FreeFlow agent's socket directory %s is missing on this node (run `freeflowd install`, or opt the pod out with the annotation %s: \"off\")", cfg.AgentSockDir, OptOutAnnotation)
+	if err := os.MkdirAll(cfg.AgentSockDir, 0o755); err != nil {
+		return fmt.Errorf("make the FreeFlow agent's socket directory: %w", err)
 	}
 	return nil
 }

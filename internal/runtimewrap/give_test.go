@@ -45,6 +45,17 @@ func node(t *testing.T) Config {
 	return cfg
 }
 
+// fixed loads cfg; a Library "" stands for a node without the wrapper's
+// configuration.
+func fixed(cfg Config) func() (Config, error) {
+	return func() (Config, error) {
+		if cfg.Library == "" {
+			return LoadConfig(filepath.Join(os.TempDir(), "missing", ConfigName))
+		}
+		return cfg, nil
+	}
+}
+
 func readJSON(t *testing.T, path string) map[string]any {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -105,7 +116,7 @@ func TestGiveRuncSpec(t *testing.T) {
 	bundle, cfg := runcBundle(t), node(t)
 	path := filepath.Join(bundle, "config.json")
 	before := readJSON(t, path)
-	if err := Give(bundle, cfg); err != nil {
+	if err := Give(bundle, fixed(cfg)); err != nil {
 		t.Fatal(err)
 	}
 	after := readJSON(t, path)
@@ -137,7 +148,7 @@ func TestGiveRuncSpec(t *testing.T) {
 		t.Errorf("other fields changed:\nbefore %v\nafter  %v", before, after)
 	}
 	// A create run again on the same bundle adds nothing more.
-	if err := unchanged(t, bundle, func() error { return Give(bundle, cfg) }); err != nil {
+	if err := unchanged(t, bundle, func() error { return Give(bundle, fixed(cfg)) }); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -165,7 +176,7 @@ func TestGiveSandboxGetsNothing(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			bundle, cfg := runcBundle(t), node(t)
 			editSpec(t, bundle, edit)
-			if err := unchanged(t, bundle, func() error { return Give(bundle, cfg) }); err != nil {
+			if err := unchanged(t, bundle, func() error { return Give(bundle, fixed(cfg)) }); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -195,13 +206,13 @@ func TestGiveBadInputLeavesSpec(t *testing.T) {
 			editSpec(t, bundle, annotate(OptOutAnnotation, "of"))
 		}, `use "on" or "off"`},
 		{"library missing", func(t *testing.T, _ string, cfg *Config) { os.Remove(cfg.Library) }, "library"},
-		{"agent directory missing", func(t *testing.T, _ string, cfg *Config) { os.Remove(cfg.AgentSockDir) }, "socket directory"},
+		{"configuration missing", func(t *testing.T, _ string, cfg *Config) { cfg.Library = "" }, "freeflowd install"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			bundle, cfg := runcBundle(t), node(t)
 			c.setup(t, bundle, &cfg)
-			err := unchanged(t, bundle, func() error { return Give(bundle, cfg) })
+			err := unchanged(t, bundle, func() error { return Give(bundle, fixed(cfg)) })
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("Give: %v, want an error saying %q", err, c.want)
 			}
@@ -209,18 +220,35 @@ func TestGiveBadInputLeavesSpec(t *testing.T) {
 	}
 }
 
-// TestPrepareNeedsConfigOnlyToCreate: without its configuration the wrapper
-// refuses to create a container (it could not give it FreeFlow) but still
-// passes delete through, so containers made before can be removed.
-func TestPrepareNeedsConfigOnlyToCreate(t *testing.T) {
+// TestPrepareNeedsConfigOnlyToGive: without its configuration the wrapper
+// refuses to create a container that would get FreeFlow, but still creates
+// a sandbox (the agent's own pod, which installs the configuration, needs
+// one) and passes delete through, so containers made before can be removed.
+func TestPrepareNeedsConfigOnlyToGive(t *testing.T) {
 	bundle := runcBundle(t)
 	missing := filepath.Join(t.TempDir(), ConfigName)
 	if _, err := Prepare([]string{"--root", "/run/x", "create", "--bundle", bundle, "id"}, missing); err == nil ||
 		!strings.Contains(err.Error(), "freeflowd install") {
 		t.Fatalf("create without configuration: %v, want an error naming freeflowd install", err)
 	}
-	rt, err := Prepare([]string{"--root", "/run/x", "delete", "id"}, missing)
-	if err != nil || filepath.Base(rt) != "runc" {
-		t.Fatalf("delete without configuration: %q, %v; want runc", rt, err)
+	editSpec(t, bundle, annotate("io.kubernetes.cri.container-type", "sandbox"))
+	for _, args := range [][]string{{"create", "--bundle", bundle, "id"}, {"--root", "/run/x", "delete", "id"}} {
+		if rt, err := Prepare(args, missing); err != nil || filepath.Base(rt) != "runc" {
+			t.Fatalf("%s without configuration: %q, %v; want runc", args[0], rt, err)
+		}
+	}
+}
+
+// TestGiveMakesAgentDirAfterReboot: after a reboot the agent's socket
+// directory (on /run) is gone until the agent's pod runs; a pod created
+// first still starts, bound to the directory the agent will use.
+func TestGiveMakesAgentDirAfterReboot(t *testing.T) {
+	bundle, cfg := runcBundle(t), node(t)
+	os.Remove(cfg.AgentSockDir)
+	if err := Give(bundle, fixed(cfg)); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(cfg.AgentSockDir); err != nil || !st.IsDir() {
+		t.Fatalf("agent socket directory not made: %v", err)
 	}
 }

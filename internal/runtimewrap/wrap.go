@@ -58,17 +58,16 @@ func LoadConfig(path string) (Config, error) {
 // the runc command line args (without the program name) and the
 // configuration at cfgPath, and returns the runtime to exec. For create and
 // run it gives the bundle's container FreeFlow (Give); a configuration it
-// cannot read is then an error. Any other subcommand only needs the
-// runtime: without a configuration that is runc from PATH, so containers
-// made before can still be stopped and deleted.
+// cannot read is then an error for a container that would get FreeFlow.
+// Anything else only needs the runtime: without a configuration that is
+// runc from PATH, so sandboxes, opted-out pods (the agent's own among
+// them, which installs the configuration) and containers made before still
+// start, stop and go.
 func Prepare(args []string, cfgPath string) (string, error) {
 	cfg, cfgErr := LoadConfig(cfgPath)
 	sub, bundle := parseArgs(args)
 	if sub == "create" || sub == "run" {
-		if cfgErr != nil {
-			return "", cfgErr
-		}
-		if err := Give(bundle, cfg); err != nil {
+		if err := Give(bundle, func() (Config, error) { return cfg, cfgErr }); err != nil {
 			return "", err
 		}
 	}
