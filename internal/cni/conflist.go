@@ -26,9 +26,9 @@ func ConfListFile(l state.Layout, h string) string {
 	return filepath.Join(l.CNIConfDir(h), NetworkName+".conflist")
 }
 
-// ipamDir keeps host-local's address reservations under the host's
+// IPAMDir keeps host-local's address reservations under the host's
 // directory, so they go away with the cluster.
-func ipamDir(l state.Layout, h string) string { return filepath.Join(l.HostDir(h), "ipam") }
+func IPAMDir(l state.Layout, h string) string { return filepath.Join(l.HostDir(h), "ipam") }
 
 // cacheDir is libcni's result cache for host h (also cleaned with the cluster).
 func cacheDir(l state.Layout, h string) string { return filepath.Join(l.HostDir(h), "cni-cache") }
@@ -46,18 +46,33 @@ type Node struct {
 	AdminSocket string // the node agent's admin socket
 }
 
-// ConfList returns host h's network configuration list: bridge with
-// host-local IPAM on the host's subnet (gateway: the bridge), then the
-// freeflow plugin. Containers reach the whole overlay through their
-// bridge; nothing else is routed (there is no way out of the cluster).
-func ConfList(l state.Layout, h state.Host) ([]byte, error) {
-	return NodeConfList(Node{Name: h.Name, Cluster: l.Cluster, Subnet: h.Subnet, Gateway: h.Gateway,
-		Routes: []string{state.OverlayCIDR}, IPAMDir: ipamDir(l, h.Name), AdminSocket: l.AdminSocket(h.Name)})
+// HostNode is host h of a CLI cluster as a Node: containers reach the whole
+// overlay through their bridge and nothing else is routed (there is no way
+// out of the cluster); reservations are kept under the host's directory.
+func HostNode(l state.Layout, h state.Host) Node {
+	return Node{Name: h.Name, Cluster: l.Cluster, Subnet: h.Subnet, Gateway: h.Gateway,
+		Routes: []string{state.OverlayCIDR}, IPAMDir: IPAMDir(l, h.Name), AdminSocket: l.AdminSocket(h.Name)}
 }
 
-// NodeConfList returns node n's network configuration list: bridge with
-// host-local IPAM on n's subnet, then the freeflow plugin.
+// ConfList returns host h's network configuration list (NodeConfList).
+func ConfList(l state.Layout, h state.Host) ([]byte, error) {
+	return NodeConfList(HostNode(l, h))
+}
+
+// NodeConfList returns node n's network configuration list: the bridge
+// (BridgePlugin), then the freeflow plugin.
 func NodeConfList(n Node) ([]byte, error) {
+	return marshalList(NetworkName, BridgePlugin(n), map[string]any{
+		"type":        PluginType,
+		"agentSocket": n.AdminSocket,
+		"host":        n.Name,
+		"cluster":     n.Cluster,
+	})
+}
+
+// BridgePlugin is the first plugin of node n's list: bridge with
+// host-local IPAM on n's subnet (gateway: the bridge).
+func BridgePlugin(n Node) map[string]any {
 	routes := []map[string]string{}
 	for _, dst := range n.Routes {
 		routes = append(routes, map[string]string{"dst": dst, "gw": n.Gateway})
@@ -70,27 +85,19 @@ func NodeConfList(n Node) ([]byte, error) {
 	if n.IPAMDir != "" {
 		ipam["dataDir"] = n.IPAMDir
 	}
-	list := map[string]any{
-		"cniVersion": "1.0.0",
-		"name":       NetworkName,
-		"plugins": []any{
-			map[string]any{
-				"type":        "bridge",
-				"bridge":      BridgeName,
-				"isGateway":   true,
-				"ipMasq":      false,
-				"mtu":         state.OverlayMTU,
-				"hairpinMode": false,
-				"ipam":        ipam,
-			},
-			map[string]any{
-				"type":        PluginType,
-				"agentSocket": n.AdminSocket,
-				"host":        n.Name,
-				"cluster":     n.Cluster,
-			},
-		},
+	return map[string]any{
+		"type":        "bridge",
+		"bridge":      BridgeName,
+		"isGateway":   true,
+		"ipMasq":      false,
+		"mtu":         state.OverlayMTU,
+		"hairpinMode": false,
+		"ipam":        ipam,
 	}
+}
+
+func marshalList(name string, plugins ...any) ([]byte, error) {
+	list := map[string]any{"cniVersion": "1.0.0", "name": name, "plugins": plugins}
 	b, err := json.MarshalIndent(list, "", "  ")
 	if err != nil {
 		return nil, err
