@@ -31,7 +31,7 @@ type spec struct {
 }
 
 // Give adds to the container of bundle what a FreeFlow container gets,
-// unless it should get nothing (decide); only then does it need the node's
+// unless it should get nothing (decide, hasGlibc); only then does it need the node's
 // configuration, from load. It writes config.json only whole (a new file
 // renamed over the old) and not at all on error or when there is nothing
 // to add.
@@ -46,7 +46,7 @@ func Give(bundle string, load func() (Config, error)) error {
 		return fmt.Errorf("parse %s: %w", path, err)
 	}
 	give, err := decide(s)
-	if err != nil || !give {
+	if err != nil || !give || !hasGlibc(rootfs(bundle, s)) {
 		return err
 	}
 	cfg, err := load()
@@ -163,6 +163,38 @@ func decide(s *spec) (bool, error) {
 		return false, fmt.Errorf("annotation %s is %q: use \"on\" or \"off\"", OptOutAnnotation, v)
 	}
 	return ownNetwork(s)
+}
+
+// glibcLoaders are where images keep glibc's dynamic loader (ld-linux*.so.*:
+// x86-64, aarch64 and others), merged /usr or not, multiarch or not.
+var glibcLoaders = []string{"lib/ld-linux*.so.*", "lib64/ld-linux*.so.*", "lib/*-linux-gnu*/ld-linux*.so.*",
+	"usr/lib/ld-linux*.so.*", "usr/lib64/ld-linux*.so.*", "usr/lib/*-linux-gnu*/ld-linux*.so.*"}
+
+// hasGlibc reports whether the image at rootfs runs programs through
+// glibc's loader, the only one that loads the library (built against
+// glibc): an image of static binaries ignores LD_PRELOAD, and musl's loader
+// (Alpine) would try to load a glibc library into every program, so those
+// get nothing.
+func hasGlibc(rootfs string) bool {
+	for _, pattern := range glibcLoaders {
+		if m, _ := filepath.Glob(filepath.Join(rootfs, pattern)); len(m) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// rootfs is the container's root file system (mounted by containerd
+// before it runs create): root.path, relative to the bundle.
+func rootfs(bundle string, s *spec) string {
+	var root struct {
+		Path string `json:"path"`
+	}
+	decodeField(s.top, "root", &root)
+	if filepath.IsAbs(root.Path) {
+		return root.Path
+	}
+	return filepath.Join(bundle, root.Path)
 }
 
 func ownNetwork(s *spec) (bool, error) {

@@ -27,7 +27,20 @@ func runcBundle(t *testing.T) string {
 	if out, err := exec.Command("runc", "spec", "--bundle", dir).CombinedOutput(); err != nil {
 		t.Fatalf("runc spec: %v: %s", err, out)
 	}
+	imageFile(t, dir, "lib64/ld-linux-x86-64.so.2") // a glibc image, as Debian's
 	return dir
+}
+
+// imageFile makes an (empty) file at name in the bundle's root file system.
+func imageFile(t *testing.T, bundle, name string) {
+	t.Helper()
+	path := filepath.Join(bundle, "rootfs", name)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // node makes what `freeflowd install` leaves on a node: the library and
@@ -154,14 +167,28 @@ func TestGiveRuncSpec(t *testing.T) {
 }
 
 // TestGiveSandboxGetsNothing: a pod's pause container (containerd's and
-// CRI-O's annotations), a pod that opted out, and a container on its
-// host's network get nothing.
+// CRI-O's annotations), a pod that opted out, a container on its host's
+// network, and an image without glibc's loader (static binaries, Alpine's
+// musl) get nothing.
 func TestGiveSandboxGetsNothing(t *testing.T) {
-	cases := map[string]func(map[string]any){
-		"containerd sandbox": annotate("io.kubernetes.cri.container-type", "sandbox"),
-		"cri-o sandbox":      annotate("io.kubernetes.cri-o.ContainerType", "sandbox"),
-		"opted out":          annotate(OptOutAnnotation, "off"),
-		"host network": func(s map[string]any) {
+	spec := func(f func(map[string]any)) func(*testing.T, string) {
+		return func(t *testing.T, bundle string) { editSpec(t, bundle, f) }
+	}
+	image := func(loader string) func(*testing.T, string) {
+		return func(t *testing.T, bundle string) {
+			os.RemoveAll(filepath.Join(bundle, "rootfs"))
+			if loader != "" {
+				imageFile(t, bundle, loader)
+			}
+		}
+	}
+	cases := map[string]func(*testing.T, string){
+		"containerd sandbox": spec(annotate("io.kubernetes.cri.container-type", "sandbox")),
+		"cri-o sandbox":      spec(annotate("io.kubernetes.cri-o.ContainerType", "sandbox")),
+		"opted out":          spec(annotate(OptOutAnnotation, "off")),
+		"static image":       image(""),
+		"musl image":         image("lib/ld-musl-x86_64.so.1"),
+		"host network": spec(func(s map[string]any) {
 			linux := s["linux"].(map[string]any)
 			var ns []any
 			for _, n := range linux["namespaces"].([]any) {
@@ -170,12 +197,12 @@ func TestGiveSandboxGetsNothing(t *testing.T) {
 				}
 			}
 			linux["namespaces"] = ns
-		},
+		}),
 	}
 	for name, edit := range cases {
 		t.Run(name, func(t *testing.T) {
 			bundle, cfg := runcBundle(t), node(t)
-			editSpec(t, bundle, edit)
+			edit(t, bundle)
 			if err := unchanged(t, bundle, func() error { return Give(bundle, fixed(cfg)) }); err != nil {
 				t.Fatal(err)
 			}
@@ -250,5 +277,18 @@ func TestGiveMakesAgentDirAfterReboot(t *testing.T) {
 	}
 	if st, err := os.Stat(cfg.AgentSockDir); err != nil || !st.IsDir() {
 		t.Fatalf("agent socket directory not made: %v", err)
+	}
+}
+
+// TestGiveFindsGlibcWhereImagesKeepIt: Debian's multiarch loader (through
+// its /lib64 link), a merged /usr, aarch64's name.
+func TestGiveFindsGlibcWhereImagesKeepIt(t *testing.T) {
+	for _, loader := range []string{"lib/x86_64-linux-gnu/ld-linux-x86-64.so.2", "usr/lib64/ld-linux-x86-64.so.2", "lib/ld-linux-aarch64.so.1"} {
+		root := t.TempDir()
+		os.MkdirAll(filepath.Join(root, filepath.Dir(loader)), 0o755)
+		os.WriteFile(filepath.Join(root, loader), nil, 0o755)
+		if !hasGlibc(root) {
+			t.Errorf("no glibc found with %s", loader)
+		}
 	}
 }
