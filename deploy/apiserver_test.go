@@ -54,23 +54,7 @@ func startAPIServer(t *testing.T) *apiServer {
 		"--service-cluster-ip-range", "10.96.0.0/16",
 		"--authorization-mode", "RBAC",
 		"--allow-privileged=true", "--profiling=false")
-	log, err := os.Create(filepath.Join(dir, "kube-apiserver.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		log.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(log.Name())
-			t.Logf("kube-apiserver log (tail):\n%s", tail(string(b), 4000))
-		}
-	})
+	startLogged(t, cmd, filepath.Join(dir, "kube-apiserver.log"))
 	testenv.WaitWithin(t, 120*time.Second, "kube-apiserver to be ready", func() bool {
 		_, err := a.kubectl("get", "--raw", "/readyz")
 		return err == nil
@@ -116,11 +100,31 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
+// startLogged starts cmd with its output in the file logPath, and ends it
+// when the test ends, showing the end of its log if the test failed.
+func startLogged(t *testing.T, cmd *exec.Cmd, logPath string) {
+	t.Helper()
+	log, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return s
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		t.Fatalf("start %s: %v", cmd.Path, err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		log.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			if len(b) > 4000 {
+				b = b[len(b)-4000:]
+			}
+			t.Logf("%s log (end):\n%s", filepath.Base(cmd.Path), b)
+		}
+	})
 }
 
 // TestManifestsApplyOnAPIServer: a real kube-apiserver accepts every

@@ -26,24 +26,7 @@ func startContainerd(t *testing.T) *containerd {
 	conf := filepath.Join(c.dir, "config.toml")
 	os.WriteFile(conf, []byte(fmt.Sprintf("version = 2\nroot = %q\nstate = %q\n[grpc]\n  address = %q\n",
 		filepath.Join(c.dir, "root"), filepath.Join(c.dir, "state"), c.sock)), 0o644)
-	log, err := os.Create(filepath.Join(c.dir, "containerd.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("containerd", "--config", conf)
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		log.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(log.Name())
-			t.Logf("containerd log:\n%s", b)
-		}
-	})
+	startLogged(t, exec.Command("containerd", "--config", conf), filepath.Join(c.dir, "containerd.log"))
 	testenv.WaitFor(t, "containerd to serve", func() bool { return c.ctr("version") == nil })
 	return c
 }
