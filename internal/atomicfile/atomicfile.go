@@ -41,6 +41,16 @@ func Write(path string, b []byte, mode os.FileMode) error {
 	return nil
 }
 
+// Rewrite replaces path's content with b, keeping its mode (0644 for a
+// file that does not exist).
+func Rewrite(path string, b []byte) error {
+	mode := os.FileMode(0o644)
+	if st, err := os.Stat(path); err == nil {
+		mode = st.Mode().Perm()
+	}
+	return Write(path, b, mode)
+}
+
 // Update writes b to path unless path already holds exactly b with mode,
 // and reports whether it wrote.
 func Update(path string, b []byte, mode os.FileMode) (bool, error) {

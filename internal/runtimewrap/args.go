@@ -6,10 +6,15 @@ import "strings"
 // argument that is not a flag is the subcommand.
 var globalValueFlags = map[string]bool{"root": true, "log": true, "log-format": true, "criu": true, "rootless": true}
 
-// parseArgs finds the subcommand of a runc command line and, for create
-// and run, the bundle it names (--bundle/-b; the working directory when
-// absent, as for runc). sub is "" when there is none.
-func parseArgs(args []string) (sub, bundle string) {
+// cmdline is a runc command line: global flags, the subcommand, and what
+// follows it.
+type cmdline struct {
+	globals []string
+	sub     string // "" when there is none (runc --version)
+	rest    []string
+}
+
+func parseArgs(args []string) cmdline {
 	i := 0
 	for ; i < len(args); i++ {
 		name, hasValue, ok := flagName(args[i])
@@ -21,21 +26,45 @@ func parseArgs(args []string) (sub, bundle string) {
 		}
 	}
 	if i >= len(args) {
-		return "", ""
+		return cmdline{globals: args}
 	}
-	sub, bundle = args[i], "."
-	for j := i + 1; j < len(args); j++ {
-		name, hasValue, ok := flagName(args[j])
-		if !ok || (name != "bundle" && name != "b") {
+	return cmdline{globals: args[:i], sub: args[i], rest: args[i+1:]}
+}
+
+// flag returns the value of the subcommand's flag called by one of names
+// (--name v, --name=v, -n v).
+func (c cmdline) flag(names ...string) (string, bool) {
+	for j, arg := range c.rest {
+		name, hasValue, ok := flagName(arg)
+		if !ok || !contains(names, name) {
 			continue
 		}
 		if hasValue {
-			bundle = args[j][strings.Index(args[j], "=")+1:]
-		} else if j+1 < len(args) {
-			bundle = args[j+1]
+			return arg[strings.Index(arg, "=")+1:], true
+		}
+		if j+1 < len(c.rest) {
+			return c.rest[j+1], true
 		}
 	}
-	return sub, bundle
+	return "", false
+}
+
+// bundle is the bundle a create or run names, the working directory when
+// none, as for runc.
+func (c cmdline) bundle() string {
+	if b, ok := c.flag("bundle", "b"); ok {
+		return b
+	}
+	return "."
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
 }
 
 // flagName returns the name of a flag argument (-x, --x, -x=v, --x=v) and

@@ -18,8 +18,13 @@ func TestParseArgsShimCommandLines(t *testing.T) {
 		{[]string{"--version"}, "", ""},
 	}
 	for _, c := range cases {
-		if sub, bundle := parseArgs(c.args); sub != c.sub || (c.sub != "" && bundle != c.bundle) {
-			t.Errorf("parseArgs(%q) = %q, %q; want %q, %q", c.args, sub, bundle, c.sub, c.bundle)
+		cl := parseArgs(c.args)
+		if cl.sub != c.sub || (c.sub != "" && cl.bundle() != c.bundle) {
+			t.Errorf("parseArgs(%q): %q, %q; want %q, %q", c.args, cl.sub, cl.bundle(), c.sub, c.bundle)
 		}
+	}
+	exec := parseArgs([]string{"--root", "/r", "--log", "l", "exec", "--process", "/tmp/p.json", "--detach", "--pid-file", "x", "id"})
+	if p, ok := exec.flag("process", "p"); !ok || p != "/tmp/p.json" || len(exec.globals) != 4 {
+		t.Errorf("exec: process %q %v, globals %q", p, ok, exec.globals)
 	}
 }

@@ -68,11 +68,7 @@ func Give(bundle string, load func() (Config, error)) error {
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", path, err)
 	}
-	mode := os.FileMode(0o644)
-	if st, err := os.Stat(path); err == nil {
-		mode = st.Mode().Perm()
-	}
-	if err := atomicfile.Write(path, out, mode); err != nil {
+	if err := atomicfile.Rewrite(path, out); err != nil {
 		return fmt.Errorf("give the container FreeFlow: %w", err)
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/freeflow-net/freeflow/internal/ffspec"
@@ -13,38 +14,55 @@ import (
 	"github.com/freeflow-net/freeflow/internal/testenv"
 )
 
-// TestWrapperRunsContainerWithLibrary runs a real container through the
-// built freeflow-runtime with runc behind it, as containerd's shim would:
-// its processes have the library preloaded (mapped, not just named in
-// LD_PRELOAD) and see the agent's socket directory, read-only.
-func TestWrapperRunsContainerWithLibrary(t *testing.T) {
+// The built binaries (freeflow-runtime, the library), once for the package.
+var built struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
+}
+
+// wrapper returns the built freeflow-runtime, configured like a node's:
+// runc behind it, the built library, and an agent socket directory (with
+// a file named agent.sock in it) of the test's.
+func wrapper(t *testing.T) string {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (runc)")
 	}
 	if missing := testenv.Missing("unshare", "mount"); missing != "" {
 		t.Skip(missing)
 	}
-	bundle := runcBundle(t)
-	bin, err := testenv.BuildBinaries()
-	if err != nil {
-		t.Fatal(err)
+	built.once.Do(func() { built.dir, built.err = testenv.BuildBinaries() })
+	if built.err != nil {
+		t.Fatal(built.err)
 	}
-	t.Cleanup(func() { os.RemoveAll(bin) })
 	sock := filepath.Join(t.TempDir(), "sock")
 	if err := os.Mkdir(sock, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(sock, "agent.sock"), nil, 0o644) // a file the container must see
+	os.WriteFile(filepath.Join(sock, "agent.sock"), nil, 0o644)
 	runc, _ := exec.LookPath("runc")
-	cfg, _ := json.Marshal(Config{Runtime: runc, Library: filepath.Join(bin, ffspec.LibraryName), AgentSockDir: sock})
-	if err := os.WriteFile(filepath.Join(bin, ConfigName), cfg, 0o644); err != nil {
+	cfg, _ := json.Marshal(Config{Runtime: runc, Library: filepath.Join(built.dir, ffspec.LibraryName), AgentSockDir: sock})
+	if err := os.WriteFile(filepath.Join(built.dir, ConfigName), cfg, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	script := `echo "preload=$LD_PRELOAD"; grep -q ` + ffspec.LibraryName + ` /proc/self/maps && echo mapped
-ls ` + state.ContainerAgentDir + `; touch ` + state.ContainerAgentDir + `/x 2>/dev/null || echo read-only`
-	rootfsSpec(t, bundle, script)
+	return filepath.Join(built.dir, "freeflow-runtime")
+}
 
-	out := runContainer(t, filepath.Join(bin, "freeflow-runtime"), bundle)
+// seesFreeFlow prints what a process of a FreeFlow container must see.
+const seesFreeFlow = `echo "preload=$LD_PRELOAD"; grep -q ` + ffspec.LibraryName + ` /proc/self/maps && echo mapped
+ls ` + state.ContainerAgentDir + `; touch ` + state.ContainerAgentDir + `/x 2>/dev/null || echo read-only`
+
+func checkSeesFreeFlow(t *testing.T, out string) {
+	t.Helper()
 	for _, want := range []string{"preload=" + ffspec.ContainerLibrary, "mapped", "agent.sock", "read-only"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("container output lacks %q:\n%s", want, out)
@@ -52,8 +70,40 @@ ls ` + state.ContainerAgentDir + `; touch ` + state.ContainerAgentDir + `/x 2>/d
 	}
 }
 
+// TestWrapperRunsContainerWithLibrary runs a real container through the
+// built freeflow-runtime with runc behind it, as containerd's shim would:
+// its processes have the library preloaded (mapped, not just named in
+// LD_PRELOAD) and see the agent's socket directory, read-only.
+func TestWrapperRunsContainerWithLibrary(t *testing.T) {
+	runtime, bundle := wrapper(t), runcBundle(t)
+	rootfsSpec(t, bundle, seesFreeFlow)
+	_, _, out := inRootfs(t, runtime, bundle, "run")
+	checkSeesFreeFlow(t, string(out))
+}
+
+// TestWrapperExecGetsLibrary: a process run later in the container
+// (kubectl exec: runc exec --process, the process containerd built from
+// the spec it stored, without the library) is preloaded too.
+func TestWrapperExecGetsLibrary(t *testing.T) {
+	runtime, bundle := wrapper(t), runcBundle(t)
+	rootfsSpec(t, bundle, "exec sleep 60")
+	root, id, _ := inRootfs(t, runtime, bundle, "create")
+	if out, err := exec.Command(runtime, "--root", root, "start", id).CombinedOutput(); err != nil {
+		t.Fatalf("start: %v\n%s", err, out)
+	}
+	proc := filepath.Join(t.TempDir(), "process.json")
+	p, _ := json.Marshal(map[string]any{"args": []string{"sh", "-c", seesFreeFlow}, "cwd": "/",
+		"env": []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, "user": map[string]int{"uid": 0, "gid": 0}})
+	os.WriteFile(proc, p, 0o600)
+	out, err := exec.Command(runtime, "--root", root, "exec", "--process", proc, id).CombinedOutput()
+	if err != nil {
+		t.Fatalf("exec: %v\n%s", err, out)
+	}
+	checkSeesFreeFlow(t, string(out))
+}
+
 // rootfsSpec makes the bundle's container run script in the machine's
-// root file system, read-only (runContainer binds it), with a private
+// root file system, read-only (inRootfs binds it), with a private
 // /run where the mount points for FreeFlow's binds can be made.
 func rootfsSpec(t *testing.T, bundle, script string) {
 	t.Helper()
@@ -69,20 +119,31 @@ func rootfsSpec(t *testing.T, bundle, script string) {
 	}
 }
 
-// runContainer runs the bundle's container to its end with `runtime run`,
-// in a private mount namespace where / is bound read-only at the bundle's
-// rootfs (nothing stays mounted once it ends), and returns its output.
-func runContainer(t *testing.T, runtime, bundle string) string {
+// inRootfs runs `runtime sub --bundle bundle ID` (run or create) in a
+// private mount namespace where / is bound read-only at the bundle's
+// rootfs (the container keeps its own copy of it; nothing stays mounted
+// once it ends), and returns the runtime's root, the container's ID and
+// the output. The output goes through a file: a created container's init
+// keeps the runtime's stdout open. The container is deleted when the test
+// ends.
+func inRootfs(t *testing.T, runtime, bundle, sub string) (root, id string, out []byte) {
 	t.Helper()
-	root := filepath.Join(t.TempDir(), "runc")
-	id := testenv.RandomName("ffrt", 6)
+	dir := t.TempDir()
+	root, id = filepath.Join(dir, "runc"), testenv.RandomName("ffrt", 6)
 	cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c",
 		`mount --bind / "$1/rootfs" && mount -o remount,bind,ro "$1/rootfs" && shift && exec "$@"`,
-		"sh", bundle, runtime, "--root", root, "run", "--bundle", bundle, id)
-	t.Cleanup(func() { exec.Command("runc", "--root", root, "delete", "--force", id).Run() })
-	out, err := cmd.CombinedOutput()
+		"sh", bundle, runtime, "--root", root, sub, "--bundle", bundle, id)
+	log, err := os.Create(filepath.Join(dir, "output"))
 	if err != nil {
-		t.Fatalf("%s run: %v\n%s", runtime, err, out)
+		t.Fatal(err)
 	}
-	return string(out)
+	defer log.Close()
+	cmd.Stdout, cmd.Stderr = log, log
+	t.Cleanup(func() { exec.Command("runc", "--root", root, "delete", "--force", id).Run() })
+	err = cmd.Run()
+	out, _ = os.ReadFile(log.Name())
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", runtime, sub, err, out)
+	}
+	return root, id, out
 }

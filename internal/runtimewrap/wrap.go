@@ -57,7 +57,8 @@ func LoadConfig(path string) (Config, error) {
 // Prepare does what the wrapper does before the real runtime runs, for
 // the runc command line args (without the program name) and the
 // configuration at cfgPath, and returns the runtime to exec. For create and
-// run it gives the bundle's container FreeFlow (Give); a configuration it
+// run it gives the bundle's container FreeFlow (Give), for exec the process
+// run in such a container (giveExec); a configuration it
 // cannot read is then an error for a container that would get FreeFlow.
 // Anything else only needs the runtime: without a configuration that is
 // runc from PATH, so sandboxes, opted-out pods (the agent's own among
@@ -65,13 +66,17 @@ func LoadConfig(path string) (Config, error) {
 // start, stop and go.
 func Prepare(args []string, cfgPath string) (string, error) {
 	cfg, cfgErr := LoadConfig(cfgPath)
-	sub, bundle := parseArgs(args)
-	if sub == "create" || sub == "run" {
-		if err := Give(bundle, func() (Config, error) { return cfg, cfgErr }); err != nil {
+	c := parseArgs(args)
+	if c.sub == "create" || c.sub == "run" {
+		if err := Give(c.bundle(), func() (Config, error) { return cfg, cfgErr }); err != nil {
 			return "", err
 		}
 	}
-	return runtimePath(cfg.Runtime)
+	runtime, err := runtimePath(cfg.Runtime)
+	if err == nil && c.sub == "exec" {
+		err = giveExec(c, runtime)
+	}
+	return runtime, err
 }
 
 func runtimePath(configured string) (string, error) {
