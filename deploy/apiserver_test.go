@@ -62,9 +62,16 @@ func startAPIServer(t *testing.T) *apiServer {
 	return a
 }
 
+// kubectl runs kubectl as the admin and returns its standard output; the
+// error carries its standard error.
 func (a *apiServer) kubectl(args ...string) (string, error) {
 	cmd := exec.Command("kubectl", append([]string{"--server", a.url, "--token", a.token, "--insecure-skip-tls-verify"}, args...)...)
-	out, err := cmd.CombinedOutput()
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		err = fmt.Errorf("%w: %s", err, stderr.String())
+	}
 	return strings.TrimSpace(string(out)), err
 }
 
