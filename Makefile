@@ -37,7 +37,7 @@ image: lib
 	@echo "image $(IMAGE): $(BIN)/freeflow-image.tar (ctr -n k8s.io images import $(BIN)/freeflow-image.tar)"
 
 vet:
-	@test -z "$$(gofmt -l cmd internal tests)" || { echo "gofmt needed on:"; gofmt -l cmd internal tests; exit 1; }
+	@test -z "$$(gofmt -l cmd internal tests tools deploy)" || { echo "gofmt needed on:"; gofmt -l cmd internal tests tools deploy; exit 1; }
 	$(GO) vet ./...
 
 # Unit, namespace and end-to-end tests (needs root: real namespaces, crun,
