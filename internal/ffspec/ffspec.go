@@ -16,8 +16,7 @@ import (
 // /tmp, which containers do not see) and preloaded into every process
 // through LD_PRELOAD.
 const (
-	LibraryName  = "libfreeflow.so"
-	ProviderName = "libffv-rdmav34.so"
+	LibraryName = "libfreeflow.so"
 	// LibDir is where a container sees the library and the verbs provider.
 	LibDir = "/run/freeflow-lib"
 	// ContainerLibrary is where a container sees the library.

@@ -127,7 +127,8 @@ func (o Options) copyFiles(netip.Prefix) error {
 }
 
 func (o Options) writeWrapperConfig(netip.Prefix) error {
-	b, err := jsonIndent(runtimewrap.Config{Runtime: o.Runtime, Library: filepath.Join(o.Dir, ffspec.LibraryName), AgentSockDir: o.AgentSockDir})
+	b, err := jsonIndent(runtimewrap.Config{Runtime: o.Runtime, Library: filepath.Join(o.Dir, ffspec.LibraryName),
+		Provider: filepath.Join(o.Dir, ffspec.ProviderName), AgentSockDir: o.AgentSockDir})
 	if err != nil {
 		return err
 	}

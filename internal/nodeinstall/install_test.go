@@ -71,7 +71,8 @@ func TestInstallWritesNodeFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Library != filepath.Join(o.Dir, ffspec.LibraryName) || cfg.AgentSockDir != o.AgentSockDir {
+	if cfg.Library != filepath.Join(o.Dir, ffspec.LibraryName) || cfg.Provider != filepath.Join(o.Dir, ffspec.ProviderName) ||
+		cfg.AgentSockDir != o.AgentSockDir {
 		t.Errorf("wrapper configuration %+v", cfg)
 	}
 	if st, err := os.Stat(o.AgentSockDir); err != nil || !st.IsDir() {

@@ -64,6 +64,11 @@ func Give(bundle string, load func() (Config, error)) error {
 		raw, _ := json.Marshal(m) // a struct of strings: cannot fail
 		s.mounts = append(s.mounts, raw)
 	}
+	if cfg.Provider != "" {
+		if err := giveVerbs(s, bundle, cfg.Provider); err != nil {
+			return err
+		}
+	}
 	out, err := s.marshal()
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", path, err)

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/freeflow-net/freeflow/internal/ffspec"
+	"github.com/freeflow-net/freeflow/internal/netns"
 	"github.com/freeflow-net/freeflow/internal/state"
 	"github.com/freeflow-net/freeflow/internal/testenv"
 )
@@ -50,7 +51,8 @@ func wrapper(t *testing.T) string {
 	}
 	os.WriteFile(filepath.Join(sock, "agent.sock"), nil, 0o644)
 	runc, _ := exec.LookPath("runc")
-	cfg, _ := json.Marshal(Config{Runtime: runc, Library: filepath.Join(built.dir, ffspec.LibraryName), AgentSockDir: sock})
+	cfg, _ := json.Marshal(Config{Runtime: runc, Library: filepath.Join(built.dir, ffspec.LibraryName),
+		Provider: filepath.Join(built.dir, ffspec.ProviderName), AgentSockDir: sock})
 	if err := os.WriteFile(filepath.Join(built.dir, ConfigName), cfg, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +102,40 @@ func TestWrapperExecGetsLibrary(t *testing.T) {
 		t.Fatalf("exec: %v\n%s", err, out)
 	}
 	checkSeesFreeFlow(t, string(out))
+}
+
+// TestWrapperGivesVerbsDevice: a pod's container gets the virtual verbs
+// device `freeflow run` gives (docs/VERBS.md), its identity from the
+// pod's address in the network namespace the CNI plugins set up; Debian's
+// libibverbs lists it.
+func TestWrapperGivesVerbsDevice(t *testing.T) {
+	runtime, bundle := wrapper(t), runcBundle(t)
+	if missing := testenv.Missing("ip", "ibv_devices"); missing != "" {
+		t.Skip(missing)
+	}
+	ns := testenv.RandomName("ffrtv", 6)
+	if err := netns.Create(ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { netns.Delete(ns) })
+	for _, args := range [][]string{{"link", "add", "eth0", "type", "veth", "peer", "name", "eth1"}, {"addr", "add", "10.244.9.5/24", "dev", "eth0"}, {"link", "set", "eth0", "up"}} {
+		if out, err := exec.Command("ip", append([]string{"-n", ns}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+	}
+	rootfsSpec(t, bundle, "ibv_devices; cat $SYSFS_PATH/class/infiniband/ffv0/ports/1/lid")
+	editSpec(t, bundle, func(s map[string]any) {
+		linux := s["linux"].(map[string]any)
+		for _, n := range linux["namespaces"].([]any) {
+			if n.(map[string]any)["type"] == "network" {
+				n.(map[string]any)["path"] = netns.Path(ns)
+			}
+		}
+	})
+	_, _, out := inRootfs(t, runtime, bundle, "run")
+	if !strings.Contains(string(out), "ffv0") || !strings.Contains(string(out), "0x905") {
+		t.Errorf("no device ffv0 with the LID of 10.244.9.5 (0x905):\n%s", out)
+	}
 }
 
 // rootfsSpec makes the bundle's container run script in the machine's

@@ -36,6 +36,9 @@ type Config struct {
 	Library string `json:"library"`
 	// AgentSockDir is the node agent's library-socket directory.
 	AgentSockDir string `json:"agentSockDir"`
+	// Provider is the node's copy of the verbs provider; "" gives no
+	// container a verbs device.
+	Provider string `json:"provider,omitempty"`
 }
 
 // LoadConfig reads the configuration at path.
