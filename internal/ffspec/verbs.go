@@ -17,10 +17,11 @@ import (
 const (
 	ProviderName = "libffv-rdmav34.so"
 	// libibverbs appends "-rdmav34.so" to an absolute RDMAV_DRIVERS entry.
-	providerEnv      = "RDMAV_DRIVERS=" + LibDir + "/libffv"
-	containerProv    = LibDir + "/" + ProviderName
-	containerVerbs   = "/run/freeflow-verbs"
-	sysfsEnv         = "SYSFS_PATH=" + containerVerbs + "/sys"
+	providerEnv   = "RDMAV_DRIVERS=" + LibDir + "/libffv"
+	containerProv = LibDir + "/" + ProviderName
+	// ContainerVerbs is where a container sees its device's sysfs tree.
+	ContainerVerbs   = "/run/freeflow-verbs"
+	sysfsEnv         = "SYSFS_PATH=" + ContainerVerbs + "/sys"
 	verbsDeviceName  = "ffv0"
 	verbsDeviceNode  = "/dev/infiniband/uverbs0"
 	verbsDeviceNumbs = "1:3" // /dev/null's
@@ -79,8 +80,11 @@ func WriteVerbsTree(dir, ip string) error {
 // device node, read-only, and the variables that point libibverbs at them.
 func Verbs(treeDir, provider string) ([]Mount, []string) {
 	return []Mount{
-		{Destination: containerVerbs, Type: "bind", Source: treeDir, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}},
+		{Destination: ContainerVerbs, Type: "bind", Source: treeDir, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}},
 		{Destination: containerProv, Type: "bind", Source: provider, Options: []string{"bind", "ro"}},
 		{Destination: verbsDeviceNode, Type: "bind", Source: "/dev/null", Options: []string{"bind"}},
-	}, []string{sysfsEnv, providerEnv}
+	}, VerbsEnv()
 }
+
+// VerbsEnv is the environment that points libibverbs at the device.
+func VerbsEnv() []string { return []string{sysfsEnv, providerEnv} }

@@ -42,12 +42,13 @@ func giveExec(c cmdline, runtime string) error {
 	if err != nil || !s.has(ffspec.ContainerLibrary) {
 		return nil
 	}
-	return preloadProcess(procFile)
+	return preloadProcess(procFile, s.has(ffspec.ContainerVerbs))
 }
 
 // preloadProcess adds the library to LD_PRELOAD in the process file path
-// (an OCI process, JSON), written whole.
-func preloadProcess(path string) error {
+// (an OCI process, JSON), and with verbs the device's environment; it is
+// written whole.
+func preloadProcess(path string, verbs bool) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("read the exec's process: %w", err)
@@ -60,7 +61,11 @@ func preloadProcess(path string) error {
 	if err := decodeField(p, "env", &env); err != nil {
 		return fmt.Errorf("parse the exec's process %s: %w", path, err)
 	}
-	if p["env"], err = json.Marshal(ffspec.Preload(env)); err != nil {
+	env = ffspec.Preload(env)
+	if verbs {
+		env = append(env, ffspec.VerbsEnv()...)
+	}
+	if p["env"], err = json.Marshal(env); err != nil {
 		return err
 	}
 	out, err := json.Marshal(p)

@@ -88,54 +88,79 @@ func TestWrapperRunsContainerWithLibrary(t *testing.T) {
 // the spec it stored, without the library) is preloaded too.
 func TestWrapperExecGetsLibrary(t *testing.T) {
 	runtime, bundle := wrapper(t), runcBundle(t)
+	checkSeesFreeFlow(t, execIn(t, runtime, bundle, seesFreeFlow))
+}
+
+// TestWrapperGivesVerbsDevice: a pod's container gets the virtual verbs
+// device `freeflow run` gives (docs/VERBS.md), its identity from the
+// pod's address in the network namespace the CNI plugins set up; Debian's
+// libibverbs lists it, in the container's own process and in one exec'd.
+func TestWrapperGivesVerbsDevice(t *testing.T) {
+	runtime := wrapper(t)
+	if missing := testenv.Missing("ip", "ibv_devices"); missing != "" {
+		t.Skip(missing)
+	}
+	const script = "ibv_devices; cat $SYSFS_PATH/class/infiniband/ffv0/ports/1/lid"
+	check := func(what, out string) {
+		if !strings.Contains(out, "ffv0") || !strings.Contains(out, "0x905") {
+			t.Errorf("%s: no device ffv0 with the LID of 10.244.9.5 (0x905):\n%s", what, out)
+		}
+	}
+	bundle := runcBundle(t)
+	rootfsSpec(t, bundle, script)
+	podNetwork(t, bundle, "10.244.9.5/24")
+	_, _, out := inRootfs(t, runtime, bundle, "run")
+	check("container", string(out))
+
+	bundle = runcBundle(t)
+	podNetwork(t, bundle, "10.244.9.5/24")
+	check("exec", execIn(t, runtime, bundle, script))
+}
+
+// podNetwork puts the bundle's container into a new network namespace with
+// addr on its eth0, as the CNI plugins leave a pod's.
+func podNetwork(t *testing.T, bundle, addr string) {
+	t.Helper()
+	ns := testenv.RandomName("ffrtv", 6)
+	if err := netns.Create(ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { netns.Delete(ns) })
+	for _, args := range [][]string{{"link", "add", "eth0", "type", "veth", "peer", "name", "eth1"},
+		{"addr", "add", addr, "dev", "eth0"}, {"link", "set", "eth0", "up"}} {
+		if out, err := exec.Command("ip", append([]string{"-n", ns}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+	}
+	editSpec(t, bundle, func(s map[string]any) {
+		for _, n := range s["linux"].(map[string]any)["namespaces"].([]any) {
+			if n.(map[string]any)["type"] == "network" {
+				n.(map[string]any)["path"] = netns.Path(ns)
+			}
+		}
+	})
+}
+
+// execIn starts the bundle's container (a sleep) through runtime, runs
+// script in it with `runtime exec --process` as containerd's shim does,
+// with the bare environment containerd would give it, and returns its
+// output.
+func execIn(t *testing.T, runtime, bundle, script string) string {
+	t.Helper()
 	rootfsSpec(t, bundle, "exec sleep 60")
 	root, id, _ := inRootfs(t, runtime, bundle, "create")
 	if out, err := exec.Command(runtime, "--root", root, "start", id).CombinedOutput(); err != nil {
 		t.Fatalf("start: %v\n%s", err, out)
 	}
 	proc := filepath.Join(t.TempDir(), "process.json")
-	p, _ := json.Marshal(map[string]any{"args": []string{"sh", "-c", seesFreeFlow}, "cwd": "/",
+	p, _ := json.Marshal(map[string]any{"args": []string{"sh", "-c", script}, "cwd": "/",
 		"env": []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, "user": map[string]int{"uid": 0, "gid": 0}})
 	os.WriteFile(proc, p, 0o600)
 	out, err := exec.Command(runtime, "--root", root, "exec", "--process", proc, id).CombinedOutput()
 	if err != nil {
 		t.Fatalf("exec: %v\n%s", err, out)
 	}
-	checkSeesFreeFlow(t, string(out))
-}
-
-// TestWrapperGivesVerbsDevice: a pod's container gets the virtual verbs
-// device `freeflow run` gives (docs/VERBS.md), its identity from the
-// pod's address in the network namespace the CNI plugins set up; Debian's
-// libibverbs lists it.
-func TestWrapperGivesVerbsDevice(t *testing.T) {
-	runtime, bundle := wrapper(t), runcBundle(t)
-	if missing := testenv.Missing("ip", "ibv_devices"); missing != "" {
-		t.Skip(missing)
-	}
-	ns := testenv.RandomName("ffrtv", 6)
-	if err := netns.Create(ns); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { netns.Delete(ns) })
-	for _, args := range [][]string{{"link", "add", "eth0", "type", "veth", "peer", "name", "eth1"}, {"addr", "add", "10.244.9.5/24", "dev", "eth0"}, {"link", "set", "eth0", "up"}} {
-		if out, err := exec.Command("ip", append([]string{"-n", ns}, args...)...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v: %s", args, err, out)
-		}
-	}
-	rootfsSpec(t, bundle, "ibv_devices; cat $SYSFS_PATH/class/infiniband/ffv0/ports/1/lid")
-	editSpec(t, bundle, func(s map[string]any) {
-		linux := s["linux"].(map[string]any)
-		for _, n := range linux["namespaces"].([]any) {
-			if n.(map[string]any)["type"] == "network" {
-				n.(map[string]any)["path"] = netns.Path(ns)
-			}
-		}
-	})
-	_, _, out := inRootfs(t, runtime, bundle, "run")
-	if !strings.Contains(string(out), "ffv0") || !strings.Contains(string(out), "0x905") {
-		t.Errorf("no device ffv0 with the LID of 10.244.9.5 (0x905):\n%s", out)
-	}
+	return string(out)
 }
 
 // rootfsSpec makes the bundle's container run script in the machine's
