@@ -2,8 +2,10 @@
 GO      ?= go
 BIN     := bin
 GOTEST_TIMEOUT ?= 30m
+# The image the DaemonSet in deploy/ runs (made locally: `make image`).
+IMAGE ?= freeflow.io/freeflow:0.1.0
 
-.PHONY: all deps build lib test test-go test-lib fuzz demo bench clean vet kube
+.PHONY: all deps build lib image test test-go test-lib fuzz demo bench clean vet kube
 
 all: build
 
@@ -27,8 +29,20 @@ lib:
 kube:
 	./scripts/build-kube.sh
 
+# FreeFlow's image for Kubernetes, as an OCI image layout tar:
+# `ctr -n k8s.io images import bin/freeflow-image.tar` on every node. Static
+# Go binaries (no shell, no libc in the image) and the two libraries, which
+# `freeflowd install` only copies to the node.
+image: lib
+	rm -rf $(BIN)/image
+	mkdir -p $(BIN)/image/freeflow
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/image/freeflow/ ./cmd/freeflowd ./cmd/freeflow-cni ./cmd/freeflow-runtime
+	cp lib/build/libfreeflow.so lib/build/libffv-rdmav34.so $(BIN)/image/freeflow/
+	$(GO) run ./tools/mkimage -name $(IMAGE) -rootfs $(BIN)/image -entrypoint /freeflow/freeflowd -o $(BIN)/freeflow-image.tar
+	@echo "image $(IMAGE): $(BIN)/freeflow-image.tar (ctr -n k8s.io images import $(BIN)/freeflow-image.tar)"
+
 vet:
-	@test -z "$$(gofmt -l cmd internal tests)" || { echo "gofmt needed on:"; gofmt -l cmd internal tests; exit 1; }
+	@test -z "$$(gofmt -l cmd internal tests tools deploy)" || { echo "gofmt needed on:"; gofmt -l cmd internal tests tools deploy; exit 1; }
 	$(GO) vet ./...
 
 # Unit, namespace and end-to-end tests (needs root: real namespaces, crun,

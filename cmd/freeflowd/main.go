@@ -1,7 +1,8 @@
 // Command freeflowd is the FreeFlow agent of one host. The CLI starts it
 // inside the host's network namespace (nsenter --net=/run/netns/<cluster>-<host>);
 // it serves the library and admin sockets until SIGTERM or SIGINT, then
-// removes them.
+// removes them. `freeflowd install` puts FreeFlow on a Kubernetes node
+// (internal/nodeinstall; the DaemonSet's init container runs it).
 package main
 
 import (
@@ -22,6 +23,7 @@ import (
 	"github.com/freeflow-net/freeflow/internal/agent"
 	"github.com/freeflow-net/freeflow/internal/directory/etcd"
 	"github.com/freeflow-net/freeflow/internal/netns"
+	"github.com/freeflow-net/freeflow/internal/nodeinstall"
 	"github.com/freeflow-net/freeflow/internal/state"
 )
 
@@ -33,6 +35,13 @@ type options struct {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "install" {
+		if err := nodeinstall.Main(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "freeflowd install:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	opts, err := parseFlags(os.Args[1:])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "freeflowd:", err)

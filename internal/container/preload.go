@@ -6,19 +6,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/freeflow-net/freeflow/internal/ffspec"
 	"github.com/freeflow-net/freeflow/internal/state"
-)
-
-// The network library is bind-mounted read-only into every FreeFlow
-// container under its private /run (the binaries may live anywhere on the
-// host, e.g. under /tmp, which containers do not see) and preloaded into
-// every process through LD_PRELOAD, in the container's environment and in
-// each `freeflow exec`.
-const (
-	LibraryName = "libfreeflow.so"
-	// ContainerLibrary is where a container sees the library.
-	ContainerLibrary = "/run/freeflow-lib/" + LibraryName
-	preloadEnv       = "LD_PRELOAD=" + ContainerLibrary
 )
 
 // libraryPath returns the host's copy of the library: LibPath, or the file
@@ -29,9 +18,9 @@ func (m *Manager) libraryPath() (string, error) {
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		return "", fmt.Errorf("find the freeflow binary, next to which %s lives: %w", LibraryName, err)
+		return "", fmt.Errorf("find the freeflow binary, next to which %s lives: %w", ffspec.LibraryName, err)
 	}
-	return filepath.Join(filepath.Dir(exe), LibraryName), nil
+	return filepath.Join(filepath.Dir(exe), ffspec.LibraryName), nil
 }
 
 // checkLibrary refuses to start a FreeFlow container without the library.
@@ -46,10 +35,11 @@ func (m *Manager) checkLibrary() (string, error) {
 	return path, nil
 }
 
-// withLibrary adds the library's mount and LD_PRELOAD to spec.
+// withLibrary adds the library's mount and LD_PRELOAD to spec (the
+// container's environment, so every process and each `freeflow exec` has it).
 func withLibrary(spec *ociSpec, lib string) {
-	spec.Mounts = append(spec.Mounts, ociMount{Destination: ContainerLibrary, Type: "bind", Source: lib, Options: []string{"bind", "ro"}})
-	spec.Process.Env = append(spec.Process.Env, preloadEnv)
+	spec.Mounts = append(spec.Mounts, ffspec.LibraryMount(lib))
+	spec.Process.Env = ffspec.Preload(spec.Process.Env)
 }
 
 // execEnv is the environment of `freeflow exec` in container c: the
@@ -64,7 +54,7 @@ func (m *Manager) execEnv(c *state.Container) []string {
 	}
 	env := append([]string{}, baseEnv...)
 	if c.FreeFlow {
-		env = append(env, preloadEnv)
+		env = ffspec.Preload(env)
 	}
 	return env
 }

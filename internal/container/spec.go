@@ -6,18 +6,19 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/freeflow-net/freeflow/internal/ffspec"
 	"github.com/freeflow-net/freeflow/internal/state"
 	"golang.org/x/sys/unix"
 )
 
 // The OCI runtime configuration (config.json), reduced to the fields we set.
 type ociSpec struct {
-	Version  string     `json:"ociVersion"`
-	Process  ociProcess `json:"process"`
-	Root     ociRoot    `json:"root"`
-	Hostname string     `json:"hostname"`
-	Mounts   []ociMount `json:"mounts"`
-	Linux    ociLinux   `json:"linux"`
+	Version  string         `json:"ociVersion"`
+	Process  ociProcess     `json:"process"`
+	Root     ociRoot        `json:"root"`
+	Hostname string         `json:"hostname"`
+	Mounts   []ffspec.Mount `json:"mounts"`
+	Linux    ociLinux       `json:"linux"`
 }
 
 type ociProcess struct {
@@ -50,13 +51,6 @@ type ociRlimit struct {
 type ociRoot struct {
 	Path     string `json:"path"`
 	Readonly bool   `json:"readonly"`
-}
-
-type ociMount struct {
-	Destination string   `json:"destination"`
-	Type        string   `json:"type,omitempty"`
-	Source      string   `json:"source,omitempty"`
-	Options     []string `json:"options,omitempty"`
 }
 
 type ociLinux struct {
@@ -127,8 +121,8 @@ func newSpec(l state.Layout, c *state.Container, env []string) ociSpec {
 	}
 }
 
-func mounts(l state.Layout, host string) []ociMount {
-	return []ociMount{
+func mounts(l state.Layout, host string) []ffspec.Mount {
+	return []ffspec.Mount{
 		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
 		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
 		{Destination: "/dev/pts", Type: "devpts", Source: "devpts",
@@ -139,13 +133,7 @@ func mounts(l state.Layout, host string) []ociMount {
 		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}},
 		// A private /run hides the cluster's state under /run/freeflow.
 		{Destination: "/run", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755"}},
-		// Read-only: a container must not rename, unlink or replace the
-		// agent's socket and serve every container of its host itself
-		// (docs/ARCHITECTURE.md, "Identity and trust"). connect() needs no
-		// write access to the file system, and the agent, which writes the
-		// directory on the host side, still re-creates its socket there.
-		{Destination: state.ContainerAgentDir, Type: "bind", Source: l.AgentSockDir(host),
-			Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}},
+		ffspec.AgentMount(l.AgentSockDir(host)),
 		{Destination: "/etc/hosts", Type: "bind", Source: l.HostsFile(), Options: []string{"bind", "ro"}},
 	}
 }

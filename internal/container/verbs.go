@@ -4,103 +4,34 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
+	"github.com/freeflow-net/freeflow/internal/ffspec"
 	"github.com/freeflow-net/freeflow/internal/state"
-	"github.com/freeflow-net/freeflow/internal/verbsid"
 )
 
-// The virtual verbs device (docs/VERBS.md): every FreeFlow container but a
-// --no-rdma one has device ffv0, which the stock libibverbs finds through
-// the container's own sysfs tree (SYSFS_PATH) and serves with FreeFlow's
-// provider (RDMAV_DRIVERS). There is no kernel device behind it: the
-// character device libibverbs opens is /dev/null, whose numbers the tree
-// names.
-const (
-	ProviderName = "libffv-rdmav34.so"
-	// libibverbs appends "-rdmav34.so" to an absolute RDMAV_DRIVERS entry.
-	providerEnv      = "RDMAV_DRIVERS=/run/freeflow-lib/libffv"
-	containerProv    = "/run/freeflow-lib/" + ProviderName
-	containerVerbs   = "/run/freeflow-verbs"
-	sysfsEnv         = "SYSFS_PATH=" + containerVerbs + "/sys"
-	verbsDeviceName  = "ffv0"
-	verbsDeviceNode  = "/dev/infiniband/uverbs0"
-	verbsDeviceNumbs = "1:3" // /dev/null's
-)
-
-// checkProvider refuses to give a container a verbs device without the provider.
+// checkProvider refuses to give a container a verbs device without the
+// provider (ffspec, "The virtual verbs device").
 func (m *Manager) checkProvider() (string, error) {
 	lib, err := m.libraryPath()
 	if err != nil {
 		return "", err
 	}
-	path := filepath.Join(filepath.Dir(lib), ProviderName)
+	path := filepath.Join(filepath.Dir(lib), ffspec.ProviderName)
 	if _, err := os.Stat(path); err != nil {
 		return "", fmt.Errorf("the FreeFlow verbs provider %s is missing (%w); build it with `make build`, or run the container with --no-rdma", path, err)
 	}
 	return path, nil
 }
 
-// sysfsHex writes b as sysfs does GUIDs and GIDs: groups of four hex digits.
-func sysfsHex(b []byte) string {
-	var g []string
-	for i := 0; i+1 < len(b); i += 2 {
-		g = append(g, fmt.Sprintf("%02x%02x", b[i], b[i+1]))
-	}
-	return strings.Join(g, ":")
-}
-
-// writeVerbsTree writes the sysfs files libibverbs reads for device ffv0
-// of the container at ip under dir/sys (docs/VERBS.md, "Discovery").
-func writeVerbsTree(dir, ip string) error {
-	lid, guid, gid, err := verbsid.Identity(ip)
-	if err != nil {
-		return err
-	}
-	g := make([]byte, 8)
-	for i := range g {
-		g[i] = byte(guid >> (56 - 8*i))
-	}
-	port := filepath.Join("class/infiniband", verbsDeviceName, "ports/1")
-	files := map[string]string{
-		"class/infiniband_verbs/abi_version":                                 "6",
-		"class/infiniband_verbs/uverbs0/ibdev":                               verbsDeviceName,
-		"class/infiniband_verbs/uverbs0/dev":                                 verbsDeviceNumbs,
-		"class/infiniband_verbs/uverbs0/abi_version":                         "1",
-		filepath.Join("class/infiniband", verbsDeviceName, "node_type"):      "1: CA",
-		filepath.Join("class/infiniband", verbsDeviceName, "node_guid"):      sysfsHex(g),
-		filepath.Join("class/infiniband", verbsDeviceName, "sys_image_guid"): sysfsHex(g),
-		filepath.Join(port, "lid"):                                           fmt.Sprintf("0x%x", lid),
-		filepath.Join(port, "state"):                                         "4: ACTIVE",
-		filepath.Join(port, "link_layer"):                                    "InfiniBand",
-		filepath.Join(port, "gids/0"):                                        sysfsHex(gid),
-		filepath.Join(port, "gid_attrs/types/0"):                             "IB/RoCE v1",
-		filepath.Join(port, "pkeys/0"):                                       "0xffff",
-	}
-	for name, v := range files {
-		p := filepath.Join(dir, "sys", name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return fmt.Errorf("verbs device tree: %w", err)
-		}
-		if err := os.WriteFile(p, []byte(v+"\n"), 0o444); err != nil {
-			return fmt.Errorf("verbs device tree: %w", err)
-		}
-	}
-	return nil
-}
-
-// withVerbs gives container c its verbs device: the tree (written into its
-// directory), the provider and the device node, read-only, and the
-// environment that points libibverbs at them.
+// withVerbs gives container c its verbs device, its tree written into its
+// directory.
 func withVerbs(spec *ociSpec, l state.Layout, c *state.Container, provider string) error {
 	dir := filepath.Join(l.ContainerDir(c.Name), "verbs")
-	if err := writeVerbsTree(dir, c.IP); err != nil {
+	if err := ffspec.WriteVerbsTree(dir, c.IP); err != nil {
 		return err
 	}
-	spec.Mounts = append(spec.Mounts,
-		ociMount{Destination: containerVerbs, Type: "bind", Source: dir, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}},
-		ociMount{Destination: containerProv, Type: "bind", Source: provider, Options: []string{"bind", "ro"}},
-		ociMount{Destination: verbsDeviceNode, Type: "bind", Source: "/dev/null", Options: []string{"bind"}})
-	spec.Process.Env = append(spec.Process.Env, sysfsEnv, providerEnv)
+	mounts, env := ffspec.Verbs(dir, provider)
+	spec.Mounts = append(spec.Mounts, mounts...)
+	spec.Process.Env = append(spec.Process.Env, env...)
 	return nil
 }

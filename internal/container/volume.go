@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/freeflow-net/freeflow/internal/ffspec"
 	"github.com/freeflow-net/freeflow/internal/state"
 )
 
@@ -52,7 +53,7 @@ func ParseVolume(s string) (Volume, error) {
 // tmpfs mounts, where a missing mount point can be made — not under the
 // host directories bound into /run.
 func creatable(dst string) bool {
-	for _, bound := range []string{state.ContainerAgentDir, filepath.Dir(ContainerLibrary)} {
+	for _, bound := range []string{state.ContainerAgentDir, ffspec.LibDir} {
 		if dst == bound || strings.HasPrefix(dst, bound+"/") {
 			return false
 		}
@@ -60,10 +61,10 @@ func creatable(dst string) bool {
 	return strings.HasPrefix(dst, "/tmp/") || strings.HasPrefix(dst, "/run/")
 }
 
-func (v Volume) mount() ociMount {
+func (v Volume) mount() ffspec.Mount {
 	opts := []string{"rbind"}
 	if v.ReadOnly {
 		opts = append(opts, "ro")
 	}
-	return ociMount{Destination: v.Destination, Type: "bind", Source: v.Source, Options: opts}
+	return ffspec.Mount{Destination: v.Destination, Type: "bind", Source: v.Source, Options: opts}
 }

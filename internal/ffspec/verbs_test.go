@@ -1,4 +1,4 @@
-package container
+package ffspec
 
 import (
 	"os"
@@ -8,7 +8,7 @@ import (
 
 func TestWriteVerbsTree(t *testing.T) {
 	dir := t.TempDir()
-	if err := writeVerbsTree(dir, "10.244.2.7"); err != nil {
+	if err := WriteVerbsTree(dir, "10.244.2.7"); err != nil {
 		t.Fatal(err)
 	}
 	for name, want := range map[string]string{

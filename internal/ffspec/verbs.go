@@ -1,0 +1,90 @@
+package ffspec
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/freeflow-net/freeflow/internal/verbsid"
+)
+
+// The virtual verbs device (docs/VERBS.md): a FreeFlow container has
+// device ffv0, which the stock libibverbs finds through the container's
+// own sysfs tree (SYSFS_PATH) and serves with FreeFlow's provider
+// (RDMAV_DRIVERS). There is no kernel device behind it: the character
+// device libibverbs opens is /dev/null, whose numbers the tree names.
+const (
+	ProviderName = "libffv-rdmav34.so"
+	// libibverbs appends "-rdmav34.so" to an absolute RDMAV_DRIVERS entry.
+	providerEnv   = "RDMAV_DRIVERS=" + LibDir + "/libffv"
+	containerProv = LibDir + "/" + ProviderName
+	// ContainerVerbs is where a container sees its device's sysfs tree.
+	ContainerVerbs   = "/run/freeflow-verbs"
+	sysfsEnv         = "SYSFS_PATH=" + ContainerVerbs + "/sys"
+	verbsDeviceName  = "ffv0"
+	verbsDeviceNode  = "/dev/infiniband/uverbs0"
+	verbsDeviceNumbs = "1:3" // /dev/null's
+)
+
+// sysfsHex writes b as sysfs does GUIDs and GIDs: groups of four hex digits.
+func sysfsHex(b []byte) string {
+	var g []string
+	for i := 0; i+1 < len(b); i += 2 {
+		g = append(g, fmt.Sprintf("%02x%02x", b[i], b[i+1]))
+	}
+	return strings.Join(g, ":")
+}
+
+// WriteVerbsTree writes the sysfs files libibverbs reads for device ffv0
+// of the container at ip under dir/sys (docs/VERBS.md, "Discovery").
+func WriteVerbsTree(dir, ip string) error {
+	lid, guid, gid, err := verbsid.Identity(ip)
+	if err != nil {
+		return err
+	}
+	g := make([]byte, 8)
+	for i := range g {
+		g[i] = byte(guid >> (56 - 8*i))
+	}
+	port := filepath.Join("class/infiniband", verbsDeviceName, "ports/1")
+	files := map[string]string{
+		"class/infiniband_verbs/abi_version":                                 "6",
+		"class/infiniband_verbs/uverbs0/ibdev":                               verbsDeviceName,
+		"class/infiniband_verbs/uverbs0/dev":                                 verbsDeviceNumbs,
+		"class/infiniband_verbs/uverbs0/abi_version":                         "1",
+		filepath.Join("class/infiniband", verbsDeviceName, "node_type"):      "1: CA",
+		filepath.Join("class/infiniband", verbsDeviceName, "node_guid"):      sysfsHex(g),
+		filepath.Join("class/infiniband", verbsDeviceName, "sys_image_guid"): sysfsHex(g),
+		filepath.Join(port, "lid"):                                           fmt.Sprintf("0x%x", lid),
+		filepath.Join(port, "state"):                                         "4: ACTIVE",
+		filepath.Join(port, "link_layer"):                                    "InfiniBand",
+		filepath.Join(port, "gids/0"):                                        sysfsHex(gid),
+		filepath.Join(port, "gid_attrs/types/0"):                             "IB/RoCE v1",
+		filepath.Join(port, "pkeys/0"):                                       "0xffff",
+	}
+	for name, v := range files {
+		p := filepath.Join(dir, "sys", name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return fmt.Errorf("verbs device tree: %w", err)
+		}
+		if err := os.WriteFile(p, []byte(v+"\n"), 0o444); err != nil {
+			return fmt.Errorf("verbs device tree: %w", err)
+		}
+	}
+	return nil
+}
+
+// Verbs returns the mounts and environment of a container's verbs device:
+// its tree (written by WriteVerbsTree into treeDir), the provider and the
+// device node, read-only, and the variables that point libibverbs at them.
+func Verbs(treeDir, provider string) ([]Mount, []string) {
+	return []Mount{
+		{Destination: ContainerVerbs, Type: "bind", Source: treeDir, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}},
+		{Destination: containerProv, Type: "bind", Source: provider, Options: []string{"bind", "ro"}},
+		{Destination: verbsDeviceNode, Type: "bind", Source: "/dev/null", Options: []string{"bind"}},
+	}, VerbsEnv()
+}
+
+// VerbsEnv is the environment that points libibverbs at the device.
+func VerbsEnv() []string { return []string{sysfsEnv, providerEnv} }
