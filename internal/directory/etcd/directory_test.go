@@ -112,7 +112,7 @@ func testContainer(id, name, host, ip string) directory.Container {
 
 func put(t *testing.T, d *Directory, c directory.Container) {
 	t.Helper()
-	if err := d.PutContainer(context.Background(), c); err != nil {
+	if _, err := d.PutContainer(context.Background(), c); err != nil {
 		t.Fatalf("PutContainer %s: %v", c.ID, err)
 	}
 }

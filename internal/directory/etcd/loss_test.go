@@ -37,7 +37,7 @@ func checkOutage(t *testing.T, etcd *testenv.EtcdCluster) {
 	}
 	b := testContainer("c-b", "b", "h2", "10.244.2.2")
 	start := time.Now()
-	err := d.PutContainer(context.Background(), b)
+	_, err := d.PutContainer(context.Background(), b)
 	if took := time.Since(start); err == nil || took > 4*time.Second {
 		t.Fatalf("PutContainer during the outage: err=%v after %v; want an error within 4 s", err, took)
 	}
@@ -184,7 +184,7 @@ func TestNewWithoutEtcd(t *testing.T) {
 		t.Fatal("empty cache answered a lookup")
 	}
 	start = time.Now()
-	err = d.PutContainer(context.Background(), testContainer("c", "c", "h1", "10.244.1.2"))
+	_, err = d.PutContainer(context.Background(), testContainer("c", "c", "h1", "10.244.1.2"))
 	if took := time.Since(start); err == nil || took > 1500*time.Millisecond {
 		t.Fatalf("PutContainer: err=%v after %v; want an error within 1.5 s", err, took)
 	}
