@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/freeflow-net/freeflow/internal/directory"
 )
@@ -18,6 +19,7 @@ type view struct {
 	byID  map[string]string              // container id -> pod
 	hosts map[string]directory.Host      // by node name
 	bad   map[string]string              // pod -> resourceVersion whose record was reported invalid
+	seen  atomic.Uint64                  // pod events applied, resyncs included
 }
 
 func newView() *view {
@@ -86,12 +88,15 @@ func (v *view) removeHost(name string) {
 func (v *view) noteBad(pod, rv string) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.bad[pod] == rv {
+	if old, seen := v.bad[pod]; seen && old == rv {
 		return false
 	}
 	v.bad[pod] = rv
 	return true
 }
+
+// podEvents returns how many pod events the view has applied.
+func (v *view) podEvents() uint64 { return v.seen.Load() }
 
 // podOf returns the pod whose record has container id.
 func (v *view) podOf(id string) (string, bool) {

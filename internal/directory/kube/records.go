@@ -45,7 +45,7 @@ func podRecord(p *corev1.Pod) (c directory.Container, ok bool, err error) {
 		return c, false, fmt.Errorf("annotation %s names host %q, but the pod is on node %q", RecordAnnotation, c.Host, p.Spec.NodeName)
 	case len(p.Status.PodIPs) == 0 && p.Status.PodIP == "":
 		return c, false, nil // the kubelet has not reported the IP yet
-	case !hasIP(p, ip.Unmap()):
+	case !podHasIP(p, ip.Unmap()):
 		return c, false, fmt.Errorf("annotation %s names IP %s, but the pod's status has %s", RecordAnnotation, c.IP, podIPs(p))
 	}
 	c.IP = ip.Unmap().String()
@@ -69,7 +69,7 @@ func podIPs(p *corev1.Pod) []string {
 	return slices.Compact(slices.DeleteFunc(ips, func(s string) bool { return s == "" }))
 }
 
-func hasIP(p *corev1.Pod, ip netip.Addr) bool {
+func podHasIP(p *corev1.Pod, ip netip.Addr) bool {
 	return slices.ContainsFunc(podIPs(p), func(s string) bool {
 		a, err := netip.ParseAddr(s)
 		return err == nil && a.Unmap() == ip
@@ -140,6 +140,7 @@ func (d *Directory) sawPod(obj any) {
 		return
 	}
 	d.health.saw(p.ResourceVersion)
+	defer d.cache.seen.Add(1)
 	key := p.Namespace + "/" + p.Name
 	c, ok, err := podRecord(p)
 	if err != nil {
