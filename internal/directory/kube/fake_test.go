@@ -109,7 +109,7 @@ func TestForgedOrEarlyRecordsSkipped(t *testing.T) {
 	makePod(t, client, "a", "liar-host", "n1", "10.244.1.5", nil)
 	put(t, n1, record("sb1", "a/good", "n1", "10.244.1.2"))
 	put(t, n1, record("sb2", "a/early", "n1", "10.244.1.3"))
-	put(t, n1, record("sb3", "a/liar-ip", "n1", "10.244.1.2"))  // good's IP
+	put(t, n1, record("sb3", "a/liar-ip", "n1", "10.244.1.2"))   // good's IP
 	put(t, n1, record("sb4", "a/liar-host", "n2", "10.244.1.5")) // another node
 	eventually(t, 5*time.Second, "both forgeries reported", func() bool {
 		return logs.count("a/liar-ip", "10.244.1.4") == 1 && logs.count("a/liar-host", `node "n1"`) == 1
@@ -275,8 +275,8 @@ func TestPolicyAndSettingsFromConfigMap(t *testing.T) {
 		t.Errorf("Policy without a ConfigMap = %q, %v; want none (the default)", p, err)
 	}
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: DefaultNamespace, Name: ConfigMapName}, Data: map[string]string{
-		PolicyKey:   `{"trusted_tenant_pairs":[["a","b"]]}`,
-		SettingsKey: `{"no_shm":true}`,
+		PolicyKey:    `{"trusted_tenant_pairs":[["a","b"]]}`,
+		SettingsKey:  `{"no_shm":true}`,
 		"polcy.json": "{}",
 	}}
 	cm, err := client.CoreV1().ConfigMaps(DefaultNamespace).Create(ctxT(t), cm, metav1.CreateOptions{})
