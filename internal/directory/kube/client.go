@@ -3,7 +3,7 @@ package kube
 import (
 	"fmt"
 
-	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -11,7 +11,7 @@ import (
 // NewClient returns a client of the API server that kubeconfig names, or,
 // when kubeconfig is "", of the cluster the agent runs in as a pod (its
 // service account's token and the KUBERNETES_SERVICE_* variables).
-func NewClient(kubeconfig string) (kubernetes.Interface, error) {
+func NewClient(kubeconfig string) (corev1client.CoreV1Interface, error) {
 	var cfg *rest.Config
 	var err error
 	if kubeconfig == "" {
@@ -22,7 +22,7 @@ func NewClient(kubeconfig string) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("directory: read kubeconfig %s: %w", kubeconfig, err)
 	}
 	cfg.UserAgent = "freeflowd"
-	c, err := kubernetes.NewForConfig(cfg)
+	c, err := corev1client.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("directory: Kubernetes client for %s: %w", cfg.Host, err)
 	}

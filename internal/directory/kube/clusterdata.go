@@ -21,7 +21,7 @@ import (
 func (d *Directory) ClusterKey(ctx context.Context) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.RequestTimeout)
 	defer cancel()
-	secrets := d.cfg.Client.CoreV1().Secrets(d.cfg.Namespace)
+	secrets := d.cfg.Client.Secrets(d.cfg.Namespace)
 	what := d.cfg.Namespace + "/" + ClusterKeySecret
 	s, err := secrets.Get(ctx, ClusterKeySecret, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -127,7 +127,7 @@ func (d *Directory) Node(ctx context.Context, needSubnet bool) (directory.Host, 
 func (d *Directory) node(ctx context.Context, needSubnet bool) (directory.Host, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.RequestTimeout)
 	defer cancel()
-	n, err := d.cfg.Client.CoreV1().Nodes().Get(ctx, d.cfg.Node, metav1.GetOptions{})
+	n, err := d.cfg.Client.Nodes().Get(ctx, d.cfg.Node, metav1.GetOptions{})
 	if err != nil {
 		return directory.Host{}, d.apiError("read node "+d.cfg.Node, "get nodes", err)
 	}

@@ -66,7 +66,7 @@ func newDir(t *testing.T, client kubernetes.Interface, node string, logs *logBuf
 // startDir starts a directory for node on client until the test ends.
 func startDir(t *testing.T, client kubernetes.Interface, node string, logs *logBuffer, mod ...func(*Config)) *Directory {
 	t.Helper()
-	cfg := Config{Client: client, Node: node, Logf: t.Logf}
+	cfg := Config{Client: client.CoreV1(), Node: node, Logf: t.Logf}
 	if logs != nil {
 		cfg.Logf = logs.logf
 	}

@@ -40,7 +40,7 @@ func (d *Directory) PutContainer(ctx context.Context, c directory.Container) (di
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.RequestTimeout)
 	defer cancel()
-	pod, err := d.cfg.Client.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	pod, err := d.cfg.Client.Pods(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 	if err != nil {
 		return c, d.apiError("annotate pod "+c.Name, "patch pods", err)
 	}
@@ -63,7 +63,7 @@ func (d *Directory) DeleteContainer(ctx context.Context, id string) error {
 		}
 	}
 	ns, name, _ := strings.Cut(pod, "/")
-	pods := d.cfg.Client.CoreV1().Pods(ns)
+	pods := d.cfg.Client.Pods(ns)
 	for range removeAttempts {
 		p, err := pods.Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -101,7 +101,7 @@ func removeRecordPatch(raw string) []byte {
 // the API, for a record the cache has not seen yet (registered a moment
 // ago, or before the first list completed).
 func (d *Directory) findPod(ctx context.Context, id string) (string, bool, error) {
-	list, err := d.cfg.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+	list, err := d.cfg.Client.Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", d.cfg.Node).String(),
 	})
 	if err != nil {
@@ -126,7 +126,7 @@ func (d *Directory) PutHost(ctx context.Context, h directory.Host) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.RequestTimeout)
 	defer cancel()
-	n, err := d.cfg.Client.CoreV1().Nodes().Get(ctx, h.Name, metav1.GetOptions{})
+	n, err := d.cfg.Client.Nodes().Get(ctx, h.Name, metav1.GetOptions{})
 	if err != nil {
 		return d.apiError("read node "+h.Name, "get nodes", err)
 	}
