@@ -63,10 +63,10 @@ const (
 // Config says which API server to use and for which node.
 type Config struct {
 	Client         corev1client.CoreV1Interface // core/v1 is all the agent uses; the full clientset would add 12 MB to freeflowd
-	Node           string        // the Node this agent serves (the DaemonSet's spec.nodeName)
-	Namespace      string        // FreeFlow's own namespace; default DefaultNamespace
-	Resync         time.Duration // informer resync; default DefaultResync
-	RequestTimeout time.Duration // bound on each write and read of the API; default 5 s
+	Node           string                       // the Node this agent serves (the DaemonSet's spec.nodeName)
+	Namespace      string                       // FreeFlow's own namespace; default DefaultNamespace
+	Resync         time.Duration                // informer resync; default DefaultResync
+	RequestTimeout time.Duration                // bound on each write and read of the API; default 5 s
 
 	// Logf receives state changes and skipped records; default log.Printf.
 	Logf func(format string, args ...any)
