@@ -119,7 +119,7 @@ func leader(t *testing.T, c *testenv.EtcdCluster) int {
 func checkCompactionRelist(t *testing.T, etcd *testenv.EtcdCluster) {
 	cluster := testenv.RandomName("t", 4)
 	eps := etcd.Endpoints()
-	logs := &logBuffer{}
+	logs := &testenv.LogBuffer{}
 	agent := newDir(t, cluster, eps[:1], logs)
 	writer := newDir(t, cluster, eps[1:], nil)
 	x := testContainer("c-x", "x", "h1", "10.244.1.7")
@@ -140,8 +140,8 @@ func checkCompactionRelist(t *testing.T, etcd *testenv.EtcdCluster) {
 	eventually(t, 5*time.Second, "agent re-lists after compaction", func() bool {
 		return hasIP(agent, y.IP)() && lacksIP(agent, x.IP)()
 	})
-	if logs.count("compacted") == 0 {
-		t.Fatalf("agent caught up without the compaction path; logs: %q", logs.lines)
+	if logs.Count("compacted") == 0 {
+		t.Fatalf("agent caught up without the compaction path; logs:\n%s", logs)
 	}
 	expectEvents(t, events, "delete x", "put y")
 }

@@ -2,13 +2,11 @@ package kube
 
 import (
 	"context"
-	"fmt"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/freeflow-net/freeflow/internal/directory"
+	"github.com/freeflow-net/freeflow/internal/testenv"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -18,45 +16,11 @@ import (
 // in-memory API with watches); kubeapi_test.go runs the same directory
 // against a real kube-apiserver.
 
-type logBuffer struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *logBuffer) logf(format string, args ...any) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.lines = append(l.lines, fmt.Sprintf(format, args...))
-}
-
-// count returns how many lines contain every one of subs.
-func (l *logBuffer) count(subs ...string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, line := range l.lines {
-		all := true
-		for _, s := range subs {
-			all = all && strings.Contains(line, s)
-		}
-		if all {
-			n++
-		}
-	}
-	return n
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Join(l.lines, "\n")
-}
-
 // newDir starts a directory for node on client until the test ends, and
 // waits for its watches: the fake clientset's watch starts from now, not
 // from the list's resourceVersion, so a change made between the two would
 // be missed (a real API server replays it).
-func newDir(t *testing.T, client kubernetes.Interface, node string, logs *logBuffer, mod ...func(*Config)) *Directory {
+func newDir(t *testing.T, client kubernetes.Interface, node string, logs *testenv.LogBuffer, mod ...func(*Config)) *Directory {
 	t.Helper()
 	d := startDir(t, client, node, logs, mod...)
 	waitConnected(t, d)
@@ -64,11 +28,11 @@ func newDir(t *testing.T, client kubernetes.Interface, node string, logs *logBuf
 }
 
 // startDir starts a directory for node on client until the test ends.
-func startDir(t *testing.T, client kubernetes.Interface, node string, logs *logBuffer, mod ...func(*Config)) *Directory {
+func startDir(t *testing.T, client kubernetes.Interface, node string, logs *testenv.LogBuffer, mod ...func(*Config)) *Directory {
 	t.Helper()
 	cfg := Config{Client: client.CoreV1(), Node: node, Logf: t.Logf}
 	if logs != nil {
-		cfg.Logf = logs.logf
+		cfg.Logf = logs.Logf
 	}
 	for _, m := range mod {
 		m(&cfg)

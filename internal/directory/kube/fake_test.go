@@ -12,6 +12,7 @@ import (
 
 	"github.com/freeflow-net/freeflow/internal/directory"
 	"github.com/freeflow-net/freeflow/internal/policy"
+	"github.com/freeflow-net/freeflow/internal/testenv"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -101,7 +102,7 @@ func TestTenantFromLabelOrNamespace(t *testing.T) {
 // no containers. Nothing else is disturbed.
 func TestForgedOrEarlyRecordsSkipped(t *testing.T) {
 	client := fake.NewClientset()
-	logs := &logBuffer{}
+	logs := &testenv.LogBuffer{}
 	n1, n2 := newDir(t, client, "n1", nil), newDir(t, client, "n2", logs)
 	good := makePod(t, client, "a", "good", "n1", "10.244.1.2", nil)
 	makePod(t, client, "a", "early", "n1", "", nil)
@@ -112,7 +113,7 @@ func TestForgedOrEarlyRecordsSkipped(t *testing.T) {
 	put(t, n1, record("sb3", "a/liar-ip", "n1", "10.244.1.2"))   // good's IP
 	put(t, n1, record("sb4", "a/liar-host", "n2", "10.244.1.5")) // another node
 	eventually(t, 5*time.Second, "both forgeries reported", func() bool {
-		return logs.count("a/liar-ip", "10.244.1.4") == 1 && logs.count("a/liar-host", `node "n1"`) == 1
+		return logs.Count("a/liar-ip", "10.244.1.4") == 1 && logs.Count("a/liar-host", `node "n1"`) == 1
 	})
 	if c, ok := n2.LookupIP("10.244.1.2"); !ok || c.Name != "a/good" {
 		t.Errorf("LookupIP of good's IP = %+v, %v; a forged record took it", c, ok)
@@ -140,7 +141,7 @@ func TestForgedOrEarlyRecordsSkipped(t *testing.T) {
 // log it again.
 func TestMalformedAnnotationSkipped(t *testing.T) {
 	client := fake.NewClientset()
-	logs := &logBuffer{}
+	logs := &testenv.LogBuffer{}
 	n1 := newDir(t, client, "n1", nil)
 	n2 := newDir(t, client, "n2", logs, func(c *Config) { c.Resync = time.Second }) // client-go's least
 
@@ -155,12 +156,12 @@ func TestMalformedAnnotationSkipped(t *testing.T) {
 	put(t, n1, record("sb1", "a/fine", "n1", "10.244.1.9"))
 	eventually(t, 5*time.Second, "the valid pod is seen", hasIP(n2, "10.244.1.9"))
 	eventually(t, 5*time.Second, "each malformed record reported", func() bool {
-		return logs.count("a/junk", "not a JSON container record") == 1 && logs.count("a/noid", "no container id") == 1 &&
-			logs.count("a/badip", `"web" is not an IP address`) == 1
+		return logs.Count("a/junk", "not a JSON container record") == 1 && logs.Count("a/noid", "no container id") == 1 &&
+			logs.Count("a/badip", `"web" is not an IP address`) == 1
 	})
 	seen := n2.cache.podEvents()
 	eventually(t, 5*time.Second, "two resyncs of every pod", func() bool { return n2.cache.podEvents() >= seen+2*4 })
-	if n := logs.count("a/junk"); n != 1 {
+	if n := logs.Count("a/junk"); n != 1 {
 		t.Errorf("a/junk reported %d times over resyncs; want once:\n%s", n, logs)
 	}
 	if _, ok := n2.LookupIP("10.244.1.8"); ok || len(n2.Containers()) != 1 {
@@ -226,30 +227,12 @@ func TestClusterKeyCreatedOnceUnderRace(t *testing.T) {
 		return false, nil, nil
 	})
 	dirs := []*Directory{newDir(t, client, "n1", nil), newDir(t, client, "n2", nil)}
-	keys := make([][]byte, agents)
-	var wg sync.WaitGroup
-	for i := range keys {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			k, err := dirs[i%2].ClusterKey(ctxT(t))
-			if err != nil {
-				t.Error(err)
-			}
-			keys[i] = k
-		}()
-	}
-	wg.Wait()
-	for i, k := range keys {
-		if len(k) != directory.ClusterKeySize || !bytes.Equal(k, keys[0]) {
-			t.Fatalf("key %d = %x, key 0 = %x: concurrent first users disagree", i, k, keys[0])
-		}
-	}
+	key := testenv.AgreeOnKey(t, agents, func(i int) ([]byte, error) { return dirs[i%2].ClusterKey(ctxT(t)) })
 	if n := creates.Load(); n != agents {
 		t.Errorf("%d creates; want every agent (%d) to have raced to create", n, agents)
 	}
 	s, err := fc.CoreV1().Secrets(DefaultNamespace).Get(ctxT(t), ClusterKeySecret, metav1.GetOptions{})
-	if err != nil || !bytes.Equal(s.Data[ClusterKeyField], keys[0]) {
+	if err != nil || !bytes.Equal(s.Data[ClusterKeyField], key) {
 		t.Fatalf("secret %s: %v, %v", ClusterKeySecret, s, err)
 	}
 
@@ -268,7 +251,7 @@ func TestClusterKeyCreatedOnceUnderRace(t *testing.T) {
 // while the valid settings beside it still apply.
 func TestPolicyAndSettingsFromConfigMap(t *testing.T) {
 	client := fake.NewClientset()
-	logs := &logBuffer{}
+	logs := &testenv.LogBuffer{}
 	d := newDir(t, client, "n1", logs)
 	eventually(t, 5*time.Second, "the ConfigMap listed", func() bool { _, err := d.Policy(ctxT(t)); return err == nil })
 	if p, err := d.Policy(ctxT(t)); p != nil || err != nil {
@@ -292,7 +275,7 @@ func TestPolicyAndSettingsFromConfigMap(t *testing.T) {
 	if set, err := directory.ParseSettings(s); err != nil || !set.NoShm {
 		t.Errorf("settings %q parse to %+v, %v", s, set, err)
 	}
-	eventually(t, 5*time.Second, "the unknown key logged", func() bool { return logs.count(`"polcy.json"`, PolicyKey) > 0 })
+	eventually(t, 5*time.Second, "the unknown key logged", func() bool { return logs.Count(`"polcy.json"`, PolicyKey) > 0 })
 
 	cm.Data[PolicyKey] = `{"trusted_tenant_pairs":[["a"]]}`
 	if _, err := client.CoreV1().ConfigMaps(DefaultNamespace).Update(ctxT(t), cm, metav1.UpdateOptions{}); err != nil {

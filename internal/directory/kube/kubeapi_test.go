@@ -3,7 +3,6 @@ package kube
 import (
 	"bytes"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,7 +28,7 @@ func TestRealAPIServer(t *testing.T) {
 	api.Node("n1", "10.99.0.2", "10.244.1.0/24")
 	api.Node("n2", "10.99.0.3", "10.244.2.0/24")
 	agent := api.Client(testenv.KubeAgentToken)
-	logs := &logBuffer{}
+	logs := &testenv.LogBuffer{}
 	n1 := newDir(t, agent, "n1", nil)
 	n2 := newDir(t, agent, "n2", logs)
 
@@ -55,25 +54,7 @@ func TestRealAPIServer(t *testing.T) {
 	}
 	eventually(t, 10*time.Second, "n2 forgets it after DeleteContainer", lacksIP(n2, "10.244.1.5"))
 
-	keys := make([][]byte, 4)
-	var wg sync.WaitGroup
-	for i := range keys {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			k, err := []*Directory{n1, n2}[i%2].ClusterKey(ctxT(t))
-			if err != nil {
-				t.Error(err)
-			}
-			keys[i] = k
-		}()
-	}
-	wg.Wait()
-	for i, k := range keys {
-		if len(k) != directory.ClusterKeySize || !bytes.Equal(k, keys[0]) {
-			t.Fatalf("key %d = %x, key 0 = %x: concurrent first users disagree", i, k, keys[0])
-		}
-	}
+	testenv.AgreeOnKey(t, 4, func(i int) ([]byte, error) { return []*Directory{n1, n2}[i%2].ClusterKey(ctxT(t)) })
 
 	if _, err := admin.CoreV1().ConfigMaps(DefaultNamespace).Create(ctxT(t), &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: ConfigMapName}, Data: map[string]string{PolicyKey: `{"no_fast_path":["team-a/db"]}`},
@@ -110,7 +91,7 @@ func TestRealAPIServer(t *testing.T) {
 	eventually(t, 60*time.Second, "n2 connected again and forgets the deleted pod", func() bool {
 		return n2.Health().Connected && lacksIP(n2, "10.244.1.5")()
 	})
-	if n := logs.count("skipping"); n != 0 {
+	if n := logs.Count("skipping"); n != 0 {
 		t.Errorf("valid records were reported as bad:\n%s", logs)
 	}
 }
