@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/freeflow-net/freeflow/internal/directory/kube"
 	"github.com/freeflow-net/freeflow/internal/runtimewrap"
 )
 
@@ -28,6 +30,7 @@ type objects struct {
 	all        []any
 	daemonSet  *appsv1.DaemonSet
 	clusterRol *rbacv1.ClusterRole
+	role       *rbacv1.ClusterRole // the Role in freeflow-system, decoded as its twin
 	runtime    *nodev1.RuntimeClass
 }
 
@@ -94,6 +97,8 @@ func (o *objects) add(obj any) {
 	case *rbacv1.ClusterRole:
 		if v.Kind == "ClusterRole" {
 			o.clusterRol = v
+		} else {
+			o.role = v
 		}
 	case *nodev1.RuntimeClass:
 		o.runtime = v
@@ -168,4 +173,22 @@ func makeImage(t *testing.T) string {
 		t.Fatal("the Makefile sets no IMAGE ?= ...")
 	}
 	return string(bytes.TrimSpace(m[1]))
+}
+
+// TestManifestsGrantTheAgentsRules: the ClusterRole and the Role grant
+// exactly what the Kubernetes directory says the agent needs
+// (kube.AgentRules, which its tests on a real kube-apiserver run with), no
+// more, so a rule added to one is added to the other.
+func TestManifestsGrantTheAgentsRules(t *testing.T) {
+	o := load(t)
+	cluster, namespaced := kube.AgentRules()
+	if o.clusterRol == nil || o.role == nil {
+		t.Fatal("missing the ClusterRole or the Role")
+	}
+	if !reflect.DeepEqual(o.clusterRol.Rules, cluster) {
+		t.Errorf("ClusterRole rules %+v, want the agent's %+v", o.clusterRol.Rules, cluster)
+	}
+	if !reflect.DeepEqual(o.role.Rules, namespaced) {
+		t.Errorf("Role rules %+v, want the agent's %+v", o.role.Rules, namespaced)
+	}
 }

@@ -11,14 +11,25 @@ import (
 const daemon = "github.com/freeflow-net/freeflow/internal/agent"
 
 // heavy reports whether the plugin must not link pkg: etcd, gRPC (most of
-// the 19 MB the plugin weighed when it did) or the daemon that brings them.
+// the 19 MB the plugin weighed when it did), client-go and the Kubernetes
+// API types (the kubernetes datastore's, tens of MB), or the daemon and
+// the datastores that bring them.
 func heavy(pkg string) bool {
-	return strings.HasPrefix(pkg, "go.etcd.io/") || strings.HasPrefix(pkg, "google.golang.org/grpc") || pkg == daemon
+	for _, prefix := range []string{"go.etcd.io/", "google.golang.org/grpc", "k8s.io/", datastores} {
+		if strings.HasPrefix(pkg, prefix) {
+			return true
+		}
+	}
+	return pkg == daemon
 }
 
+// datastores holds the etcd and Kubernetes directories (internal/directory
+// itself holds only the records).
+const datastores = "github.com/freeflow-net/freeflow/internal/directory/"
+
 // The CNI plugin talks to the agent through internal/agentapi and carries
-// internal/directory's records, neither of which links etcd, gRPC or the
-// daemon.
+// internal/directory's records, neither of which links etcd, gRPC,
+// client-go or the daemon.
 func TestPluginLinksNeitherEtcdNorGRPC(t *testing.T) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
@@ -35,7 +46,7 @@ func TestPluginLinksNeitherEtcdNorGRPC(t *testing.T) {
 		}
 	}
 	if len(bad) > 0 {
-		t.Errorf("freeflow-cni links %d packages of etcd, gRPC or the daemon, among them %s; see what imports them with go list -deps -f '{{.ImportPath}}: {{.Imports}}' ./cmd/freeflow-cni",
+		t.Errorf("freeflow-cni links %d packages of etcd, gRPC, client-go or the daemon, among them %s; see what imports them with go list -deps -f '{{.ImportPath}}: {{.Imports}}' ./cmd/freeflow-cni",
 			len(bad), strings.Join(bad[max(0, len(bad)-3):], ", "))
 	}
 }

@@ -1,11 +1,14 @@
 // Command freeflowd is the FreeFlow agent of one host. The CLI starts it
-// inside the host's network namespace (nsenter --net=/run/netns/<cluster>-<host>);
-// it serves the library and admin sockets until SIGTERM or SIGINT, then
-// removes them. `freeflowd install` puts FreeFlow on a Kubernetes node
+// inside the host's network namespace (nsenter --net=/run/netns/<cluster>-<host>)
+// with etcd as its datastore; on Kubernetes a DaemonSet runs it with
+// --datastore kubernetes (internal/directory/kube). It serves the library
+// and admin sockets until SIGTERM or SIGINT, then removes them.
+// `freeflowd install` puts FreeFlow on a Kubernetes node
 // (internal/nodeinstall; the DaemonSet's init container runs it).
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -22,17 +25,33 @@ import (
 
 	"github.com/freeflow-net/freeflow/internal/agent"
 	"github.com/freeflow-net/freeflow/internal/directory/etcd"
+	"github.com/freeflow-net/freeflow/internal/directory/kube"
 	"github.com/freeflow-net/freeflow/internal/netns"
 	"github.com/freeflow-net/freeflow/internal/nodeinstall"
 	"github.com/freeflow-net/freeflow/internal/state"
+	"k8s.io/klog/v2"
 )
 
 type options struct {
 	agent     agent.Config
+	datastore string // etcd or kubernetes
 	etcd      []string
 	etcdNetNS string // dial etcd from this network namespace ("" = our own)
+	kube      kubeOptions
 	logFile   string
 }
+
+// kubeOptions are the flags of --datastore kubernetes.
+type kubeOptions struct {
+	kubeconfig string // "" = in-cluster
+	node       string
+	namespace  string
+}
+
+const (
+	datastoreEtcd = "etcd"
+	datastoreKube = "kubernetes"
+)
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "install" {
@@ -58,10 +77,14 @@ func parseFlags(args []string) (options, error) {
 	var etcd string
 	fs := flag.NewFlagSet("freeflowd", flag.ContinueOnError)
 	fs.StringVar(&o.agent.Cluster, "cluster", state.DefaultCluster, "cluster `name`")
-	fs.StringVar(&o.agent.Host, "host", "", "this host's `name` (required)")
-	fs.StringVar(&o.agent.FabricIP, "fabric-ip", "", "this host's fabric `IP` (required)")
-	fs.StringVar(&o.agent.Subnet, "subnet", "", "this host's container subnet, `CIDR` (required)")
-	fs.StringVar(&etcd, "etcd", "", "etcd client `URL[,URL...]` (required)")
+	fs.StringVar(&o.agent.Host, "host", "", "this host's `name` (required with --datastore etcd; the node's name with kubernetes)")
+	fs.StringVar(&o.agent.FabricIP, "fabric-ip", "", "this host's fabric `IP` (required with --datastore etcd; default with kubernetes: the node's InternalIP)")
+	fs.StringVar(&o.agent.Subnet, "subnet", "", "this host's container subnet, `CIDR` (required with --datastore etcd; default with kubernetes: the node's spec.podCIDR)")
+	fs.StringVar(&o.datastore, "datastore", datastoreEtcd, "where the cluster directory lives: `etcd` or kubernetes (pods, nodes, a secret and a configmap)")
+	fs.StringVar(&etcd, "etcd", "", "etcd client `URL[,URL...]` (required with --datastore etcd)")
+	fs.StringVar(&o.kube.kubeconfig, "kubeconfig", "", "kubeconfig `path` (--datastore kubernetes; default: the pod's in-cluster config)")
+	fs.StringVar(&o.kube.node, "node", os.Getenv("NODE_NAME"), "this agent's Kubernetes node `name` (--datastore kubernetes; default $NODE_NAME)")
+	fs.StringVar(&o.kube.namespace, "namespace", kube.DefaultNamespace, "`namespace` of FreeFlow's own secret and configmap (--datastore kubernetes)")
 	fs.StringVar(&o.agent.SockDir, "sock-dir", "", "library socket `dir`ectory (default: the cluster layout's)")
 	fs.StringVar(&o.agent.AdminSocket, "admin-socket", "", "admin socket `path` (default: the cluster layout's)")
 	fs.IntVar(&o.agent.SessionsPerContainer, "sessions-per-container", agent.DefaultSessionsPerContainer,
@@ -78,11 +101,37 @@ func parseFlags(args []string) (options, error) {
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q; freeflowd takes only flags", fs.Arg(0))
 	}
-	if etcd == "" {
-		return o, errors.New("--etcd is required: the etcd client URL(s) of the cluster directory, e.g. http://10.99.0.1:2379")
+	switch o.datastore {
+	case datastoreEtcd:
+		if etcd == "" {
+			return o, errors.New("--etcd is required: the etcd client URL(s) of the cluster directory, e.g. http://10.99.0.1:2379")
+		}
+		o.etcd = strings.Split(etcd, ",")
+	case datastoreKube:
+		if err := o.checkKube(); err != nil {
+			return o, err
+		}
+	default:
+		return o, fmt.Errorf("--datastore %q: want etcd or kubernetes", o.datastore)
 	}
-	o.etcd = strings.Split(etcd, ",")
 	return o, o.check()
+}
+
+// checkKube checks the flags of --datastore kubernetes: the host is the
+// node, and its fabric IP and subnet may come from the Node (run).
+func (o *options) checkKube() error {
+	k := &o.kube
+	if k.node == "" {
+		return errors.New("--node is required with --datastore kubernetes (or NODE_NAME, which a DaemonSet sets from spec.nodeName)")
+	}
+	if o.agent.Host != "" && o.agent.Host != k.node {
+		return fmt.Errorf("--host %q differs from --node %q; with --datastore kubernetes the host is the node", o.agent.Host, k.node)
+	}
+	o.agent.Host = k.node
+	if k.namespace == "" {
+		return errors.New("--namespace is empty; FreeFlow's secret and configmap live in one (default " + kube.DefaultNamespace + ")")
+	}
+	return nil
 }
 
 func (o *options) check() error {
@@ -93,10 +142,11 @@ func (o *options) check() error {
 	if a.Host == "" {
 		return errors.New("--host is required: the name of the host this agent serves, e.g. h1")
 	}
-	if _, err := netip.ParseAddr(a.FabricIP); err != nil {
+	fromNode := o.datastore == datastoreKube
+	if _, err := netip.ParseAddr(a.FabricIP); err != nil && !(fromNode && a.FabricIP == "") {
 		return fmt.Errorf("--fabric-ip %q is not an IP address: %w", a.FabricIP, err)
 	}
-	if _, err := netip.ParsePrefix(a.Subnet); err != nil {
+	if _, err := netip.ParsePrefix(a.Subnet); err != nil && !(fromNode && a.Subnet == "") {
 		return fmt.Errorf("--subnet %q is not a CIDR such as 10.244.1.0/24: %w", a.Subnet, err)
 	}
 	for _, e := range o.etcd {
@@ -130,15 +180,12 @@ func run(o options) error {
 		logOut = f
 	}
 	logger := slog.New(slog.NewTextHandler(logOut, nil)).With("host", o.agent.Host)
+	klog.SetSlogLogger(logger) // client-go's own messages (retries, watch restarts) go to the same log
 	o.agent.Logger = logger
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	dir, err := etcd.New(ctx, etcd.Config{
-		Cluster:   o.agent.Cluster,
-		Endpoints: o.etcd,
-		Dialer:    etcdDialer(o.etcdNetNS),
-		Logf:      func(format string, a ...any) { logger.Info(fmt.Sprintf(format, a...)) },
-	})
+	logf := func(format string, a ...any) { logger.Info(fmt.Sprintf(format, a...)) }
+	dir, err := openDirectory(ctx, &o, logf)
 	if err != nil {
 		return err
 	}
@@ -148,6 +195,39 @@ func run(o options) error {
 		return err
 	}
 	return a.Run(ctx)
+}
+
+// datastore is the directory the agent runs on, closed when it stops.
+type datastore interface {
+	agent.Directory
+	Close() error
+}
+
+// openDirectory opens the datastore o names. On Kubernetes it fills in the
+// fabric IP and subnet left unset from the Node, waiting for the Node to
+// have them.
+func openDirectory(ctx context.Context, o *options, logf func(string, ...any)) (datastore, error) {
+	if o.datastore == datastoreEtcd {
+		return etcd.New(ctx, etcd.Config{Cluster: o.agent.Cluster, Endpoints: o.etcd, Dialer: etcdDialer(o.etcdNetNS), Logf: logf})
+	}
+	client, err := kube.NewClient(o.kube.kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := kube.New(ctx, kube.Config{Client: client, Node: o.kube.node, Namespace: o.kube.namespace, Logf: logf})
+	if err != nil {
+		return nil, err
+	}
+	if o.agent.FabricIP == "" || o.agent.Subnet == "" {
+		h, err := dir.Node(ctx, o.agent.Subnet == "")
+		if err != nil {
+			dir.Close()
+			return nil, err
+		}
+		o.agent.FabricIP = cmp.Or(o.agent.FabricIP, h.FabricIP)
+		o.agent.Subnet = cmp.Or(o.agent.Subnet, h.Subnet)
+	}
+	return dir, nil
 }
 
 // etcdDialer returns a dialer that creates etcd connections inside the

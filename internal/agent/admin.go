@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/freeflow-net/freeflow/internal/directory"
@@ -69,8 +70,9 @@ func (a *Agent) register(ctx context.Context, c directory.Container) error {
 	}
 	wctx, cancel := context.WithTimeout(ctx, directoryTimeout)
 	defer cancel()
-	if err := a.dir.PutContainer(wctx, c); err != nil {
-		return protocol.Errorf(protocol.CodeUnavailable, "write container %s to the directory: %v; try again when etcd is reachable", c.ID, err)
+	c, err = a.dir.PutContainer(wctx, c)
+	if err != nil {
+		return protocol.Errorf(protocol.CodeUnavailable, "write container %s to the directory: %v; try again when the directory is reachable", c.ID, err)
 	}
 	a.ids.put(c, k)
 	a.scanLedgers(map[nsKey]directory.Container{k: c}) // registered again while it runs: its ledgers
@@ -110,13 +112,27 @@ func checkID(what, v string) error {
 	return nil
 }
 
+// checkName accepts a container name: one name by the CNI rule, or a
+// Kubernetes pod's namespace/name (the CNI plugin names pods so).
+func checkName(name string) error {
+	ns, pod, isPod := strings.Cut(name, "/")
+	if !isPod {
+		return checkID("container name", name)
+	}
+	if !idRE.MatchString(ns) || !idRE.MatchString(pod) || len(name) > 255 {
+		return protocol.Errorf(protocol.CodeInvalid, "container name %q must be a name or namespace/name, each 1-255 letters, digits, '-', '_' or '.', "+
+			"starting with a letter or digit, 255 bytes in all", name)
+	}
+	return nil
+}
+
 // validate checks a REGISTER record against this host and the directory,
 // canonicalises its IP, and returns the key of its network namespace.
 func (a *Agent) validate(c *directory.Container) (nsKey, error) {
 	if err := checkID("container id", c.ID); err != nil {
 		return nsKey{}, err
 	}
-	if err := checkID("container name", c.Name); err != nil {
+	if err := checkName(c.Name); err != nil {
 		return nsKey{}, err
 	}
 	if c.Tenant != "" {

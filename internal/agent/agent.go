@@ -95,9 +95,13 @@ type Config struct {
 func (c Config) LibrarySocket() string { return filepath.Join(c.SockDir, "agent.sock") }
 
 // Directory is what the agent needs of the cluster directory; the
-// etcd-backed *etcd.Directory (internal/directory/etcd) satisfies it.
+// etcd-backed *etcd.Directory (internal/directory/etcd) and the Kubernetes
+// API-backed *kube.Directory (internal/directory/kube) satisfy it.
 type Directory interface {
-	PutContainer(ctx context.Context, c directory.Container) error
+	// PutContainer stores c and returns the record as every agent will
+	// read it back: a datastore may fill in what it owns (the Kubernetes
+	// one takes the tenant from the pod).
+	PutContainer(ctx context.Context, c directory.Container) (directory.Container, error)
 	DeleteContainer(ctx context.Context, id string) error
 	PutHost(ctx context.Context, h directory.Host) error
 	LookupIP(ip string) (directory.Container, bool)

@@ -22,6 +22,9 @@ type fakeDir struct {
 	key        []byte // the cluster key; nil until first asked for
 	policy     []byte
 	settings   []byte
+	// stampTenant, if set, is the tenant PutContainer stores, as the
+	// Kubernetes datastore stores the pod's.
+	stampTenant string
 }
 
 func newFakeDir(cs ...directory.Container) *fakeDir {
@@ -34,14 +37,17 @@ func newFakeDir(cs ...directory.Container) *fakeDir {
 
 var errEtcdDown = errors.New("etcd at http://127.0.0.1:1 is unreachable")
 
-func (d *fakeDir) PutContainer(_ context.Context, c directory.Container) error {
+func (d *fakeDir) PutContainer(_ context.Context, c directory.Container) (directory.Container, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.failWrites {
-		return errEtcdDown
+		return c, errEtcdDown
+	}
+	if d.stampTenant != "" {
+		c.Tenant = d.stampTenant
 	}
 	d.containers[c.ID] = c
-	return nil
+	return c, nil
 }
 
 func (d *fakeDir) DeleteContainer(_ context.Context, id string) error {

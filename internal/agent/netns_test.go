@@ -113,6 +113,8 @@ func TestRegisterValidation(t *testing.T) {
 	}{
 		"id with slash":     {func(c *directory.Container) { c.ID = "a/b" }, protocol.CodeInvalid, "container id"},
 		"empty name":        {func(c *directory.Container) { c.Name = "" }, protocol.CodeInvalid, "container name"},
+		"name, two slashes": {func(c *directory.Container) { c.Name = "ns/pod/x" }, protocol.CodeInvalid, "namespace/name"},
+		"pod name empty":    {func(c *directory.Container) { c.Name = "ns/" }, protocol.CodeInvalid, "namespace/name"},
 		"IP outside subnet": {func(c *directory.Container) { c.IP = "10.244.2.7" }, protocol.CodeInvalid, "subnet 10.244.1.0/24"},
 		"IP not an IP":      {func(c *directory.Container) { c.IP = "web" }, protocol.CodeInvalid, "subnet"},
 		"other host":        {func(c *directory.Container) { c.Host = "h2" }, protocol.CodeInvalid, "serves host h1"},
@@ -139,6 +141,24 @@ func TestRegisterValidation(t *testing.T) {
 	wantCode(t, admin.Register(ctxT(t), container("cz", "other", "10.244.1.20", ns2)), protocol.CodeUnavailable)
 	wantCode(t, admin.Unregister(ctxT(t), "ca"), protocol.CodeUnavailable)
 	a.dir.setFailWrites(false)
+}
+
+// A pod registered by the CNI plugin under its namespace/name keeps the
+// record the directory stored, whose tenant the Kubernetes datastore takes
+// from the pod: the agent identifies the pod's callers with that tenant,
+// as every other agent sees it.
+func TestRegisterPodTakesStoredRecord(t *testing.T) {
+	ns := makeNetns(t)
+	dir := newFakeDir()
+	dir.stampTenant = "team-a"
+	a := startAgent(t, dir, nil)
+	pod := container("sandbox1", "team-a/web-0", "10.244.1.2", ns)
+	if err := adminClient(t, a).Register(ctxT(t), pod); err != nil {
+		t.Fatal(err)
+	}
+	if c, _, ok := a.ids.local("sandbox1"); !ok || c.Name != "team-a/web-0" || c.Tenant != "team-a" {
+		t.Errorf("local identity = %+v, %v; want team-a/web-0 of tenant team-a, as stored (it registered as blue)", c, ok)
+	}
 }
 
 func TestAdminRegisterListStatusUnregister(t *testing.T) {

@@ -7,10 +7,18 @@
 // container's IP from prevResult and registers it with the agent over the
 // agent's admin socket. Per-container facts come from CNI_ARGS:
 //
-//	FF_NAME=<name>          container name (default: CNI_CONTAINERID)
-//	FF_TENANT=<tenant>      tenant (default "default")
+//	FF_NAME=<name>          container name (default: the pod's namespace/name, else CNI_CONTAINERID)
+//	FF_TENANT=<tenant>      tenant (default: the pod's namespace, else "default")
 //	FF_FREEFLOW=true|false  the container runs with libfreeflow (default true)
 //	FF_SHM=true|false       its same-host fast paths may be shared memory (default true)
+//
+// Kubernetes runtimes (the CRI plugins of containerd and CRI-O) pass the
+// pod's K8S_POD_NAMESPACE, K8S_POD_NAME, K8S_POD_INFRA_CONTAINER_ID and
+// K8S_POD_UID; the plugin names a pod namespace/name, which is how the
+// Kubernetes datastore finds the pod to annotate (internal/directory/kube),
+// and takes its namespace as the tenant (that datastore then applies the
+// pod's freeflow.io/tenant label, if any). The other two keys are accepted
+// and not used: CNI_CONTAINERID is the sandbox already.
 //
 // Unknown keys are an error unless CNI_ARGS also holds IgnoreUnknown=1, as
 // for every CNI plugin; host-local parses the same CNI_ARGS, so runtimes
@@ -18,6 +26,7 @@
 package cni
 
 import (
+	"cmp"
 	"encoding/json"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -39,9 +48,15 @@ type Args struct {
 	FF_TENANT   types.UnmarshallableString
 	FF_FREEFLOW *types.UnmarshallableBool
 	FF_SHM      *types.UnmarshallableBool
+
+	K8S_POD_NAMESPACE          types.UnmarshallableString //nolint:revive // as the CRI plugins name them
+	K8S_POD_NAME               types.UnmarshallableString
+	K8S_POD_INFRA_CONTAINER_ID types.UnmarshallableString
+	K8S_POD_UID                types.UnmarshallableString
 }
 
-// DefaultTenant is used when CNI_ARGS has no FF_TENANT.
+// DefaultTenant is used when CNI_ARGS has neither FF_TENANT nor
+// K8S_POD_NAMESPACE.
 const DefaultTenant = "default"
 
 // loadNetConf parses the plugin's stdin and, when present, its prevResult.
@@ -80,11 +95,15 @@ func parseArgs(cniArgs, containerID string) (containerArgs, error) {
 			"freeflow: parse CNI_ARGS (set IgnoreUnknown=1 to pass keys meant for other plugins)", err.Error())
 	}
 	out := containerArgs{Name: string(a.FF_NAME), Tenant: string(a.FF_TENANT), FreeFlow: true}
+	ns, pod := string(a.K8S_POD_NAMESPACE), string(a.K8S_POD_NAME)
+	if out.Name == "" && ns != "" && pod != "" {
+		out.Name = ns + "/" + pod
+	}
 	if out.Name == "" {
 		out.Name = containerID
 	}
 	if out.Tenant == "" {
-		out.Tenant = DefaultTenant
+		out.Tenant = cmp.Or(ns, DefaultTenant)
 	}
 	if a.FF_FREEFLOW != nil {
 		out.FreeFlow = bool(*a.FF_FREEFLOW)

@@ -187,6 +187,27 @@ func TestAddOldVersionsAndDefaults(t *testing.T) {
 	}
 }
 
+// A CRI runtime's pod: the plugin registers it as namespace/name with its
+// namespace as tenant, from the K8S_POD_* keys the runtime passes (which
+// it accepts even without IgnoreUnknown=1); FF_* keys still win.
+func TestAddKubernetesPod(t *testing.T) {
+	const k8s = "K8S_POD_NAMESPACE=shop;K8S_POD_NAME=web-0;K8S_POD_INFRA_CONTAINER_ID=t-srv;K8S_POD_UID=0c5f9f3e-8c1b-4b8e-9a53-3a4d0e0f7c11"
+	for cniArgs, want := range map[string][2]string{
+		k8s:                                  {"shop/web-0", "shop"},
+		"IgnoreUnknown=1;" + k8s:             {"shop/web-0", "shop"},
+		k8s + ";FF_TENANT=blue":              {"shop/web-0", "blue"},
+		k8s + ";FF_NAME=db;FF_FREEFLOW=true": {"db", "shop"},
+	} {
+		f := &fakeAgent{byID: map[string]directory.Container{}}
+		if err := newTestPlugin(f, &bytes.Buffer{}).Add(cmdArgs(t, "1.0.0", prevResult, cniArgs)); err != nil {
+			t.Fatalf("%s: %v", cniArgs, err)
+		}
+		if got := f.byID["t-srv"]; got.Name != want[0] || got.Tenant != want[1] || got.IP != "10.244.1.7" {
+			t.Errorf("%s: registered %+v; want name %s, tenant %s", cniArgs, got, want[0], want[1])
+		}
+	}
+}
+
 func TestAddErrors(t *testing.T) {
 	cases := []struct {
 		name    string

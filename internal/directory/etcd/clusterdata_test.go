@@ -3,7 +3,6 @@ package etcd
 import (
 	"bytes"
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,26 +19,8 @@ func TestClusterKeyAndPolicy(t *testing.T) {
 	dirs := []*Directory{newDir(t, cluster, etcd.Endpoints(), nil), newDir(t, cluster, etcd.Endpoints(), nil)}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	keys := make([][]byte, 8)
-	var wg sync.WaitGroup
-	for i := range keys {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			k, err := dirs[i%2].ClusterKey(ctx)
-			if err != nil {
-				t.Error(err)
-			}
-			keys[i] = k
-		}()
-	}
-	wg.Wait()
-	for i, k := range keys {
-		if len(k) != directory.ClusterKeySize || !bytes.Equal(k, keys[0]) {
-			t.Fatalf("key %d = %x, key 0 = %x: concurrent first users disagree", i, k, keys[0])
-		}
-	}
-	if other, err := newDir(t, testenv.RandomName("t", 4), etcd.Endpoints(), nil).ClusterKey(ctx); err != nil || bytes.Equal(other, keys[0]) {
+	key := testenv.AgreeOnKey(t, 8, func(i int) ([]byte, error) { return dirs[i%2].ClusterKey(ctx) })
+	if other, err := newDir(t, testenv.RandomName("t", 4), etcd.Endpoints(), nil).ClusterKey(ctx); err != nil || bytes.Equal(other, key) {
 		t.Errorf("another cluster's key: %x, %v; want a different one", other, err)
 	}
 	if doc, err := dirs[0].Policy(ctx); err != nil || doc != nil {

@@ -45,36 +45,12 @@ func TestDirectory(t *testing.T) {
 	}
 }
 
-// logBuffer collects a Directory's log lines.
-type logBuffer struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (b *logBuffer) logf(format string, args ...any) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.lines = append(b.lines, fmt.Sprintf(format, args...))
-}
-
-func (b *logBuffer) count(substr string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n := 0
-	for _, l := range b.lines {
-		if strings.Contains(l, substr) {
-			n++
-		}
-	}
-	return n
-}
-
-func newDir(t *testing.T, cluster string, endpoints []string, logs *logBuffer) *Directory {
+func newDir(t *testing.T, cluster string, endpoints []string, logs *testenv.LogBuffer) *Directory {
 	t.Helper()
 	if logs == nil {
-		logs = &logBuffer{}
+		logs = &testenv.LogBuffer{}
 	}
-	d, err := New(context.Background(), Config{Cluster: cluster, Endpoints: endpoints, Logf: logs.logf})
+	d, err := New(context.Background(), Config{Cluster: cluster, Endpoints: endpoints, Logf: logs.Logf})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -112,7 +88,7 @@ func testContainer(id, name, host, ip string) directory.Container {
 
 func put(t *testing.T, d *Directory, c directory.Container) {
 	t.Helper()
-	if err := d.PutContainer(context.Background(), c); err != nil {
+	if _, err := d.PutContainer(context.Background(), c); err != nil {
 		t.Fatalf("PutContainer %s: %v", c.ID, err)
 	}
 }
@@ -251,7 +227,7 @@ func checkGarbage(t *testing.T, endpoints []string) {
 			t.Fatalf("raw put: %v", err)
 		}
 	}
-	logs := &logBuffer{}
+	logs := &testenv.LogBuffer{}
 	d := newDir(t, cluster, endpoints, logs)
 	put(t, d, testContainer("good", "good", "h1", "10.244.1.5"))
 	eventually(t, 2*time.Second, "valid record next to garbage", hasIP(d, "10.244.1.5"))
@@ -269,14 +245,14 @@ func checkGarbage(t *testing.T, endpoints []string) {
 	eventually(t, time.Second, "garbage replaces a record", lacksIP(d, "10.244.1.5"))
 	// The record goes before its garbage is logged: wait for the line, not assume it.
 	eventually(t, time.Second, "the garbage over a record logged", func() bool {
-		return logs.count(prefix+"containers/good ") > 0
+		return logs.Count(prefix+"containers/good ") > 0
 	})
 	for _, key := range []string{"containers/bad", "containers/mismatch", "hosts/bad", "containers/good"} {
-		if n := logs.count(prefix + key + " "); n != 1 {
+		if n := logs.Count(prefix + key + " "); n != 1 {
 			t.Errorf("key %s logged %d times, want once", key, n)
 		}
 	}
-	if n := logs.count("deeper"); n != 0 {
+	if n := logs.Count("deeper"); n != 0 {
 		t.Errorf("key outside the layout logged %d times, want never", n)
 	}
 	if err := d.DeleteContainer(ctx, "never-existed"); err != nil {

@@ -37,7 +37,7 @@ func checkOutage(t *testing.T, etcd *testenv.EtcdCluster) {
 	}
 	b := testContainer("c-b", "b", "h2", "10.244.2.2")
 	start := time.Now()
-	err := d.PutContainer(context.Background(), b)
+	_, err := d.PutContainer(context.Background(), b)
 	if took := time.Since(start); err == nil || took > 4*time.Second {
 		t.Fatalf("PutContainer during the outage: err=%v after %v; want an error within 4 s", err, took)
 	}
@@ -119,7 +119,7 @@ func leader(t *testing.T, c *testenv.EtcdCluster) int {
 func checkCompactionRelist(t *testing.T, etcd *testenv.EtcdCluster) {
 	cluster := testenv.RandomName("t", 4)
 	eps := etcd.Endpoints()
-	logs := &logBuffer{}
+	logs := &testenv.LogBuffer{}
 	agent := newDir(t, cluster, eps[:1], logs)
 	writer := newDir(t, cluster, eps[1:], nil)
 	x := testContainer("c-x", "x", "h1", "10.244.1.7")
@@ -140,8 +140,8 @@ func checkCompactionRelist(t *testing.T, etcd *testenv.EtcdCluster) {
 	eventually(t, 5*time.Second, "agent re-lists after compaction", func() bool {
 		return hasIP(agent, y.IP)() && lacksIP(agent, x.IP)()
 	})
-	if logs.count("compacted") == 0 {
-		t.Fatalf("agent caught up without the compaction path; logs: %q", logs.lines)
+	if logs.Count("compacted") == 0 {
+		t.Fatalf("agent caught up without the compaction path; logs:\n%s", logs)
 	}
 	expectEvents(t, events, "delete x", "put y")
 }
@@ -184,7 +184,7 @@ func TestNewWithoutEtcd(t *testing.T) {
 		t.Fatal("empty cache answered a lookup")
 	}
 	start = time.Now()
-	err = d.PutContainer(context.Background(), testContainer("c", "c", "h1", "10.244.1.2"))
+	_, err = d.PutContainer(context.Background(), testContainer("c", "c", "h1", "10.244.1.2"))
 	if took := time.Since(start); err == nil || took > 1500*time.Millisecond {
 		t.Fatalf("PutContainer: err=%v after %v; want an error within 1.5 s", err, took)
 	}

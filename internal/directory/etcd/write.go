@@ -17,12 +17,13 @@ const (
 // Writes go straight to etcd and are bounded by Config.RequestTimeout; the
 // cache learns of them through the watch like every other agent's does.
 
-// PutContainer registers or replaces c under its ID.
-func (d *Directory) PutContainer(ctx context.Context, c directory.Container) error {
+// PutContainer registers or replaces c under its ID and returns it as
+// stored: unchanged.
+func (d *Directory) PutContainer(ctx context.Context, c directory.Container) (directory.Container, error) {
 	if err := checkName("container id", c.ID); err != nil {
-		return err
+		return c, err
 	}
-	return d.put(ctx, d.containerKey(c.ID), c)
+	return c, d.put(ctx, d.containerKey(c.ID), c)
 }
 
 // DeleteContainer removes the container with id; a missing id is not an error.
