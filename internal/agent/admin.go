@@ -93,7 +93,7 @@ func (a *Agent) unregister(ctx context.Context, id string) error {
 	wctx, cancel := context.WithTimeout(ctx, directoryTimeout)
 	defer cancel()
 	if err := a.dir.DeleteContainer(wctx, id); err != nil {
-		return protocol.Errorf(protocol.CodeUnavailable, "remove container %s from the directory: %v; try again when etcd is reachable", id, err)
+		return protocol.Errorf(protocol.CodeUnavailable, "remove container %s from the directory: %v; try again when the directory is reachable", id, err)
 	}
 	a.ids.remove(id)
 	a.diag.drop(id)

@@ -143,8 +143,8 @@ func TestRunWithEtcdDownLeavesNothing(t *testing.T) {
 	}{{"SIGSTOP", syscall.SIGSTOP}, {"SIGKILL", syscall.SIGKILL}} {
 		t.Run(sig.name, func(t *testing.T) {
 			must(t, syscall.Kill(pid, sig.sig), "send etcd %s", sig.name)
-			runFailsLeavingNothing(t, c, "h1", before, "try again when etcd is reachable", "sleep", "3600")
-			rmRefusedKeepsContainer(t, c, "h1", "alive", before, "try again when etcd is reachable")
+			runFailsLeavingNothing(t, c, "h1", before, "check that etcd is running and reachable", "sleep", "3600")
+			rmRefusedKeepsContainer(t, c, "h1", "alive", before, "check that etcd is running and reachable")
 		})
 	}
 }
