@@ -333,18 +333,21 @@ int ffv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 	return 0;
 }
 
-/* How VERBS_PEER names the QP modify_qp to RTR named: QPN, LID or GID. */
-static void peer_name(const struct ffv_qp *qp, uint8_t val[24])
+void ffv_peer_name(const struct ibv_ah_attr *ah, uint32_t qpn, uint8_t val[24])
 {
-	const struct ibv_ah_attr *ah = &qp->attr.ah_attr;
-	uint32_t qpn = qp->attr.dest_qp_num;
-	uint16_t lid = ah->is_global ? 0 : ah->dlid;
+	static const uint8_t v4mapped[12] = { [10] = 0xff, [11] = 0xff };
+	const uint8_t *gid = ah->grh.dgid.raw;
+	uint16_t lid = ah->dlid;
 
 	memset(val, 0, 24);
 	memcpy(val, &qpn, 4);
+	if (ah->is_global && !memcmp(gid, v4mapped, 12))
+		lid = (uint16_t)(gid[14] << 8 | gid[15]);
+	else if (ah->is_global)
+		lid = 0;
 	memcpy(val + 4, &lid, 2);
-	if (ah->is_global)
-		memcpy(val + 8, ah->grh.dgid.raw, 16);
+	if (!lid)
+		memcpy(val + 8, gid, 16);
 }
 
 int ffv_ring_map(int fd, uint8_t **mem, uint32_t *ring)
@@ -383,7 +386,7 @@ enum ibv_wc_status ffv_qp_connect(struct ffv_qp *qp)
 
 	if (qp->peer_mem)
 		return IBV_WC_SUCCESS;
-	peer_name(qp, val);
+	ffv_peer_name(&qp->attr.ah_attr, qp->attr.dest_qp_num, val);
 	ff_enc_start(&e, buf, sizeof(buf), FF_MSG_VERBS_CONNECT, ffv_next_seq(c));
 	ff_enc_u32(&e, FF_ATTR_QPN, qp->vqp.qp.qp_num);
 	ff_enc_attr(&e, FF_ATTR_VERBS_PEER, val, sizeof(val));

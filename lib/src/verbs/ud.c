@@ -47,12 +47,20 @@ int ffv_destroy_ah(struct ibv_ah *ah)
 	return 0;
 }
 
-static void lane_free(struct ffv_lane *l)
+/* A lane unmapped, its doorbell closed: dead, or never reached. */
+static void lane_unmap(struct ffv_lane *l)
 {
 	if (l->mem)
 		munmap(l->mem, FF_VQP_HDR_SIZE + l->ring);
+	l->mem = NULL;
 	if (l->bell >= 0)
 		close(l->bell);
+	l->bell = -1;
+}
+
+static void lane_free(struct ffv_lane *l)
+{
+	lane_unmap(l);
 	free(l);
 }
 
@@ -74,30 +82,6 @@ static int lane_dead(const struct ffv_lane *l)
 
 /* ---- the sender's side ---- */
 
-/*
- * VERBS_PEER for the receiver an address handle and a QPN name, one name
- * per receiver (a lane is found by it, and the agent keeps one lane per
- * sender and receiver): by LID, also when the handle gives a GID an overlay
- * address makes, ::ffff:a.b.c.d, whose LID is c·256+d (docs/VERBS.md,
- * "Discovery"); by GID otherwise.
- */
-static void dest_name(const struct ffv_ah *ah, uint32_t qpn, uint8_t peer[24])
-{
-	static const uint8_t v4mapped[12] = { [10] = 0xff, [11] = 0xff };
-	const uint8_t *gid = ah->attr.grh.dgid.raw;
-	uint16_t lid = ah->attr.dlid;
-
-	memset(peer, 0, 24);
-	memcpy(peer, &qpn, 4);
-	if (ah->attr.is_global && !memcmp(gid, v4mapped, 12))
-		lid = (uint16_t)(gid[14] << 8 | gid[15]);
-	else if (ah->attr.is_global)
-		lid = 0;
-	memcpy(peer + 4, &lid, 2);
-	if (!lid)
-		memcpy(peer + 8, gid, 16);
-}
-
 /* ctx->mu held: VERBS_UD_LANE: a new lane of ours to l->peer, mapped into l. */
 static void lane_open(struct ffv_qp *qp, struct ffv_lane *l)
 {
@@ -107,6 +91,7 @@ static void lane_open(struct ffv_qp *qp, struct ffv_lane *l)
 	struct ff_enc e;
 	struct ff_msg m;
 
+	l->ring = LANE_RING;
 	if (ffv_ring_make(LANE_RING, &fd, &l->mem))
 		goto none;
 	ff_enc_start(&e, buf, sizeof(buf), FF_MSG_VERBS_UD_LANE, ffv_next_seq(c));
@@ -121,15 +106,12 @@ static void lane_open(struct ffv_qp *qp, struct ffv_lane *l)
 		goto none;
 	}
 	close(fd);
-	l->ring = LANE_RING;
 	l->pos = 0;
 	l->bell = nb > 0 ? bell : -1;
 	return;
 none:
 	/* No such receiver (yet), another tenant's, or no agent: datagrams to it are lost. */
-	if (l->mem)
-		munmap(l->mem, FF_VQP_HDR_SIZE + LANE_RING);
-	l->mem = NULL;
+	lane_unmap(l);
 	l->retry_at = ffv_now_ns() + RETRY_NS;
 }
 
@@ -148,13 +130,8 @@ static struct ffv_lane *tx_lane(struct ffv_qp *qp, const uint8_t peer[24])
 		l->next = qp->tx_lanes;
 		qp->tx_lanes = l;
 	}
-	if (l->mem && lane_dead(l)) {	/* the receiver went: it may be back under that name */
-		munmap(l->mem, FF_VQP_HDR_SIZE + l->ring);
-		l->mem = NULL;
-		if (l->bell >= 0)
-			close(l->bell);
-		l->bell = -1;
-	}
+	if (l->mem && lane_dead(l))	/* the receiver went: it may be back under that name */
+		lane_unmap(l);
 	if (!l->mem && ffv_now_ns() >= l->retry_at)
 		lane_open(qp, l);
 	return l->mem ? l : NULL;
@@ -171,7 +148,7 @@ int ffv_ud_send(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total)
 
 	if (total > UD_MTU)
 		return -(int)IBV_WC_LOC_LEN_ERR;
-	dest_name(ah, wr->wr.ud.remote_qpn, peer);
+	ffv_peer_name(&ah->attr, wr->wr.ud.remote_qpn, peer);
 	if (!(l = tx_lane(qp, peer)))
 		return 0;
 	if ((off = ffv_ring_reserve(l->mem, l->ring, &l->pos, total)) < 0)

@@ -348,6 +348,13 @@ int ffv_destroy_qp(struct ibv_qp *qp);
 int ffv_ring_make(uint32_t ring, int *fd, uint8_t **mem);
 /* Map a QP-layout memfd another process made, after checking its size and header. */
 int ffv_ring_map(int fd, uint8_t **mem, uint32_t *ring);
+/*
+ * VERBS_PEER for the QP an address (modify_qp's ah_attr, a UD address
+ * handle's) and a QPN name, one name per QP: by LID, also when the address
+ * is a GID an overlay address makes, ::ffff:a.b.c.d, whose LID is c·256+d
+ * (docs/VERBS.md, "Discovery"; a UD lane is found by it); by GID otherwise.
+ */
+void ffv_peer_name(const struct ibv_ah_attr *ah, uint32_t qpn, uint8_t val[24]);
 /* ctx->mu held: map qp's peer's ring (VERBS_CONNECT); 0, or the work completion's error. */
 enum ibv_wc_status ffv_qp_connect(struct ffv_qp *qp);
 /*
