@@ -62,12 +62,13 @@ func TestImageInstallsOntoNode(t *testing.T) {
 	}
 	node := t.TempDir()
 	dirs := map[string]string{"/opt/cni/bin": "cni-bin", "/etc/cni/net.d": "cni-conf", "/opt/freeflow": "opt-freeflow",
-		"/etc/containerd/conf.d": "containerd-conf", "/run/freeflow": "run-freeflow"}
+		"/etc/containerd": "containerd-conf", "/run/freeflow": "run-freeflow"}
 	args := []string{"run", "--rm", "--net-host", "--env", "NODE_NAME=node1"}
 	for dst, src := range dirs {
 		os.MkdirAll(filepath.Join(node, src), 0o755)
 		args = append(args, "--mount", "type=bind,src="+filepath.Join(node, src)+",dst="+dst+",options=rbind:rw")
 	}
+	os.WriteFile(filepath.Join(node, "containerd-conf", "config.toml"), []byte("version = 2\n"), 0o644)
 	for _, p := range []string{"bridge", "host-local"} {
 		b, _ := os.ReadFile("/usr/lib/cni/" + p)
 		os.WriteFile(filepath.Join(node, "cni-bin", p), b, 0o755)
@@ -80,10 +81,13 @@ func TestImageInstallsOntoNode(t *testing.T) {
 	}
 	for _, f := range []string{"cni-bin/freeflow-cni", "opt-freeflow/freeflow-runtime", "opt-freeflow/libfreeflow.so",
 		"opt-freeflow/libffv-rdmav34.so", "opt-freeflow/freeflow-runtime.json",
-		"containerd-conf/" + nodeinstall.DropInName, "cni-conf/" + nodeinstall.ConfListName, "run-freeflow/ff/hosts/node1/sock"} {
+		"cni-conf/" + nodeinstall.ConfListName, "run-freeflow/ff/hosts/node1/sock"} {
 		if _, err := os.Stat(filepath.Join(node, f)); err != nil {
 			t.Errorf("not installed: %v", err)
 		}
+	}
+	if b, err := os.ReadFile(filepath.Join(node, "containerd-conf", "config.toml")); err != nil || !strings.Contains(string(b), "runtimes.freeflow]") {
+		t.Errorf("containerd's configuration has no handler freeflow: %v\n%s", err, b)
 	}
 	for _, f := range []string{"cni-bin/freeflow-cni", "opt-freeflow/freeflow-runtime"} {
 		if interp := interpreter(t, filepath.Join(node, f)); interp != "" {

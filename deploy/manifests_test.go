@@ -148,7 +148,7 @@ func TestManifestsDecode(t *testing.T) {
 		t.Errorf("agent pod annotation %s = %q, want off", runtimewrap.OptOutAnnotation, v)
 	}
 	if o.runtime.Handler != "freeflow" {
-		t.Errorf("RuntimeClass handler %q, want freeflow (the containerd drop-in's)", o.runtime.Handler)
+		t.Errorf("RuntimeClass handler %q, want freeflow (the handler the installer adds to containerd's configuration)", o.runtime.Handler)
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 )
 
 // TestContainerdShimRunsWrapper: containerd's runc shim, given the wrapper
-// as its runc (what the drop-in's BinaryName does for the handler
+// as its runc (what the installed handler's BinaryName does for the handler
 // "freeflow"), drives a container's whole life through it (create, start,
 // state, kill, delete with go-runc's command lines), and the container's
 // program, from an ordinary glibc image, runs with the library mapped and

@@ -3,8 +3,8 @@
 // and Cilium's do: it copies the CNI plugin into the node's CNI bin
 // directory, the library, the verbs provider and the runtime wrapper into
 // FreeFlow's directory (/opt/freeflow), writes the wrapper's
-// configuration, a containerd drop-in naming the wrapper as the runtime
-// handler "freeflow", and the network configuration list (bridge +
+// configuration, the runtime handler "freeflow" (the wrapper in runc's
+// place) into containerd's config.toml, and the network configuration list (bridge +
 // host-local on the node's pod CIDR, then freeflow-cni), last: a CNI
 // runtime takes a node whose list is there for ready to run pods.
 //
@@ -17,8 +17,10 @@ package nodeinstall
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -36,8 +38,6 @@ const (
 	wrapperBin = "freeflow-runtime"
 	// ConfListName sorts before most lists, as a CNI runtime uses the first.
 	ConfListName = "10-" + cni.NetworkName + ".conflist"
-	// DropInName is the containerd drop-in in ContainerdConfDir.
-	DropInName = "freeflow.toml"
 )
 
 // Options say where things go on the node, and what the node is.
@@ -46,7 +46,7 @@ type Options struct {
 	CNIBinDir         string
 	CNIConfDir        string
 	Dir               string // FreeFlow's directory: library, provider, wrapper
-	ContainerdConfDir string
+	ContainerdConfig  string // containerd's config.toml, which gets the runtime handler
 	Cluster, Node     string
 	PodCIDR           string   // the node's; "" asks the API server (in-cluster)
 	Routes            []string // what pods reach through their bridge
@@ -73,7 +73,7 @@ func Install(ctx context.Context, o Options) error {
 	if err != nil || !subnet.Addr().Is4() || subnet.Bits() > 30 {
 		return fmt.Errorf("pod CIDR %q of node %s: want an IPv4 prefix of at most /30, such as 10.244.1.0/24", o.PodCIDR, o.Node)
 	}
-	for _, step := range []func(netip.Prefix) error{o.copyFiles, o.writeWrapperConfig, o.writeDropIn, o.writeConfList} {
+	for _, step := range []func(netip.Prefix) error{o.copyFiles, o.writeWrapperConfig, o.writeHandler, o.writeConfList} {
 		if err := step(subnet.Masked()); err != nil {
 			return err
 		}
@@ -88,7 +88,7 @@ func (o Options) check() error {
 	}
 	for _, d := range []struct{ what, path string }{
 		{"CNI bin directory", o.CNIBinDir}, {"CNI configuration directory", o.CNIConfDir},
-		{"FreeFlow directory", o.Dir}, {"containerd drop-in directory", o.ContainerdConfDir},
+		{"FreeFlow directory", o.Dir}, {"containerd configuration directory", filepath.Dir(o.ContainerdConfig)},
 	} {
 		if st, err := os.Stat(d.path); err != nil || !st.IsDir() {
 			return fmt.Errorf("the %s %s is missing on this node: mount it into the installer (a hostPath volume) or create it on the node", d.what, d.path)
@@ -138,8 +138,35 @@ func (o Options) writeWrapperConfig(netip.Prefix) error {
 	return o.update(filepath.Join(o.Dir, runtimewrap.ConfigName), b, 0o644)
 }
 
-func (o Options) writeDropIn(netip.Prefix) error {
-	return o.update(filepath.Join(o.ContainerdConfDir, DropInName), dropIn(o.ContainerdConfDir, filepath.Join(o.Dir, wrapperBin), o.SystemdCgroup), 0o644)
+// writeHandler adds the runtime handler to containerd's configuration. A
+// node whose containerd runs without a configuration file, or with one of
+// another version, still gets the CNI plugin and the agent: the installer
+// says what to do for the handler, and goes on.
+func (o Options) writeHandler(netip.Prefix) error {
+	path := o.ContainerdConfig
+	old, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		fmt.Fprintf(o.Out, "freeflowd install: no %s: the runtime handler \"freeflow\" is not installed; "+
+			"write containerd's configuration there (containerd config default > %s) and run the installer again\n", path, path)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read containerd's configuration: %w", err)
+	}
+	b, err := withHandler(old, filepath.Join(o.Dir, wrapperBin), o.SystemdCgroup)
+	if errors.Is(err, errNotVersion2) {
+		fmt.Fprintf(o.Out, "freeflowd install: %s is not containerd configuration version 2 (containerd 1.6 and 1.7): "+
+			"the runtime handler \"freeflow\" is not installed; add it by hand (docs/KUBERNETES-DEPLOY.md)\n", path)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("add the runtime handler to %s: %w", path, err)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	return o.update(path, b, st.Mode().Perm())
 }
 
 func (o Options) writeConfList(subnet netip.Prefix) error {

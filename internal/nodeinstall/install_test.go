@@ -26,14 +26,15 @@ func testNode(t *testing.T) Options {
 	root := t.TempDir()
 	o := Options{From: filepath.Join(root, "image"), CNIBinDir: filepath.Join(root, "opt/cni/bin"),
 		CNIConfDir: filepath.Join(root, "etc/cni/net.d"), Dir: filepath.Join(root, "opt/freeflow"),
-		ContainerdConfDir: filepath.Join(root, "etc/containerd/conf.d"), Cluster: "ff", Node: "node1",
+		ContainerdConfig: filepath.Join(root, "etc/containerd/config.toml"), Cluster: "ff", Node: "node1",
 		PodCIDR: "10.244.3.0/24", Routes: []string{"0.0.0.0/0"}, AgentSockDir: filepath.Join(root, "run/freeflow/sock"),
 		AdminSocket: filepath.Join(root, "run/freeflow/admin.sock"), Out: &bytes.Buffer{}}
-	for _, d := range []string{o.From, o.CNIBinDir, o.CNIConfDir, o.Dir, o.ContainerdConfDir} {
+	for _, d := range []string{o.From, o.CNIBinDir, o.CNIConfDir, o.Dir, filepath.Dir(o.ContainerdConfig)} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
+	os.WriteFile(o.ContainerdConfig, []byte(nodeContainerdConfig), 0o600)
 	for _, f := range []string{pluginBin, wrapperBin, ffspec.LibraryName, ffspec.ProviderName} {
 		os.WriteFile(filepath.Join(o.From, f), []byte("contents of "+f), 0o755)
 	}
@@ -79,12 +80,31 @@ func TestInstallWritesNodeFiles(t *testing.T) {
 		t.Errorf("agent socket directory: %v", err)
 	}
 	checkConfList(t, o)
-	dropin, err := os.ReadFile(filepath.Join(o.ContainerdConfDir, DropInName))
-	if err != nil || !bytes.Contains(dropin, []byte(`BinaryName = "`+filepath.Join(o.Dir, wrapperBin)+`"`)) ||
-		!bytes.Contains(dropin, []byte(`pod_annotations = ["freeflow.io/fast-path"]`)) {
-		t.Errorf("containerd drop-in %v:\n%s", err, dropin)
+	conf, err := os.ReadFile(o.ContainerdConfig)
+	if err != nil || !bytes.HasPrefix(conf, []byte(nodeContainerdConfig)) ||
+		!bytes.Contains(conf, []byte(`BinaryName = "`+filepath.Join(o.Dir, wrapperBin)+`"`)) ||
+		!bytes.Contains(conf, []byte(`pod_annotations = ["freeflow.io/fast-path"]`)) {
+		t.Errorf("containerd's configuration %v:\n%s", err, conf)
+	}
+	if st, _ := os.Stat(o.ContainerdConfig); st == nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("containerd's configuration changed its mode: %v", st)
 	}
 }
+
+// nodeContainerdConfig is a node's containerd configuration (version 2)
+// with settings of its own in the CRI plugin's section.
+const nodeContainerdConfig = `version = 2
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "registry.example/pause:3.9"
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+`
 
 func checkConfList(t *testing.T, o Options) {
 	t.Helper()
@@ -162,7 +182,7 @@ func TestInstallRefusesMissingDir(t *testing.T) {
 		{"cni bin", func(o *Options) { os.RemoveAll(o.CNIBinDir) }, "CNI bin directory"},
 		{"cni conf", func(o *Options) { os.RemoveAll(o.CNIConfDir) }, "CNI configuration directory"},
 		{"freeflow", func(o *Options) { os.RemoveAll(o.Dir) }, "FreeFlow directory"},
-		{"containerd", func(o *Options) { os.RemoveAll(o.ContainerdConfDir) }, "containerd drop-in directory"},
+		{"containerd", func(o *Options) { os.RemoveAll(filepath.Dir(o.ContainerdConfig)) }, "containerd configuration directory"},
 		{"bridge", func(o *Options) { os.Remove(filepath.Join(o.CNIBinDir, "bridge")) }, "containernetworking-plugins"},
 		{"library", func(o *Options) { os.Remove(filepath.Join(o.From, ffspec.LibraryName)) }, ffspec.LibraryName},
 		{"node", func(o *Options) { o.Node = "" }, "NODE_NAME"},
@@ -176,10 +196,13 @@ func TestInstallRefusesMissingDir(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("Install: %v, want an error saying %q", err, c.want)
 			}
-			for _, d := range []string{o.CNIConfDir, o.Dir, o.ContainerdConfDir} {
+			for _, d := range []string{o.CNIConfDir, o.Dir} {
 				if e, _ := os.ReadDir(d); len(e) > 0 {
 					t.Errorf("%s written: %v", d, e)
 				}
+			}
+			if b, err := os.ReadFile(o.ContainerdConfig); err == nil && string(b) != nodeContainerdConfig {
+				t.Errorf("containerd's configuration written:\n%s", b)
 			}
 		})
 	}
@@ -215,10 +238,13 @@ func TestInstallReadsPodCIDRFromAPI(t *testing.T) {
 	}
 }
 
-// TestDropInLoadsInContainerd: containerd itself reads the drop-in through
-// an import and has the runtime handler "freeflow" with the wrapper as its
-// runc and the opt-out annotation passed through.
-func TestDropInLoadsInContainerd(t *testing.T) {
+// TestRuntimeHandlerKeepsNodesCRISettings: containerd itself reads the
+// handler "freeflow" (the wrapper as its runc, the opt-out annotation
+// passed through) from the installed configuration, and keeps every
+// setting of the node's own in the CRI section (its sandbox image, its
+// OOM setting, its runc handler), which a drop-in import loses on
+// containerd 1.6: its section would replace the node's whole.
+func TestRuntimeHandlerKeepsNodesCRISettings(t *testing.T) {
 	if _, err := exec.LookPath("containerd"); err != nil {
 		t.Skip("containerd is not installed")
 	}
@@ -226,15 +252,81 @@ func TestDropInLoadsInContainerd(t *testing.T) {
 	if err := Install(context.Background(), o); err != nil {
 		t.Fatal(err)
 	}
-	main := filepath.Join(t.TempDir(), "config.toml")
-	os.WriteFile(main, []byte("version = 2\nimports = [\""+o.ContainerdConfDir+"/*.toml\"]\n"), 0o644)
-	out, err := exec.Command("containerd", "--config", main, "config", "dump").CombinedOutput()
+	out, err := exec.Command("containerd", "--config", o.ContainerdConfig, "config", "dump").CombinedOutput()
 	if err != nil {
 		t.Fatalf("containerd config dump: %v\n%s", err, out)
 	}
-	for _, want := range []string{`runtimes.freeflow]`, `BinaryName = "` + filepath.Join(o.Dir, wrapperBin) + `"`, `"freeflow.io/fast-path"`} {
+	for _, want := range []string{`runtimes.freeflow]`, `BinaryName = "` + filepath.Join(o.Dir, wrapperBin) + `"`, `"freeflow.io/fast-path"`,
+		`sandbox_image = "registry.example/pause:3.9"`, `restrict_oom_score_adj = true`, `runtimes.runc]`} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("containerd's configuration lacks %s:\n%s", want, out)
 		}
+	}
+}
+
+// TestRuntimeHandlerBlockReplaced: the installer's block is replaced, not
+// added again, the node's own lines around it are kept byte for byte,
+// and what it cannot edit safely is refused or skipped with the reason.
+func TestRuntimeHandlerBlockReplaced(t *testing.T) {
+	wrapper := "/opt/freeflow/freeflow-runtime"
+	once, err := withHandler([]byte(nodeContainerdConfig), wrapper, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := append(once, "# the admin's line after ours\n"...)
+	twice, err := withHandler(edited, "/other/wrapper", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(twice), blockBegin); n != 1 {
+		t.Errorf("%d blocks after a second install:\n%s", n, twice)
+	}
+	if !strings.HasPrefix(string(twice), nodeContainerdConfig+"# the admin's line after ours\n") ||
+		!strings.Contains(string(twice), `BinaryName = "/other/wrapper"`) || strings.Contains(string(twice), wrapper) {
+		t.Errorf("second install:\n%s", twice)
+	}
+	noNewline, err := withHandler([]byte("version = 2"), wrapper, false)
+	if err != nil || !strings.HasPrefix(string(noNewline), "version = 2\n"+blockBegin+"\n") {
+		t.Errorf("a file without its last newline: %v\n%s", err, noNewline)
+	}
+	for _, c := range []struct{ name, config, want string }{
+		{"cut block", nodeContainerdConfig + blockBegin + "\n[x]\n", "without its end line"},
+		{"own handler", nodeContainerdConfig + "[" + handlerTable + "]\n", "outside FreeFlow's block"},
+		{"version 3", "version = 3\n", errNotVersion2.Error()},
+		{"version 1", "[plugins.cri]\n", errNotVersion2.Error()},
+	} {
+		if _, err := withHandler([]byte(c.config), wrapper, false); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error saying %q", c.name, err, c.want)
+		}
+	}
+}
+
+// TestInstallWithoutContainerdConfig: a node whose containerd runs on its
+// defaults (no config.toml) or on another configuration version gets
+// everything else, and the installer says what to do for the handler.
+func TestInstallWithoutContainerdConfig(t *testing.T) {
+	for _, c := range []struct{ name, config, want string }{
+		{"none", "", "containerd config default >"},
+		{"version 3", "version = 3\n", "add it by hand"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := testNode(t)
+			os.Remove(o.ContainerdConfig)
+			if c.config != "" {
+				os.WriteFile(o.ContainerdConfig, []byte(c.config), 0o644)
+			}
+			out := &bytes.Buffer{}
+			o.Out = out
+			if err := Install(context.Background(), o); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(out.String(), c.want) {
+				t.Errorf("installer said:\n%s\nwant %q", out, c.want)
+			}
+			if b, _ := os.ReadFile(o.ContainerdConfig); string(b) != c.config {
+				t.Errorf("containerd's configuration changed:\n%s", b)
+			}
+			checkConfList(t, o)
+		})
 	}
 }

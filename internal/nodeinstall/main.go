@@ -33,7 +33,7 @@ func parseFlags(args []string) (Options, error) {
 	fs.StringVar(&o.CNIBinDir, "cni-bin-dir", "/opt/cni/bin", "the node's CNI plugin `dir`ectory")
 	fs.StringVar(&o.CNIConfDir, "cni-conf-dir", "/etc/cni/net.d", "the node's CNI configuration `dir`ectory")
 	fs.StringVar(&o.Dir, "dir", "/opt/freeflow", "`dir`ectory for the library, the verbs provider and the runtime wrapper")
-	fs.StringVar(&o.ContainerdConfDir, "containerd-conf-dir", "/etc/containerd/conf.d", "containerd's drop-in `dir`ectory")
+	fs.StringVar(&o.ContainerdConfig, "containerd-config", "/etc/containerd/config.toml", "containerd's configuration `file`, which gets the runtime handler \"freeflow\"")
 	fs.StringVar(&o.Cluster, "cluster", state.DefaultCluster, "cluster `name` (as freeflowd's --cluster)")
 	fs.StringVar(&o.Node, "node", os.Getenv("NODE_NAME"), "this node's `name` (default $NODE_NAME)")
 	fs.StringVar(&o.PodCIDR, "pod-cidr", "", "the node's pod `CIDR` (default: the node's spec.podCIDR, from the API server)")
