@@ -4,7 +4,8 @@
 // --datastore kubernetes (internal/directory/kube). It serves the library
 // and admin sockets until SIGTERM or SIGINT, then removes them.
 // `freeflowd install` puts FreeFlow on a Kubernetes node
-// (internal/nodeinstall; the DaemonSet's init container runs it).
+// (internal/nodeinstall; the DaemonSet's init container runs it), and
+// `freeflowd conns` lists what the node's agent knows (conns.go).
 package main
 
 import (
@@ -60,6 +61,9 @@ func main() {
 			os.Exit(1)
 		}
 		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "conns" {
+		os.Exit(connsMain(os.Args[2:]))
 	}
 	opts, err := parseFlags(os.Args[1:])
 	if err != nil {

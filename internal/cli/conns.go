@@ -14,7 +14,7 @@ import (
 
 func init() {
 	register("conns", command{
-		summary:   "list live connections, their path (overlay, shm, unix, host-tcp) and why not faster; with --qps the verbs queue pairs, with --regions the verbs memory per container: conns [--qps|--regions] [--host H] [-o json]",
+		summary:   "list live connections, their path (overlay, shm, unix, host-tcp) and why not faster; with --qps the verbs queue pairs, with --regions the verbs memory per container: conns [--qps|--regions] [--host H | --admin-socket PATH] [-o json]",
 		run:       runConns,
 		needsRoot: true,
 	})
@@ -29,19 +29,22 @@ func runConns(g *Global, args []string) error {
 	format := fs.String("o", "table", "output format: table or json")
 	qps := fs.Bool("qps", false, "list the verbs queue pairs instead: container, QPN, type, peer, path, state, bytes received")
 	regions := fs.Bool("regions", false, "list per container what its verbs QPs and memory regions hold at its agent instead")
+	admin := fs.String("admin-socket", "", "ask only the agent at this admin socket `path`, in a cluster the CLI did not make (`freeflowd conns` on a Kubernetes node)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if (*format != "table" && *format != "json") || fs.NArg() > 0 || (*qps && *regions) {
-		return fmt.Errorf("%w: freeflow conns [--qps|--regions] [--host H] [-o table|json]", errUsage)
+	if (*format != "table" && *format != "json") || fs.NArg() > 0 || (*qps && *regions) || (*admin != "" && *host != "") {
+		return fmt.Errorf("%w: freeflow conns [--qps|--regions] [--host H | --admin-socket PATH] [-o table|json]", errUsage)
 	}
-	c, err := g.Layout().LoadCluster()
-	if err != nil {
-		return err
-	}
-	hosts, err := connsHosts(c, *host)
-	if err != nil {
-		return err
+	hosts := []agentAt{{what: "the agent at " + *admin, socket: *admin}}
+	if *admin == "" {
+		c, err := g.Layout().LoadCluster()
+		if err != nil {
+			return err
+		}
+		if hosts, err = connsHosts(g.Layout(), c, *host); err != nil {
+			return err
+		}
 	}
 	switch {
 	case *qps:
@@ -54,11 +57,11 @@ func runConns(g *Global, args []string) error {
 
 // listFromHosts asks every host's agent for its list with ask and prints
 // them together, as a table with print or as JSON.
-func listFromHosts[T any](g *Global, hosts []string, format string,
+func listFromHosts[T any](g *Global, hosts []agentAt, format string,
 	ask func(*agentapi.AdminClient, context.Context) ([]T, error), print func(io.Writer, []T) error) error {
 	all := []T{}
 	for _, h := range hosts {
-		list, err := hostList(g.Layout(), h, ask)
+		list, err := hostList(h, ask)
 		if err != nil {
 			return err
 		}
@@ -72,33 +75,38 @@ func listFromHosts[T any](g *Global, hosts []string, format string,
 	return print(g.Out, all)
 }
 
-// connsHosts returns the hosts to ask: one if named, else all.
-func connsHosts(c *state.Cluster, only string) ([]string, error) {
-	if only != "" {
-		if _, err := c.Host(only); err != nil {
-			return nil, err
-		}
-		return []string{only}, nil
-	}
-	var names []string
+// agentAt is an agent to ask: what to call it in errors, and its admin
+// socket.
+type agentAt struct{ what, socket string }
+
+// connsHosts returns the agents of the hosts to ask: one if named, else
+// all.
+func connsHosts(l state.Layout, c *state.Cluster, only string) ([]agentAt, error) {
+	var hosts []agentAt
 	for _, h := range c.Hosts {
-		names = append(names, h.Name)
+		if only == "" || h.Name == only {
+			hosts = append(hosts, agentAt{what: "host " + h.Name, socket: l.AdminSocket(h.Name)})
+		}
 	}
-	return names, nil
+	if only != "" && len(hosts) == 0 {
+		_, err := c.Host(only)
+		return nil, err
+	}
+	return hosts, nil
 }
 
-// hostList asks host's agent for its list with ask.
-func hostList[T any](l state.Layout, host string, ask func(*agentapi.AdminClient, context.Context) ([]T, error)) ([]T, error) {
+// hostList asks agent h for its list with ask.
+func hostList[T any](h agentAt, ask func(*agentapi.AdminClient, context.Context) ([]T, error)) ([]T, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), connsTimeout)
 	defer cancel()
-	a, err := agentapi.DialAdmin(l.AdminSocket(host))
+	a, err := agentapi.DialAdmin(h.socket)
 	if err != nil {
-		return nil, fmt.Errorf("host %s: %w (is its agent running? see `freeflow status`)", host, err)
+		return nil, fmt.Errorf("%s: %w (is the agent running? see `freeflow status`)", h.what, err)
 	}
 	defer a.Close()
 	list, err := ask(a, ctx)
 	if err != nil {
-		return nil, fmt.Errorf("host %s: %w", host, err)
+		return nil, fmt.Errorf("%s: %w", h.what, err)
 	}
 	return list, nil
 }
