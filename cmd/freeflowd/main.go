@@ -97,7 +97,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.etcdNetNS, "etcd-netns", "", "dial etcd from the network namespace at `path` (default: the agent's own)")
 	fs.StringVar(&o.logFile, "log", "", "log `file` (default stderr)")
 	fs.BoolVar(&o.agent.FabricGuard, "fabric-guard", true,
-		"install, in this network namespace, the iptables rules that keep fabric sockets handed to containers from connecting anywhere else "+
+		"install, in this network namespace, the nftables rules (table inet freeflow-agent) that keep fabric sockets handed to containers from connecting anywhere else "+
 			"(if that fails, cross-host connections take the overlay); false installs none and hands them unguarded")
 	if err := fs.Parse(args); err != nil {
 		return o, err

@@ -93,7 +93,7 @@ func TestDaemonWithEtcd(t *testing.T) {
 	tmp, bin, ns := t.TempDir(), buildDaemon(t), makeNetns(t)
 	admin := filepath.Join(tmp, "admin.sock")
 	// The daemon runs in the root namespace here, where it must install no
-	// iptables rules.
+	// nftables rules.
 	d := exec.Command(bin, "--cluster", "t"+ns[3:8], "--host", "h1", "--fabric-ip", "10.99.0.2", "--subnet", "10.244.1.0/24",
 		"--etcd", startEtcd(t), "--sock-dir", filepath.Join(tmp, "sock"), "--admin-socket", admin, "--log", filepath.Join(tmp, "log"),
 		"--fabric-guard=false")

@@ -1,13 +1,14 @@
 package agent
 
 import (
-	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 )
 
@@ -17,8 +18,8 @@ import (
 // disconnect it (connect with AF_UNSPEC) and connect it again to anything
 // the host can reach: an escape from the container onto the host network.
 // The agent therefore marks each handed socket with SO_MARK, and rules in
-// the host's OUTPUT chain keep marked sockets from opening new
-// connections. The mark holds only against a process that cannot change
+// an nftables output chain of the host keep marked sockets from opening
+// new connections. The mark holds only against a process that cannot change
 // it: that takes CAP_NET_ADMIN, or since Linux 5.17 CAP_NET_RAW, in the
 // user namespace that owns the host's network namespace, so the agent
 // hands no fabric socket to a process that could (mayClearMark).
@@ -53,44 +54,85 @@ const (
 	reasonMayClearMark = "caller-may-clear-mark"
 )
 
-// fabricGuardRules are the guard's OUTPUT rules as iptables arguments. A
-// marked connection sends no segment with SYN set (no connect, and no
-// SYN-ACK should it be turned into a listener); a marked listener sends no
-// SYN without ACK (it answers connections, it opens none). Handed fabric
-// sockets are IPv4 TCP sockets, which can reach IPv4 addresses only, so
-// iptables alone covers them.
-var fabricGuardRules = [][]string{
-	{"-p", "tcp", "--tcp-flags", "SYN", "SYN", "-m", "mark", "--mark", fmt.Sprintf("%#x", fabricMarkConnected), "-j", "DROP"},
-	{"-p", "tcp", "--syn", "-m", "mark", "--mark", fmt.Sprintf("%#x", fabricMarkListener), "-j", "DROP"},
+// guardTable is the agent's own nftables table, of the inet family (IPv4
+// and IPv6 alike, though handed fabric sockets are IPv4 TCP sockets, which
+// can reach IPv4 addresses only).
+var guardTable = &nftables.Table{Family: nftables.TableFamilyINet, Name: "freeflow-agent"}
+
+// guardChain sees every packet the host sends. Where it stands among the
+// host firewall's own output chains does not matter: in nftables every
+// base chain on a hook sees the packet unless an earlier one drops it, an
+// accept ends only its own chain, and a drop is final.
+var guardChain = &nftables.Chain{
+	Table:    guardTable,
+	Name:     "output",
+	Type:     nftables.ChainTypeFilter,
+	Hooknum:  nftables.ChainHookOutput,
+	Priority: nftables.ChainPriorityFilter,
 }
 
-// installFabricGuard puts the guard rules at the top of the OUTPUT chain
-// of the calling thread's network namespace (on top, so no ACCEPT rule of
-// the host's own firewall comes before them), each only if it is not there
-// yet: a restarted agent finds its predecessor's rules and adds none. The
-// rules are never removed: they touch only marked sockets, and the
-// namespaces of a `freeflow cluster` are removed with their rules by
-// `freeflow cluster down`.
-func installFabricGuard() error {
-	for _, rule := range fabricGuardRules {
-		if iptables(append([]string{"-C", "OUTPUT"}, rule...)...) == nil {
-			continue
-		}
-		if err := iptables(append([]string{"-I", "OUTPUT", "1"}, rule...)...); err != nil {
-			return err
-		}
+// guardRules are the guard's rules. A marked connection sends no segment
+// with SYN set (no connect, and no SYN-ACK should it be turned into a
+// listener); a marked listener sends no SYN without ACK (it answers
+// connections, it opens none):
+//
+//	meta mark 0x4646 tcp flags & syn == syn drop
+//	meta mark 0x4647 tcp flags & (fin|syn|rst|ack) == syn drop
+func guardRules() [][]expr.Any {
+	return [][]expr.Any{
+		markedTCPFlags(fabricMarkConnected, tcpSYN, tcpSYN),
+		markedTCPFlags(fabricMarkListener, tcpFIN|tcpSYN|tcpRST|tcpACK, tcpSYN),
 	}
-	return nil
 }
 
-// iptables runs the iptables binary, waiting for the xtables lock (-w).
-func iptables(args ...string) error {
-	var out bytes.Buffer
-	cmd := exec.Command("iptables", append([]string{"-w"}, args...)...)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("iptables %s: %w: %s (is the iptables package installed, and the agent root?)",
-			strings.Join(args, " "), err, strings.TrimSpace(out.String()))
+// TCP header flags, in the byte at offset 13 of the header.
+const (
+	tcpFIN = 0x01
+	tcpSYN = 0x02
+	tcpRST = 0x04
+	tcpACK = 0x10
+)
+
+// markedTCPFlags drops TCP packets of sockets marked mark whose flags,
+// masked with mask, are want: the expressions nft makes of "meta mark MARK
+// tcp flags & MASK == WANT drop".
+func markedTCPFlags(mark uint32, mask, want byte) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(mark)},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 13, Len: 1},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 1, Mask: []byte{mask}, Xor: []byte{0}},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{want}},
+		&expr.Verdict{Kind: expr.VerdictDrop},
+	}
+}
+
+// installFabricGuard installs the guard's table in the calling thread's
+// network namespace, over netlink (the agent's image has no iptables or
+// nft program): the netlink socket is opened on this goroutine's thread,
+// which netns.Do or the agent's own namespace put in place. One batch adds
+// the table, deletes it with whatever a predecessor left in it, and adds
+// it again with the chain and rules; the kernel applies a batch whole or
+// not at all, so a restarted agent ends with exactly one copy and the
+// guard is never down in between. The table is never removed: its rules
+// touch only marked sockets, and the namespaces of a `freeflow cluster`
+// are removed with it by `freeflow cluster down`.
+func installFabricGuard() error {
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("open a netfilter netlink socket: %w", err)
+	}
+	c.AddTable(guardTable)
+	c.DelTable(guardTable)
+	c.AddTable(guardTable)
+	c.AddChain(guardChain)
+	for _, r := range guardRules() {
+		c.AddRule(&nftables.Rule{Table: guardTable, Chain: guardChain, Exprs: r})
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("add nftables table inet %s: %w (the agent needs CAP_NET_ADMIN, and a kernel with nf_tables)", guardTable.Name, err)
 	}
 	return nil
 }

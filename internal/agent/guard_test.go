@@ -12,36 +12,35 @@ import (
 	"unsafe"
 
 	"github.com/freeflow-net/freeflow/internal/netns"
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 )
 
-// A handed fabric socket cannot reach anything else: in a namespace of its
-// own, with the rules installFabricGuard puts there, a marked connection
-// that disconnects (connect AF_UNSPEC) can neither connect again nor
-// accept, and a marked listener accepts but cannot connect out. The same
-// moves without the mark succeed, so the rules are what stops them.
-func TestHandedSocketCannotConnectElsewhere(t *testing.T) {
-	needRoot(t, "ip", "iptables")
+// loNetns makes a network namespace with lo up and returns its path.
+func loNetns(t *testing.T) string {
+	t.Helper()
 	ns := makeNetns(t)
-	path := "/run/netns/" + ns
 	if out, err := exec.Command("ip", "-n", ns, "link", "set", "lo", "up").CombinedOutput(); err != nil {
 		t.Fatalf("bring up lo in %s: %v: %s", ns, err, out)
 	}
-	for i := range 2 { // a restarted agent installs again
-		if err := netns.Do(path, installFabricGuard); err != nil {
-			t.Fatalf("install %d: %v", i+1, err)
-		}
-	}
-	out, err := exec.Command("ip", "netns", "exec", ns, "iptables", "-w", "-S", "OUTPUT").CombinedOutput()
-	if err != nil {
-		t.Fatalf("list the rules: %v: %s", err, out)
-	}
-	if n, m := strings.Count(string(out), "--mark 0x4646"), strings.Count(string(out), "--mark 0x4647"); n != 1 || m != 1 {
-		t.Fatalf("after two installs, OUTPUT has %d connection and %d listener rules, want 1 each:\n%s", n, m, out)
-	}
-	a, b := listenIn(t, path), listenIn(t, path)
+	return "/run/netns/" + ns
+}
 
-	// Control: an unmarked connection disconnects and connects elsewhere.
+// guardIn installs the fabric guard in the namespace at path.
+func guardIn(t *testing.T, path string) {
+	t.Helper()
+	if err := netns.Do(path, installFabricGuard); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// markedCannotConnectAgain checks, in the namespace at path, that an
+// unmarked connection can disconnect (connect AF_UNSPEC) and connect
+// elsewhere, so the rules are what stops a marked one, which cannot.
+func markedCannotConnectAgain(t *testing.T, path string) {
+	t.Helper()
+	a, b := listenIn(t, path), listenIn(t, path)
 	fd := socketIn(t, path)
 	connectedTo(t, fd, a)
 	disconnect(t, fd)
@@ -50,7 +49,6 @@ func TestHandedSocketCannotConnectElsewhere(t *testing.T) {
 	}
 	acceptOne(t, b)
 
-	// A handed connection.
 	fd = socketIn(t, path)
 	connectedTo(t, fd, a)
 	if err := markConnected(fd); err != nil {
@@ -60,8 +58,23 @@ func TestHandedSocketCannotConnectElsewhere(t *testing.T) {
 	if err := connectWithin(fd, port(b)); err == nil {
 		t.Fatal("a marked connection connected again after AF_UNSPEC")
 	}
-	// ... turned into a listener: nothing completes a connection to it.
-	fd = socketIn(t, path)
+}
+
+// A handed fabric socket cannot reach anything else: in a namespace of its
+// own, with the rules installFabricGuard puts there, a marked connection
+// that disconnects (connect AF_UNSPEC) can neither connect again nor
+// accept, and a marked listener accepts but cannot connect out. The same
+// moves without the mark succeed, so the rules are what stops them.
+func TestHandedSocketCannotConnectElsewhere(t *testing.T) {
+	needRoot(t, "ip")
+	path := loNetns(t)
+	guardIn(t, path)
+	markedCannotConnectAgain(t, path)
+	a, b := listenIn(t, path), listenIn(t, path)
+
+	// A handed connection turned into a listener: nothing completes a
+	// connection to it.
+	fd := socketIn(t, path)
 	connectedTo(t, fd, a)
 	if err := markConnected(fd); err != nil {
 		t.Fatal(err)
@@ -99,6 +112,85 @@ func TestHandedSocketCannotConnectElsewhere(t *testing.T) {
 	}
 }
 
+// The agent's image has no shell, iptables or nft (docs/KUBERNETES-DEPLOY.md):
+// the guard installs with an empty PATH and still holds.
+func TestFabricGuardWithoutIptablesOrNft(t *testing.T) {
+	needRoot(t, "ip")
+	path := loNetns(t)
+	t.Setenv("PATH", t.TempDir())
+	guardIn(t, path)
+	markedCannotConnectAgain(t, path)
+}
+
+// A restarted agent installs the guard again over its predecessor's and
+// ends with one table holding one chain of the two rules.
+func TestRestartedAgentOneGuard(t *testing.T) {
+	needRoot(t, "ip")
+	path := loNetns(t)
+	guardIn(t, path)
+	guardIn(t, path)
+	var tables []string
+	var chains, rules int
+	err := netns.Do(path, func() error {
+		c, err := nftables.New()
+		if err != nil {
+			return err
+		}
+		ts, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+		if err != nil {
+			return err
+		}
+		for _, t := range ts {
+			tables = append(tables, t.Name)
+		}
+		cs, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
+		if err != nil {
+			return err
+		}
+		for _, ch := range cs {
+			if ch.Table.Name == guardTable.Name {
+				chains++
+			}
+		}
+		rs, err := c.GetRules(guardTable, guardChain)
+		rules = len(rs)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("list the guard: %v", err)
+	}
+	if len(tables) != 1 || tables[0] != guardTable.Name || chains != 1 || rules != len(guardRules()) {
+		t.Fatalf("after two installs: inet tables %v, %d chains and %d rules in %s; want only %[4]s, 1 chain, %d rules",
+			tables, chains, rules, guardTable.Name, len(guardRules()))
+	}
+	markedCannotConnectAgain(t, path)
+}
+
+// The host's firewall accepts everything on the output hook before the
+// guard's chain runs: the guard still drops, as each base chain sees the
+// packet and only a drop is final.
+func TestFabricGuardHoldsBehindHostAccept(t *testing.T) {
+	needRoot(t, "ip")
+	path := loNetns(t)
+	host := &nftables.Table{Family: nftables.TableFamilyINet, Name: "host-firewall"}
+	err := netns.Do(path, func() error {
+		c, err := nftables.New()
+		if err != nil {
+			return err
+		}
+		c.AddTable(host)
+		ch := c.AddChain(&nftables.Chain{Table: host, Name: "output", Type: nftables.ChainTypeFilter,
+			Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityRef(*nftables.ChainPriorityFilter - 10)})
+		c.AddRule(&nftables.Rule{Table: host, Chain: ch, Exprs: []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}}})
+		return c.Flush()
+	})
+	if err != nil {
+		t.Fatalf("add the host's accept-all chain: %v", err)
+	}
+	guardIn(t, path)
+	markedCannotConnectAgain(t, path)
+}
+
 // Both ends of a host-tcp connection are handed marked.
 func TestHostTCPSocketsMarked(t *testing.T) {
 	hs := startTwoHosts(t, nil)
@@ -122,13 +214,13 @@ func TestNoFabricGuardOverlay(t *testing.T) {
 			hs := startTwoHosts(t, func(c *Config) {
 				if c.Host == unguarded {
 					c.FabricGuard = true
-					c.installGuard = func() error { return errors.New("iptables: not found") }
+					c.installGuard = func() error { return errors.New("no nf_tables") }
 				}
 			})
 			bad := map[string]*testAgent{"h1": hs.h1, "h2": hs.h2}[unguarded]
 			// (The test process is a container to both agents, so it
 			// cannot ask STATUS on the admin socket.)
-			if got := bad.status().FabricGuardError; !strings.Contains(got, "iptables: not found") {
+			if got := bad.status().FabricGuardError; !strings.Contains(got, "no nf_tables") {
 				t.Errorf("STATUS fabric_guard_error = %q, want the install error", got)
 			}
 			if err := newLib(t, hs.h2).listen(srv2); err != nil {

@@ -18,7 +18,6 @@ var requiredPrograms = map[string]string{
 	"unshare": "util-linux",
 	"mount":   "mount",
 	"ip":      "iproute2",
-	"nft":     "nftables", // freeflow-cni's per-container source checks
 }
 
 // requiredPlugins are CNI plugins from Debian's containernetworking-plugins.
