@@ -44,6 +44,7 @@ func (d *Directory) ClusterKey(ctx context.Context) ([]byte, error) {
 		return nil, d.apiError("read cluster key secret "+what, "get secrets in "+d.cfg.Namespace, err)
 	}
 	if k := s.Data[ClusterKeyField]; len(k) == directory.ClusterKeySize {
+		d.key.Store(&k)
 		return k, nil
 	}
 	return nil, fmt.Errorf("directory: secret %s has no %d-byte %q; delete it and restart the agents to make a new one",

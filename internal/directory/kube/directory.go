@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"log"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/freeflow-net/freeflow/internal/directory"
@@ -42,6 +43,9 @@ import (
 // Names of FreeFlow's objects and fields in the Kubernetes API.
 const (
 	RecordAnnotation = "freeflow.io/record" // on a pod: its directory.Container, JSON
+	// RecordMACAnnotation on a pod: the record's MAC under the cluster key
+	// (recordMAC), which lets it count before the kubelet reports the IP.
+	RecordMACAnnotation = "freeflow.io/record-mac"
 	TenantLabel      = "freeflow.io/tenant" // on a pod: its tenant (default: its namespace)
 	DefaultNamespace = "freeflow-system"    // where FreeFlow's own objects live
 	ClusterKeySecret = "freeflow-cluster-key"
@@ -79,6 +83,7 @@ type Directory struct {
 	cache  *view
 	health *health
 	config cache.SharedIndexInformer // FreeFlow's ConfigMap
+	key    atomic.Pointer[[]byte]      // the cluster key, once read (ClusterKey)
 
 	cancel    context.CancelFunc
 	done      sync.WaitGroup

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -403,4 +404,77 @@ func (r racySecrets) Get(ctx context.Context, name string, o metav1.GetOptions) 
 		r.c.arrived.Wait()
 	}
 	return s, err
+}
+
+// TestSignedRecordCountsBeforeKubeletReportsIP: a record the agent of
+// the pod's node wrote, signed with the cluster key, counts for every
+// agent holding the key before the kubelet reports the pod's IP (a pod
+// connects milliseconds after its sandbox is up, the kubelet reports a
+// second later); copied to another pod, to a new pod of the same name, or
+// with a MAC of the author's own, it does not, nor for an agent that has
+// not read the key.
+func TestSignedRecordCountsBeforeKubeletReportsIP(t *testing.T) {
+	client := fake.NewClientset()
+	n1, n2, keyless := newDir(t, client, "n1", nil), newDir(t, client, "n2", nil), newDir(t, client, "n3", nil)
+	for _, d := range []*Directory{n1, n2} {
+		if _, err := d.ClusterKey(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	withUID := func(name, uid string) *corev1.Pod {
+		p, err := client.CoreV1().Pods("a").Create(ctxT(t), &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: name, UID: types.UID(uid)},
+			Spec:       corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "c", Image: "pause"}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	withUID("fresh", "uid-1")
+	put(t, n1, record("sb1", "a/fresh", "n1", "10.244.1.2"))
+	eventually(t, 5*time.Second, "a signed record to count before the pod's IP is reported", hasIP(n2, "10.244.1.2"))
+	signed, err := client.CoreV1().Pods("a").Get(ctxT(t), "fresh", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	copycat := withUID("copycat", "uid-2")
+	copycat.Annotations = map[string]string{RecordAnnotation: strings.Replace(signed.Annotations[RecordAnnotation], "a/fresh", "a/copycat", 1),
+		RecordMACAnnotation: signed.Annotations[RecordMACAnnotation]}
+	copycat.Annotations[RecordAnnotation] = strings.Replace(copycat.Annotations[RecordAnnotation], "10.244.1.2", "10.244.1.3", 1)
+	if _, err := client.CoreV1().Pods("a").Update(ctxT(t), copycat, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	own := withUID("own-mac", "uid-3")
+	ownRecord := `{"id":"sb3","name":"a/own-mac","host":"n1","ip":"10.244.1.4","tenant":"a","freeflow":true}`
+	own.Annotations = map[string]string{RecordAnnotation: ownRecord,
+		RecordMACAnnotation: recordMAC(make([]byte, directory.ClusterKeySize), own.UID, "a/own-mac", ownRecord)}
+	if _, err := client.CoreV1().Pods("a").Update(ctxT(t), own, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.CoreV1().Pods("a").Delete(ctxT(t), "fresh", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the deleted pod's record to go", lacksIP(n2, "10.244.1.2"))
+	again := withUID("fresh", "uid-4")
+	again.Annotations = signed.Annotations
+	if _, err := client.CoreV1().Pods("a").Update(ctxT(t), again, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// A pod put after the forgeries, to know n2 has seen them.
+	withUID("later", "uid-5")
+	put(t, n1, record("sb5", "a/later", "n1", "10.244.1.5"))
+	eventually(t, 5*time.Second, "the later signed record", hasIP(n2, "10.244.1.5"))
+	for ip, what := range map[string]string{"10.244.1.3": "copied to another pod", "10.244.1.4": "signed with another key",
+		"10.244.1.2": "copied to a new pod of the same name"} {
+		if c, ok := n2.LookupIP(ip); ok {
+			t.Errorf("a record %s counts: %+v", what, c)
+		}
+	}
+	seen := n2.cache.podEvents()
+	eventually(t, 5*time.Second, "the keyless agent to see as many pod events", func() bool { return keyless.cache.podEvents() >= seen })
+	if _, ok := keyless.LookupIP("10.244.1.5"); ok {
+		t.Error("an agent without the cluster key counted a record before the pod's IP was reported")
+	}
 }

@@ -1,6 +1,9 @@
 package kube
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/netip"
@@ -10,6 +13,7 @@ import (
 	"github.com/freeflow-net/freeflow/internal/directory"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -25,8 +29,12 @@ import (
 // writes the annotation cannot claim another tenant, name, node or IP:
 // the name is namespace/name, the tenant the label freeflow.io/tenant or
 // the namespace, the host must be spec.nodeName and the IP one of the
-// status's pod IPs, which only the kubelet writes.
-func podRecord(p *corev1.Pod) (c directory.Container, ok bool, err error) {
+// status's pod IPs, which only the kubelet writes. Until the kubelet has
+// reported them, the record counts only if the agent of the pod's node
+// signed it for this pod with the cluster key (recordSigned): a pod's
+// first connections, made a few milliseconds after its sandbox is up,
+// must not wait a second for the kubelet's status report.
+func podRecord(p *corev1.Pod, key []byte) (c directory.Container, ok bool, err error) {
 	raw, has := p.Annotations[RecordAnnotation]
 	if !has || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 		return c, false, nil
@@ -44,12 +52,32 @@ func podRecord(p *corev1.Pod) (c directory.Container, ok bool, err error) {
 	case c.Host != p.Spec.NodeName:
 		return c, false, fmt.Errorf("annotation %s names host %q, but the pod is on node %q", RecordAnnotation, c.Host, p.Spec.NodeName)
 	case len(p.Status.PodIPs) == 0 && p.Status.PodIP == "":
-		return c, false, nil // the kubelet has not reported the IP yet
+		if !recordSigned(p, raw, key) {
+			return c, false, nil // the kubelet has not reported the IP yet
+		}
 	case !podHasIP(p, ip.Unmap()):
 		return c, false, fmt.Errorf("annotation %s names IP %s, but the pod's status has %s", RecordAnnotation, c.IP, podIPs(p))
 	}
 	c.IP = ip.Unmap().String()
 	return c, true, nil
+}
+
+// recordMAC is the MAC of record, the text of pod's record annotation,
+// under the cluster key: it binds the record to the pod object it was
+// written for (the UID the API server gave it), so it cannot be copied to
+// another pod, nor to a new pod of the same name.
+func recordMAC(key []byte, uid types.UID, pod, record string) string {
+	m := hmac.New(sha256.New, key)
+	fmt.Fprintf(m, "freeflow.io/record v1\x00%s\x00%s\x00", uid, pod)
+	m.Write([]byte(record))
+	return base64.StdEncoding.EncodeToString(m.Sum(nil))
+}
+
+// recordSigned reports whether record, p's record annotation, carries the
+// MAC an agent wrote for it (never so while the key is unknown).
+func recordSigned(p *corev1.Pod, record string, key []byte) bool {
+	got := p.Annotations[RecordMACAnnotation]
+	return key != nil && got != "" && hmac.Equal([]byte(got), []byte(recordMAC(key, p.UID, p.Namespace+"/"+p.Name, record)))
 }
 
 // tenantOf is the pod's tenant: its freeflow.io/tenant label, else its
@@ -129,6 +157,9 @@ func slimPod(obj any) (any, error) {
 	}
 	if r, ok := p.Annotations[RecordAnnotation]; ok {
 		slim.Annotations = map[string]string{RecordAnnotation: r}
+		if m, ok := p.Annotations[RecordMACAnnotation]; ok {
+			slim.Annotations[RecordMACAnnotation] = m
+		}
 	}
 	return slim, nil
 }
@@ -142,7 +173,7 @@ func (d *Directory) sawPod(obj any) {
 	d.health.saw(p.ResourceVersion)
 	defer d.cache.seen.Add(1)
 	key := p.Namespace + "/" + p.Name
-	c, ok, err := podRecord(p)
+	c, ok, err := podRecord(p, d.clusterKey())
 	if err != nil {
 		if d.cache.noteBad(key, p.ResourceVersion) {
 			d.cfg.Logf("directory: skipping pod %s (resourceVersion %s): %v; the agent of node %q rewrites it when the pod's sandbox is set up again, "+

@@ -22,9 +22,11 @@ import (
 const removeAttempts = 3
 
 // PutContainer writes c as the record annotation of the pod c.Name
-// (namespace/name) and returns the record as every agent will read it: the
-// tenant is the pod's (label freeflow.io/tenant, else its namespace). The
-// record counts once the kubelet has put c.IP in the pod's status.
+// (namespace/name), with its MAC under the cluster key, and returns the
+// record as every agent will read it: the tenant is the pod's (label
+// freeflow.io/tenant, else its namespace). The record counts at once for
+// every agent that holds the key, and for all once the kubelet has put
+// c.IP in the pod's status.
 func (d *Directory) PutContainer(ctx context.Context, c directory.Container) (directory.Container, error) {
 	ns, name, err := splitPodName(c.Name)
 	if err != nil {
@@ -34,13 +36,22 @@ func (d *Directory) PutContainer(ctx context.Context, c directory.Container) (di
 	if err != nil {
 		return c, fmt.Errorf("directory: encode the record of pod %s: %w", c.Name, err)
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{RecordAnnotation: string(doc)}}})
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.RequestTimeout)
+	defer cancel()
+	pods := d.cfg.Client.Pods(ns)
+	annotations := map[string]any{RecordAnnotation: string(doc), RecordMACAnnotation: nil}
+	if key := d.clusterKey(); key != nil {
+		p, err := pods.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return c, d.apiError("read pod "+c.Name, "get pods", err)
+		}
+		annotations[RecordMACAnnotation] = recordMAC(key, p.UID, c.Name, string(doc))
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
 	if err != nil {
 		return c, fmt.Errorf("directory: encode the patch of pod %s: %w", c.Name, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, d.cfg.RequestTimeout)
-	defer cancel()
-	pod, err := d.cfg.Client.Pods(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	pod, err := pods.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 	if err != nil {
 		return c, d.apiError("annotate pod "+c.Name, "patch pods", err)
 	}
@@ -75,7 +86,7 @@ func (d *Directory) DeleteContainer(ctx context.Context, id string) error {
 		if recordID(p) != id {
 			return nil
 		}
-		_, err = pods.Patch(ctx, name, types.JSONPatchType, removeRecordPatch(p.Annotations[RecordAnnotation]), metav1.PatchOptions{})
+		_, err = pods.Patch(ctx, name, types.JSONPatchType, removeRecordPatch(p), metav1.PatchOptions{})
 		switch {
 		case err == nil || apierrors.IsNotFound(err):
 			return nil
@@ -86,15 +97,28 @@ func (d *Directory) DeleteContainer(ctx context.Context, id string) error {
 	return fmt.Errorf("directory: the record of pod %s kept changing while container %s was being removed; try again", pod, id)
 }
 
-// removeRecordPatch is a JSON patch that removes the record annotation if
-// it still reads raw.
-func removeRecordPatch(raw string) []byte {
-	path := "/metadata/annotations/" + strings.ReplaceAll(RecordAnnotation, "/", "~1")
-	patch, _ := json.Marshal([]map[string]string{
-		{"op": "test", "path": path, "value": raw},
-		{"op": "remove", "path": path},
-	})
+// removeRecordPatch is a JSON patch that removes p's record annotation,
+// and its MAC, if the record still reads as in p.
+func removeRecordPatch(p *corev1.Pod) []byte {
+	path := func(a string) string { return "/metadata/annotations/" + strings.ReplaceAll(a, "/", "~1") }
+	ops := []map[string]string{
+		{"op": "test", "path": path(RecordAnnotation), "value": p.Annotations[RecordAnnotation]},
+		{"op": "remove", "path": path(RecordAnnotation)},
+	}
+	if _, ok := p.Annotations[RecordMACAnnotation]; ok {
+		ops = append(ops, map[string]string{"op": "remove", "path": path(RecordMACAnnotation)})
+	}
+	patch, _ := json.Marshal(ops)
 	return patch
+}
+
+// clusterKey is the cluster key once ClusterKey has read it (the agent
+// does at start), else nil.
+func (d *Directory) clusterKey() []byte {
+	if k := d.key.Load(); k != nil {
+		return *k
+	}
+	return nil
 }
 
 // findPod looks for the pod of this node whose record has container id in
