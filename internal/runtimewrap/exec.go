@@ -11,7 +11,7 @@ import (
 	"github.com/freeflow-net/freeflow/internal/ffspec"
 )
 
-// giveExec preloads the library into a process `runc exec --process FILE
+// giveExec preloads the library into, and drops CAP_NET_RAW from, a process `runc exec --process FILE
 // ID` runs (kubectl exec) in a container that was given FreeFlow:
 // containerd builds that process from the container's spec as it stored
 // it, which does not have what the wrapper added to the bundle's copy.
@@ -59,6 +59,9 @@ func preloadProcess(path string, verbs bool) error {
 		return fmt.Errorf("parse the exec's process %s: not a JSON object (%v)", path, err)
 	}
 	if err := decodeField(p, "env", &env); err != nil {
+		return fmt.Errorf("parse the exec's process %s: %w", path, err)
+	}
+	if err := dropNetRaw(p); err != nil {
 		return fmt.Errorf("parse the exec's process %s: %w", path, err)
 	}
 	env = ffspec.Preload(env)

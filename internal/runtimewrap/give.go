@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/freeflow-net/freeflow/internal/atomicfile"
 	"github.com/freeflow-net/freeflow/internal/ffspec"
@@ -59,6 +60,9 @@ func Give(bundle string, load func() (Config, error)) error {
 	if s.has(ffspec.ContainerLibrary) {
 		return nil // given already (a create run again on the same bundle)
 	}
+	if err := dropNetRaw(s.process); err != nil {
+		return fmt.Errorf("parse %s: %w", path, err)
+	}
 	s.env = ffspec.Preload(s.env)
 	for _, m := range []ffspec.Mount{ffspec.AgentMount(cfg.AgentSockDir), ffspec.LibraryMount(cfg.Library)} {
 		raw, _ := json.Marshal(m) // a struct of strings: cannot fail
@@ -77,6 +81,36 @@ func Give(bundle string, load func() (Config, error)) error {
 		return fmt.Errorf("give the container FreeFlow: %w", err)
 	}
 	return nil
+}
+
+// netRaw lets a process change a socket's SO_MARK (since Linux 5.17), so
+// a container given FreeFlow runs without it, as `freeflow run`'s do:
+// else its agent hands it no fabric socket, for it could free one from
+// the fabric guard (internal/agent/guard.go), and every connection to
+// another node stays on the pod network. containerd grants it by
+// default; a pod that needs raw sockets opts out of FreeFlow. (A pod that
+// asks for CAP_NET_ADMIN keeps it, and takes the pod network across
+// nodes.)
+const netRaw = "CAP_NET_RAW"
+
+// dropNetRaw removes netRaw from every capability set of an OCI process.
+func dropNetRaw(process map[string]json.RawMessage) error {
+	var caps map[string][]string
+	if err := decodeField(process, "capabilities", &caps); err != nil {
+		return err
+	}
+	changed := false
+	for set, list := range caps {
+		if i := slices.Index(list, netRaw); i >= 0 {
+			caps[set], changed = slices.Delete(list, i, i+1), true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	var err error
+	process["capabilities"], err = json.Marshal(caps)
+	return err
 }
 
 func parseSpec(b []byte) (*spec, error) {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -117,6 +118,51 @@ func TestWrapperGivesVerbsDevice(t *testing.T) {
 	check("exec", execIn(t, runtime, bundle, script))
 }
 
+// TestWrapperDropsNetRaw: a container given FreeFlow, and a process
+// exec'd in it, run without CAP_NET_RAW in any set (it would let them
+// change a handed fabric socket's mark), though containerd's default
+// grants it; the other capabilities stay.
+func TestWrapperDropsNetRaw(t *testing.T) {
+	runtime := wrapper(t)
+	const script = "grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb):' /proc/self/status"
+	caps := []string{"CAP_NET_RAW", "CAP_KILL", "CAP_NET_BIND_SERVICE"}
+	check := func(what, out string) {
+		t.Helper()
+		sets := 0
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			name, hex, _ := strings.Cut(line, ":\t")
+			v, err := strconv.ParseUint(hex, 16, 64)
+			if err != nil {
+				t.Fatalf("%s: %q", what, out)
+			}
+			if v&(1<<13) != 0 {
+				t.Errorf("%s: %s has CAP_NET_RAW (%s)", what, name, hex)
+			}
+			if name != "CapInh" && name != "CapAmb" && v&(1<<5) == 0 {
+				t.Errorf("%s: %s lost CAP_KILL (%s)", what, name, hex)
+			}
+			sets++
+		}
+		if sets != 5 {
+			t.Fatalf("%s: %d capability sets in %q", what, sets, out)
+		}
+	}
+	bundle := runcBundle(t)
+	rootfsSpec(t, bundle, script)
+	editSpec(t, bundle, func(s map[string]any) { s["process"].(map[string]any)["capabilities"] = capSets(caps) })
+	_, _, out := inRootfs(t, runtime, bundle, "run")
+	check("container", string(out))
+
+	bundle = runcBundle(t)
+	editSpec(t, bundle, func(s map[string]any) { s["process"].(map[string]any)["capabilities"] = capSets(caps) })
+	check("exec", execIn(t, runtime, bundle, script, caps...))
+}
+
+// capSets is an OCI process's capabilities with caps in every set.
+func capSets(caps []string) map[string][]string {
+	return map[string][]string{"bounding": caps, "effective": caps, "inheritable": caps, "permitted": caps, "ambient": caps}
+}
+
 // podNetwork puts the bundle's container into a new network namespace with
 // addr on its eth0, as the CNI plugins leave a pod's.
 func podNetwork(t *testing.T, bundle, addr string) {
@@ -143,9 +189,9 @@ func podNetwork(t *testing.T, bundle, addr string) {
 
 // execIn starts the bundle's container (a sleep) through runtime, runs
 // script in it with `runtime exec --process` as containerd's shim does,
-// with the bare environment containerd would give it, and returns its
-// output.
-func execIn(t *testing.T, runtime, bundle, script string) string {
+// with the bare environment containerd would give it (and caps in every
+// capability set), and returns its output.
+func execIn(t *testing.T, runtime, bundle, script string, caps ...string) string {
 	t.Helper()
 	rootfsSpec(t, bundle, "exec sleep 60")
 	root, id, _ := inRootfs(t, runtime, bundle, "create")
@@ -153,8 +199,12 @@ func execIn(t *testing.T, runtime, bundle, script string) string {
 		t.Fatalf("start: %v\n%s", err, out)
 	}
 	proc := filepath.Join(t.TempDir(), "process.json")
-	p, _ := json.Marshal(map[string]any{"args": []string{"sh", "-c", script}, "cwd": "/",
-		"env": []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, "user": map[string]int{"uid": 0, "gid": 0}})
+	process := map[string]any{"args": []string{"sh", "-c", script}, "cwd": "/",
+		"env": []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, "user": map[string]int{"uid": 0, "gid": 0}}
+	if len(caps) > 0 {
+		process["capabilities"] = capSets(caps)
+	}
+	p, _ := json.Marshal(process)
 	os.WriteFile(proc, p, 0o600)
 	out, err := exec.Command(runtime, "--root", root, "exec", "--process", proc, id).CombinedOutput()
 	if err != nil {
