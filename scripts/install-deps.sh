@@ -75,7 +75,7 @@ fi
 # The directories a Kubernetes node has (its packages make them); each
 # test node binds its own over them in a private mount namespace, so they
 # stay empty here.
-mkdir -p /etc/cni/net.d /opt/cni/bin /var/lib/kubelet /var/log/pods /var/lib/cni /run/containerd
+mkdir -p /etc/cni/net.d /opt/cni/bin /var/lib/kubelet /var/log/pods /var/lib/cni /run/containerd /etc/containerd /opt/freeflow
 
 # Kubernetes' control plane and kubelet are not packaged: built from the Go
 # module proxy (minutes the first time; skipped when built).

@@ -42,19 +42,19 @@ const (
 
 // Options say where things go on the node, and what the node is.
 type Options struct {
-	From              string // the directory holding the files to install
-	CNIBinDir         string
-	CNIConfDir        string
-	Dir               string // FreeFlow's directory: library, provider, wrapper
-	ContainerdConfig  string // containerd's config.toml, which gets the runtime handler
-	Cluster, Node     string
-	PodCIDR           string   // the node's; "" asks the API server (in-cluster)
-	Routes            []string // what pods reach through their bridge
-	Runtime           string   // the real OCI runtime; "" = runc from PATH
-	SystemdCgroup     bool     // runc's cgroup driver, as the node's other runtime handlers have it
-	AgentSockDir      string   // the agent's library-socket directory
-	AdminSocket       string   // the agent's admin socket
-	Out               io.Writer
+	From             string // the directory holding the files to install
+	CNIBinDir        string
+	CNIConfDir       string
+	Dir              string // FreeFlow's directory: library, provider, wrapper
+	ContainerdConfig string // containerd's config.toml, which gets the runtime handler
+	Cluster, Node    string
+	PodCIDR          string   // the node's; "" asks the API server (in-cluster)
+	Routes           []string // what pods reach through their bridge
+	Runtime          string   // the real OCI runtime; "" = runc from PATH
+	SystemdCgroup    bool     // runc's cgroup driver, as the node's other runtime handlers have it
+	AgentSockDir     string   // the agent's library-socket directory
+	AdminSocket      string   // the agent's admin socket
+	Out              io.Writer
 }
 
 // Install puts FreeFlow on the node.

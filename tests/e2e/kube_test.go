@@ -203,7 +203,8 @@ func TestKubeDownAfterNodeKilledRemovesPods(t *testing.T) {
 // use them too, so a test compares before and after).
 func nodeDirEntries() string {
 	var b strings.Builder
-	for _, d := range []string{"/etc/cni/net.d", "/opt/cni/bin", "/var/lib/kubelet", "/var/log/pods", "/var/lib/cni", "/run/containerd"} {
+	for _, d := range []string{"/etc/cni/net.d", "/opt/cni/bin", "/var/lib/kubelet", "/var/log/pods", "/var/lib/cni", "/run/containerd",
+		"/etc/containerd", "/opt/freeflow"} {
 		filepath.WalkDir(d, func(p string, _ os.DirEntry, err error) error {
 			fmt.Fprintf(&b, "%s %v\n", p, err)
 			return nil

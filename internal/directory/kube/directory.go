@@ -46,13 +46,13 @@ const (
 	// RecordMACAnnotation on a pod: the record's MAC under the cluster key
 	// (recordMAC), which lets it count before the kubelet reports the IP.
 	RecordMACAnnotation = "freeflow.io/record-mac"
-	TenantLabel      = "freeflow.io/tenant" // on a pod: its tenant (default: its namespace)
-	DefaultNamespace = "freeflow-system"    // where FreeFlow's own objects live
-	ClusterKeySecret = "freeflow-cluster-key"
-	ClusterKeyField  = "key" // the Secret's data key holding the 32 key bytes
-	ConfigMapName    = "freeflow-config"
-	PolicyKey        = "policy.json"   // the ConfigMap key of the fast-path policy (internal/policy)
-	SettingsKey      = "settings.json" // the ConfigMap key of the cluster settings (directory.Settings)
+	TenantLabel         = "freeflow.io/tenant" // on a pod: its tenant (default: its namespace)
+	DefaultNamespace    = "freeflow-system"    // where FreeFlow's own objects live
+	ClusterKeySecret    = "freeflow-cluster-key"
+	ClusterKeyField     = "key" // the Secret's data key holding the 32 key bytes
+	ConfigMapName       = "freeflow-config"
+	PolicyKey           = "policy.json"   // the ConfigMap key of the fast-path policy (internal/policy)
+	SettingsKey         = "settings.json" // the ConfigMap key of the cluster settings (directory.Settings)
 )
 
 // Defaults for the Config fields left zero.
@@ -83,7 +83,7 @@ type Directory struct {
 	cache  *view
 	health *health
 	config cache.SharedIndexInformer // FreeFlow's ConfigMap
-	key    atomic.Pointer[[]byte]      // the cluster key, once read (ClusterKey)
+	key    atomic.Pointer[[]byte]    // the cluster key, once read (ClusterKey)
 
 	cancel    context.CancelFunc
 	done      sync.WaitGroup

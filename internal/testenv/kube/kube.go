@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -305,6 +306,17 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 	return nil
 }
 
+// WaitReady waits until every node is Ready, failing the test after a
+// few minutes.
+func (c *Cluster) WaitReady(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	if err := c.waitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // kubectl runs kubectl with the admin's loopback kubeconfig.
 func (c *Cluster) kubectl(ctx context.Context, args ...string) (string, error) {
 	return c.kubectlIn(ctx, "", args...)
@@ -403,6 +415,40 @@ func (c *Cluster) BuildImage(t testing.TB, rootfs string, cfg ociimage.Config) {
 	}
 	c.ImportImage(t, file)
 }
+
+// SetDefaultRuntime makes handler the default runtime handler of every
+// node (default_runtime_name in its containerd configuration) and restarts
+// each node's containerd, as an administrator enabling a runtime handler
+// does (docs/KUBERNETES-DEPLOY.md); running pods are not touched. It
+// returns once every node is Ready again.
+func (c *Cluster) SetDefaultRuntime(handler string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	for _, n := range c.nodes {
+		path := n.containerdConfigFile()
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if !defaultRuntime.Match(b) {
+			return fmt.Errorf("%s has no default_runtime_name line", path)
+		}
+		b = defaultRuntime.ReplaceAll(b, []byte(fmt.Sprintf("${1}default_runtime_name = %q", handler)))
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			return err
+		}
+		if err := n.restartContainerd(ctx); err != nil {
+			return err
+		}
+	}
+	return c.waitReady(ctx)
+}
+
+var defaultRuntime = regexp.MustCompile(`(?m)^([ \t]*)default_runtime_name = .*$`)
+
+// ContainerdConfig is node's /etc/containerd/config.toml, as seen from the
+// test.
+func (c *Cluster) ContainerdConfig(node string) string { return c.node(node).containerdConfigFile() }
 
 // CNIConfDir is node's /etc/cni/net.d, as seen from the test.
 func (c *Cluster) CNIConfDir(node string) string { return c.node(node).cniConfDir() }

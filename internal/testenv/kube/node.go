@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/freeflow-net/freeflow/internal/cni"
@@ -25,8 +26,9 @@ import (
 //     cgroup v1 host (with both, runc refuses "hybrid mode");
 //   - the node's own directories are bound over the standard paths a
 //     Kubernetes node uses (/etc/cni/net.d, /opt/cni/bin, /var/lib/kubelet,
-//     /var/log/pods), so hostPath volumes and installers see the node's
-//     files, and nothing is shared with the other nodes or the machine;
+//     /var/log/pods, /etc/containerd, /opt/freeflow), so hostPath volumes
+//     and installers see the node's files, and nothing is shared with the
+//     other nodes or the machine;
 //   - /run/netns (the pods' network namespaces), /run/containerd (shim
 //     sockets) and /var/lib/cni (libcni's cache) are fresh tmpfs mounts,
 //     gone with the namespace however the processes end;
@@ -42,14 +44,17 @@ mount --bind "$d/cni/net.d" /etc/cni/net.d
 mount --bind "$d/cni/bin" /opt/cni/bin
 mount --bind "$d/kubelet" /var/lib/kubelet
 mount --bind "$d/pod-logs" /var/log/pods
+mount --bind "$d/etc-containerd" /etc/containerd
+mount --bind "$d/opt-freeflow" /opt/freeflow
 for t in /run/netns /run/containerd /var/lib/cni; do mount -t tmpfs -o mode=0755 tmpfs "$t"; done
 for f in "$d"/sysctl/*; do mount --bind "$f" "/proc/sys/$(basename "$f" | tr . /)"; done
-exec containerd --config "$d/containerd.toml"`
+exec containerd --config /etc/containerd/config.toml`
 
 // nodeDirs are the paths a node binds its own directories over; they must
 // exist on the machine (scripts/install-deps.sh makes them, as a Kubernetes
 // node's packages do; the harness makes any that are missing).
-var nodeDirs = []string{"/etc/cni/net.d", "/opt/cni/bin", "/var/lib/kubelet", "/var/log/pods", "/run/containerd", "/var/lib/cni"}
+var nodeDirs = []string{"/etc/cni/net.d", "/opt/cni/bin", "/var/lib/kubelet", "/var/log/pods", "/run/containerd", "/var/lib/cni",
+	"/etc/containerd", "/opt/freeflow"}
 
 // kubeletSysctls are the kernel settings the kubelet checks at start and
 // sets when they differ (pkg/kubelet/cm setupKernelTunables), with the
@@ -86,6 +91,12 @@ func (n *node) socket() string     { return filepath.Join(n.dir, "containerd.soc
 func (n *node) cniConfDir() string { return filepath.Join(n.dir, "cni", "net.d") }
 func (n *node) cniBinDir() string  { return filepath.Join(n.dir, "cni", "bin") }
 
+// containerdConfigFile is the node's /etc/containerd/config.toml, as seen
+// from outside the node.
+func (n *node) containerdConfigFile() string {
+	return filepath.Join(n.dir, "etc-containerd", "config.toml")
+}
+
 // prepare makes the node's directories and configuration files.
 func (n *node) prepare(l state.Layout, p *pki, server string, withCNI bool) error {
 	for _, d := range nodeDirs {
@@ -93,7 +104,7 @@ func (n *node) prepare(l state.Layout, p *pki, server string, withCNI bool) erro
 			return fmt.Errorf("create %s (a Kubernetes node's directory): %w", d, err)
 		}
 	}
-	for _, d := range []string{"cni/net.d", "cni/bin", "kubelet", "pod-logs", "sysctl", "containerd", "log"} {
+	for _, d := range []string{"cni/net.d", "cni/bin", "kubelet", "pod-logs", "sysctl", "containerd", "log", "etc-containerd", "opt-freeflow"} {
 		if err := os.MkdirAll(filepath.Join(n.dir, d), 0o755); err != nil {
 			return fmt.Errorf("create node directory: %w", err)
 		}
@@ -103,10 +114,11 @@ func (n *node) prepare(l state.Layout, p *pki, server string, withCNI bool) erro
 			return err
 		}
 	}
+	// Copies, not links: a node's plugins are its own files, which an
+	// installer's container (FreeFlow's) sees through its hostPath mount.
 	for _, pl := range cniPlugins {
-		link := filepath.Join(n.cniBinDir(), pl)
-		if err := os.Symlink(filepath.Join(DebianCNIDir, pl), link); err != nil && !os.IsExist(err) {
-			return fmt.Errorf("link CNI plugin %s: %w", pl, err)
+		if err := copyFile(filepath.Join(DebianCNIDir, pl), filepath.Join(n.cniBinDir(), pl)); err != nil {
+			return fmt.Errorf("copy CNI plugin %s: %w", pl, err)
 		}
 	}
 	if withCNI {
@@ -125,7 +137,7 @@ func (n *node) prepare(l state.Layout, p *pki, server string, withCNI bool) erro
 	if err := p.kubeconfig(filepath.Join(n.dir, "kubelet.kubeconfig"), server, "kubelet-"+n.host.Name); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(n.dir, "containerd.toml"), []byte(n.containerdConfig(l)), 0o644); err != nil {
+	if err := os.WriteFile(n.containerdConfigFile(), []byte(n.containerdConfig(l)), 0o644); err != nil {
 		return err
 	}
 	return os.WriteFile(filepath.Join(n.dir, "kubelet.yaml"), []byte(n.kubeletConfig(p)), 0o644)
@@ -206,6 +218,34 @@ func (n *node) startContainerd(ctx context.Context) error {
 		return err
 	}
 	n.containerd = p
+	return n.waitContainerd(ctx)
+}
+
+// restartContainerd stops the node's containerd and starts it again in the
+// node's mount namespace (which the kubelet holds), as `systemctl restart
+// containerd` on a node: the shims and the pods run on, and containerd
+// reads its configuration afresh.
+func (n *node) restartContainerd(ctx context.Context) error {
+	old := n.containerd
+	old.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-old.done:
+	case <-ctx.Done():
+		return fmt.Errorf("containerd on %s did not stop on SIGTERM; see %s", n.host.Name, old.log)
+	}
+	cmd := exec.Command("nsenter", "--net="+n.ns, fmt.Sprintf("--mount=/proc/%d/ns/mnt", n.kubelet.cmd.Process.Pid), "--",
+		"containerd", "--config", "/etc/containerd/config.toml")
+	p, err := start(cmd, old.log, "containerd on "+n.host.Name)
+	if err != nil {
+		return err
+	}
+	n.containerd = p
+	return n.waitContainerd(ctx)
+}
+
+// waitContainerd waits until the node's containerd answers.
+func (n *node) waitContainerd(ctx context.Context) error {
+	p := n.containerd
 	return waitFor(ctx, p, "containerd on "+n.host.Name+" to answer on "+n.socket(), func() bool {
 		c, err := net.Dial("unix", n.socket())
 		if err == nil {
