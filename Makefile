@@ -5,7 +5,7 @@ GOTEST_TIMEOUT ?= 30m
 # The image the DaemonSet in deploy/ runs (made locally: `make image`).
 IMAGE ?= freeflow.io/freeflow:0.1.0
 
-.PHONY: all deps build lib image test test-go test-lib fuzz demo bench clean vet kube
+.PHONY: all deps build lib image kubelab test test-go test-lib fuzz demo bench clean vet kube
 
 all: build
 
@@ -41,6 +41,11 @@ image: lib
 	$(GO) run ./tools/mkimage -name $(IMAGE) -rootfs $(BIN)/image -entrypoint /freeflow/freeflowd -o $(BIN)/freeflow-image.tar
 	@echo "image $(IMAGE): $(BIN)/freeflow-image.tar (ctr -n k8s.io images import $(BIN)/freeflow-image.tar)"
 
+# What the bench's Kubernetes experiments need besides the image: the
+# static pause program of their nodes' pod sandboxes (internal/kubelab).
+kubelab: image
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/freeflow-pause ./internal/kubelab/pause
+
 vet:
 	@test -z "$$(gofmt -l cmd internal tests tools deploy)" || { echo "gofmt needed on:"; gofmt -l cmd internal tests tools deploy; exit 1; }
 	$(GO) vet ./...
@@ -64,7 +69,7 @@ test-go:
 demo: deps build
 	./scripts/demo.sh
 
-bench: build
+bench: build kubelab
 	$(BIN)/freeflow bench
 
 clean:

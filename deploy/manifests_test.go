@@ -1,6 +1,3 @@
-// Package deploy holds FreeFlow's Kubernetes manifests (`kubectl apply -f
-// deploy/`); its tests check them against the Kubernetes API types and,
-// where one is built, a real kube-apiserver.
 package deploy
 
 import (

@@ -75,48 +75,73 @@ func (o *Options) defaults() {
 	}
 }
 
-// Run measures every selected experiment on every selected path.
+// Run measures every selected experiment on every selected path, then
+// the Kubernetes experiments if selected (kube.go).
 func Run(ctx context.Context, o Options) (res *Result, err error) {
 	o.defaults()
-	exps, err := SelectExperiments(o.Only, o.Quick)
-	if err != nil {
-		return nil, err
+	kube, names := selectKube(o.Only, o.Quick)
+	var exps []Experiment
+	if len(names) > 0 || !kube {
+		if exps, err = SelectExperiments(names, o.Quick); err != nil {
+			return nil, err
+		}
 	}
 	paths, err := SelectPaths(o.Paths)
 	if err != nil {
 		return nil, err
 	}
-	if paths = pathsFor(exps, paths); len(paths) == 0 {
+	if paths = pathsFor(exps, paths); len(paths) == 0 && len(exps) > 0 {
 		return nil, fmt.Errorf("none of the selected experiments runs on the selected paths")
-	}
-	ffmem, err := findFFMem(o.Bin, exps)
-	if err != nil {
-		return nil, err
 	}
 	dir, err := prepareOut(o.Out)
 	if err != nil {
 		return nil, err
 	}
-	c, err := openCluster(ctx, o)
-	if err != nil {
-		return nil, err
+	raw := newRaw(o, exps)
+	if len(exps) > 0 {
+		if err := runPaths(ctx, o, raw, exps, paths); err != nil {
+			return nil, err
+		}
 	}
-	defer func() { err = joinErr(err, c.close()) }()
-	t, err := makeTools(ffmem, o.Bin, c.cli.Cluster)
-	if err != nil {
-		return nil, err
+	if kube {
+		if err := runKube(ctx, o, raw); err != nil {
+			return nil, err
+		}
 	}
-	defer func() { err = joinErr(err, t.remove()) }()
-
-	raw := newRaw(o, c, exps)
-	env := toolEnv{Script: string(connrateScript), Tools: t.dir, Full: !o.Quick, Missing: prepareAll(ctx, exps, t.dir)}
-	if err := measure(ctx, o, c, raw, env, exps, paths); err != nil {
-		return nil, err
-	}
+	raw.Finished = time.Now().UTC()
 	if err := WriteReport(dir, raw); err != nil {
 		return nil, err
 	}
 	return &Result{Dir: dir, Raw: raw}, nil
+}
+
+// selectKube says whether the Kubernetes experiments run (named in only,
+// or a full run of everything) and returns the other names.
+func selectKube(only []string, quick bool) (bool, []string) {
+	rest := slices.DeleteFunc(slices.Clone(only), func(n string) bool { return n == KubeName })
+	return len(rest) < len(only) || (len(only) == 0 && !quick), rest
+}
+
+// runPaths measures the path experiments on a cluster of the CLI's
+// (brought up and removed here unless o names one).
+func runPaths(ctx context.Context, o Options, raw *Raw, exps []Experiment, paths []Path) (err error) {
+	ffmem, err := findFFMem(o.Bin, exps)
+	if err != nil {
+		return err
+	}
+	c, err := openCluster(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer func() { err = joinErr(err, c.close()) }()
+	t, err := makeTools(ffmem, o.Bin, c.cli.Cluster)
+	if err != nil {
+		return err
+	}
+	defer func() { err = joinErr(err, t.remove()) }()
+	raw.Setup.Cluster, raw.Setup.OwnCluster = c.cli.Cluster, c.own
+	env := toolEnv{Script: string(connrateScript), Tools: t.dir, Full: !o.Quick, Missing: prepareAll(ctx, exps, t.dir)}
+	return measure(ctx, o, c, raw, env, exps, paths)
 }
 
 // pathsFor keeps the paths at least one experiment runs on.
@@ -177,7 +202,6 @@ func runSchedule(ctx context.Context, o Options, r *runner, raw *Raw, jobs []Job
 		fmt.Fprintf(o.Log, "bench: [%d/%d %3.0fs] %s\n", i+1, len(jobs), time.Since(start).Seconds(), progressLine(s))
 		raw.Samples = append(raw.Samples, s...)
 	}
-	raw.Finished = time.Now().UTC()
 	return nil
 }
 

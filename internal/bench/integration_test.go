@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/freeflow-net/freeflow/internal/kubelab"
 	"github.com/freeflow-net/freeflow/internal/netns"
 	"github.com/freeflow-net/freeflow/internal/testenv"
 )
@@ -160,6 +162,83 @@ func checkFreeFlowPaths(t *testing.T, raw *Raw) {
 			if strings.Contains(n, "expected "+r.Path.Expect) || strings.Contains(n, "path not checked") || strings.Contains(n, "counters not read") {
 				t.Errorf("%s %s on %s did not take path %s: %s", r.Exp.Name, r.Case, r.Path.Name, r.Path.Expect, n)
 			}
+		}
+	}
+}
+
+// TestKubeBenchOnRealCluster runs `freeflow bench --only kube` end to end
+// with one repetition: its own two-node Kubernetes, FreeFlow installed
+// from the image `make kubelab` builds, real pods. Every Kubernetes
+// experiment has its figures on every path it measures, FreeFlow's pods
+// took the paths they claim, and the cluster is gone.
+func TestKubeBenchOnRealCluster(t *testing.T) {
+	if why := kubelab.Missing(); why != "" {
+		t.Skip(why)
+	}
+	bin := buildFreeflow(t)
+	root, _ := testenv.ModuleRoot()
+	if out, err := exec.Command("make", "-s", "-C", root, "kubelab", "BIN="+filepath.Dir(bin)).CombinedOutput(); err != nil {
+		t.Fatalf("make kubelab: %v\n%s", err, out)
+	}
+	out := t.TempDir()
+	cmd := exec.Command(bin, "bench", "--only", KubeName, "--reps", "1", "--out", out)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	raws, _ := filepath.Glob(filepath.Join(out, "*", "raw.json"))
+	if err != nil || len(raws) != 1 {
+		t.Fatalf("bench: %v (%d raw.json)\nstderr:\n%s", err, len(raws), stderr.String())
+	}
+	raw, err := LoadRaw(raws[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw.Setup.KubeCluster == "" {
+		t.Fatalf("the Kubernetes experiments did not run: %q", raw.Notes)
+	}
+	defer assertClusterGone(t, raw.Setup.KubeCluster)
+	measured := map[string]int{}
+	for _, r := range SummarizeRaw(raw) {
+		if !r.ran() {
+			continue
+		}
+		measured[r.Exp.Name]++
+		for _, m := range r.Exp.Metrics {
+			if st := r.Stats[m.Key]; m.Headline && (st.N == 0 || st.Median <= 0) {
+				t.Errorf("%s %s on %s: %s = %+v; notes %q", r.Exp.Name, r.Case, r.Path.Name, m.Label, st, r.Notes)
+			}
+		}
+	}
+	// install on FreeFlow's path; pod start on both; redis on two paths
+	// in each of two cases.
+	if want := map[string]int{"kube-install": 1, "kube-pod-start": 2, "kube-redis": 4}; !maps.Equal(measured, want) {
+		t.Errorf("rows measured per experiment %v, want %v", measured, want)
+	}
+	checkFreeFlowPaths(t, raw)
+	if !strings.Contains(stdout.String(), pathKubeFreeFlowX) {
+		t.Errorf("printed table lacks path %s:\n%s", pathKubeFreeFlowX, stdout.String())
+	}
+}
+
+// TestSelectKube: --only kube alone runs no path experiment, with others
+// both, and the full run (no --only) includes it, the quick one not.
+func TestSelectKube(t *testing.T) {
+	for _, c := range []struct {
+		only  []string
+		quick bool
+		kube  bool
+		rest  []string
+	}{
+		{[]string{KubeName}, false, true, []string{}},
+		{[]string{"redis", KubeName}, false, true, []string{"redis"}},
+		{[]string{"redis"}, false, false, []string{"redis"}},
+		{nil, false, true, nil},
+		{nil, true, false, nil},
+		{[]string{KubeName}, true, true, []string{}},
+	} {
+		kube, rest := selectKube(c.only, c.quick)
+		if kube != c.kube || len(rest) != len(c.rest) || (len(rest) > 0 && rest[0] != c.rest[0]) {
+			t.Errorf("selectKube(%v, quick %v) = %v, %v; want %v, %v", c.only, c.quick, kube, rest, c.kube, c.rest)
 		}
 	}
 }

@@ -12,7 +12,7 @@ import (
 )
 
 // newRaw starts the record of a run.
-func newRaw(o Options, c *benchCluster, exps []Experiment) *Raw {
+func newRaw(o Options, exps []Experiment) *Raw {
 	mode := "full"
 	if o.Quick {
 		mode = "quick"
@@ -23,12 +23,10 @@ func newRaw(o Options, c *benchCluster, exps []Experiment) *Raw {
 		Machine: ThisMachine(),
 		Setup: Setup{
 			Mode: mode, RunSeconds: max(1, int(o.Duration.Round(time.Second)/time.Second)), Reps: o.Reps,
-			Order:      "interleaved: each round runs every case on every path in turn (A B C D, A B C D, ...)",
-			Warmup:     warmupNote(o.Quick),
-			Cluster:    c.cli.Cluster,
-			OwnCluster: c.own,
-			CC:         o.CC,
-			ConnRate:   "connrate.py (Python 3, libc sockets: blocking; non-blocking and looked at 100 ms late for late-connect), run as python3 -c; kept next to raw.json",
+			Order:    "interleaved: each round runs every case on every path in turn (A B C D, A B C D, ...)",
+			Warmup:   warmupNote(o.Quick),
+			CC:       o.CC,
+			ConnRate: "connrate.py (Python 3, libc sockets: blocking; non-blocking and looked at 100 ms late for late-connect), run as python3 -c; kept next to raw.json",
 		},
 	}
 	for _, e := range exps {

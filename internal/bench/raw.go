@@ -34,6 +34,9 @@ type Setup struct {
 	Warmup     string `json:"warmup"`
 	Cluster    string `json:"cluster"`
 	OwnCluster bool   `json:"own_cluster"`
+	// KubeCluster is the cluster the Kubernetes experiments brought up
+	// (and removed), "" if they did not run.
+	KubeCluster string `json:"kube_cluster,omitempty"`
 	// CC is the congestion control the run asked for ("default" = leave
 	// the namespaces as they were); CCUsed is what the namespaces had
 	// while measuring, per namespace.

@@ -80,6 +80,9 @@ func writeMachine(b *strings.Builder, raw *Raw) {
 
 // ccSummary says which algorithm was used, or lists them if they differ.
 func ccSummary(used map[string]string) string {
+	if len(used) == 0 {
+		return "not set (the Kubernetes experiments only: the nodes' default)"
+	}
 	if u := uniformCC(used); u != "" {
 		return u
 	}

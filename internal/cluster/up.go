@@ -28,7 +28,7 @@ type Options struct {
 	Settings directory.Settings
 	// NoAgents starts no freeflowd: the hosts, overlay and etcd only, for
 	// agents run by something else (FreeFlow's DaemonSet on a Kubernetes
-	// cluster on the hosts, see internal/testenv/kube).
+	// cluster on the hosts, see internal/kubelab).
 	NoAgents bool
 	// Progress, if set, is told about each part as it comes up.
 	Progress func(format string, args ...any)

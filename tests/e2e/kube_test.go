@@ -69,7 +69,7 @@ func jsonList(strs []string) string {
 }
 
 // TestKubeNodesReadyAndPodsRun: Kubernetes v1.34 on two FreeFlow hosts
-// (internal/testenv/kube) has both nodes Ready with their hosts' overlay
+// (internal/kubelab) has both nodes Ready with their hosts' overlay
 // subnets as pod CIDRs; a pod per node from a locally imported image runs
 // with an address on its node's subnet (scheduled there, not pinned);
 // TCP between the pods across nodes, both ways, brings every byte back
@@ -214,7 +214,7 @@ func nodeDirEntries() string {
 }
 
 // kubeletSysctls reads the machine-wide settings a kubelet sets at start
-// unless told they are already right (see internal/testenv/kube).
+// unless told they are already right (see internal/kubelab).
 func kubeletSysctls(t *testing.T) string {
 	var vals []string
 	for _, f := range []string{"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops", "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes"} {

@@ -1,4 +1,4 @@
-package kube
+package kubelab
 
 import (
 	"context"
@@ -75,6 +75,12 @@ var cniPlugins = []string{"loopback", "bridge", "host-local"}
 // bridgeNetwork names the harness's own CNI configuration (without FreeFlow).
 const bridgeNetwork = "kube-bridge"
 
+// bridgeConfList is its file: it sorts after an installer's list (FreeFlow's
+// 10-freeflow.conflist), which takes over, as the CNI runtime uses the
+// first; pods started before keep their addresses in the bridge network's
+// store, so they go before another list hands out addresses.
+const bridgeConfList = "99-kube-bridge.conflist"
+
 // DebianCNIDir is where Debian's containernetworking-plugins installs.
 const DebianCNIDir = "/usr/lib/cni"
 
@@ -126,7 +132,7 @@ func (n *node) prepare(l state.Layout, p *pki, server string, withCNI bool) erro
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(filepath.Join(n.cniConfDir(), "10-bridge.conflist"), list, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(n.cniConfDir(), bridgeConfList), list, 0o644); err != nil {
 			return fmt.Errorf("write CNI configuration: %w", err)
 		}
 	}
