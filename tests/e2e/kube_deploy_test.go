@@ -159,4 +159,3 @@ for i in 1 2 3; do redis-cli -h $0 -x set k$i < /tmp/v > /dev/null; done
 for i in 1 2 3; do redis-cli -h $0 --raw get k$i > /tmp/got; cmp /tmp/want /tmp/got; done
 redis-benchmark -h $0 -t get -n 2000 -q
 echo OK`
-
