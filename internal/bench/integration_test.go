@@ -65,9 +65,33 @@ func assertClusterGone(t *testing.T, cluster string) {
 // Every path must have produced every figure, and the cluster must be gone.
 func TestQuickBenchOnRealCluster(t *testing.T) {
 	bin := buildFreeflow(t)
-	out := t.TempDir()
 	allowed, _ := os.ReadFile(allowedPath)
-	cmd := exec.Command(bin, "bench", "--quick", "--duration", "1s", "--reps", "1", "--out", out)
+	raw, dir, stdout := runBench(t, bin, "--quick", "--duration", "1s", "--reps", "1")
+	defer assertClusterGone(t, raw.Setup.Cluster)
+	if again, _ := os.ReadFile(allowedPath); !bytes.Equal(again, allowed) {
+		t.Errorf("allowed congestion control list %q not restored to %q", again, allowed)
+	}
+	if cc := uniformCC(raw.Setup.CCUsed); cc != "cubic" {
+		t.Errorf("congestion control used: %v, want cubic everywhere", raw.Setup.CCUsed)
+	}
+	checkEveryFigure(t, raw)
+	checkFreeFlowPaths(t, raw)
+	for _, p := range raw.Paths {
+		if !strings.Contains(stdout, p.Name) {
+			t.Errorf("printed table lacks path %s:\n%s", p.Name, stdout)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "report.md")); err != nil {
+		t.Error(err)
+	}
+}
+
+// runBench runs `freeflow bench args...` into a temporary directory and
+// returns its raw results, their directory and what it printed.
+func runBench(t *testing.T, bin string, args ...string) (*Raw, string, string) {
+	t.Helper()
+	out := t.TempDir()
+	cmd := exec.Command(bin, append(append([]string{"bench"}, args...), "--out", out)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -79,23 +103,7 @@ func TestQuickBenchOnRealCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer assertClusterGone(t, raw.Setup.Cluster)
-	if again, _ := os.ReadFile(allowedPath); !bytes.Equal(again, allowed) {
-		t.Errorf("allowed congestion control list %q not restored to %q", again, allowed)
-	}
-	if cc := uniformCC(raw.Setup.CCUsed); cc != "cubic" {
-		t.Errorf("congestion control used: %v, want cubic everywhere", raw.Setup.CCUsed)
-	}
-	checkEveryFigure(t, raw)
-	checkFreeFlowPaths(t, raw)
-	for _, p := range raw.Paths {
-		if !strings.Contains(stdout.String(), p.Name) {
-			t.Errorf("printed table lacks path %s:\n%s", p.Name, stdout.String())
-		}
-	}
-	if _, err := os.Stat(filepath.Join(filepath.Dir(raws[0]), "report.md")); err != nil {
-		t.Error(err)
-	}
+	return raw, filepath.Dir(raws[0]), stdout.String()
 }
 
 // checkEveryFigure asserts every quick path has a positive headline
@@ -180,19 +188,7 @@ func TestKubeBenchOnRealCluster(t *testing.T) {
 	if out, err := exec.Command("make", "-s", "-C", root, "kubelab", "BIN="+filepath.Dir(bin)).CombinedOutput(); err != nil {
 		t.Fatalf("make kubelab: %v\n%s", err, out)
 	}
-	out := t.TempDir()
-	cmd := exec.Command(bin, "bench", "--only", KubeName, "--reps", "1", "--out", out)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	raws, _ := filepath.Glob(filepath.Join(out, "*", "raw.json"))
-	if err != nil || len(raws) != 1 {
-		t.Fatalf("bench: %v (%d raw.json)\nstderr:\n%s", err, len(raws), stderr.String())
-	}
-	raw, err := LoadRaw(raws[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw, _, stdout := runBench(t, bin, "--only", KubeName, "--reps", "1")
 	if raw.Setup.KubeCluster == "" {
 		t.Fatalf("the Kubernetes experiments did not run: %q", raw.Notes)
 	}
@@ -215,8 +211,8 @@ func TestKubeBenchOnRealCluster(t *testing.T) {
 		t.Errorf("rows measured per experiment %v, want %v", measured, want)
 	}
 	checkFreeFlowPaths(t, raw)
-	if !strings.Contains(stdout.String(), pathKubeFreeFlowX) {
-		t.Errorf("printed table lacks path %s:\n%s", pathKubeFreeFlowX, stdout.String())
+	if !strings.Contains(stdout, pathKubeFreeFlowX) {
+		t.Errorf("printed table lacks path %s:\n%s", pathKubeFreeFlowX, stdout)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/freeflow-net/freeflow/internal/agentapi"
 	"github.com/freeflow-net/freeflow/internal/state"
 	"github.com/freeflow-net/freeflow/internal/testenv"
 )
@@ -65,19 +64,6 @@ os.rename("/tmp/hog.tmp", "/tmp/hog.out")
 while True:
     signal.pause()
 `
-
-// agentStatus returns host's agent's STATUS.
-func agentStatus(t *testing.T, c *testenv.Cluster, host string) agentapi.Status {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	a, err := agentapi.DialAdmin(state.NewLayout(c.Name).AdminSocket(host))
-	must(t, err, "dial %s's agent", host)
-	defer a.Close()
-	st, err := a.Status(ctx)
-	must(t, err, "status of %s's agent", host)
-	return st
-}
 
 // TestContainerOverSessionLimitLocksOutNobody: a container that opens 100
 // sessions more than its limit gets its limit, each one beyond it is told

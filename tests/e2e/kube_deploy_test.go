@@ -15,7 +15,6 @@ import (
 	"github.com/freeflow-net/freeflow/internal/agentapi"
 	"github.com/freeflow-net/freeflow/internal/kubelab"
 	"github.com/freeflow-net/freeflow/internal/policy"
-	"github.com/freeflow-net/freeflow/internal/state"
 	"github.com/freeflow-net/freeflow/internal/testenv"
 	"github.com/freeflow-net/freeflow/internal/testenv/kube"
 )
@@ -113,27 +112,9 @@ func TestKubeDeployFreeFlow(t *testing.T) {
 	kc.Kubectl(t, "delete", "namespace", "shop", "other", "--wait=true", "--timeout=120s")
 	for _, n := range kc.Nodes {
 		testenv.WaitWithin(t, time.Minute, "node "+n+"'s agent to have no pod left", func() bool {
-			return localContainers(t, kc.FF, n) == 0
+			return agentStatus(t, kc.FF, n).LocalContainers == 0
 		})
 	}
-}
-
-// localContainers is how many containers (pods) host's agent has
-// registered.
-func localContainers(t *testing.T, c *testenv.Cluster, host string) int {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	a, err := agentapi.DialAdmin(state.NewLayout(c.Name).AdminSocket(host))
-	if err != nil {
-		t.Fatalf("dial %s's agent: %v", host, err)
-	}
-	defer a.Close()
-	st, err := a.Status(ctx)
-	if err != nil {
-		t.Fatalf("status of %s's agent: %v", host, err)
-	}
-	return st.LocalContainers
 }
 
 // freeflowImage builds FreeFlow's image (`make image`) and returns its file.

@@ -13,6 +13,12 @@ import (
 // counters returns host's agent's connection counters.
 func counters(t testing.TB, c *testenv.Cluster, host string) agentapi.ConnCounters {
 	t.Helper()
+	return agentStatus(t, c, host).Connections
+}
+
+// agentStatus returns host's agent's STATUS.
+func agentStatus(t testing.TB, c *testenv.Cluster, host string) agentapi.Status {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	a, err := agentapi.DialAdmin(state.NewLayout(c.Name).AdminSocket(host))
@@ -24,7 +30,7 @@ func counters(t testing.TB, c *testenv.Cluster, host string) agentapi.ConnCounte
 	if err != nil {
 		t.Fatalf("status of %s's agent: %v", host, err)
 	}
-	return st.Connections
+	return st
 }
 
 // pathCheck records the agents' counters before an exchange and checks
