@@ -153,15 +153,22 @@ func (r *kubeRun) add(s Sample) {
 	fmt.Fprintf(r.o.Log, "bench: %s %s %s rep %d:%s\n", s.Experiment, s.Case, s.Path, s.Rep, v)
 }
 
-// podStarts starts a pod on each node per repetition, each timed from its
+// podsPerRound is how many pods each round of pod starts times, the nodes
+// in turn: a start is about a second, in steps of the kubelet's status
+// and relist periods, so one pod per node per round leaves the median to
+// chance.
+const podsPerRound = 8
+
+// podStarts starts podsPerRound pods per repetition, each timed from its
 // apply to phase Running, then deletes them all, waiting until their
 // sandboxes are gone (their addresses released) before anything else
 // runs. A first round is a warm-up: a node's first pod of an image also
 // unpacks it.
 func (r *kubeRun) podStarts(ctx context.Context, path string) error {
 	for rep := 0; rep <= r.reps; rep++ {
-		for _, node := range r.kc.Nodes {
-			name := fmt.Sprintf("start-%s-%d", node, rep)
+		for i := range podsPerRound {
+			node := r.kc.Nodes[i%len(r.kc.Nodes)]
+			name := fmt.Sprintf("start-%d-%d", rep, i)
 			s := Sample{Experiment: "kube-pod-start", Case: "1 pod", Path: path, Rep: rep, Warmup: rep == 0,
 				Command: "kubectl apply -f pod.yaml; kubectl wait --for=jsonpath={.status.phase}=Running pod/" + name}
 			if err := r.kc.Apply(ctx, kubelab.ShellPod(kubeNS, name, node, false, "exec sleep 3600")); err != nil {
