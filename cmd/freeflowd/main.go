@@ -29,6 +29,7 @@ import (
 	"github.com/freeflow-net/freeflow/internal/directory/kube"
 	"github.com/freeflow-net/freeflow/internal/netns"
 	"github.com/freeflow-net/freeflow/internal/nodeinstall"
+	"github.com/freeflow-net/freeflow/internal/podroutes"
 	"github.com/freeflow-net/freeflow/internal/state"
 	"k8s.io/klog/v2"
 )
@@ -39,6 +40,7 @@ type options struct {
 	etcd      []string
 	etcdNetNS string // dial etcd from this network namespace ("" = our own)
 	kube      kubeOptions
+	podRoutes string // none or host-gw (podroutes)
 	logFile   string
 }
 
@@ -52,6 +54,12 @@ type kubeOptions struct {
 const (
 	datastoreEtcd = "etcd"
 	datastoreKube = "kubernetes"
+)
+
+// --pod-routes values.
+const (
+	podRoutesNone   = "none"
+	podRoutesHostGW = "host-gw"
 )
 
 func main() {
@@ -94,6 +102,8 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.agent.SessionsPerContainer, "sessions-per-container", agent.DefaultSessionsPerContainer,
 		"most library-socket `sessions` one container may hold at once (the library opens one per thread); one more is told LIMIT and takes the overlay")
 	fs.IntVar(&o.agent.AdminConns, "admin-conns", agent.DefaultAdminConns, "most admin-socket `connections` at once (CLI, CNI plugin)")
+	fs.StringVar(&o.podRoutes, "pod-routes", podRoutesNone, "`none`, or host-gw: route every other node's pod CIDR through its address "+
+		"(--datastore kubernetes; the nodes on one layer-2 segment, as Flannel's host-gw; none where the network or another overlay routes them)")
 	fs.StringVar(&o.etcdNetNS, "etcd-netns", "", "dial etcd from the network namespace at `path` (default: the agent's own)")
 	fs.StringVar(&o.logFile, "log", "", "log `file` (default stderr)")
 	fs.BoolVar(&o.agent.FabricGuard, "fabric-guard", true,
@@ -117,6 +127,12 @@ func parseFlags(args []string) (options, error) {
 		}
 	default:
 		return o, fmt.Errorf("--datastore %q: want etcd or kubernetes", o.datastore)
+	}
+	switch {
+	case o.podRoutes != podRoutesNone && o.podRoutes != podRoutesHostGW:
+		return o, fmt.Errorf("--pod-routes %q: want none or host-gw", o.podRoutes)
+	case o.podRoutes == podRoutesHostGW && o.datastore != datastoreKube:
+		return o, errors.New("--pod-routes host-gw is for --datastore kubernetes (a CLI cluster's hosts are routed by its overlay)")
 	}
 	return o, o.check()
 }
@@ -194,6 +210,15 @@ func run(o options) error {
 		return err
 	}
 	defer dir.Close()
+	if o.podRoutes == podRoutesHostGW {
+		// Opened here, on the main thread, in the node's namespace.
+		h, err := podroutes.Open()
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		go podroutes.Keep(ctx, h, dir.Hosts, o.agent.Host, logf)
+	}
 	a, err := agent.New(o.agent, dir)
 	if err != nil {
 		return err

@@ -49,6 +49,9 @@ func TestFlagsKubernetes(t *testing.T) {
 	if err != nil || o.agent.Host != "worker-1" || o.kube.node != "worker-1" || o.kube.namespace != kube.DefaultNamespace || o.agent.Subnet != "" {
 		t.Fatalf("kubernetes flags: %+v, %v", o, err)
 	}
+	if o, err := parseFlags([]string{"--datastore", "kubernetes", "--pod-routes", "host-gw"}); err != nil || o.podRoutes != podRoutesHostGW {
+		t.Fatalf("--pod-routes host-gw: %+v, %v", o, err)
+	}
 	t.Setenv("NODE_NAME", "")
 	for bad, says := range map[string][]string{
 		"--node is required":   {"--datastore", "kubernetes"},
@@ -56,6 +59,9 @@ func TestFlagsKubernetes(t *testing.T) {
 		"--subnet":             {"--datastore", "kubernetes", "--node", "a", "--subnet", "10.244.1.0"},
 		"--namespace is empty": {"--datastore", "kubernetes", "--node", "a", "--namespace", ""},
 		"not an IP address":    {"--datastore", "kubernetes", "--node", "a", "--fabric-ip", "x"},
+		"want none or host-gw": {"--datastore", "kubernetes", "--node", "a", "--pod-routes", "vxlan"},
+		"is for --datastore kubernetes": {"--host", "h1", "--fabric-ip", "10.99.0.2", "--subnet", "10.244.1.0/24", "--etcd", "http://127.0.0.1:2379",
+			"--pod-routes", "host-gw"},
 	} {
 		if _, err := parseFlags(says); err == nil || !strings.Contains(err.Error(), bad) {
 			t.Errorf("%v: error %v, want one saying %q", says, err, bad)
