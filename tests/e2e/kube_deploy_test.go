@@ -23,7 +23,8 @@ import (
 // cluster the way a user installs it: the image imported, `deploy/`
 // applied (only what a cluster without kube-proxy needs changed: the API
 // server's address), the runtime handler made the default and containerd
-// restarted. The DaemonSet rolls out on both nodes and turns them Ready;
+// restarted. The DaemonSet rolls out on both nodes and turns them Ready,
+// its agents routing each other's pod CIDRs (host-gw);
 // then a redis Deployment on one node and client Jobs, none of whose
 // specs mention FreeFlow: a client on the same node gets shm and one on
 // the other node host-tcp, every byte of a 3 MB value back intact;
@@ -47,6 +48,19 @@ func TestKubeDeployFreeFlow(t *testing.T) {
 		if b, err := os.ReadFile(kc.ContainerdConfig(n)); err != nil || !strings.Contains(string(b), "runtimes.freeflow]") {
 			t.Fatalf("node %s: the installer added no runtime handler to containerd's configuration (%v):\n%s", n, err, b)
 		}
+	}
+	// The agents route each other's pod CIDRs (host-gw), in place of the
+	// CLI overlay's routes: the pods' connections across nodes below are
+	// set up over them.
+	for i, n := range kc.Nodes {
+		peer := kc.Hosts[(i+1)%len(kc.Hosts)]
+		want := fmt.Sprintf("%s via %s dev", peer.Subnet, peer.FabricIP)
+		var got string
+		testenv.WaitWithin(t, 30*time.Second, "node "+n+"'s agent to route "+peer.Subnet, func() bool {
+			out, _ := exec.Command("ip", "-n", filepath.Base(kc.HostNetNS(n)), "-4", "route", "show", peer.Subnet).CombinedOutput()
+			got = string(out)
+			return strings.Contains(got, want) && strings.Contains(got, "proto 70") && strings.Count(got, "\n") == 1
+		})
 	}
 	if err := kc.SetDefaultRuntime("freeflow"); err != nil {
 		t.Fatal(err)
