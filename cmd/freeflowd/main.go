@@ -211,13 +211,22 @@ func run(o options) error {
 	}
 	defer dir.Close()
 	if o.podRoutes == podRoutesHostGW {
+		nodes, ok := dir.(interface{ HostsSynced() bool }) // the Kubernetes directory (parseFlags)
+		if !ok {
+			return errors.New("--pod-routes host-gw needs --datastore kubernetes")
+		}
 		// Opened here, on the main thread, in the node's namespace.
 		h, err := podroutes.Open()
 		if err != nil {
 			return err
 		}
-		defer h.Close()
-		go podroutes.Keep(ctx, h, dir.Hosts, o.agent.Host, logf)
+		routesCtx, stopRoutes := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			podroutes.Keep(routesCtx, h, dir.Hosts, nodes.HostsSynced, o.agent.Host, logf)
+		}()
+		defer func() { stopRoutes(); <-done; h.Close() }()
 	}
 	a, err := agent.New(o.agent, dir)
 	if err != nil {

@@ -79,12 +79,9 @@ func (o *Options) defaults() {
 // the Kubernetes experiments if selected (kube.go).
 func Run(ctx context.Context, o Options) (res *Result, err error) {
 	o.defaults()
-	kube, names := selectKube(o.Only, o.Quick)
-	var exps []Experiment
-	if len(names) > 0 || !kube {
-		if exps, err = SelectExperiments(names, o.Quick); err != nil {
-			return nil, err
-		}
+	kube, exps, err := selectRun(o)
+	if err != nil {
+		return nil, err
 	}
 	paths, err := SelectPaths(o.Paths)
 	if err != nil {
@@ -103,23 +100,33 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 			return nil, err
 		}
 	}
+	var kubeErr error
 	if kube {
-		if err := runKube(ctx, o, raw); err != nil {
-			return nil, err
+		// A failure here keeps what the path experiments measured.
+		if kubeErr = runKube(ctx, o, raw); kubeErr != nil {
+			raw.Notes = append(raw.Notes, "the Kubernetes experiments failed: "+kubeErr.Error())
 		}
 	}
 	raw.Finished = time.Now().UTC()
 	if err := WriteReport(dir, raw); err != nil {
 		return nil, err
 	}
+	if kubeErr != nil {
+		return nil, fmt.Errorf("the Kubernetes experiments: %w (the report of what ran is in %s)", kubeErr, dir)
+	}
 	return &Result{Dir: dir, Raw: raw}, nil
 }
 
-// selectKube says whether the Kubernetes experiments run (named in only,
-// or a full run of everything) and returns the other names.
-func selectKube(only []string, quick bool) (bool, []string) {
-	rest := slices.DeleteFunc(slices.Clone(only), func(n string) bool { return n == KubeName })
-	return len(rest) < len(only) || (len(only) == 0 && !quick), rest
+// selectRun returns whether the Kubernetes experiments run (named in
+// --only, or a full run of everything) and the path experiments that do.
+func selectRun(o Options) (bool, []Experiment, error) {
+	names := slices.DeleteFunc(slices.Clone(o.Only), func(n string) bool { return n == KubeName })
+	kube := len(names) < len(o.Only) || (len(o.Only) == 0 && !o.Quick)
+	if len(o.Only) > 0 && len(names) == 0 {
+		return kube, nil, nil
+	}
+	exps, err := SelectExperiments(names, o.Quick)
+	return kube, exps, err
 }
 
 // runPaths measures the path experiments on a cluster of the CLI's

@@ -217,24 +217,26 @@ func TestKubeBenchOnRealCluster(t *testing.T) {
 }
 
 // TestSelectKube: --only kube alone runs no path experiment, with others
-// both, and the full run (no --only) includes it, the quick one not.
+// both; the full run (no --only) runs every path experiment and the
+// Kubernetes ones, the quick run its quick ones and no Kubernetes.
 func TestSelectKube(t *testing.T) {
+	quick, _ := SelectExperiments(nil, true)
 	for _, c := range []struct {
 		only  []string
 		quick bool
 		kube  bool
-		rest  []string
+		exps  int
 	}{
-		{[]string{KubeName}, false, true, []string{}},
-		{[]string{"redis", KubeName}, false, true, []string{"redis"}},
-		{[]string{"redis"}, false, false, []string{"redis"}},
-		{nil, false, true, nil},
-		{nil, true, false, nil},
-		{[]string{KubeName}, true, true, []string{}},
+		{[]string{KubeName}, false, true, 0},
+		{[]string{"redis", KubeName}, false, true, 1},
+		{[]string{"redis"}, false, false, 1},
+		{nil, false, true, len(Experiments)},
+		{nil, true, false, len(quick)},
+		{[]string{KubeName}, true, true, 0},
 	} {
-		kube, rest := selectKube(c.only, c.quick)
-		if kube != c.kube || len(rest) != len(c.rest) || (len(rest) > 0 && rest[0] != c.rest[0]) {
-			t.Errorf("selectKube(%v, quick %v) = %v, %v; want %v, %v", c.only, c.quick, kube, rest, c.kube, c.rest)
+		kube, exps, err := selectRun(Options{Only: c.only, Quick: c.quick})
+		if err != nil || kube != c.kube || len(exps) != c.exps {
+			t.Errorf("--only %v, quick %v: kube %v, %d path experiments (%v); want %v, %d", c.only, c.quick, kube, len(exps), err, c.kube, c.exps)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -154,10 +155,16 @@ func (r *kubeRun) add(s Sample) {
 }
 
 // podsPerRound is how many pods each round of pod starts times, the nodes
-// in turn: a start is about a second, in steps of the kubelet's status
-// and relist periods, so one pod per node per round leaves the median to
-// chance.
+// in turn.
 const podsPerRound = 8
+
+// relistPeriod is the kubelet's: it sees a started container at its next
+// relist, so a pod's start latency includes up to one period. A pod
+// applied at once when the previous one is Running would fall at the same
+// point of that period each time (one node's relists set the pace of the
+// other's), and a path's median would measure the phase, not the path:
+// each pod is applied after a random pause within one period.
+const relistPeriod = time.Second
 
 // podStarts starts podsPerRound pods per repetition, each timed from its
 // apply to phase Running, then deletes them all, waiting until their
@@ -170,7 +177,12 @@ func (r *kubeRun) podStarts(ctx context.Context, path string) error {
 			node := r.kc.Nodes[i%len(r.kc.Nodes)]
 			name := fmt.Sprintf("start-%d-%d", rep, i)
 			s := Sample{Experiment: "kube-pod-start", Case: "1 pod", Path: path, Rep: rep, Warmup: rep == 0,
-				Command: "kubectl apply -f pod.yaml; kubectl wait --for=jsonpath={.status.phase}=Running pod/" + name}
+				Command: "sleep rand(1s); kubectl apply -f pod.yaml; kubectl wait --for=jsonpath={.status.phase}=Running pod/" + name}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(rand.N(relistPeriod)):
+			}
 			if err := r.kc.Apply(ctx, kubelab.ShellPod(kubeNS, name, node, false, "exec sleep 3600")); err != nil {
 				return err
 			}

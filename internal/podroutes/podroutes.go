@@ -38,14 +38,23 @@ type Route struct {
 func (r Route) String() string { return r.Dst.String() + " via " + r.Via.String() }
 
 // Want returns the routes to every node's pod CIDR but self's, through
-// that node's address; a node without both (no pod CIDR assigned yet) has
-// none.
+// that node's address. A node without both (no pod CIDR assigned yet) has
+// none, and so has one whose CIDR could not be a pod CIDR here: the
+// default route's /0, one overlapping this node's own pod CIDR, one that
+// holds the node's own address (its next hop would be inside it).
 func Want(hosts []directory.Host, self string) []Route {
+	var own netip.Prefix
+	for _, h := range hosts {
+		if h.Name == self {
+			own, _ = netip.ParsePrefix(h.Subnet)
+		}
+	}
 	var rs []Route
 	for _, h := range hosts {
 		dst, err1 := netip.ParsePrefix(h.Subnet)
 		via, err2 := netip.ParseAddr(h.FabricIP)
-		if h.Name == self || err1 != nil || err2 != nil || !dst.Addr().Is4() || !via.Is4() {
+		if h.Name == self || err1 != nil || err2 != nil || !dst.Addr().Is4() || !via.Is4() ||
+			dst.Bits() == 0 || (own.IsValid() && dst.Overlaps(own)) || dst.Contains(via) {
 			continue
 		}
 		rs = append(rs, Route{Dst: dst.Masked(), Via: via})
@@ -110,16 +119,18 @@ const (
 )
 
 // Keep syncs the routes of h's namespace to what hosts returns, until ctx
-// ends. A failure is logged once until the routes sync again.
-func Keep(ctx context.Context, h *netlink.Handle, hosts func() []directory.Host, self string, logf func(string, ...any)) {
+// ends, from the first time synced says hosts holds every node (before,
+// a node not listed yet would lose its route). A failure is logged once
+// until the routes sync again.
+func Keep(ctx context.Context, h *netlink.Handle, hosts func() []directory.Host, synced func() bool, self string, logf func(string, ...any)) {
 	var last []Route
-	var synced time.Time
+	var lastSync time.Time
 	failed := ""
 	t := time.NewTicker(Period)
 	defer t.Stop()
 	for {
 		want := Want(hosts(), self)
-		if !slices.Equal(want, last) || time.Since(synced) > Resync {
+		if synced() && (!slices.Equal(want, last) || time.Since(lastSync) > Resync) {
 			err := Sync(h, want)
 			switch {
 			case err != nil && err.Error() != failed:
@@ -129,7 +140,7 @@ func Keep(ctx context.Context, h *netlink.Handle, hosts func() []directory.Host,
 				if failed != "" || !slices.Equal(want, last) {
 					logf("pod routes: %d other nodes' pod CIDRs routed through their addresses: %v", len(want), want)
 				}
-				failed, last, synced = "", want, time.Now()
+				failed, last, lastSync = "", want, time.Now()
 			}
 		}
 		select {

@@ -1,11 +1,14 @@
 package podroutes
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/freeflow-net/freeflow/internal/directory"
 	"github.com/freeflow-net/freeflow/internal/netns"
@@ -129,4 +132,45 @@ func TestPodRoutesNotOnLink(t *testing.T) {
 	if !strings.Contains(routes(t, ns), "10.244.2.0/24 via 10.99.0.12") {
 		t.Errorf("the reachable nodes' routes were not made:\n%s", routes(t, ns))
 	}
+}
+
+// TestPodRoutesSkipImpossibleCIDRs: a Node whose pod CIDR is the default
+// route's /0, overlaps this node's own pod CIDR, or holds the node's own
+// address gets no route (it would take over the node's default, bridge or
+// connected route).
+func TestPodRoutesSkipImpossibleCIDRs(t *testing.T) {
+	hosts := append([]directory.Host{
+		{Name: "all", FabricIP: "10.99.0.21", Subnet: "0.0.0.0/0"},
+		{Name: "overlap", FabricIP: "10.99.0.22", Subnet: "10.244.0.0/16"},
+		{Name: "self-inside", FabricIP: "10.99.0.23", Subnet: "10.99.0.0/24"},
+	}, nodes...)
+	got := Want(hosts, "n1")
+	if len(got) != 2 || got[0].Dst.String() != "10.244.2.0/24" || got[1].Dst.String() != "10.244.3.0/24" {
+		t.Errorf("Want = %v, want n2's and n3's routes only", got)
+	}
+}
+
+// TestPodRoutesKeepWaitsForNodes: a restarted agent does not touch its
+// routes until the Nodes have been listed (a node not listed yet is not a
+// node gone); then it syncs them.
+func TestPodRoutesKeepWaitsForNodes(t *testing.T) {
+	ns, h := testNode(t)
+	ip(t, ns, "route", "add", "10.244.3.0/24", "via", "10.99.0.13", "proto", "70")
+	var listed atomic.Bool
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Keep(ctx, h, func() []directory.Host { return nodes[:2] }, listed.Load, "n1", t.Logf)
+	}()
+	defer func() { cancel(); <-done }()
+	time.Sleep(Period + Period/2)
+	if got := routes(t, ns); !strings.Contains(got, "10.244.3.0/24") || strings.Contains(got, "10.244.2.0/24") {
+		t.Fatalf("routes changed before the Nodes were listed:\n%s", got)
+	}
+	listed.Store(true)
+	testenv.WaitWithin(t, 3*Period, "the routes to follow the listed nodes", func() bool {
+		got := routes(t, ns)
+		return !strings.Contains(got, "10.244.3.0/24") && strings.Contains(got, "10.244.2.0/24 via 10.99.0.12")
+	})
 }

@@ -88,21 +88,31 @@ func Give(bundle string, load func() (Config, error)) error {
 // else its agent hands it no fabric socket, for it could free one from
 // the fabric guard (internal/agent/guard.go), and every connection to
 // another node stays on the pod network. containerd grants it by
-// default; a pod that needs raw sockets opts out of FreeFlow. (A pod that
-// asks for CAP_NET_ADMIN keeps it, and takes the pod network across
-// nodes.)
-const netRaw = "CAP_NET_RAW"
+// default; a pod that needs raw sockets opts out of FreeFlow. A process
+// that asked for CAP_NET_ADMIN keeps both: that one alone changes a mark,
+// so its agent hands it no fabric socket anyway, and what it asked for
+// them for (iptables-legacy in an init container) keeps working.
+const (
+	netRaw   = "CAP_NET_RAW"
+	netAdmin = "CAP_NET_ADMIN"
+)
 
-// dropNetRaw removes netRaw from every capability set of an OCI process.
+// dropNetRaw removes netRaw from every capability set of an OCI process
+// that holds no netAdmin.
 func dropNetRaw(process map[string]json.RawMessage) error {
 	var caps map[string][]string
 	if err := decodeField(process, "capabilities", &caps); err != nil {
 		return err
 	}
+	for _, list := range caps {
+		if slices.Contains(list, netAdmin) {
+			return nil
+		}
+	}
 	changed := false
 	for set, list := range caps {
-		if i := slices.Index(list, netRaw); i >= 0 {
-			caps[set], changed = slices.Delete(list, i, i+1), true
+		if kept := slices.DeleteFunc(slices.Clone(list), func(c string) bool { return c == netRaw }); len(kept) < len(list) {
+			caps[set], changed = kept, true
 		}
 	}
 	if !changed {

@@ -292,3 +292,36 @@ func TestGiveFindsGlibcWhereImagesKeepIt(t *testing.T) {
 		}
 	}
 }
+
+// TestDropNetRawKeepsNetAdminProcesses: CAP_NET_RAW goes from every set,
+// every copy of it; a process that asked for CAP_NET_ADMIN keeps it (its
+// agent hands it no fabric socket anyway, and iptables-legacy needs both).
+func TestDropNetRawKeepsNetAdminProcesses(t *testing.T) {
+	caps := func(p map[string]json.RawMessage) map[string][]string {
+		var c map[string][]string
+		json.Unmarshal(p["capabilities"], &c)
+		return c
+	}
+	proc := func(list ...string) map[string]json.RawMessage {
+		b, _ := json.Marshal(map[string][]string{"bounding": list, "permitted": list})
+		return map[string]json.RawMessage{"capabilities": b}
+	}
+	p := proc("CAP_KILL", "CAP_NET_RAW", "CAP_NET_RAW")
+	if err := dropNetRaw(p); err != nil {
+		t.Fatal(err)
+	}
+	for set, list := range caps(p) {
+		if !reflect.DeepEqual(list, []string{"CAP_KILL"}) {
+			t.Errorf("%s: %v, want only CAP_KILL", set, list)
+		}
+	}
+	p = proc("CAP_NET_ADMIN", "CAP_NET_RAW")
+	if err := dropNetRaw(p); err != nil {
+		t.Fatal(err)
+	}
+	for set, list := range caps(p) {
+		if !slices.Contains(list, "CAP_NET_RAW") {
+			t.Errorf("%s: %v lost CAP_NET_RAW though the process asked for CAP_NET_ADMIN", set, list)
+		}
+	}
+}

@@ -128,6 +128,10 @@ func (d *Directory) Containers() []directory.Container {
 	})
 }
 
+// HostsSynced reports whether Hosts holds every Node: the Nodes have been
+// listed once. Before, a missing host is unknown, not gone.
+func (d *Directory) HostsSynced() bool { return d.nodes.HasSynced() }
+
 // Hosts returns every node that has an InternalIP, sorted by name.
 func (d *Directory) Hosts() []directory.Host {
 	v := d.cache

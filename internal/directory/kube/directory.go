@@ -83,6 +83,7 @@ type Directory struct {
 	cache  *view
 	health *health
 	config cache.SharedIndexInformer // FreeFlow's ConfigMap
+	nodes  cache.SharedIndexInformer
 	key    atomic.Pointer[[]byte]    // the cluster key, once read (ClusterKey)
 
 	cancel    context.CancelFunc
@@ -108,13 +109,13 @@ func New(ctx context.Context, cfg Config) (*Directory, error) {
 		cancel()
 		return nil, fmt.Errorf("directory: pod informer: %w", err)
 	}
-	nodes := d.informer("nodes", &corev1.Node{}, d.nodesLW(), cache.ResourceEventHandlerFuncs{
+	d.nodes = d.informer("nodes", &corev1.Node{}, d.nodesLW(), cache.ResourceEventHandlerFuncs{
 		AddFunc: d.sawNode, UpdateFunc: func(_, n any) { d.sawNode(n) }, DeleteFunc: d.lostNode,
 	})
 	d.config = d.informer("configmap", &corev1.ConfigMap{}, d.configLW(), cache.ResourceEventHandlerFuncs{
 		AddFunc: d.sawConfig, UpdateFunc: func(_, c any) { d.sawConfig(c) },
 	})
-	for _, inf := range []cache.SharedIndexInformer{pods, nodes, d.config} {
+	for _, inf := range []cache.SharedIndexInformer{pods, d.nodes, d.config} {
 		d.done.Add(1)
 		go func() {
 			defer d.done.Done()

@@ -410,9 +410,9 @@ func (r racySecrets) Get(ctx context.Context, name string, o metav1.GetOptions) 
 // the pod's node wrote, signed with the cluster key, counts for every
 // agent holding the key before the kubelet reports the pod's IP (a pod
 // connects milliseconds after its sandbox is up, the kubelet reports a
-// second later); copied to another pod, to a new pod of the same name, or
-// with a MAC of the author's own, it does not, nor for an agent that has
-// not read the key.
+// second later); copied to another pod, to a new pod of the same name,
+// with a MAC of the author's own, or older than a minute (kept and written
+// back), it does not, nor for an agent that has not read the key.
 func TestSignedRecordCountsBeforeKubeletReportsIP(t *testing.T) {
 	client := fake.NewClientset()
 	n1, n2, keyless := newDir(t, client, "n1", nil), newDir(t, client, "n2", nil), newDir(t, client, "n3", nil)
@@ -431,8 +431,9 @@ func TestSignedRecordCountsBeforeKubeletReportsIP(t *testing.T) {
 		}
 		return p
 	}
+	now := func(c directory.Container) directory.Container { c.Created = time.Now().UTC(); return c }
 	withUID("fresh", "uid-1")
-	put(t, n1, record("sb1", "a/fresh", "n1", "10.244.1.2"))
+	put(t, n1, now(record("sb1", "a/fresh", "n1", "10.244.1.2")))
 	eventually(t, 5*time.Second, "a signed record to count before the pod's IP is reported", hasIP(n2, "10.244.1.2"))
 	signed, err := client.CoreV1().Pods("a").Get(ctxT(t), "fresh", metav1.GetOptions{})
 	if err != nil {
@@ -463,11 +464,15 @@ func TestSignedRecordCountsBeforeKubeletReportsIP(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A pod put after the forgeries, to know n2 has seen them.
+	// Signed by the agent, but made longer ago than the kubelet takes to
+	// report an IP: a record kept and written back later.
+	withUID("stale", "uid-6")
+	put(t, n1, record("sb6", "a/stale", "n1", "10.244.1.6"))
 	withUID("later", "uid-5")
-	put(t, n1, record("sb5", "a/later", "n1", "10.244.1.5"))
+	put(t, n1, now(record("sb5", "a/later", "n1", "10.244.1.5")))
 	eventually(t, 5*time.Second, "the later signed record", hasIP(n2, "10.244.1.5"))
 	for ip, what := range map[string]string{"10.244.1.3": "copied to another pod", "10.244.1.4": "signed with another key",
-		"10.244.1.2": "copied to a new pod of the same name"} {
+		"10.244.1.2": "copied to a new pod of the same name", "10.244.1.6": "made longer ago than the grace"} {
 		if c, ok := n2.LookupIP(ip); ok {
 			t.Errorf("a record %s counts: %+v", what, c)
 		}

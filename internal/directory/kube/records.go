@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/freeflow-net/freeflow/internal/directory"
 	corev1 "k8s.io/api/core/v1"
@@ -52,7 +53,7 @@ func podRecord(p *corev1.Pod, key []byte) (c directory.Container, ok bool, err e
 	case c.Host != p.Spec.NodeName:
 		return c, false, fmt.Errorf("annotation %s names host %q, but the pod is on node %q", RecordAnnotation, c.Host, p.Spec.NodeName)
 	case len(p.Status.PodIPs) == 0 && p.Status.PodIP == "":
-		if !recordSigned(p, raw, key) {
+		if !recordSigned(p, raw, key) || time.Since(c.Created) > signedGrace {
 			return c, false, nil // the kubelet has not reported the IP yet
 		}
 	case !podHasIP(p, ip.Unmap()):
@@ -61,6 +62,13 @@ func podRecord(p *corev1.Pod, key []byte) (c directory.Container, ok bool, err e
 	c.IP = ip.Unmap().String()
 	return c, true, nil
 }
+
+// signedGrace is how long after its creation a signed record counts
+// without the kubelet's report of the pod's IP (which comes within
+// seconds): the record's creation time is in the MAC, so an old record
+// and MAC its pod's author kept and writes back while the pod has no IP
+// (a sandbox made again) do not count.
+const signedGrace = time.Minute
 
 // recordMAC is the MAC of record, the text of pod's record annotation,
 // under the cluster key: it binds the record to the pod object it was
