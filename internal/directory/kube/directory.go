@@ -84,7 +84,7 @@ type Directory struct {
 	health *health
 	config cache.SharedIndexInformer // FreeFlow's ConfigMap
 	nodes  cache.SharedIndexInformer
-	key    atomic.Pointer[[]byte]    // the cluster key, once read (ClusterKey)
+	key    atomic.Pointer[[]byte] // the cluster key, once read (ClusterKey)
 
 	cancel    context.CancelFunc
 	done      sync.WaitGroup
