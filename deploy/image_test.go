@@ -52,9 +52,8 @@ func TestImageInstallsOntoNode(t *testing.T) {
 	}
 	bin := t.TempDir()
 	image := makeImage(t)
-	mk := exec.Command("make", "-s", "-C", "..", "image", "BIN="+bin)
-	if out, err := mk.CombinedOutput(); err != nil {
-		t.Fatalf("make image: %v\n%s", err, out)
+	if err := testenv.Make("image", bin); err != nil {
+		t.Fatal(err)
 	}
 	c := startContainerd(t)
 	if err := c.ctr("images", "import", filepath.Join(bin, "freeflow-image.tar")); err != nil {

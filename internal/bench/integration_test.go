@@ -184,9 +184,8 @@ func TestKubeBenchOnRealCluster(t *testing.T) {
 		t.Skip(why)
 	}
 	bin := buildFreeflow(t)
-	root, _ := testenv.ModuleRoot()
-	if out, err := exec.Command("make", "-s", "-C", root, "kubelab", "BIN="+filepath.Dir(bin)).CombinedOutput(); err != nil {
-		t.Fatalf("make kubelab: %v\n%s", err, out)
+	if err := testenv.Make("kubelab", filepath.Dir(bin)); err != nil {
+		t.Fatal(err)
 	}
 	raw, _, stdout := runBench(t, bin, "--only", KubeName, "--reps", "1")
 	if raw.Setup.KubeCluster == "" {

@@ -250,14 +250,18 @@ func (r *kubeRun) redisJob(ctx context.Context, rep int, c redisCase, path strin
 	name := fmt.Sprintf("rb-%d-%s", rep, path)
 	s := Sample{Experiment: "kube-redis", Case: "20 conns " + c.name, Path: path, Rep: rep,
 		Command: fmt.Sprintf("Job on %s: %s", c.node, strings.Replace(redisClient, "$0", ip, 1))}
-	before, err := readCounters(ctx, r.cli)
-	if err != nil {
-		return err
+	want := pathExpect(path)
+	var before connCounters
+	if want != "" {
+		var err error
+		if before, err = readCounters(ctx, r.cli); err != nil {
+			return err
+		}
 	}
 	if err := r.kc.Apply(ctx, kubelab.ShellJob(kubeNS, name, c.node, off, redisClient, ip)); err != nil {
 		return err
 	}
-	_, err = r.kc.Kubectl(ctx, "-n", kubeNS, "wait", "job/"+name, "--for=condition=complete", fmt.Sprintf("--timeout=%ds", int(kubeTimeout.Seconds())))
+	_, err := r.kc.Kubectl(ctx, "-n", kubeNS, "wait", "job/"+name, "--for=condition=complete", fmt.Sprintf("--timeout=%ds", int(kubeTimeout.Seconds())))
 	out, lerr := r.kc.Kubectl(ctx, "-n", kubeNS, "logs", "job/"+name)
 	switch {
 	case err != nil:
@@ -269,7 +273,7 @@ func (r *kubeRun) redisJob(ctx context.Context, rep int, c redisCase, path strin
 			s.Error, s.Output = err.Error(), out
 		}
 	}
-	if want := pathExpect(path); want != "" && s.Error == "" {
+	if want != "" && s.Error == "" {
 		after, err := readCounters(ctx, r.cli)
 		if err != nil {
 			return err

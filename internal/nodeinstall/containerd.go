@@ -81,11 +81,3 @@ func handlerBlock(wrapper string, systemdCgroup bool) []byte {
 %s
 `, blockBegin, handlerTable, q(runtimewrap.OptOutAnnotation), handlerTable, q(wrapper), systemdCgroup, blockEnd)
 }
-
-func jsonIndent(v any) ([]byte, error) {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	return append(b, '\n'), nil
-}

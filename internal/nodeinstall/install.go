@@ -17,6 +17,7 @@ package nodeinstall
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -190,4 +191,12 @@ func (o Options) update(path string, b []byte, mode os.FileMode) error {
 	}
 	fmt.Fprintf(o.Out, "freeflowd install: %s %s\n", verb, path)
 	return nil
+}
+
+func jsonIndent(v any) ([]byte, error) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
 }

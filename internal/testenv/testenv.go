@@ -81,6 +81,19 @@ func BuildBinaries() (string, error) {
 	return dir, nil
 }
 
+// Make runs `make TARGET BIN=bin` at the module root: what the Makefile
+// builds into a bin directory of the test's (image, kubelab).
+func Make(target, bin string) error {
+	root, err := ModuleRoot()
+	if err != nil {
+		return err
+	}
+	if out, err := exec.Command("make", "-s", "-C", root, target, "BIN="+bin).CombinedOutput(); err != nil {
+		return fmt.Errorf("make %s: %w\n%s", target, err, out)
+	}
+	return nil
+}
+
 // Result is one run of the CLI.
 type Result struct {
 	Stdout, Stderr string

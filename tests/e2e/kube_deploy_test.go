@@ -135,14 +135,10 @@ func TestKubeDeployFreeFlow(t *testing.T) {
 func freeflowImage(t *testing.T) string {
 	t.Helper()
 	bin := t.TempDir()
-	root, err := testenv.ModuleRoot()
-	if err != nil {
+	if err := testenv.Make("image", bin); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("make", "-s", "-C", root, "image", "BIN="+bin).CombinedOutput(); err != nil {
-		t.Fatalf("make image: %v\n%s", err, out)
-	}
-	return filepath.Join(bin, "freeflow-image.tar")
+	return kubelab.ImageFile(bin)
 }
 
 // redisCheckScript stores three 3 MB values and reads them back, byte
