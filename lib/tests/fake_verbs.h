@@ -7,14 +7,20 @@
  * and GID are not looked at), each QP's doorbell handed to its peers and rung when they die, grants only through a connected QP to a region
  * in its peer's PD, read-only unless the region allows remote writes or
  * atomics, a dead word set when a session ends, and UD lanes (a sender's
- * memfd handed to the receiver with the sender's QPN). The agent's own rules
+ * memfd handed to the receiver with the sender's QPN). With FF_TEST_CHANNEL
+ * host-tcp, an RC pair is "on two hosts": VERBS_CONNECT hands each end of
+ * the pair one end of a loopback TCP connection (PATH_KIND host-tcp), as
+ * two agents do, instead of the peer's memfd. The agent's own rules
  * (internal/agent) are tested in Go.
  */
 #ifndef FREEFLOW_FAKE_VERBS_H
 #define FREEFLOW_FAKE_VERBS_H
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -31,6 +37,8 @@ struct fv_qp {
 	int owner;		/* session fd; 0: free slot */
 	uint32_t qpn, pd, peer;
 	int memfd, bell;	/* bell: the owner's doorbell, or -1 */
+	int sock;		/* across hosts: its end of the pair's connection, until it asks; -1 */
+	int paired;		/* across hosts: the pair's connection is made */
 };
 
 struct fv_mr {
@@ -139,6 +147,8 @@ static inline void fv_lane_dead(struct fv_lane *l)
 	l->owner = 0;
 }
 
+static inline void fv_peer_attrs(struct ff_enc *e, const void *arg);
+
 /* q's dead word set, its lanes dead, then the doorbells of the QPs connected to it rung. */
 static inline void fv_mark_dead(struct fv_qp *q)
 {
@@ -152,7 +162,41 @@ static inline void fv_mark_dead(struct fv_qp *q)
 	close(q->memfd);
 	if (q->bell >= 0)
 		close(q->bell);
+	if (q->sock >= 0)
+		close(q->sock);
 	q->owner = 0;
+}
+
+static inline int fv_across_hosts(void)
+{
+	const char *ch = getenv("FF_TEST_CHANNEL");
+
+	return ch && !strcmp(ch, "host-tcp");
+}
+
+/* A connected loopback TCP pair, as two hosts' agents make one. */
+static inline int fv_tcp_pair(int sv[2])
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t al = sizeof(a);
+	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), ok;
+
+	sv[0] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ok = l >= 0 && sv[0] >= 0 && bind(l, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(l, 1) == 0 &&
+	     getsockname(l, (struct sockaddr *)&a, &al) == 0 &&
+	     connect(sv[0], (struct sockaddr *)&a, sizeof(a)) == 0 &&
+	     (sv[1] = accept4(l, NULL, NULL, SOCK_CLOEXEC)) >= 0;
+	if (l >= 0)
+		close(l);
+	if (!ok && sv[0] >= 0)
+		close(sv[0]);
+	return ok ? 0 : -1;
+}
+
+static inline void fv_wire_attrs(struct ff_enc *e, const void *arg)
+{
+	fv_peer_attrs(e, arg);
+	ff_enc_u8(e, FF_ATTR_PATH_KIND, FF_PATH_HOST_TCP);
 }
 
 static inline void fv_peer_attrs(struct ff_enc *e, const void *arg)
@@ -248,7 +292,7 @@ static inline void fv_request(int fd, const struct ff_msg *m, int *fds, int nfds
 		for (int i = 0; a && (nfds == 1 || nfds == 2) && i < FV_MAX_QPS; i++)
 			if (!fv_qps[i].owner) {
 				fv_qps[i] = (struct fv_qp){ .owner = fd, .qpn = fv_next_qpn++, .memfd = fds[0],
-							    .bell = nfds == 2 ? fds[1] : -1 };
+							    .bell = nfds == 2 ? fds[1] : -1, .sock = -1 };
 				memcpy(&fv_qps[i].pd, a->val + 4, 4);
 				fv_ok_u32(fd, m->seq, FF_ATTR_QPN, fv_qps[i].qpn);
 				return;
@@ -266,6 +310,15 @@ static inline void fv_request(int fd, const struct ff_msg *m, int *fds, int nfds
 			return;
 		}
 		memcpy(&peer, a->val, 4);
+		if (fv_across_hosts() && q->sock >= 0 && q->peer == peer) {
+			/* Its end of the pair's connection, also once the peer is gone (its bytes wait there). */
+			struct fv_qp named = { .qpn = peer };
+
+			fv_reply(fd, FF_MSG_VERBS_PEER_QP, m->seq, &q->sock, 1, fv_wire_attrs, &named);
+			close(q->sock);
+			q->sock = -1;
+			return;
+		}
 		p = fv_qp(peer);
 		if (!p) {
 			fv_error(fd, m->seq, FF_ERR_NOTFOUND);
@@ -279,6 +332,27 @@ static inline void fv_request(int fd, const struct ff_msg *m, int *fds, int nfds
 		}
 		if (p->bell >= 0)
 			send(p->bell, "", 1, MSG_DONTWAIT | MSG_NOSIGNAL);	/* it may wait for this */
+		if (fv_across_hosts()) {
+			int sv[2];
+
+			if (!q->paired) {	/* the second to connect makes the pair's connection */
+				if (fv_tcp_pair(sv)) {
+					fv_error(fd, m->seq, FF_ERR_INTERNAL);
+					return;
+				}
+				q->sock = sv[0];
+				p->sock = sv[1];
+				q->paired = p->paired = 1;
+			}
+			if (q->sock < 0) {
+				fv_error(fd, m->seq, FF_ERR_INVALID);	/* handed already */
+				return;
+			}
+			fv_reply(fd, FF_MSG_VERBS_PEER_QP, m->seq, &q->sock, 1, fv_wire_attrs, p);
+			close(q->sock);
+			q->sock = -1;
+			return;
+		}
 		{
 			int out[2] = { p->memfd, p->bell };
 

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: a CQ that overflows behaves as a NIC's: ibv_poll_cq fails from then on, the program gets one IBV_EVENT_CQ_ERR naming the CQ from ibv_get_async_event, the QPs that complete into it go to the error state, and ibv_destroy_cq (after the QP) works once the event is acknowledged */
+/* Channels: shm host-tcp */
 #include "verbstest.h"
 
 #define CQE 4

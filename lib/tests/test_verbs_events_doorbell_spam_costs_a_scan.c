@@ -7,17 +7,22 @@
 #define RINGS	20000	/* far more than a datagram socket queues: most are taken by scans */
 #define ROUNDS	3
 
-/* The only AF_UNIX datagram socket of this process: the peer's doorbell (no channel here). */
+/*
+ * The peer's doorbell: the only AF_UNIX datagram socket of this process
+ * that another process made (our own doorbell is a pair we made).
+ */
 static int find_doorbell(void)
 {
 	int found = -1;
 
 	for (int fd = 3; fd < 1024; fd++) {
 		int dom = 0, typ = 0;
-		socklen_t l = sizeof(int);
+		struct ucred cr;
+		socklen_t l = sizeof(int), cl = sizeof(cr);
 
 		if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &l) == 0 &&
-		    getsockopt(fd, SOL_SOCKET, SO_TYPE, &typ, &l) == 0 && dom == AF_UNIX && typ == SOCK_DGRAM) {
+		    getsockopt(fd, SOL_SOCKET, SO_TYPE, &typ, &l) == 0 && dom == AF_UNIX && typ == SOCK_DGRAM &&
+		    getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0 && cr.pid != getpid()) {
 			TV_MUST(found < 0, "two datagram sockets (%d, %d): which is the doorbell?", found, fd);
 			found = fd;
 		}

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: a process asleep on its completion channel costs no CPU: with an armed CQ, a QP and the context's event thread, 1 s of waiting for an event that does not come uses under 20 ms of the process's CPU (the thread sleeps in the kernel on its doorbell) */
+/* Channels: shm host-tcp */
 #include <sys/resource.h>
 
 #include "verbstest.h"

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: a message that arrives before any receive is posted (to the QP's own queue, or to an empty SRQ) waits, as RNR on a NIC, and lands intact in the receive posted later; a receiver that armed its CQ and sleeps on the completion channel after posting that receive gets its event, without polling */
+/* Channels: shm host-tcp */
 #include "verbstest.h"
 
 #define LEN	5000

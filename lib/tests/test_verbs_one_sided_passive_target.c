@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: RDMA WRITE, READ, fetch-and-add and compare-and-swap act on the other process's registered memory while it makes no verbs call (it waits on a socket), on a buffer that is neither page aligned nor page sized (malloc) and one on its stack; the target's own data and stack stay intact around them; WRITE with immediate consumes a posted receive after the data is there */
+/* Channels: shm host-tcp */
 #include "verbstest.h"
 
 #define LEN 10000	/* crosses pages, starts mid-page */

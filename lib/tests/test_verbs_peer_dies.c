@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: when the process at the other end of an RC QP dies (its agent session ends, the agent marks its QPs dead), a SEND to it completes with an error instead of hanging, what it had sent before dying is still delivered, the other posted receives are flushed and later requests too */
+/* Channels: shm host-tcp */
 #include "verbstest.h"
 
 static int dies(int sock)

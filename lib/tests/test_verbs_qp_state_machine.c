@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: an RC QP moves RESET -> INIT -> RTR -> RTS only with the attributes the IB spec requires for each step, as a NIC's driver checks them: skipped states, missing attributes, another port or P_Key index fail with EINVAL and leave the state; work requests in the wrong state are refused; to ERR flushes the posted receives; to RESET drops them without completions */
+/* Channels: shm host-tcp */
 #include "verbstest.h"
 
 static int state(struct ibv_qp *qp)

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: two processes on the virtual verbs device: SENDs of 1 B to 3 MiB (past the 1 MiB ring, so in pieces) arrive intact and in order in posted receives of the other process, with their immediate data, both ways; unsignaled sends make no completion; a SEND posted before the peer posts its receive waits for it (RNR, retried) */
+/* Channels: shm host-tcp */
 #include "verbstest.h"
 
 static const uint32_t sizes[] = { 1, 100, 4096, 200000, 3 << 20, 17 };

@@ -79,4 +79,32 @@ enum ff_vqp_op {
  */
 #define FF_VQP_GRH	8u
 
+/*
+ * Across hosts (docs/VERBS.md, "Across hosts"): the two providers of an RC
+ * pair exchange frames over one TCP connection, each a 40-byte header and
+ * len payload bytes. Little-endian.
+ */
+#define FF_VW_HDR		40u
+#define FF_VW_OP		0u	/* u8: enum ff_vw_op */
+#define FF_VW_FLAGS		1u	/* u8: FF_VQP_SOLICITED on a SEND sent with IBV_SEND_SOLICITED */
+#define FF_VW_LEN		4u	/* u32: payload bytes that follow (SEND, WRITE: the message; READ_RESP) */
+#define FF_VW_IMM		8u	/* u32: immediate data */
+#define FF_VW_RKEY		12u	/* u32: the target region's rkey (WRITE, READ, atomics) */
+#define FF_VW_RADDR		16u	/* u64: the target address (WRITE, READ, atomics) */
+#define FF_VW_ARG1		24u	/* u64: READ: its length; CAS: compare; FADD: add; ATOMIC_RESP: the old value; NAK: the status */
+#define FF_VW_ARG2		32u	/* u64: CAS: swap; NAK: the op it answers */
+
+enum ff_vw_op {
+	FF_VW_SEND = 1,
+	FF_VW_SEND_IMM = 2,
+	FF_VW_WRITE = 3,
+	FF_VW_WRITE_IMM = 4,
+	FF_VW_READ = 5,
+	FF_VW_CAS = 6,
+	FF_VW_FADD = 7,
+	FF_VW_READ_RESP = 8,	/* the answer to a READ, in order: its bytes */
+	FF_VW_ATOMIC_RESP = 9,	/* the answer to an atomic, in order: the old value */
+	FF_VW_NAK = 10,		/* a request the target refused (ibv_wc_status), in order */
+};
+
 #endif

@@ -23,11 +23,11 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -43,17 +43,32 @@ void ffv_ring(int fd)
 	send(fd, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
-/* The event thread: asleep on the doorbell, no CPU while idle. */
+/* Whether fd is among the n descriptors that woke the thread. */
+static int woke(const struct epoll_event *ev, int n, int fd)
+{
+	for (int i = 0; i < n; i++)
+		if (ev[i].data.fd == fd)
+			return 1;
+	return 0;
+}
+
+/*
+ * The event thread: asleep on the doorbell and on the connections of QPs
+ * whose peers are on other hosts (wire.c), no CPU while idle.
+ */
 static void *events_main(void *arg)
 {
 	struct ffv_context *c = arg;
-	struct pollfd p = { .fd = c->bell[0], .events = POLLIN };
+	struct epoll_event ev[32];
 	char buf[256];
-	int timeout = -1;
+	int timeout = -1, n, rung;
 
 	for (;;) {
-		if (poll(&p, 1, timeout) < 0 && errno != EINTR)
+		n = epoll_wait(c->ep, ev, 32, timeout);
+		if (n < 0 && errno != EINTR)
 			return NULL;
+		if (n < 0)
+			n = 0;
 		/* Every ring so far is answered by the one scan below. */
 		while (recv(c->bell[0], buf, sizeof(buf), MSG_DONTWAIT) > 0)
 			;
@@ -66,10 +81,29 @@ static void *events_main(void *arg)
 		 * A QP whose peer has not connected back retries as a NIC does,
 		 * even while its program sleeps (ffv_qp_reach): woken by the
 		 * agent when the peer connects, or by the clock for the next try.
+		 * A QP across hosts moves along when its connection has bytes or
+		 * room (a passive target's requests are served here).
 		 */
 		timeout = -1;
+		rung = woke(ev, n, c->bell[0]);
 		for (struct ffv_qp *qp = c->qps; qp; qp = qp->next) {
-			if (qp->belled || qp->reach_by || qp->rnr_by)
+			/* Rung while waiting for its peer to connect back: maybe it has. */
+			int awaiting = rung && qp->vqp.qp.qp_type == IBV_QPT_RC && !ffv_reached(qp) &&
+				       (qp->vqp.qp.state == IBV_QPS_RTR || qp->vqp.qp.state == IBV_QPS_RTS);
+
+			/*
+			 * Frames in: applied as a NIC applies them; what a SEND
+			 * brings stays in the ring for the program's poll, unless
+			 * the program sleeps for it (its receive CQ armed).
+			 */
+			if (qp->wire && woke(ev, n, ffv_wire_fd(qp))) {
+				ffv_wire_serve(qp);
+				if (qp->belled && qp->rcq->armed)
+					ffv_progress(qp);
+			}
+			if (awaiting)
+				qp->reach_next = 0;
+			if ((rung && qp->belled) || qp->reach_by || qp->rnr_by || awaiting)
 				ffv_progress(qp);
 			if (qp->reach_by || qp->rnr_by)
 				timeout = 1;
@@ -81,6 +115,7 @@ static void *events_main(void *arg)
 /* ctx->mu held: the doorbell and the thread, once per context. */
 int ffv_events_start(struct ffv_context *c)
 {
+	struct epoll_event ev = { .events = EPOLLIN };
 	sigset_t all, old;
 	int err;
 
@@ -88,19 +123,28 @@ int ffv_events_start(struct ffv_context *c)
 		return 0;
 	if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, c->bell) < 0)
 		return -errno;
+	c->ep = epoll_create1(EPOLL_CLOEXEC);
+	ev.data.fd = c->bell[0];
+	if (c->ep < 0 || epoll_ctl(c->ep, EPOLL_CTL_ADD, c->bell[0], &ev) < 0) {
+		err = errno;
+		goto fail;
+	}
 	/* The program's signal handlers must never run on the provider's thread. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	err = pthread_create(&c->events, NULL, events_main, c);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (err) {
-		close(c->bell[0]);
-		close(c->bell[1]);
-		return -err;
-	}
+	if (err)
+		goto fail;
 	c->events_on = 1;
 	c->events_pid = getpid();
 	return 0;
+fail:
+	if (c->ep >= 0)
+		close(c->ep);
+	close(c->bell[0]);
+	close(c->bell[1]);
+	return -err;
 }
 
 void ffv_events_stop(struct ffv_context *c)
@@ -115,6 +159,7 @@ void ffv_events_stop(struct ffv_context *c)
 		ffv_ring(c->bell[1]);
 		pthread_join(c->events, NULL);
 	}
+	close(c->ep);
 	close(c->bell[0]);
 	close(c->bell[1]);
 	c->events_on = 0;

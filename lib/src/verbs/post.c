@@ -14,13 +14,6 @@
 
 #include "verbs/verbs.h"
 
-#define PIECE_MAX(ring)	((ring) / 8)	/* a SEND larger than this goes in pieces */
-
-static uint32_t round16(uint32_t n)
-{
-	return (n + FF_VQP_REC_ALIGN - 1) & ~(FF_VQP_REC_ALIGN - 1);
-}
-
 static void push_wc(struct ffv_qp *qp, struct ffv_cq *cq, const struct ibv_wc *wc, int solicited)
 {
 	if (ffv_cq_push(cq, wc, solicited) && qp->vqp.qp.state != IBV_QPS_ERR)
@@ -38,6 +31,8 @@ void ffv_complete(struct ffv_qp *qp, int send, uint64_t wr_id, enum ibv_wc_statu
 
 static int peer_dead(const struct ffv_qp *qp)
 {
+	if (qp->wire)
+		return ffv_wire_dead(qp);
 	return __atomic_load_n((uint32_t *)(qp->peer_mem + FF_VQP_OFF_DEAD), __ATOMIC_ACQUIRE) != 0;
 }
 
@@ -62,7 +57,7 @@ static uint32_t ring_room(const uint8_t *mem, uint32_t size, uint64_t prod)
 
 long ffv_ring_reserve(uint8_t *mem, uint32_t size, uint64_t *prod, uint32_t len)
 {
-	uint32_t need = FF_VQP_REC_HDR + round16(len);
+	uint32_t need = FF_VQP_REC_HDR + ffv_round16(len);
 	uint32_t off = (uint32_t)(*prod & (size - 1)), to_end = size - off;
 	uint8_t *ring = mem + FF_VQP_HDR_SIZE;
 
@@ -153,8 +148,6 @@ void ffv_scatter(const struct ibv_sge *sge, int n, uint32_t off, const uint8_t *
 
 /* ---- one work request ---- */
 
-enum { DONE, WAIT };	/* or a work completion error, < 0 as -status */
-
 /* IB's RNR timer codes (the receiver's min_rnr_timer), in µs: code 0 is the longest. */
 static const uint32_t rnr_timer_us[32] = {
 	655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920, 2560,
@@ -168,19 +161,20 @@ static const uint32_t rnr_timer_us[32] = {
  * ring at once and waits there for its receive. Below 7, as a NIC: it
  * starts only once the peer has a receive posted for it (the peer's
  * rq_posted word), retried rnr_retry times the peer's RNR timer, then the
- * request fails. DONE, WAIT, or -status.
+ * request fails. FFV_DONE, FFV_WAIT, or -status.
  */
 static int rnr_check(struct ffv_qp *qp)
 {
 	uint64_t posted;
 	uint32_t code;
 
-	if (qp->attr.rnr_retry >= 7)
-		return DONE;
+	/* Across hosts a message waits for its receive whatever rnr_retry (docs/VERBS.md, "Across hosts"). */
+	if (qp->attr.rnr_retry >= 7 || qp->wire)
+		return FFV_DONE;
 	posted = __atomic_load_n((uint64_t *)(qp->peer_mem + FF_VQP_OFF_RQ_POSTED), __ATOMIC_ACQUIRE);
 	if (posted > qp->tx_msgs) {
 		qp->rnr_by = 0;
-		return DONE;
+		return FFV_DONE;
 	}
 	if (!qp->rnr_by) {
 		code = __atomic_load_n((uint32_t *)(qp->peer_mem + FF_VQP_OFF_RNR_TIMER), __ATOMIC_RELAXED) & 31;
@@ -192,23 +186,23 @@ static int rnr_check(struct ffv_qp *qp)
 	}
 	/* A NIC retries on its own: so does the event thread (events.c), if the program does not call. */
 	ffv_events_start(ffv_ctx(qp->vqp.qp.context));
-	return WAIT;
+	return FFV_WAIT;
 }
 
 /* Move a SEND's bytes [done, total) into the ring while there is room. */
 static int do_send(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total, uint32_t *done)
 {
 	uint8_t op = wr->opcode == IBV_WR_SEND_WITH_IMM ? FF_VQP_OP_SEND_IMM : FF_VQP_OP_SEND;
-	int r = *done == 0 ? rnr_check(qp) : DONE;
+	int r = *done == 0 ? rnr_check(qp) : FFV_DONE;
 
-	if (r != DONE)
+	if (r != FFV_DONE)
 		return r;
 	do {
 		uint32_t len = total - *done;
 		long off;
 
-		if (len > PIECE_MAX(qp->peer_ring))
-			len = PIECE_MAX(qp->peer_ring);
+		if (len > FFV_PIECE_MAX(qp->peer_ring))
+			len = FFV_PIECE_MAX(qp->peer_ring);
 		if ((off = ring_reserve(qp, len)) < 0)
 			break;
 		if (*done == 0)
@@ -218,11 +212,11 @@ static int do_send(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t tot
 			   wr->imm_data, total);
 		ffv_gather(qp->peer_mem + FF_VQP_HDR_SIZE + off + FF_VQP_REC_HDR, wr->sg_list, wr->num_sge,
 		       *done, len);
-		qp->tx_prod += FF_VQP_REC_HDR + round16(len);
+		qp->tx_prod += FF_VQP_REC_HDR + ffv_round16(len);
 		*done += len;
 	} while (*done < total);
 	publish(qp);
-	return *done == total ? DONE : WAIT;
+	return *done == total ? FFV_DONE : FFV_WAIT;
 }
 
 /* An RDMA WRITE: gather straight into the target's region; with immediate, a record follows. */
@@ -232,7 +226,7 @@ static int do_write(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t to
 	uint8_t *dst;
 	int r;
 
-	if (*done == 0 && wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM && (r = rnr_check(qp)) != DONE)
+	if (*done == 0 && wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM && (r = rnr_check(qp)) != FFV_DONE)
 		return r;
 	if (*done == 0) {
 		if (!peer_allows(qp, IBV_ACCESS_REMOTE_WRITE))
@@ -248,7 +242,7 @@ static int do_write(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t to
 		long off = ring_reserve(qp, 0);
 
 		if (off < 0)
-			return WAIT;
+			return FFV_WAIT;
 		qp->tx_msgs++;
 		/* Release order: the target sees the record only after the data. */
 		ffv_rec_header(qp->peer_mem + FF_VQP_HDR_SIZE + off, 0, FF_VQP_OP_WRITE_IMM,
@@ -256,7 +250,7 @@ static int do_write(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t to
 		qp->tx_prod += FF_VQP_REC_HDR;
 		publish(qp);
 	}
-	return DONE;
+	return FFV_DONE;
 }
 
 
@@ -271,7 +265,7 @@ static int do_read(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t tot
 	if (!src)
 		return -(int)st;
 	ffv_scatter(wr->sg_list, wr->num_sge, 0, src, total);
-	return DONE;
+	return FFV_DONE;
 }
 
 static int do_atomic(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total)
@@ -295,7 +289,7 @@ static int do_atomic(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t t
 					    __ATOMIC_SEQ_CST);
 	}
 	ffv_scatter(wr->sg_list, wr->num_sge, 0, (const uint8_t *)&old, 8);
-	return DONE;
+	return FFV_DONE;
 }
 
 static enum ibv_wc_opcode wc_opcode(enum ibv_wr_opcode op)
@@ -310,22 +304,24 @@ static enum ibv_wc_opcode wc_opcode(enum ibv_wr_opcode op)
 	}
 }
 
-/* Carry out wr as far as it goes: DONE, WAIT, or -status. */
+/* Carry out wr as far as it goes: FFV_DONE, FFV_WAIT, or -status. */
 static int run(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total, uint32_t *done)
 {
-	if (!qp->peer_mem) {
+	if (!ffv_reached(qp)) {
 		int st = ffv_qp_reach(qp);
 
 		if (st == FFV_REACH_LATER)
-			return WAIT;
+			return FFV_WAIT;
 		if (st != IBV_WC_SUCCESS)
 			return -st;
 	}
 	if (peer_dead(qp)) {
 		int st = ffv_qp_retry_dead(qp);
 
-		return st == FFV_REACH_LATER ? WAIT : -st;
+		return st == FFV_REACH_LATER ? FFV_WAIT : -st;
 	}
+	if (qp->wire)
+		return ffv_wire_run(qp, wr, total, done);
 	switch (wr->opcode) {
 	case IBV_WR_SEND:
 	case IBV_WR_SEND_WITH_IMM:
@@ -348,8 +344,7 @@ static int signaled(const struct ffv_qp *qp, const struct ibv_send_wr *wr)
 	return qp->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED);
 }
 
-/* A finished request: its completion if signaled, or the error that stops the QP. */
-static void finish(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total, int r)
+void ffv_finish(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total, int r)
 {
 	if (r < 0) {
 		ffv_complete(qp, 1, wr->wr_id, (enum ibv_wc_status)-r, wc_opcode(wr->opcode), 0);
@@ -368,13 +363,17 @@ static void drain_sq(struct ffv_qp *qp)
 		struct ffv_swqe *w = qp->sq;
 		int r = run(qp, &w->wr, w->total, &w->done);
 
-		if (r == WAIT)
+		if (r == FFV_WAIT)
 			return;
 		qp->sq = w->next;
 		if (!qp->sq)
 			qp->sq_tail = &qp->sq;
+		if (r == FFV_SENT) {
+			ffv_wire_sent(qp, w);	/* still counted among the send queue's */
+			continue;
+		}
 		qp->sq_count--;
-		finish(qp, &w->wr, w->total, r);
+		ffv_finish(qp, &w->wr, w->total, r);
 		free(w);
 	}
 }
@@ -401,17 +400,22 @@ static void want_room(struct ffv_qp *qp)
 	}
 }
 
-/* Keep wr (and its inline data) to go on later; its first done bytes went. */
-static int enqueue(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total, uint32_t done)
+/*
+ * A copy of wr (and its inline data) that outlives the call, its first
+ * done bytes gone, counted in the send queue; NULL when it is full or
+ * memory is.
+ */
+static struct ffv_swqe *keep(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total,
+			     uint32_t done)
 {
 	int inl = (wr->send_flags & IBV_SEND_INLINE) != 0;
 	struct ffv_swqe *w;
 
 	if (qp->sq_count >= qp->cap.max_send_wr)
-		return ENOMEM;
+		return NULL;
 	w = malloc(sizeof(*w) + sizeof(struct ibv_sge) * (inl ? 1 : wr->num_sge) + (inl ? total : 0));
 	if (!w)
-		return ENOMEM;
+		return NULL;
 	w->wr = *wr;
 	w->wr.next = NULL;
 	w->wr.sg_list = w->sge;
@@ -427,10 +431,8 @@ static int enqueue(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t tot
 		memcpy(w->sge, wr->sg_list, sizeof(struct ibv_sge) * wr->num_sge);
 	}
 	w->next = NULL;
-	*qp->sq_tail = w;
-	qp->sq_tail = &w->next;
 	qp->sq_count++;
-	return 0;
+	return w;
 }
 
 /*
@@ -482,7 +484,7 @@ int ffv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_w
 		}
 		r = check_local(c, wr, &total);
 		if (r < 0) {
-			finish(qp, wr, 0, r);
+			ffv_finish(qp, wr, 0, r);
 			continue;
 		}
 		if ((wr->send_flags & IBV_SEND_INLINE) && total > qp->cap.max_inline_data) {
@@ -494,16 +496,32 @@ int ffv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_w
 				err = EINVAL;	/* a UD QP only sends */
 				break;
 			}
-			finish(qp, wr, total, ffv_ud_send(qp, wr, total));
+			ffv_finish(qp, wr, total, ffv_ud_send(qp, wr, total));
 			continue;
 		}
-		r = qp->sq ? WAIT : run(qp, wr, total, &done);
-		if (r == WAIT) {
-			if ((err = enqueue(qp, wr, total, done)))
+		if (qp->wire && qp->sq_count >= qp->cap.max_send_wr) {
+			err = ENOMEM;	/* a frame, once begun, must be kept to go on */
+			break;
+		}
+		r = qp->sq ? FFV_WAIT : run(qp, wr, total, &done);
+		if (r == FFV_WAIT || r == FFV_SENT) {
+			struct ffv_swqe *w = keep(qp, wr, total, done);
+
+			if (!w && r == FFV_WAIT && !done) {
+				err = ENOMEM;
 				break;
+			}
+			if (!w) {	/* out of memory with its bytes gone: the QP cannot go on */
+				ffv_finish(qp, wr, total, -(int)IBV_WC_LOC_QP_OP_ERR);
+			} else if (r == FFV_SENT) {
+				ffv_wire_sent(qp, w);
+			} else {
+				*qp->sq_tail = w;
+				qp->sq_tail = &w->next;
+			}
 			continue;
 		}
-		finish(qp, wr, total, r);
+		ffv_finish(qp, wr, total, r);
 	}
 	want_room(qp);
 	pthread_mutex_unlock(&c->mu);
@@ -585,7 +603,7 @@ static int recv_start(struct ffv_qp *qp, uint8_t op, uint32_t total)
  * Take the records waiting in our ring into the posted receives. A record
  * that makes no sense (the peer broke the layout) puts the QP in error.
  */
-void ffv_take_incoming(struct ffv_qp *qp)
+static void take_ring(struct ffv_qp *qp)
 {
 	uint8_t *ring = qp->mem + FF_VQP_HDR_SIZE;
 	uint64_t prod = __atomic_load_n((uint64_t *)(qp->mem + FF_VQP_OFF_PROD), __ATOMIC_ACQUIRE);
@@ -609,7 +627,7 @@ void ffv_take_incoming(struct ffv_qp *qp)
 		flags = ring[off + FF_VQP_REC_FLAGS];
 		memcpy(&imm, ring + off + FF_VQP_REC_IMM, 4);
 		memcpy(&total, ring + off + FF_VQP_REC_TOTAL, 4);
-		rec = FF_VQP_REC_HDR + round16(len);
+		rec = FF_VQP_REC_HDR + ffv_round16(len);
 		if (avail > qp->ring_size || len > qp->ring_size || rec > avail ||
 		    off + rec > qp->ring_size || (op == FF_VQP_OP_WRITE_IMM && len) ||
 		    (op != FF_VQP_OP_PAD && op != FF_VQP_OP_SEND && op != FF_VQP_OP_SEND_IMM &&
@@ -651,6 +669,33 @@ void ffv_take_incoming(struct ffv_qp *qp)
 		ffv_qp_error(qp);
 }
 
+void ffv_take_incoming(struct ffv_qp *qp)
+{
+	uint64_t before;
+	int blocked;
+
+	if (!qp->wire) {
+		take_ring(qp);
+		return;
+	}
+	/* A peer across hosts: its frames into our ring first, as long as taking makes room. */
+	do {
+		before = qp->rx_cons;
+		blocked = ffv_wire_rx(qp);
+		take_ring(qp);
+	} while (blocked && qp->rx_cons != before && qp->wire);
+}
+
+void ffv_wire_serve(struct ffv_qp *qp)
+{
+	if (qp->vqp.qp.state == IBV_QPS_RESET || qp->vqp.qp.state == IBV_QPS_INIT)
+		return;
+	ffv_wire_rx(qp);
+	if (qp->vqp.qp.state == IBV_QPS_RTS)
+		drain_sq(qp);
+	ffv_wire_tx(qp);
+}
+
 void ffv_progress(struct ffv_qp *qp)
 {
 	if (qp->vqp.qp.state == IBV_QPS_RESET || qp->vqp.qp.state == IBV_QPS_INIT)
@@ -664,16 +709,17 @@ void ffv_progress(struct ffv_qp *qp)
 	 * back, to see it die (below); a failure here is no error (a NIC
 	 * never notices a silent peer it does not send to).
 	 */
-	if (!qp->peer_mem && qp->vqp.qp.state != IBV_QPS_ERR && !qp->sq &&
+	if (!ffv_reached(qp) && qp->vqp.qp.state != IBV_QPS_ERR && !qp->sq &&
 	    ffv_now_ns() >= qp->reach_next) {
 		ffv_qp_connect(qp);
-		qp->reach_next = qp->peer_mem ? 0 : ffv_now_ns() + 1000000;
+		qp->reach_next = ffv_reached(qp) ? 0 : ffv_now_ns() + 1000000;
 	}
 	ffv_take_incoming(qp);
 	if (qp->vqp.qp.state == IBV_QPS_RTS) {
 		drain_sq(qp);
 		want_room(qp);
 	}
+	ffv_wire_tx(qp);
 	/*
 	 * A peer gone with receives still posted: they will never fill (a NIC's
 	 * retries run out). Only once the program has polled every completion
@@ -682,7 +728,7 @@ void ffv_progress(struct ffv_qp *qp)
 	 * an event after its client exited) must not find the flush beside it.
 	 * Not while sends wait: their retries (ffv_qp_retry_dead) end it.
 	 */
-	if (qp->peer_mem && qp->vqp.qp.state != IBV_QPS_ERR && !qp->sq && !qp->rcq->count &&
+	if (ffv_reached(qp) && qp->vqp.qp.state != IBV_QPS_ERR && !qp->sq && !qp->rcq->count &&
 	    !qp->scq->count && peer_dead(qp) &&
 	    __atomic_load_n((uint64_t *)(qp->mem + FF_VQP_OFF_PROD), __ATOMIC_ACQUIRE) == qp->rx_cons)
 		ffv_qp_error(qp);

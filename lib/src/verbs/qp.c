@@ -54,13 +54,17 @@ static int make_ring(struct ffv_qp *qp)
 	return ffv_ring_make(qp->ring_size, &qp->memfd, &qp->mem);
 }
 
-/* ctx->mu held: VERBS_QP_CREATE, with our doorbell if belled; the agent's QPN into qp. */
+/*
+ * ctx->mu held: VERBS_QP_CREATE, with our doorbell if belled or RC (the
+ * agent rings it when the peer connects back: a QP asleep, or passive,
+ * then asks for its peer); the agent's QPN into qp.
+ */
 static int register_qp(struct ffv_context *c, struct ffv_qp *qp)
 {
 	uint8_t buf[256], val[8];
 	uint32_t type = qp->vqp.qp.qp_type, pd = qp->pd->num;
 	const struct ff_attr *qpn;
-	int fds[2] = { qp->memfd, c->bell[1] };
+	int fds[2] = { qp->memfd, -1 };
 	struct ff_enc e;
 	struct ff_msg m;
 	int n, rn = 0, err;
@@ -71,7 +75,11 @@ static int register_qp(struct ffv_context *c, struct ffv_qp *qp)
 	n = ff_enc_finish(&e);
 	if (n < 0)
 		return n;
-	err = ffv_agent_call(c, buf, n, fds, qp->belled ? 2 : 1, &m, sizeof(buf), NULL, &rn);
+	if ((qp->belled || type == IBV_QPT_RC) && (err = ffv_events_start(c)))
+		return err;
+	fds[1] = c->bell[1];
+	err = ffv_agent_call(c, buf, n, fds, qp->belled || type == IBV_QPT_RC ? 2 : 1, &m, sizeof(buf),
+			     NULL, &rn);
 	if (err)
 		return err > 0 ? (err == FF_ERR_LIMIT ? -ENOMEM : -EPERM) : err;
 	if (m.type != FF_MSG_OK || !(qpn = ff_msg_get(&m, FF_ATTR_QPN)))
@@ -83,6 +91,7 @@ static int register_qp(struct ffv_context *c, struct ffv_qp *qp)
 static void free_qp(struct ffv_qp *qp)
 {
 	ffv_ud_free(qp);
+	ffv_wire_close(qp);
 	if (qp->mem)
 		munmap(qp->mem, FF_VQP_HDR_SIZE + qp->ring_size);
 	if (qp->peer_mem)
@@ -265,6 +274,7 @@ static void reset(struct ffv_qp *qp)
 		close(qp->peer_bell);
 	qp->peer_bell = -1;
 	qp->waiting = 0;
+	ffv_wire_close(qp);
 }
 
 int ffv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
@@ -379,12 +389,12 @@ enum ibv_wc_status ffv_qp_connect(struct ffv_qp *qp)
 {
 	struct ffv_context *c = ffv_ctx(qp->vqp.qp.context);
 	uint8_t buf[256], val[24];
-	const struct ff_attr *qpn;
+	const struct ff_attr *qpn, *kind;
 	int fds[2], nfds = 2, n, err;
 	struct ff_enc e;
 	struct ff_msg m;
 
-	if (qp->peer_mem)
+	if (ffv_reached(qp))
 		return IBV_WC_SUCCESS;
 	ffv_peer_name(&qp->attr.ah_attr, qp->attr.dest_qp_num, val);
 	ff_enc_start(&e, buf, sizeof(buf), FF_MSG_VERBS_CONNECT, ffv_next_seq(c));
@@ -396,19 +406,30 @@ enum ibv_wc_status ffv_qp_connect(struct ffv_qp *qp)
 	err = ffv_agent_call(c, buf, n, NULL, 0, &m, sizeof(buf), fds, &nfds);
 	if (err)	/* no such QP (yet), another tenant's, or no agent: as an unreachable peer */
 		return IBV_WC_RETRY_EXC_ERR;
-	/* The peer's memfd, and its doorbell if a CQ of it has a channel. */
-	if (m.type != FF_MSG_VERBS_PEER_QP || nfds < 1 || !(qpn = ff_msg_get(&m, FF_ATTR_QPN)) ||
-	    ffv_ring_map(fds[0], &qp->peer_mem, &qp->peer_ring)) {
-		while (nfds > 0)
-			close(fds[--nfds]);
-		return IBV_WC_GENERAL_ERR;
+	qpn = ff_msg_get(&m, FF_ATTR_QPN);
+	kind = ff_msg_get(&m, FF_ATTR_PATH_KIND);
+	if (m.type != FF_MSG_VERBS_PEER_QP || nfds < 1 || !qpn)
+		goto bad;
+	if (kind && kind->len == 1 && kind->val[0] == FF_PATH_HOST_TCP) {
+		/* On another host: one fd, the connection to the peer's provider (wire.c). */
+		if (nfds != 1 || ffv_wire_attach(qp, fds[0]))
+			goto bad;
+		qp->peer_qpn = ff_attr_u32(qpn);
+		return IBV_WC_SUCCESS;
 	}
+	/* On this host: the peer's memfd, and its doorbell if a CQ of it has a channel. */
+	if (ffv_ring_map(fds[0], &qp->peer_mem, &qp->peer_ring))
+		goto bad;
 	close(fds[0]);
 	if (qp->peer_bell >= 0)
 		close(qp->peer_bell);
 	qp->peer_bell = nfds == 2 ? fds[1] : -1;
 	qp->peer_qpn = ff_attr_u32(qpn);
 	return IBV_WC_SUCCESS;
+bad:
+	while (nfds > 0)
+		close(fds[--nfds]);
+	return IBV_WC_GENERAL_ERR;
 }
 
 int64_t ffv_now_ns(void)
@@ -489,6 +510,7 @@ void ffv_qp_error(struct ffv_qp *qp)
 		ffv_take_incoming(qp);
 	qp->vqp.qp.state = IBV_QPS_ERR;
 	qp->attr.qp_state = IBV_QPS_ERR;
+	ffv_wire_flush(qp);	/* written before the send queue's: flushed first */
 	while (qp->sq) {
 		struct ffv_swqe *w = qp->sq;
 

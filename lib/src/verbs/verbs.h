@@ -75,6 +75,7 @@ struct ffv_context {
 	 * agent hands them; the event thread reads bell[0]), and the thread.
 	 */
 	int bell[2];
+	int ep;				/* what the thread sleeps on: the doorbell, cross-host QPs' sockets */
 	pthread_t events;
 	pid_t events_pid;		/* the process the thread runs in (not a fork child) */
 	int events_on, stopping;
@@ -223,6 +224,8 @@ struct ffv_qp {
 	struct ffv_lane *tx_lanes, *rx_lanes;
 	uint32_t lanes_seen;		/* the lanes word when we last asked for lanes */
 	uint32_t next_lane;		/* the lane id to ask from */
+	/* A peer on another host: the connection to it (wire.c), instead of peer_mem. */
+	struct ffv_wire *wire;
 };
 
 static inline struct ffv_device *ffv_dev(struct ibv_device *d)
@@ -418,6 +421,13 @@ void ffv_rq_fed(struct ffv_qp *qp);
 int ffv_rwqe_writable(struct ffv_context *c, const struct ffv_rwqe *w);
 
 /* ---- post.c: the data path ---- */
+#define FFV_PIECE_MAX(ring)	((ring) / 8)	/* a SEND larger than this goes in pieces */
+static inline uint32_t ffv_round16(uint32_t n)
+{
+	return (n + FF_VQP_REC_ALIGN - 1) & ~(FF_VQP_REC_ALIGN - 1);
+}
+/* What carrying out a work request came to, or a work completion error as -status. */
+enum { FFV_DONE, FFV_WAIT, FFV_SENT /* written; it completes later, in order (wire.c) */ };
 int ffv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 int ffv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 /*
@@ -425,6 +435,13 @@ int ffv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr 
  * sends to the ring (asking the peer for a doorbell when they still wait).
  */
 void ffv_progress(struct ffv_qp *qp);
+/*
+ * ctx->mu held, on the event thread: qp's connection to a peer on another
+ * host has bytes or room: frames applied (SENDs left in our ring for the
+ * program's poll, or the thread's when a channel asks), waiting requests
+ * and answers written, as a NIC does without its host.
+ */
+void ffv_wire_serve(struct ffv_qp *qp);
 /* ctx->mu held: the records waiting in qp's ring into its posted receives. */
 void ffv_take_incoming(struct ffv_qp *qp);
 /*
@@ -440,6 +457,13 @@ void ffv_ring_publish(uint8_t *mem, uint64_t prod, int bell);
 /* Copy len bytes out of (gather) or into (scatter) SGEs' bytes, from offset off of them. */
 void ffv_gather(uint8_t *dst, const struct ibv_sge *sge, int n, uint32_t off, uint32_t len);
 void ffv_scatter(const struct ibv_sge *sge, int n, uint32_t off, const uint8_t *src, uint32_t len);
+/* ctx->mu held: a finished send request's completion if signaled, or the error that stops the QP (r -status). */
+void ffv_finish(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total, int r);
+/* Whether qp found its peer: its ring mapped (same host) or a connection to it (wire.c). */
+static inline int ffv_reached(const struct ffv_qp *qp)
+{
+	return qp->peer_mem || qp->wire;
+}
 /* ctx->mu held: a completion of qp's into its send or receive CQ. */
 void ffv_complete(struct ffv_qp *qp, int send, uint64_t wr_id, enum ibv_wc_status st,
 		  enum ibv_wc_opcode op, uint32_t len);
@@ -456,4 +480,26 @@ void ffv_ud_arm(struct ffv_qp *qp, uint32_t on);
 /* A UD QP's lanes unmapped (nothing for an RC QP). */
 void ffv_ud_free(struct ffv_qp *qp);
 
+/* ---- wire.c: RC peers on other hosts ---- */
+/* ctx->mu held: qp's peer is across fd, a TCP connection the agent handed (VERBS_PEER_QP host-tcp). */
+int ffv_wire_attach(struct ffv_qp *qp, int fd);
+/* ctx->mu held: the connection closed and what waits on it dropped, without completions (reset, destroy). */
+void ffv_wire_close(struct ffv_qp *qp);
+/* ctx->mu held: a work request as a frame to the peer: FFV_DONE, FFV_WAIT, FFV_SENT, or -status. */
+int ffv_wire_run(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total, uint32_t *done);
+/* ctx->mu held: keep w, written, until its turn to complete (after the answers before it). */
+void ffv_wire_sent(struct ffv_qp *qp, struct ffv_swqe *w);
+/*
+ * ctx->mu held: the frames that arrived, applied (SENDs into our ring,
+ * which ffv_take_incoming then reads); 1 when it stopped for room there.
+ */
+int ffv_wire_rx(struct ffv_qp *qp);
+/* ctx->mu held: answers written, what the event thread listens for updated. */
+void ffv_wire_tx(struct ffv_qp *qp);
+/* ctx->mu held: the peer or the link is gone, and what it sent before was read. */
+int ffv_wire_dead(const struct ffv_qp *qp);
+/* The connection's descriptor (what wakes the event thread for qp). */
+int ffv_wire_fd(const struct ffv_qp *qp);
+/* ctx->mu held: the requests written and not completed, flushed (the QP went to error). */
+void ffv_wire_flush(struct ffv_qp *qp);
 #endif

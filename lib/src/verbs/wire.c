@@ -1,0 +1,806 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * RC peers on other hosts (docs/VERBS.md, "Across hosts"). The agents hand
+ * each end of the pair one end of a TCP connection between the hosts
+ * (VERBS_PEER_QP with PATH_KIND host-tcp), and the two providers carry out
+ * work requests over it as two NICs over a link: the initiator writes each
+ * request as a frame in ibv_post_send (FF_VW_*, include/freeflow/
+ * verbs_layout.h); the target's provider applies it when it reads it, when
+ * its program polls or on its event thread (a passive target makes no
+ * verbs call, and a NIC serves one-sided requests without its host's CPU):
+ * a SEND goes into the target QP's own ring, as a same-host peer's records,
+ * and is matched to receives there; a WRITE goes straight into the region;
+ * a READ or an atomic is answered with a frame, and the answers come back
+ * in the order of the requests, as on an RC link.
+ *
+ * A request completes once its frame is written and every request before it
+ * has completed (a READ or an atomic once its answer is in). The agents are
+ * not on the path; the target checks every request against its own
+ * registered regions and its QP's access flags.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "verbs/verbs.h"
+
+#define RXBUF		16384	/* read ahead: small frames cost one recv for many */
+#define DIRECT_MIN	4096	/* a payload part this large is read straight where it goes */
+#define MAX_ANSWERS	64	/* answers queued before reading more requests (a peer that does not read) */
+
+enum { HALF_NONE, HALF_REQ, HALF_ANSWER };	/* whose frame is written in part */
+
+/* An answer to write: a READ's bytes (taken from the region as they go), an atomic's value, a NAK. */
+struct ffv_answer {
+	struct ffv_answer *next;
+	uint8_t hdr[FF_VW_HDR];
+	uint32_t rkey;			/* a READ's region, checked again before each write */
+	uint64_t raddr;
+	uint32_t len, done;		/* payload bytes; frame bytes written */
+};
+
+struct ffv_wire {
+	int fd;
+	int dead;			/* an error or EOF: the peer or the link is gone */
+	int rx_end;			/* nothing more to read (what came before the end was read first) */
+	uint32_t interest;		/* the event thread's epoll events for fd */
+	int in_rx;			/* in ffv_wire_rx (a completion it makes may fail the QP, which reads) */
+	/* The frame being read: its header, then left payload bytes. */
+	uint8_t hdr[FF_VW_HDR];
+	uint32_t have, left, total;
+	uint8_t op;
+	uint8_t *dst;			/* a WRITE's destination */
+	enum ibv_wc_status refuse;	/* the request failed the target's checks: a NAK once read */
+	int done_pending;		/* its payload is in; what ends it waits for ring room */
+	/* A SEND arriving: we produce it into our own ring, piece by piece. */
+	uint64_t prod;
+	long piece;			/* the piece's offset in the ring; -1: none open */
+	uint32_t piece_len, piece_have, msg_done;
+	int blocked;			/* waiting for room in our ring */
+	uint8_t buf[RXBUF];
+	uint32_t pos, len;		/* buf[pos, len) read and not yet taken */
+	/* Requests written, completing in order behind an answer still to come. */
+	struct ffv_swqe *inflight, **inflight_tail;
+	/* Answers to write, oldest first. */
+	struct ffv_answer *answers, **answers_tail;
+	uint32_t nanswers;
+	int half;
+	int fenced;			/* the send queue's head waits for the answers before it (IBV_SEND_FENCE) */
+};
+
+static uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static uint64_t rd64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+static void wr32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static void wr64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
+
+static int needs_answer(enum ibv_wr_opcode op)
+{
+	return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
+	       op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+/* Whether a request of the wire's op (a NAK names it) is answered. */
+static int needs_answer_op(uint64_t op)
+{
+	return op == FF_VW_READ || op == FF_VW_CAS || op == FF_VW_FADD;
+}
+
+/* ---- the event thread's interest ---- */
+
+static void set_interest(struct ffv_qp *qp)
+{
+	struct ffv_context *c = ffv_ctx(qp->vqp.qp.context);
+	struct ffv_wire *w = qp->wire;
+	uint32_t want = 0;
+	struct epoll_event ev;
+
+	if (!w->rx_end && !w->blocked && w->nanswers < MAX_ANSWERS)
+		want |= EPOLLIN;
+	if (!w->dead) {
+		/* Something waits to be written: it waits for the socket (nothing else stops it). */
+		if (w->half || w->answers || (qp->sq && qp->vqp.qp.state == IBV_QPS_RTS && !w->fenced))
+			want |= EPOLLOUT;
+	}
+	if (want == w->interest || !c->events_on)
+		return;
+	ev = (struct epoll_event){ .events = want, .data.fd = w->fd };
+	/* Nothing wanted (a dead link would report HUP for ever): out of the set. */
+	if (!want)
+		epoll_ctl(c->ep, EPOLL_CTL_DEL, w->fd, NULL);
+	else
+		epoll_ctl(c->ep, w->interest ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, w->fd, &ev);
+	w->interest = want;
+}
+
+int ffv_wire_attach(struct ffv_qp *qp, int fd)
+{
+	struct ffv_context *c = ffv_ctx(qp->vqp.qp.context);
+	struct ffv_wire *w;
+	int one = 1, idle = 1, cnt = 5;
+	unsigned int user_timeout = 10000;
+	int err;
+
+	/* A NIC serves a passive target without its program: so does the event thread. */
+	if ((err = ffv_events_start(c)))
+		return err;
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	w->fd = fd;
+	w->piece = -1;
+	w->inflight_tail = &w->inflight;
+	w->answers_tail = &w->answers;
+	/*
+	 * Frames go at once; a host that vanishes without a reset is noticed
+	 * within seconds (keepalives), and unacknowledged data fails the link
+	 * after 10 s, the longest a NIC retries (qp.c, retry_budget_ns).
+	 */
+	if (fcntl(fd, F_SETFL, O_NONBLOCK) < 0 ||
+	    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0) {
+		free(w);
+		return -errno;
+	}
+	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &idle, sizeof(idle));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+	setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout));
+	qp->wire = w;
+	set_interest(qp);
+	return 0;
+}
+
+void ffv_wire_close(struct ffv_qp *qp)
+{
+	struct ffv_context *c = ffv_ctx(qp->vqp.qp.context);
+	struct ffv_wire *w = qp->wire;
+
+	if (!w)
+		return;
+	if (w->interest && c->events_on)
+		epoll_ctl(c->ep, EPOLL_CTL_DEL, w->fd, NULL);
+	close(w->fd);
+	while (w->inflight) {
+		struct ffv_swqe *s = w->inflight;
+
+		w->inflight = s->next;
+		free(s);
+	}
+	while (w->answers) {
+		struct ffv_answer *a = w->answers;
+
+		w->answers = a->next;
+		free(a);
+	}
+	free(w);
+	qp->wire = NULL;
+}
+
+int ffv_wire_dead(const struct ffv_qp *qp)
+{
+	return qp->wire->dead && qp->wire->rx_end;
+}
+
+int ffv_wire_fd(const struct ffv_qp *qp)
+{
+	return qp->wire->fd;
+}
+
+/* The peer or the link is gone: nothing more is written; what it sent before is still read. */
+static void gone(struct ffv_qp *qp)
+{
+	qp->wire->dead = 1;
+	set_interest(qp);
+}
+
+/* Read to the end: gone, and nothing more to read. */
+static void ended(struct ffv_qp *qp)
+{
+	qp->wire->rx_end = 1;
+	gone(qp);
+}
+
+/* ---- writing ---- */
+
+/*
+ * Write frame bytes [*done, hdr + len) of a frame whose payload is the
+ * SGEs' bytes (n of them): 1 once all went, 0 when the socket is full.
+ */
+static int put(struct ffv_qp *qp, const uint8_t *hdr, const struct ibv_sge *sge, int n,
+	       uint32_t len, uint32_t *done)
+{
+	struct ffv_wire *w = qp->wire;
+	struct iovec iov[1 + FFV_MAX_SGE];
+	struct msghdr mh = { .msg_iov = iov };
+	uint32_t off = *done;
+	ssize_t r;
+
+	while (*done < FF_VW_HDR + len) {
+		int k = 0;
+
+		off = *done;
+		if (off < FF_VW_HDR)
+			iov[k++] = (struct iovec){ (void *)(hdr + off), FF_VW_HDR - off };
+		off = off > FF_VW_HDR ? off - FF_VW_HDR : 0;
+		for (int i = 0; i < n; i++) {
+			if (off >= sge[i].length) {
+				off -= sge[i].length;
+				continue;
+			}
+			iov[k++] = (struct iovec){ (uint8_t *)(uintptr_t)sge[i].addr + off, sge[i].length - off };
+			off = 0;
+		}
+		mh.msg_iovlen = k;
+		r = sendmsg(w->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			if (errno != EAGAIN)
+				gone(qp);
+			return 0;
+		}
+		*done += (uint32_t)r;
+	}
+	return 1;
+}
+
+/* Write the answers that wait, oldest first, as far as the socket takes them. */
+static void put_answers(struct ffv_qp *qp)
+{
+	struct ffv_context *c = ffv_ctx(qp->vqp.qp.context);
+	struct ffv_wire *w = qp->wire;
+
+	while (w->answers && w->half != HALF_REQ && !w->dead) {
+		struct ffv_answer *a = w->answers;
+		struct ibv_sge sge = { 0 };
+		int n = 0;
+
+		if (a->hdr[FF_VW_OP] == FF_VW_READ_RESP && a->len) {
+			/* The region may have gone since the READ came: a NIC would fail the link. */
+			struct ffv_mr *mr = NULL;
+
+			for (struct ffv_mr *m = c->mrs; m; m = m->next)
+				if (m->remote && m->vmr.ibv_mr.rkey == a->rkey && a->raddr >= m->start &&
+				    a->raddr + a->len <= m->end)
+					mr = m;
+			if (!mr) {
+				shutdown(w->fd, SHUT_RDWR);
+				ended(qp);
+				return;
+			}
+			sge = (struct ibv_sge){ .addr = a->raddr, .length = a->len };
+			n = 1;
+		}
+		w->half = HALF_ANSWER;
+		if (!put(qp, a->hdr, &sge, n, a->len, &a->done))
+			return;
+		w->half = HALF_NONE;
+		w->answers = a->next;
+		if (!w->answers)
+			w->answers_tail = &w->answers;
+		w->nanswers--;
+		free(a);
+	}
+}
+
+void ffv_wire_tx(struct ffv_qp *qp)
+{
+	if (!qp->wire)
+		return;
+	put_answers(qp);
+	set_interest(qp);
+}
+
+static uint8_t wire_op(enum ibv_wr_opcode op)
+{
+	switch (op) {
+	case IBV_WR_SEND_WITH_IMM: return FF_VW_SEND_IMM;
+	case IBV_WR_RDMA_WRITE: return FF_VW_WRITE;
+	case IBV_WR_RDMA_WRITE_WITH_IMM: return FF_VW_WRITE_IMM;
+	case IBV_WR_RDMA_READ: return FF_VW_READ;
+	case IBV_WR_ATOMIC_CMP_AND_SWP: return FF_VW_CAS;
+	case IBV_WR_ATOMIC_FETCH_AND_ADD: return FF_VW_FADD;
+	default: return FF_VW_SEND;
+	}
+}
+
+int ffv_wire_run(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total, uint32_t *done)
+{
+	struct ffv_wire *w = qp->wire;
+	uint8_t hdr[FF_VW_HDR] = { 0 };
+	uint8_t op = wire_op(wr->opcode);
+	int data = op == FF_VW_SEND || op == FF_VW_SEND_IMM || op == FF_VW_WRITE || op == FF_VW_WRITE_IMM;
+
+	if (wr->opcode > IBV_WR_ATOMIC_FETCH_AND_ADD)
+		return -(int)IBV_WC_REM_INV_REQ_ERR;	/* what the device does not offer (docs/VERBS.md) */
+	/* A frame of the peer's answers is written whole before ours starts, and ours before theirs. */
+	put_answers(qp);
+	if (w->half == HALF_ANSWER || (*done == 0 && w->answers) || w->dead) {
+		set_interest(qp);
+		return FFV_WAIT;
+	}
+	/* A fenced request starts once the READs and atomics before it are answered (IB spec). */
+	w->fenced = *done == 0 && (wr->send_flags & IBV_SEND_FENCE) && w->inflight;
+	if (w->fenced)
+		return FFV_WAIT;
+	hdr[FF_VW_OP] = op;
+	hdr[FF_VW_FLAGS] = wr->send_flags & IBV_SEND_SOLICITED ? FF_VQP_SOLICITED : 0;
+	wr32(hdr + FF_VW_LEN, data ? total : 0);
+	wr32(hdr + FF_VW_IMM, wr->imm_data);
+	if (op == FF_VW_CAS || op == FF_VW_FADD) {
+		if (total != 8 || wr->wr.atomic.remote_addr % 8)
+			return -(int)IBV_WC_REM_INV_REQ_ERR;
+		wr32(hdr + FF_VW_RKEY, wr->wr.atomic.rkey);
+		wr64(hdr + FF_VW_RADDR, wr->wr.atomic.remote_addr);
+		wr64(hdr + FF_VW_ARG1, wr->wr.atomic.compare_add);
+		wr64(hdr + FF_VW_ARG2, wr->wr.atomic.swap);
+	} else if (op != FF_VW_SEND && op != FF_VW_SEND_IMM) {
+		wr32(hdr + FF_VW_RKEY, wr->wr.rdma.rkey);
+		wr64(hdr + FF_VW_RADDR, wr->wr.rdma.remote_addr);
+		wr64(hdr + FF_VW_ARG1, total);
+	}
+	w->half = HALF_REQ;
+	if (!put(qp, hdr, wr->sg_list, data ? wr->num_sge : 0, data ? total : 0, done)) {
+		set_interest(qp);
+		return FFV_WAIT;
+	}
+	w->half = HALF_NONE;
+	return needs_answer(wr->opcode) || w->inflight ? FFV_SENT : FFV_DONE;
+}
+
+void ffv_wire_sent(struct ffv_qp *qp, struct ffv_swqe *s)
+{
+	struct ffv_wire *w = qp->wire;
+
+	s->next = NULL;
+	*w->inflight_tail = s;
+	w->inflight_tail = &s->next;
+}
+
+/*
+ * The oldest request written completes with r (FFV_DONE or -status), then
+ * those behind it that wait for no answer.
+ */
+static void complete_inflight(struct ffv_qp *qp, int r)
+{
+	struct ffv_wire *w = qp->wire;
+
+	while (w->inflight) {
+		struct ffv_swqe *s = w->inflight;
+
+		w->inflight = s->next;
+		if (!w->inflight)
+			w->inflight_tail = &w->inflight;
+		qp->sq_count--;
+		ffv_finish(qp, &s->wr, s->total, r);
+		free(s);
+		if (r != FFV_DONE || !qp->wire)
+			return;	/* the QP went to error: ffv_wire_flush took the rest */
+		if (w->inflight && needs_answer(w->inflight->wr.opcode))
+			return;
+	}
+}
+
+void ffv_wire_flush(struct ffv_qp *qp)
+{
+	struct ffv_wire *w = qp->wire;
+
+	if (!w)
+		return;
+	while (w->inflight) {
+		struct ffv_swqe *s = w->inflight;
+
+		w->inflight = s->next;
+		qp->sq_count--;
+		ffv_complete(qp, 1, s->wr.wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_SEND, 0);
+		free(s);
+	}
+	w->inflight_tail = &w->inflight;
+	/*
+	 * Nothing more is read or written; the peer notices (EOF), as a NIC's
+	 * peer notices a QP in error by its retries running out.
+	 */
+	shutdown(w->fd, SHUT_RDWR);
+	ended(qp);
+}
+
+/* ---- reading ---- */
+
+/* The target's checks of a one-sided request: where it lands, or the status that refuses it. */
+static enum ibv_wc_status check_remote(struct ffv_qp *qp, uint32_t rkey, uint64_t raddr,
+				       uint64_t len, int access, uint8_t **at)
+{
+	struct ffv_context *c = ffv_ctx(qp->vqp.qp.context);
+
+	if ((qp->attr.qp_access_flags & (unsigned int)access) != (unsigned int)access)
+		return IBV_WC_REM_ACCESS_ERR;
+	for (struct ffv_mr *mr = c->mrs; mr; mr = mr->next)
+		if (mr->remote && mr->vmr.ibv_mr.rkey == rkey) {
+			if (mr->vmr.ibv_mr.pd != qp->vqp.qp.pd || (mr->access & access) != access ||
+			    raddr < mr->start || raddr + len > mr->end || raddr + len < raddr)
+				return IBV_WC_REM_ACCESS_ERR;
+			*at = (uint8_t *)(uintptr_t)raddr;
+			return IBV_WC_SUCCESS;
+		}
+	return IBV_WC_REM_ACCESS_ERR;
+}
+
+/* Queue an answer; its header's op, arg1, arg2. */
+static struct ffv_answer *answer(struct ffv_qp *qp, uint8_t op, uint64_t a1, uint64_t a2)
+{
+	struct ffv_wire *w = qp->wire;
+	struct ffv_answer *a = calloc(1, sizeof(*a));
+
+	if (!a) {
+		shutdown(w->fd, SHUT_RDWR);	/* an answer lost would shift every later one */
+		ended(qp);
+		return NULL;
+	}
+	a->hdr[FF_VW_OP] = op;
+	wr64(a->hdr + FF_VW_ARG1, a1);
+	wr64(a->hdr + FF_VW_ARG2, a2);
+	*w->answers_tail = a;
+	w->answers_tail = &a->next;
+	w->nanswers++;
+	return a;
+}
+
+/* The peer broke the protocol: the QP fails, as on a frame a NIC cannot parse. */
+static void broken(struct ffv_qp *qp)
+{
+	shutdown(qp->wire->fd, SHUT_RDWR);
+	ended(qp);
+	if (qp->vqp.qp.state != IBV_QPS_ERR)
+		ffv_qp_error(qp);
+}
+
+/* A header read: check it, and say where its payload goes. */
+static void start_frame(struct ffv_qp *qp)
+{
+	struct ffv_wire *w = qp->wire;
+	const uint8_t *h = w->hdr;
+	uint32_t len = rd32(h + FF_VW_LEN);
+	uint64_t raddr = rd64(h + FF_VW_RADDR);
+	struct ffv_swqe *head = w->inflight;
+
+	w->op = h[FF_VW_OP];
+	w->left = w->total = len;
+	w->refuse = IBV_WC_SUCCESS;
+	w->dst = NULL;
+	w->msg_done = 0;
+	switch (w->op) {
+	case FF_VW_SEND:
+	case FF_VW_SEND_IMM:
+		return;
+	case FF_VW_WRITE:
+	case FF_VW_WRITE_IMM:
+		w->refuse = check_remote(qp, rd32(h + FF_VW_RKEY), raddr, len, IBV_ACCESS_REMOTE_WRITE, &w->dst);
+		return;
+	case FF_VW_READ:
+	case FF_VW_CAS:
+	case FF_VW_FADD:
+		if (!len)
+			return;
+		break;
+	case FF_VW_READ_RESP:
+		if (head && head->wr.opcode == IBV_WR_RDMA_READ && len == head->total)
+			return;
+		break;
+	case FF_VW_ATOMIC_RESP:
+		if (!len && head && needs_answer(head->wr.opcode))
+			return;
+		break;
+	case FF_VW_NAK:
+		if (!len)
+			return;
+		break;
+	}
+	broken(qp);
+}
+
+/* A SEND's next piece into our ring: 0, or -1 when the ring has no room (we wait for the consumer). */
+static int open_piece(struct ffv_qp *qp)
+{
+	struct ffv_wire *w = qp->wire;
+	uint32_t len = w->left < FFV_PIECE_MAX(qp->ring_size) ? w->left : FFV_PIECE_MAX(qp->ring_size);
+	long off = ffv_ring_reserve(qp->mem, qp->ring_size, &w->prod, len);
+
+	if (off < 0)
+		return -1;
+	w->piece = off;
+	w->piece_len = len;
+	w->piece_have = 0;
+	return 0;
+}
+
+/* The piece is full: its record, published to our own reader (ffv_take_incoming). */
+static void close_piece(struct ffv_qp *qp)
+{
+	struct ffv_wire *w = qp->wire;
+	uint8_t flags = (w->msg_done == 0 ? FF_VQP_FIRST : 0);
+
+	w->msg_done += w->piece_len;
+	if (w->msg_done == w->total)
+		flags |= FF_VQP_LAST | (w->hdr[FF_VW_FLAGS] & FF_VQP_SOLICITED);
+	ffv_rec_header(qp->mem + FF_VQP_HDR_SIZE + w->piece, w->piece_len,
+		       w->op == FF_VW_SEND_IMM ? FF_VQP_OP_SEND_IMM : FF_VQP_OP_SEND, flags,
+		       rd32(w->hdr + FF_VW_IMM), w->total);
+	w->prod += FF_VQP_REC_HDR + ffv_round16(w->piece_len);
+	ffv_ring_publish(qp->mem, w->prod, -1);
+	w->piece = -1;
+}
+
+/*
+ * The frame's payload is in: what ends it. 0, or -1 when that is a record
+ * for which our ring has no room yet.
+ */
+static int end_frame(struct ffv_qp *qp)
+{
+	struct ffv_wire *w = qp->wire;
+	const uint8_t *h = w->hdr;
+	uint64_t raddr = rd64(h + FF_VW_RADDR), a1 = rd64(h + FF_VW_ARG1);
+	uint32_t rkey = rd32(h + FF_VW_RKEY);
+	uint8_t *at = NULL;
+	enum ibv_wc_status st;
+	long off;
+
+	switch (w->op) {
+	case FF_VW_SEND:
+	case FF_VW_SEND_IMM:
+		if (w->total)
+			return 0;	/* its last piece carried it */
+		__attribute__((fallthrough));	/* a SEND of no bytes is one empty record */
+	case FF_VW_WRITE_IMM:
+		if (w->refuse)
+			break;
+		if ((off = ffv_ring_reserve(qp->mem, qp->ring_size, &w->prod, 0)) < 0)
+			return -1;
+		ffv_rec_header(qp->mem + FF_VQP_HDR_SIZE + off, 0,
+			       w->op == FF_VW_WRITE_IMM ? FF_VQP_OP_WRITE_IMM :
+			       w->op == FF_VW_SEND_IMM ? FF_VQP_OP_SEND_IMM : FF_VQP_OP_SEND,
+			       FF_VQP_FIRST | FF_VQP_LAST | (h[FF_VW_FLAGS] & FF_VQP_SOLICITED),
+			       rd32(h + FF_VW_IMM), w->total);
+		w->prod += FF_VQP_REC_HDR;
+		ffv_ring_publish(qp->mem, w->prod, -1);
+		return 0;
+	case FF_VW_READ:
+		st = check_remote(qp, rkey, raddr, a1, IBV_ACCESS_REMOTE_READ, &at);
+		if (st) {
+			w->refuse = st;
+			break;
+		}
+		if (a1 > 1u << 31) {
+			w->refuse = IBV_WC_REM_INV_REQ_ERR;
+			break;
+		}
+		{
+			struct ffv_answer *a = answer(qp, FF_VW_READ_RESP, 0, 0);
+
+			if (a) {
+				wr32(a->hdr + FF_VW_LEN, (uint32_t)a1);
+				a->len = (uint32_t)a1;
+				a->rkey = rkey;
+				a->raddr = raddr;
+			}
+		}
+		return 0;
+	case FF_VW_CAS:
+	case FF_VW_FADD: {
+		uint64_t *dst, old;
+
+		if (raddr % 8) {
+			w->refuse = IBV_WC_REM_INV_REQ_ERR;
+			break;
+		}
+		st = check_remote(qp, rkey, raddr, 8, IBV_ACCESS_REMOTE_ATOMIC, &at);
+		if (st) {
+			w->refuse = st;
+			break;
+		}
+		dst = (uint64_t *)at;
+		if (w->op == FF_VW_FADD) {
+			old = __atomic_fetch_add(dst, a1, __ATOMIC_SEQ_CST);
+		} else {
+			old = a1;
+			__atomic_compare_exchange_n(dst, &old, rd64(h + FF_VW_ARG2), 0, __ATOMIC_SEQ_CST,
+						    __ATOMIC_SEQ_CST);
+		}
+		answer(qp, FF_VW_ATOMIC_RESP, old, 0);
+		return 0;
+	}
+	case FF_VW_READ_RESP:
+		complete_inflight(qp, FFV_DONE);
+		return 0;
+	case FF_VW_ATOMIC_RESP:
+		ffv_scatter(w->inflight->wr.sg_list, w->inflight->wr.num_sge, 0, h + FF_VW_ARG1, 8);
+		complete_inflight(qp, FFV_DONE);
+		return 0;
+	case FF_VW_NAK:
+		/*
+		 * A refused request fails the QP. A READ's or an atomic's is the
+		 * oldest written; a WRITE completed when it was written (no
+		 * acknowledgement comes back), so an asynchronous event says it,
+		 * and the oldest request still open takes the error.
+		 */
+		st = a1 > 0 && a1 <= IBV_WC_TM_RNDV_INCOMPLETE ? (enum ibv_wc_status)a1 : IBV_WC_REM_OP_ERR;
+		if (!needs_answer_op(rd64(h + FF_VW_ARG2))) {
+			ffv_async_event(ffv_ctx(qp->vqp.qp.context), &qp->vqp.qp, IBV_EVENT_QP_ACCESS_ERR);
+			qp->events++;
+		}
+		if (w->inflight)
+			complete_inflight(qp, -(int)st);
+		else
+			ffv_qp_error(qp);
+		return 0;
+	}
+	if (w->refuse)
+		answer(qp, FF_VW_NAK, w->refuse, w->op);
+	return 0;
+}
+
+/* Payload bytes src[0, n) of the frame: how many were taken (fewer when the ring is full). */
+static uint32_t take_payload(struct ffv_qp *qp, const uint8_t *src, uint32_t n)
+{
+	struct ffv_wire *w = qp->wire;
+	uint32_t took = 0;
+
+	if (n > w->left)
+		n = w->left;
+	while (took < n) {
+		uint32_t k = n - took, at = w->total - w->left;
+
+		switch (w->op) {
+		case FF_VW_SEND:
+		case FF_VW_SEND_IMM:
+			if (w->piece < 0 && open_piece(qp) < 0) {
+				w->blocked = 1;
+				return took;
+			}
+			if (k > w->piece_len - w->piece_have)
+				k = w->piece_len - w->piece_have;
+			memcpy(qp->mem + FF_VQP_HDR_SIZE + w->piece + FF_VQP_REC_HDR + w->piece_have,
+			       src + took, k);
+			w->piece_have += k;
+			w->left -= k;
+			if (w->piece_have == w->piece_len)
+				close_piece(qp);
+			took += k;
+			continue;
+		case FF_VW_WRITE:
+		case FF_VW_WRITE_IMM:
+			if (!w->refuse)
+				memcpy(w->dst + at, src + took, k);
+			break;
+		case FF_VW_READ_RESP:
+			ffv_scatter(w->inflight->wr.sg_list, w->inflight->wr.num_sge, at, src + took, k);
+			break;
+		}
+		w->left -= k;
+		took += k;
+	}
+	return took;
+}
+
+/*
+ * Where the next payload bytes can be read straight to, and how many:
+ * a WRITE's region, a SEND's open piece; 0 when they go through buf.
+ */
+static uint32_t direct(struct ffv_qp *qp, uint8_t **to)
+{
+	struct ffv_wire *w = qp->wire;
+	uint32_t n = 0;
+
+	if (w->have < FF_VW_HDR || w->left < DIRECT_MIN)
+		return 0;
+	if ((w->op == FF_VW_WRITE || w->op == FF_VW_WRITE_IMM) && !w->refuse) {
+		*to = w->dst + (w->total - w->left);
+		n = w->left;
+	} else if (w->op == FF_VW_SEND || w->op == FF_VW_SEND_IMM) {
+		if (w->piece < 0 && open_piece(qp) < 0)
+			return 0;
+		*to = qp->mem + FF_VQP_HDR_SIZE + w->piece + FF_VQP_REC_HDR + w->piece_have;
+		n = w->piece_len - w->piece_have;
+	}
+	return n >= DIRECT_MIN ? n : 0;
+}
+
+/* Take what buf holds into frames; stops when the ring has no room. */
+static void parse(struct ffv_qp *qp)
+{
+	struct ffv_wire *w = qp->wire;
+
+	while (!w->blocked && !w->rx_end && qp->vqp.qp.state != IBV_QPS_ERR) {
+		if (w->done_pending) {
+			if (end_frame(qp) < 0) {
+				w->blocked = 1;
+				return;
+			}
+			w->done_pending = 0;
+			w->have = 0;
+			continue;
+		}
+		if (w->have < FF_VW_HDR) {
+			uint32_t k = FF_VW_HDR - w->have;
+
+			if (w->pos == w->len)
+				return;
+			if (k > w->len - w->pos)
+				k = w->len - w->pos;
+			memcpy(w->hdr + w->have, w->buf + w->pos, k);
+			w->have += k;
+			w->pos += k;
+			if (w->have == FF_VW_HDR)
+				start_frame(qp);
+			continue;
+		}
+		if (w->left) {
+			if (w->pos == w->len)
+				return;
+			w->pos += take_payload(qp, w->buf + w->pos, w->len - w->pos);
+			if (w->left)
+				continue;
+		}
+		w->done_pending = 1;
+	}
+}
+
+int ffv_wire_rx(struct ffv_qp *qp)
+{
+	struct ffv_wire *w = qp->wire;
+
+	if (w->in_rx)
+		return 0;
+	w->in_rx = 1;
+	w->blocked = 0;
+	while (!w->rx_end && qp->vqp.qp.state != IBV_QPS_ERR && w->nanswers < MAX_ANSWERS) {
+		uint8_t *to;
+		uint32_t n;
+		ssize_t r;
+
+		parse(qp);
+		if (w->blocked || w->rx_end || qp->vqp.qp.state == IBV_QPS_ERR)
+			break;
+		/* buf is empty here: read the next bytes straight where they go, or into buf. */
+		n = direct(qp, &to);
+		if (n) {
+			r = recv(w->fd, to, n, MSG_DONTWAIT);
+		} else {
+			w->pos = w->len = 0;
+			r = recv(w->fd, w->buf, RXBUF, MSG_DONTWAIT);
+		}
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && errno == EAGAIN)
+			break;
+		if (r <= 0) {
+			ended(qp);
+			break;
+		}
+		if (!n) {
+			w->len = (uint32_t)r;
+			continue;
+		}
+		w->left -= (uint32_t)r;
+		if (w->op == FF_VW_SEND || w->op == FF_VW_SEND_IMM) {
+			w->piece_have += (uint32_t)r;
+			if (w->piece_have == w->piece_len)
+				close_piece(qp);
+		}
+		if (!w->left)
+			w->done_pending = 1;
+	}
+	/* Ended with answers owed: they never come, as a NIC's retries run out. */
+	if (w->rx_end && w->inflight && qp->vqp.qp.state != IBV_QPS_ERR)
+		complete_inflight(qp, -(int)IBV_WC_RETRY_EXC_ERR);
+	put_answers(qp);
+	set_interest(qp);
+	w->in_rx = 0;
+	return w->blocked;
+}
