@@ -12,11 +12,13 @@ import (
 	"github.com/freeflow-net/freeflow/internal/protocol"
 )
 
-// serveOffer is the accepting side of a cross-host connection: one OFFER
+// serveOffer is the accepting side of a cross-host exchange: one OFFER
+// (a TCP connection) or VERBS_OFFER (a pair of verbs QPs: verbs_xhost.go)
 // on a TCP connection from another agent, fresh or pooled (a HELLO first,
-// see crosshost_pool.go), one reply, and for host-tcp, once the connector's
-// agent has sent its COMMIT, the connection itself goes to the accepting
-// library. release ends the connection's count among the offers in flight.
+// see crosshost_pool.go), one reply, and for host-tcp, once the
+// connector's agent has sent its COMMIT, the connection itself goes to
+// the accepting process. release ends the connection's count among the
+// offers in flight.
 func (a *Agent) serveOffer(ctx context.Context, c *net.TCPConn, release func()) {
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(offerReadLimit))
@@ -28,22 +30,40 @@ func (a *Agent) serveOffer(ctx context.Context, c *net.TCPConn, release func()) 
 		a.log.Debug("no fast-path offer on a broker connection; dropped", "from", c.RemoteAddr().String(), "err", err)
 		return
 	}
-	k, sender, key, err := a.checkOffer(c, m)
+	want, serve := protocol.TypeOffer, a.serveConnOffer
+	if m.Type == protocol.TypeVerbsOffer {
+		want, serve = protocol.TypeVerbsOffer, a.serveVerbsOffer
+	}
+	sender, key, err := a.checkSigned(c, m, want)
+	if err == nil {
+		nonce, _ := m.Get(protocol.AttrNonce)
+		err = serve(&offerPeer{c: c, key: key, seq: m.Seq, nonce: nonce}, m, sender)
+	}
 	if err != nil {
 		a.log.Warn("fast-path offer refused", "from", c.RemoteAddr().String(), "err", err)
 		writeFrame(c, protocol.ErrorMessage(m.Seq, protocol.Errorf(protocol.CodeDenied, "%v", err)))
-		return
 	}
-	nonce, _ := m.Get(protocol.AttrNonce)
+}
+
+// serveConnOffer answers an authenticated OFFER of a TCP connection from
+// host sender; an error refuses it (ERROR DENIED).
+func (a *Agent) serveConnOffer(p *offerPeer, m *protocol.Message, sender directory.Host) error {
+	conn, err1 := m.Endpoint(protocol.AttrLocalEndpoint)
+	acc, err2 := m.Endpoint(protocol.AttrRemoteEndpoint)
+	if err1 != nil || err2 != nil {
+		return fmt.Errorf("OFFER lacks its endpoints")
+	}
+	k := tuple{conn: unmapEP(conn), acc: unmapEP(acc)}
 	caps, _ := m.U32(protocol.AttrCaps)
-	p := &offerPeer{c: c, key: key, seq: m.Seq, nonce: nonce, xlink: caps&protocol.CapXLink != 0}
+	p.xlink = caps&protocol.CapXLink != 0
 	li, reason := a.offerPrecheck(k, sender, caps&protocol.CapSynMark != 0)
 	if reason != "" {
 		d, _ := a.rv.decideNow(k, sideConnector, overlay(reason)) // only an acceptor takes a parked half
 		p.reply(d)
-		return
+		return nil
 	}
 	a.meetOffer(p, k, li)
+	return nil
 }
 
 // offerPeer is the acceptor's end of one authenticated offer exchange.
@@ -79,21 +99,6 @@ func (p *offerPeer) awaitCommit(wait time.Duration) error {
 		return fmt.Errorf("no COMMIT within %v: %w", wait, err)
 	}
 	return checkCommit(p.key, p.nonce, m)
-}
-
-// checkOffer authenticates m and returns the tuple it offers, the sending
-// host and the key. Nothing about an offer is used before this passes.
-func (a *Agent) checkOffer(c *net.TCPConn, m *protocol.Message) (tuple, directory.Host, []byte, error) {
-	sender, key, err := a.checkSigned(c, m, protocol.TypeOffer)
-	if err != nil {
-		return tuple{}, directory.Host{}, nil, err
-	}
-	conn, err1 := m.Endpoint(protocol.AttrLocalEndpoint)
-	acc, err2 := m.Endpoint(protocol.AttrRemoteEndpoint)
-	if err1 != nil || err2 != nil {
-		return tuple{}, directory.Host{}, nil, fmt.Errorf("OFFER lacks its endpoints")
-	}
-	return tuple{conn: unmapEP(conn), acc: unmapEP(acc)}, sender, key, nil
 }
 
 // checkSigned authenticates m, which must be of type want, as sent by
@@ -201,35 +206,47 @@ func (a *Agent) meetOffer(p *offerPeer, k tuple, li *listenerInfo) {
 }
 
 // commitOffer writes the host-tcp reply, granting link g if not nil, and
-// waits for the connector's agent to COMMIT it. It returns host-tcp with
-// the accepting library's half: the connection, and g's listener; or
-// overlay, g closed, if the connection cannot be kept, the reply cannot
-// be written, or no valid COMMIT comes within the bound: the connector's
-// agent passed its budget (and then closes the connection without a
-// word), died, or is not who it claims.
+// waits for the connector's agent to COMMIT it (acceptCommitted). It
+// returns host-tcp with the accepting library's half: the connection, and
+// g's listener; or overlay, g closed.
 func (a *Agent) commitOffer(p *offerPeer, g *xlinkGrant) (decision, half) {
 	h := g.half()
-	fd, err := dupConn(p.c)
-	if err != nil {
-		a.log.Warn("keep an offered connection; using the overlay", "err", err)
+	fd, why := a.acceptCommitted(p, g.attrs()...)
+	if why != "" {
 		h.close()
-		p.reply(overlay(reasonChannelFailed))
-		return overlay(reasonChannelFailed), noHalf
+		return overlay(why), noHalf
 	}
 	h.fd = fd
+	return decision{kind: pathHostTCP}, h
+}
+
+// acceptCommitted writes the host-tcp reply to p's offer, with the
+// attributes link, and waits for the offering agent to COMMIT it. It
+// returns a descriptor of the connection (marked: dupConn) for the
+// accepting process; or the overlay reason, if the connection cannot be
+// kept, the reply cannot be written, or no valid COMMIT comes within the
+// bound: the offering agent passed its budget (and then closes the
+// connection without a word), died, or is not who it claims.
+func (a *Agent) acceptCommitted(p *offerPeer, link ...protocol.Attr) (int, string) {
+	fd, err := dupConn(p.c)
+	if err != nil {
+		a.log.Warn("keep an offered connection", "err", err)
+		p.reply(overlay(reasonChannelFailed))
+		return -1, reasonChannelFailed
+	}
 	p.c.SetNoDelay(false)
-	if err := p.reply(decision{kind: pathHostTCP}, g.attrs()...); err != nil {
-		a.log.Info("reply to a fast-path offer failed; using the overlay", "peer", p.c.RemoteAddr().String(), "err", err)
-		h.close()
-		return overlay(reasonUnreachable), noHalf
+	if err := p.reply(decision{kind: pathHostTCP}, link...); err != nil {
+		a.log.Info("reply to a fast-path offer failed", "peer", p.c.RemoteAddr().String(), "err", err)
+		closeFD(fd)
+		return -1, reasonUnreachable
 	}
 	if err := p.awaitCommit(a.cfg.commitWait); err != nil {
-		a.log.Info("fast path not committed by the connector's agent; using the overlay", "peer", p.c.RemoteAddr().String(), "err", err)
-		h.close()
-		return overlay(reasonNoCommit), noHalf
+		a.log.Info("fast path not committed by the offering agent", "peer", p.c.RemoteAddr().String(), "err", err)
+		closeFD(fd)
+		return -1, reasonNoCommit
 	}
 	quickAck(p.c)
-	return decision{kind: pathHostTCP}, h
+	return fd, ""
 }
 
 func unmapEP(ep netip.AddrPort) netip.AddrPort {

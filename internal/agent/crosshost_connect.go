@@ -44,49 +44,73 @@ func (a *Agent) offerRemote(self, peer directory.Container, k tuple, c *connecto
 	return a.rv.takeHalf(m, sideConnector)
 }
 
-// exchange offers k to the peer host's agent, on a pooled connection or
-// else a fresh one, and returns its answer with, for host-tcp, a
-// descriptor of the connection the answer came on, which goes to the
-// connecting library's process, so it offers nothing while the fabric
-// guard cannot hold that socket. x, if not nil, asks for a cross-host link
-// and gets its name and token.
+// exchange offers k to the peer host's agent and returns its answer
+// with, for host-tcp, a descriptor of the connection the answer came on,
+// which goes to the connecting library's process, so it offers nothing
+// while the fabric guard cannot hold that socket. x, if not nil, asks for
+// a cross-host link and gets its name and token.
 func (a *Agent) exchange(self, peer directory.Container, k tuple, lib asking, x *xlinkAsk) (decision, int) {
 	if why := a.fabricRefusal(lib.pid); why != "" {
 		return overlay(why), -1
 	}
+	return a.offerHost(connOffer(k, peer.Host, x, lib.mark))
+}
+
+// offerSpec is one offer to the agent of host: a message of type typ with
+// attrs, to which offerOn adds HOST, NONCE, TIME and MAC; x, if not nil,
+// asks for a cross-host link.
+type offerSpec struct {
+	typ   protocol.Type
+	attrs []protocol.Attr
+	host  string
+	x     *xlinkAsk
+}
+
+// connOffer is the OFFER of connection k to a container on host; x, if
+// not nil, asks for a cross-host link (CAPS bit 2); mark says the
+// connecting library marks its SYNs (CAPS bit 3).
+func connOffer(k tuple, host string, x *xlinkAsk, mark bool) offerSpec {
+	o := offerSpec{typ: protocol.TypeOffer, host: host, x: x, attrs: []protocol.Attr{
+		protocol.Endpoint(protocol.AttrLocalEndpoint, k.conn), protocol.Endpoint(protocol.AttrRemoteEndpoint, k.acc)}}
+	var caps uint32
+	if x != nil {
+		caps |= protocol.CapXLink
+	}
+	if mark {
+		caps |= protocol.CapSynMark
+	}
+	if caps != 0 {
+		o.attrs = append(o.attrs, protocol.U32(protocol.AttrCaps, caps))
+	}
+	return o
+}
+
+// offerHost makes offer o to its host's agent, on a pooled connection or
+// else a fresh one, within offerBudget, and returns the answer with, for
+// host-tcp, a descriptor of the connection it came on (committed to).
+func (a *Agent) offerHost(o offerSpec) (decision, int) {
 	key := a.clusterKey()
 	if key == nil {
 		return overlay(reasonNoKey), -1
 	}
-	host, ok := a.hostRecord(peer.Host)
+	host, ok := a.hostRecord(o.host)
 	if !ok {
 		return overlay(reasonUnreachable), -1
 	}
 	deadline := time.Now().Add(offerBudget)
-	o := offerSpec{k: k, host: peer.Host, x: x, mark: lib.mark}
 	if c := a.pool.take(host); c != nil {
 		if d, fd, dead := a.offerOn(c, key, o, deadline, true); !dead {
 			return d, fd
 		}
-		a.log.Debug("fast-path offer: the pooled connection was closed by the peer agent; dialing", "host", peer.Host)
+		a.log.Debug("fast-path offer: the pooled connection was closed by the peer agent; dialing", "host", o.host)
 	}
 	c, err := a.dialBroker(host, deadline)
 	if err != nil {
-		a.log.Info("fast-path offer: peer agent unreachable; using the overlay", "host", peer.Host, "err", err)
+		a.log.Info("fast-path offer: peer agent unreachable", "host", o.host, "err", err)
 		return overlay(reasonUnreachable), -1
 	}
 	d, fd, _ := a.offerOn(c, key, o, deadline, false)
 	return d, fd
-}
-
-// offerSpec is what an OFFER says: the connection k to a container on
-// host; x, if not nil, asks for a cross-host link (CAPS bit 2); mark says
-// the connecting library marks its SYNs (CAPS bit 3).
-type offerSpec struct {
-	k    tuple
-	host string
-	x    *xlinkAsk
-	mark bool
 }
 
 // offerOn offers o on c and takes the answer; it closes c. For a pooled
@@ -97,19 +121,8 @@ func (a *Agent) offerOn(c *net.TCPConn, key []byte, o offerSpec, deadline time.T
 	defer c.Close()
 	c.SetDeadline(deadline)
 	nonce := newNonce()
-	offer := protocol.New(protocol.TypeOffer, 1,
-		protocol.Endpoint(protocol.AttrLocalEndpoint, o.k.conn), protocol.Endpoint(protocol.AttrRemoteEndpoint, o.k.acc),
-		protocol.String(protocol.AttrHost, a.cfg.Host), nonce, timeAttr(time.Now()))
-	var caps uint32
-	if o.x != nil {
-		caps |= protocol.CapXLink
-	}
-	if o.mark {
-		caps |= protocol.CapSynMark
-	}
-	if caps != 0 {
-		offer.Attrs = append(offer.Attrs, protocol.U32(protocol.AttrCaps, caps))
-	}
+	offer := protocol.New(o.typ, 1, append(o.attrs[:len(o.attrs):len(o.attrs)],
+		protocol.String(protocol.AttrHost, a.cfg.Host), nonce, timeAttr(time.Now()))...)
 	if err := sign(key, offer); err != nil {
 		return overlay(reasonChannelFailed), -1, false
 	}
@@ -117,7 +130,7 @@ func (a *Agent) offerOn(c *net.TCPConn, key []byte, o offerSpec, deadline time.T
 		if pooled {
 			return overlay(reasonUnreachable), -1, true
 		}
-		a.log.Info("fast-path offer: send failed; using the overlay", "host", o.host, "err", err)
+		a.log.Info("fast-path offer: send failed", "host", o.host, "err", err)
 		return overlay(reasonUnreachable), -1, false
 	}
 	reply, err := readFrame(c)
@@ -125,7 +138,7 @@ func (a *Agent) offerOn(c *net.TCPConn, key []byte, o offerSpec, deadline time.T
 		if pooled && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) {
 			return overlay(reasonUnreachable), -1, true
 		}
-		a.log.Info("fast-path offer: no reply; using the overlay", "host", o.host, "err", err)
+		a.log.Info("fast-path offer: no reply", "host", o.host, "err", err)
 		return overlay(reasonUnreachable), -1, false
 	}
 	d, fd = a.takeReply(c, key, nonce.Value, reply, o.x)
@@ -137,7 +150,7 @@ func (a *Agent) offerOn(c *net.TCPConn, key []byte, o offerSpec, deadline time.T
 // the cross-host link the reply grants to x.
 func (a *Agent) takeReply(c *net.TCPConn, key, nonce []byte, reply *protocol.Message, x *xlinkAsk) (decision, int) {
 	if err := checkReply(key, nonce, reply); err != nil {
-		a.log.Warn("fast-path offer: reply refused; using the overlay", "peer", c.RemoteAddr().String(), "err", err)
+		a.log.Warn("fast-path offer: reply refused", "peer", c.RemoteAddr().String(), "err", err)
 		return overlay(reasonBadReply), -1
 	}
 	kind, _ := reply.Get(protocol.AttrPathKind)
@@ -147,11 +160,11 @@ func (a *Agent) takeReply(c *net.TCPConn, key, nonce []byte, reply *protocol.Mes
 	}
 	fd, err := dupConn(c)
 	if err != nil {
-		a.log.Warn("fast-path offer: keep the connection; using the overlay", "err", err)
+		a.log.Warn("fast-path offer: keep the connection", "err", err)
 		return overlay(reasonChannelFailed), -1
 	}
 	if err := commit(c, key, nonce, reply.Seq); err != nil {
-		a.log.Info("fast-path offer: COMMIT not sent within the budget; using the overlay", "peer", c.RemoteAddr().String(), "err", err)
+		a.log.Info("fast-path offer: COMMIT not sent within the budget", "peer", c.RemoteAddr().String(), "err", err)
 		closeFD(fd)
 		return overlay(reasonUnreachable), -1
 	}

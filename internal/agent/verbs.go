@@ -10,7 +10,8 @@ package agent
 //     live numbers), with the memfd of its incoming ring, its doorbell if
 //     it has one (docs/VERBS.md, "Completion events"), its type and PD, the
 //     container and the session that made it, and the QP it was last
-//     connected to (VERBS_CONNECT);
+//     connected to (VERBS_CONNECT): on this host, or on another with the
+//     TCP connection made for the pair (verbs_xhost.go);
 //   - every region by its rkey, per container (random, nonzero, unique in
 //     the container), with its memfds and segments, and its session;
 //   - the lanes between UD QPs, each a sender's memfd (verbs_lanes.go);
@@ -59,7 +60,8 @@ type vqp struct {
 	file      fileKey // names fd among the container's held files
 	bell      int     // its doorbell, handed to its peers (held too: one per context); -1: none
 	bellFile  fileKey
-	peer      *vqp // connected to (VERBS_CONNECT); nil until then
+	peer      *vqp  // connected to (VERBS_CONNECT) on this host; nil until then
+	x         xpair // an RC QP's pairing with a QP on another host (verbs_xhost.go)
 	// A UD QP's lanes (verbs_lanes.go).
 	lanes    []*vlane        // to it, live, in id order
 	lastLane uint32          // the id it was given last; none is given twice
@@ -84,6 +86,7 @@ type verbsRegistry struct {
 	mrs     map[string]map[uint32]*vmr       // container id -> rkey -> region
 	qpsOf   map[string]int                   // container id -> its QPs
 	files   map[string]map[fileKey]*heldFile // container id -> the memfds its QPs and regions hold
+	parked  map[string]int                   // container id -> the sockets parked for its QPs (verbs_xhost.go)
 	nextQP  uint32
 	maxQPs  int
 	maxMRs  int
@@ -100,7 +103,7 @@ type verbsOwned struct {
 func newVerbsRegistry(maxQPs, maxMRs int, fdShare func() int) *verbsRegistry {
 	return &verbsRegistry{
 		qps: map[uint32]*vqp{}, mrs: map[string]map[uint32]*vmr{}, qpsOf: map[string]int{},
-		files: map[string]map[fileKey]*heldFile{}, owned: map[*session]*verbsOwned{},
+		files: map[string]map[fileKey]*heldFile{}, parked: map[string]int{}, owned: map[*session]*verbsOwned{},
 		maxQPs: maxQPs, maxMRs: maxMRs, fdShare: fdShare,
 	}
 }
@@ -161,7 +164,7 @@ func (s *session) verbsQPCreate(m *protocol.Message) (*protocol.Message, error) 
 			return nil, err
 		}
 	}
-	qp := &vqp{container: s.self.ID, owner: s, typ: q.Type, pd: q.PD, bell: -1}
+	qp := &vqp{container: s.self.ID, owner: s, typ: q.Type, pd: q.PD, bell: -1, x: xpair{parked: -1}}
 	if err := s.a.verbs.addQP(qp, s.inFDs[0:1], s.inFDs[1:]); err != nil {
 		return nil, err
 	}
@@ -229,10 +232,12 @@ func (s *session) verbsQPDestroy(m *protocol.Message) (*protocol.Message, error)
 	return protocol.New(protocol.TypeOK, m.Seq), nil
 }
 
-// dropQPLocked removes qp from the registry, and the lanes it sends or
-// receives from their other ends; the caller retires it and them.
+// dropQPLocked removes qp from the registry, closing the socket parked
+// for it, and the lanes it sends or receives from their other ends; the
+// caller retires it and them.
 func (r *verbsRegistry) dropQPLocked(qp *vqp) []*vlane {
 	delete(r.qps, qp.qpn)
+	r.resetPairLocked(qp, remoteQP{})
 	if o := r.owned[qp.owner]; o != nil {
 		delete(o.qps, qp.qpn)
 	}

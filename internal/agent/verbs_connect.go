@@ -10,7 +10,8 @@ import (
 )
 
 // verbsConnect connects the caller's QP to the one VERBS_PEER names, and
-// hands over that QP's memfd and doorbell.
+// hands over that QP's memfd and doorbell, or, on another host, the socket
+// of a connection with it (verbs_xhost.go).
 func (s *session) verbsConnect(m *protocol.Message) (*protocol.Message, error) {
 	qpn, p, err := qpAndPeer(m)
 	if err != nil {
@@ -18,7 +19,7 @@ func (s *session) verbsConnect(m *protocol.Message) (*protocol.Message, error) {
 	}
 	r := s.a.verbs
 	r.mu.Lock()
-	_, err = r.ownQPLocked(s, qpn)
+	own, err := r.ownQPLocked(s, qpn)
 	r.mu.Unlock()
 	if err != nil { // only this session drops its QPs, and it is here
 		return nil, err
@@ -26,6 +27,9 @@ func (s *session) verbsConnect(m *protocol.Message) (*protocol.Message, error) {
 	peerC, err := s.verbsReachable(p)
 	if err != nil {
 		return nil, err
+	}
+	if peerC.Host != s.a.cfg.Host {
+		return s.verbsConnectAcross(m, own, p, peerC)
 	}
 	peer, fds, err := r.connect(s, qpn, p.QPN, peerC)
 	if err != nil {
@@ -58,6 +62,7 @@ func (r *verbsRegistry) connect(s *session, qpn, peerQPN uint32, peerC directory
 	// only to the QP its owner connected it to. Until that owner does,
 	// the caller asks again (as a NIC retries), and is rung when it has.
 	own.peer = peer
+	r.resetPairLocked(own, remoteQP{})
 	if peer.peer != own {
 		return nil, nil, protocol.Errorf(protocol.CodeNotFound,
 			"QP %#x of container %s is not connected to QP %#x (yet); ask again once its program has moved it to RTR", peerQPN, peerC.Name, qpn)
@@ -91,9 +96,9 @@ func qpAndPeer(m *protocol.Message) (uint32, protocol.VerbsPeer, error) {
 	return qpn, p, err
 }
 
-// verbsReachable returns the container of this host whose port p names,
-// if the tenant policy lets the caller's container reach it (DENIED
-// otherwise, as a TCP connection would be).
+// verbsReachable returns the container whose port p names, if the tenant
+// policy lets the caller's container reach it (DENIED otherwise, as a TCP
+// connection would be).
 func (s *session) verbsReachable(p protocol.VerbsPeer) (directory.Container, error) {
 	c, err := s.a.verbsPeerContainer(p)
 	if err != nil {
@@ -106,26 +111,34 @@ func (s *session) verbsReachable(p protocol.VerbsPeer) (directory.Container, err
 	return c, nil
 }
 
-// verbsPeerContainer returns the container of this host whose verbs port
-// has the LID and GID p names (those it names: a zero LID or GID names
-// nothing), derived from its address as the CLI derives its sysfs tree.
+// verbsPeerContainer returns the container whose verbs port has the LID
+// and GID p names (those it names: a zero LID or GID names nothing),
+// derived from its address as the CLI derives its sysfs tree; one of this
+// host if two match (LIDs are unique only if the per-host subnets are
+// laid out as docs/VERBS.md says).
 func (a *Agent) verbsPeerContainer(p protocol.VerbsPeer) (directory.Container, error) {
 	byGID := p.GID != [16]byte{}
 	if p.LID == 0 && !byGID {
 		return directory.Container{}, protocol.Errorf(protocol.CodeInvalid, "VERBS_PEER names neither a LID nor a GID; give the remote port's LID or GID")
 	}
+	var found directory.Container
 	for _, c := range a.dir.Containers() {
-		if c.Host != a.cfg.Host {
-			continue
-		}
 		lid, _, gid, err := verbsid.Identity(c.IP)
 		if err != nil {
 			continue // it has no verbs device
 		}
 		if (p.LID == 0 || p.LID == lid) && (!byGID || bytes.Equal(gid, p.GID[:])) {
-			return c, nil
+			if c.Host == a.cfg.Host {
+				return c, nil
+			}
+			if found.ID == "" {
+				found = c
+			}
 		}
 	}
-	return directory.Container{}, protocol.Errorf(protocol.CodeNotFound,
-		"no container on host %s has LID %#x / GID %s; a verbs peer must run on the same host (docs/VERBS.md)", a.cfg.Host, p.LID, net.IP(p.GID[:]))
+	if found.ID == "" {
+		return directory.Container{}, protocol.Errorf(protocol.CodeNotFound,
+			"no container has LID %#x / GID %s (yet); ask again once it runs", p.LID, net.IP(p.GID[:]))
+	}
+	return found, nil
 }

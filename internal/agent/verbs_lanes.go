@@ -77,6 +77,10 @@ func (s *session) verbsUDLane(m *protocol.Message) (*protocol.Message, error) {
 	if err != nil {
 		return nil, err
 	}
+	if toC.Host != s.a.cfg.Host {
+		return nil, protocol.Errorf(protocol.CodeNotFound,
+			"container %s runs on host %s: UD across hosts is not supported yet (a datagram to it is lost)", toC.Name, toC.Host)
+	}
 	lane := &vlane{src: src}
 	to, old, bell, err := r.addLane(s, lane, p.QPN, toC, s.inFDs[0])
 	if err != nil {

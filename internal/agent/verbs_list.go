@@ -71,6 +71,12 @@ func (r *verbsRegistry) snapQPs(names map[string]string) []qpSnap {
 				info.State = qpConnected
 			}
 		}
+		if w := qp.x.want; w.qpn != 0 { // on another host: connected once its connection is made
+			info.PeerContainer, info.PeerQPN, info.Path = w.c.Name, w.qpn, "host-tcp"
+			if qp.x.paired {
+				info.State = qpConnected
+			}
+		}
 		r.files[qp.container][qp.file].users++ // released by qpList
 		out = append(out, qpSnap{info: info, container: qp.container, fd: qp.fd, file: qp.file})
 	}

@@ -205,7 +205,7 @@ func registryEmpty(a *testAgent) bool {
 	r := a.verbs
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.qps) == 0 && len(r.mrs) == 0 && len(r.qpsOf) == 0 && len(r.owned) == 0 && len(r.files) == 0
+	return len(r.qps) == 0 && len(r.mrs) == 0 && len(r.qpsOf) == 0 && len(r.owned) == 0 && len(r.files) == 0 && len(r.parked) == 0
 }
 
 // waitRegistryEmpty waits until the sessions that ended are forgotten.

@@ -20,7 +20,7 @@ type QPInfo struct {
 	Type          string `json:"type"`           // RC or UD
 	PeerContainer string `json:"peer_container"` // the container of the QP it was last connected to; "" until connected
 	PeerQPN       uint32 `json:"peer_qpn"`       // that QP's number; 0 until connected
-	Path          string `json:"path"`           // shm: same host, shared memory (the only one)
+	Path          string `json:"path"`           // shm: same host, shared memory; host-tcp: a QP on another host
 	State         string `json:"state"`          // registered, connected or dead
 	// RxBytes is what its ring's header says the peer produced into it
 	// (records: a 16-byte header each, payloads, padding), written by the

@@ -53,6 +53,7 @@ const (
 	TypeVerbsUDLanes   Type = 0x29 // a UD QP asks for the lanes to it
 	TypeOffer          Type = 0x30 // agent to agent, on the broker port (see PROTOCOL.md)
 	TypeCommit         Type = 0x31 // agent to agent: the connector's agent takes a fast PATH
+	TypeVerbsOffer     Type = 0x32 // agent to agent, on the broker port: a TCP connection for a pair of verbs QPs
 	TypeRegister       Type = 0x40
 	TypeUnregister     Type = 0x41
 	TypeList           Type = 0x42
@@ -72,13 +73,13 @@ var typeNames = map[Type]string{
 	TypeVerbsMRReg: "VERBS_MR_REG", TypeVerbsMRGet: "VERBS_MR_GET", TypeVerbsMRGrant: "VERBS_MR_GRANT",
 	TypeVerbsMRDereg: "VERBS_MR_DEREG", TypeVerbsQPDestroy: "VERBS_QP_DESTROY",
 	TypeVerbsUDLane: "VERBS_UD_LANE", TypeVerbsUDLanes: "VERBS_UD_LANES",
-	TypeOffer: "OFFER", TypeCommit: "COMMIT", TypeConns: "CONNS",
+	TypeOffer: "OFFER", TypeCommit: "COMMIT", TypeVerbsOffer: "VERBS_OFFER", TypeConns: "CONNS",
 	TypeRegister: "REGISTER", TypeUnregister: "UNREGISTER",
 	TypeList: "LIST", TypeStatus: "STATUS", TypeOK: "OK", TypeError: "ERROR",
 }
 
 // Known reports whether t is a message type of version 1. 0x1a and the
-// ranges 0x1d-0x1f, 0x2a-0x2f and 0x32-0x3f are reserved; 0x16 (OPENED)
+// ranges 0x1d-0x1f, 0x2a-0x2f and 0x33-0x3f are reserved; 0x16 (OPENED)
 // is retired.
 func (t Type) Known() bool { _, ok := typeNames[t]; return ok }
 
@@ -113,9 +114,9 @@ const (
 	AttrRemoteEndpoint AttrType = 15
 	AttrPathKind       AttrType = 16
 	AttrReason         AttrType = 17
-	AttrNonce          AttrType = 18 // OFFER: 16 random bytes; echoed in its reply
-	AttrTime           AttrType = 19 // OFFER: u64 little-endian, Unix milliseconds
-	AttrMAC            AttrType = 20 // OFFER and its reply: HMAC-SHA256, 32 bytes
+	AttrNonce          AttrType = 18 // OFFER, VERBS_OFFER: 16 random bytes; echoed in its reply
+	AttrTime           AttrType = 19 // OFFER, VERBS_OFFER: u64 little-endian, Unix milliseconds
+	AttrMAC            AttrType = 20 // OFFER, VERBS_OFFER and their replies: HMAC-SHA256, 32 bytes
 	AttrCaps           AttrType = 21 // HELLO: u32 bitmask of what the library can do (Cap*)
 	AttrLinkTTL        AttrType = 22 // PATH with a link: u32 little-endian, milliseconds
 	AttrChannel        AttrType = 23 // LINK_OFFER: u32, the connector's number for the channel
