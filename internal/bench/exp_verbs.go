@@ -10,11 +10,11 @@ import (
 	"time"
 )
 
-// The virtual verbs device (issue 17, docs/VERBS.md): Debian's perftest
-// between two FreeFlow containers on one host, over their ffv0 devices
-// (path freeflow-verbs). The same sizes over TCP are the pingpong and
-// stream experiments' rows of the same run; the machine's memcpy is the
-// limits experiment's.
+// The virtual verbs device (issues 17 and 19, docs/VERBS.md): Debian's
+// perftest between two FreeFlow containers over their ffv0 devices, on one
+// host (path freeflow-verbs) and on two (freeflow-verbs-x). The same sizes
+// over TCP are the pingpong and stream experiments' rows of the same run;
+// the machine's memcpy is the limits experiment's.
 
 // Ports of the perftest servers (their out-of-band exchange), one per tool.
 const (

@@ -92,6 +92,8 @@ var Paths = []Path{
 		About: "host namespace to host namespace over the fabric (host networking)"},
 	{Name: "freeflow-x", Group: CrossHost, Role: RoleCandidate, Expect: "host-tcp", Server: ffH2, Client: ffH1,
 		About: "FreeFlow containers on two hosts: the library swaps the overlay connection for a host-network TCP connection"},
+	{Name: "freeflow-verbs-x", Group: CrossHost, Role: RoleCandidate, Transport: TransportVerbs, Server: ffH2, Client: ffH1,
+		About: "FreeFlow containers on two hosts through their virtual RDMA devices (ffv0): verbs programs (perftest), their QPs connected over a host-network TCP connection the agents made"},
 	{Name: "machine", Group: OneMachine, Role: RoleReference, Transport: TransportMemory, Server: onH1, Client: onH1,
 		About: "no network: two CPUs of this machine and their caches and memory (ffmem limits): the physical ceiling"},
 }

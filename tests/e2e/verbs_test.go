@@ -127,13 +127,20 @@ func TestVerbsDebianProgramsBetweenContainers(t *testing.T) {
 		// perftest refuses -e for WRITE ("Events feature not available on WRITE verb").
 		{"events read_bw", []string{"ib_read_bw", "-F", "-e", "-s", "65536"}, perftestRow, false},
 	}
+	runVerbsPrograms(t, c, "h1", runs)
+}
+
+// runVerbsPrograms runs each program's server on h1 and its client on
+// clientHost; both ends must exit 0 and show their results.
+func runVerbsPrograms(t *testing.T, c *testenv.Cluster, clientHost string, runs []verbsRun) {
+	t.Helper()
 	for _, r := range runs {
 		t.Run(strings.ReplaceAll(r.name, " ", "_"), func(t *testing.T) {
 			srv := testenv.RandomName("vs", 5)
 			// The server's exit status goes to its log: both ends must succeed.
 			c.StartDetached(t, "h1", srv, nil, "sh", "-c", strings.Join(r.argv, " ")+`; echo "exit=$?"`)
 			c.WaitListening(t, srv, 18515)
-			cl := runClient(t, c, "h1", nil, append(append([]string{"timeout", "60"}, r.argv...), srv)...)
+			cl := runClient(t, c, clientHost, nil, append(append([]string{"timeout", "60"}, r.argv...), srv)...)
 			if !r.want.MatchString(cl.Stdout) {
 				t.Fatalf("%s client: no result in its output:\n%s\n%s", r.name, cl.Stdout, cl.Stderr)
 			}
@@ -145,6 +152,41 @@ func TestVerbsDebianProgramsBetweenContainers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestVerbsDebianProgramsAcrossHosts: the same unmodified programs between
+// a container on h1 and one on h2, their QPs connected over the
+// connection the two agents make (docs/VERBS.md, "Across hosts"): every
+// buffer checked (-c), one-sided requests to a passive target, completion
+// events; `freeflow conns --qps` lists the pair on host-tcp.
+func TestVerbsDebianProgramsAcrossHosts(t *testing.T) {
+	if m := testenv.Missing("ibv_rc_pingpong", "ibv_srq_pingpong", "ib_send_lat", "ib_write_lat", "ib_read_lat", "ib_atomic_lat",
+		"ib_send_bw", "ib_write_bw", "ib_read_bw"); m != "" {
+		t.Skip(m)
+	}
+	c := newCluster(t, 2)
+	runVerbsPrograms(t, c, "h2", []verbsRun{
+		{"rc_pingpong 1 B", []string{"ibv_rc_pingpong", "-c", "-s", "1", "-n", "500"}, pingpongDone, false},
+		{"rc_pingpong 4 KiB", []string{"ibv_rc_pingpong", "-c", "-s", "4096", "-n", "500"}, pingpongDone, false},
+		{"rc_pingpong 3 MiB", []string{"ibv_rc_pingpong", "-c", "-s", "3145728", "-n", "20", "-r", "4"}, pingpongDone, false},
+		{"srq_pingpong 4 KiB", []string{"ibv_srq_pingpong", "-c", "-s", "4096", "-n", "500"}, pingpongDone, false},
+		{"srq_pingpong 1 MiB", []string{"ibv_srq_pingpong", "-c", "-s", "1048576", "-n", "20", "-r", "64"}, pingpongDone, false},
+		{"send_lat", []string{"ib_send_lat", "-F", "-a", "-n", "200"}, perftestRow, false},
+		{"write_lat", []string{"ib_write_lat", "-F", "-a", "-n", "200"}, perftestRow, false},
+		{"read_lat", []string{"ib_read_lat", "-F", "-s", "4096"}, perftestRow, true},
+		{"atomic_lat", []string{"ib_atomic_lat", "-F"}, perftestRow, true},
+		{"send_bw", []string{"ib_send_bw", "-F", "-s", "65536"}, perftestRow, false},
+		{"write_bw", []string{"ib_write_bw", "-F", "-s", "65536"}, perftestRow, false},
+		{"read_bw", []string{"ib_read_bw", "-F", "-s", "65536"}, perftestRow, false},
+		{"events rc_pingpong 4 KiB", []string{"ibv_rc_pingpong", "-e", "-c", "-s", "4096", "-n", "500"}, pingpongDone, false},
+		{"events rc_pingpong 3 MiB", []string{"ibv_rc_pingpong", "-e", "-c", "-s", "3145728", "-n", "20", "-r", "4"}, pingpongDone, false},
+		{"events send_lat", []string{"ib_send_lat", "-F", "-e", "-a", "-n", "200"}, perftestRow, false},
+		{"events send_bw", []string{"ib_send_bw", "-F", "-e", "-s", "65536"}, perftestRow, false},
+		{"events read_bw", []string{"ib_read_bw", "-F", "-e", "-s", "65536"}, perftestRow, false},
+	})
+	s, k := verbsPair(t, c, "h2", "ibv_rc_pingpong -n 1000000000", true)
+	t.Logf("freeflow conns --qps:\n%s", c.MustFF(t, "conns", "--qps"))
+	c.MustFF(t, "rm", "-f", s.Container, k.Container)
 }
 
 // TestVerbsQPsOfTenantsThatMayNotTalk: a verbs program in another tenant's
@@ -256,17 +298,22 @@ func qpsOf(t *testing.T, c *testenv.Cluster, name string) []agentapi.QPInfo {
 	return mine
 }
 
-// verbsPair starts a verbs server and its client, each in a container of
-// its own on h1, running cmd (the client with the server's name) until
+// verbsPair starts a verbs server in a container on h1 and its client in
+// one on cliHost, running cmd (the client with the server's name) until
 // the test removes them, and waits until `freeflow conns --qps` lists
-// their QPs connected to each other (and, if rx, with bytes received). It
-// returns the server's QP and the client's.
-func verbsPair(t *testing.T, c *testenv.Cluster, cmd string, rx bool) (agentapi.QPInfo, agentapi.QPInfo) {
+// their QPs connected to each other (and, if rx, with bytes received), on
+// shm on one host, host-tcp across two. It returns the server's QP and the
+// client's.
+func verbsPair(t *testing.T, c *testenv.Cluster, cliHost, cmd string, rx bool) (agentapi.QPInfo, agentapi.QPInfo) {
 	t.Helper()
 	srv, cli := testenv.RandomName("vq", 5), testenv.RandomName("vq", 5)
+	path := "shm"
+	if cliHost != "h1" {
+		path = "host-tcp"
+	}
 	c.StartDetached(t, "h1", srv, nil, "sh", "-c", "timeout 120 "+cmd)
 	c.WaitListening(t, srv, 18515)
-	c.StartDetached(t, "h1", cli, nil, "sh", "-c", "timeout 120 "+cmd+" "+srv)
+	c.StartDetached(t, cliHost, cli, nil, "sh", "-c", "timeout 120 "+cmd+" "+srv)
 	var s, k []agentapi.QPInfo
 	testenv.WaitFor(t, cmd+": both QPs connected", func() bool {
 		s, k = qpsOf(t, c, srv), qpsOf(t, c, cli)
@@ -275,8 +322,8 @@ func verbsPair(t *testing.T, c *testenv.Cluster, cmd string, rx bool) (agentapi.
 	})
 	for _, pair := range [][2]agentapi.QPInfo{{s[0], k[0]}, {k[0], s[0]}} {
 		q, peer := pair[0], pair[1]
-		if q.Type != "RC" || q.Path != "shm" || q.PeerContainer != peer.Container || q.PeerQPN != peer.QPN || q.QPN == 0 {
-			t.Fatalf("%s: QP of %s listed %+v; want RC on shm connected to %s's QP %#x", cmd, q.Container, q, peer.Container, peer.QPN)
+		if q.Type != "RC" || q.Path != path || q.PeerContainer != peer.Container || q.PeerQPN != peer.QPN || q.QPN == 0 {
+			t.Fatalf("%s: QP of %s listed %+v; want RC on %s connected to %s's QP %#x", cmd, q.Container, q, path, peer.Container, peer.QPN)
 		}
 	}
 	return s[0], k[0]
@@ -304,7 +351,7 @@ func TestVerbsConnsListsQueuePairs(t *testing.T) {
 		t.Skip(m)
 	}
 	c := newCluster(t, 1)
-	s, k := verbsPair(t, c, "ibv_rc_pingpong -n 1000000000", true)
+	s, k := verbsPair(t, c, "h1", "ibv_rc_pingpong -n 1000000000", true)
 	later := qpsOf(t, c, s.Container)
 	if len(later) != 1 || later[0].RxBytes < s.RxBytes {
 		t.Fatalf("the server's QP later: %+v; want its bytes received at least %d", later, s.RxBytes)
@@ -317,12 +364,13 @@ func TestVerbsConnsListsQueuePairs(t *testing.T) {
 	t.Logf("freeflow conns --qps:\n%s", table)
 	mem := verbsMemOf(t, c)
 	for _, q := range []agentapi.QPInfo{s, k} {
-		if m := mem[q.Container]; m.QPs != 1 || m.Regions != 0 || m.Memfds != 1 || m.MemfdLimit < 1 {
-			t.Fatalf("--regions for %s: %+v; want its one QP and the one memfd held for it", q.Container, m)
+		// Held for the QP: its ring and its doorbell (every RC QP gives one, docs/VERBS.md).
+		if m := mem[q.Container]; m.QPs != 1 || m.Regions != 0 || m.Memfds != 2 || m.MemfdLimit < 2 {
+			t.Fatalf("--regions for %s: %+v; want its one QP and the two files held for it, its ring and its doorbell", q.Container, m)
 		}
 	}
 
-	ws, wk := verbsPair(t, c, "ib_write_bw -F -s 4096 -D 100", false)
+	ws, wk := verbsPair(t, c, "h1", "ib_write_bw -F -s 4096 -D 100", false)
 	mem = verbsMemOf(t, c)
 	for _, q := range []agentapi.QPInfo{ws, wk} {
 		if m := mem[q.Container]; m.QPs != 1 || m.Regions < 1 || m.RegionBytes < 4096 || m.Memfds < 2 || m.MemfdLimit < m.Memfds {

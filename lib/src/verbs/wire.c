@@ -66,6 +66,7 @@ struct ffv_wire {
 	int blocked;			/* waiting for room in our ring */
 	uint8_t buf[RXBUF];
 	uint32_t pos, len;		/* buf[pos, len) read and not yet taken */
+	int big;			/* the last frame's payload was read in place: read the next header alone */
 	/* Requests written, completing in order behind an answer still to come. */
 	struct ffv_swqe *inflight, **inflight_tail;
 	/* Answers to write, oldest first. */
@@ -472,6 +473,7 @@ static void start_frame(struct ffv_qp *qp)
 
 	w->op = h[FF_VW_OP];
 	w->left = w->total = len;
+	w->big = len >= RXBUF;
 	w->refuse = IBV_WC_SUCCESS;
 	w->dst = NULL;
 	w->msg_done = 0;
@@ -769,11 +771,23 @@ int ffv_wire_rx(struct ffv_qp *qp)
 			break;
 		/* buf is empty here: read the next bytes straight where they go, or into buf. */
 		n = direct(qp, &to);
+		w->pos = w->len = 0;
 		if (n) {
-			r = recv(w->fd, to, n, MSG_DONTWAIT);
+			/* The frame's end, and the next frame's header with it into buf. */
+			struct iovec iov[2] = { { to, n }, { w->buf, FF_VW_HDR } };
+			struct msghdr mh = { .msg_iov = iov, .msg_iovlen = n == w->left ? 2 : 1 };
+
+			r = recvmsg(w->fd, &mh, MSG_DONTWAIT);
+			if (r > (ssize_t)n) {
+				w->len = (uint32_t)(r - n);
+				r = n;
+			}
 		} else {
-			w->pos = w->len = 0;
-			r = recv(w->fd, w->buf, RXBUF, MSG_DONTWAIT);
+			/*
+			 * After a large frame, likely another: its header alone, so
+			 * its payload is read in place, not copied out of buf.
+			 */
+			r = recv(w->fd, w->buf, w->big && w->have == 0 ? FF_VW_HDR : RXBUF, MSG_DONTWAIT);
 		}
 		if (r < 0 && errno == EINTR)
 			continue;
