@@ -52,7 +52,8 @@ struct fv_mr {
 struct fv_lane {
 	int owner;		/* the sender's session; 0: free slot */
 	uint32_t id, from, to;
-	int memfd;
+	int memfd;		/* across hosts: the receiver's end of the lane's connection */
+	int sock;
 };
 
 #define FV_MAX_LANES	64
@@ -142,7 +143,8 @@ static inline void fv_hdr_add(int memfd, uint32_t off, uint32_t v)
 
 static inline void fv_lane_dead(struct fv_lane *l)
 {
-	fv_hdr_add(l->memfd, FF_VQP_OFF_DEAD, 1);
+	if (!l->sock)	/* a connection's end is its own news */
+		fv_hdr_add(l->memfd, FF_VQP_OFF_DEAD, 1);
 	close(l->memfd);
 	l->owner = 0;
 }
@@ -193,6 +195,12 @@ static inline int fv_tcp_pair(int sv[2])
 	return ok ? 0 : -1;
 }
 
+static inline void fv_path_host_tcp(struct ff_enc *e, const void *arg)
+{
+	(void)arg;
+	ff_enc_u8(e, FF_ATTR_PATH_KIND, FF_PATH_HOST_TCP);
+}
+
 static inline void fv_wire_attrs(struct ff_enc *e, const void *arg)
 {
 	fv_peer_attrs(e, arg);
@@ -241,12 +249,30 @@ static inline void fv_ud_lane(int fd, uint32_t seq, struct fv_qp *q, struct fv_q
 			fv_lane_dead(&fv_lanes[i]);
 	for (int i = 0; i < FV_MAX_LANES; i++)
 		if (!fv_lanes[i].owner) {
+			int sv[2];
+
 			fv_lanes[i] = (struct fv_lane){ .owner = fd, .id = fv_next_lane++, .from = q->qpn,
 							.to = p->qpn, .memfd = memfd };
+			/* Across hosts the lane is a connection: the sender's end now, the receiver's later. */
+			if (fv_across_hosts()) {
+				close(memfd);
+				if (fv_tcp_pair(sv)) {
+					fv_lanes[i].owner = 0;
+					fv_error(fd, seq, FF_ERR_INTERNAL);
+					return;
+				}
+				fv_lanes[i].memfd = sv[1];
+				fv_lanes[i].sock = 1;
+			}
 			fv_hdr_add(p->memfd, FF_VQP_OFF_LANES, 1);
 			if (p->bell >= 0)
 				send(p->bell, "", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
-			fv_reply(fd, FF_MSG_OK, seq, &p->bell, p->bell >= 0, NULL, NULL);
+			if (fv_lanes[i].sock) {
+				fv_reply(fd, FF_MSG_OK, seq, &sv[0], 1, fv_path_host_tcp, NULL);
+				close(sv[0]);
+			} else {
+				fv_reply(fd, FF_MSG_OK, seq, &p->bell, p->bell >= 0, NULL, NULL);
+			}
 			return;
 		}
 	close(memfd);
@@ -278,6 +304,13 @@ static inline void fv_ud_lanes(int fd, uint32_t seq, const struct fv_qp *q, uint
 		from = next->id + 1;
 	}
 	fv_reply(fd, FF_MSG_OK, seq, fds, out.n, fv_lanes_attrs, &out);
+	/* A connection handed is the receiver's: the agent keeps no copy (its end is the lane's end). */
+	for (int i = 0; i < FV_MAX_LANES; i++)
+		if (fv_lanes[i].owner && fv_lanes[i].sock && fv_lanes[i].to == q->qpn &&
+		    fv_lanes[i].id < from) {
+			close(fv_lanes[i].memfd);
+			fv_lanes[i].owner = 0;
+		}
 }
 
 /* One verbs request of session fd (its fds in fds, taken over). */

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: UD queue pairs on the virtual verbs device, two processes: datagrams of 0 B to the MTU from two sender QPs arrive intact after the 40 bytes a GRH takes, each sender's in order, with the right source QPN and LID, immediate data, and a GRH (the sender's GID) only when the address handle had one; a datagram with the wrong Q_Key is dropped; a receiver asleep in ibv_get_cq_event is woken by the first datagram of a new sender; a reply to an address handle made from the receive completion arrives; larger than the MTU completes with a length error; to a receiver that is gone, or a QPN nobody has, it completes and is lost; a UD QP refuses RDMA WRITE */
+/* Channels: shm host-tcp */
 #include "verbstest.h"
 
 #define MTU	4096

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Description: a datagram that arrives at a UD QP with no receive posted waits in its lane, and the receive posted later takes it at once: a program that armed its CQ, posted the receive and sleeps in ibv_get_cq_event is woken, without polling, and gets the datagram intact */
+/* Channels: shm host-tcp */
 #include "verbstest.h"
 
 int main(int argc, char **argv)

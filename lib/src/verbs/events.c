@@ -52,6 +52,15 @@ static int woke(const struct epoll_event *ev, int n, int fd)
 	return 0;
 }
 
+/* Whether a connection of qp's lanes from other hosts woke the thread (watched while its CQ is armed). */
+static int ud_woke(struct ffv_qp *qp, const struct epoll_event *ev, int n)
+{
+	for (int i = 0; qp->vqp.qp.qp_type == IBV_QPT_UD && i < n; i++)
+		if (ffv_ud_woke(qp, ev[i].data.fd))
+			return 1;
+	return 0;
+}
+
 /*
  * The event thread: asleep on the doorbell and on the connections of QPs
  * whose peers are on other hosts (wire.c), no CPU while idle.
@@ -103,7 +112,7 @@ static void *events_main(void *arg)
 			}
 			if (awaiting)
 				qp->reach_next = 0;
-			if ((rung && qp->belled) || qp->reach_by || qp->rnr_by || awaiting)
+			if ((rung && qp->belled) || qp->reach_by || qp->rnr_by || awaiting || ud_woke(qp, ev, n))
 				ffv_progress(qp);
 			if (qp->reach_by || qp->rnr_by)
 				timeout = 1;

@@ -228,7 +228,8 @@ static int do_write(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t to
 
 	if (*done == 0 && wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM && (r = rnr_check(qp)) != FFV_DONE)
 		return r;
-	if (*done == 0) {
+	/* IB: a zero-length RDMA request touches no memory and its R_Key is not checked (UCX probes peers so). */
+	if (*done == 0 && total) {
 		if (!peer_allows(qp, IBV_ACCESS_REMOTE_WRITE))
 			return -(int)IBV_WC_REM_ACCESS_ERR;
 		dst = ffv_grant_find(qp, wr->wr.rdma.rkey, wr->wr.rdma.remote_addr, total,
@@ -259,6 +260,8 @@ static int do_read(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t tot
 	enum ibv_wc_status st;
 	const uint8_t *src;
 
+	if (!total)
+		return FFV_DONE;	/* as a zero-length WRITE (do_write) */
 	if (!peer_allows(qp, IBV_ACCESS_REMOTE_READ))
 		return -(int)IBV_WC_REM_ACCESS_ERR;
 	src = ffv_grant_find(qp, wr->wr.rdma.rkey, wr->wr.rdma.remote_addr, total, IBV_ACCESS_REMOTE_READ, &st);

@@ -6,13 +6,23 @@
  * and the agent hands to the receiver with the sender's identity
  * (PROTOCOL.md, "UD lanes"), so no sender can break or forge another's
  * datagrams. A datagram is one record of at most the port's MTU; one that
- * finds no room, or no receiver, is dropped, as a fabric drops it.
+ * finds no room, or no receiver, is dropped, as a fabric drops it. Across
+ * hosts a lane is a TCP connection the agents made (docs/VERBS.md,
+ * "Across hosts"): the sender writes each datagram as a frame, the
+ * receiver reads them into a ring of its own, as a local lane's.
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "freeflow/proto.h"
@@ -47,8 +57,19 @@ int ffv_destroy_ah(struct ibv_ah *ah)
 	return 0;
 }
 
-/* A lane unmapped, its doorbell closed: dead, or never reached. */
-static void lane_unmap(struct ffv_lane *l)
+/* Whether the event thread watches l's connection: only while its receiver sleeps on an armed CQ. */
+static void lane_watch(struct ffv_context *c, struct ffv_lane *l, int on)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.fd = l->sock };
+
+	if (l->sock < 0 || l->watched == on || !c->events_on)
+		return;
+	epoll_ctl(c->ep, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, l->sock, &ev);
+	l->watched = on;
+}
+
+/* A lane unmapped, its doorbell and connection closed: dead, or never reached. */
+static void lane_unmap(struct ffv_context *c, struct ffv_lane *l)
 {
 	if (l->mem)
 		munmap(l->mem, FF_VQP_HDR_SIZE + l->ring);
@@ -56,11 +77,17 @@ static void lane_unmap(struct ffv_lane *l)
 	if (l->bell >= 0)
 		close(l->bell);
 	l->bell = -1;
+	lane_watch(c, l, 0);
+	if (l->sock >= 0)
+		close(l->sock);
+	l->sock = -1;
+	free(l->pend);
+	l->pend = NULL;
 }
 
-static void lane_free(struct ffv_lane *l)
+static void lane_free(struct ffv_context *c, struct ffv_lane *l)
 {
-	lane_unmap(l);
+	lane_unmap(c, l);
 	free(l);
 }
 
@@ -71,7 +98,7 @@ void ffv_ud_free(struct ffv_qp *qp)
 			struct ffv_lane *l = *list;
 
 			*list = l->next;
-			lane_free(l);
+			lane_free(ffv_ctx(qp->vqp.qp.context), l);
 		}
 }
 
@@ -86,6 +113,7 @@ static int lane_dead(const struct ffv_lane *l)
 static void lane_open(struct ffv_qp *qp, struct ffv_lane *l)
 {
 	struct ffv_context *c = ffv_ctx(qp->vqp.qp.context);
+	const struct ff_attr *kind;
 	uint8_t buf[256];
 	int fd, bell = -1, nb = 1, n;
 	struct ff_enc e;
@@ -107,11 +135,27 @@ static void lane_open(struct ffv_qp *qp, struct ffv_lane *l)
 	}
 	close(fd);
 	l->pos = 0;
+	kind = ff_msg_get(&m, FF_ATTR_PATH_KIND);
+	if (kind && kind->len == 1 && kind->val[0] == FF_PATH_HOST_TCP) {
+		/* On another host: the fd is the lane's connection, our ring is not used. */
+		int one = 1;
+
+		if (nb != 1 || fcntl(bell, F_SETFL, O_NONBLOCK) < 0) {
+			if (nb > 0)
+				close(bell);
+			goto none;
+		}
+		setsockopt(bell, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		munmap(l->mem, FF_VQP_HDR_SIZE + l->ring);
+		l->mem = NULL;
+		l->sock = bell;
+		return;
+	}
 	l->bell = nb > 0 ? bell : -1;
 	return;
 none:
 	/* No such receiver (yet), another tenant's, or no agent: datagrams to it are lost. */
-	lane_unmap(l);
+	lane_unmap(c, l);
 	l->retry_at = ffv_now_ns() + RETRY_NS;
 }
 
@@ -127,14 +171,81 @@ static struct ffv_lane *tx_lane(struct ffv_qp *qp, const uint8_t peer[24])
 			return NULL;
 		memcpy(l->peer, peer, 24);
 		l->bell = -1;
+		l->sock = -1;
 		l->next = qp->tx_lanes;
 		qp->tx_lanes = l;
 	}
 	if (l->mem && lane_dead(l))	/* the receiver went: it may be back under that name */
-		lane_unmap(l);
-	if (!l->mem && ffv_now_ns() >= l->retry_at)
+		lane_unmap(ffv_ctx(qp->vqp.qp.context), l);
+	if (!l->mem && l->sock < 0 && ffv_now_ns() >= l->retry_at)
 		lane_open(qp, l);
-	return l->mem ? l : NULL;
+	return l->mem || l->sock >= 0 ? l : NULL;
+}
+
+/* Write what the socket takes of buf; the rest of a datagram it took in part waits in pend. */
+static int put_pending(struct ffv_context *c, struct ffv_lane *l)
+{
+	while (l->pend && l->pend_off < l->pend_len) {
+		ssize_t r = send(l->sock, l->pend + l->pend_off, l->pend_len - l->pend_off,
+				 MSG_DONTWAIT | MSG_NOSIGNAL);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			if (errno != EAGAIN)
+				lane_unmap(c, l);	/* the receiver or the link went: ask again next time */
+			return -1;
+		}
+		l->pend_off += (uint32_t)r;
+	}
+	free(l->pend);
+	l->pend = NULL;
+	return 0;
+}
+
+/*
+ * A datagram as a frame on l's connection: whole, or (the socket full)
+ * dropped, as a fabric drops it; a frame the socket took in part is
+ * finished first, before any other.
+ */
+static void wire_send(struct ffv_qp *qp, struct ffv_lane *l, const struct ibv_send_wr *wr, uint32_t total,
+		      uint8_t flags, uint32_t qkey)
+{
+	struct ffv_context *c = ffv_ctx(qp->vqp.qp.context);
+	uint8_t h[FF_VW_HDR] = { 0 };
+	struct iovec iov[1 + FFV_MAX_SGE];
+	struct msghdr mh = { .msg_iov = iov };
+	uint32_t frame = FF_VW_HDR + total;
+	ssize_t r;
+	int k = 0;
+
+	if (put_pending(c, l))
+		return;
+	h[FF_VW_OP] = wr->opcode == IBV_WR_SEND_WITH_IMM ? FF_VW_SEND_IMM : FF_VW_SEND;
+	h[FF_VW_FLAGS] = flags & (FF_VQP_SOLICITED | FF_VQP_GRH);
+	memcpy(h + FF_VW_LEN, &total, 4);
+	memcpy(h + FF_VW_IMM, &wr->imm_data, 4);
+	memcpy(h + FF_VW_RKEY, &qkey, 4);	/* a datagram's Q_Key */
+	iov[k++] = (struct iovec){ h, sizeof(h) };
+	for (int i = 0; i < wr->num_sge; i++)
+		iov[k++] = (struct iovec){ (void *)(uintptr_t)wr->sg_list[i].addr, wr->sg_list[i].length };
+	mh.msg_iovlen = k;
+	do
+		r = sendmsg(l->sock, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+	while (r < 0 && errno == EINTR);
+	if (r < 0) {
+		if (errno != EAGAIN)
+			lane_unmap(c, l);
+		return;
+	}
+	if ((uint32_t)r < frame && (l->pend = malloc(frame))) {
+		memcpy(l->pend, h, sizeof(h));
+		ffv_gather(l->pend + sizeof(h), wr->sg_list, wr->num_sge, 0, total);
+		l->pend_len = frame;
+		l->pend_off = (uint32_t)r;
+	} else if ((uint32_t)r < frame) {
+		lane_unmap(c, l);	/* half a frame and no memory for the rest: the lane cannot go on */
+	}
 }
 
 int ffv_ud_send(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total)
@@ -151,12 +262,16 @@ int ffv_ud_send(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total)
 	ffv_peer_name(&ah->attr, wr->wr.ud.remote_qpn, peer);
 	if (!(l = tx_lane(qp, peer)))
 		return 0;
-	if ((off = ffv_ring_reserve(l->mem, l->ring, &l->pos, total)) < 0)
-		return 0;	/* the receiver is behind: dropped, as a full receive queue drops it */
 	if (wr->send_flags & IBV_SEND_SOLICITED)
 		flags |= FF_VQP_SOLICITED;
 	if (ah->attr.is_global)
 		flags |= FF_VQP_GRH;
+	if (l->sock >= 0) {
+		wire_send(qp, l, wr, total, flags, qkey);
+		return 0;
+	}
+	if ((off = ffv_ring_reserve(l->mem, l->ring, &l->pos, total)) < 0)
+		return 0;	/* the receiver is behind: dropped, as a full receive queue drops it */
 	ffv_rec_header(l->mem + FF_VQP_HDR_SIZE + off, total,
 		       wr->opcode == IBV_WR_SEND_WITH_IMM ? FF_VQP_OP_SEND_IMM : FF_VQP_OP_SEND, flags,
 		       wr->imm_data, qkey);
@@ -170,8 +285,82 @@ int ffv_ud_send(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total)
 
 void ffv_ud_arm(struct ffv_qp *qp, uint32_t on)
 {
-	for (struct ffv_lane *l = qp->rx_lanes; l; l = l->next)
+	for (struct ffv_lane *l = qp->rx_lanes; l; l = l->next) {
 		__atomic_store_n((uint32_t *)(l->mem + FF_VQP_OFF_ARMED), on, __ATOMIC_SEQ_CST);
+		lane_watch(ffv_ctx(qp->vqp.qp.context), l, (int)on);
+	}
+}
+
+int ffv_ud_woke(struct ffv_qp *qp, int fd)
+{
+	for (struct ffv_lane *l = qp->rx_lanes; l; l = l->next)
+		if (l->sock == fd)
+			return 1;
+	return 0;
+}
+
+/*
+ * A lane from another host: its datagram frames read from the connection
+ * into our ring, as a local sender would produce them, as long as there is
+ * room (TCP then holds the rest: a sender whose socket fills drops). At
+ * the end of the connection, or a frame that makes no sense, the ring's
+ * dead word is set: what came before is still taken.
+ */
+static void lane_feed(struct ffv_lane *l)
+{
+	uint8_t *ring = l->mem + FF_VQP_HDR_SIZE;
+
+	while (l->sock >= 0 && !__atomic_load_n((uint32_t *)(l->mem + FF_VQP_OFF_DEAD), __ATOMIC_RELAXED)) {
+		uint32_t len, qkey, imm;
+		ssize_t r;
+
+		if (l->fhave < FF_VW_HDR) {
+			r = recv(l->sock, l->fhdr + l->fhave, FF_VW_HDR - l->fhave, MSG_DONTWAIT);
+		} else {
+			if (l->foff < 0 && (l->foff = ffv_ring_reserve(l->mem, l->ring, &l->fprod, l->fleft)) < 0)
+				return;	/* the receiver is behind */
+			memcpy(&len, l->fhdr + FF_VW_LEN, 4);
+			r = l->fleft ? recv(l->sock, ring + l->foff + FF_VQP_REC_HDR + (len - l->fleft), l->fleft,
+					    MSG_DONTWAIT) : 0;
+		}
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && errno == EAGAIN)
+			return;
+		if (r <= 0 && !(l->fhave == FF_VW_HDR && !l->fleft)) {
+			__atomic_store_n((uint32_t *)(l->mem + FF_VQP_OFF_DEAD), 1, __ATOMIC_RELEASE);
+			return;
+		}
+		if (l->fhave < FF_VW_HDR) {
+			l->fhave += (uint32_t)r;
+			if (l->fhave < FF_VW_HDR)
+				continue;
+			memcpy(&len, l->fhdr + FF_VW_LEN, 4);
+			if ((l->fhdr[FF_VW_OP] != FF_VW_SEND && l->fhdr[FF_VW_OP] != FF_VW_SEND_IMM) ||
+			    len > UD_MTU) {
+				l->broken = 1;	/* the sender broke its own lane */
+				__atomic_store_n((uint32_t *)(l->mem + FF_VQP_OFF_DEAD), 1, __ATOMIC_RELEASE);
+				return;
+			}
+			l->fleft = len;
+			l->foff = -1;
+			continue;
+		}
+		l->fleft -= (uint32_t)r;
+		if (l->fleft)
+			continue;
+		memcpy(&len, l->fhdr + FF_VW_LEN, 4);
+		memcpy(&imm, l->fhdr + FF_VW_IMM, 4);
+		memcpy(&qkey, l->fhdr + FF_VW_RKEY, 4);
+		ffv_rec_header(ring + l->foff, len,
+			       l->fhdr[FF_VW_OP] == FF_VW_SEND_IMM ? FF_VQP_OP_SEND_IMM : FF_VQP_OP_SEND,
+			       FF_VQP_FIRST | FF_VQP_LAST | (l->fhdr[FF_VW_FLAGS] & (FF_VQP_SOLICITED | FF_VQP_GRH)),
+			       imm, qkey);
+		l->fprod += FF_VQP_REC_HDR + ffv_round16(len);
+		ffv_ring_publish(l->mem, l->fprod, -1);
+		l->fhave = 0;
+		l->foff = -1;
+	}
 }
 
 /* ctx->mu held: one answer's lanes (VERBS_LANES and their fds) mapped; how many it named. */
@@ -185,10 +374,28 @@ static int add_lanes(struct ffv_qp *qp, const struct ff_attr *a, int *fds, int n
 		tail = &(*tail)->next;
 	for (int i = 0; i < n && i < nfds; i++) {
 		struct ffv_lane *l = calloc(1, sizeof(*l));
+		struct stat st;
 
-		if (!l || ffv_ring_map(fds[i], &l->mem, &l->ring)) {
+		if (l && fstat(fds[i], &st) == 0 && S_ISSOCK(st.st_mode)) {
+			/* From another host: its connection, read into a ring of our own. */
+			int rfd;
+
+			l->ring = LANE_RING;
+			l->foff = -1;
+			l->sock = fcntl(fds[i], F_DUPFD_CLOEXEC, 0);
+			if (l->sock < 0 || fcntl(l->sock, F_SETFL, O_NONBLOCK) < 0 ||
+			    ffv_ring_make(LANE_RING, &rfd, &l->mem)) {
+				if (l->sock >= 0)
+					close(l->sock);
+				free(l);
+				continue;
+			}
+			close(rfd);
+		} else if (!l || ffv_ring_map(fds[i], &l->mem, &l->ring)) {
 			free(l);	/* a lane we cannot map: its datagrams are lost */
 			continue;
+		} else {
+			l->sock = -1;
 		}
 		memcpy(&l->id, a->val + 28 * i, 4);
 		memcpy(l->peer, a->val + 28 * i + 4, 24);
@@ -196,6 +403,7 @@ static int add_lanes(struct ffv_qp *qp, const struct ff_attr *a, int *fds, int n
 		l->pos = __atomic_load_n((uint64_t *)(l->mem + FF_VQP_OFF_CONS), __ATOMIC_RELAXED);
 		/* Armed as the QP's other lanes, before it is first read (events.c, "No lost wake-up"). */
 		__atomic_store_n((uint32_t *)(l->mem + FF_VQP_OFF_ARMED), armed, __ATOMIC_SEQ_CST);
+		lane_watch(ffv_ctx(qp->vqp.qp.context), l, armed != 0);
 		*tail = l;	/* after the older lanes: their datagrams came first */
 		tail = &l->next;
 		if (l->id >= qp->next_lane)
@@ -337,13 +545,15 @@ void ffv_ud_take(struct ffv_qp *qp)
 	}
 	for (struct ffv_lane **pp = &qp->rx_lanes; *pp;) {
 		struct ffv_lane *l = *pp;
-		int dead = lane_dead(l);	/* before the last look: what it published before dying is taken */
+		int dead;
 
+		lane_feed(l);
+		dead = lane_dead(l);	/* before the last look: what it published before dying is taken */
 		take_lane(qp, l);
 		if (dead && (l->broken ||
 			     l->pos == __atomic_load_n((uint64_t *)(l->mem + FF_VQP_OFF_PROD), __ATOMIC_ACQUIRE))) {
 			*pp = l->next;
-			lane_free(l);
+			lane_free(ffv_ctx(qp->vqp.qp.context), l);
 			continue;
 		}
 		pp = &l->next;

@@ -176,6 +176,20 @@ struct ffv_lane {
 	int bell;			/* the receiver's doorbell (a sender's), or -1 */
 	int broken;			/* the sender broke the layout: read no more */
 	int64_t retry_at;		/* a receiver not found: ask the agent again from then */
+	/*
+	 * Across hosts (ud.c): the lane is a TCP connection, sock. A sender
+	 * writes datagrams as frames (pend: the rest of one the socket took in
+	 * part); a receiver reads them into a ring of its own in mem, as a
+	 * local sender would produce them, so the rest of the path is one.
+	 */
+	int sock;
+	uint8_t *pend;
+	uint32_t pend_len, pend_off;
+	uint8_t fhdr[FF_VW_HDR];	/* a receiver's: the frame being read */
+	uint32_t fhave, fleft;
+	long foff;			/* its record in the ring, -1: none reserved yet */
+	uint64_t fprod;			/* the ring's producer count (ours) */
+	int watched;			/* in the event thread's epoll set (while the QP's CQ is armed) */
 };
 
 struct ffv_qp {
@@ -477,6 +491,8 @@ int ffv_ud_send(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total)
 void ffv_ud_take(struct ffv_qp *qp);
 /* ctx->mu held: a UD QP's armed word into each of its lanes (events.c). */
 void ffv_ud_arm(struct ffv_qp *qp, uint32_t on);
+/* The event thread: whether fd, which woke it, is a connection of one of qp's lanes from another host. */
+int ffv_ud_woke(struct ffv_qp *qp, int fd);
 /* A UD QP's lanes unmapped (nothing for an RC QP). */
 void ffv_ud_free(struct ffv_qp *qp);
 
