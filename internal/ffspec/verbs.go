@@ -86,5 +86,18 @@ func Verbs(treeDir, provider string) ([]Mount, []string) {
 	}, VerbsEnv()
 }
 
-// VerbsEnv is the environment that points libibverbs at the device.
-func VerbsEnv() []string { return []string{sysfsEnv, providerEnv} }
+// What UCX and Open MPI need to use the device, so users need not set it
+// (docs/VERBS.md, "UCX and Open MPI"); appended after the container's own
+// environment, a value the user gave comes first and wins.
+const (
+	// Open MPI's UCX components open only devices named mlx* by default.
+	ompiUCXDevicesEnv = "OMPI_MCA_opal_common_ucx_devices=any"
+	// UCX allocates buffers in SysV or POSIX shared memory first and then
+	// registers them with every device; the device cannot register shared
+	// memory for remote access (docs/VERBS.md): private memory instead.
+	ucxAllocEnv = "UCX_ALLOC_PRIO=thp,mmap,heap"
+)
+
+// VerbsEnv is the environment that points libibverbs at the device, and
+// UCX and Open MPI at it.
+func VerbsEnv() []string { return []string{sysfsEnv, providerEnv, ompiUCXDevicesEnv, ucxAllocEnv} }

@@ -47,9 +47,18 @@ func Args(agent string) []string {
 }
 
 // TCP makes ranks talk over Open MPI's TCP transport on the overlay
-// addresses: what FreeFlow sees and may move to a fast path.
+// addresses: what FreeFlow sees and may move to a fast path. The ob1 PML
+// is named: in a FreeFlow container Open MPI would otherwise take UCX on
+// the verbs device (VerbsEnv).
 func TCP() []string {
-	return []string{"--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", state.OverlayCIDR}
+	return []string{"--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", state.OverlayCIDR}
+}
+
+// UCX makes ranks talk through UCX, which between FreeFlow containers
+// takes their virtual verbs devices (rc_verbs, ud_verbs; docs/VERBS.md,
+// "UCX and Open MPI"); ranks in one container, UCX's shared memory.
+func UCX() []string {
+	return []string{"--mca", "pml", "ucx"}
 }
 
 // SharedMemory makes ranks in one container talk through Open MPI's own

@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/freeflow-net/freeflow/internal/netns"
@@ -13,11 +14,10 @@ import (
 )
 
 // mpiLaunch runs mpirun in h1's host namespace for ranks in containers c1
-// and c2, over Open MPI's TCP transport on the overlay addresses (see
-// internal/openmpi).
-func mpiLaunch(c *testenv.Cluster, agent, c1, c2 string, argv ...string) ([]byte, error) {
+// and c2, over transport (see internal/openmpi).
+func mpiLaunch(c *testenv.Cluster, agent, c1, c2 string, transport []string, argv ...string) ([]byte, error) {
 	args := append([]string{"60", "mpirun", "--host", c1 + "," + c2, "-np", "2"}, openmpi.Args(agent)...)
-	args = append(args, openmpi.TCP()...)
+	args = append(args, transport...)
 	host := state.NetNSPath(state.NewLayout(c.Name).HostNetNS("h1"))
 	return netns.Command(host, "timeout", append(args, argv...)...).CombinedOutput()
 }
@@ -45,7 +45,7 @@ func TestOpenMPI(t *testing.T) {
 					want, involved = m.cross, []string{"h1", "h2"}
 				}
 				paths := watchPaths(t, c, involved...)
-				out, err := mpiLaunch(c, agent, c1, c2, "NPopenmpi", "-i", "-n", "20", "-p", "0", "-u", "1048576", "-o", "/tmp/np.out")
+				out, err := mpiLaunch(c, agent, c1, c2, openmpi.TCP(), "NPopenmpi", "-i", "-n", "20", "-p", "0", "-u", "1048576", "-o", "/tmp/np.out")
 				must(t, err, "mpirun NPopenmpi: %s", out)
 				netpipeIntact(t, string(out))
 				if want == "none" {
@@ -55,6 +55,36 @@ func TestOpenMPI(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestOpenMPIOverVerbs: Open MPI through UCX between ranks in two FreeFlow
+// containers, same host and cross host, with no setting of the user's:
+// UCX takes the containers' virtual verbs devices (its rc_verbs transport
+// on ffv0, which UCX's log names), and NetPIPE's integrity mode checks
+// every message of up to 1 MiB.
+func TestOpenMPIOverVerbs(t *testing.T) {
+	if m := testenv.Missing("mpirun", "NPopenmpi", "timeout"); m != "" {
+		t.Skip(m)
+	}
+	c := newCluster(t, 2)
+	dir := t.TempDir()
+	agent, err := openmpi.WriteAgent(dir, filepath.Join(c.BinDir, "freeflow"), c.Name)
+	must(t, err, "write the launch agent")
+	for _, host := range []string{"h1", "h2"} {
+		t.Run(host, func(t *testing.T) {
+			c1, c2 := testenv.RandomName("r", 4), testenv.RandomName("r", 4)
+			flags := []string{"-v", dir + ":" + dir + ":ro"}
+			c.StartDetached(t, "h1", c1, flags, "sleep", "3600")
+			c.StartDetached(t, host, c2, flags, "sleep", "3600")
+			out, err := mpiLaunch(c, agent, c1, c2, append(openmpi.UCX(), "-x", "UCX_LOG_LEVEL=info"),
+				"NPopenmpi", "-i", "-n", "20", "-p", "0", "-u", "1048576", "-o", "/tmp/np.out")
+			must(t, err, "mpirun NPopenmpi over UCX: %s", out)
+			netpipeIntact(t, string(out))
+			if !strings.Contains(string(out), "tag(rc_verbs/ffv0:1)") {
+				t.Fatalf("UCX did not take the verbs device between the ranks (no tag(rc_verbs/ffv0:1) in its log):\n%s", out)
+			}
+		})
 	}
 }
 

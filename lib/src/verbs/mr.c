@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -22,7 +23,7 @@
 #include "verbs/verbs.h"
 
 #define PAGE		4096u
-#define MAX_SEGS	16	/* SEGMENTS' limit (PROTOCOL.md) */
+#define MAX_SEGS	16	/* SEGMENTS' limit (PROTOCOL.md); struct ffv_mr's segs */
 #define REMOTE_ACCESS	(IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
 #define WRITABLE	(IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)
 
@@ -166,20 +167,52 @@ static int private_prot(uintptr_t start, uintptr_t end)
 }
 
 /*
+ * Whether [s->start, s->end) is still s's memfd, mapped whole: a program
+ * may unmap registered memory (free) and map something else there before
+ * it deregisters (UCX's registration cache does), and then those pages are
+ * no longer ours to move, nor to take as shared.
+ */
+static int still_shared(const struct shared *s)
+{
+	FILE *f = fopen("/proc/self/maps", "re");
+	char line[512], perm[8];
+	unsigned long lo, hi, off, ino;
+	uintptr_t at = s->start;
+	struct stat st;
+
+	if (!f || fstat(s->fd, &st) < 0) {
+		if (f)
+			fclose(f);
+		return 0;
+	}
+	while (at < s->end && fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%lx-%lx %7s %lx %*s %lu", &lo, &hi, perm, &off, &ino) != 5 || hi <= at)
+			continue;
+		if (lo > at || perm[3] != 's' || ino != st.st_ino || off + (at - lo) != at - s->start)
+			break;
+		at = hi;
+	}
+	fclose(f);
+	return at >= s->end;
+}
+
+/*
  * shared_mu held: s loses a reference; with the last its pages go back to
- * private memory (unmove_pages) and it leaves the list pp points into (NULL:
- * on none).
+ * private memory (unmove_pages), if they are still its, and it leaves the
+ * list pp points into (NULL: on none, or taken off it already).
  */
 static void unshare_seg(struct shared *s, struct shared **pp)
 {
 	if (--s->refs > 0)
 		return;
-	while (pp && *pp != s)
+	while (pp && *pp && *pp != s)
 		pp = &(*pp)->next;
-	if (pp)
+	if (pp && *pp)
 		*pp = s->next;
-	mv.start = s->start, mv.end = s->end, mv.prot = s->prot;
-	on_mover_stack(unmove_pages);
+	if (still_shared(s)) {
+		mv.start = s->start, mv.end = s->end, mv.prot = s->prot;
+		on_mover_stack(unmove_pages);
+	}
 	close(s->fd);
 	free(s);
 }
@@ -251,6 +284,14 @@ static int share(uintptr_t start, uintptr_t end, int ro, struct shared **segs)
 		if (n == MAX_SEGS) {
 			err = -ENOMEM;	/* more pieces than SEGMENTS carries */
 			goto fail;
+		}
+		if (*pp && (*pp)->start <= at && !still_shared(*pp)) {
+			/* Unmapped under its regions: new pages there are shared anew; it goes with them. */
+			struct shared *gone = *pp;
+
+			*pp = gone->next;
+			gone->next = NULL;
+			continue;
 		}
 		if (*pp && (*pp)->start <= at) {
 			s = *pp;
@@ -339,23 +380,17 @@ static int register_remote(struct ffv_context *c, struct ffv_mr *mr, uint32_t pd
 	}
 	mr->vmr.ibv_mr.rkey = ff_attr_u32(rkey);
 	mr->remote = 1;
+	memcpy(mr->segs, segs, sizeof(segs[0]) * (size_t)n);
+	mr->nsegs = n;
 	return 0;
 }
 
-/* shared_mu taken: drop the references [start, end)'s segments hold. */
-static void unshare_range(uintptr_t start, uintptr_t end)
+/* shared_mu taken: drop the references mr's segments hold. */
+static void unshare_mr(struct ffv_mr *mr)
 {
 	pthread_mutex_lock(&shared_mu);
-	for (uintptr_t at = floor_page(start), hi = ceil_page(end); at < hi;) {
-		struct shared *s = shared_list;
-
-		while (s && !(s->start <= at && at < s->end))
-			s = s->next;
-		if (!s)
-			break;
-		at = s->end;
-		unshare_seg(s, &shared_list);
-	}
+	while (mr->nsegs > 0)
+		unshare_seg(mr->segs[--mr->nsegs], &shared_list);
 	pthread_mutex_unlock(&shared_mu);
 }
 
@@ -435,7 +470,7 @@ int ffv_dereg_mr(struct verbs_mr *vmr)
 		/* After the agent forgot the rkey: a peer that asks again is refused. */
 		for (struct ffv_qp *qp = c->qps; qp; qp = qp->next)
 			__atomic_fetch_add((uint32_t *)(qp->mem + FF_VQP_OFF_MR_GEN), 1, __ATOMIC_SEQ_CST);
-		unshare_range(mr->start, mr->end);
+		unshare_mr(mr);
 	}
 	pthread_mutex_unlock(&c->mu);
 	free(mr);

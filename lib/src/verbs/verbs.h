@@ -93,6 +93,9 @@ struct ffv_mr {
 	uintptr_t start, end;		/* [addr, addr + length) */
 	int access;
 	int remote;			/* registered with the agent: its pages are shared */
+	/* Its runs of shared pages (mr.c): its own, not whatever is at its addresses when it goes. */
+	void *segs[16];
+	int nsegs;
 };
 
 /* A peer's region mapped here, found by (the peer QP it came through, rkey). */
