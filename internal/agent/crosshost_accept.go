@@ -13,8 +13,8 @@ import (
 )
 
 // serveOffer is the accepting side of a cross-host exchange: one OFFER
-// (a TCP connection) or VERBS_OFFER (a pair of verbs QPs: verbs_xhost.go)
-// on a TCP connection from another agent, fresh or pooled (a HELLO first,
+// (a TCP connection), VERBS_OFFER (a pair of verbs QPs: verbs_xhost.go)
+// or VERBS_UD_OFFER (a UD lane: verbs_udx.go) on a TCP connection from another agent, fresh or pooled (a HELLO first,
 // see crosshost_pool.go), one reply, and for host-tcp, once the
 // connector's agent has sent its COMMIT, the connection itself goes to
 // the accepting process. release ends the connection's count among the
@@ -31,8 +31,11 @@ func (a *Agent) serveOffer(ctx context.Context, c *net.TCPConn, release func()) 
 		return
 	}
 	want, serve := protocol.TypeOffer, a.serveConnOffer
-	if m.Type == protocol.TypeVerbsOffer {
+	switch m.Type {
+	case protocol.TypeVerbsOffer:
 		want, serve = protocol.TypeVerbsOffer, a.serveVerbsOffer
+	case protocol.TypeVerbsUDOffer:
+		want, serve = protocol.TypeVerbsUDOffer, a.serveVerbsUDOffer
 	}
 	sender, key, err := a.checkSigned(c, m, want)
 	if err == nil {

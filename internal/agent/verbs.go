@@ -14,7 +14,9 @@ package agent
 //     TCP connection made for the pair (verbs_xhost.go);
 //   - every region by its rkey, per container (random, nonzero, unique in
 //     the container), with its memfds and segments, and its session;
-//   - the lanes between UD QPs, each a sender's memfd (verbs_lanes.go);
+//   - the lanes between UD QPs, each a sender's memfd (verbs_lanes.go),
+//     or from a UD QP on another host a TCP connection, until its
+//     receiver takes it (verbs_udx.go);
 //   - the memfds those hold, once per file and container (verbs_files.go).
 //
 // Both belong to the provider's session that made them (one per
@@ -63,9 +65,10 @@ type vqp struct {
 	peer      *vqp  // connected to (VERBS_CONNECT) on this host; nil until then
 	x         xpair // an RC QP's pairing with a QP on another host (verbs_xhost.go)
 	// A UD QP's lanes (verbs_lanes.go).
-	lanes    []*vlane        // to it, live, in id order
-	lastLane uint32          // the id it was given last; none is given twice
-	sent     map[*vqp]*vlane // from it, by receiving QP
+	lanes      []*vlane        // to it, live, in id order (from another host: not handed yet)
+	lastLane   uint32          // the id it was given last; none is given twice
+	sent       map[*vqp]*vlane // from it, by receiving QP
+	xaccepting int             // lanes to it from other hosts accepted, their COMMIT awaited (verbs_udx.go)
 }
 
 // vmr is one registered memory region.
@@ -86,7 +89,7 @@ type verbsRegistry struct {
 	mrs     map[string]map[uint32]*vmr       // container id -> rkey -> region
 	qpsOf   map[string]int                   // container id -> its QPs
 	files   map[string]map[fileKey]*heldFile // container id -> the memfds its QPs and regions hold
-	parked  map[string]int                   // container id -> the sockets parked for its QPs (verbs_xhost.go)
+	parked  map[string]int                   // container id -> the sockets parked for its QPs (verbs_xhost.go, verbs_udx.go)
 	nextQP  uint32
 	maxQPs  int
 	maxMRs  int

@@ -12,6 +12,9 @@ package agent
 // lane's memfd is a held file of the sender's container: the sender made
 // it, and a sender that opens lanes to many QPs pays for them, not they.
 //
+// A lane from a UD QP on another host is a TCP connection instead, kept
+// here only until its receiver takes it (verbs_udx.go).
+//
 // Who the sender is comes from the agent, never from the lane's bytes: the
 // receiver takes a datagram's source QPN, LID and GID from VERBS_LANES.
 //
@@ -44,9 +47,9 @@ const MaxLanesPerQP = 1024
 // vlane is one sender's lane to a receiving UD QP.
 type vlane struct {
 	id       uint32
-	from, to *vqp
-	src      protocol.VerbsPeer // from as the receiver is told: QPN, LID, GID
-	fd       int                // the memfd, held as a file of from's container
+	from, to *vqp               // from nil: a QP on another host (verbs_udx.go)
+	src      protocol.VerbsPeer // the sender as the receiver is told: QPN, LID, GID
+	fd       int                // the memfd, held as a file of from's container; from another host, the socket, parked for to's container
 	file     fileKey
 }
 
@@ -78,8 +81,7 @@ func (s *session) verbsUDLane(m *protocol.Message) (*protocol.Message, error) {
 		return nil, err
 	}
 	if toC.Host != s.a.cfg.Host {
-		return nil, protocol.Errorf(protocol.CodeNotFound,
-			"container %s runs on host %s: UD across hosts is not supported yet (a datagram to it is lost)", toC.Name, toC.Host)
+		return s.verbsUDLaneAcross(m, qpn, p, toC)
 	}
 	lane := &vlane{src: src}
 	to, old, bell, err := r.addLane(s, lane, p.QPN, toC, s.inFDs[0])
@@ -89,16 +91,29 @@ func (s *session) verbsUDLane(m *protocol.Message) (*protocol.Message, error) {
 	if old != nil {
 		s.a.retireLanes([]*vlane{old}, true)
 	}
-	if err := addLanesWord(to.fd); err != nil {
-		s.a.log.Warn("could not count a new lane in a UD QP's memfd; it finds the lane only when it asks for its lanes on its own",
-			"qpn", to.qpn, "container", to.container, "err", err)
-	}
-	r.releaseFiles(to.container, []fileKey{to.file}) // held by addLane for this
+	s.a.announceLane(to)
 	if bell >= 0 {
-		ring(bell)
 		s.outFDs = []int{bell}
 	}
 	return protocol.New(protocol.TypeOK, m.Seq), nil
+}
+
+// announceLane tells the receiving QP to of its new lane: one more in its
+// lanes word, then a ring of its doorbell if it lives and has one. It
+// gives back the use of to's memfd its caller held for this: the word is
+// written through a mapping, outside the registry's lock.
+func (a *Agent) announceLane(to *vqp) {
+	if err := addLanesWord(to.fd); err != nil {
+		a.log.Warn("could not count a new lane in a UD QP's memfd; it finds the lane only when it asks for its lanes on its own",
+			"qpn", to.qpn, "container", to.container, "err", err)
+	}
+	r := a.verbs
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.qps[to.qpn] == to && to.bell >= 0 {
+		ring(to.bell)
+	}
+	r.releaseFilesLocked(to.container, []fileKey{to.file})
 }
 
 // laneSource names the sender's QP qpn of the container at ip as the
@@ -124,9 +139,9 @@ func (r *verbsRegistry) ownUDQPLocked(s *session, qpn uint32) (*vqp, error) {
 
 // addLane makes lane, from the caller's QP lane.src.QPN to QP toQPN of
 // container toC, on the memfd fd, and returns the receiving QP (a use of
-// its memfd held for the caller, who releases it), the lane it replaces
-// if any (for the caller to retire) and a copy of the receiving QP's
-// doorbell (-1: none).
+// its memfd held for announceLane), the lane it replaces if any (for the
+// caller to retire) and a copy of the receiving QP's doorbell for the
+// sender (-1: none).
 func (r *verbsRegistry) addLane(s *session, lane *vlane, toQPN uint32, toC directory.Container, fd int) (*vqp, *vlane, int, error) {
 	fdShare := r.fdShare()
 	r.mu.Lock()
@@ -143,11 +158,11 @@ func (r *verbsRegistry) addLane(s *session, lane *vlane, toQPN uint32, toC direc
 		return nil, nil, -1, protocol.Errorf(protocol.CodeInvalid, "QP %#x is of type %d; a lane goes to a UD (4) QP", toQPN, to.typ)
 	}
 	old := from.sent[to]
-	if old == nil && len(to.lanes) >= MaxLanesPerQP {
+	if old == nil && to.lanesHeld() >= MaxLanesPerQP {
 		return nil, nil, -1, protocol.Errorf(protocol.CodeLimit,
 			"QP %#x has %d lanes, one per sender, its limit; a sender gets one once another's QP is destroyed", toQPN, MaxLanesPerQP)
 	}
-	if to.lastLane == math.MaxUint32 {
+	if to.idsGiven() {
 		return nil, nil, -1, protocol.Errorf(protocol.CodeLimit, "QP %#x has been given every lane id; its owner makes a new QP", toQPN)
 	}
 	k, err := fileKeyOf(fd)
@@ -182,9 +197,21 @@ func (r *verbsRegistry) addLane(s *session, lane *vlane, toQPN uint32, toC direc
 	return to, old, bell, nil
 }
 
+// lanesHeld is how many lanes qp has, offers accepted from other hosts
+// counted (verbs_udx.go).
+func (qp *vqp) lanesHeld() int { return len(qp.lanes) + qp.xaccepting }
+
+// idsGiven reports whether qp has given every lane id, offers accepted
+// from other hosts counted.
+func (qp *vqp) idsGiven() bool { return qp.lastLane >= math.MaxUint32-uint32(qp.xaccepting) }
+
 // detachLaneLocked removes lane from both its ends; the caller retires it.
 func (r *verbsRegistry) detachLaneLocked(lane *vlane) {
-	delete(lane.from.sent, lane.to)
+	if lane.from != nil {
+		delete(lane.from.sent, lane.to)
+	} else {
+		r.releaseParkedLocked(lane.to.container)
+	}
 	if i, ok := slices.BinarySearchFunc(lane.to.lanes, lane.id, func(l *vlane, id uint32) int { return cmp.Compare(l.id, id) }); ok {
 		lane.to.lanes = slices.Delete(lane.to.lanes, i, i+1)
 	}
@@ -207,13 +234,17 @@ func (r *verbsRegistry) detachLanesLocked(qp *vqp) []*vlane {
 
 // retireLanes marks detached lanes dead (unless the agent is stopping:
 // design note of verbs.go), rings each receiving QP that still lives and
-// has a doorbell, and lets the lanes' memfds go.
+// has a doorbell, and lets the lanes' memfds go; a lane from another host,
+// not handed yet, is closed (its sender reads EOF).
 func (a *Agent) retireLanes(lanes []*vlane, dead bool) {
 	if len(lanes) == 0 {
 		return
 	}
 	if dead {
 		for _, l := range lanes {
+			if l.from == nil {
+				continue
+			}
 			if err := markQPDead(l.fd); err != nil {
 				a.log.Warn("could not mark a UD lane's memfd dead; its receiver keeps it mapped until its QP goes",
 					"lane", l.id, "qpn", l.to.qpn, "err", err)
@@ -224,6 +255,10 @@ func (a *Agent) retireLanes(lanes []*vlane, dead bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, l := range lanes {
+		if l.from == nil { // it dies with its receiver only
+			closeFD(l.fd)
+			continue
+		}
 		if dead && r.qps[l.to.qpn] == l.to && l.to.bell >= 0 {
 			ring(l.to.bell)
 		}
@@ -256,7 +291,9 @@ func (s *session) verbsUDLanes(m *protocol.Message) (*protocol.Message, error) {
 
 // lanesOf returns the live lanes to the caller's UD QP qpn from id first
 // on, at most protocol.MaxFDs, and a read-write copy of each one's memfd:
-// the receiver writes its consumer words there.
+// the receiver writes its consumer words there; or, for a lane from
+// another host, of its socket, which the receiver holds from now on: the
+// agent closes its own and forgets the lane.
 func (r *verbsRegistry) lanesOf(s *session, qpn, first uint32) ([]protocol.Lane, []int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -274,6 +311,16 @@ func (r *verbsRegistry) lanesOf(s *session, qpn, first uint32) ([]protocol.Lane,
 			return nil, nil, err
 		}
 		entries, fds = append(entries, protocol.Lane{ID: l.id, From: l.src}), append(fds, fd)
+	}
+	var handed []*vlane
+	for _, l := range to.lanes[i : i+len(entries)] {
+		if l.from == nil {
+			handed = append(handed, l)
+		}
+	}
+	for _, l := range handed {
+		r.detachLaneLocked(l)
+		closeFD(l.fd)
 	}
 	return entries, fds, nil
 }

@@ -53,7 +53,7 @@ const reofferAfter = 100 * time.Millisecond
 // Reasons an agent refuses a VERBS_OFFER with (the REASON of its PATH
 // overlay); the offering QP is told NOTFOUND: not yet.
 const (
-	reasonVerbsNoQP     = "verbs-no-such-qp"     // no RC QP of that number in that container (yet)
+	reasonVerbsNoQP     = "verbs-no-such-qp"     // no QP of that number and type in that container (yet)
 	reasonVerbsNotReady = "verbs-peer-not-ready" // it is not connected to the offering QP (yet)
 	reasonVerbsPaired   = "verbs-peer-paired"    // its connection with the offering QP is made or being made
 	reasonVerbsCrossing = "verbs-crossing-offer" // its own offer to the offering QP is the one taken
@@ -94,11 +94,17 @@ func (r *verbsRegistry) unparkLocked(qp *vqp) int {
 	fd := qp.x.parked
 	if fd >= 0 {
 		qp.x.parked = -1
-		if r.parked[qp.container]--; r.parked[qp.container] <= 0 {
-			delete(r.parked, qp.container)
-		}
+		r.releaseParkedLocked(qp.container)
 	}
 	return fd
+}
+
+// releaseParkedLocked counts one socket less parked for container id's
+// QPs (its cross-host lanes not handed yet count too: verbs_udx.go).
+func (r *verbsRegistry) releaseParkedLocked(id string) {
+	if r.parked[id]--; r.parked[id] <= 0 {
+		delete(r.parked, id)
+	}
 }
 
 // pairKeyLess reports whether QP qa of the container at ipa comes before
@@ -119,15 +125,11 @@ func pairKeyLess(ipa string, qa uint32, ipb string, qb uint32) bool {
 func (s *session) verbsConnectAcross(m *protocol.Message, own *vqp, p protocol.VerbsPeer, peerC directory.Container) (*protocol.Message, error) {
 	if own.typ != protocol.QPTypeRC {
 		return nil, protocol.Errorf(protocol.CodeInvalid,
-			"QP %#x is a UD QP and container %s runs on host %s: UD across hosts is not supported yet", own.qpn, peerC.Name, peerC.Host)
+			"QP %#x is a UD QP and container %s runs on host %s: a UD QP reaches a QP on another host through a lane (VERBS_UD_LANE), not VERBS_CONNECT", own.qpn, peerC.Name, peerC.Host)
 	}
-	if why := s.a.fabricRefusal(s.pid); why != "" {
-		return nil, protocol.Errorf(protocol.CodeDenied,
-			"QP %#x would talk to container %s on host %s over a fabric socket, which this process may not hold (%s): the agent hands none without its fabric guard, nor to a process with CAP_NET_RAW or CAP_NET_ADMIN, which could clear its mark; run the program without them (docs/PROTOCOL.md, \"What a handed fabric socket can reach\")", own.qpn, peerC.Name, peerC.Host, why)
-	}
-	self, err := netip.ParseAddr(s.self.IP)
+	o, err := s.verbsOffer(protocol.TypeVerbsOffer, own.qpn, p, peerC)
 	if err != nil {
-		return nil, protocol.Errorf(protocol.CodeInternal, "the caller's container address %q: %v", s.self.IP, err)
+		return nil, err
 	}
 	w := remoteQP{c: peerC, qpn: p.QPN}
 	r := s.a.verbs
@@ -136,8 +138,7 @@ func (s *session) verbsConnectAcross(m *protocol.Message, own *vqp, p protocol.V
 		return nil, err
 	}
 	if offer {
-		d, ofd := s.a.offerHost(offerSpec{typ: protocol.TypeVerbsOffer, host: peerC.Host, attrs: []protocol.Attr{
-			protocol.U32(protocol.AttrQPN, own.qpn), protocol.IP(self), p.Attr()}})
+		d, ofd := s.a.offerHost(o)
 		if fd, err = r.offered(own, w, d, ofd); err != nil {
 			return nil, err
 		}
@@ -145,6 +146,31 @@ func (s *session) verbsConnectAcross(m *protocol.Message, own *vqp, p protocol.V
 	s.outFDs = []int{fd}
 	return protocol.New(protocol.TypeVerbsPeerQP, m.Seq, protocol.U32(protocol.AttrQPN, p.QPN),
 		protocol.VerbsQP{Type: protocol.QPTypeRC}.Attr(), protocol.U8(protocol.AttrPathKind, pathHostTCP)), nil
+}
+
+// verbsOffer is the offer of type typ from the caller's QP qpn to QP
+// p.QPN of container peerC on another host: DENIED if the caller's
+// process may hold no fabric socket.
+func (s *session) verbsOffer(typ protocol.Type, qpn uint32, p protocol.VerbsPeer, peerC directory.Container) (offerSpec, error) {
+	if why := s.a.fabricRefusal(s.pid); why != "" {
+		return offerSpec{}, protocol.Errorf(protocol.CodeDenied,
+			"QP %#x would talk to container %s on host %s over a fabric socket, which this process may not hold (%s): the agent hands none without its fabric guard, nor to a process with CAP_NET_RAW or CAP_NET_ADMIN, which could clear its mark; run the program without them (docs/PROTOCOL.md, \"What a handed fabric socket can reach\")", qpn, peerC.Name, peerC.Host, why)
+	}
+	self, err := netip.ParseAddr(s.self.IP)
+	if err != nil {
+		return offerSpec{}, protocol.Errorf(protocol.CodeInternal, "the caller's container address %q: %v", s.self.IP, err)
+	}
+	return offerSpec{typ: typ, host: peerC.Host, attrs: []protocol.Attr{protocol.U32(protocol.AttrQPN, qpn), protocol.IP(self), p.Attr()}}, nil
+}
+
+// deniedOffer reports whether an offer was refused by the tenant policy
+// or the fabric guard: DENIED to the caller, not "ask again".
+func deniedOffer(reason string) bool {
+	switch reason {
+	case policy.ReasonTenantDiffers, policy.ReasonNoFastPath, reasonMayClearMark, reasonNoGuard:
+		return true
+	}
+	return false
 }
 
 // wantAcross records that qp's VERBS_CONNECT names w and returns what it
@@ -187,12 +213,13 @@ func (r *verbsRegistry) offered(qp *vqp, w remoteQP, d decision, fd int) (int, e
 		return r.unparkLocked(qp), nil
 	}
 	switch d.reason {
-	case policy.ReasonTenantDiffers, policy.ReasonNoFastPath, reasonMayClearMark, reasonNoGuard:
-		return -1, protocol.Errorf(protocol.CodeDenied,
-			"the agent of host %s refuses to connect QP %#x of container %s to QP %#x (%s): the tenant policy, or its fabric guard, forbids it", w.c.Host, w.qpn, w.c.Name, qp.qpn, d.reason)
 	case reasonVerbsNoQP, reasonVerbsNotReady, reasonVerbsPaired, reasonVerbsCrossing:
 		x.refused = time.Now()
 		return -1, notConnectedBack(qp, w, d.reason)
+	}
+	if deniedOffer(d.reason) {
+		return -1, protocol.Errorf(protocol.CodeDenied,
+			"the agent of host %s refuses to connect QP %#x of container %s to QP %#x (%s): the tenant policy, or its fabric guard, forbids it", w.c.Host, w.qpn, w.c.Name, qp.qpn, d.reason)
 	}
 	return -1, protocol.Errorf(protocol.CodeNotFound,
 		"the offer of QP %#x to QP %#x of container %s failed at the agent of host %s (%s); ask again", qp.qpn, w.qpn, w.c.Name, w.c.Host, d.reason)
@@ -208,11 +235,9 @@ func notConnectedBack(qp *vqp, w remoteQP, why string) error {
 // once the COMMIT is there, parked until its process asks. An error
 // refuses it (ERROR DENIED).
 func (a *Agent) serveVerbsOffer(p *offerPeer, m *protocol.Message, sender directory.Host) error {
-	qpn, err1 := m.U32(protocol.AttrQPN)
-	ip, err2 := m.IP()
-	to, err3 := m.VerbsPeer()
-	if err1 != nil || err2 != nil || err3 != nil {
-		return protocol.Errorf(protocol.CodeInvalid, "VERBS_OFFER lacks its QPN, IP or VERBS_PEER")
+	qpn, ip, to, err := verbsOfferAttrs(m)
+	if err != nil {
+		return err
 	}
 	qp, gen, reason := a.admitVerbsOffer(sender, ip, qpn, to)
 	if reason != "" {
@@ -224,31 +249,54 @@ func (a *Agent) serveVerbsOffer(p *offerPeer, m *protocol.Message, sender direct
 	return nil
 }
 
-// admitVerbsOffer applies this agent's rules to an offer from QP qpn of
-// the container at ip, a container of host sender, to the QP of this host
-// that to names, and marks that QP accepting; or returns why not.
-func (a *Agent) admitVerbsOffer(sender directory.Host, ip netip.Addr, qpn uint32, to protocol.VerbsPeer) (*vqp, uint64, string) {
+// verbsOfferAttrs returns what a VERBS_OFFER or VERBS_UD_OFFER names: the
+// offering QP, its container's address, and the QP it offers to.
+func verbsOfferAttrs(m *protocol.Message) (uint32, netip.Addr, protocol.VerbsPeer, error) {
+	qpn, err1 := m.U32(protocol.AttrQPN)
+	ip, err2 := m.IP()
+	to, err3 := m.VerbsPeer()
+	if err1 != nil || err2 != nil || err3 != nil {
+		return 0, netip.Addr{}, protocol.VerbsPeer{}, protocol.Errorf(protocol.CodeInvalid, "%v lacks its QPN, IP or VERBS_PEER", m.Type)
+	}
+	return qpn, ip, to, nil
+}
+
+// offeredQP applies the rules every verbs offer meets, from a QP of the
+// container at ip, which must be a container of host sender, to the QP of
+// type typ of this host that to names: the tenant policy, and a process
+// that may hold a fabric socket. It returns the two containers and that
+// QP, or why not.
+func (a *Agent) offeredQP(sender directory.Host, ip netip.Addr, to protocol.VerbsPeer, typ uint32) (from, toC directory.Container, qp *vqp, why string) {
 	from, ok := a.dir.LookupIP(ip.Unmap().String())
 	if !ok || from.Host != sender.Name {
-		return nil, 0, reasonNotContainer
+		return from, toC, nil, reasonNotContainer
 	}
 	toC, err := a.verbsPeerContainer(to)
 	if err != nil || toC.Host != a.cfg.Host {
-		return nil, 0, reasonNotContainer
+		return from, toC, nil, reasonNotContainer
 	}
 	if ok, why := a.policy().Trust(toC, from); !ok {
-		return nil, 0, why
+		return from, toC, nil, why
 	}
 	r := a.verbs
 	r.mu.Lock()
-	qp := r.qps[to.QPN]
+	qp = r.qps[to.QPN]
 	r.mu.Unlock()
-	if qp == nil || qp.container != toC.ID || qp.typ != protocol.QPTypeRC {
-		return nil, 0, reasonVerbsNoQP
+	if qp == nil || qp.container != toC.ID || qp.typ != typ {
+		return from, toC, nil, reasonVerbsNoQP
 	}
-	if why := a.fabricRefusal(qp.owner.pid); why != "" {
+	return from, toC, qp, a.fabricRefusal(qp.owner.pid)
+}
+
+// admitVerbsOffer applies this agent's rules to an offer from QP qpn of
+// the container at ip, a container of host sender, to the RC QP of this
+// host that to names, and marks that QP accepting; or returns why not.
+func (a *Agent) admitVerbsOffer(sender directory.Host, ip netip.Addr, qpn uint32, to protocol.VerbsPeer) (*vqp, uint64, string) {
+	from, toC, qp, why := a.offeredQP(sender, ip, to, protocol.QPTypeRC)
+	if why != "" {
 		return nil, 0, why
 	}
+	r := a.verbs
 	gen, why := r.accept(qp, remoteQP{c: from, qpn: qpn}, pairKeyLess(toC.IP, qp.qpn, from.IP, qpn), r.fdShare())
 	return qp, gen, why
 }

@@ -232,16 +232,10 @@ func TestVerbsCrossHostReconnectMakesANewConnection(t *testing.T) {
 // an offer from one, and a refusal by policy there is DENIED too.
 func TestVerbsCrossHostDeniedAcrossTenants(t *testing.T) {
 	hs := startTwoHosts(t, nil)
-	red1 := directory.Container{ID: "red1", Name: "red1", Host: "h1", IP: "10.244.1.30", Tenant: "red", NetNS: "/nonexistent"}
-	red2 := directory.Container{ID: "red2", Name: "red2", Host: "h2", IP: "10.244.2.30", Tenant: "red", NetNS: "/nonexistent"}
-	for _, c := range []directory.Container{red1, red2} {
-		if _, err := hs.dir.PutContainer(context.Background(), c); err != nil {
-			t.Fatal(err)
-		}
-	}
+	red1 := addRedTenant(t, hs)
 	l1, l2 := newLib(t, hs.h1), newLib(t, hs.h2)
 	qa, _ := newQP(t, l1, 1)
-	_, err := connectAcross(t, l1, qa, lidPeer(1, 0x021e))
+	_, err := connectAcross(t, l1, qa, lidPeer(1, red2LID))
 	wantCode(t, err, protocol.CodeDenied)
 
 	qb, _ := newQP(t, l2, 1)
@@ -258,12 +252,51 @@ func TestVerbsCrossHostDeniedAcrossTenants(t *testing.T) {
 	wantCode(t, err, protocol.CodeDenied)
 }
 
+// red2LID is the LID of the container addRedTenant puts on h2.
+const red2LID = 0x021e
+
+// addRedTenant puts a container of tenant red on each host, which the
+// test's containers (tenant blue) may not reach, and returns h1's.
+func addRedTenant(t *testing.T, hs twoHosts) directory.Container {
+	t.Helper()
+	red1 := directory.Container{ID: "red1", Name: "red1", Host: "h1", IP: "10.244.1.30", Tenant: "red", NetNS: "/nonexistent"}
+	red2 := directory.Container{ID: "red2", Name: "red2", Host: "h2", IP: "10.244.2.30", Tenant: "red", NetNS: "/nonexistent"}
+	for _, c := range []directory.Container{red1, red2} {
+		if _, err := hs.dir.PutContainer(context.Background(), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return red1
+}
+
+// offerFromElsewhere sends m to h2's broker port from an address of h1's
+// loopback net that is not h1's fabric address, and describes the answer
+// as sendOffer does.
+func offerFromElsewhere(t *testing.T, hs twoHosts, m *protocol.Message) string {
+	t.Helper()
+	h2, _ := hs.h1.hostRecord("h2")
+	other := hs.h1.cfg.FabricIP[:strings.LastIndex(hs.h1.cfg.FabricIP, ".")] + ".3"
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(other)}, Deadline: time.Now().Add(2 * time.Second)}
+	c, err := d.Dial("tcp", net.JoinHostPort(h2.FabricIP, strconv.Itoa(hs.h2.cfg.BrokerPort)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	return sendOfferOn(t, c.(*net.TCPConn), m)
+}
+
 // verbsOfferMsg is a VERBS_OFFER from QP qpn of the container at ip, sent
 // by the agent of host, to the QP peer names, signed with key (unsigned
 // if nil).
 func verbsOfferMsg(t *testing.T, key []byte, host, ip string, qpn uint32, peer protocol.VerbsPeer) *protocol.Message {
 	t.Helper()
-	m := protocol.New(protocol.TypeVerbsOffer, 1, protocol.U32(protocol.AttrQPN, qpn), protocol.IP(netip.MustParseAddr(ip)), peer.Attr(),
+	return verbsOfferOf(t, protocol.TypeVerbsOffer, key, host, ip, qpn, peer)
+}
+
+// verbsOfferOf is verbsOfferMsg for an offer of type typ.
+func verbsOfferOf(t *testing.T, typ protocol.Type, key []byte, host, ip string, qpn uint32, peer protocol.VerbsPeer) *protocol.Message {
+	t.Helper()
+	m := protocol.New(typ, 1, protocol.U32(protocol.AttrQPN, qpn), protocol.IP(netip.MustParseAddr(ip)), peer.Attr(),
 		protocol.String(protocol.AttrHost, host), newNonce(), timeAttr(time.Now()))
 	if key != nil {
 		if err := sign(key, m); err != nil {
@@ -312,16 +345,8 @@ func TestVerbsOfferForgedOrMisaddressedParksNothing(t *testing.T) {
 	}
 
 	// h1's key and name, but not h1's fabric address.
-	h2, _ := hs.h1.hostRecord("h2")
-	other := hs.h1.cfg.FabricIP[:strings.LastIndex(hs.h1.cfg.FabricIP, ".")] + ".3"
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(other)}, Deadline: time.Now().Add(2 * time.Second)}
-	c, err := d.Dial("tcp", net.JoinHostPort(h2.FabricIP, strconv.Itoa(hs.h2.cfg.BrokerPort)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if got := sendOfferOn(t, c.(*net.TCPConn), verbsOfferMsg(t, key, "h1", ffSelf.IP, qa, to)); !strings.HasPrefix(got, "DENIED") {
-		t.Errorf("an offer from %s naming h1: %s, want DENIED", other, got)
+	if got := offerFromElsewhere(t, hs, verbsOfferMsg(t, key, "h1", ffSelf.IP, qa, to)); !strings.HasPrefix(got, "DENIED") {
+		t.Errorf("an offer from another address naming h1: %s, want DENIED", got)
 	}
 	nothingParked(t, hs.h2, qb, "an offer from another address")
 
@@ -388,18 +413,14 @@ func TestVerbsParkedSocketClosedWhenItsQPEnds(t *testing.T) {
 		} else {
 			endQP(t, l2, qb, end)
 		}
-		p := []unix.PollFd{{Fd: int32(fa), Events: unix.POLLIN}}
-		if n, err := unix.Poll(p, 5000); n != 1 || err != nil {
-			t.Fatalf("%s: the other end saw nothing (%d, %v)", end, n, err)
-		}
-		if n, err := unix.Read(fa, make([]byte, 1)); n != 0 || err != nil {
-			t.Errorf("%s: the other end read %d bytes (%v); want EOF", end, n, err)
+		if err := wantEOF(fa, 5*time.Second); err != nil {
+			t.Errorf("%s: the other end %v", end, err)
 		}
 		l2.conn.Close()
 	}
 }
 
-// UD QPs do not connect across hosts (yet): INVALID, saying so.
+// UD QPs do not connect across hosts: INVALID, saying they use lanes.
 func TestVerbsCrossHostUDIsInvalid(t *testing.T) {
 	hs := startTwoHosts(t, nil)
 	l1 := newLib(t, hs.h1)
@@ -409,8 +430,8 @@ func TestVerbsCrossHostUDIsInvalid(t *testing.T) {
 	}
 	_, err = connectAcross(t, l1, qu, lidPeer(1, self2LID))
 	wantCode(t, err, protocol.CodeInvalid)
-	if !strings.Contains(err.Error(), "UD across hosts is not supported yet") {
-		t.Errorf("UD across hosts: %v; want it said", err)
+	if !strings.Contains(err.Error(), "VERBS_UD_LANE") {
+		t.Errorf("UD across hosts: %v; want it to name lanes (VERBS_UD_LANE)", err)
 	}
 }
 
@@ -435,9 +456,7 @@ func TestVerbsCrossHostPeerAgentDownNotFound(t *testing.T) {
 // CAP_NET_ADMIN; the agents run with the guard configured, its rules not
 // installed: guard_test.go tests them).
 func TestVerbsCrossHostCallerMayClearMarkGetsNoSocket(t *testing.T) {
-	if caps, err := capSets(int32(os.Getpid())); err != nil || caps&markCaps != markCaps {
-		t.Skipf("the test process has capability sets %#x (%v), without CAP_NET_RAW and CAP_NET_ADMIN: nothing to refuse", caps, err)
-	}
+	skipWithoutMarkCaps(t)
 	hs := startTwoHosts(t, func(c *Config) {
 		c.FabricGuard, c.installGuard = true, func() error { return nil }
 	})
@@ -454,6 +473,15 @@ func TestVerbsCrossHostCallerMayClearMarkGetsNoSocket(t *testing.T) {
 		t.Errorf("an offer to a QP of a process that may clear the mark: %s", got)
 	}
 	nothingParked(t, hs.h2, qb, "an offer it may not take")
+}
+
+// skipWithoutMarkCaps skips a test of what a process that could clear the
+// fabric mark is refused, when the test process could not.
+func skipWithoutMarkCaps(t *testing.T) {
+	t.Helper()
+	if caps, err := capSets(int32(os.Getpid())); err != nil || caps&markCaps != markCaps {
+		t.Skipf("the test process has capability sets %#x (%v), without CAP_NET_RAW and CAP_NET_ADMIN: nothing to refuse", caps, err)
+	}
 }
 
 // `freeflow conns --qps` lists a QP connected across hosts with path

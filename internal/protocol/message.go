@@ -54,6 +54,7 @@ const (
 	TypeOffer          Type = 0x30 // agent to agent, on the broker port (see PROTOCOL.md)
 	TypeCommit         Type = 0x31 // agent to agent: the connector's agent takes a fast PATH
 	TypeVerbsOffer     Type = 0x32 // agent to agent, on the broker port: a TCP connection for a pair of verbs QPs
+	TypeVerbsUDOffer   Type = 0x33 // agent to agent, on the broker port: a TCP connection for a UD lane across hosts
 	TypeRegister       Type = 0x40
 	TypeUnregister     Type = 0x41
 	TypeList           Type = 0x42
@@ -73,13 +74,13 @@ var typeNames = map[Type]string{
 	TypeVerbsMRReg: "VERBS_MR_REG", TypeVerbsMRGet: "VERBS_MR_GET", TypeVerbsMRGrant: "VERBS_MR_GRANT",
 	TypeVerbsMRDereg: "VERBS_MR_DEREG", TypeVerbsQPDestroy: "VERBS_QP_DESTROY",
 	TypeVerbsUDLane: "VERBS_UD_LANE", TypeVerbsUDLanes: "VERBS_UD_LANES",
-	TypeOffer: "OFFER", TypeCommit: "COMMIT", TypeVerbsOffer: "VERBS_OFFER", TypeConns: "CONNS",
-	TypeRegister: "REGISTER", TypeUnregister: "UNREGISTER",
+	TypeOffer: "OFFER", TypeCommit: "COMMIT", TypeVerbsOffer: "VERBS_OFFER", TypeVerbsUDOffer: "VERBS_UD_OFFER",
+	TypeConns: "CONNS", TypeRegister: "REGISTER", TypeUnregister: "UNREGISTER",
 	TypeList: "LIST", TypeStatus: "STATUS", TypeOK: "OK", TypeError: "ERROR",
 }
 
 // Known reports whether t is a message type of version 1. 0x1a and the
-// ranges 0x1d-0x1f, 0x2a-0x2f and 0x33-0x3f are reserved; 0x16 (OPENED)
+// ranges 0x1d-0x1f, 0x2a-0x2f and 0x34-0x3f are reserved; 0x16 (OPENED)
 // is retired.
 func (t Type) Known() bool { _, ok := typeNames[t]; return ok }
 
