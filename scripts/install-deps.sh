@@ -20,8 +20,8 @@ PACKAGES=(
   openmpi-bin netpipe-openmpi curl
   # the virtual verbs device: stock libibverbs and the Debian programs that run on it (rdma-core's
   # own test suite ships with python3-pyverbs); cmake to
-  # generate rdma-core's provider headers (below)
-  libibverbs1 ibverbs-utils perftest rdmacm-utils python3-pyverbs cmake
+  # generate rdma-core's provider headers (below); UCX's ucx_perftest (UCX itself comes with Open MPI)
+  libibverbs1 ibverbs-utils perftest rdmacm-utils python3-pyverbs cmake ucx-utils
   # Kubernetes nodes of the test harness (internal/testenv/kube, docs/KUBERNETES.md): containerd 1.6
   # with its CRI plugin, runc under it; the CNI plugins are above
   containerd runc

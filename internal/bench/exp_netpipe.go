@@ -62,8 +62,10 @@ var netpipe = Experiment{
 }
 
 // mpiBench runs NPopenmpi between two ranks in two containers over Open
-// MPI's TCP transport (what FreeFlow sees), and between two ranks in one
-// container over Open MPI's shared memory (the HPC reference). mpirun
+// MPI's TCP transport (what FreeFlow sees) and, on the verbs paths,
+// through UCX over the containers' virtual RDMA devices, and between two
+// ranks in one container over Open MPI's shared memory (the HPC
+// reference). mpirun
 // runs in the client host's namespace and starts the ranks through
 // `freeflow exec` (internal/openmpi); each rank is pinned like the bench's
 // clients and servers, rank 0 (client container) to CPU 0, rank 1 to CPU 1.
@@ -73,7 +75,7 @@ var mpiBench = Experiment{
 		Metrics: netpipeMetrics},
 	Server:     func(toolEnv) Server { return Server{} },
 	Cases:      func(bool) []Case { return sizeCases(netpipeSizes) },
-	Transports: []string{TransportTCP, TransportMPIShm},
+	Transports: []string{TransportTCP, TransportMPIShm, TransportVerbs},
 	OnPath:     containerPath,
 	Launcher:   true,
 	Client: func(e toolEnv, d dial, _ Case, _ int) []string {
@@ -91,13 +93,16 @@ var mpiBench = Experiment{
 }
 
 // mpirunArgs is the mpirun command for d: one rank per container over
-// TCP, or two ranks in one container over shared memory.
+// TCP or UCX (verbs), or two ranks in one container over shared memory.
 func mpirunArgs(e toolEnv, d dial) []string {
 	np := split("NPopenmpi %s -n %d -o /dev/null", netpipeArgs, netpipeRepeats)
 	rank0, rank1, transport := d.Hosts[0], d.Hosts[len(d.Hosts)-1], openmpi.TCP()
-	if d.Transport == TransportMPIShm {
+	switch d.Transport {
+	case TransportMPIShm:
 		// Both ranks in one container: it needs two slots.
 		rank0, rank1, transport = d.Hosts[0]+":2", d.Hosts[0]+":2", openmpi.SharedMemory()
+	case TransportVerbs:
+		transport = openmpi.UCX()
 	}
 	argv := append([]string{"mpirun", "--host", strings.Join(slices.Compact([]string{rank0, rank1}), ","), "--bind-to", "none"},
 		openmpi.Args(e.Tools+"/rsh")...)

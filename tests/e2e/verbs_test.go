@@ -396,3 +396,35 @@ func TestVerbsConnsListsQueuePairs(t *testing.T) {
 		}
 	}
 }
+
+// TestUCXBetweenContainers: UCX's own benchmark, ucx_perftest, between two
+// FreeFlow containers, same host and cross host, with no UCX setting of
+// the user's: UCP's tag matching takes rc_verbs on ffv0 (UCX's log says
+// so), and its latency and bandwidth tests finish.
+func TestUCXBetweenContainers(t *testing.T) {
+	if m := testenv.Missing("ucx_perftest"); m != "" {
+		t.Skip(m)
+	}
+	c := newCluster(t, 2)
+	for _, host := range []string{"h1", "h2"} {
+		for _, test := range []string{"tag_lat", "tag_bw"} {
+			t.Run(host+"_"+test, func(t *testing.T) {
+				srv := testenv.RandomName("us", 5)
+				c.StartDetached(t, "h1", srv, nil, "sh", "-c", `timeout 60 ucx_perftest -p 13337; echo "exit=$?"`)
+				c.WaitListening(t, srv, 13337)
+				cl := runClient(t, c, host, []string{"--env", "UCX_LOG_LEVEL=info"},
+					"timeout", "60", "ucx_perftest", srv, "-p", "13337", "-t", test, "-s", "65536", "-n", "2000")
+				out := cl.Stdout + cl.Stderr
+				if !strings.Contains(out, "Final:") || !strings.Contains(out, "tag(rc_verbs/ffv0:1)") {
+					t.Fatalf("ucx_perftest %s from %s: no result, or UCX did not take rc_verbs on ffv0:\n%s", test, host, out)
+				}
+				testenv.WaitFor(t, srv+" to finish", func() bool {
+					return strings.Contains(c.FF(t, "logs", srv).Stdout, "exit=")
+				})
+				if logs := c.FF(t, "logs", srv).Stdout; !strings.Contains(logs, "exit=0") {
+					t.Fatalf("ucx_perftest server:\n%s", logs)
+				}
+			})
+		}
+	}
+}

@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <signal.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -80,11 +81,24 @@ static struct {
 	char stack[64 << 10] __attribute__((aligned(16)));
 } mv;
 
+/*
+ * The mover maps by system call, not through libc's functions: a program's
+ * memory hooks (UCX's, on libc's mmap) would take moving the pages for the
+ * program unmapping them, drop its registration, and register again on
+ * every use. The bytes at those addresses never change.
+ */
+static void *sys_mmap(void *at, size_t len, int prot, int flags, int fd)
+{
+	long r = syscall(SYS_mmap, at, len, prot, flags, fd, 0L);
+
+	return r < 0 && r > -4096 ? MAP_FAILED : (void *)r;
+}
+
 /* Into mv.fd, mapped over the pages, which keep their protection. */
 static void move_pages(void)
 {
 	size_t len = mv.end - mv.start;
-	void *tmp = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, mv.fd, 0);
+	void *tmp = sys_mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, mv.fd);
 
 	mv.err = 0;
 	if (tmp == MAP_FAILED) {
@@ -92,9 +106,9 @@ static void move_pages(void)
 		return;
 	}
 	memcpy(tmp, (void *)mv.start, len);
-	if (mmap((void *)mv.start, len, mv.prot, MAP_SHARED | MAP_FIXED, mv.fd, 0) == MAP_FAILED)
+	if (sys_mmap((void *)mv.start, len, mv.prot, MAP_SHARED | MAP_FIXED, mv.fd) == MAP_FAILED)
 		mv.err = -errno;
-	munmap(tmp, len);
+	syscall(SYS_munmap, tmp, len);
 }
 
 /*
@@ -104,7 +118,7 @@ static void move_pages(void)
 static void unmove_pages(void)
 {
 	size_t len = mv.end - mv.start;
-	void *copy = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	void *copy = sys_mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1);
 
 	mv.err = 0;
 	if (copy == MAP_FAILED) {
@@ -112,12 +126,12 @@ static void unmove_pages(void)
 		return;
 	}
 	memcpy(copy, (void *)mv.start, len);
-	if (mremap(copy, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)mv.start) == MAP_FAILED) {
+	if (syscall(SYS_mremap, copy, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)mv.start) < 0) {
 		mv.err = -errno;
-		munmap(copy, len);
+		syscall(SYS_munmap, copy, len);
 		return;
 	}
-	mprotect((void *)mv.start, len, mv.prot);
+	syscall(SYS_mprotect, (void *)mv.start, len, mv.prot);
 }
 
 /* shared_mu held: fn (move_pages, unmove_pages) on mv's own stack; its error. */

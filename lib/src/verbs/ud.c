@@ -31,7 +31,8 @@
 #define UD_MTU		4096		/* the port's active_mtu (device.c) */
 #define LANE_RING	(256u << 10)	/* a sender's lane: 60 full datagrams, untouched pages free */
 #define GRH_SIZE	40		/* a UD receive's first 40 bytes are the GRH's, present or not */
-#define RETRY_NS	1000000		/* a receiver not found is asked for again at most this often */
+#define RETRY_NS	1000000		/* a receiver not found is asked for again after this, */
+#define RETRY_MAX_NS	100000000	/* doubling up to this */
 #define LANES_PER_ASK	16		/* the agent names at most this many lanes per answer */
 
 struct ibv_ah *ffv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
@@ -149,14 +150,21 @@ static void lane_open(struct ffv_qp *qp, struct ffv_lane *l)
 		munmap(l->mem, FF_VQP_HDR_SIZE + l->ring);
 		l->mem = NULL;
 		l->sock = bell;
+		l->backoff = 0;
 		return;
 	}
 	l->bell = nb > 0 ? bell : -1;
+	l->backoff = 0;
 	return;
 none:
-	/* No such receiver (yet), another tenant's, or no agent: datagrams to it are lost. */
+	/*
+	 * No such receiver (yet), another tenant's, or no agent: datagrams to
+	 * it are lost, and it is asked for again less and less often (across
+	 * hosts each ask costs the agents an offer).
+	 */
 	lane_unmap(c, l);
-	l->retry_at = ffv_now_ns() + RETRY_NS;
+	l->backoff = l->backoff ? (l->backoff * 2 > RETRY_MAX_NS ? RETRY_MAX_NS : l->backoff * 2) : RETRY_NS;
+	l->retry_at = ffv_now_ns() + l->backoff;
 }
 
 /* ctx->mu held: our lane to peer, opened if there is none or it died; NULL: none to be had. */

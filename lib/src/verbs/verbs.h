@@ -178,7 +178,8 @@ struct ffv_lane {
 	uint32_t id;			/* the agent's lane id (a receiver's) */
 	int bell;			/* the receiver's doorbell (a sender's), or -1 */
 	int broken;			/* the sender broke the layout: read no more */
-	int64_t retry_at;		/* a receiver not found: ask the agent again from then */
+	int64_t retry_at;		/* a receiver not found: ask the agent again from then, */
+	int64_t backoff;		/* after this long (ns), doubling while it is not found */
 	/*
 	 * Across hosts (ud.c): the lane is a TCP connection, sock. A sender
 	 * writes datagrams as frames (pend: the rest of one the socket took in
