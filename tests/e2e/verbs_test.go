@@ -155,18 +155,22 @@ func runVerbsPrograms(t *testing.T, c *testenv.Cluster, clientHost string, runs 
 }
 
 // TestVerbsDebianProgramsAcrossHosts: the same unmodified programs between
-// a container on h1 and one on h2, their QPs connected over the
-// connection the two agents make (docs/VERBS.md, "Across hosts"): every
-// buffer checked (-c), one-sided requests to a passive target, completion
-// events; `freeflow conns --qps` lists the pair on host-tcp.
+// a container on h1 and one on h2, their RC QPs connected over the
+// connection the two agents make, their UD datagrams over lanes that are
+// connections too (docs/VERBS.md, "Across hosts"): every buffer checked
+// (-c), one-sided requests to a passive target, completion events;
+// `freeflow conns --qps` lists the pair on host-tcp.
 func TestVerbsDebianProgramsAcrossHosts(t *testing.T) {
-	if m := testenv.Missing("ibv_rc_pingpong", "ibv_srq_pingpong", "ib_send_lat", "ib_write_lat", "ib_read_lat", "ib_atomic_lat",
+	if m := testenv.Missing("ibv_rc_pingpong", "ibv_ud_pingpong", "ibv_srq_pingpong", "ib_send_lat", "ib_write_lat", "ib_read_lat", "ib_atomic_lat",
 		"ib_send_bw", "ib_write_bw", "ib_read_bw"); m != "" {
 		t.Skip(m)
 	}
 	c := newCluster(t, 2)
 	runVerbsPrograms(t, c, "h2", []verbsRun{
 		{"rc_pingpong 1 B", []string{"ibv_rc_pingpong", "-c", "-s", "1", "-n", "500"}, pingpongDone, false},
+		{"ud_pingpong 4 KiB", []string{"ibv_ud_pingpong", "-c", "-s", "4096", "-n", "500"}, pingpongDone, false},
+		{"ud_pingpong GRH", []string{"ibv_ud_pingpong", "-c", "-g", "0", "-s", "2048", "-n", "500"}, pingpongDone, false},
+		{"events ud_pingpong 2 KiB", []string{"ibv_ud_pingpong", "-e", "-c", "-s", "2048", "-n", "500"}, pingpongDone, false},
 		{"rc_pingpong 4 KiB", []string{"ibv_rc_pingpong", "-c", "-s", "4096", "-n", "500"}, pingpongDone, false},
 		{"rc_pingpong 3 MiB", []string{"ibv_rc_pingpong", "-c", "-s", "3145728", "-n", "20", "-r", "4"}, pingpongDone, false},
 		{"srq_pingpong 4 KiB", []string{"ibv_srq_pingpong", "-c", "-s", "4096", "-n", "500"}, pingpongDone, false},

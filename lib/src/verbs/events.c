@@ -78,9 +78,14 @@ static void *events_main(void *arg)
 			return NULL;
 		if (n < 0)
 			n = 0;
-		/* Every ring so far is answered by the one scan below. */
+		/*
+		 * Every ring so far is answered by the one scan below: also one
+		 * that came after epoll_wait returned for something else, which
+		 * this drain takes (epoll will not report it again).
+		 */
+		rung = 0;
 		while (recv(c->bell[0], buf, sizeof(buf), MSG_DONTWAIT) > 0)
-			;
+			rung = 1;
 		pthread_mutex_lock(&c->mu);
 		if (c->stopping) {
 			pthread_mutex_unlock(&c->mu);
@@ -94,7 +99,6 @@ static void *events_main(void *arg)
 		 * room (a passive target's requests are served here).
 		 */
 		timeout = -1;
-		rung = woke(ev, n, c->bell[0]);
 		for (struct ffv_qp *qp = c->qps; qp; qp = qp->next) {
 			/* Rung while waiting for its peer to connect back: maybe it has. */
 			int awaiting = rung && qp->vqp.qp.qp_type == IBV_QPT_RC && !ffv_reached(qp) &&
