@@ -221,6 +221,10 @@ func (r *verbsRegistry) offered(qp *vqp, w remoteQP, d decision, fd int) (int, e
 		return -1, protocol.Errorf(protocol.CodeDenied,
 			"the agent of host %s refuses to connect QP %#x of container %s to QP %#x (%s): the tenant policy, or its fabric guard, forbids it", w.c.Host, w.qpn, w.c.Name, qp.qpn, d.reason)
 	}
+	// An agent unreachable or slow costs up to the offer's budget, and the
+	// provider asks every millisecond with its context locked: not again
+	// before reofferAfter either.
+	x.refused = time.Now()
 	return -1, protocol.Errorf(protocol.CodeNotFound,
 		"the offer of QP %#x to QP %#x of container %s failed at the agent of host %s (%s); ask again", qp.qpn, w.qpn, w.c.Name, w.c.Host, d.reason)
 }

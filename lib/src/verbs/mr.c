@@ -482,8 +482,10 @@ int ffv_dereg_mr(struct verbs_mr *vmr)
 		if (n >= 0)
 			ffv_agent_call(c, buf, n, NULL, 0, &m, sizeof(buf), NULL, &rn);
 		/* After the agent forgot the rkey: a peer that asks again is refused. */
-		for (struct ffv_qp *qp = c->qps; qp; qp = qp->next)
+		for (struct ffv_qp *qp = c->qps; qp; qp = qp->next) {
 			__atomic_fetch_add((uint32_t *)(qp->mem + FF_VQP_OFF_MR_GEN), 1, __ATOMIC_SEQ_CST);
+			ffv_wire_forget(qp, mr->start, mr->end);
+		}
 		unshare_mr(mr);
 	}
 	pthread_mutex_unlock(&c->mu);

@@ -63,7 +63,7 @@ static void lane_watch(struct ffv_context *c, struct ffv_lane *l, int on)
 {
 	struct epoll_event ev = { .events = EPOLLIN, .data.fd = l->sock };
 
-	if (l->sock < 0 || l->watched == on || !c->events_on)
+	if (l->sock < 0 || l->watched == on || !c->events_on || c->events_pid != getpid())
 		return;
 	epoll_ctl(c->ep, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, l->sock, &ev);
 	l->watched = on;
@@ -80,7 +80,7 @@ static void lane_unmap(struct ffv_context *c, struct ffv_lane *l)
 	l->bell = -1;
 	lane_watch(c, l, 0);
 	if (l->sock >= 0)
-		close(l->sock);
+		ffv_wire_end(l->sock);
 	l->sock = -1;
 	free(l->pend);
 	l->pend = NULL;
@@ -139,14 +139,11 @@ static void lane_open(struct ffv_qp *qp, struct ffv_lane *l)
 	kind = ff_msg_get(&m, FF_ATTR_PATH_KIND);
 	if (kind && kind->len == 1 && kind->val[0] == FF_PATH_HOST_TCP) {
 		/* On another host: the fd is the lane's connection, our ring is not used. */
-		int one = 1;
-
-		if (nb != 1 || fcntl(bell, F_SETFL, O_NONBLOCK) < 0) {
+		if (nb != 1 || ffv_wire_socket(bell)) {
 			if (nb > 0)
 				close(bell);
 			goto none;
 		}
-		setsockopt(bell, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		munmap(l->mem, FF_VQP_HDR_SIZE + l->ring);
 		l->mem = NULL;
 		l->sock = bell;
@@ -314,7 +311,7 @@ int ffv_ud_woke(struct ffv_qp *qp, int fd)
  * the end of the connection, or a frame that makes no sense, the ring's
  * dead word is set: what came before is still taken.
  */
-static void lane_feed(struct ffv_lane *l)
+static void lane_feed(struct ffv_context *c, struct ffv_lane *l)
 {
 	uint8_t *ring = l->mem + FF_VQP_HDR_SIZE;
 
@@ -325,8 +322,10 @@ static void lane_feed(struct ffv_lane *l)
 		if (l->fhave < FF_VW_HDR) {
 			r = recv(l->sock, l->fhdr + l->fhave, FF_VW_HDR - l->fhave, MSG_DONTWAIT);
 		} else {
-			if (l->foff < 0 && (l->foff = ffv_ring_reserve(l->mem, l->ring, &l->fprod, l->fleft)) < 0)
-				return;	/* the receiver is behind */
+			if (l->foff < 0 && (l->foff = ffv_ring_reserve(l->mem, l->ring, &l->fprod, l->fleft)) < 0) {
+				lane_watch(c, l, 0);	/* the receiver is behind: watched again once it took some */
+				return;
+			}
 			memcpy(&len, l->fhdr + FF_VW_LEN, 4);
 			r = l->fleft ? recv(l->sock, ring + l->foff + FF_VQP_REC_HDR + (len - l->fleft), l->fleft,
 					    MSG_DONTWAIT) : 0;
@@ -337,6 +336,7 @@ static void lane_feed(struct ffv_lane *l)
 			return;
 		if (r <= 0 && !(l->fhave == FF_VW_HDR && !l->fleft)) {
 			__atomic_store_n((uint32_t *)(l->mem + FF_VQP_OFF_DEAD), 1, __ATOMIC_RELEASE);
+			lane_watch(c, l, 0);	/* the end stays readable: never again */
 			return;
 		}
 		if (l->fhave < FF_VW_HDR) {
@@ -346,8 +346,9 @@ static void lane_feed(struct ffv_lane *l)
 			memcpy(&len, l->fhdr + FF_VW_LEN, 4);
 			if ((l->fhdr[FF_VW_OP] != FF_VW_SEND && l->fhdr[FF_VW_OP] != FF_VW_SEND_IMM) ||
 			    len > UD_MTU) {
-				l->broken = 1;	/* the sender broke its own lane */
+				/* The sender broke its own lane: it ends here; what came before is taken. */
 				__atomic_store_n((uint32_t *)(l->mem + FF_VQP_OFF_DEAD), 1, __ATOMIC_RELEASE);
+				lane_watch(c, l, 0);
 				return;
 			}
 			l->fleft = len;
@@ -391,8 +392,7 @@ static int add_lanes(struct ffv_qp *qp, const struct ff_attr *a, int *fds, int n
 			l->ring = LANE_RING;
 			l->foff = -1;
 			l->sock = fcntl(fds[i], F_DUPFD_CLOEXEC, 0);
-			if (l->sock < 0 || fcntl(l->sock, F_SETFL, O_NONBLOCK) < 0 ||
-			    ffv_ring_make(LANE_RING, &rfd, &l->mem)) {
+			if (l->sock < 0 || ffv_wire_socket(l->sock) || ffv_ring_make(LANE_RING, &rfd, &l->mem)) {
 				if (l->sock >= 0)
 					close(l->sock);
 				free(l);
@@ -547,6 +547,10 @@ void ffv_ud_take(struct ffv_qp *qp)
 		return;	/* taking: a completion inside made the QP fail, and its flush comes here */
 	qp->taking = 1;
 	qp->rx_starved = 0;
+	/* A datagram the socket took in part goes on when the program polls, not only at its next send. */
+	for (struct ffv_lane *l = qp->tx_lanes; l; l = l->next)
+		if (l->pend)
+			put_pending(ffv_ctx(qp->vqp.qp.context), l);
 	if (gen != qp->lanes_seen) {	/* the agent gave us a lane since we last asked */
 		qp->lanes_seen = gen;
 		fetch_lanes(qp);
@@ -555,9 +559,12 @@ void ffv_ud_take(struct ffv_qp *qp)
 		struct ffv_lane *l = *pp;
 		int dead;
 
-		lane_feed(l);
+		lane_feed(ffv_ctx(qp->vqp.qp.context), l);
 		dead = lane_dead(l);	/* before the last look: what it published before dying is taken */
 		take_lane(qp, l);
+		/* Room made, the receiver asleep on its armed CQ: its connection watched again. */
+		if (!dead && l->sock >= 0 && __atomic_load_n((uint32_t *)(l->mem + FF_VQP_OFF_ARMED), __ATOMIC_RELAXED))
+			lane_watch(ffv_ctx(qp->vqp.qp.context), l, 1);
 		if (dead && (l->broken ||
 			     l->pos == __atomic_load_n((uint64_t *)(l->mem + FF_VQP_OFF_PROD), __ATOMIC_ACQUIRE))) {
 			*pp = l->next;

@@ -501,6 +501,10 @@ int ffv_ud_woke(struct ffv_qp *qp, int fd);
 void ffv_ud_free(struct ffv_qp *qp);
 
 /* ---- wire.c: RC peers on other hosts ---- */
+/* A connection to a peer's provider made ready: non-blocking, no delay, keepalives; 0 or -errno. */
+int ffv_wire_socket(int fd);
+/* Close such a connection, taking what came unread first (so no reset drops what we wrote). */
+void ffv_wire_end(int fd);
 /* ctx->mu held: qp's peer is across fd, a TCP connection the agent handed (VERBS_PEER_QP host-tcp). */
 int ffv_wire_attach(struct ffv_qp *qp, int fd);
 /* ctx->mu held: the connection closed and what waits on it dropped, without completions (reset, destroy). */
@@ -518,6 +522,12 @@ int ffv_wire_rx(struct ffv_qp *qp);
 void ffv_wire_tx(struct ffv_qp *qp);
 /* ctx->mu held: the peer or the link is gone, and what it sent before was read. */
 int ffv_wire_dead(const struct ffv_qp *qp);
+/*
+ * ctx->mu held, at ibv_dereg_mr of [start, end): a WRITE from the peer read
+ * in part into it gets no more of its bytes there (refused, as a NIC
+ * refuses a request on an invalidated key).
+ */
+void ffv_wire_forget(struct ffv_qp *qp, uintptr_t start, uintptr_t end);
 /* The connection's descriptor (what wakes the event thread for qp). */
 int ffv_wire_fd(const struct ffv_qp *qp);
 /* ctx->mu held: the requests written and not completed, flushed (the QP went to error). */

@@ -69,6 +69,7 @@ struct ffv_wire {
 	int big;			/* the last frame's payload was read in place: read the next header alone */
 	/* Requests written, completing in order behind an answer still to come. */
 	struct ffv_swqe *inflight, **inflight_tail;
+	uint32_t owed;			/* READs and atomics among them, at most the QP's max_rd_atomic */
 	/* Answers to write, oldest first. */
 	struct ffv_answer *answers, **answers_tail;
 	uint32_t nanswers;
@@ -85,6 +86,14 @@ static int needs_answer(enum ibv_wr_opcode op)
 {
 	return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
 	       op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+/* READs and atomics a QP keeps out at once: its max_rd_atomic (at least 1, at most the device's 16). */
+static uint32_t max_owed(const struct ffv_qp *qp)
+{
+	uint32_t n = qp->attr.max_rd_atomic;
+
+	return n < 1 ? 1 : n > FFV_MAX_RD_ATOM ? FFV_MAX_RD_ATOM : n;
 }
 
 /* Whether a request of the wire's op (a NAK names it) is answered. */
@@ -109,7 +118,8 @@ static void set_interest(struct ffv_qp *qp)
 		if (w->half || w->answers || (qp->sq && qp->vqp.qp.state == IBV_QPS_RTS && !w->fenced))
 			want |= EPOLLOUT;
 	}
-	if (want == w->interest || !c->events_on)
+	/* A fork child's copy of the context shares its parent's epoll set: hands off. */
+	if (want == w->interest || !c->events_on || c->events_pid != getpid())
 		return;
 	ev = (struct epoll_event){ .events = want, .data.fd = w->fd };
 	/* Nothing wanted (a dead link would report HUP for ever): out of the set. */
@@ -120,12 +130,30 @@ static void set_interest(struct ffv_qp *qp)
 	w->interest = want;
 }
 
+int ffv_wire_socket(int fd)
+{
+	int one = 1, idle = 1, cnt = 5;
+
+	/*
+	 * Frames go at once; an idle link to a host that vanished without a
+	 * reset is noticed in seconds (keepalives). No TCP_USER_TIMEOUT: it
+	 * would also end a link whose receiver takes long to post receives
+	 * (a zero window), which a NIC waits for with rnr_retry 7.
+	 */
+	if (fcntl(fd, F_SETFL, O_NONBLOCK) < 0 ||
+	    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0)
+		return -errno;
+	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &idle, sizeof(idle));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+	return 0;
+}
+
 int ffv_wire_attach(struct ffv_qp *qp, int fd)
 {
 	struct ffv_context *c = ffv_ctx(qp->vqp.qp.context);
 	struct ffv_wire *w;
-	int one = 1, idle = 1, cnt = 5;
-	unsigned int user_timeout = 10000;
 	int err;
 
 	/* A NIC serves a passive target without its program: so does the event thread. */
@@ -138,24 +166,43 @@ int ffv_wire_attach(struct ffv_qp *qp, int fd)
 	w->piece = -1;
 	w->inflight_tail = &w->inflight;
 	w->answers_tail = &w->answers;
-	/*
-	 * Frames go at once; a host that vanishes without a reset is noticed
-	 * within seconds (keepalives), and unacknowledged data fails the link
-	 * after 10 s, the longest a NIC retries (qp.c, retry_budget_ns).
-	 */
-	if (fcntl(fd, F_SETFL, O_NONBLOCK) < 0 ||
-	    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0) {
+	if ((err = ffv_wire_socket(fd))) {
 		free(w);
-		return -errno;
+		return err;
 	}
-	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
-	setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
-	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &idle, sizeof(idle));
-	setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
-	setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout));
 	qp->wire = w;
 	set_interest(qp);
 	return 0;
+}
+
+/* The answers not written yet dropped: the peer is gone, or the connection closes. */
+static void drop_answers(struct ffv_wire *w)
+{
+	while (w->answers) {
+		struct ffv_answer *a = w->answers;
+
+		w->answers = a->next;
+		free(a);
+	}
+	w->answers_tail = &w->answers;
+	w->nanswers = 0;
+	if (w->half == HALF_ANSWER)
+		w->half = HALF_NONE;
+}
+
+void ffv_wire_end(int fd)
+{
+	char buf[4096];
+
+	/*
+	 * What the peer sent and we never read, taken first: closing a socket
+	 * with unread bytes resets the connection, which drops what we wrote
+	 * and it has not read yet (requests we completed).
+	 */
+	shutdown(fd, SHUT_WR);
+	while (recv(fd, buf, sizeof(buf), MSG_DONTWAIT) > 0)
+		;
+	close(fd);
 }
 
 void ffv_wire_close(struct ffv_qp *qp)
@@ -165,21 +212,16 @@ void ffv_wire_close(struct ffv_qp *qp)
 
 	if (!w)
 		return;
-	if (w->interest && c->events_on)
+	if (w->interest && c->events_on && c->events_pid == getpid())
 		epoll_ctl(c->ep, EPOLL_CTL_DEL, w->fd, NULL);
-	close(w->fd);
+	ffv_wire_end(w->fd);
 	while (w->inflight) {
 		struct ffv_swqe *s = w->inflight;
 
 		w->inflight = s->next;
 		free(s);
 	}
-	while (w->answers) {
-		struct ffv_answer *a = w->answers;
-
-		w->answers = a->next;
-		free(a);
-	}
+	drop_answers(w);
 	free(w);
 	qp->wire = NULL;
 }
@@ -189,15 +231,32 @@ int ffv_wire_dead(const struct ffv_qp *qp)
 	return qp->wire->dead && qp->wire->rx_end;
 }
 
+void ffv_wire_forget(struct ffv_qp *qp, uintptr_t start, uintptr_t end)
+{
+	struct ffv_wire *w = qp->wire;
+
+	/* A WRITE read in part into the region: the rest lands nowhere, and it is refused. */
+	if (w && w->have == FF_VW_HDR && w->left && w->dst && !w->refuse &&
+	    (uintptr_t)w->dst < end && (uintptr_t)w->dst + w->total > start) {
+		w->refuse = IBV_WC_REM_ACCESS_ERR;
+		w->dst = NULL;
+	}
+}
+
 int ffv_wire_fd(const struct ffv_qp *qp)
 {
 	return qp->wire->fd;
 }
 
-/* The peer or the link is gone: nothing more is written; what it sent before is still read. */
+/*
+ * The peer or the link is gone: nothing more is written (the answers owed
+ * to it are dropped), and what it sent before is read to the end, however
+ * many answers that asks for.
+ */
 static void gone(struct ffv_qp *qp)
 {
 	qp->wire->dead = 1;
+	drop_answers(qp->wire);
 	set_interest(qp);
 }
 
@@ -327,8 +386,14 @@ int ffv_wire_run(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total
 		set_interest(qp);
 		return FFV_WAIT;
 	}
-	/* A fenced request starts once the READs and atomics before it are answered (IB spec). */
-	w->fenced = *done == 0 && (wr->send_flags & IBV_SEND_FENCE) && w->inflight;
+	/*
+	 * A fenced request starts once the READs and atomics before it are
+	 * answered (IB spec), and a READ or atomic once fewer than the QP's
+	 * max_rd_atomic are out: the target holds at most that many answers,
+	 * so two ends reading each other never both stop reading.
+	 */
+	w->fenced = *done == 0 && ((wr->send_flags & IBV_SEND_FENCE && w->owed) ||
+				   (needs_answer(wr->opcode) && w->owed >= max_owed(qp)));
 	if (w->fenced)
 		return FFV_WAIT;
 	hdr[FF_VW_OP] = op;
@@ -360,6 +425,7 @@ void ffv_wire_sent(struct ffv_qp *qp, struct ffv_swqe *s)
 {
 	struct ffv_wire *w = qp->wire;
 
+	w->owed += needs_answer(s->wr.opcode);
 	s->next = NULL;
 	*w->inflight_tail = s;
 	w->inflight_tail = &s->next;
@@ -380,6 +446,7 @@ static void complete_inflight(struct ffv_qp *qp, int r)
 		if (!w->inflight)
 			w->inflight_tail = &w->inflight;
 		qp->sq_count--;
+		w->owed -= needs_answer(s->wr.opcode);
 		ffv_finish(qp, &s->wr, s->total, r);
 		free(s);
 		if (r != FFV_DONE || !qp->wire)
@@ -404,6 +471,7 @@ void ffv_wire_flush(struct ffv_qp *qp)
 		free(s);
 	}
 	w->inflight_tail = &w->inflight;
+	w->owed = 0;
 	/*
 	 * Nothing more is read or written; the peer notices (EOF), as a NIC's
 	 * peer notices a QP in error by its retries running out.
@@ -440,8 +508,11 @@ static enum ibv_wc_status check_remote(struct ffv_qp *qp, uint32_t rkey, uint64_
 static struct ffv_answer *answer(struct ffv_qp *qp, uint8_t op, uint64_t a1, uint64_t a2)
 {
 	struct ffv_wire *w = qp->wire;
-	struct ffv_answer *a = calloc(1, sizeof(*a));
+	struct ffv_answer *a;
 
+	if (w->dead)
+		return NULL;	/* nobody to answer */
+	a = calloc(1, sizeof(*a));
 	if (!a) {
 		shutdown(w->fd, SHUT_RDWR);	/* an answer lost would shift every later one */
 		ended(qp);

@@ -1,0 +1,108 @@
+/* SPDX-License-Identifier: MIT */
+/* Description: across hosts a peer's WRITE whose payload is still arriving when the target deregisters the region lands no further byte there once ibv_dereg_mr returned (the rest is refused, as a NIC refuses a request on an invalidated key), though the peer sends it a byte at a time or after the program reused the memory */
+/* Channels: host-tcp */
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/mman.h>
+
+#include "freeflow/verbs_layout.h"
+#include "verbstest.h"
+
+#define LEN 8192
+
+/* The only TCP socket of this process: its end of the pair's connection. */
+static int find_wire(void)
+{
+	int found = -1;
+
+	for (int fd = 3; fd < 1024; fd++) {
+		int dom = 0, typ = 0;
+		socklen_t l = sizeof(int);
+
+		if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &l) == 0 &&
+		    getsockopt(fd, SOL_SOCKET, SO_TYPE, &typ, &l) == 0 && dom == AF_INET && typ == SOCK_STREAM)
+			found = fd;
+	}
+	return found;
+}
+
+static int hostile(int sock)
+{
+	struct tv_end e;
+	struct tv_name me, peer;
+	struct ibv_mr *mr;
+	uint8_t h[FF_VW_HDR] = { 0 }, data[LEN];
+	int fd;
+	uint32_t len = LEN, rkey;
+	uint64_t raddr;
+
+	tv_open(&e);
+	mr = tv_region(&e, 64, IBV_ACCESS_LOCAL_WRITE);
+	me = (struct tv_name){ .qpn = e.qp->qp_num, .lid = 0x102 };
+	peer = tv_trade(sock, &me);
+	tv_connect(&e, &peer);
+	{
+		struct ibv_sge sge = { .addr = (uintptr_t)mr->addr, .length = 3, .lkey = mr->lkey };
+		struct ibv_send_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+					  .send_flags = IBV_SEND_SIGNALED }, *bad;
+
+		/* A real SEND first: the connection is made. */
+		TV_MUST(ibv_post_send(e.qp, &wr, &bad) == 0 && tv_wait(&e).status == IBV_WC_SUCCESS, "SEND");
+	}
+	fd = dup(find_wire());
+	TV_MUST(fd >= 0 && ibv_close_device(e.ctx) == 0 && fcntl(fd, F_SETFL, 0) == 0, "take the connection");
+	rkey = peer.rkey;
+	raddr = peer.addr;
+	h[FF_VW_OP] = FF_VW_WRITE;
+	memcpy(h + FF_VW_LEN, &len, 4);
+	memcpy(h + FF_VW_RKEY, &rkey, 4);
+	memcpy(h + FF_VW_RADDR, &raddr, 8);
+	memset(data, 'X', sizeof(data));
+	TV_MUST(write(fd, h, sizeof(h)) == sizeof(h), "hdr");
+	TV_MUST(write(fd, data, 100) == 100, "first part");
+	tv_say(sock, 'w');	/* the victim deregisters now */
+	tv_hear(sock, 'r');
+	TV_MUST(write(fd, data + 100, LEN - 100) == LEN - 100, "the rest, after dereg");
+	tv_say(sock, 'd');
+	tv_hear(sock, 'k');
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct tv_end e;
+	struct tv_name me, peer;
+	uint8_t *region = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct ibv_mr *mr, *rx;
+	struct ibv_wc wc;
+	int sock, changed = 0;
+	pid_t pid;
+
+	(void)argc;
+	tv_setup(argv);
+	pid = tv_fork(hostile, &sock);
+	tv_open(&e);
+	memset(region, 0, LEN);
+	mr = ibv_reg_mr(e.pd, region, LEN, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	rx = tv_region(&e, 64, IBV_ACCESS_LOCAL_WRITE);
+	TV_MUST(mr, "register: %s", strerror(errno));
+	tv_post_recv(&e, rx, 1);
+	me = (struct tv_name){ .qpn = e.qp->qp_num, .lid = 0x102, .rkey = mr->rkey, .addr = (uintptr_t)region };
+	peer = tv_trade(sock, &me);
+	tv_connect(&e, &peer);
+	wc = tv_wait(&e);
+	CHECK(wc.status == IBV_WC_SUCCESS, "the first SEND: status %d", wc.status);
+	tv_hear(sock, 'w');
+	usleep(200000);	/* the event thread reads the header and the first 100 bytes into the region */
+	TV_MUST(ibv_dereg_mr(mr) == 0, "dereg");
+	memset(region, 0, LEN);	/* the program's memory again, e.g. reused by malloc */
+	tv_say(sock, 'r');
+	tv_hear(sock, 'd');
+	usleep(300000);
+	for (int i = 100; i < LEN; i++)
+		changed += region[i] == 'X';
+	CHECK(!changed, "%d bytes of memory written by the peer after ibv_dereg_mr returned", changed);
+	tv_say(sock, 'k');
+	tv_join(pid);
+	return t_exit_code();
+}
