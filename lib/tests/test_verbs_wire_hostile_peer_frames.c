@@ -10,25 +10,6 @@
 #define OFF 100		/* the region starts mid-page, with bytes of the victim beside it */
 #define LEN 1000
 
-/* The only TCP socket of this process: its end of the pair's connection. */
-static int find_wire(void)
-{
-	int found = -1;
-
-	for (int fd = 3; fd < 1024; fd++) {
-		int dom = 0, typ = 0;
-		socklen_t l = sizeof(int);
-
-		if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &l) == 0 &&
-		    getsockopt(fd, SOL_SOCKET, SO_TYPE, &typ, &l) == 0 && dom == AF_INET && typ == SOCK_STREAM) {
-			TV_MUST(found < 0, "two TCP sockets (%d, %d)", found, fd);
-			found = fd;
-		}
-	}
-	TV_MUST(found >= 0, "no connection to the peer");
-	return found;
-}
-
 static void frame(int fd, uint8_t op, uint32_t len, uint32_t rkey, uint64_t raddr, const void *data)
 {
 	uint8_t h[FF_VW_HDR] = { 0 };
@@ -66,7 +47,7 @@ static int hostile(int sock)
 			"the first SEND");
 	}
 	/* Our own end of it: the device closed, our provider reads it no more (destroying the QP would end it). */
-	fd = dup(find_wire());
+	fd = dup(tv_wire_socket());
 	TV_MUST(fd >= 0 && ibv_close_device(e.ctx) == 0 && fcntl(fd, F_SETFL, 0) == 0, "take the connection");
 	frame(fd, FF_VW_WRITE, 8, peer.rkey, peer.addr + 8, "hostile!");
 	frame(fd, FF_VW_WRITE, 8, peer.rkey, peer.addr + LEN - 4, "past-end");

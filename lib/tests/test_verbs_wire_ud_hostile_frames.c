@@ -6,25 +6,6 @@
 #include "freeflow/verbs_layout.h"
 #include "verbstest.h"
 
-/* The only TCP socket of this process: its lane's connection. */
-static int find_wire(void)
-{
-	int found = -1;
-
-	for (int fd = 3; fd < 1024; fd++) {
-		int dom = 0, typ = 0;
-		socklen_t l = sizeof(int);
-
-		if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &l) == 0 &&
-		    getsockopt(fd, SOL_SOCKET, SO_TYPE, &typ, &l) == 0 && dom == AF_INET && typ == SOCK_STREAM) {
-			TV_MUST(found < 0, "two TCP sockets (%d, %d)", found, fd);
-			found = fd;
-		}
-	}
-	TV_MUST(found >= 0, "no lane connection");
-	return found;
-}
-
 static int hostile(int sock)
 {
 	struct tv_end e;
@@ -41,7 +22,7 @@ static int hostile(int sock)
 	ah = tv_ah(&e, 0);
 	TV_MUST(read(sock, &qpn, 4) == 4, "the receiver's QPN");
 	CHECK(tv_send_dgram(&e, e.qp, mr, ah, qpn, TV_QKEY, 100, 1) == IBV_WC_SUCCESS, "datagram 1");
-	fd = find_wire();
+	fd = tv_wire_socket();
 	TV_MUST(write(fd, h, sizeof(h)) == sizeof(h), "an unknown op");
 	h[FF_VW_OP] = FF_VW_SEND;
 	memcpy(h + FF_VW_LEN, &huge, 4);

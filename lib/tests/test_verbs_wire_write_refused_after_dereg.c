@@ -10,22 +10,6 @@
 
 #define LEN 8192
 
-/* The only TCP socket of this process: its end of the pair's connection. */
-static int find_wire(void)
-{
-	int found = -1;
-
-	for (int fd = 3; fd < 1024; fd++) {
-		int dom = 0, typ = 0;
-		socklen_t l = sizeof(int);
-
-		if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &l) == 0 &&
-		    getsockopt(fd, SOL_SOCKET, SO_TYPE, &typ, &l) == 0 && dom == AF_INET && typ == SOCK_STREAM)
-			found = fd;
-	}
-	return found;
-}
-
 static int hostile(int sock)
 {
 	struct tv_end e;
@@ -49,7 +33,7 @@ static int hostile(int sock)
 		/* A real SEND first: the connection is made. */
 		TV_MUST(ibv_post_send(e.qp, &wr, &bad) == 0 && tv_wait(&e).status == IBV_WC_SUCCESS, "SEND");
 	}
-	fd = dup(find_wire());
+	fd = dup(tv_wire_socket());
 	TV_MUST(fd >= 0 && ibv_close_device(e.ctx) == 0 && fcntl(fd, F_SETFL, 0) == 0, "take the connection");
 	rkey = peer.rkey;
 	raddr = peer.addr;

@@ -431,4 +431,26 @@ static inline void tv_rec(uint8_t *at, uint32_t len, uint8_t op, uint8_t flags, 
 	memcpy(at + 12, &total, 4);
 }
 
+/*
+ * The only TCP socket of this process: across hosts (FF_TEST_CHANNEL
+ * host-tcp), its end of the connection a QP or a UD lane has to its peer.
+ */
+static inline int tv_wire_socket(void)
+{
+	int found = -1;
+
+	for (int fd = 3; fd < 1024; fd++) {
+		int dom = 0, typ = 0;
+		socklen_t l = sizeof(int);
+
+		if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &l) == 0 &&
+		    getsockopt(fd, SOL_SOCKET, SO_TYPE, &typ, &l) == 0 && dom == AF_INET && typ == SOCK_STREAM) {
+			TV_MUST(found < 0, "two TCP sockets (%d, %d)", found, fd);
+			found = fd;
+		}
+	}
+	TV_MUST(found >= 0, "no connection to the peer");
+	return found;
+}
+
 #endif

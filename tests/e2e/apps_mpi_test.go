@@ -22,17 +22,25 @@ func mpiLaunch(c *testenv.Cluster, agent, c1, c2 string, transport []string, arg
 	return netns.Command(host, "timeout", append(args, argv...)...).CombinedOutput()
 }
 
+// mpiCluster is a two-host cluster and Open MPI's launch agent for it, in
+// dir, which the rank containers mount.
+func mpiCluster(t *testing.T) (c *testenv.Cluster, dir, agent string) {
+	t.Helper()
+	if m := testenv.Missing("mpirun", "NPopenmpi", "timeout"); m != "" {
+		t.Skip(m)
+	}
+	c = newCluster(t, 2)
+	dir = t.TempDir()
+	agent, err := openmpi.WriteAgent(dir, filepath.Join(c.BinDir, "freeflow"), c.Name)
+	must(t, err, "write the launch agent")
+	return c, dir, agent
+}
+
 // TestOpenMPI: NetPIPE's MPI build checks the integrity of messages of up
 // to 1 MiB between two ranks in containers, same host and cross host, on
 // the overlay and on the fast paths.
 func TestOpenMPI(t *testing.T) {
-	if m := testenv.Missing("mpirun", "NPopenmpi", "timeout"); m != "" {
-		t.Skip(m)
-	}
-	c := newCluster(t, 2)
-	dir := t.TempDir()
-	agent, err := openmpi.WriteAgent(dir, filepath.Join(c.BinDir, "freeflow"), c.Name)
-	must(t, err, "write the launch agent")
+	c, dir, agent := mpiCluster(t)
 	for _, m := range modes {
 		for _, host := range []string{"h1", "h2"} {
 			t.Run(m.name+"-"+host, func(t *testing.T) {
@@ -64,13 +72,7 @@ func TestOpenMPI(t *testing.T) {
 // on ffv0, which UCX's log names), and NetPIPE's integrity mode checks
 // every message of up to 1 MiB.
 func TestOpenMPIOverVerbs(t *testing.T) {
-	if m := testenv.Missing("mpirun", "NPopenmpi", "timeout"); m != "" {
-		t.Skip(m)
-	}
-	c := newCluster(t, 2)
-	dir := t.TempDir()
-	agent, err := openmpi.WriteAgent(dir, filepath.Join(c.BinDir, "freeflow"), c.Name)
-	must(t, err, "write the launch agent")
+	c, dir, agent := mpiCluster(t)
 	for _, host := range []string{"h1", "h2"} {
 		t.Run(host, func(t *testing.T) {
 			c1, c2 := testenv.RandomName("r", 4), testenv.RandomName("r", 4)

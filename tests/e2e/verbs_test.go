@@ -88,6 +88,39 @@ var (
 	perftestRow = regexp.MustCompile(`(?m)^\s*\d+\s+\d+\s+[0-9.]+\s+[0-9.]+`)
 )
 
+var debianVerbsTools = []string{"ibv_rc_pingpong", "ibv_ud_pingpong", "ibv_srq_pingpong", "ib_send_lat", "ib_write_lat",
+	"ib_read_lat", "ib_atomic_lat", "ib_send_bw", "ib_write_bw", "ib_read_bw"}
+
+// debianVerbsRuns are the Debian programs run between two containers, on one
+// host and on two: each validates what it receives where it can.
+var debianVerbsRuns = []verbsRun{
+	{"rc_pingpong 1 B", []string{"ibv_rc_pingpong", "-c", "-s", "1", "-n", "500"}, pingpongDone, false},
+	{"rc_pingpong 4 KiB", []string{"ibv_rc_pingpong", "-c", "-s", "4096", "-n", "500"}, pingpongDone, false},
+	{"rc_pingpong 3 MiB", []string{"ibv_rc_pingpong", "-c", "-s", "3145728", "-n", "20", "-r", "4"}, pingpongDone, false},
+	{"ud_pingpong 1 B", []string{"ibv_ud_pingpong", "-c", "-s", "1", "-n", "500"}, pingpongDone, false},
+	{"ud_pingpong 4 KiB", []string{"ibv_ud_pingpong", "-c", "-s", "4096", "-n", "500"}, pingpongDone, false},
+	{"ud_pingpong GRH", []string{"ibv_ud_pingpong", "-c", "-g", "0", "-s", "2048", "-n", "500"}, pingpongDone, false},
+	// 16 QPs take their receives from one SRQ; 1 MiB messages go in pieces that interleave in it.
+	{"srq_pingpong 4 KiB", []string{"ibv_srq_pingpong", "-c", "-s", "4096", "-n", "500"}, pingpongDone, false},
+	{"srq_pingpong 1 MiB", []string{"ibv_srq_pingpong", "-c", "-s", "1048576", "-n", "20", "-r", "64"}, pingpongDone, false},
+	{"send_lat", []string{"ib_send_lat", "-F", "-a", "-n", "200"}, perftestRow, false},
+	{"write_lat", []string{"ib_write_lat", "-F", "-a", "-n", "200"}, perftestRow, false},
+	{"read_lat", []string{"ib_read_lat", "-F", "-s", "4096"}, perftestRow, true},
+	{"atomic_lat", []string{"ib_atomic_lat", "-F"}, perftestRow, true},
+	{"send_bw", []string{"ib_send_bw", "-F", "-s", "65536"}, perftestRow, false},
+	{"write_bw", []string{"ib_write_bw", "-F", "-s", "65536"}, perftestRow, false},
+	{"read_bw", []string{"ib_read_bw", "-F", "-s", "65536"}, perftestRow, false},
+	// Completion events (-e): each end sleeps in ibv_get_cq_event, woken by the other's doorbell.
+	{"events rc_pingpong 4 KiB", []string{"ibv_rc_pingpong", "-e", "-c", "-s", "4096", "-n", "500"}, pingpongDone, false},
+	{"events rc_pingpong 3 MiB", []string{"ibv_rc_pingpong", "-e", "-c", "-s", "3145728", "-n", "20", "-r", "4"}, pingpongDone, false},
+	{"events ud_pingpong 2 KiB", []string{"ibv_ud_pingpong", "-e", "-c", "-s", "2048", "-n", "500"}, pingpongDone, false},
+	{"events srq_pingpong 4 KiB", []string{"ibv_srq_pingpong", "-e", "-c", "-s", "4096", "-n", "500"}, pingpongDone, false},
+	{"events send_lat", []string{"ib_send_lat", "-F", "-e", "-a", "-n", "200"}, perftestRow, false},
+	{"events send_bw", []string{"ib_send_bw", "-F", "-e", "-s", "65536"}, perftestRow, false},
+	// perftest refuses -e for WRITE ("Events feature not available on WRITE verb").
+	{"events read_bw", []string{"ib_read_bw", "-F", "-e", "-s", "65536"}, perftestRow, false},
+}
+
 // TestVerbsDebianProgramsBetweenContainers: Debian's ibv_rc_pingpong and
 // ibv_ud_pingpong and ibv_srq_pingpong (16 QPs sharing one SRQ; all
 // validating received buffers) and perftest's latency and bandwidth tools,
@@ -95,39 +128,11 @@ var (
 // devices, polling and with completion events (-e): both ends exit 0 and
 // report their results.
 func TestVerbsDebianProgramsBetweenContainers(t *testing.T) {
-	if m := testenv.Missing("ibv_rc_pingpong", "ibv_ud_pingpong", "ibv_srq_pingpong", "ib_send_lat", "ib_write_lat", "ib_read_lat", "ib_atomic_lat",
-		"ib_send_bw", "ib_write_bw", "ib_read_bw"); m != "" {
+	if m := testenv.Missing(debianVerbsTools...); m != "" {
 		t.Skip(m)
 	}
 	c := newCluster(t, 1)
-	runs := []verbsRun{
-		{"rc_pingpong 1 B", []string{"ibv_rc_pingpong", "-c", "-s", "1", "-n", "500"}, pingpongDone, false},
-		{"rc_pingpong 4 KiB", []string{"ibv_rc_pingpong", "-c", "-s", "4096", "-n", "500"}, pingpongDone, false},
-		{"rc_pingpong 3 MiB", []string{"ibv_rc_pingpong", "-c", "-s", "3145728", "-n", "20", "-r", "4"}, pingpongDone, false},
-		{"ud_pingpong 1 B", []string{"ibv_ud_pingpong", "-c", "-s", "1", "-n", "500"}, pingpongDone, false},
-		{"ud_pingpong 4 KiB", []string{"ibv_ud_pingpong", "-c", "-s", "4096", "-n", "500"}, pingpongDone, false},
-		{"ud_pingpong GRH", []string{"ibv_ud_pingpong", "-c", "-g", "0", "-s", "2048", "-n", "500"}, pingpongDone, false},
-		// 16 QPs take their receives from one SRQ; 1 MiB messages go in pieces that interleave in it.
-		{"srq_pingpong 4 KiB", []string{"ibv_srq_pingpong", "-c", "-s", "4096", "-n", "500"}, pingpongDone, false},
-		{"srq_pingpong 1 MiB", []string{"ibv_srq_pingpong", "-c", "-s", "1048576", "-n", "20", "-r", "64"}, pingpongDone, false},
-		{"send_lat", []string{"ib_send_lat", "-F", "-a", "-n", "200"}, perftestRow, false},
-		{"write_lat", []string{"ib_write_lat", "-F", "-a", "-n", "200"}, perftestRow, false},
-		{"read_lat", []string{"ib_read_lat", "-F", "-s", "4096"}, perftestRow, true},
-		{"atomic_lat", []string{"ib_atomic_lat", "-F"}, perftestRow, true},
-		{"send_bw", []string{"ib_send_bw", "-F", "-s", "65536"}, perftestRow, false},
-		{"write_bw", []string{"ib_write_bw", "-F", "-s", "65536"}, perftestRow, false},
-		{"read_bw", []string{"ib_read_bw", "-F", "-s", "65536"}, perftestRow, false},
-		// Completion events (-e): each end sleeps in ibv_get_cq_event, woken by the other's doorbell.
-		{"events rc_pingpong 4 KiB", []string{"ibv_rc_pingpong", "-e", "-c", "-s", "4096", "-n", "500"}, pingpongDone, false},
-		{"events rc_pingpong 3 MiB", []string{"ibv_rc_pingpong", "-e", "-c", "-s", "3145728", "-n", "20", "-r", "4"}, pingpongDone, false},
-		{"events ud_pingpong 2 KiB", []string{"ibv_ud_pingpong", "-e", "-c", "-s", "2048", "-n", "500"}, pingpongDone, false},
-		{"events srq_pingpong 4 KiB", []string{"ibv_srq_pingpong", "-e", "-c", "-s", "4096", "-n", "500"}, pingpongDone, false},
-		{"events send_lat", []string{"ib_send_lat", "-F", "-e", "-a", "-n", "200"}, perftestRow, false},
-		{"events send_bw", []string{"ib_send_bw", "-F", "-e", "-s", "65536"}, perftestRow, false},
-		// perftest refuses -e for WRITE ("Events feature not available on WRITE verb").
-		{"events read_bw", []string{"ib_read_bw", "-F", "-e", "-s", "65536"}, perftestRow, false},
-	}
-	runVerbsPrograms(t, c, "h1", runs)
+	runVerbsPrograms(t, c, "h1", debianVerbsRuns)
 }
 
 // runVerbsPrograms runs each program's server on h1 and its client on
@@ -161,33 +166,11 @@ func runVerbsPrograms(t *testing.T, c *testenv.Cluster, clientHost string, runs 
 // (-c), one-sided requests to a passive target, completion events;
 // `freeflow conns --qps` lists the pair on host-tcp.
 func TestVerbsDebianProgramsAcrossHosts(t *testing.T) {
-	if m := testenv.Missing("ibv_rc_pingpong", "ibv_ud_pingpong", "ibv_srq_pingpong", "ib_send_lat", "ib_write_lat", "ib_read_lat", "ib_atomic_lat",
-		"ib_send_bw", "ib_write_bw", "ib_read_bw"); m != "" {
+	if m := testenv.Missing(debianVerbsTools...); m != "" {
 		t.Skip(m)
 	}
 	c := newCluster(t, 2)
-	runVerbsPrograms(t, c, "h2", []verbsRun{
-		{"rc_pingpong 1 B", []string{"ibv_rc_pingpong", "-c", "-s", "1", "-n", "500"}, pingpongDone, false},
-		{"ud_pingpong 4 KiB", []string{"ibv_ud_pingpong", "-c", "-s", "4096", "-n", "500"}, pingpongDone, false},
-		{"ud_pingpong GRH", []string{"ibv_ud_pingpong", "-c", "-g", "0", "-s", "2048", "-n", "500"}, pingpongDone, false},
-		{"events ud_pingpong 2 KiB", []string{"ibv_ud_pingpong", "-e", "-c", "-s", "2048", "-n", "500"}, pingpongDone, false},
-		{"rc_pingpong 4 KiB", []string{"ibv_rc_pingpong", "-c", "-s", "4096", "-n", "500"}, pingpongDone, false},
-		{"rc_pingpong 3 MiB", []string{"ibv_rc_pingpong", "-c", "-s", "3145728", "-n", "20", "-r", "4"}, pingpongDone, false},
-		{"srq_pingpong 4 KiB", []string{"ibv_srq_pingpong", "-c", "-s", "4096", "-n", "500"}, pingpongDone, false},
-		{"srq_pingpong 1 MiB", []string{"ibv_srq_pingpong", "-c", "-s", "1048576", "-n", "20", "-r", "64"}, pingpongDone, false},
-		{"send_lat", []string{"ib_send_lat", "-F", "-a", "-n", "200"}, perftestRow, false},
-		{"write_lat", []string{"ib_write_lat", "-F", "-a", "-n", "200"}, perftestRow, false},
-		{"read_lat", []string{"ib_read_lat", "-F", "-s", "4096"}, perftestRow, true},
-		{"atomic_lat", []string{"ib_atomic_lat", "-F"}, perftestRow, true},
-		{"send_bw", []string{"ib_send_bw", "-F", "-s", "65536"}, perftestRow, false},
-		{"write_bw", []string{"ib_write_bw", "-F", "-s", "65536"}, perftestRow, false},
-		{"read_bw", []string{"ib_read_bw", "-F", "-s", "65536"}, perftestRow, false},
-		{"events rc_pingpong 4 KiB", []string{"ibv_rc_pingpong", "-e", "-c", "-s", "4096", "-n", "500"}, pingpongDone, false},
-		{"events rc_pingpong 3 MiB", []string{"ibv_rc_pingpong", "-e", "-c", "-s", "3145728", "-n", "20", "-r", "4"}, pingpongDone, false},
-		{"events send_lat", []string{"ib_send_lat", "-F", "-e", "-a", "-n", "200"}, perftestRow, false},
-		{"events send_bw", []string{"ib_send_bw", "-F", "-e", "-s", "65536"}, perftestRow, false},
-		{"events read_bw", []string{"ib_read_bw", "-F", "-e", "-s", "65536"}, perftestRow, false},
-	})
+	runVerbsPrograms(t, c, "h2", debianVerbsRuns)
 	s, k := verbsPair(t, c, "h2", "ibv_rc_pingpong -n 1000000000", true)
 	t.Logf("freeflow conns --qps:\n%s", c.MustFF(t, "conns", "--qps"))
 	c.MustFF(t, "rm", "-f", s.Container, k.Container)
