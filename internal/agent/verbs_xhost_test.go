@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -448,6 +449,58 @@ func TestVerbsCrossHostPeerAgentDownNotFound(t *testing.T) {
 	if !strings.Contains(err.Error(), "host h2") || time.Since(start) > offerBudget+slackMax {
 		t.Errorf("peer agent down: %v after %v; want NOTFOUND naming host h2 within %v", err, time.Since(start), offerBudget)
 	}
+}
+
+// A peer host whose agent takes the connection and never answers costs
+// each offer its whole budget, and a provider asks every millisecond with
+// its context locked: after such an offer its QP is not offered again for
+// reofferAfter (asks meanwhile are NOTFOUND at once), then it is.
+func TestVerbsCrossHostSilentPeerAgentNotAskedAgainAtOnce(t *testing.T) {
+	hs := startTwoHosts(t, nil)
+	h2, _ := hs.h1.hostRecord("h2")
+	l1 := newLib(t, hs.h1)
+	qa, _ := newQP(t, l1, 1)
+	hs.h2.stop()
+	ln, err := net.Listen("tcp", net.JoinHostPort(h2.FabricIP, strconv.Itoa(hs.h1.cfg.BrokerPort)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var offers atomic.Int32 // VERBS_OFFERs the silent agent read, on any connection
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+			go func() {
+				for {
+					m, err := readFrame(c)
+					if err != nil {
+						return
+					}
+					if m.Type == protocol.TypeVerbsOffer {
+						offers.Add(1)
+					}
+				}
+			}()
+		}
+	}()
+	_, err = connectAcross(t, l1, qa, lidPeer(1, self2LID))
+	wantCode(t, err, protocol.CodeNotFound)
+	waitFor(t, "the silent agent read the offer", func() bool { return offers.Load() == 1 })
+	for range 20 {
+		_, err = connectAcross(t, l1, qa, lidPeer(1, self2LID))
+		wantCode(t, err, protocol.CodeNotFound)
+	}
+	if n := offers.Load(); n != 1 {
+		t.Fatalf("%d offers to a silent agent in a row; want one per %v", n, reofferAfter)
+	}
+	time.Sleep(reofferAfter)
+	_, err = connectAcross(t, l1, qa, lidPeer(1, self2LID))
+	wantCode(t, err, protocol.CodeNotFound)
+	waitFor(t, "an offer again after reofferAfter", func() bool { return offers.Load() == 2 })
 }
 
 // A process that could clear the mark of a handed fabric socket gets no
