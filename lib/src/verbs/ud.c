@@ -22,7 +22,6 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include "freeflow/proto.h"
@@ -187,22 +186,22 @@ static struct ffv_lane *tx_lane(struct ffv_qp *qp, const uint8_t peer[24])
 	return l->mem || l->sock >= 0 ? l : NULL;
 }
 
-/* Write what the socket takes of buf; the rest of a datagram it took in part waits in pend. */
+/*
+ * The rest of a datagram the socket took in part, as far as it takes it:
+ * 0 once all of it went, -1 while some waits (or the lane failed: gone).
+ */
 static int put_pending(struct ffv_context *c, struct ffv_lane *l)
 {
-	while (l->pend && l->pend_off < l->pend_len) {
-		ssize_t r = send(l->sock, l->pend + l->pend_off, l->pend_len - l->pend_off,
-				 MSG_DONTWAIT | MSG_NOSIGNAL);
+	struct ibv_sge rest = { .addr = (uintptr_t)(l->pend + FF_VW_HDR), .length = l->pend_len - FF_VW_HDR };
+	int r;
 
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0) {
-			if (errno != EAGAIN)
-				lane_unmap(c, l);	/* the receiver or the link went: ask again next time */
-			return -1;
-		}
-		l->pend_off += (uint32_t)r;
-	}
+	if (!l->pend)
+		return 0;
+	r = ffv_frame_write(l->sock, l->pend, &rest, 1, rest.length, &l->pend_off);
+	if (r < 0)
+		lane_unmap(c, l);	/* the receiver or the link went: ask again next time */
+	if (r <= 0)
+		return -1;
 	free(l->pend);
 	l->pend = NULL;
 	return 0;
@@ -218,11 +217,8 @@ static void wire_send(struct ffv_qp *qp, struct ffv_lane *l, const struct ibv_se
 {
 	struct ffv_context *c = ffv_ctx(qp->vqp.qp.context);
 	uint8_t h[FF_VW_HDR] = { 0 };
-	struct iovec iov[1 + FFV_MAX_SGE];
-	struct msghdr mh = { .msg_iov = iov };
-	uint32_t frame = FF_VW_HDR + total;
-	ssize_t r;
-	int k = 0;
+	uint32_t done = 0;
+	int r;
 
 	if (put_pending(c, l))
 		return;
@@ -231,24 +227,16 @@ static void wire_send(struct ffv_qp *qp, struct ffv_lane *l, const struct ibv_se
 	memcpy(h + FF_VW_LEN, &total, 4);
 	memcpy(h + FF_VW_IMM, &wr->imm_data, 4);
 	memcpy(h + FF_VW_RKEY, &qkey, 4);	/* a datagram's Q_Key */
-	iov[k++] = (struct iovec){ h, sizeof(h) };
-	for (int i = 0; i < wr->num_sge; i++)
-		iov[k++] = (struct iovec){ (void *)(uintptr_t)wr->sg_list[i].addr, wr->sg_list[i].length };
-	mh.msg_iovlen = k;
-	do
-		r = sendmsg(l->sock, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
-	while (r < 0 && errno == EINTR);
+	r = ffv_frame_write(l->sock, h, wr->sg_list, wr->num_sge, total, &done);
 	if (r < 0) {
-		if (errno != EAGAIN)
-			lane_unmap(c, l);
-		return;
-	}
-	if ((uint32_t)r < frame && (l->pend = malloc(frame))) {
+		lane_unmap(c, l);
+	} else if (r == 0 && done && (l->pend = malloc(FF_VW_HDR + total))) {
 		memcpy(l->pend, h, sizeof(h));
 		ffv_gather(l->pend + sizeof(h), wr->sg_list, wr->num_sge, 0, total);
-		l->pend_len = frame;
-		l->pend_off = (uint32_t)r;
-	} else if ((uint32_t)r < frame) {
+		l->pend_len = FF_VW_HDR + total;
+		l->pend_off = done;
+		qp->tx_pend = 1;
+	} else if (r == 0 && done) {
 		lane_unmap(c, l);	/* half a frame and no memory for the rest: the lane cannot go on */
 	}
 }
@@ -548,9 +536,12 @@ void ffv_ud_take(struct ffv_qp *qp)
 	qp->taking = 1;
 	qp->rx_starved = 0;
 	/* A datagram the socket took in part goes on when the program polls, not only at its next send. */
-	for (struct ffv_lane *l = qp->tx_lanes; l; l = l->next)
-		if (l->pend)
-			put_pending(ffv_ctx(qp->vqp.qp.context), l);
+	if (qp->tx_pend) {
+		qp->tx_pend = 0;
+		for (struct ffv_lane *l = qp->tx_lanes; l; l = l->next)
+			if (put_pending(ffv_ctx(qp->vqp.qp.context), l) && l->pend)
+				qp->tx_pend = 1;
+	}
 	if (gen != qp->lanes_seen) {	/* the agent gave us a lane since we last asked */
 		qp->lanes_seen = gen;
 		fetch_lanes(qp);

@@ -239,6 +239,7 @@ struct ffv_qp {
 	uint32_t sq_count;
 	uint32_t events;		/* asynchronous events written for it (LAST_WQE_REACHED) */
 	/* A UD QP's lanes (ud.c): to its receivers, from its senders. */
+	int tx_pend;			/* a lane to a receiver holds a datagram written in part */
 	struct ffv_lane *tx_lanes, *rx_lanes;
 	uint32_t lanes_seen;		/* the lanes word when we last asked for lanes */
 	uint32_t next_lane;		/* the lane id to ask from */
@@ -501,6 +502,13 @@ int ffv_ud_woke(struct ffv_qp *qp, int fd);
 void ffv_ud_free(struct ffv_qp *qp);
 
 /* ---- wire.c: RC peers on other hosts ---- */
+/*
+ * Frame bytes [*done, FF_VW_HDR + len) on fd, the payload the n SGEs' bytes:
+ * 1 once all went, 0 when the socket is full (*done says how far), -errno
+ * when the connection failed.
+ */
+int ffv_frame_write(int fd, const uint8_t *hdr, const struct ibv_sge *sge, int n, uint32_t len,
+		    uint32_t *done);
 /* A connection to a peer's provider made ready: non-blocking, no delay, keepalives; 0 or -errno. */
 int ffv_wire_socket(int fd);
 /* Close such a connection, taking what came unread first (so no reset drops what we wrote). */

@@ -74,7 +74,6 @@ struct ffv_wire {
 	struct ffv_answer *answers, **answers_tail;
 	uint32_t nanswers;
 	int half;
-	int fenced;			/* the send queue's head waits for the answers before it (IBV_SEND_FENCE) */
 };
 
 static uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
@@ -102,6 +101,21 @@ static int needs_answer_op(uint64_t op)
 	return op == FF_VW_READ || op == FF_VW_CAS || op == FF_VW_FADD;
 }
 
+/*
+ * Whether request wr, done bytes of it written, waits for answers rather
+ * than for the socket: a fenced one until the READs and atomics before it
+ * are answered (IB spec), a READ or atomic while the QP's max_rd_atomic
+ * are out (the target holds at most that many answers, so two ends
+ * reading each other never both stop reading).
+ */
+static int held(const struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t done)
+{
+	uint32_t owed = qp->wire->owed;
+
+	return done == 0 && ((wr->send_flags & IBV_SEND_FENCE && owed) ||
+			     (needs_answer(wr->opcode) && owed >= max_owed(qp)));
+}
+
 /* ---- the event thread's interest ---- */
 
 static void set_interest(struct ffv_qp *qp)
@@ -115,7 +129,8 @@ static void set_interest(struct ffv_qp *qp)
 		want |= EPOLLIN;
 	if (!w->dead) {
 		/* Something waits to be written: it waits for the socket (nothing else stops it). */
-		if (w->half || w->answers || (qp->sq && qp->vqp.qp.state == IBV_QPS_RTS && !w->fenced))
+		if (w->half || w->answers ||
+		    (qp->sq && qp->vqp.qp.state == IBV_QPS_RTS && !held(qp, &qp->sq->wr, qp->sq->done)))
 			want |= EPOLLOUT;
 	}
 	/* A fork child's copy of the context shares its parent's epoll set: hands off. */
@@ -269,23 +284,17 @@ static void ended(struct ffv_qp *qp)
 
 /* ---- writing ---- */
 
-/*
- * Write frame bytes [*done, hdr + len) of a frame whose payload is the
- * SGEs' bytes (n of them): 1 once all went, 0 when the socket is full.
- */
-static int put(struct ffv_qp *qp, const uint8_t *hdr, const struct ibv_sge *sge, int n,
-	       uint32_t len, uint32_t *done)
+int ffv_frame_write(int fd, const uint8_t *hdr, const struct ibv_sge *sge, int n, uint32_t len,
+		    uint32_t *done)
 {
-	struct ffv_wire *w = qp->wire;
 	struct iovec iov[1 + FFV_MAX_SGE];
 	struct msghdr mh = { .msg_iov = iov };
-	uint32_t off = *done;
 	ssize_t r;
 
 	while (*done < FF_VW_HDR + len) {
+		uint32_t off = *done;
 		int k = 0;
 
-		off = *done;
 		if (off < FF_VW_HDR)
 			iov[k++] = (struct iovec){ (void *)(hdr + off), FF_VW_HDR - off };
 		off = off > FF_VW_HDR ? off - FF_VW_HDR : 0;
@@ -298,17 +307,25 @@ static int put(struct ffv_qp *qp, const uint8_t *hdr, const struct ibv_sge *sge,
 			off = 0;
 		}
 		mh.msg_iovlen = k;
-		r = sendmsg(w->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+		r = sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
 		if (r < 0 && errno == EINTR)
 			continue;
-		if (r < 0) {
-			if (errno != EAGAIN)
-				gone(qp);
-			return 0;
-		}
+		if (r < 0)
+			return errno == EAGAIN ? 0 : -errno;
 		*done += (uint32_t)r;
 	}
 	return 1;
+}
+
+/* ffv_frame_write on qp's connection: 1 when all went, 0 when the socket is full (or it failed: gone). */
+static int put(struct ffv_qp *qp, const uint8_t *hdr, const struct ibv_sge *sge, int n,
+	       uint32_t len, uint32_t *done)
+{
+	int r = ffv_frame_write(qp->wire->fd, hdr, sge, n, len, done);
+
+	if (r < 0)
+		gone(qp);
+	return r > 0;
 }
 
 /* Write the answers that wait, oldest first, as far as the socket takes them. */
@@ -386,15 +403,7 @@ int ffv_wire_run(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total
 		set_interest(qp);
 		return FFV_WAIT;
 	}
-	/*
-	 * A fenced request starts once the READs and atomics before it are
-	 * answered (IB spec), and a READ or atomic once fewer than the QP's
-	 * max_rd_atomic are out: the target holds at most that many answers,
-	 * so two ends reading each other never both stop reading.
-	 */
-	w->fenced = *done == 0 && ((wr->send_flags & IBV_SEND_FENCE && w->owed) ||
-				   (needs_answer(wr->opcode) && w->owed >= max_owed(qp)));
-	if (w->fenced)
+	if (held(qp, wr, *done))
 		return FFV_WAIT;
 	hdr[FF_VW_OP] = op;
 	hdr[FF_VW_FLAGS] = wr->send_flags & IBV_SEND_SOLICITED ? FF_VQP_SOLICITED : 0;
