@@ -4,24 +4,10 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
-#include "freeflow/verbs_layout.h"
 #include "verbstest.h"
 
 #define OFF 100		/* the region starts mid-page, with bytes of the victim beside it */
 #define LEN 1000
-
-static void frame(int fd, uint8_t op, uint32_t len, uint32_t rkey, uint64_t raddr, const void *data)
-{
-	uint8_t h[FF_VW_HDR] = { 0 };
-
-	h[FF_VW_OP] = op;
-	memcpy(h + FF_VW_LEN, &len, 4);
-	memcpy(h + FF_VW_RKEY, &rkey, 4);
-	memcpy(h + FF_VW_RADDR, &raddr, 8);
-	TV_MUST(write(fd, h, sizeof(h)) == sizeof(h), "write a frame header: %s", strerror(errno));
-	if (data)
-		TV_MUST(write(fd, data, len) == (ssize_t)len, "write a frame's payload");
-}
 
 static int hostile(int sock)
 {
@@ -37,21 +23,10 @@ static int hostile(int sock)
 	me = (struct tv_name){ .qpn = e.qp->qp_num, .lid = 0x102 };
 	peer = tv_trade(sock, &me);
 	tv_connect(&e, &peer);
-	{
-		struct ibv_sge sge = { .addr = (uintptr_t)mr->addr, .length = 3, .lkey = mr->lkey };
-		struct ibv_send_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
-					  .send_flags = IBV_SEND_SIGNALED }, *bad;
-
-		/* A real SEND first: the connection is made. */
-		TV_MUST(ibv_post_send(e.qp, &wr, &bad) == 0 && tv_wait(&e).status == IBV_WC_SUCCESS,
-			"the first SEND");
-	}
-	/* Our own end of it: the device closed, our provider reads it no more (destroying the QP would end it). */
-	fd = dup(tv_wire_socket());
-	TV_MUST(fd >= 0 && ibv_close_device(e.ctx) == 0 && fcntl(fd, F_SETFL, 0) == 0, "take the connection");
-	frame(fd, FF_VW_WRITE, 8, peer.rkey, peer.addr + 8, "hostile!");
-	frame(fd, FF_VW_WRITE, 8, peer.rkey, peer.addr + LEN - 4, "past-end");
-	frame(fd, FF_VW_WRITE, 8, peer.rkey + 1, peer.addr, "bad-rkey");
+	fd = tv_take_wire(&e, mr);
+	tv_frame(fd, FF_VW_WRITE, 8, peer.rkey, peer.addr + 8, "hostile!");
+	tv_frame(fd, FF_VW_WRITE, 8, peer.rkey, peer.addr + LEN - 4, "past-end");
+	tv_frame(fd, FF_VW_WRITE, 8, peer.rkey + 1, peer.addr, "bad-rkey");
 	for (int i = 0; i < 2; i++) {
 		uint64_t st = 0;
 
@@ -62,7 +37,7 @@ static int hostile(int sock)
 		      (unsigned long long)st);
 	}
 	memset(junk, 0, sizeof(junk));
-	frame(fd, FF_VW_READ_RESP, 1u << 30, 0, 0, NULL);
+	tv_frame(fd, FF_VW_READ_RESP, 1u << 30, 0, 0, NULL);
 	TV_MUST(write(fd, junk, sizeof(junk)) == sizeof(junk), "the start of 1 GiB");
 	CHECK(recv(fd, ans, sizeof(ans), 0) == 0, "the victim ends the connection");
 	tv_say(sock, 'd');

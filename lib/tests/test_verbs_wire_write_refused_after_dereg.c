@@ -5,7 +5,6 @@
 #include <sys/socket.h>
 #include <sys/mman.h>
 
-#include "freeflow/verbs_layout.h"
 #include "verbstest.h"
 
 #define LEN 8192
@@ -15,34 +14,17 @@ static int hostile(int sock)
 	struct tv_end e;
 	struct tv_name me, peer;
 	struct ibv_mr *mr;
-	uint8_t h[FF_VW_HDR] = { 0 }, data[LEN];
+	uint8_t data[LEN];
 	int fd;
-	uint32_t len = LEN, rkey;
-	uint64_t raddr;
 
 	tv_open(&e);
 	mr = tv_region(&e, 64, IBV_ACCESS_LOCAL_WRITE);
 	me = (struct tv_name){ .qpn = e.qp->qp_num, .lid = 0x102 };
 	peer = tv_trade(sock, &me);
 	tv_connect(&e, &peer);
-	{
-		struct ibv_sge sge = { .addr = (uintptr_t)mr->addr, .length = 3, .lkey = mr->lkey };
-		struct ibv_send_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
-					  .send_flags = IBV_SEND_SIGNALED }, *bad;
-
-		/* A real SEND first: the connection is made. */
-		TV_MUST(ibv_post_send(e.qp, &wr, &bad) == 0 && tv_wait(&e).status == IBV_WC_SUCCESS, "SEND");
-	}
-	fd = dup(tv_wire_socket());
-	TV_MUST(fd >= 0 && ibv_close_device(e.ctx) == 0 && fcntl(fd, F_SETFL, 0) == 0, "take the connection");
-	rkey = peer.rkey;
-	raddr = peer.addr;
-	h[FF_VW_OP] = FF_VW_WRITE;
-	memcpy(h + FF_VW_LEN, &len, 4);
-	memcpy(h + FF_VW_RKEY, &rkey, 4);
-	memcpy(h + FF_VW_RADDR, &raddr, 8);
+	fd = tv_take_wire(&e, mr);
 	memset(data, 'X', sizeof(data));
-	TV_MUST(write(fd, h, sizeof(h)) == sizeof(h), "hdr");
+	tv_frame(fd, FF_VW_WRITE, LEN, peer.rkey, peer.addr, NULL);
 	TV_MUST(write(fd, data, 100) == 100, "first part");
 	tv_say(sock, 'w');	/* the victim deregisters now */
 	tv_hear(sock, 'r');

@@ -18,6 +18,7 @@
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
 
+#include "freeflow/verbs_layout.h"
 #include "shimtest.h"
 
 /* A check the rest of the test cannot go on without. */
@@ -451,6 +452,39 @@ static inline int tv_wire_socket(void)
 	}
 	TV_MUST(found >= 0, "no connection to the peer");
 	return found;
+}
+
+/*
+ * A hostile peer's own end of its QP's connection to e's peer (across
+ * hosts): a real SEND from mr's first 3 bytes makes the connection, then the
+ * device is closed, so the provider reads it no more (destroying the QP
+ * would end it). Blocking.
+ */
+static inline int tv_take_wire(struct tv_end *e, struct ibv_mr *mr)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)mr->addr, .length = 3, .lkey = mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+				  .send_flags = IBV_SEND_SIGNALED }, *bad;
+	int fd;
+
+	TV_MUST(ibv_post_send(e->qp, &wr, &bad) == 0 && tv_wait(e).status == IBV_WC_SUCCESS, "the first SEND");
+	fd = dup(tv_wire_socket());
+	TV_MUST(fd >= 0 && ibv_close_device(e->ctx) == 0 && fcntl(fd, F_SETFL, 0) == 0, "take the connection");
+	return fd;
+}
+
+/* A frame of the provider's wire protocol written by hand: its header, then data (len bytes) unless NULL. */
+static inline void tv_frame(int fd, uint8_t op, uint32_t len, uint32_t rkey, uint64_t raddr, const void *data)
+{
+	uint8_t h[FF_VW_HDR] = { 0 };
+
+	h[FF_VW_OP] = op;
+	memcpy(h + FF_VW_LEN, &len, 4);
+	memcpy(h + FF_VW_RKEY, &rkey, 4);
+	memcpy(h + FF_VW_RADDR, &raddr, 8);
+	TV_MUST(write(fd, h, sizeof(h)) == sizeof(h), "write a frame header: %s", strerror(errno));
+	if (data)
+		TV_MUST(write(fd, data, len) == (ssize_t)len, "write a frame's payload");
 }
 
 #endif
