@@ -724,15 +724,20 @@ void ffv_progress(struct ffv_qp *qp)
 	}
 	ffv_wire_tx(qp);
 	/*
-	 * A peer gone with receives still posted: they will never fill (a NIC's
-	 * retries run out). Only once the program has polled every completion
-	 * made before: a NIC notices long after them, and a program that stops
-	 * at its last expected completion (ibv_rc_pingpong's server, woken by
-	 * an event after its client exited) must not find the flush beside it.
-	 * Not while sends wait: their retries (ffv_qp_retry_dead) end it.
+	 * A peer gone with receives still posted: they will never fill. Flushed
+	 * as late as a NIC would notice: once the program has polled every
+	 * completion made before (ibv_rc_pingpong's server, woken by an event
+	 * after its client exited, must not find the flush beside its last
+	 * one) and the QP's retry budget is spent (a peer that exited half way
+	 * through a SEND must not fail the messages its other QPs still hold
+	 * for the same CQ: ibv_srq_pingpong). Not while sends wait: their
+	 * retries end it.
 	 */
-	if (ffv_reached(qp) && qp->vqp.qp.state != IBV_QPS_ERR && !qp->sq && !qp->rcq->count &&
-	    !qp->scq->count && peer_dead(qp) &&
-	    __atomic_load_n((uint64_t *)(qp->mem + FF_VQP_OFF_PROD), __ATOMIC_ACQUIRE) == qp->rx_cons)
-		ffv_qp_error(qp);
+	if (ffv_reached(qp) && qp->vqp.qp.state != IBV_QPS_ERR && !qp->sq && peer_dead(qp) &&
+	    __atomic_load_n((uint64_t *)(qp->mem + FF_VQP_OFF_PROD), __ATOMIC_ACQUIRE) == qp->rx_cons) {
+		if (qp->rcq->count || qp->scq->count)
+			qp->reach_by = 0;	/* the budget starts once they are polled: no ticks meanwhile */
+		else if (ffv_qp_retry_dead(qp) != FFV_REACH_LATER)
+			ffv_qp_error(qp);
+	}
 }
