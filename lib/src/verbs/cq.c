@@ -125,8 +125,10 @@ int ffv_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 		return -EINVAL;
 	pthread_mutex_lock(&c->mu);
 	for (struct ffv_qp *qp = c->qps; qp; qp = qp->next)
-		if (qp->scq == cq || qp->rcq == cq)
+		if (qp->scq == cq || qp->rcq == cq) {
+			qp->polls++;
 			ffv_progress(qp);
+		}
 	if (cq->overflowed) {
 		pthread_mutex_unlock(&c->mu);
 		return -EOVERFLOW;	/* as a NIC's CQ in error: completions were lost */

@@ -114,6 +114,9 @@ static void *events_main(void *arg)
 				if (qp->belled && qp->rcq->armed)
 					ffv_progress(qp);
 			}
+			/* While its program polls, the clock looks again (its frames wake no one). */
+			if (qp->wire && ffv_wire_tick(qp))
+				timeout = 1;
 			if (awaiting)
 				qp->reach_next = 0;
 			if ((rung && qp->belled) || qp->reach_by || qp->rnr_by || awaiting || ud_woke(qp, ev, n))

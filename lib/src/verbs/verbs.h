@@ -238,6 +238,7 @@ struct ffv_qp {
 	struct ffv_swqe *sq, **sq_tail;
 	uint32_t sq_count;
 	uint32_t events;		/* asynchronous events written for it (LAST_WQE_REACHED) */
+	uint32_t polls;			/* ibv_poll_cq calls on its CQs (the event thread's tick reads it) */
 	/* A UD QP's lanes (ud.c): to its receivers, from its senders. */
 	int tx_pend;			/* a lane to a receiver holds a datagram written in part */
 	struct ffv_lane *tx_lanes, *rx_lanes;
@@ -538,6 +539,11 @@ int ffv_wire_dead(const struct ffv_qp *qp);
 void ffv_wire_forget(struct ffv_qp *qp, uintptr_t start, uintptr_t end);
 /* The connection's descriptor (what wakes the event thread for qp). */
 int ffv_wire_fd(const struct ffv_qp *qp);
+/*
+ * ctx->mu held: the event thread's look, on each wake, at whether qp's
+ * program polls its CQs; 1 while it does (look again in a millisecond).
+ */
+int ffv_wire_tick(struct ffv_qp *qp);
 /* ctx->mu held: the requests written and not completed, flushed (the QP went to error). */
 void ffv_wire_flush(struct ffv_qp *qp);
 #endif
