@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Description: across hosts a receiver that posts its receives 12 s late, its ring and the connection full meanwhile, loses nothing: with rnr_retry 7 a NIC waits, and so does the link (a TCP user timeout ended it after 10 s, and 4 SENDs that had completed were never delivered) */
+/* Description: across hosts a receiver that posts its receives 12 s late, its ring full and its sender's SENDs waiting for room meanwhile, loses nothing: with rnr_retry 7 a NIC waits, and so does the link (a TCP user timeout ended it after 10 s, and 4 SENDs that had completed were never delivered) */
 /* Channels: host-tcp */
 #include "verbstest.h"
 

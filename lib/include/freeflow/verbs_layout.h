@@ -83,15 +83,27 @@ enum ff_vqp_op {
  * Across hosts (docs/VERBS.md, "Across hosts"): the two providers of an RC
  * pair exchange frames over one TCP connection, each a 40-byte header and
  * len payload bytes. Little-endian.
+ *
+ * A SEND goes in frames of at most FF_VW_PIECE bytes, each one record in
+ * the receiver's ring (FF_VW_RING bytes). The sender keeps the receiver's
+ * producer count as the receiver will (the same records and pads, in the
+ * same order: SENDs' pieces, and an empty record per WRITE with
+ * immediate) and starts a frame only once the consumer count the receiver
+ * last told (CREDIT) leaves room for its record: so a receiver never stops
+ * reading the connection for want of room, and the answers behind a SEND
+ * pass it, as on a NIC's link.
  */
+#define FF_VW_RING		(1u << 20)
+#define FF_VW_PIECE		(FF_VW_RING / 8)
 #define FF_VW_HDR		40u
 #define FF_VW_OP		0u	/* u8: enum ff_vw_op */
-#define FF_VW_FLAGS		1u	/* u8: FF_VQP_SOLICITED on a SEND sent with IBV_SEND_SOLICITED */
-#define FF_VW_LEN		4u	/* u32: payload bytes that follow (SEND, WRITE: the message; READ_RESP) */
+#define FF_VW_FLAGS		1u	/* u8: a SEND's FF_VQP_FIRST, FF_VQP_LAST, FF_VQP_SOLICITED (on its last) */
+#define FF_VW_LEN		4u	/* u32: payload bytes that follow (SEND: this piece; WRITE; READ_RESP) */
 #define FF_VW_IMM		8u	/* u32: immediate data */
 #define FF_VW_RKEY		12u	/* u32: the target region's rkey (WRITE, READ, atomics) */
 #define FF_VW_RADDR		16u	/* u64: the target address (WRITE, READ, atomics) */
-#define FF_VW_ARG1		24u	/* u64: READ: its length; CAS: compare; FADD: add; ATOMIC_RESP: the old value; NAK: the status */
+#define FF_VW_ARG1		24u	/* u64: SEND: the message's bytes; READ: its length; CAS: compare; FADD: add;
+					   ATOMIC_RESP: the old value; NAK: the status; CREDIT: the consumer count */
 #define FF_VW_ARG2		32u	/* u64: CAS: swap; NAK: the op it answers */
 
 enum ff_vw_op {
@@ -105,6 +117,7 @@ enum ff_vw_op {
 	FF_VW_READ_RESP = 8,	/* the answer to a READ, in order: its bytes */
 	FF_VW_ATOMIC_RESP = 9,	/* the answer to an atomic, in order: the old value */
 	FF_VW_NAK = 10,		/* a request the target refused (ibv_wc_status), in order */
+	FF_VW_CREDIT = 11,	/* the receiver's ring consumed so far (bytes): room for more SENDs */
 };
 
 #endif

@@ -126,7 +126,7 @@ int ffv_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 	pthread_mutex_lock(&c->mu);
 	for (struct ffv_qp *qp = c->qps; qp; qp = qp->next)
 		if (qp->scq == cq || qp->rcq == cq) {
-			qp->polls++;
+			qp->calls++;
 			ffv_progress(qp);
 		}
 	if (cq->overflowed) {

@@ -114,12 +114,11 @@ static void *events_main(void *arg)
 				if (qp->belled && qp->rcq->armed)
 					ffv_progress(qp);
 			}
-			/* While its program polls, the clock looks again (its frames wake no one). */
-			if (qp->wire && ffv_wire_tick(qp))
+			if (ffv_qp_look(qp))
 				timeout = 1;
 			if (awaiting)
 				qp->reach_next = 0;
-			if ((rung && qp->belled) || qp->reach_by || qp->rnr_by || awaiting || ud_woke(qp, ev, n))
+			if ((rung && (qp->belled || qp->waiting)) || qp->reach_by || qp->rnr_by || awaiting || ud_woke(qp, ev, n))
 				ffv_progress(qp);
 			if (qp->reach_by || qp->rnr_by)
 				timeout = 1;

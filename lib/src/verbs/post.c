@@ -46,31 +46,32 @@ static int peer_allows(const struct ffv_qp *qp, int access)
 
 /* ---- the sender's side of a ring ---- */
 
-/* Bytes free in a ring we produce into; 0 also when its cons word makes no sense. */
-static uint32_t ring_room(const uint8_t *mem, uint32_t size, uint64_t prod)
+long ffv_ring_fit(uint32_t size, uint64_t *prod, uint64_t cons, uint32_t len)
 {
-	uint64_t cons = __atomic_load_n((const uint64_t *)(mem + FF_VQP_OFF_CONS), __ATOMIC_ACQUIRE);
-	uint64_t used = prod - cons;
+	uint32_t need = FF_VQP_REC_HDR + ffv_round16(len);
+	uint32_t off = (uint32_t)(*prod & (size - 1)), to_end = size - off;
+	uint64_t used = *prod - cons;
+	uint32_t room = used > size ? 0 : (uint32_t)(size - used);	/* 0 also when cons makes no sense */
 
-	return used > size ? 0 : (uint32_t)(size - used);
+	if (need > to_end) {
+		if (room < to_end + need)
+			return -1;
+		*prod += to_end;
+		return 0;
+	}
+	return room < need ? -1 : (long)off;
 }
 
 long ffv_ring_reserve(uint8_t *mem, uint32_t size, uint64_t *prod, uint32_t len)
 {
-	uint32_t need = FF_VQP_REC_HDR + ffv_round16(len);
-	uint32_t off = (uint32_t)(*prod & (size - 1)), to_end = size - off;
-	uint8_t *ring = mem + FF_VQP_HDR_SIZE;
+	uint64_t at = *prod;
+	long off = ffv_ring_fit(size, prod, __atomic_load_n((const uint64_t *)(mem + FF_VQP_OFF_CONS),
+							    __ATOMIC_ACQUIRE), len);
 
-	if (need > to_end) {
-		uint32_t pad[4] = { to_end - FF_VQP_REC_HDR, FF_VQP_OP_PAD, 0, 0 };
+	if (off >= 0 && *prod != at) {
+		uint32_t pad[4] = { (uint32_t)(*prod - at) - FF_VQP_REC_HDR, FF_VQP_OP_PAD, 0, 0 };
 
-		if (ring_room(mem, size, *prod) < to_end + need)
-			return -1;
-		memcpy(ring + off, pad, sizeof(pad));
-		*prod += to_end;
-		off = 0;
-	} else if (ring_room(mem, size, *prod) < need) {
-		return -1;
+		memcpy(mem + FF_VQP_HDR_SIZE + (at & (size - 1)), pad, sizeof(pad));
 	}
 	return off;
 }
@@ -383,17 +384,19 @@ static void drain_sq(struct ffv_qp *qp)
 
 /*
  * After drain_sq: while sends wait for room, the peer's waiting word asks
- * it to ring our doorbell when it consumes (only a QP whose doorbell the
- * peer has: one with a channel), then the room is looked at again, the
- * mirror of ffv_req_notify_cq's arm-then-look (docs/VERBS.md, "No lost
- * wake-up").
+ * it to ring our doorbell when it consumes, then the room is looked at
+ * again, the mirror of ffv_req_notify_cq's arm-then-look (docs/VERBS.md,
+ * "No lost wake-up"). Only while the event thread is to move the sends
+ * along: for a program with a channel, or one that stopped calling (a NIC
+ * goes on without its program); a program that polls moves them itself,
+ * and a ring per consumption beside it would cost a wake each.
  */
 static void want_room(struct ffv_qp *qp)
 {
-	if (!qp->belled || !qp->peer_mem)
+	if (!qp->peer_mem)
 		return;
-	while ((qp->sq != NULL) != qp->waiting) {
-		qp->waiting = qp->sq != NULL;
+	while ((qp->sq != NULL && (qp->belled || !qp->busy)) != qp->waiting) {
+		qp->waiting = qp->sq != NULL && (qp->belled || !qp->busy);
 		__atomic_store_n((uint32_t *)(qp->peer_mem + FF_VQP_OFF_WAITING), qp->waiting,
 				 __ATOMIC_SEQ_CST);
 		if (qp->waiting) {
@@ -470,6 +473,7 @@ int ffv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_w
 	int err = 0;
 
 	pthread_mutex_lock(&c->mu);
+	qp->calls++;
 	drain_sq(qp);
 	for (; wr; wr = wr->next) {
 		uint32_t total = 0, done = 0;
@@ -674,19 +678,14 @@ static void take_ring(struct ffv_qp *qp)
 
 void ffv_take_incoming(struct ffv_qp *qp)
 {
-	uint64_t before;
-	int blocked;
-
 	if (!qp->wire) {
 		take_ring(qp);
 		return;
 	}
-	/* A peer across hosts: its frames into our ring first, as long as taking makes room. */
-	do {
-		before = qp->rx_cons;
-		blocked = ffv_wire_rx(qp);
-		take_ring(qp);
-	} while (blocked && qp->rx_cons != before && qp->wire);
+	/* A peer across hosts: its frames into our ring, then taken, then the room it made told. */
+	ffv_wire_rx(qp);
+	take_ring(qp);
+	ffv_wire_tx(qp);
 }
 
 void ffv_wire_serve(struct ffv_qp *qp)
@@ -740,4 +739,18 @@ void ffv_progress(struct ffv_qp *qp)
 		else if (ffv_qp_retry_dead(qp) != FFV_REACH_LATER)
 			ffv_qp_error(qp);
 	}
+}
+
+int ffv_qp_look(struct ffv_qp *qp)
+{
+	int busy = qp->vqp.qp.qp_type == IBV_QPT_RC && (qp->sq || qp->wire) && qp->calls != qp->calls_seen;
+
+	qp->calls_seen = qp->calls;
+	if (busy != qp->busy) {
+		qp->busy = busy;
+		want_room(qp);	/* stopped: the peer rings us when it makes room */
+		if (qp->wire)
+			ffv_wire_watch(qp);
+	}
+	return busy;
 }

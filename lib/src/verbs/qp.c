@@ -17,7 +17,8 @@
 #include "freeflow/proto.h"
 #include "verbs/verbs.h"
 
-#define RING_SIZE	(1u << 20)	/* each QP's incoming ring; untouched pages cost nothing */
+/* Each RC QP's incoming ring (untouched pages cost nothing): a peer across hosts counts on its size. */
+#define RING_SIZE	FF_VW_RING
 #define MAX_WR		16384
 #define MAX_SGE		32
 #define MAX_INLINE	4096

@@ -238,7 +238,9 @@ struct ffv_qp {
 	struct ffv_swqe *sq, **sq_tail;
 	uint32_t sq_count;
 	uint32_t events;		/* asynchronous events written for it (LAST_WQE_REACHED) */
-	uint32_t polls;			/* ibv_poll_cq calls on its CQs (the event thread's tick reads it) */
+	/* The program's verbs calls on it, and whether the event thread saw them go on (ffv_qp_look). */
+	uint32_t calls, calls_seen;
+	int busy;
 	/* A UD QP's lanes (ud.c): to its receivers, from its senders. */
 	int tx_pend;			/* a lane to a receiver holds a datagram written in part */
 	struct ffv_lane *tx_lanes, *rx_lanes;
@@ -456,6 +458,13 @@ int ffv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr 
  */
 void ffv_progress(struct ffv_qp *qp);
 /*
+ * ctx->mu held: the event thread's look, on each wake, at whether qp's
+ * program still calls (polls, posts) while its QP has work a NIC would do
+ * on its own (sends waiting, a connection to another host); 1 while it
+ * does: look again in a millisecond.
+ */
+int ffv_qp_look(struct ffv_qp *qp);
+/*
  * ctx->mu held, on the event thread: qp's connection to a peer on another
  * host has bytes or room: frames applied (SENDs left in our ring for the
  * program's poll, or the thread's when a channel asks), waiting requests
@@ -470,6 +479,13 @@ void ffv_take_incoming(struct ffv_qp *qp);
  * prod advanced past the padding: the offset to write at, or -1 if none.
  */
 long ffv_ring_reserve(uint8_t *mem, uint32_t size, uint64_t *prod, uint32_t len);
+/*
+ * Where a record of len payload bytes would go in a ring of size bytes
+ * whose consumer is at cons: its offset, *prod moved past the pad before
+ * it if it wraps (ffv_ring_reserve writes that pad); -1 when there is no
+ * room.
+ */
+long ffv_ring_fit(uint32_t size, uint64_t *prod, uint64_t cons, uint32_t len);
 void ffv_rec_header(uint8_t *at, uint32_t len, uint8_t op, uint8_t flags, uint32_t imm,
 		    uint32_t total);
 /* Records out: prod, then the owner's doorbell if its armed word asks (events.c). */
@@ -524,10 +540,10 @@ int ffv_wire_run(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total
 void ffv_wire_sent(struct ffv_qp *qp, struct ffv_swqe *w);
 /*
  * ctx->mu held: the frames that arrived, applied (SENDs into our ring,
- * which ffv_take_incoming then reads); 1 when it stopped for room there.
+ * which ffv_take_incoming then reads: the room the sender counted on).
  */
-int ffv_wire_rx(struct ffv_qp *qp);
-/* ctx->mu held: answers written, what the event thread listens for updated. */
+void ffv_wire_rx(struct ffv_qp *qp);
+/* ctx->mu held: our credit and answers written, what the event thread listens for updated. */
 void ffv_wire_tx(struct ffv_qp *qp);
 /* ctx->mu held: the peer or the link is gone, and what it sent before was read. */
 int ffv_wire_dead(const struct ffv_qp *qp);
@@ -539,11 +555,8 @@ int ffv_wire_dead(const struct ffv_qp *qp);
 void ffv_wire_forget(struct ffv_qp *qp, uintptr_t start, uintptr_t end);
 /* The connection's descriptor (what wakes the event thread for qp). */
 int ffv_wire_fd(const struct ffv_qp *qp);
-/*
- * ctx->mu held: the event thread's look, on each wake, at whether qp's
- * program polls its CQs; 1 while it does (look again in a millisecond).
- */
-int ffv_wire_tick(struct ffv_qp *qp);
+/* ctx->mu held: the event thread's interest in qp's connection, again (after qp->busy changed). */
+void ffv_wire_watch(struct ffv_qp *qp);
 /* ctx->mu held: the requests written and not completed, flushed (the QP went to error). */
 void ffv_wire_flush(struct ffv_qp *qp);
 #endif

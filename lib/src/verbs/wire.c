@@ -35,7 +35,9 @@
 #define DIRECT_MIN	4096	/* a payload part this large is read straight where it goes */
 #define MAX_ANSWERS	64	/* answers queued before reading more requests (a peer that does not read) */
 
-enum { HALF_NONE, HALF_REQ, HALF_ANSWER };	/* whose frame is written in part */
+enum { HALF_NONE, HALF_REQ, HALF_ANSWER, HALF_CREDIT };	/* whose frame is written in part */
+
+#define SEND_FRAME	(FF_VW_HDR + FF_VW_PIECE)	/* a SEND's frames but its last: its done counts in them */
 
 /* An answer to write: a READ's bytes (taken from the region as they go), an atomic's value, a NAK. */
 struct ffv_answer {
@@ -58,12 +60,18 @@ struct ffv_wire {
 	uint8_t op;
 	uint8_t *dst;			/* a WRITE's destination */
 	enum ibv_wc_status refuse;	/* the request failed the target's checks: a NAK once read */
-	int done_pending;		/* its payload is in; what ends it waits for ring room */
-	/* A SEND arriving: we produce it into our own ring, piece by piece. */
+	int done_pending;		/* its payload is in: end_frame next */
+	/* A SEND's piece arriving: we produce it into our own ring, a record a frame. */
 	uint64_t prod;
 	long piece;			/* the piece's offset in the ring; -1: none open */
-	uint32_t piece_len, piece_have, msg_done;
-	int blocked;			/* waiting for room in our ring */
+	uint32_t piece_len, piece_have;
+	/* Our consumer count as we last told it (CREDIT), and one to tell. */
+	uint64_t credited;
+	int credit_due;
+	uint8_t credit_hdr[FF_VW_HDR];
+	uint32_t credit_done;
+	/* The peer's ring: its producer count as our frames will leave it, its consumer count as told. */
+	uint64_t tx_prod, credit;
 	uint8_t buf[RXBUF];
 	uint32_t pos, len;		/* buf[pos, len) read and not yet taken */
 	int big;			/* the last frame's payload was read in place: read the next header alone */
@@ -74,9 +82,6 @@ struct ffv_wire {
 	struct ffv_answer *answers, **answers_tail;
 	uint32_t nanswers;
 	int half;
-	/* The program polled since the event thread last looked (ffv_wire_tick). */
-	uint32_t polls_seen;
-	int polling;
 };
 
 static uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
@@ -104,19 +109,50 @@ static int needs_answer_op(uint64_t op)
 	return op == FF_VW_READ || op == FF_VW_CAS || op == FF_VW_FADD;
 }
 
+static int is_send(enum ibv_wr_opcode op)
+{
+	return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM;
+}
+
+/* The payload bytes of a SEND's frame that starts done bytes into it (total in all). */
+static uint32_t piece_len(uint32_t total, uint32_t done)
+{
+	uint32_t off = done / SEND_FRAME * FF_VW_PIECE;
+
+	return total - off < FF_VW_PIECE ? total - off : FF_VW_PIECE;
+}
+
 /*
- * Whether request wr, done bytes of it written, waits for answers rather
+ * Whether the frame of wr that starts done bytes into it makes a record in
+ * the peer's ring for which the peer has not told us of room: a SEND's
+ * piece, a WRITE with immediate's empty record.
+ */
+static int no_credit(const struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total, uint32_t done)
+{
+	uint64_t prod = qp->wire->tx_prod;
+
+	if (is_send(wr->opcode) && done % SEND_FRAME == 0)
+		return ffv_ring_fit(FF_VW_RING, &prod, qp->wire->credit, piece_len(total, done)) < 0;
+	if (wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM && done == 0)
+		return ffv_ring_fit(FF_VW_RING, &prod, qp->wire->credit, 0) < 0;
+	return 0;
+}
+
+/*
+ * Whether request wr, done bytes of it written, waits for the peer rather
  * than for the socket: a fenced one until the READs and atomics before it
  * are answered (IB spec), a READ or atomic while the QP's max_rd_atomic
  * are out (the target holds at most that many answers, so two ends
- * reading each other never both stop reading).
+ * reading each other never both stop reading), a SEND's next piece until
+ * the peer's ring has room for it (as a NIC's SEND waits on RNR).
  */
-static int held(const struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t done)
+static int held(const struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total, uint32_t done)
 {
 	uint32_t owed = qp->wire->owed;
 
-	return done == 0 && ((wr->send_flags & IBV_SEND_FENCE && owed) ||
-			     (needs_answer(wr->opcode) && owed >= max_owed(qp)));
+	return (done == 0 && ((wr->send_flags & IBV_SEND_FENCE && owed) ||
+			      (needs_answer(wr->opcode) && owed >= max_owed(qp)))) ||
+	       no_credit(qp, wr, total, done);
 }
 
 /* ---- the event thread's interest ---- */
@@ -130,16 +166,17 @@ static void set_interest(struct ffv_qp *qp)
 
 	/*
 	 * Frames in wake the thread unless the program polls for them anyway
-	 * (a wake per frame beside a polling program cost 5 us a message) and
+	 * (a wake per frame beside a polling program cost 7 us a message) and
 	 * sleeps for no event.
 	 */
-	if (!w->rx_end && !w->blocked && w->nanswers < MAX_ANSWERS &&
-	    (!w->polling || qp->rcq->armed || qp->scq->armed))
+	if (!w->rx_end && w->nanswers < MAX_ANSWERS &&
+	    (!qp->busy || qp->rcq->armed || qp->scq->armed))
 		want |= EPOLLIN;
 	if (!w->dead) {
 		/* Something waits to be written: it waits for the socket (nothing else stops it). */
-		if (w->half || w->answers ||
-		    (qp->sq && qp->vqp.qp.state == IBV_QPS_RTS && !held(qp, &qp->sq->wr, qp->sq->done)))
+		if (w->half || w->answers || w->credit_due ||
+		    (qp->sq && qp->vqp.qp.state == IBV_QPS_RTS &&
+		     !held(qp, &qp->sq->wr, qp->sq->total, qp->sq->done)))
 			want |= EPOLLOUT;
 	}
 	/* A fork child's copy of the context shares its parent's epoll set: hands off. */
@@ -154,14 +191,9 @@ static void set_interest(struct ffv_qp *qp)
 	w->interest = want;
 }
 
-int ffv_wire_tick(struct ffv_qp *qp)
+void ffv_wire_watch(struct ffv_qp *qp)
 {
-	struct ffv_wire *w = qp->wire;
-
-	w->polling = qp->polls != w->polls_seen;
-	w->polls_seen = qp->polls;
 	set_interest(qp);
-	return w->polling;
 }
 
 int ffv_wire_socket(int fd)
@@ -171,8 +203,8 @@ int ffv_wire_socket(int fd)
 	/*
 	 * Frames go at once; an idle link to a host that vanished without a
 	 * reset is noticed in seconds (keepalives). No TCP_USER_TIMEOUT: it
-	 * would also end a link whose receiver takes long to post receives
-	 * (a zero window), which a NIC waits for with rnr_retry 7.
+	 * would also end a link whose receiving process is stopped a while
+	 * (a debugger, SIGSTOP), which a NIC's link survives.
 	 */
 	if (fcntl(fd, F_SETFL, O_NONBLOCK) < 0 ||
 	    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0)
@@ -220,7 +252,8 @@ static void drop_answers(struct ffv_wire *w)
 	}
 	w->answers_tail = &w->answers;
 	w->nanswers = 0;
-	if (w->half == HALF_ANSWER)
+	w->credit_due = 0;
+	if (w->half == HALF_ANSWER || w->half == HALF_CREDIT)
 		w->half = HALF_NONE;
 }
 
@@ -347,12 +380,44 @@ static int put(struct ffv_qp *qp, const uint8_t *hdr, const struct ibv_sge *sge,
 	return r > 0;
 }
 
-/* Write the answers that wait, oldest first, as far as the socket takes them. */
+/*
+ * Tell the peer of the room we made, once we consumed a quarter of the
+ * ring since we last told: a sender that waits for room has more than
+ * half of it outstanding, so consuming what it sent always tells it.
+ * 1 once nothing is left to tell.
+ */
+static int put_credit(struct ffv_qp *qp)
+{
+	struct ffv_wire *w = qp->wire;
+
+	if (!w->credit_due && qp->rx_cons - w->credited >= FF_VW_RING / 4)
+		w->credit_due = 1;
+	if (!w->credit_due || w->dead)
+		return 1;
+	if (w->half == HALF_NONE) {
+		memset(w->credit_hdr, 0, sizeof(w->credit_hdr));
+		w->credit_hdr[FF_VW_OP] = FF_VW_CREDIT;
+		wr64(w->credit_hdr + FF_VW_ARG1, qp->rx_cons);
+		w->credit_done = 0;
+		w->half = HALF_CREDIT;
+	}
+	if (w->half != HALF_CREDIT || !put(qp, w->credit_hdr, NULL, 0, 0, &w->credit_done))
+		return 0;
+	w->half = HALF_NONE;
+	w->credit_due = 0;
+	w->credited = rd64(w->credit_hdr + FF_VW_ARG1);
+	return 1;
+}
+
+/* Write our credit and the answers that wait, oldest first, as far as the socket takes them. */
 static void put_answers(struct ffv_qp *qp)
 {
 	struct ffv_context *c = ffv_ctx(qp->vqp.qp.context);
 	struct ffv_wire *w = qp->wire;
 
+	/* A frame written in part goes on first: an answer's, before our credit. */
+	if (w->half != HALF_ANSWER && !put_credit(qp))
+		return;
 	while (w->answers && w->half != HALF_REQ && !w->dead) {
 		struct ffv_answer *a = w->answers;
 		struct ibv_sge sge = { 0 };
@@ -384,6 +449,8 @@ static void put_answers(struct ffv_qp *qp)
 		w->nanswers--;
 		free(a);
 	}
+	if (w->half == HALF_NONE)
+		put_credit(qp);
 }
 
 void ffv_wire_tx(struct ffv_qp *qp)
@@ -392,6 +459,26 @@ void ffv_wire_tx(struct ffv_qp *qp)
 		return;
 	put_answers(qp);
 	set_interest(qp);
+}
+
+/* The part [off, off + len) of the n buffers at sge, as buffers at out: how many. */
+static int slice(const struct ibv_sge *sge, int n, uint32_t off, uint32_t len, struct ibv_sge *out)
+{
+	int k = 0;
+
+	for (int i = 0; i < n && len; i++) {
+		uint32_t take;
+
+		if (off >= sge[i].length) {
+			off -= sge[i].length;
+			continue;
+		}
+		take = sge[i].length - off < len ? sge[i].length - off : len;
+		out[k++] = (struct ibv_sge){ .addr = sge[i].addr + off, .length = take, .lkey = sge[i].lkey };
+		len -= take;
+		off = 0;
+	}
+	return k;
 }
 
 static uint8_t wire_op(enum ibv_wr_opcode op)
@@ -410,42 +497,65 @@ static uint8_t wire_op(enum ibv_wr_opcode op)
 int ffv_wire_run(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total, uint32_t *done)
 {
 	struct ffv_wire *w = qp->wire;
-	uint8_t hdr[FF_VW_HDR] = { 0 };
 	uint8_t op = wire_op(wr->opcode);
-	int data = op == FF_VW_SEND || op == FF_VW_SEND_IMM || op == FF_VW_WRITE || op == FF_VW_WRITE_IMM;
+	int send = is_send(wr->opcode), data = send || op == FF_VW_WRITE || op == FF_VW_WRITE_IMM;
 
 	if (wr->opcode > IBV_WR_ATOMIC_FETCH_AND_ADD)
 		return -(int)IBV_WC_REM_INV_REQ_ERR;	/* what the device does not offer (docs/VERBS.md) */
-	/* A frame of the peer's answers is written whole before ours starts, and ours before theirs. */
-	put_answers(qp);
-	if (w->half == HALF_ANSWER || (*done == 0 && w->answers) || w->dead) {
-		set_interest(qp);
-		return FFV_WAIT;
+	if ((op == FF_VW_CAS || op == FF_VW_FADD) && (total != 8 || wr->wr.atomic.remote_addr % 8))
+		return -(int)IBV_WC_REM_INV_REQ_ERR;
+	for (;;) {
+		/* A SEND goes in pieces, a frame each (FF_VW_PIECE); anything else in one frame. */
+		uint32_t base = send ? *done - *done % SEND_FRAME : 0, within = *done - base;
+		uint32_t off = send ? base / SEND_FRAME * FF_VW_PIECE : 0;
+		uint32_t len = send ? piece_len(total, *done) : data ? total : 0;
+		uint8_t hdr[FF_VW_HDR] = { 0 };
+		struct ibv_sge part[FFV_MAX_SGE];
+
+		/* Our credit and the peer's answers go whole between our frames, and ours whole between them. */
+		put_answers(qp);
+		if ((w->half != HALF_NONE && w->half != HALF_REQ) || w->dead ||
+		    (within == 0 && (w->answers || w->credit_due))) {
+			set_interest(qp);
+			return FFV_WAIT;
+		}
+		if (held(qp, wr, total, *done))
+			return FFV_WAIT;
+		hdr[FF_VW_OP] = op;
+		wr32(hdr + FF_VW_LEN, len);
+		wr32(hdr + FF_VW_IMM, wr->imm_data);
+		if (send) {
+			hdr[FF_VW_FLAGS] = (off == 0 ? FF_VQP_FIRST : 0) |
+					   (off + len == total ? FF_VQP_LAST : 0) |
+					   (off + len == total && wr->send_flags & IBV_SEND_SOLICITED ?
+					    FF_VQP_SOLICITED : 0);
+			wr64(hdr + FF_VW_ARG1, total);
+		} else if (op == FF_VW_CAS || op == FF_VW_FADD) {
+			wr32(hdr + FF_VW_RKEY, wr->wr.atomic.rkey);
+			wr64(hdr + FF_VW_RADDR, wr->wr.atomic.remote_addr);
+			wr64(hdr + FF_VW_ARG1, wr->wr.atomic.compare_add);
+			wr64(hdr + FF_VW_ARG2, wr->wr.atomic.swap);
+		} else {
+			wr32(hdr + FF_VW_RKEY, wr->wr.rdma.rkey);
+			wr64(hdr + FF_VW_RADDR, wr->wr.rdma.remote_addr);
+			wr64(hdr + FF_VW_ARG1, total);
+		}
+		/* Its record in the peer's ring, counted as the peer will make it. */
+		if (within == 0 && (send || op == FF_VW_WRITE_IMM)) {
+			ffv_ring_fit(FF_VW_RING, &w->tx_prod, w->credit, send ? len : 0);
+			w->tx_prod += FF_VQP_REC_HDR + ffv_round16(send ? len : 0);
+		}
+		w->half = HALF_REQ;
+		if (!put(qp, hdr, part, data ? slice(wr->sg_list, wr->num_sge, off, len, part) : 0, len, &within)) {
+			*done = base + within;
+			set_interest(qp);
+			return FFV_WAIT;
+		}
+		*done = base + within;
+		w->half = HALF_NONE;
+		if (!send || off + len == total)
+			break;
 	}
-	if (held(qp, wr, *done))
-		return FFV_WAIT;
-	hdr[FF_VW_OP] = op;
-	hdr[FF_VW_FLAGS] = wr->send_flags & IBV_SEND_SOLICITED ? FF_VQP_SOLICITED : 0;
-	wr32(hdr + FF_VW_LEN, data ? total : 0);
-	wr32(hdr + FF_VW_IMM, wr->imm_data);
-	if (op == FF_VW_CAS || op == FF_VW_FADD) {
-		if (total != 8 || wr->wr.atomic.remote_addr % 8)
-			return -(int)IBV_WC_REM_INV_REQ_ERR;
-		wr32(hdr + FF_VW_RKEY, wr->wr.atomic.rkey);
-		wr64(hdr + FF_VW_RADDR, wr->wr.atomic.remote_addr);
-		wr64(hdr + FF_VW_ARG1, wr->wr.atomic.compare_add);
-		wr64(hdr + FF_VW_ARG2, wr->wr.atomic.swap);
-	} else if (op != FF_VW_SEND && op != FF_VW_SEND_IMM) {
-		wr32(hdr + FF_VW_RKEY, wr->wr.rdma.rkey);
-		wr64(hdr + FF_VW_RADDR, wr->wr.rdma.remote_addr);
-		wr64(hdr + FF_VW_ARG1, total);
-	}
-	w->half = HALF_REQ;
-	if (!put(qp, hdr, wr->sg_list, data ? wr->num_sge : 0, data ? total : 0, done)) {
-		set_interest(qp);
-		return FFV_WAIT;
-	}
-	w->half = HALF_NONE;
 	return needs_answer(wr->opcode) || w->inflight ? FFV_SENT : FFV_DONE;
 }
 
@@ -564,6 +674,20 @@ static void broken(struct ffv_qp *qp)
 		ffv_qp_error(qp);
 }
 
+/* A SEND's piece: its record in our ring; -1 when there is no room. */
+static int open_piece(struct ffv_qp *qp)
+{
+	struct ffv_wire *w = qp->wire;
+	long off = ffv_ring_reserve(qp->mem, qp->ring_size, &w->prod, w->left);
+
+	if (off < 0)
+		return -1;
+	w->piece = off;
+	w->piece_len = w->left;
+	w->piece_have = 0;
+	return 0;
+}
+
 /* A header read: check it, and say where its payload goes. */
 static void start_frame(struct ffv_qp *qp)
 {
@@ -578,11 +702,14 @@ static void start_frame(struct ffv_qp *qp)
 	w->big = len >= RXBUF;
 	w->refuse = IBV_WC_SUCCESS;
 	w->dst = NULL;
-	w->msg_done = 0;
 	switch (w->op) {
 	case FF_VW_SEND:
 	case FF_VW_SEND_IMM:
-		return;
+		/* A piece, its record reserved now: room the peer was told of, or it broke the protocol. */
+		if (len <= FF_VW_PIECE && rd64(h + FF_VW_ARG1) <= UINT32_MAX &&
+		    !(h[FF_VW_FLAGS] & ~(FF_VQP_FIRST | FF_VQP_LAST | FF_VQP_SOLICITED)) && open_piece(qp) == 0)
+			return;
+		break;
 	case FF_VW_WRITE:
 	case FF_VW_WRITE_IMM:
 		w->refuse = check_remote(qp, rd32(h + FF_VW_RKEY), raddr, len, IBV_ACCESS_REMOTE_WRITE, &w->dst);
@@ -602,6 +729,7 @@ static void start_frame(struct ffv_qp *qp)
 			return;
 		break;
 	case FF_VW_NAK:
+	case FF_VW_CREDIT:
 		if (!len)
 			return;
 		break;
@@ -609,43 +737,21 @@ static void start_frame(struct ffv_qp *qp)
 	broken(qp);
 }
 
-/* A SEND's next piece into our ring: 0, or -1 when the ring has no room (we wait for the consumer). */
-static int open_piece(struct ffv_qp *qp)
-{
-	struct ffv_wire *w = qp->wire;
-	uint32_t len = w->left < FFV_PIECE_MAX(qp->ring_size) ? w->left : FFV_PIECE_MAX(qp->ring_size);
-	long off = ffv_ring_reserve(qp->mem, qp->ring_size, &w->prod, len);
-
-	if (off < 0)
-		return -1;
-	w->piece = off;
-	w->piece_len = len;
-	w->piece_have = 0;
-	return 0;
-}
-
-/* The piece is full: its record, published to our own reader (ffv_take_incoming). */
+/* The piece is in: its record, published to our own reader (ffv_take_incoming), marked as the frame was. */
 static void close_piece(struct ffv_qp *qp)
 {
 	struct ffv_wire *w = qp->wire;
-	uint8_t flags = (w->msg_done == 0 ? FF_VQP_FIRST : 0);
 
-	w->msg_done += w->piece_len;
-	if (w->msg_done == w->total)
-		flags |= FF_VQP_LAST | (w->hdr[FF_VW_FLAGS] & FF_VQP_SOLICITED);
 	ffv_rec_header(qp->mem + FF_VQP_HDR_SIZE + w->piece, w->piece_len,
-		       w->op == FF_VW_SEND_IMM ? FF_VQP_OP_SEND_IMM : FF_VQP_OP_SEND, flags,
-		       rd32(w->hdr + FF_VW_IMM), w->total);
+		       w->op == FF_VW_SEND_IMM ? FF_VQP_OP_SEND_IMM : FF_VQP_OP_SEND, w->hdr[FF_VW_FLAGS],
+		       rd32(w->hdr + FF_VW_IMM), (uint32_t)rd64(w->hdr + FF_VW_ARG1));
 	w->prod += FF_VQP_REC_HDR + ffv_round16(w->piece_len);
 	ffv_ring_publish(qp->mem, w->prod, -1);
 	w->piece = -1;
 }
 
-/*
- * The frame's payload is in: what ends it. 0, or -1 when that is a record
- * for which our ring has no room yet.
- */
-static int end_frame(struct ffv_qp *qp)
+/* The frame's payload is in: what ends it. */
+static void end_frame(struct ffv_qp *qp)
 {
 	struct ffv_wire *w = qp->wire;
 	const uint8_t *h = w->hdr;
@@ -658,22 +764,23 @@ static int end_frame(struct ffv_qp *qp)
 	switch (w->op) {
 	case FF_VW_SEND:
 	case FF_VW_SEND_IMM:
-		if (w->total)
-			return 0;	/* its last piece carried it */
-		__attribute__((fallthrough));	/* a SEND of no bytes is one empty record */
+		close_piece(qp);
+		return;
 	case FF_VW_WRITE_IMM:
-		if (w->refuse)
-			break;
-		if ((off = ffv_ring_reserve(qp->mem, qp->ring_size, &w->prod, 0)) < 0)
-			return -1;
+		/* Its record, where the sender counted it: refused, a pad there (the NAK says why). */
+		if ((off = ffv_ring_reserve(qp->mem, qp->ring_size, &w->prod, 0)) < 0) {
+			broken(qp);
+			return;
+		}
 		ffv_rec_header(qp->mem + FF_VQP_HDR_SIZE + off, 0,
-			       w->op == FF_VW_WRITE_IMM ? FF_VQP_OP_WRITE_IMM :
-			       w->op == FF_VW_SEND_IMM ? FF_VQP_OP_SEND_IMM : FF_VQP_OP_SEND,
-			       FF_VQP_FIRST | FF_VQP_LAST | (h[FF_VW_FLAGS] & FF_VQP_SOLICITED),
+			       w->refuse ? FF_VQP_OP_PAD : FF_VQP_OP_WRITE_IMM,
+			       w->refuse ? 0 : FF_VQP_FIRST | FF_VQP_LAST | (h[FF_VW_FLAGS] & FF_VQP_SOLICITED),
 			       rd32(h + FF_VW_IMM), w->total);
 		w->prod += FF_VQP_REC_HDR;
 		ffv_ring_publish(qp->mem, w->prod, -1);
-		return 0;
+		if (w->refuse)
+			break;
+		return;
 	case FF_VW_READ:
 		st = check_remote(qp, rkey, raddr, a1, IBV_ACCESS_REMOTE_READ, &at);
 		if (st) {
@@ -694,7 +801,7 @@ static int end_frame(struct ffv_qp *qp)
 				a->raddr = raddr;
 			}
 		}
-		return 0;
+		return;
 	case FF_VW_CAS:
 	case FF_VW_FADD: {
 		uint64_t *dst, old;
@@ -717,15 +824,22 @@ static int end_frame(struct ffv_qp *qp)
 						    __ATOMIC_SEQ_CST);
 		}
 		answer(qp, FF_VW_ATOMIC_RESP, old, 0);
-		return 0;
+		return;
 	}
 	case FF_VW_READ_RESP:
 		complete_inflight(qp, FFV_DONE);
-		return 0;
+		return;
 	case FF_VW_ATOMIC_RESP:
 		ffv_scatter(w->inflight->wr.sg_list, w->inflight->wr.num_sge, 0, h + FF_VW_ARG1, 8);
 		complete_inflight(qp, FFV_DONE);
-		return 0;
+		return;
+	case FF_VW_CREDIT:
+		/* Room in the peer's ring: never less than told before, nor more than we filled. */
+		if (a1 < w->credit || a1 > w->tx_prod)
+			broken(qp);
+		else
+			w->credit = a1;
+		return;
 	case FF_VW_NAK:
 		/*
 		 * A refused request fails the QP. A READ's or an atomic's is the
@@ -742,14 +856,13 @@ static int end_frame(struct ffv_qp *qp)
 			complete_inflight(qp, -(int)st);
 		else
 			ffv_qp_error(qp);
-		return 0;
+		return;
 	}
 	if (w->refuse)
 		answer(qp, FF_VW_NAK, w->refuse, w->op);
-	return 0;
 }
 
-/* Payload bytes src[0, n) of the frame: how many were taken (fewer when the ring is full). */
+/* Payload bytes src[0, n) of the frame: how many were taken. */
 static uint32_t take_payload(struct ffv_qp *qp, const uint8_t *src, uint32_t n)
 {
 	struct ffv_wire *w = qp->wire;
@@ -763,20 +876,10 @@ static uint32_t take_payload(struct ffv_qp *qp, const uint8_t *src, uint32_t n)
 		switch (w->op) {
 		case FF_VW_SEND:
 		case FF_VW_SEND_IMM:
-			if (w->piece < 0 && open_piece(qp) < 0) {
-				w->blocked = 1;
-				return took;
-			}
-			if (k > w->piece_len - w->piece_have)
-				k = w->piece_len - w->piece_have;
 			memcpy(qp->mem + FF_VQP_HDR_SIZE + w->piece + FF_VQP_REC_HDR + w->piece_have,
 			       src + took, k);
 			w->piece_have += k;
-			w->left -= k;
-			if (w->piece_have == w->piece_len)
-				close_piece(qp);
-			took += k;
-			continue;
+			break;
 		case FF_VW_WRITE:
 		case FF_VW_WRITE_IMM:
 			if (!w->refuse)
@@ -807,25 +910,20 @@ static uint32_t direct(struct ffv_qp *qp, uint8_t **to)
 		*to = w->dst + (w->total - w->left);
 		n = w->left;
 	} else if (w->op == FF_VW_SEND || w->op == FF_VW_SEND_IMM) {
-		if (w->piece < 0 && open_piece(qp) < 0)
-			return 0;
 		*to = qp->mem + FF_VQP_HDR_SIZE + w->piece + FF_VQP_REC_HDR + w->piece_have;
 		n = w->piece_len - w->piece_have;
 	}
 	return n >= DIRECT_MIN ? n : 0;
 }
 
-/* Take what buf holds into frames; stops when the ring has no room. */
+/* Take what buf holds into frames. */
 static void parse(struct ffv_qp *qp)
 {
 	struct ffv_wire *w = qp->wire;
 
-	while (!w->blocked && !w->rx_end && qp->vqp.qp.state != IBV_QPS_ERR) {
+	while (!w->rx_end && qp->vqp.qp.state != IBV_QPS_ERR) {
 		if (w->done_pending) {
-			if (end_frame(qp) < 0) {
-				w->blocked = 1;
-				return;
-			}
+			end_frame(qp);
 			w->done_pending = 0;
 			w->have = 0;
 			continue;
@@ -855,21 +953,20 @@ static void parse(struct ffv_qp *qp)
 	}
 }
 
-int ffv_wire_rx(struct ffv_qp *qp)
+void ffv_wire_rx(struct ffv_qp *qp)
 {
 	struct ffv_wire *w = qp->wire;
 
 	if (w->in_rx)
-		return 0;
+		return;
 	w->in_rx = 1;
-	w->blocked = 0;
 	while (!w->rx_end && qp->vqp.qp.state != IBV_QPS_ERR && w->nanswers < MAX_ANSWERS) {
 		uint8_t *to;
 		uint32_t n;
 		ssize_t r;
 
 		parse(qp);
-		if (w->blocked || w->rx_end || qp->vqp.qp.state == IBV_QPS_ERR)
+		if (w->rx_end || qp->vqp.qp.state == IBV_QPS_ERR)
 			break;
 		/* buf is empty here: read the next bytes straight where they go, or into buf. */
 		n = direct(qp, &to);
@@ -904,11 +1001,8 @@ int ffv_wire_rx(struct ffv_qp *qp)
 			continue;
 		}
 		w->left -= (uint32_t)r;
-		if (w->op == FF_VW_SEND || w->op == FF_VW_SEND_IMM) {
+		if (w->op == FF_VW_SEND || w->op == FF_VW_SEND_IMM)
 			w->piece_have += (uint32_t)r;
-			if (w->piece_have == w->piece_len)
-				close_piece(qp);
-		}
 		if (!w->left)
 			w->done_pending = 1;
 	}
@@ -918,5 +1012,4 @@ int ffv_wire_rx(struct ffv_qp *qp)
 	put_answers(qp);
 	set_interest(qp);
 	w->in_rx = 0;
-	return w->blocked;
 }
