@@ -224,7 +224,7 @@ func (s *session) verbsQPDestroy(m *protocol.Message) (*protocol.Message, error)
 	qp, err := s.a.verbs.ownQPLocked(s, qpn)
 	var lanes []*vlane
 	if err == nil {
-		lanes = s.a.verbs.dropQPLocked(qp)
+		lanes = s.a.verbs.dropQPLocked(qp, true)
 	}
 	s.a.verbs.mu.Unlock()
 	if qp != nil {
@@ -236,9 +236,10 @@ func (s *session) verbsQPDestroy(m *protocol.Message) (*protocol.Message, error)
 }
 
 // dropQPLocked removes qp from the registry, closing the socket parked
-// for it, and the lanes it sends or receives from their other ends; the
-// caller retires it and them.
-func (r *verbsRegistry) dropQPLocked(qp *vqp) []*vlane {
+// for it, and the lanes it sends or receives from their other ends (those
+// it sent and their receivers did not take kept, with died); the caller
+// retires it and them.
+func (r *verbsRegistry) dropQPLocked(qp *vqp, died bool) []*vlane {
 	delete(r.qps, qp.qpn)
 	r.resetPairLocked(qp, remoteQP{})
 	if o := r.owned[qp.owner]; o != nil {
@@ -247,7 +248,7 @@ func (r *verbsRegistry) dropQPLocked(qp *vqp) []*vlane {
 	if r.qpsOf[qp.container]--; r.qpsOf[qp.container] <= 0 {
 		delete(r.qpsOf, qp.container)
 	}
-	return r.detachLanesLocked(qp)
+	return r.detachLanesLocked(qp, died)
 }
 
 // retireQP gives back a dropped QP's memfd and closes its doorbell, marking it dead first if dead.
@@ -269,7 +270,7 @@ func (a *Agent) retireQP(qp *vqp, dead bool) {
 // dead (unless the agent is stopping, design note above), its regions
 // dropped.
 func (a *Agent) endVerbs(s *session) {
-	r := a.verbs
+	r, stopping := a.verbs, a.stopping()
 	r.mu.Lock()
 	o := r.owned[s]
 	if o == nil {
@@ -279,14 +280,13 @@ func (a *Agent) endVerbs(s *session) {
 	qps, mrs := slices.Collect(maps.Values(o.qps)), slices.Collect(maps.Values(o.mrs))
 	var lanes []*vlane
 	for _, qp := range qps {
-		lanes = append(lanes, r.dropQPLocked(qp)...)
+		lanes = append(lanes, r.dropQPLocked(qp, !stopping)...)
 	}
 	for _, mr := range mrs {
 		r.dropMRLocked(mr)
 	}
 	delete(r.owned, s)
 	r.mu.Unlock()
-	stopping := a.stopping()
 	for _, qp := range qps {
 		a.retireQP(qp, !stopping)
 	}

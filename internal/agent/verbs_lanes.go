@@ -22,7 +22,11 @@ package agent
 // and unmaps it, the sender asks for a new one), the agent lets its file
 // go, and the receiving QP's doorbell, if it lives and has one, is rung,
 // so that a receiver asleep in ibv_get_cq_event lets go of the dead
-// sender's ring now, not at its next wake-up. A lane's memfd must be a
+// sender's ring now, not at its next wake-up. A lane whose sender dies
+// before its receiver took it stays listed, dead, holding a use of its
+// file, until the receiver takes it or dies: what the sender sent before
+// it exited is delivered, as by a fabric (udaddy's server exits right
+// after its replies). A lane's memfd must be a
 // file its container's QPs, regions and lanes do not hold already: the
 // agent marks it dead when the lane dies, which would mark the other user
 // dead too.
@@ -51,6 +55,8 @@ type vlane struct {
 	src      protocol.VerbsPeer // the sender as the receiver is told: QPN, LID, GID
 	fd       int                // the memfd, held as a file of from's container; from another host, the socket, parked for to's container
 	file     fileKey
+	handed   bool // its receiver has its memfd (lanesOf)
+	orphan   bool // its sender died before that: listed until taken, with a use of the file of its own
 }
 
 // verbsUDLane gives the caller's UD QP a lane to the UD QP VERBS_PEER names.
@@ -158,7 +164,7 @@ func (r *verbsRegistry) addLane(s *session, lane *vlane, toQPN uint32, toC direc
 		return nil, nil, -1, protocol.Errorf(protocol.CodeInvalid, "QP %#x is of type %d; a lane goes to a UD (4) QP", toQPN, to.typ)
 	}
 	old := from.sent[to]
-	if old == nil && to.lanesHeld() >= MaxLanesPerQP {
+	if old == nil && !r.roomForLaneLocked(to) {
 		return nil, nil, -1, protocol.Errorf(protocol.CodeLimit,
 			"QP %#x has %d lanes, one per sender, its limit; a sender gets one once another's QP is destroyed", toQPN, MaxLanesPerQP)
 	}
@@ -201,6 +207,23 @@ func (r *verbsRegistry) addLane(s *session, lane *vlane, toQPN uint32, toC direc
 // counted (verbs_udx.go).
 func (qp *vqp) lanesHeld() int { return len(qp.lanes) + qp.xaccepting }
 
+// roomForLaneLocked reports whether qp takes one more lane, dropping its
+// oldest orphan (design note) if that makes the room: a live sender's
+// lane goes before a dead one's datagrams.
+func (r *verbsRegistry) roomForLaneLocked(qp *vqp) bool {
+	if qp.lanesHeld() < MaxLanesPerQP {
+		return true
+	}
+	i := slices.IndexFunc(qp.lanes, func(l *vlane) bool { return l.orphan })
+	if i < 0 {
+		return false
+	}
+	l := qp.lanes[i]
+	r.detachLaneLocked(l)
+	r.releaseFilesLocked(l.from.container, []fileKey{l.file})
+	return true
+}
+
 // idsGiven reports whether qp has given every lane id, offers accepted
 // from other hosts counted.
 func (qp *vqp) idsGiven() bool { return qp.lastLane >= math.MaxUint32-uint32(qp.xaccepting) }
@@ -218,8 +241,10 @@ func (r *verbsRegistry) detachLaneLocked(lane *vlane) {
 }
 
 // detachLanesLocked removes every lane qp sends or receives (once each: a
-// QP may send to itself); the caller retires them.
-func (r *verbsRegistry) detachLanesLocked(qp *vqp) []*vlane {
+// QP may send to itself); the caller retires them. With keep (qp died),
+// a lane qp sent that its receiver has not taken stays listed, an orphan
+// (design note).
+func (r *verbsRegistry) detachLanesLocked(qp *vqp, keep bool) []*vlane {
 	lanes := slices.Collect(maps.Values(qp.sent))
 	for _, l := range qp.lanes {
 		if l.from != qp {
@@ -227,6 +252,12 @@ func (r *verbsRegistry) detachLanesLocked(qp *vqp) []*vlane {
 		}
 	}
 	for _, l := range lanes {
+		if keep && l.from == qp && l.to != qp && !l.handed {
+			delete(qp.sent, l.to)
+			l.orphan = true
+			r.files[qp.container][l.file].users++
+			continue
+		}
 		r.detachLaneLocked(l)
 	}
 	return lanes
@@ -312,15 +343,20 @@ func (r *verbsRegistry) lanesOf(s *session, qpn, first uint32) ([]protocol.Lane,
 		}
 		entries, fds = append(entries, protocol.Lane{ID: l.id, From: l.src}), append(fds, fd)
 	}
-	var handed []*vlane
+	var gone []*vlane
 	for _, l := range to.lanes[i : i+len(entries)] {
-		if l.from == nil {
-			handed = append(handed, l)
+		l.handed = true
+		if l.from == nil || l.orphan {
+			gone = append(gone, l)
 		}
 	}
-	for _, l := range handed {
+	for _, l := range gone {
 		r.detachLaneLocked(l)
-		closeFD(l.fd)
+		if l.from == nil {
+			closeFD(l.fd)
+		} else {
+			r.releaseFilesLocked(l.from.container, []fileKey{l.file})
+		}
 	}
 	return entries, fds, nil
 }

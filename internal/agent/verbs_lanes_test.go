@@ -396,6 +396,7 @@ func TestVerbsUDLaneDiesWithItsSender(t *testing.T) {
 	a := startAgent(t, newFakeDir(selfContainer), nil)
 	rcv := newLib(t, a)
 	qr, _, bell := newUDQP(t, rcv, true)
+	first := uint32(0)
 	for _, end := range []string{"session end", "VERBS_QP_DESTROY"} {
 		snd, err := dialLib(a.cfg.LibrarySocket())
 		if err != nil {
@@ -405,6 +406,13 @@ func TestVerbsUDLaneDiesWithItsSender(t *testing.T) {
 		lane := snd.newLane(t, qa, selfPeer(qr))
 		waitRing(t, bell, "a new lane")
 		mem := mapShared(t, lane, 4096, unix.PROT_READ)
+		// The receiver takes it: then it drains it itself once it is dead.
+		lanes, fds, err := rcv.udLanes(t, qr, first)
+		if err != nil || len(lanes) != 1 {
+			t.Fatalf("%s: lanes %+v, %v; want the new one", end, lanes, err)
+		}
+		first = lanes[0].ID + 1
+		protocol.CloseFDs(fds)
 		endQP(t, snd, qa, end)
 		waitRing(t, bell, end)
 		if deadWord(mem) != 1 {
@@ -418,6 +426,54 @@ func TestVerbsUDLaneDiesWithItsSender(t *testing.T) {
 	}
 	rcv.conn.Close()
 	waitRegistryEmpty(t, a)
+}
+
+// A lane whose sender dies before its receiver took it stays listed, dead,
+// until the receiver takes it, so what the sender wrote before it exited
+// reaches the receiver (udaddy's server exits right after its replies;
+// the receiver, rung for the new lane, asked once the lane was gone, and
+// the replies were lost); taken, or with its receiver gone, its file goes.
+func TestVerbsUDLaneOfADeadSenderKeptUntilTaken(t *testing.T) {
+	a := startAgent(t, newFakeDir(selfContainer), nil)
+	for _, end := range []string{"session end", "VERBS_QP_DESTROY"} {
+		for _, then := range []string{"taken", "receiver gone"} {
+			rcv := newLib(t, a)
+			qr, _, bell := newUDQP(t, rcv, true)
+			snd, err := dialLib(a.cfg.LibrarySocket())
+			if err != nil {
+				t.Fatal(err)
+			}
+			qa, _, _ := newUDQP(t, snd, false)
+			lane := snd.newLane(t, qa, selfPeer(qr))
+			mem := mapShared(t, lane, 8192, unix.PROT_READ|unix.PROT_WRITE)
+			copy(mem[4096:], "a datagram")
+			waitRing(t, bell, "a new lane")
+			endQP(t, snd, qa, end)
+			waitRing(t, bell, end)
+			if then == "taken" {
+				lanes, fds, err := rcv.udLanes(t, qr, 0)
+				if err != nil || len(lanes) != 1 || len(fds) != 1 {
+					t.Fatalf("%s: lanes %+v, %v; want the dead sender's", end, lanes, err)
+				}
+				got := mapShared(t, fds[0], 8192, unix.PROT_READ)
+				if deadWord(got) != 1 || string(got[4096:4106]) != "a datagram" {
+					t.Fatalf("%s: the lane taken: dead word %d, data %q; want 1 and what the sender wrote",
+						end, deadWord(got), got[4096:4106])
+				}
+				protocol.CloseFDs(fds)
+				if lanes, _, err := rcv.udLanes(t, qr, 0); err != nil || len(lanes) != 0 {
+					t.Fatalf("%s: once taken, lanes %+v, %v; want none", end, lanes, err)
+				}
+				waitCopies(t, lane, 1)
+			}
+			rcv.conn.Close()
+			if end == "VERBS_QP_DESTROY" {
+				snd.conn.Close()
+			}
+			waitRegistryEmpty(t, a)
+			waitCopies(t, lane, 1)
+		}
+	}
 }
 
 // The lanes to a QP die with it, destroyed or with its session; a sender

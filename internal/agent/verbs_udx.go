@@ -103,7 +103,7 @@ func (r *verbsRegistry) reserveXLane(qp *vqp, limit int) string {
 	switch {
 	case r.qps[qp.qpn] != qp:
 		return reasonVerbsNoQP
-	case qp.lanesHeld() >= MaxLanesPerQP, qp.idsGiven():
+	case qp.idsGiven(), !r.roomForLaneLocked(qp):
 		return reasonVerbsLaneLimit
 	case len(r.files[qp.container])+r.parked[qp.container] >= limit:
 		return reasonVerbsLimit
