@@ -1,0 +1,78 @@
+package e2e
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/freeflow-net/freeflow/internal/testenv"
+)
+
+// rdmacmRun is a Debian program that connects through rdma_cm (librdmacm,
+// docs/VERBS.md "rdma_cm"), run between two containers: the server's
+// command line, the client's (the server's name last), the rdma_cm port
+// the server listens on (a TCP port too: they share the port space) and
+// what the client's output must show.
+type rdmacmRun struct {
+	name   string
+	server []string
+	client []string
+	port   int
+	want   *regexp.Regexp
+}
+
+var rdmacmRuns = []rdmacmRun{
+	// -v: each side prints the data it got, which rping checks (-C 10: ten round trips).
+	{"rping", []string{"rping", "-s", "-v", "-C", "10"}, []string{"rping", "-c", "-v", "-C", "10", "-a"}, 7174,
+		regexp.MustCompile(`(?s)ping data: rdma-ping-0: .*ping data: rdma-ping-9: `)},
+	{"ucmatose", []string{"ucmatose"}, []string{"ucmatose", "-s"}, 7471,
+		regexp.MustCompile(`(?s)data transfers complete.*test complete`)},
+	{"send_lat -R", []string{"ib_send_lat", "-R", "-F", "-a", "-n", "200"}, []string{"ib_send_lat", "-R", "-F", "-a", "-n", "200"}, 18515, perftestRow},
+	{"write_bw -R", []string{"ib_write_bw", "-R", "-F", "-s", "65536"}, []string{"ib_write_bw", "-R", "-F", "-s", "65536"}, 18515, perftestRow},
+}
+
+// runRdmacmPrograms runs each program's server on h1 and its client on clientHost; both must exit 0.
+func runRdmacmPrograms(t *testing.T, c *testenv.Cluster, clientHost string) {
+	t.Helper()
+	for _, r := range rdmacmRuns {
+		t.Run(strings.ReplaceAll(r.name, " ", "_"), func(t *testing.T) {
+			srv := testenv.RandomName("cm", 5)
+			c.StartDetached(t, "h1", srv, nil, "sh", "-c", strings.Join(r.server, " ")+`; echo "exit=$?"`)
+			c.WaitListening(t, srv, r.port)
+			cl := runClient(t, c, clientHost, nil, append(append([]string{"timeout", "60"}, r.client...), srv)...)
+			if !r.want.MatchString(cl.Stdout) {
+				t.Fatalf("%s client: no result in its output:\n%s\n%s", r.name, cl.Stdout, cl.Stderr)
+			}
+			t.Logf("%s client:\n%s", r.name, cl.Stdout)
+			testenv.WaitFor(t, srv+" to finish", func() bool {
+				return strings.Contains(c.FF(t, "logs", srv).Stdout, "exit=")
+			})
+			if logs := c.FF(t, "logs", srv).Stdout; !strings.Contains(logs, "exit=0") {
+				t.Fatalf("%s server:\n%s", r.name, logs)
+			}
+		})
+	}
+}
+
+var rdmacmTools = []string{"rping", "ucmatose", "ib_send_lat", "ib_write_bw"}
+
+// TestRdmaCMDebianProgramsBetweenContainers: Debian's rping (its data
+// checked, -v), ucmatose and perftest with -R, unmodified, connect through
+// the stock librdmacm between two containers on one host, addressed by
+// their overlay names.
+func TestRdmaCMDebianProgramsBetweenContainers(t *testing.T) {
+	if m := testenv.Missing(rdmacmTools...); m != "" {
+		t.Skip(m)
+	}
+	runRdmacmPrograms(t, newCluster(t, 1), "h1")
+}
+
+// TestRdmaCMDebianProgramsAcrossHosts: the same between a container on h1
+// and one on h2 (the CM's TCP connection on the overlay, the QPs over the
+// agents' connection).
+func TestRdmaCMDebianProgramsAcrossHosts(t *testing.T) {
+	if m := testenv.Missing(rdmacmTools...); m != "" {
+		t.Skip(m)
+	}
+	runRdmacmPrograms(t, newCluster(t, 2), "h2")
+}
