@@ -27,6 +27,10 @@ var rdmacmRuns = []rdmacmRun{
 		regexp.MustCompile(`(?s)ping data: rdma-ping-0: .*ping data: rdma-ping-9: `)},
 	{"ucmatose", []string{"ucmatose"}, []string{"ucmatose", "-s"}, 7471,
 		regexp.MustCompile(`(?s)data transfers complete.*test complete`)},
+	// UD: the listener's QP and Q_Key come in the connector's ESTABLISHED (IB's SIDR); the listener
+	// answers each datagram through an address handle made from its work completion.
+	{"udaddy", []string{"udaddy"}, []string{"udaddy", "-s"}, 7174,
+		regexp.MustCompile(`(?s)initiating data transfers.*receiving data transfers.*data transfers complete`)},
 	{"send_lat -R", []string{"ib_send_lat", "-R", "-F", "-a", "-n", "200"}, []string{"ib_send_lat", "-R", "-F", "-a", "-n", "200"}, 18515, perftestRow},
 	{"write_bw -R", []string{"ib_write_bw", "-R", "-F", "-s", "65536"}, []string{"ib_write_bw", "-R", "-F", "-s", "65536"}, 18515, perftestRow},
 }
@@ -54,10 +58,10 @@ func runRdmacmPrograms(t *testing.T, c *testenv.Cluster, clientHost string) {
 	}
 }
 
-var rdmacmTools = []string{"rping", "ucmatose", "ib_send_lat", "ib_write_bw"}
+var rdmacmTools = []string{"rping", "ucmatose", "udaddy", "ib_send_lat", "ib_write_bw"}
 
 // TestRdmaCMDebianProgramsBetweenContainers: Debian's rping (its data
-// checked, -v), ucmatose and perftest with -R, unmodified, connect through
+// checked, -v), ucmatose, udaddy (UD) and perftest with -R, unmodified, connect through
 // the stock librdmacm between two containers on one host, addressed by
 // their overlay names.
 func TestRdmaCMDebianProgramsBetweenContainers(t *testing.T) {

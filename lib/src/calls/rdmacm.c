@@ -60,10 +60,12 @@ enum {
 	QP_AV = 1 << 7, QP_PATH_MTU = 1 << 8, QP_TIMEOUT = 1 << 9, QP_RETRY_CNT = 1 << 10,
 	QP_RNR_RETRY = 1 << 11, QP_RQ_PSN = 1 << 12, QP_MAX_QP_RD_ATOMIC = 1 << 13,
 	QP_MIN_RNR_TIMER = 1 << 15, QP_SQ_PSN = 1 << 16, QP_MAX_DEST_RD_ATOMIC = 1 << 17,
-	QP_DEST_QPN = 1 << 20,
+	QP_DEST_QPN = 1 << 20, QP_QKEY = 1 << 6,
 };
 enum { QPS_INIT = 1, QPS_RTR = 2, QPS_RTS = 3 };
 enum { MTU_4096 = 5 };
+/* The Q_Key of RDMA_PS_UDP ids (librdmacm's RDMA_UDP_QKEY), as the kernel's CM sets it. */
+#define UDP_QKEY 0x01234567u
 /* rdma_cm's events (enum rdma_cm_event_type, librdmacm's ABI). */
 enum {
 	EV_ADDR_RESOLVED, EV_ADDR_ERROR, EV_ROUTE_RESOLVED, EV_ROUTE_ERROR, EV_CONNECT_REQUEST,
@@ -73,12 +75,16 @@ enum {
 
 enum { M_REQ = 1, M_REP, M_RTU, M_REJ, M_DREQ, M_DREP };
 
-/* One CM message on the TCP connection; integers in network order. */
+/*
+ * One CM message on the TCP connection; integers in network order. An RC
+ * id's connection carries REQ, REP, RTU, then DREQ and DREP (or a REJ); a
+ * UD id's only the REQ and the REP (or REJ), as IB's SIDR, and ends.
+ */
 struct cm_msg {
 	uint8_t magic[4];		/* "FFCM" */
 	uint8_t type, pd_len, resp_res, init_depth;
 	uint8_t flow_control, retry, rnr_retry, srq;
-	uint32_t qpn, psn, reason;
+	uint32_t qpn, psn, reason, qkey;
 	uint16_t lid, pad;
 	uint8_t gid[16];
 	uint8_t pd[RDMA_MAX_PRIVATE_DATA];
@@ -214,6 +220,20 @@ static void bell_take(struct cm_chan *c)
 		(void)!ff_real.read(c->fd, &b, 1);
 }
 
+/* A UD event's parameters: the sender's QP, its Q_Key, an address handle's attributes to reach it. */
+static void ud_param(struct rdma_ucm_ud_param *u, const struct cm_msg *m)
+{
+	u->qp_num = ntohl(m->qpn);
+	u->qkey = ntohl(m->qkey);
+	u->private_data_len = m->pd_len;
+	memcpy(u->private_data, m->pd, m->pd_len);
+	u->ah_attr.dlid = ntohs(m->lid);
+	u->ah_attr.is_global = 1;
+	memcpy(u->ah_attr.grh.dgid, m->gid, 16);
+	u->ah_attr.grh.hop_limit = 64;
+	u->ah_attr.port_num = 1;
+}
+
 static void queue_event(struct cm_id *counted, struct cm_chan *c, uint64_t uid, uint32_t handle,
 			uint32_t event, int status, const struct cm_msg *m)
 {
@@ -229,7 +249,9 @@ static void queue_event(struct cm_id *counted, struct cm_chan *c, uint64_t uid, 
 	e->r.id = handle;
 	e->r.event = event;
 	e->r.status = (uint32_t)status;
-	if (m) {
+	if (m && counted->ps == RDMA_PS_UDP) {
+		ud_param(&e->r.param.ud, m);
+	} else if (m) {
 		p = &e->r.param.conn;
 		p->qp_num = ntohl(m->qpn);
 		p->private_data_len = m->pd_len;
@@ -576,6 +598,10 @@ static void got_msg(struct cm_id *id)
 	t = memcmp(m->magic, "FFCM", 4) ? 0 : m->type;
 	if (id->state == S_ACCEPTING && t == M_REQ) {
 		got_req(id);
+	} else if (id->state == S_REQ_SENT && t == M_REP && id->ps == RDMA_PS_UDP) {
+		close_sock(id);		/* SIDR's exchange is over */
+		id->state = S_DONE;
+		id_event(id, EV_ESTABLISHED, 0, m);
 	} else if (id->state == S_REQ_SENT && t == M_REP) {
 		id->state = S_REP_RCVD;
 		id_event(id, EV_CONNECT_RESPONSE, 0, m);
@@ -796,6 +822,20 @@ static int init_qp_attr(const struct cm_id *id, uint32_t state, struct ib_uverbs
 
 	memset(a, 0, sizeof(*a));
 	a->qp_state = state;
+	if (id->ps == RDMA_PS_UDP) {
+		/* As the kernel's CM: a Q_Key at INIT, nothing of a peer after. */
+		a->qp_attr_mask = QP_STATE;
+		if (state == QPS_INIT) {
+			a->qp_attr_mask |= QP_PKEY_INDEX | QP_PORT | QP_QKEY;
+			a->qkey = UDP_QKEY;
+			a->port_num = 1;
+		} else if (state == QPS_RTS) {
+			a->qp_attr_mask |= QP_SQ_PSN;
+		} else if (state != QPS_RTR) {
+			return -EINVAL;
+		}
+		return 0;
+	}
 	switch (state) {
 	case QPS_INIT:
 		a->qp_attr_mask = QP_STATE | QP_ACCESS_FLAGS | QP_PKEY_INDEX | QP_PORT;
@@ -844,8 +884,8 @@ static int cmd_create(struct cm_chan *c, const void *body, size_t in, size_t out
 
 	if (err)
 		return err;
-	if (cmd.ps != RDMA_PS_TCP && cmd.ps != RDMA_PS_IB)
-		return -EOPNOTSUPP;	/* UD (RDMA_PS_UDP, RDMA_PS_IPOIB): not on this device yet */
+	if (cmd.ps != RDMA_PS_TCP && cmd.ps != RDMA_PS_IB && cmd.ps != RDMA_PS_UDP)
+		return -EOPNOTSUPP;	/* RDMA_PS_IPOIB: no IPoIB here */
 	if (!(id = id_new(c, cmd.ps)))
 		return -ENOMEM;
 	if ((err = id_handle(id))) {
@@ -1077,6 +1117,14 @@ static int cmd_accept(struct cm_chan *c, const void *body, size_t in)
 	if (cmd.uid)
 		id->uid = cmd.uid;
 	conn_to_msg(&id->mine, &cmd.conn_param);
+	if (id->ps == RDMA_PS_UDP) {
+		/* SIDR's REP: the QP and its Q_Key; no event here, as the kernel's. */
+		id->mine.qkey = htonl(UDP_QKEY);
+		send_msg(id, M_REP, &id->mine);
+		close_sock(id);
+		id->state = S_DONE;
+		return 0;
+	}
 	id->state = S_REP_SENT;
 	if (id->gone || send_msg(id, M_REP, &id->mine))
 		peer_gone(id);
