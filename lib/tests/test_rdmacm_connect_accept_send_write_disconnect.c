@@ -1,6 +1,17 @@
 /* SPDX-License-Identifier: MIT */
-/* Description: the stock librdmacm between two processes on the virtual device: connect and accept carry private data both ways (the connector's names its region), the QPs librdmacm brought up carry a SEND one way and an RDMA WRITE the other, a disconnect is seen by both ends; the channel fd is pollable and quiet until an event */
+/* Description: the stock librdmacm between two processes on the virtual device: connect and accept carry private data both ways (the connector's names its region), each QP's receive PSN is the other's send PSN, the QPs librdmacm brought up carry a SEND one way and an RDMA WRITE the other, a disconnect is seen by both ends; the channel fd is pollable and quiet until an event */
 #include "rdmacmtest.h"
+
+/* QP's send and receive PSNs, as queried. */
+static void psns(struct ibv_qp *qp, uint32_t out[2])
+{
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr ia;
+
+	TV_MUST(ibv_query_qp(qp, &a, IBV_QP_SQ_PSN | IBV_QP_RQ_PSN, &ia) == 0, "query the QP");
+	out[0] = a.sq_psn;
+	out[1] = a.rq_psn;
+}
 
 struct region {
 	uint64_t addr;
@@ -46,6 +57,11 @@ static int listener(int sock)
 	TV_MUST(rdma_accept(id, &cp) == 0, "accept: %s", strerror(errno));
 	tr_ack(ch, RDMA_CM_EVENT_ESTABLISHED);
 	tv_got(&e, rmr, 7, 1000);
+	uint32_t mine[2], theirs[2];
+	psns(id->qp, mine);
+	TV_MUST(read(sock, theirs, sizeof(theirs)) == sizeof(theirs), "hear the PSNs");
+	CHECK(mine[1] == theirs[0] && mine[0] == theirs[1],
+	      "PSNs: send %#x receive %#x here, send %#x receive %#x there", mine[0], mine[1], theirs[0], theirs[1]);
 
 	struct ibv_sge sge = { .addr = (uintptr_t)wmr->addr, .length = 3000, .lkey = wmr->lkey };
 	struct ibv_send_wr wr = { .wr_id = 9, .sg_list = &sge, .num_sge = 1,
@@ -98,6 +114,9 @@ int main(int argc, char **argv)
 	CHECK(ev->param.conn.private_data_len >= 9 && !memcmp(ev->param.conn.private_data, "accepted", 9),
 	      "the accept's private data (%u bytes) is not the listener's", ev->param.conn.private_data_len);
 	rdma_ack_cm_event(ev);
+	uint32_t psn[2];
+	psns(id->qp, psn);
+	TV_MUST(write(sock, psn, sizeof(psn)) == sizeof(psn), "tell the PSNs");
 	tv_send(&e, smr, smr->addr, 1000, 7);
 	struct ibv_wc wc = tv_wait(&e);
 	CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_SEND, "SEND: status %d", wc.status);

@@ -59,6 +59,8 @@ ssize_t ff_uverbs_write(const void *buf, size_t n);
 
 /* fd was just opened as /dev/infiniband/rdma_cm: it becomes an event channel. */
 void ff_rdmacm_opened(int fd);
+/* fd, an event channel, is being closed: its ids go with it, as the kernel's. */
+void ff_rdmacm_closed(int fd);
 /* A write of n bytes at buf to an rdma_cm fd (FF_FD_RDMACM): n, or -errno as the kernel's. */
 ssize_t ff_rdmacm_write(int fd, const void *buf, size_t n);
 

@@ -123,6 +123,7 @@ struct cm_id {
 	int sock;
 	struct sockaddr_in6 src, dst;	/* sockaddr_in or sockaddr_in6, as the kernel keeps them */
 	uint32_t reported;		/* events handed out by GET_EVENT */
+	uint32_t psn;			/* our first PSN, in our REQ or REP and INIT_QP_ATTR's RTS */
 	struct cm_id *listener;		/* S_ACCEPTING */
 	struct cm_msg mine, peer;	/* our REQ or REP; the peer's */
 	uint8_t rbuf[sizeof(struct cm_msg)];
@@ -332,10 +333,44 @@ fail:
 
 static void id_free(struct cm_id *id);
 
+/* The channel's file is closed: its ids go, as the kernel's do with the file (a connection's peer: DISCONNECTED). */
+static void chan_drop(struct cm_chan *c)
+{
+	struct cm_chan **pp;
+	struct cm_id *id, *next;
+	struct cm_event *e;
+
+	for (id = cm.ids; id; id = next) {
+		next = id->next;
+		if (id->ch == c)
+			id_free(id);
+	}
+	while ((e = c->head)) {		/* CONNECT_REQUESTs of ids already gone */
+		c->head = e->next;
+		free(e);
+	}
+	for (pp = &cm.chans; *pp != c; pp = &(*pp)->next)
+		;
+	*pp = c->next;
+	if (c->bell >= 0)
+		ff_real.close(c->bell);
+	free(c);
+	pthread_cond_broadcast(&cm.cv);	/* a GET_EVENT asleep on it fails */
+}
+
+void ff_rdmacm_closed(int fd)
+{
+	struct cm_chan *c;
+
+	pthread_mutex_lock(&cm.mu);
+	if ((c = chan_of(fd)))
+		chan_drop(c);
+	pthread_mutex_unlock(&cm.mu);
+}
+
 void ff_rdmacm_opened(int fd)
 {
 	struct cm_chan *c = calloc(1, sizeof(*c)), *old;
-	struct cm_id *id, *next;
 
 	if (!c)
 		return;
@@ -344,22 +379,9 @@ void ff_rdmacm_opened(int fd)
 	c->bell = make_bell(fd);
 	pthread_mutex_lock(&cm.mu);
 	read_device();
-	/* A channel whose fd was closed and whose number came back: its ids went with it. */
-	if ((old = chan_of(fd))) {
-		for (id = cm.ids; id; id = next) {
-			next = id->next;
-			if (id->ch == old)
-				id_free(id);
-		}
-		for (struct cm_chan **pp = &cm.chans; *pp; pp = &(*pp)->next)
-			if (*pp == old) {
-				*pp = old->next;
-				break;
-			}
-		if (old->bell >= 0)
-			ff_real.close(old->bell);
-		free(old);
-	}
+	/* A channel whose fd was closed behind the library (close_range) and whose number came back. */
+	if ((old = chan_of(fd)))
+		chan_drop(old);
 	c->next = cm.chans;
 	cm.chans = c;
 	pthread_mutex_unlock(&cm.mu);
@@ -521,6 +543,7 @@ static int send_msg(struct cm_id *id, int type, const struct cm_msg *tmpl)
 		memset(&m, 0, sizeof(m));
 	memcpy(m.magic, "FFCM", 4);
 	m.type = (uint8_t)type;
+	m.psn = htonl(id->psn);
 	m.lid = htons(cm.lid);
 	memcpy(m.gid, cm.gid, 16);
 	if (id->sock < 0 ||
@@ -572,6 +595,12 @@ static void peer_gone(struct cm_id *id)
 	}
 }
 
+/* A first PSN (24 bits) of id's own, as the kernel's CM picks one at random. */
+static uint32_t new_psn(const struct cm_id *id)
+{
+	return (uint32_t)(ff_now_ns() ^ (uintptr_t)id ^ ((uintptr_t)id >> 24)) & 0xffffff;
+}
+
 static void got_req(struct cm_id *id)
 {
 	struct cm_id *l = id->listener;
@@ -585,6 +614,10 @@ static void got_req(struct cm_id *id)
 	id->ch = l->ch;
 	id->uid = l->uid;
 	id->state = S_REQ_RCVD;
+	/* What INIT_QP_ATTR gives before the ACCEPT: the peer's resources seen from here. */
+	id->psn = new_psn(id);
+	id->mine.resp_res = id->peer.init_depth;
+	id->mine.init_depth = id->peer.resp_res;
 	queue_event(l, l->ch, l->uid, id->handle, EV_CONNECT_REQUEST, 0, &id->peer);
 }
 
@@ -775,7 +808,6 @@ static void conn_to_msg(struct cm_msg *m, const struct rdma_ucm_conn_param *p)
 {
 	memset(m, 0, sizeof(*m));
 	m->qpn = htonl(p->qp_num);
-	m->psn = htonl((uint32_t)(ff_now_ns() ^ (uintptr_t)m) & 0xffffff);
 	m->pd_len = p->private_data_len;
 	memcpy(m->pd, p->private_data, p->private_data_len);
 	m->srq = p->srq;
@@ -864,7 +896,7 @@ static int init_qp_attr(const struct cm_id *id, uint32_t state, struct ib_uverbs
 			return -EINVAL;
 		a->qp_attr_mask = QP_STATE | QP_TIMEOUT | QP_RETRY_CNT | QP_RNR_RETRY |
 				  QP_SQ_PSN | QP_MAX_QP_RD_ATOMIC;
-		a->sq_psn = ntohl(id->mine.psn);
+		a->sq_psn = id->psn;
 		a->timeout = 14;
 		a->retry_cnt = 7;
 		a->rnr_retry = 7;
@@ -1086,6 +1118,7 @@ static int cmd_connect(struct cm_chan *c, const void *body, size_t in)
 	if ((err = start_thread()))
 		return err;
 	conn_to_msg(&id->mine, &cmd.conn_param);
+	id->psn = new_psn(id);
 	id->state = S_CONNECTING;
 	id->deadline = ff_now_ms() + CM_CONNECT_MS;
 	if (ff_real.connect(id->sock, (struct sockaddr *)&id->dst, sa_len(&id->dst)) < 0 &&
