@@ -24,7 +24,7 @@
  *
  * Locking: one mutex (cm.mu) guards every channel, id and event; the
  * thread does its socket I/O under it (messages are small, sockets
- * non-blocking) and sleeps in poll without it.
+ * non-blocking) and sleeps in poll without it; fork takes it (fork_child).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -337,14 +337,12 @@ static void id_free(struct cm_id *id);
 static void chan_drop(struct cm_chan *c)
 {
 	struct cm_chan **pp;
-	struct cm_id *id, *next;
+	struct cm_id *id;
 	struct cm_event *e;
 
-	for (id = cm.ids; id; id = next) {
-		next = id->next;
-		if (id->ch == c)
-			id_free(id);
-	}
+	/* From the start after each: a listener takes its accepted ids with it. */
+	for (id = cm.ids; id; id = id->ch == c ? (id_free(id), cm.ids) : id->next)
+		;
 	while ((e = c->head)) {		/* CONNECT_REQUESTs of ids already gone */
 		c->head = e->next;
 		free(e);
@@ -368,12 +366,56 @@ void ff_rdmacm_closed(int fd)
 	pthread_mutex_unlock(&cm.mu);
 }
 
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&cm.mu);
+}
+
+static void fork_parent(void)
+{
+	pthread_mutex_unlock(&cm.mu);
+}
+
+/*
+ * A fork child does not use its parent's ids (docs/VERBS.md, "rdma_cm"):
+ * it drops its copies of their sockets (or a parent that dies would leave
+ * its peers connected) and of the channels' bells, and reads or writes
+ * nothing it shares with the parent (the pseudo-terminals, the thread's
+ * wake pipe). Its own ids, on channels it opens, get a thread of their own.
+ */
+static void fork_child(void)
+{
+	struct cm_chan *c;
+
+	if (cm.wake[0] >= 0) {
+		ff_real.close(cm.wake[0]);
+		ff_real.close(cm.wake[1]);
+		cm.wake[0] = cm.wake[1] = -1;
+	}
+	cm.thread_on = 0;
+	for (c = cm.chans; c; c = c->next) {
+		if (c->bell >= 0)
+			ff_real.close(c->bell);
+		c->bell = -1;
+	}
+	while (cm.chans)
+		chan_drop(cm.chans);
+	pthread_mutex_unlock(&cm.mu);
+}
+
+static void at_fork(void)
+{
+	pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
 void ff_rdmacm_opened(int fd)
 {
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
 	struct cm_chan *c = calloc(1, sizeof(*c)), *old;
 
 	if (!c)
 		return;
+	pthread_once(&once, at_fork);
 	c->fd = fd;
 	c->tail = &c->head;
 	c->bell = make_bell(fd);
