@@ -104,6 +104,7 @@ struct cm_chan {
 	int fd;
 	int bell;			/* the pty's slave: one byte per queued event; -1 none */
 	struct cm_event *head, **tail;
+	int waiters;			/* threads in GET_EVENT */
 };
 
 struct cm_event {
@@ -353,7 +354,26 @@ static void chan_drop(struct cm_chan *c)
 	if (c->bell >= 0)
 		ff_real.close(c->bell);
 	free(c);
-	pthread_cond_broadcast(&cm.cv);	/* a GET_EVENT asleep on it fails */
+}
+
+/*
+ * c's fd is closed. As the kernel releases the file only once the writes
+ * in progress on it returned, a channel with a thread asleep in GET_EVENT
+ * (rping's CM thread, while its main thread tears down) stays, its ids
+ * too, no longer found by its number (which may come back as another
+ * file: its bell goes, so nothing reads that number); the last waiter
+ * drops it. Otherwise it goes now.
+ */
+static void chan_close(struct cm_chan *c)
+{
+	if (!c->waiters) {
+		chan_drop(c);
+		return;
+	}
+	c->fd = -1;
+	if (c->bell >= 0)
+		ff_real.close(c->bell);
+	c->bell = -1;
 }
 
 void ff_rdmacm_closed(int fd)
@@ -362,7 +382,7 @@ void ff_rdmacm_closed(int fd)
 
 	pthread_mutex_lock(&cm.mu);
 	if ((c = chan_of(fd)))
-		chan_drop(c);
+		chan_close(c);
 	pthread_mutex_unlock(&cm.mu);
 }
 
@@ -397,6 +417,7 @@ static void fork_child(void)
 		if (c->bell >= 0)
 			ff_real.close(c->bell);
 		c->bell = -1;
+		c->waiters = 0;		/* threads of the parent's */
 	}
 	while (cm.chans)
 		chan_drop(cm.chans);
@@ -423,7 +444,7 @@ void ff_rdmacm_opened(int fd)
 	read_device();
 	/* A channel whose fd was closed behind the library (close_range) and whose number came back. */
 	if ((old = chan_of(fd)))
-		chan_drop(old);
+		chan_close(old);
 	c->next = cm.chans;
 	cm.chans = c;
 	pthread_mutex_unlock(&cm.mu);
@@ -1268,9 +1289,16 @@ static int cmd_init_qp_attr(struct cm_chan *c, const void *body, size_t in, size
 	return put_resp(cmd.response, &a, sizeof(a), out);
 }
 
-static void unlock_mu(void *arg)
+/* A GET_EVENT leaves c (returning, or its thread cancelled): the last one out of a closed channel drops it. */
+static void get_event_done(struct cm_chan *c)
 {
-	(void)arg;
+	if (!--c->waiters && c->fd < 0)
+		chan_drop(c);
+}
+
+static void get_event_cancelled(void *c)
+{
+	get_event_done(c);
 	pthread_mutex_unlock(&cm.mu);
 }
 
@@ -1283,23 +1311,23 @@ static int cmd_get_event(int fd, struct cm_chan *c, const void *body, size_t in,
 	if (err)
 		return err;
 	fl = ff_real.fcntl(fd, F_GETFL);
-	pthread_cleanup_push(unlock_mu, NULL);
-	while (!c->head && !(fl & O_NONBLOCK) && chan_of(fd) == c)
+	c->waiters++;
+	pthread_cleanup_push(get_event_cancelled, c);
+	while (!c->head && !(fl & O_NONBLOCK))
 		pthread_cond_wait(&cm.cv, &cm.mu);
 	pthread_cleanup_pop(0);
-	if (chan_of(fd) != c)
-		return -EBADF;
 	if (!(e = c->head))
-		return -EAGAIN;
-	if ((err = put_resp(cmd.response, &e->r, sizeof(e->r), out)))
-		return err;
-	c->head = e->next;
-	if (!c->head)
-		c->tail = &c->head;
-	bell_take(c);
-	e->id->reported++;
-	free(e);
-	return 0;
+		err = -EAGAIN;
+	else if (!(err = put_resp(cmd.response, &e->r, sizeof(e->r), out))) {
+		c->head = e->next;
+		if (!c->head)
+			c->tail = &c->head;
+		bell_take(c);
+		e->id->reported++;
+		free(e);
+	}
+	get_event_done(c);
+	return err;
 }
 
 static int cmd_migrate(struct cm_chan *c, const void *body, size_t in, size_t out)
