@@ -19,6 +19,8 @@ type rdmacmRun struct {
 	client []string
 	port   int
 	want   *regexp.Regexp
+	// What the server's log must show, if anything.
+	serverWant *regexp.Regexp
 	// The server serves until stopped (its exit is not awaited).
 	serves bool
 	// Why the run is skipped between containers of one host, if it is.
@@ -28,12 +30,14 @@ type rdmacmRun struct {
 var rdmacmRuns = []rdmacmRun{
 	// -v: each side prints the data it got, which rping checks (-C 10: ten round trips).
 	{name: "rping", server: []string{"rping", "-s", "-v", "-C", "10"}, client: []string{"rping", "-c", "-v", "-C", "10", "-a"},
-		port: 7174, want: regexp.MustCompile(`(?s)ping data: rdma-ping-0: .*ping data: rdma-ping-9: `)},
+		port: 7174, want: regexp.MustCompile(`(?s)ping data: rdma-ping-0: .*ping data: rdma-ping-9: `),
+		serverWant: regexp.MustCompile(`(?s)server ping data: rdma-ping-0: .*server ping data: rdma-ping-9: `)},
 	{name: "ucmatose", server: []string{"ucmatose"}, client: []string{"ucmatose", "-s"},
-		port: 7471, want: regexp.MustCompile(`(?s)data transfers complete.*test complete`)},
+		port: 7471, want: regexp.MustCompile(`(?s)data transfers complete.*test complete`),
+		serverWant: regexp.MustCompile(`(?s)data transfers complete.*test complete`)},
 	// The synchronous API (rdma_getaddrinfo, rdma_create_ep, rdma_get_request): ids migrated to channels of their own.
 	{name: "rdma_server", server: []string{"rdma_server"}, client: []string{"rdma_client", "-s"},
-		port: 7471, want: regexp.MustCompile(`rdma_client: end 0`)},
+		port: 7471, want: regexp.MustCompile(`rdma_client: end 0`), serverWant: regexp.MustCompile(`rdma_server: end 0`)},
 	// 50 connections set up and torn down at once (events of many ids on one channel), timed by step.
 	{name: "cmtime 50", server: []string{"cmtime", "-c", "50"}, client: []string{"cmtime", "-c", "50", "-s"},
 		port: 7471, want: regexp.MustCompile(`(?s)connect\s*:.*disconnect\s*:`), serves: true},
@@ -74,7 +78,7 @@ func runRdmacmPrograms(t *testing.T, c *testenv.Cluster, clientHost string) {
 			testenv.WaitFor(t, srv+" to finish", func() bool {
 				return strings.Contains(c.FF(t, "logs", srv).Stdout, "exit=")
 			})
-			if logs := c.FF(t, "logs", srv).Stdout; !strings.Contains(logs, "exit=0") {
+			if logs := c.FF(t, "logs", srv).Stdout; !strings.Contains(logs, "exit=0") || (r.serverWant != nil && !r.serverWant.MatchString(logs)) {
 				t.Fatalf("%s server:\n%s", r.name, logs)
 			}
 		})
