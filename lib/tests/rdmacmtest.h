@@ -54,6 +54,36 @@ static inline struct ibv_cq *tr_qp(struct rdma_cm_id *id)
 	return cq;
 }
 
+/* id's QP and its CQ destroyed (before the id). */
+static inline void tr_drop_qp(struct rdma_cm_id *id, struct ibv_cq *cq)
+{
+	rdma_destroy_qp(id);
+	CHECK(ibv_destroy_cq(cq) == 0, "destroy the CQ");
+}
+
+/*
+ * len bytes (a multiple of the page), page-aligned, registered on e's PD:
+ * the provider moves a remote-access region's whole pages, which would
+ * take a malloc'd buffer's neighbours along (AddressSanitizer objects).
+ */
+static inline struct ibv_mr *tr_region(struct tv_end *e, size_t len, int access)
+{
+	void *buf = aligned_alloc(4096, len);
+	struct ibv_mr *mr = buf ? ibv_reg_mr(e->pd, buf, len, access) : NULL;
+
+	TV_MUST(mr, "register %zu bytes: %s", len, strerror(errno));
+	return mr;
+}
+
+/* A region of tr_region deregistered and its buffer freed. */
+static inline void tr_drop_region(struct ibv_mr *mr)
+{
+	void *buf = mr->addr;
+
+	CHECK(ibv_dereg_mr(mr) == 0, "deregister a region");
+	free(buf);
+}
+
 /* A listener on 127.0.0.1, port chosen by the kernel; its port goes to the connector over sock. */
 static inline struct rdma_cm_id *tr_listen(struct rdma_event_channel *ch, int sock)
 {

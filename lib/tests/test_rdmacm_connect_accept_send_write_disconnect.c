@@ -51,8 +51,8 @@ static int listener(int sock)
 	TV_MUST(id->verbs, "the request's id has no device");
 	cq = tr_qp(id);
 	e = (struct tv_end){ .ctx = id->verbs, .pd = id->pd, .cq = cq, .qp = id->qp };
-	rmr = tv_region(&e, 4096, IBV_ACCESS_LOCAL_WRITE);
-	wmr = tv_region(&e, 4096, 0);
+	rmr = tr_region(&e, 4096, IBV_ACCESS_LOCAL_WRITE);
+	wmr = tr_region(&e, 4096, 0);
 	tv_post_recv(&e, rmr, 7);
 	TV_MUST(rdma_accept(id, &cp) == 0, "accept: %s", strerror(errno));
 	tr_ack(ch, RDMA_CM_EVENT_ESTABLISHED);
@@ -74,7 +74,9 @@ static int listener(int sock)
 	CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 9, "RDMA WRITE: status %d", wc.status);
 	tv_say(sock, 'w');
 	tr_ack(ch, RDMA_CM_EVENT_DISCONNECTED);
-	rdma_destroy_qp(id);
+	tr_drop_region(rmr);
+	tr_drop_region(wmr);
+	tr_drop_qp(id, cq);
 	CHECK(rdma_destroy_id(id) == 0 && rdma_destroy_id(l) == 0, "destroy the ids: %s", strerror(errno));
 	rdma_destroy_event_channel(ch);
 	return 0;
@@ -102,8 +104,8 @@ int main(int argc, char **argv)
 	id = tr_resolve(ch, sock);
 	cq = tr_qp(id);
 	e = (struct tv_end){ .ctx = id->verbs, .pd = id->pd, .cq = cq, .qp = id->qp };
-	smr = tv_region(&e, 4096, 0);
-	wmr = tv_region(&e, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	smr = tr_region(&e, 4096, 0);
+	wmr = tr_region(&e, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 	memset(wmr->addr, 0, 4096);
 	mine.addr = (uintptr_t)wmr->addr;
 	mine.rkey = wmr->rkey;
@@ -124,7 +126,9 @@ int main(int argc, char **argv)
 	tv_intact(wmr->addr, 9, 3000, "the RDMA WRITE");
 	TV_MUST(rdma_disconnect(id) == 0, "disconnect: %s", strerror(errno));
 	tr_ack(ch, RDMA_CM_EVENT_DISCONNECTED);
-	rdma_destroy_qp(id);
+	tr_drop_region(smr);
+	tr_drop_region(wmr);
+	tr_drop_qp(id, cq);
 	CHECK(rdma_destroy_id(id) == 0, "destroy the id: %s", strerror(errno));
 	rdma_destroy_event_channel(ch);
 	tv_join(pid);

@@ -24,6 +24,7 @@ int main(int argc, char **argv)
 	struct rdma_event_channel *ch;
 	struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1, .retry_count = 7 };
 	struct rdma_cm_event *ev;
+	struct ibv_cq *cq;
 	struct rdma_cm_id *id;
 	int64_t start;
 	pid_t pid;
@@ -36,14 +37,14 @@ int main(int argc, char **argv)
 	ch = rdma_create_event_channel();
 	TV_MUST(ch, "event channel: %s", strerror(errno));
 	id = tr_resolve(ch, sock);
-	tr_qp(id);
+	cq = tr_qp(id);
 	start = t_ms();
 	TV_MUST(rdma_connect(id, &cp) == 0, "connect: %s", strerror(errno));
 	ev = tr_event(ch, RDMA_CM_EVENT_REJECTED);
 	CHECK(ev->status == 8, "REJECTED with status %d, want 8", ev->status);
 	CHECK(t_ms() - start < 2000, "the reject took %lld ms", (long long)(t_ms() - start));
 	rdma_ack_cm_event(ev);
-	rdma_destroy_qp(id);
+	tr_drop_qp(id, cq);
 	CHECK(rdma_destroy_id(id) == 0, "destroy the id: %s", strerror(errno));
 	rdma_destroy_event_channel(ch);
 	return t_shim_finish();

@@ -42,6 +42,7 @@ int main(int argc, char **argv)
 {
 	struct rdma_event_channel *ch;
 	struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1, .retry_count = 7 };
+	struct ibv_cq *cq;
 	struct rdma_cm_id *id;
 	pid_t pid;
 	int sock, st;
@@ -52,13 +53,13 @@ int main(int argc, char **argv)
 	ch = rdma_create_event_channel();
 	TV_MUST(ch, "event channel: %s", strerror(errno));
 	id = tr_resolve(ch, sock);
-	tr_qp(id);
+	cq = tr_qp(id);
 	TV_MUST(rdma_connect(id, &cp) == 0, "connect: %s", strerror(errno));
 	tr_ack(ch, RDMA_CM_EVENT_ESTABLISHED);
 	tv_say(sock, 'd');
 	CHECK(waitpid(pid, &st, 0) == pid && WIFSIGNALED(st), "the listener did not die (status %#x)", st);
 	tr_ack(ch, RDMA_CM_EVENT_DISCONNECTED);
-	rdma_destroy_qp(id);
+	tr_drop_qp(id, cq);
 	CHECK(rdma_destroy_id(id) == 0, "destroy the id: %s", strerror(errno));
 	rdma_destroy_event_channel(ch);
 	return t_shim_finish();

@@ -51,6 +51,7 @@ int main(int argc, char **argv)
 	struct rdma_event_channel *ch;
 	struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1, .retry_count = 7 };
 	struct rdma_cm_event *ev;
+	struct ibv_cq *cq;
 	struct rdma_cm_id *id, *l;
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	struct pollfd p;
@@ -65,7 +66,7 @@ int main(int argc, char **argv)
 	ch = rdma_create_event_channel();
 	TV_MUST(ch, "event channel: %s", strerror(errno));
 	id = tr_resolve(ch, sock);
-	tr_qp(id);
+	cq = tr_qp(id);
 	TV_MUST(rdma_connect(id, &cp) == 0, "connect: %s", strerror(errno));
 	tr_ack(ch, RDMA_CM_EVENT_ESTABLISHED);
 	/* A listener of its own too: its socket is in the CM thread's poll. */
@@ -88,7 +89,7 @@ int main(int argc, char **argv)
 	CHECK(used < MAX_CPU_US, "1 s in rdma_get_cm_event used %lld us of CPU", (long long)used);
 	printf("1 s in rdma_get_cm_event: %lld us of CPU\n", (long long)used);
 	pthread_join(th, NULL);
-	rdma_destroy_qp(id);
+	tr_drop_qp(id, cq);
 	CHECK(rdma_destroy_id(id) == 0 && rdma_destroy_id(l) == 0, "destroy the ids: %s", strerror(errno));
 	rdma_destroy_event_channel(ch);
 	tv_join(pid);

@@ -40,13 +40,13 @@ static void connect_and_lose(struct rdma_event_channel *ch, int sock, char what)
 {
 	struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1, .retry_count = 7 };
 	struct rdma_cm_id *id = tr_resolve(ch, sock);
+	struct ibv_cq *cq = tr_qp(id);
 
-	tr_qp(id);
 	TV_MUST(rdma_connect(id, &cp) == 0, "connect: %s", strerror(errno));
 	tr_ack(ch, RDMA_CM_EVENT_ESTABLISHED);
 	tv_say(sock, what);
 	tr_ack(ch, RDMA_CM_EVENT_DISCONNECTED);
-	rdma_destroy_qp(id);
+	tr_drop_qp(id, cq);
 	CHECK(rdma_destroy_id(id) == 0, "destroy the id: %s", strerror(errno));
 }
 

@@ -29,6 +29,7 @@ int main(int argc, char **argv)
 	struct rdma_conn_param cp = { .private_data = "please", .private_data_len = 7,
 				      .responder_resources = 1, .initiator_depth = 1, .retry_count = 7 };
 	struct rdma_cm_event *ev;
+	struct ibv_cq *cq;
 	struct rdma_cm_id *id;
 	pid_t pid;
 	int sock;
@@ -39,7 +40,7 @@ int main(int argc, char **argv)
 	ch = rdma_create_event_channel();
 	TV_MUST(ch, "event channel: %s", strerror(errno));
 	id = tr_resolve(ch, sock);
-	tr_qp(id);
+	cq = tr_qp(id);
 	TV_MUST(rdma_connect(id, &cp) == 0, "connect: %s", strerror(errno));
 	ev = tr_event(ch, RDMA_CM_EVENT_REJECTED);
 	CHECK(ev->status == 28, "REJECTED with status %d, want 28", ev->status);
@@ -47,7 +48,7 @@ int main(int argc, char **argv)
 	      "the reject's private data (%u bytes) is not the listener's", ev->param.conn.private_data_len);
 	rdma_ack_cm_event(ev);
 	tv_say(sock, 'r');
-	rdma_destroy_qp(id);
+	tr_drop_qp(id, cq);
 	CHECK(rdma_destroy_id(id) == 0, "destroy the id: %s", strerror(errno));
 	rdma_destroy_event_channel(ch);
 	tv_join(pid);

@@ -39,7 +39,7 @@ static int listener(int sock)
 	peer_qpn = ev->param.ud.qp_num;
 	rdma_ack_cm_event(ev);
 	e = (struct tv_end){ .ctx = id->verbs, .pd = id->pd, .cq = ud_qp(id), .qp = id->qp };
-	mr = tv_region(&e, 4096 + 40, IBV_ACCESS_LOCAL_WRITE);
+	mr = tr_region(&e, 8192, IBV_ACCESS_LOCAL_WRITE);
 	tv_post_recv(&e, mr, 5);
 	cp.qp_num = id->qp->qp_num;
 	TV_MUST(rdma_accept(id, &cp) == 0, "accept: %s", strerror(errno));
@@ -50,7 +50,8 @@ static int listener(int sock)
 	tv_intact((uint8_t *)mr->addr + 40, 3, 100, "the datagram");
 	p = (struct pollfd){ .fd = ch->fd, .events = POLLIN };
 	CHECK(poll(&p, 1, 100) == 0, "an event after a UD accept");
-	rdma_destroy_qp(id);
+	tr_drop_region(mr);
+	tr_drop_qp(id, e.cq);
 	CHECK(rdma_destroy_id(id) == 0 && rdma_destroy_id(l) == 0, "destroy the ids: %s", strerror(errno));
 	rdma_destroy_event_channel(ch);
 	return 0;
@@ -81,7 +82,7 @@ int main(int argc, char **argv)
 	TV_MUST(rdma_resolve_route(id, 2000) == 0, "resolve the route: %s", strerror(errno));
 	tr_ack(ch, RDMA_CM_EVENT_ROUTE_RESOLVED);
 	e = (struct tv_end){ .ctx = id->verbs, .pd = id->pd, .cq = ud_qp(id), .qp = id->qp };
-	mr = tv_region(&e, 100, 0);
+	mr = tr_region(&e, 4096, 0);
 	TV_MUST(rdma_connect(id, &cp) == 0, "connect: %s", strerror(errno));
 	ev = tr_event(ch, RDMA_CM_EVENT_ESTABLISHED);
 	qpn = ev->param.ud.qp_num;
@@ -93,7 +94,8 @@ int main(int argc, char **argv)
 	CHECK(tv_send_dgram(&e, id->qp, mr, ah, qpn, qkey, 100, 3) == IBV_WC_SUCCESS, "send the datagram");
 	tv_join(pid);
 	ibv_destroy_ah(ah);
-	rdma_destroy_qp(id);
+	tr_drop_region(mr);
+	tr_drop_qp(id, e.cq);
 	CHECK(rdma_destroy_id(id) == 0, "destroy the id: %s", strerror(errno));
 	rdma_destroy_event_channel(ch);
 	return t_shim_finish();
