@@ -84,11 +84,16 @@ struct cm_chan *cm_chan_of(int fd)
 	return c;
 }
 
-void cm_bell_take(struct cm_chan *c)
+void cm_bell_sync(struct cm_chan *c, int had)
 {
+	int has = c->head != NULL;
 	char b;
 
-	if (c->bell >= 0)
+	if (c->bell < 0 || has == had)
+		return;
+	if (has)
+		(void)!ff_real.write(c->bell, "e", 1);
+	else
 		(void)!ff_real.read(c->fd, &b, 1);
 }
 
@@ -111,6 +116,7 @@ void cm_queue_event(struct cm_id *counted, struct cm_chan *c, uint64_t uid, uint
 {
 	struct cm_event *e = calloc(1, sizeof(*e));
 	struct rdma_ucm_conn_param *p;
+	int had = c->head != NULL;
 
 	if (!e) {
 		ff_debug("rdma_cm: no memory for an event: lost");
@@ -139,8 +145,7 @@ void cm_queue_event(struct cm_id *counted, struct cm_chan *c, uint64_t uid, uint
 	}
 	*c->tail = e;
 	c->tail = &e->next;
-	if (c->bell >= 0)
-		(void)!ff_real.write(c->bell, "e", 1);
+	cm_bell_sync(c, had);
 	pthread_cond_broadcast(&ff_cm.cv);
 }
 
@@ -154,6 +159,7 @@ void cm_unqueue(struct cm_id *id, struct cm_chan *to)
 {
 	struct cm_chan *c = id->ch;
 	struct cm_event **pp = &c->head, *e;
+	int had = c->head != NULL, to_had = to && to->head;
 
 	while ((e = *pp)) {
 		if (e->id != id) {
@@ -161,22 +167,22 @@ void cm_unqueue(struct cm_id *id, struct cm_chan *to)
 			continue;
 		}
 		*pp = e->next;
-		cm_bell_take(c);
 		if (to) {
 			e->next = NULL;
 			*to->tail = e;
 			to->tail = &e->next;
-			if (to->bell >= 0)
-				(void)!ff_real.write(to->bell, "e", 1);
 		} else {
 			free(e);
 		}
 	}
 	for (c->tail = &c->head; *c->tail; c->tail = &(*c->tail)->next)
 		;
+	cm_bell_sync(c, had);
+	if (to)
+		cm_bell_sync(to, to_had);
 }
 
-/* A pty master in raw mode dup'ed over fd, its slave kept as the bell: fd becomes pollable. */
+/* A pty master in raw mode dup'ed over fd, its slave kept as the bell: fd becomes pollable (cm_bell_sync). */
 static int make_bell(int fd)
 {
 	char name[64];

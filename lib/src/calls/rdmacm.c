@@ -506,7 +506,7 @@ static int cmd_get_event(int fd, struct cm_chan *c, const void *body, size_t in,
 		c->head = e->next;
 		if (!c->head)
 			c->tail = &c->head;
-		cm_bell_take(c);
+		cm_bell_sync(c, 1);
 		e->id->reported++;
 		free(e);
 	}

@@ -23,8 +23,8 @@
  * happens); events queue per channel. GET_EVENT waits for one (EAGAIN
  * with O_NONBLOCK). So that poll() on the channel works as on the kernel's
  * file, the fd becomes the master of a pseudo-terminal in raw mode (still
- * a character device, which librdmacm checks), holding one byte per
- * queued event.
+ * a character device, which librdmacm checks), holding one byte while
+ * any event is queued.
  *
  * Locking: one mutex (ff_cm.mu) guards every channel, id and event; the
  * thread does its socket I/O under it (messages are small, sockets
@@ -98,7 +98,7 @@ enum state {
 struct cm_chan {
 	struct cm_chan *next;
 	int fd;
-	int bell;			/* the pty's slave: one byte per queued event; -1 none */
+	int bell;			/* the pty's slave: one byte while events are queued; -1 none */
 	struct cm_event *head, **tail;
 	int waiters;			/* threads in GET_EVENT */
 };
@@ -149,8 +149,13 @@ extern struct cm_state ff_cm;
 
 /* The channel open as fd, or NULL. */
 struct cm_chan *cm_chan_of(int fd);
-/* One byte off c's bell: an event left its queue. */
-void cm_bell_take(struct cm_chan *c);
+/*
+ * c's bell after its queue changed (had: whether it held events before):
+ * one byte in the pseudo-terminal while any is queued, so poll() reports
+ * the channel readable as the kernel's file (level, not one byte per
+ * event, which a full pty buffer would block).
+ */
+void cm_bell_sync(struct cm_chan *c, int had);
 /*
  * An event queued on c, counted in counted's events (DESTROY_ID's
  * events_reported); m: the peer's message, for the event's parameters.
