@@ -20,10 +20,12 @@ const (
 	providerEnv   = "RDMAV_DRIVERS=" + LibDir + "/libffv"
 	containerProv = LibDir + "/" + ProviderName
 	// ContainerVerbs is where a container sees its device's sysfs tree.
-	ContainerVerbs   = "/run/freeflow-verbs"
-	sysfsEnv         = "SYSFS_PATH=" + ContainerVerbs + "/sys"
-	verbsDeviceName  = "ffv0"
-	verbsDeviceNode  = "/dev/infiniband/uverbs0"
+	ContainerVerbs  = "/run/freeflow-verbs"
+	sysfsEnv        = "SYSFS_PATH=" + ContainerVerbs + "/sys"
+	verbsDeviceName = "ffv0"
+	verbsDeviceNode = "/dev/infiniband/uverbs0"
+	// librdmacm's command file, answered by the library too (docs/VERBS.md, "rdma_cm").
+	rdmaCMNode       = "/dev/infiniband/rdma_cm"
 	verbsDeviceNumbs = "1:3" // /dev/null's
 )
 
@@ -53,6 +55,7 @@ func WriteVerbsTree(dir, ip string) error {
 		"class/infiniband_verbs/uverbs0/ibdev":                               verbsDeviceName,
 		"class/infiniband_verbs/uverbs0/dev":                                 verbsDeviceNumbs,
 		"class/infiniband_verbs/uverbs0/abi_version":                         "1",
+		"class/misc/rdma_cm/abi_version":                                     "4", // librdmacm's check
 		filepath.Join("class/infiniband", verbsDeviceName, "node_type"):      "1: CA",
 		filepath.Join("class/infiniband", verbsDeviceName, "node_guid"):      sysfsHex(g),
 		filepath.Join("class/infiniband", verbsDeviceName, "sys_image_guid"): sysfsHex(g),
@@ -77,12 +80,14 @@ func WriteVerbsTree(dir, ip string) error {
 
 // Verbs returns the mounts and environment of a container's verbs device:
 // its tree (written by WriteVerbsTree into treeDir), the provider and the
-// device node, read-only, and the variables that point libibverbs at them.
+// device nodes (uverbs0 and rdma_cm, both /dev/null: the library answers
+// their commands), read-only, and the variables that point libibverbs at them.
 func Verbs(treeDir, provider string) ([]Mount, []string) {
 	return []Mount{
 		{Destination: ContainerVerbs, Type: "bind", Source: treeDir, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}},
 		{Destination: containerProv, Type: "bind", Source: provider, Options: []string{"bind", "ro"}},
 		{Destination: verbsDeviceNode, Type: "bind", Source: "/dev/null", Options: []string{"bind"}},
+		{Destination: rdmaCMNode, Type: "bind", Source: "/dev/null", Options: []string{"bind"}},
 	}, VerbsEnv()
 }
 

@@ -3,7 +3,7 @@
  * The calls concern: the wrappers of socket, connect, accept, close, dup,
  * fcntl... (calls/socket.c), the data calls (calls/io.c), getsockopt and
  * setsockopt (sockopt.c), the routes around the wrappers (routes.c), and
- * the verbs device's command file (uverbs.c).
+ * the verbs device's command file (uverbs.c), and rdma_cm's (rdmacm.c).
  */
 #ifndef FREEFLOW_CALLS_H
 #define FREEFLOW_CALLS_H
@@ -54,5 +54,14 @@ int ff_user_read(void *dst, const void *src, size_t n);
  * if that failed, 0 if it is not a command the library answers.
  */
 ssize_t ff_uverbs_write(const void *buf, size_t n);
+
+/* ---- rdmacm.c: rdma_cm's command file ---- */
+
+/* fd was just opened as /dev/infiniband/rdma_cm: it becomes an event channel. */
+void ff_rdmacm_opened(int fd);
+/* fd, an event channel, is being closed: its ids go with it, as the kernel's. */
+void ff_rdmacm_closed(int fd);
+/* A write of n bytes at buf to an rdma_cm fd (FF_FD_RDMACM): n, or -errno as the kernel's. */
+ssize_t ff_rdmacm_write(int fd, const void *buf, size_t n);
 
 #endif

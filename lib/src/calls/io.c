@@ -156,12 +156,12 @@ FF_EXPORT ssize_t read(int fd, void *buf, size_t n)
 	return REAL(read)(fd, buf, n);
 }
 
-/* Whether fd is the verbs device's command file (call after ROUTE). */
-static int uverbs(int fd)
+/* Whether fd is marked as one of kind (FF_FD_UVERBS, FF_FD_RDMACM; call after ROUTE). */
+static int marked(int fd, uint8_t kind)
 {
 	struct ff_slot *s = ff_fd_slot(fd);
 
-	return !ff_busy && s && (atomic_load_explicit(&s->flags, memory_order_relaxed) & FF_FD_UVERBS);
+	return !ff_busy && s && (atomic_load_explicit(&s->flags, memory_order_relaxed) & kind);
 }
 
 FF_EXPORT ssize_t write(int fd, const void *buf, size_t n)
@@ -170,7 +170,8 @@ FF_EXPORT ssize_t write(int fd, const void *buf, size_t n)
 	ssize_t r;
 
 	ROUTE(fd, 0, ff_shm_send(fd, &v, 1, 0));
-	if (uverbs(fd) && (r = ff_uverbs_write(buf, n))) {
+	if ((marked(fd, FF_FD_UVERBS) && (r = ff_uverbs_write(buf, n))) ||
+	    (marked(fd, FF_FD_RDMACM) && (r = ff_rdmacm_write(fd, buf, n)))) {
 		if (r > 0)
 			return r;
 		errno = (int)-r;

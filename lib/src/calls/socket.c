@@ -376,6 +376,8 @@ FF_EXPORT int close(int fd)
 		return REAL(close)(fd);
 	if (fl & FF_FD_RING)
 		ff_ring_closed(fd);
+	if (fl & FF_FD_RDMACM)
+		ff_rdmacm_closed(fd);
 	/* Clear the slot first: once closed, the number may be reused at once. */
 	ff_table_lock();
 	c = ff_fd_forget(fd);

@@ -85,16 +85,23 @@ ssize_t ff_uverbs_write(const void *buf, size_t n)
 }
 
 /*
- * After the kernel opened path as fd: a verbs device's command file is
- * marked, the library started first if it was not (only then: the path
+ * After the kernel opened path as fd: a verbs device's command file, or
+ * rdma_cm's (an event channel, rdmacm.c), is marked, the library started first if it was not (only then: the path
  * was not looked at before the kernel read it).
  */
 static void opened(int fd, const char *path)
 {
-	if (fd >= 0 && !ff_busy && !strncmp(path, UVERBS_DIR, sizeof(UVERBS_DIR) - 1) &&
-	    !strncmp(path + sizeof(UVERBS_DIR) - 1, "uverbs", 6)) {
+	const char *name = path + sizeof(UVERBS_DIR) - 1;
+
+	if (fd < 0 || ff_busy || strncmp(path, UVERBS_DIR, sizeof(UVERBS_DIR) - 1))
+		return;
+	if (!strncmp(name, "uverbs", 6)) {
 		ff_init();
 		ff_fd_mark(fd, FF_FD_UVERBS);
+	} else if (!strcmp(name, "rdma_cm")) {
+		ff_init();
+		ff_rdmacm_opened(fd);
+		ff_fd_mark(fd, FF_FD_RDMACM);
 	}
 }
 

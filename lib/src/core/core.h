@@ -208,6 +208,7 @@ struct ff_conn {
 #define FF_FD_SHM	16u	/* conn->shm is set: the data path goes through shm/io.c */
 #define FF_FD_RING	32u	/* an io_uring whose submissions the shim follows (routes.c) */
 #define FF_FD_UVERBS	64u	/* the verbs device's command file (calls/uverbs.c) */
+#define FF_FD_RDMACM	128u	/* an rdma_cm event channel (calls/rdmacm.c) */
 
 struct ff_slot {
 	_Atomic uint8_t flags;

@@ -1,0 +1,119 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rdma_cm tests: the stock librdmacm (linked) on the virtual verbs device
+ * (verbstest.h), its command file /dev/infiniband/rdma_cm a /dev/null as
+ * in a container, and a devpts of the test's own for the channel's
+ * pseudo-terminal. Two forked processes: a listener and a connector, on
+ * loopback; the listener tells its port over the socket pair.
+ */
+#ifndef FREEFLOW_RDMACMTEST_H
+#define FREEFLOW_RDMACMTEST_H
+
+#include <rdma/rdma_cma.h>
+
+#include "verbstest.h"
+
+static inline void tr_setup(char **argv)
+{
+	tv_setup(argv);
+	TV_MUST(mknod("/dev/infiniband/rdma_cm", S_IFCHR | 0666, makedev(1, 3)) == 0 &&
+		mkdir("/dev/pts", 0755) == 0 &&
+		mount("devpts", "/dev/pts", "devpts", MS_NOSUID, "newinstance,ptmxmode=0666") == 0 &&
+		symlink("pts/ptmx", "/dev/ptmx") == 0,
+		"rdma_cm and a devpts in /dev: %s", strerror(errno));
+	tv_file("sys/class/misc/rdma_cm/abi_version", "4");
+}
+
+/* The next event on ch within 10 s (poll on its fd first: it must be pollable), of type want. */
+static inline struct rdma_cm_event *tr_event(struct rdma_event_channel *ch, enum rdma_cm_event_type want)
+{
+	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+	struct rdma_cm_event *ev = NULL;
+
+	TV_MUST(poll(&p, 1, 10000) == 1, "no rdma_cm event within 10 s (want %s)", rdma_event_str(want));
+	TV_MUST(rdma_get_cm_event(ch, &ev) == 0, "rdma_get_cm_event: %s", strerror(errno));
+	TV_MUST(ev->event == want, "event %s (status %d), want %s", rdma_event_str(ev->event), ev->status,
+		rdma_event_str(want));
+	return ev;
+}
+
+static inline void tr_ack(struct rdma_event_channel *ch, enum rdma_cm_event_type want)
+{
+	rdma_ack_cm_event(tr_event(ch, want));
+}
+
+/* An RC QP for id on its device, with a CQ of its own. */
+static inline struct ibv_cq *tr_qp(struct rdma_cm_id *id)
+{
+	struct ibv_cq *cq = ibv_create_cq(id->verbs, 64, NULL, NULL, 0);
+	struct ibv_qp_init_attr a = { .send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+				      .cap = { .max_send_wr = 16, .max_recv_wr = 16,
+					       .max_send_sge = 1, .max_recv_sge = 1 } };
+
+	TV_MUST(cq && rdma_create_qp(id, id->pd, &a) == 0, "a QP through rdma_cm: %s", strerror(errno));
+	return cq;
+}
+
+/* id's QP and its CQ destroyed (before the id). */
+static inline void tr_drop_qp(struct rdma_cm_id *id, struct ibv_cq *cq)
+{
+	rdma_destroy_qp(id);
+	CHECK(ibv_destroy_cq(cq) == 0, "destroy the CQ");
+}
+
+/*
+ * len bytes (a multiple of the page), page-aligned, registered on e's PD:
+ * the provider moves a remote-access region's whole pages, which would
+ * take a malloc'd buffer's neighbours along (AddressSanitizer objects).
+ */
+static inline struct ibv_mr *tr_region(struct tv_end *e, size_t len, int access)
+{
+	void *buf = aligned_alloc(4096, len);
+	struct ibv_mr *mr = buf ? ibv_reg_mr(e->pd, buf, len, access) : NULL;
+
+	TV_MUST(mr, "register %zu bytes: %s", len, strerror(errno));
+	return mr;
+}
+
+/* A region of tr_region deregistered and its buffer freed. */
+static inline void tr_drop_region(struct ibv_mr *mr)
+{
+	void *buf = mr->addr;
+
+	CHECK(ibv_dereg_mr(mr) == 0, "deregister a region");
+	free(buf);
+}
+
+/* A listener on 127.0.0.1, port chosen by the kernel; its port goes to the connector over sock. */
+static inline struct rdma_cm_id *tr_listen(struct rdma_event_channel *ch, int sock)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct rdma_cm_id *l;
+	uint16_t port;
+
+	TV_MUST(rdma_create_id(ch, &l, NULL, RDMA_PS_TCP) == 0 &&
+		rdma_bind_addr(l, (struct sockaddr *)&a) == 0 && rdma_listen(l, 8) == 0,
+		"listen: %s", strerror(errno));
+	port = rdma_get_src_port(l);
+	TV_MUST(port && write(sock, &port, 2) == 2, "tell the port");
+	return l;
+}
+
+/* An id resolved to 127.0.0.1 at the port the listener tells over sock. */
+static inline struct rdma_cm_id *tr_resolve(struct rdma_event_channel *ch, int sock)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct rdma_cm_id *id;
+
+	TV_MUST(read(sock, &a.sin_port, 2) == 2, "hear the port");
+	TV_MUST(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0 &&
+		rdma_resolve_addr(id, NULL, (struct sockaddr *)&a, 2000) == 0,
+		"resolve: %s", strerror(errno));
+	tr_ack(ch, RDMA_CM_EVENT_ADDR_RESOLVED);
+	TV_MUST(id->verbs, "the resolved id has no device");
+	TV_MUST(rdma_resolve_route(id, 2000) == 0, "resolve the route: %s", strerror(errno));
+	tr_ack(ch, RDMA_CM_EVENT_ROUTE_RESOLVED);
+	return id;
+}
+
+#endif

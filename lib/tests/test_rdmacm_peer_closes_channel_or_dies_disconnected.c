@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: MIT */
+/* Description: a connected peer that closes its event channel without rdma_disconnect or destroying its id (the kernel destroys the channel's ids), then one killed: the other end gets DISCONNECTED each time, within seconds, and can destroy its id */
+#include "rdmacmtest.h"
+
+/* Accept one connection on a channel of its own; the channel. */
+static struct rdma_event_channel *accept_one(int sock)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1 };
+	struct rdma_cm_event *ev;
+	struct rdma_cm_id *id;
+
+	TV_MUST(ch, "event channel: %s", strerror(errno));
+	tr_listen(ch, sock);
+	ev = tr_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
+	id = ev->id;
+	rdma_ack_cm_event(ev);
+	tr_qp(id);
+	TV_MUST(rdma_accept(id, &cp) == 0, "accept: %s", strerror(errno));
+	tr_ack(ch, RDMA_CM_EVENT_ESTABLISHED);
+	return ch;
+}
+
+/* The listener accepts, closes its channel's fd; accepts again, then dies as a killed process does. */
+static int listener(int sock)
+{
+	struct rdma_event_channel *ch = accept_one(sock);
+
+	tv_hear(sock, 'c');
+	close(ch->fd);
+	tv_hear(sock, 'n');
+	accept_one(sock);
+	tv_hear(sock, 'd');
+	raise(SIGKILL);
+	return 1;
+}
+
+/* Connect to the listener; wait for DISCONNECTED after saying what (c: close, d: die). */
+static void connect_and_lose(struct rdma_event_channel *ch, int sock, char what)
+{
+	struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1, .retry_count = 7 };
+	struct rdma_cm_id *id = tr_resolve(ch, sock);
+	struct ibv_cq *cq = tr_qp(id);
+
+	TV_MUST(rdma_connect(id, &cp) == 0, "connect: %s", strerror(errno));
+	tr_ack(ch, RDMA_CM_EVENT_ESTABLISHED);
+	tv_say(sock, what);
+	tr_ack(ch, RDMA_CM_EVENT_DISCONNECTED);
+	tr_drop_qp(id, cq);
+	CHECK(rdma_destroy_id(id) == 0, "destroy the id: %s", strerror(errno));
+}
+
+int main(int argc, char **argv)
+{
+	struct rdma_event_channel *ch;
+	pid_t pid;
+	int sock, st;
+
+	(void)argc;
+	tr_setup(argv);
+	pid = tv_fork(listener, &sock);
+	ch = rdma_create_event_channel();
+	TV_MUST(ch, "event channel: %s", strerror(errno));
+	connect_and_lose(ch, sock, 'c');
+	tv_say(sock, 'n');
+	connect_and_lose(ch, sock, 'd');
+	CHECK(waitpid(pid, &st, 0) == pid && WIFSIGNALED(st), "the listener did not die (status %#x)", st);
+	rdma_destroy_event_channel(ch);
+	return t_shim_finish();
+}
