@@ -23,10 +23,12 @@ package agent
 // go, and the receiving QP's doorbell, if it lives and has one, is rung,
 // so that a receiver asleep in ibv_get_cq_event lets go of the dead
 // sender's ring now, not at its next wake-up. A lane whose sender dies
-// before its receiver took it stays listed, dead, holding a use of its
-// file, until the receiver takes it or dies: what the sender sent before
-// it exited is delivered, as by a fabric (udaddy's server exits right
-// after its replies). A lane's memfd must be a
+// before its receiver took it stays listed, dead, on a descriptor of its
+// own (no container's held file: the sender's container is not charged
+// for a receiver that does not take it), until the receiver takes it or
+// dies, or a live sender needs its place: what the sender sent before it
+// exited is delivered, as by a fabric (udaddy's server exits right after
+// its replies). A lane's memfd must be a
 // file its container's QPs, regions and lanes do not hold already: the
 // agent marks it dead when the lane dies, which would mark the other user
 // dead too.
@@ -56,7 +58,7 @@ type vlane struct {
 	fd       int                // the memfd, held as a file of from's container; from another host, the socket, parked for to's container
 	file     fileKey
 	handed   bool // its receiver has its memfd (lanesOf)
-	orphan   bool // its sender died before that: listed until taken, with a use of the file of its own
+	orphan   bool // its sender died before that: listed until taken, fd a descriptor of its own
 }
 
 // verbsUDLane gives the caller's UD QP a lane to the UD QP VERBS_PEER names.
@@ -164,7 +166,7 @@ func (r *verbsRegistry) addLane(s *session, lane *vlane, toQPN uint32, toC direc
 		return nil, nil, -1, protocol.Errorf(protocol.CodeInvalid, "QP %#x is of type %d; a lane goes to a UD (4) QP", toQPN, to.typ)
 	}
 	old := from.sent[to]
-	if old == nil && !r.roomForLaneLocked(to) {
+	if old == nil && to.full() {
 		return nil, nil, -1, protocol.Errorf(protocol.CodeLimit,
 			"QP %#x has %d lanes, one per sender, its limit; a sender gets one once another's QP is destroyed", toQPN, MaxLanesPerQP)
 	}
@@ -191,6 +193,8 @@ func (r *verbsRegistry) addLane(s *session, lane *vlane, toQPN uint32, toC direc
 	}
 	if old != nil {
 		r.detachLaneLocked(old)
+	} else {
+		r.makeRoomLocked(to)
 	}
 	to.lastLane++
 	lane.id, lane.from, lane.to, lane.file = to.lastLane, from, to, k
@@ -207,21 +211,31 @@ func (r *verbsRegistry) addLane(s *session, lane *vlane, toQPN uint32, toC direc
 // counted (verbs_udx.go).
 func (qp *vqp) lanesHeld() int { return len(qp.lanes) + qp.xaccepting }
 
-// roomForLaneLocked reports whether qp takes one more lane, dropping its
-// oldest orphan (design note) if that makes the room: a live sender's
-// lane goes before a dead one's datagrams.
-func (r *verbsRegistry) roomForLaneLocked(qp *vqp) bool {
+// full reports whether qp takes no more lanes, its orphans (design note)
+// not counted: a live sender's lane goes before a dead one's datagrams.
+func (qp *vqp) full() bool {
+	return qp.lanesHeld()-qp.orphans() >= MaxLanesPerQP
+}
+
+func (qp *vqp) orphans() int {
+	n := 0
+	for _, l := range qp.lanes {
+		if l.orphan {
+			n++
+		}
+	}
+	return n
+}
+
+// makeRoomLocked drops qp's oldest orphan if qp has no room for one more
+// lane otherwise; the caller checked it is not full.
+func (r *verbsRegistry) makeRoomLocked(qp *vqp) {
 	if qp.lanesHeld() < MaxLanesPerQP {
-		return true
+		return
 	}
-	i := slices.IndexFunc(qp.lanes, func(l *vlane) bool { return l.orphan })
-	if i < 0 {
-		return false
+	if i := slices.IndexFunc(qp.lanes, func(l *vlane) bool { return l.orphan }); i >= 0 {
+		r.forgetLaneLocked(qp.lanes[i])
 	}
-	l := qp.lanes[i]
-	r.detachLaneLocked(l)
-	r.releaseFilesLocked(l.from.container, []fileKey{l.file})
-	return true
 }
 
 // idsGiven reports whether qp has given every lane id, offers accepted
@@ -251,16 +265,42 @@ func (r *verbsRegistry) detachLanesLocked(qp *vqp, keep bool) []*vlane {
 			lanes = append(lanes, l)
 		}
 	}
+	var retire []*vlane
 	for _, l := range lanes {
-		if keep && l.from == qp && l.to != qp && !l.handed {
-			delete(qp.sent, l.to)
-			l.orphan = true
-			r.files[qp.container][l.file].users++
+		if keep && l.from == qp && l.to != qp && !l.handed && r.orphanLocked(l) {
 			continue
 		}
 		r.detachLaneLocked(l)
+		retire = append(retire, l)
 	}
-	return lanes
+	return retire
+}
+
+// orphanLocked keeps lane, whose sender died before its receiver took it,
+// listed for the receiver (design note): dead, on a descriptor of its
+// own, the sender's file given back, the receiver rung; false if it could
+// not (no descriptor left): it dies as any lane.
+func (r *verbsRegistry) orphanLocked(l *vlane) bool {
+	fd, err := dupFD(l.fd)
+	if err != nil {
+		return false
+	}
+	// Failing, the receiver finds it live: it drains it all the same, and unmaps it when its QP goes.
+	markQPDead(fd)
+	delete(l.from.sent, l.to)
+	r.releaseFilesLocked(l.from.container, []fileKey{l.file})
+	l.fd, l.orphan = fd, true
+	if r.qps[l.to.qpn] == l.to && l.to.bell >= 0 {
+		ring(l.to.bell)
+	}
+	return true
+}
+
+// forgetLaneLocked forgets a lane the agent alone holds a descriptor of
+// (an orphan, a lane from another host): taken, or its place needed.
+func (r *verbsRegistry) forgetLaneLocked(l *vlane) {
+	r.detachLaneLocked(l)
+	closeFD(l.fd)
 }
 
 // retireLanes marks detached lanes dead (unless the agent is stopping:
@@ -273,7 +313,7 @@ func (a *Agent) retireLanes(lanes []*vlane, dead bool) {
 	}
 	if dead {
 		for _, l := range lanes {
-			if l.from == nil {
+			if l.from == nil || l.orphan { // a socket; dead already
 				continue
 			}
 			if err := markQPDead(l.fd); err != nil {
@@ -286,7 +326,7 @@ func (a *Agent) retireLanes(lanes []*vlane, dead bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, l := range lanes {
-		if l.from == nil { // it dies with its receiver only
+		if l.from == nil || l.orphan { // it dies with its receiver only: the agent's own descriptor
 			closeFD(l.fd)
 			continue
 		}
@@ -351,12 +391,7 @@ func (r *verbsRegistry) lanesOf(s *session, qpn, first uint32) ([]protocol.Lane,
 		}
 	}
 	for _, l := range gone {
-		r.detachLaneLocked(l)
-		if l.from == nil {
-			closeFD(l.fd)
-		} else {
-			r.releaseFilesLocked(l.from.container, []fileKey{l.file})
-		}
+		r.forgetLaneLocked(l) // the receiver holds its own descriptor now
 	}
 	return entries, fds, nil
 }

@@ -684,3 +684,25 @@ func TestVerbsUDLaneHostileRequestsGetErrors(t *testing.T) {
 	good.conn.Close()
 	waitRegistryEmpty(t, a)
 }
+
+// The orphans a container's dead UD QPs leave at a receiver in another
+// container that never takes its lanes are not the sender's held files: a
+// new QP of the sender still makes a lane (before, they used up the
+// sender's limit, so one tenant's idle receiver blocked another).
+func TestVerbsUDLaneOrphansNotChargedToTheirSender(t *testing.T) {
+	a, lb := otherContainer(t, func(c *Config) { c.verbsFDs = 3 })
+	la := newLib(t, a)
+	qb, _, _ := newUDQP(t, lb, false) // never asks for its lanes
+	for i := 0; i < 2; i++ {
+		qa, _, _ := newUDQP(t, la, false)
+		la.newLane(t, qa, otherPeer(qb))
+		endQP(t, la, qa, "VERBS_QP_DESTROY")
+	}
+	qa, _, _ := newUDQP(t, la, false)
+	if _, err := la.udLane(t, qa, otherPeer(qb), newQPMemfd(t)); err != nil {
+		t.Fatalf("a lane from the sender's only live QP: %v", err)
+	}
+	if lanes, _, err := lb.udLanes(t, qb, 0); err != nil || len(lanes) != 3 {
+		t.Fatalf("the receiver's lanes: %+v, %v; want the two orphans and the live one", lanes, err)
+	}
+}

@@ -103,7 +103,7 @@ func (r *verbsRegistry) reserveXLane(qp *vqp, limit int) string {
 	switch {
 	case r.qps[qp.qpn] != qp:
 		return reasonVerbsNoQP
-	case qp.idsGiven(), !r.roomForLaneLocked(qp):
+	case qp.idsGiven(), qp.full():
 		return reasonVerbsLaneLimit
 	case len(r.files[qp.container])+r.parked[qp.container] >= limit:
 		return reasonVerbsLimit
@@ -126,6 +126,7 @@ func (r *verbsRegistry) addXLane(to *vqp, lane *vlane, fd int) bool {
 		closeFD(fd)
 		return false
 	}
+	r.makeRoomLocked(to)
 	to.lastLane++
 	lane.id, lane.to, lane.fd = to.lastLane, to, fd
 	to.lanes = append(to.lanes, lane) // ids only grow: still in order

@@ -387,7 +387,7 @@ static void drain_sq(struct ffv_qp *qp)
  * it to ring our doorbell when it consumes, then the room is looked at
  * again, the mirror of ffv_req_notify_cq's arm-then-look (docs/VERBS.md,
  * "No lost wake-up"). Only while the event thread is to move the sends
- * along: for a program with a channel, or one that stopped calling (a NIC
+ * along: for a program with a channel, or one that does not poll (a NIC
  * goes on without its program); a program that polls moves them itself,
  * and a ring per consumption beside it would cost a wake each.
  */
@@ -433,7 +433,7 @@ static struct ffv_swqe *keep(struct ffv_qp *qp, const struct ibv_send_wr *wr, ui
 		ffv_gather(data, wr->sg_list, wr->num_sge, 0, total);
 		w->sge[0] = (struct ibv_sge){ .addr = (uintptr_t)data, .length = total };
 		w->wr.num_sge = 1;
-	} else {
+	} else if (wr->num_sge) {	/* no SGE: sg_list may be NULL */
 		memcpy(w->sge, wr->sg_list, sizeof(struct ibv_sge) * wr->num_sge);
 	}
 	w->next = NULL;
@@ -473,7 +473,6 @@ int ffv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_w
 	int err = 0;
 
 	pthread_mutex_lock(&c->mu);
-	qp->calls++;
 	drain_sq(qp);
 	for (; wr; wr = wr->next) {
 		uint32_t total = 0, done = 0;

@@ -458,9 +458,23 @@ static int64_t retry_budget_ns(const struct ffv_qp *qp)
 /* Ask the agent again at most this often while a peer has not connected back. */
 #define REACH_EVERY_NS	1000000
 
+/*
+ * A NIC retries on its own: so does the event thread, while the program
+ * makes no verbs call. Its doorbell when the budget starts (started), so
+ * that a thread asleep with no clock takes one (events.c).
+ */
+static void retry_on_own(struct ffv_qp *qp, int started)
+{
+	struct ffv_context *c = ffv_ctx(qp->vqp.qp.context);
+
+	if (ffv_events_start(c) == 0 && started)
+		ffv_ring(c->bell[1]);
+}
+
 int ffv_qp_reach(struct ffv_qp *qp)
 {
 	int64_t now = ffv_now_ns();
+	int started = !qp->reach_by;
 	enum ibv_wc_status st;
 
 	/*
@@ -478,8 +492,7 @@ int ffv_qp_reach(struct ffv_qp *qp)
 		}
 		qp->reach_next = now + REACH_EVERY_NS;
 	}
-	/* A NIC retries on its own: so does the event thread, if the program does not call. */
-	ffv_events_start(ffv_ctx(qp->vqp.qp.context));
+	retry_on_own(qp, started);
 	return FFV_REACH_LATER;
 }
 
@@ -492,14 +505,15 @@ static void flush_recv(struct ffv_qp *qp, struct ffv_rwqe *w)
 int ffv_qp_retry_dead(struct ffv_qp *qp)
 {
 	int64_t now = ffv_now_ns();
+	int started = !qp->reach_by;
 
-	if (!qp->reach_by)
+	if (started)
 		qp->reach_by = now + retry_budget_ns(qp);
 	if (now >= qp->reach_by) {
 		qp->reach_by = 0;
 		return IBV_WC_RETRY_EXC_ERR;
 	}
-	ffv_events_start(ffv_ctx(qp->vqp.qp.context));	/* the retries go on while the program sleeps */
+	retry_on_own(qp, started);
 	return FFV_REACH_LATER;
 }
 

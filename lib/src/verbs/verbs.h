@@ -238,7 +238,11 @@ struct ffv_qp {
 	struct ffv_swqe *sq, **sq_tail;
 	uint32_t sq_count;
 	uint32_t events;		/* asynchronous events written for it (LAST_WQE_REACHED) */
-	/* The program's verbs calls on it, and whether the event thread saw them go on (ffv_qp_look). */
+	/*
+	 * The program's polls of its CQs, which take what arrived, and whether
+	 * the event thread saw them go on (ffv_qp_look). Not its posts: a
+	 * program that posts WRITEs and spins on memory polls nothing.
+	 */
 	uint32_t calls, calls_seen;
 	int busy;
 	/* A UD QP's lanes (ud.c): to its receivers, from its senders. */
@@ -459,9 +463,9 @@ int ffv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr 
 void ffv_progress(struct ffv_qp *qp);
 /*
  * ctx->mu held: the event thread's look, on each wake, at whether qp's
- * program still calls (polls, posts) while its QP has work a NIC would do
- * on its own (sends waiting, a connection to another host); 1 while it
- * does: look again in a millisecond.
+ * program still polls while its QP has work a NIC would do on its own
+ * (sends waiting, a connection to another host); 1 while it does: look
+ * again in a millisecond.
  */
 int ffv_qp_look(struct ffv_qp *qp);
 /*

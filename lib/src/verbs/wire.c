@@ -511,6 +511,7 @@ int ffv_wire_run(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total
 		uint32_t len = send ? piece_len(total, *done) : data ? total : 0;
 		uint8_t hdr[FF_VW_HDR] = { 0 };
 		struct ibv_sge part[FFV_MAX_SGE];
+		uint64_t prod;
 
 		/* Our credit and the peer's answers go whole between our frames, and ours whole between them. */
 		put_answers(qp);
@@ -540,13 +541,19 @@ int ffv_wire_run(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total
 			wr64(hdr + FF_VW_RADDR, wr->wr.rdma.remote_addr);
 			wr64(hdr + FF_VW_ARG1, total);
 		}
-		/* Its record in the peer's ring, counted as the peer will make it. */
+		/* Its record in the peer's ring, counted as the peer will make it (once: not again if none of it went). */
+		prod = w->tx_prod;
 		if (within == 0 && (send || op == FF_VW_WRITE_IMM)) {
 			ffv_ring_fit(FF_VW_RING, &w->tx_prod, w->credit, send ? len : 0);
 			w->tx_prod += FF_VQP_REC_HDR + ffv_round16(send ? len : 0);
 		}
 		w->half = HALF_REQ;
 		if (!put(qp, hdr, part, data ? slice(wr->sg_list, wr->num_sge, off, len, part) : 0, len, &within)) {
+			/* Not begun: nothing is counted, and answers and credits may go first. */
+			if (within == 0) {
+				w->tx_prod = prod;
+				w->half = HALF_NONE;
+			}
 			*done = base + within;
 			set_interest(qp);
 			return FFV_WAIT;
