@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/freeflow-net/freeflow/internal/cni"
 	"github.com/freeflow-net/freeflow/internal/ffspec"
 	"github.com/freeflow-net/freeflow/internal/state"
 )
@@ -27,7 +28,7 @@ func (m *Manager) checkProvider() (string, error) {
 // directory.
 func withVerbs(spec *ociSpec, l state.Layout, c *state.Container, provider string) error {
 	dir := filepath.Join(l.ContainerDir(c.Name), "verbs")
-	if err := ffspec.WriteVerbsTree(dir, c.IP); err != nil {
+	if err := ffspec.WriteVerbsTree(dir, c.IP, cni.ContainerIfName); err != nil {
 		return err
 	}
 	mounts, env := ffspec.Verbs(dir, provider)

@@ -40,7 +40,13 @@ func sysfsHex(b []byte) string {
 
 // WriteVerbsTree writes the sysfs files libibverbs reads for device ffv0
 // of the container at ip under dir/sys (docs/VERBS.md, "Discovery").
-func WriteVerbsTree(dir, ip string) error {
+// ifname is the container's interface that holds ip: the device's network
+// interface (device/net/<ifname>, as an HCA's lists its IPoIB or Ethernet
+// interface), where rdma_cm addresses it and GID 0 comes from.
+func WriteVerbsTree(dir, ip, ifname string) error {
+	if ifname == "" || strings.ContainsAny(ifname, "/\x00") || ifname == "." || ifname == ".." {
+		return fmt.Errorf("verbs device tree: bad interface name %q for %s", ifname, ip)
+	}
 	lid, guid, gid, err := verbsid.Identity(ip)
 	if err != nil {
 		return err
@@ -65,6 +71,10 @@ func WriteVerbsTree(dir, ip string) error {
 		filepath.Join(port, "gids/0"):                                        sysfsHex(gid),
 		filepath.Join(port, "gid_attrs/types/0"):                             "IB/RoCE v1",
 		filepath.Join(port, "pkeys/0"):                                       "0xffff",
+	}
+	// A directory, as the kernel's is: tools list device/net/ for the name.
+	if err := os.MkdirAll(filepath.Join(dir, "sys/class/infiniband", verbsDeviceName, "device/net", ifname), 0o755); err != nil {
+		return fmt.Errorf("verbs device tree: %w", err)
 	}
 	for name, v := range files {
 		p := filepath.Join(dir, "sys", name)

@@ -8,7 +8,7 @@ import (
 
 func TestWriteVerbsTree(t *testing.T) {
 	dir := t.TempDir()
-	if err := WriteVerbsTree(dir, "10.244.2.7"); err != nil {
+	if err := WriteVerbsTree(dir, "10.244.2.7", "eth0"); err != nil {
 		t.Fatal(err)
 	}
 	for name, want := range map[string]string{
@@ -38,6 +38,27 @@ func TestVerbsMountsRdmaCM(t *testing.T) {
 		m, ok := found[dev]
 		if !ok || m.Source != "/dev/null" || m.Type != "bind" {
 			t.Errorf("%s: %+v (present %v), want a bind of /dev/null", dev, m, ok)
+		}
+	}
+}
+
+// TestVerbsTreeNamesTheNetInterface: rdma-core's rdma_cm tests (base.py)
+// take the first entry of the device's device/net/ as the interface whose
+// address they connect to, and skip ("doesn't have net interface") without
+// one: the tree lists the container's interface there, a directory as in
+// the kernel's sysfs, and only it.
+func TestVerbsTreeNamesTheNetInterface(t *testing.T) {
+	dir := t.TempDir()
+	if err := WriteVerbsTree(dir, "10.244.2.7", "net1"); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir(filepath.Join(dir, "sys/class/infiniband/ffv0/device/net"))
+	if err != nil || len(ents) != 1 || ents[0].Name() != "net1" || !ents[0].IsDir() {
+		t.Fatalf("device/net: %v (%v), want the one directory net1", ents, err)
+	}
+	for _, bad := range []string{"", "..", "a/b"} {
+		if err := WriteVerbsTree(t.TempDir(), "10.244.2.7", bad); err == nil {
+			t.Errorf("interface %q: no error", bad)
 		}
 	}
 }

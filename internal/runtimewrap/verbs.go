@@ -24,12 +24,12 @@ func giveVerbs(s *spec, bundle, provider string) error {
 	if st, err := os.Stat(provider); err != nil || !st.Mode().IsRegular() {
 		return fmt.Errorf("the FreeFlow verbs provider %s is missing on this node (run `freeflowd install`, or opt the pod out with the annotation %s: \"off\")", provider, OptOutAnnotation)
 	}
-	ip, err := podAddress(s)
+	ip, ifname, err := podAddress(s)
 	if err != nil || ip == "" {
 		return err
 	}
 	tree := filepath.Join(bundle, verbsTreeDir)
-	if err := ffspec.WriteVerbsTree(tree, ip); err != nil {
+	if err := ffspec.WriteVerbsTree(tree, ip, ifname); err != nil {
 		return err
 	}
 	mounts, env := ffspec.Verbs(tree, provider)
@@ -42,32 +42,31 @@ func giveVerbs(s *spec, bundle, provider string) error {
 }
 
 // podAddress returns the IPv4 address of the container's network
-// namespace (the first of an interface other than loopback), "" when its
-// namespace is new (no path) or has none.
-func podAddress(s *spec) (string, error) {
+// namespace (the first of an interface other than loopback) and its
+// interface, "" when its namespace is new (no path) or has none.
+func podAddress(s *spec) (ip, ifname string, err error) {
 	var linux struct {
 		Namespaces []struct{ Type, Path string } `json:"namespaces"`
 	}
 	if err := decodeField(s.top, "linux", &linux); err != nil {
-		return "", err
+		return "", "", err
 	}
-	var ip string
 	for _, ns := range linux.Namespaces {
 		if ns.Type != "network" || ns.Path == "" {
 			continue
 		}
 		err := netns.Do(ns.Path, func() error {
-			ip = firstIPv4()
+			ip, ifname = firstIPv4()
 			return nil
 		})
 		if err != nil {
-			return "", fmt.Errorf("read the pod's address for its verbs device: %w", err)
+			return "", "", fmt.Errorf("read the pod's address for its verbs device: %w", err)
 		}
 	}
-	return ip, nil
+	return ip, ifname, nil
 }
 
-func firstIPv4() string {
+func firstIPv4() (ip, ifname string) {
 	ifs, _ := net.Interfaces()
 	for _, i := range ifs {
 		if i.Flags&net.FlagLoopback != 0 {
@@ -76,9 +75,9 @@ func firstIPv4() string {
 		addrs, _ := i.Addrs()
 		for _, a := range addrs {
 			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil {
-				return n.IP.String()
+				return n.IP.String(), i.Name
 			}
 		}
 	}
-	return ""
+	return "", ""
 }

@@ -144,7 +144,7 @@ static int init_qp_attr(const struct cm_id *id, uint32_t state, struct ib_uverbs
 		a->qp_attr_mask = QP_STATE | QP_TIMEOUT | QP_RETRY_CNT | QP_RNR_RETRY |
 				  QP_SQ_PSN | QP_MAX_QP_RD_ATOMIC;
 		a->sq_psn = id->psn;
-		a->timeout = 14;
+		a->timeout = id->timeout_set ? id->timeout : 14;
 		a->retry_cnt = 7;
 		a->rnr_retry = 7;
 		a->max_rd_atomic = id->mine.init_depth ? id->mine.init_depth : 1;
@@ -534,7 +534,35 @@ static int cmd_migrate(struct cm_chan *c, const void *body, size_t in, size_t ou
 	return put_resp(cmd.response, &r, sizeof(r), out);
 }
 
-/* A command that only names an id (SET_OPTION, NOTIFY): the id must be this channel's. */
+/*
+ * SET_OPTION: RDMA_OPTION_ID_ACK_TIMEOUT (one byte, RC ids only, as the
+ * kernel's rdma_set_ack_timeout) becomes the timeout INIT_QP_ATTR gives for
+ * RTS; the others (TOS, REUSEADDR, AFONLY, IB_PATH) tune what the kernel's
+ * CM does on a fabric: taken, no effect.
+ */
+static int cmd_set_option(struct cm_chan *c, const void *body, size_t in)
+{
+	struct rdma_ucm_set_option cmd = { 0 };
+	struct cm_id *id;
+	uint8_t v;
+	int err = get_cmd(&cmd, sizeof(cmd), body, in);
+
+	if (err)
+		return err;
+	if (!(id = cm_id_of(c, cmd.id)))
+		return -EINVAL;
+	if (cmd.level != RDMA_OPTION_ID || cmd.optname != RDMA_OPTION_ID_ACK_TIMEOUT)
+		return 0;
+	if (cmd.optlen != sizeof(v) || id->ps == RDMA_PS_UDP)
+		return -EINVAL;
+	if ((err = ff_user_read(&v, (const void *)(uintptr_t)cmd.optval, sizeof(v))))
+		return err;
+	id->timeout = v;
+	id->timeout_set = 1;
+	return 0;
+}
+
+/* A command that only names an id (NOTIFY): the id must be this channel's. */
 static int cmd_id_only(struct cm_chan *c, const void *body, size_t in, size_t off)
 {
 	uint32_t h;
@@ -567,9 +595,7 @@ static int dispatch(int fd, struct cm_chan *c, uint32_t cmd, const void *body, s
 	case RDMA_USER_CM_CMD_INIT_QP_ATTR:	return cmd_init_qp_attr(c, body, in, out);
 	case RDMA_USER_CM_CMD_GET_EVENT:	return cmd_get_event(fd, c, body, in, out);
 	case RDMA_USER_CM_CMD_MIGRATE_ID:	return cmd_migrate(c, body, in, out);
-	/* Options are the kernel's tuning (TOS, REUSEADDR, AFONLY, ACK_TIMEOUT, IB_PATH): taken, no effect. */
-	case RDMA_USER_CM_CMD_SET_OPTION:
-		return cmd_id_only(c, body, in, offsetof(struct rdma_ucm_set_option, id));
+	case RDMA_USER_CM_CMD_SET_OPTION:	return cmd_set_option(c, body, in);
 	case RDMA_USER_CM_CMD_NOTIFY:
 		return cmd_id_only(c, body, in, offsetof(struct rdma_ucm_notify, id));
 	/* Multicast: the device has none (docs/VERBS.md, "rdma_cm"). */

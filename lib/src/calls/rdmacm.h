@@ -126,6 +126,8 @@ struct cm_id {
 	uint8_t rbuf[sizeof(struct cm_msg)];
 	size_t rlen;
 	int64_t deadline;		/* S_CONNECTING, ff_now_ms */
+	int timeout_set;		/* RDMA_OPTION_ID_ACK_TIMEOUT given: timeout for RTS */
+	uint8_t timeout;
 };
 
 /* The state of every channel and id (one per process). */
