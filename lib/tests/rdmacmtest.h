@@ -99,6 +99,24 @@ static inline struct rdma_cm_id *tr_listen(struct rdma_event_channel *ch, int so
 	return l;
 }
 
+/* A listener on a channel of its own (the channel) and the one connection it accepted (*id). */
+static inline struct rdma_event_channel *tr_accept_one(int sock, struct rdma_cm_id **id)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1 };
+	struct rdma_cm_event *ev;
+
+	TV_MUST(ch, "event channel: %s", strerror(errno));
+	tr_listen(ch, sock);
+	ev = tr_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
+	*id = ev->id;
+	rdma_ack_cm_event(ev);
+	tr_qp(*id);
+	TV_MUST(rdma_accept(*id, &cp) == 0, "accept: %s", strerror(errno));
+	tr_ack(ch, RDMA_CM_EVENT_ESTABLISHED);
+	return ch;
+}
+
 /* An id resolved to 127.0.0.1 at the port the listener tells over sock. */
 static inline struct rdma_cm_id *tr_resolve(struct rdma_event_channel *ch, int sock)
 {
@@ -114,6 +132,14 @@ static inline struct rdma_cm_id *tr_resolve(struct rdma_event_channel *ch, int s
 	TV_MUST(rdma_resolve_route(id, 2000) == 0, "resolve the route: %s", strerror(errno));
 	tr_ack(ch, RDMA_CM_EVENT_ROUTE_RESOLVED);
 	return id;
+}
+
+/* A channel of its own (*ch) and an id on it resolved to the listener's port told over sock. */
+static inline struct rdma_cm_id *tr_connect_to(int sock, struct rdma_event_channel **ch)
+{
+	*ch = rdma_create_event_channel();
+	TV_MUST(*ch, "event channel: %s", strerror(errno));
+	return tr_resolve(*ch, sock);
 }
 
 #endif

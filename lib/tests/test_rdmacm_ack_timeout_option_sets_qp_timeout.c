@@ -65,9 +65,7 @@ int main(int argc, char **argv)
 	(void)argc;
 	tr_setup(argv);
 	pid = tv_fork(listener, &sock);
-	ch = rdma_create_event_channel();
-	TV_MUST(ch, "event channel: %s", strerror(errno));
-	id = tr_resolve(ch, sock);
+	id = tr_connect_to(sock, &ch);
 	cq = tr_qp(id);
 	CHECK(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &wide, sizeof(wide)) == -1 &&
 	      errno == EINVAL, "an ack timeout of %zu bytes taken (errno %d)", sizeof(wide), errno);

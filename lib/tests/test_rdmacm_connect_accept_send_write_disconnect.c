@@ -99,9 +99,7 @@ int main(int argc, char **argv)
 	(void)argc;
 	tr_setup(argv);
 	pid = tv_fork(listener, &sock);
-	ch = rdma_create_event_channel();
-	TV_MUST(ch, "event channel: %s", strerror(errno));
-	id = tr_resolve(ch, sock);
+	id = tr_connect_to(sock, &ch);
 	cq = tr_qp(id);
 	e = (struct tv_end){ .ctx = id->verbs, .pd = id->pd, .cq = cq, .qp = id->qp };
 	smr = tr_region(&e, 4096, 0);

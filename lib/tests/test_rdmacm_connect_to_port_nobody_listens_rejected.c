@@ -34,9 +34,7 @@ int main(int argc, char **argv)
 	tr_setup(argv);
 	pid = tv_fork(nobody, &sock);
 	tv_join(pid);
-	ch = rdma_create_event_channel();
-	TV_MUST(ch, "event channel: %s", strerror(errno));
-	id = tr_resolve(ch, sock);
+	id = tr_connect_to(sock, &ch);
 	cq = tr_qp(id);
 	start = t_ms();
 	TV_MUST(rdma_connect(id, &cp) == 0, "connect: %s", strerror(errno));

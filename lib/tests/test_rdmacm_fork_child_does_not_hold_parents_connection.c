@@ -18,19 +18,9 @@ static void child(int sock)
 /* The listener accepts, forks a child that outlives it, then dies as a killed process does. */
 static int listener(int sock)
 {
-	struct rdma_event_channel *ch = rdma_create_event_channel();
-	struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1 };
-	struct rdma_cm_event *ev;
 	struct rdma_cm_id *id;
 
-	TV_MUST(ch, "event channel: %s", strerror(errno));
-	tr_listen(ch, sock);
-	ev = tr_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
-	id = ev->id;
-	rdma_ack_cm_event(ev);
-	tr_qp(id);
-	TV_MUST(rdma_accept(id, &cp) == 0, "accept: %s", strerror(errno));
-	tr_ack(ch, RDMA_CM_EVENT_ESTABLISHED);
+	tr_accept_one(sock, &id);
 	if (fork() == 0)
 		child(sock);
 	tv_hear(sock, 'd');
@@ -50,9 +40,7 @@ int main(int argc, char **argv)
 	(void)argc;
 	tr_setup(argv);
 	pid = tv_fork(listener, &sock);
-	ch = rdma_create_event_channel();
-	TV_MUST(ch, "event channel: %s", strerror(errno));
-	id = tr_resolve(ch, sock);
+	id = tr_connect_to(sock, &ch);
 	cq = tr_qp(id);
 	TV_MUST(rdma_connect(id, &cp) == 0, "connect: %s", strerror(errno));
 	tr_ack(ch, RDMA_CM_EVENT_ESTABLISHED);

@@ -2,34 +2,16 @@
 /* Description: a connected peer that closes its event channel without rdma_disconnect or destroying its id (the kernel destroys the channel's ids), then one killed: the other end gets DISCONNECTED each time, within seconds, and can destroy its id */
 #include "rdmacmtest.h"
 
-/* Accept one connection on a channel of its own; the channel. */
-static struct rdma_event_channel *accept_one(int sock)
-{
-	struct rdma_event_channel *ch = rdma_create_event_channel();
-	struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1 };
-	struct rdma_cm_event *ev;
-	struct rdma_cm_id *id;
-
-	TV_MUST(ch, "event channel: %s", strerror(errno));
-	tr_listen(ch, sock);
-	ev = tr_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
-	id = ev->id;
-	rdma_ack_cm_event(ev);
-	tr_qp(id);
-	TV_MUST(rdma_accept(id, &cp) == 0, "accept: %s", strerror(errno));
-	tr_ack(ch, RDMA_CM_EVENT_ESTABLISHED);
-	return ch;
-}
-
 /* The listener accepts, closes its channel's fd; accepts again, then dies as a killed process does. */
 static int listener(int sock)
 {
-	struct rdma_event_channel *ch = accept_one(sock);
+	struct rdma_cm_id *id;
+	struct rdma_event_channel *ch = tr_accept_one(sock, &id);
 
 	tv_hear(sock, 'c');
 	close(ch->fd);
 	tv_hear(sock, 'n');
-	accept_one(sock);
+	tr_accept_one(sock, &id);
 	tv_hear(sock, 'd');
 	raise(SIGKILL);
 	return 1;

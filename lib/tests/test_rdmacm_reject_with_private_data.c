@@ -37,9 +37,7 @@ int main(int argc, char **argv)
 	(void)argc;
 	tr_setup(argv);
 	pid = tv_fork(listener, &sock);
-	ch = rdma_create_event_channel();
-	TV_MUST(ch, "event channel: %s", strerror(errno));
-	id = tr_resolve(ch, sock);
+	id = tr_connect_to(sock, &ch);
 	cq = tr_qp(id);
 	TV_MUST(rdma_connect(id, &cp) == 0, "connect: %s", strerror(errno));
 	ev = tr_event(ch, RDMA_CM_EVENT_REJECTED);

@@ -38,6 +38,23 @@ static int get_cmd(void *cmd, size_t size, const void *body, size_t in)
 	return ff_user_read(cmd, body, in < size ? in : size);
 }
 
+/* get_cmd, then the id it names (the u32 at id_off): this channel's, or NULL and *err (-EINVAL). */
+static struct cm_id *get_id_cmd(struct cm_chan *c, void *cmd, size_t size, size_t id_off, const void *body,
+				size_t in, int *err)
+{
+	struct cm_id *id;
+	uint32_t h;
+
+	if ((*err = get_cmd(cmd, size, body, in)))
+		return NULL;
+	memcpy(&h, (const char *)cmd + id_off, sizeof(h));
+	if (!(id = cm_id_of(c, h)))
+		*err = -EINVAL;
+	return id;
+}
+#define GET_ID_CMD(c, cmd, body, in, err) \
+	get_id_cmd(c, &(cmd), sizeof(cmd), offsetof(__typeof__(cmd), id), body, in, &(err))
+
 /* Write len bytes of resp (at most out) to the program's response buffer; -EFAULT as the kernel. */
 static int put_resp(uint64_t to, const void *resp, size_t len, size_t out)
 {
@@ -184,12 +201,10 @@ static int cmd_destroy(struct cm_chan *c, const void *body, size_t in, size_t ou
 	struct rdma_ucm_destroy_id cmd;
 	struct rdma_ucm_destroy_id_resp r = { 0 };
 	struct cm_id *id;
-	int err = get_cmd(&cmd, sizeof(cmd), body, in);
+	int err;
 
-	if (err)
+	if (!(id = GET_ID_CMD(c, cmd, body, in, err)))
 		return err;
-	if (!(id = cm_id_of(c, cmd.id)))
-		return -EINVAL;
 	r.events_reported = id->reported;
 	/* A connection still up: closing it is the peer's DISCONNECTED (the kernel sends a DREQ). */
 	cm_id_free(id);
@@ -272,11 +287,11 @@ static int cmd_resolve_route(struct cm_chan *c, const void *body, size_t in)
 {
 	struct rdma_ucm_resolve_route cmd;
 	struct cm_id *id;
-	int err = get_cmd(&cmd, sizeof(cmd), body, in);
+	int err;
 
-	if (err)
+	if (!(id = GET_ID_CMD(c, cmd, body, in, err)))
 		return err;
-	if (!(id = cm_id_of(c, cmd.id)) || (id->state != S_ADDR && id->state != S_ROUTE))
+	if ((id->state != S_ADDR && id->state != S_ROUTE))
 		return -EINVAL;
 	id->state = S_ROUTE;
 	cm_id_event(id, EV_ROUTE_RESOLVED, 0, NULL);
@@ -288,12 +303,10 @@ static int cmd_query_route(struct cm_chan *c, const void *body, size_t in, size_
 	struct rdma_ucm_query cmd;
 	struct rdma_ucm_query_route_resp r;
 	struct cm_id *id;
-	int err = get_cmd(&cmd, sizeof(cmd), body, in);
+	int err;
 
-	if (err)
+	if (!(id = GET_ID_CMD(c, cmd, body, in, err)))
 		return err;
-	if (!(id = cm_id_of(c, cmd.id)))
-		return -EINVAL;
 	memset(&r, 0, sizeof(r));
 	fill_route(id, &r);
 	return put_resp(cmd.response, &r, sizeof(r), out);
@@ -304,12 +317,10 @@ static int cmd_query(struct cm_chan *c, const void *body, size_t in, size_t out)
 	struct rdma_ucm_query cmd;
 	struct rdma_ucm_query_addr_resp r;
 	struct cm_id *id;
-	int err = get_cmd(&cmd, sizeof(cmd), body, in);
+	int err;
 
-	if (err)
+	if (!(id = GET_ID_CMD(c, cmd, body, in, err)))
 		return err;
-	if (!(id = cm_id_of(c, cmd.id)))
-		return -EINVAL;
 	if (cmd.option != RDMA_USER_CM_QUERY_ADDR)
 		return -ENOSYS;		/* PATH and GID: for AF_IB ids, which this device has not */
 	memset(&r, 0, sizeof(r));
@@ -331,12 +342,10 @@ static int cmd_listen(struct cm_chan *c, const void *body, size_t in)
 	struct rdma_ucm_listen cmd;
 	struct sockaddr_in6 any = { .sin6_family = AF_INET };
 	struct cm_id *id;
-	int err = get_cmd(&cmd, sizeof(cmd), body, in);
+	int err;
 
-	if (err)
+	if (!(id = GET_ID_CMD(c, cmd, body, in, err)))
 		return err;
-	if (!(id = cm_id_of(c, cmd.id)))
-		return -EINVAL;
 	if (id->state == S_IDLE && (err = cm_bind_id(id, &any)))
 		return err;
 	if (id->state == S_LISTEN)
@@ -356,11 +365,11 @@ static int cmd_connect(struct cm_chan *c, const void *body, size_t in)
 {
 	struct rdma_ucm_connect cmd;
 	struct cm_id *id;
-	int err = get_cmd(&cmd, sizeof(cmd), body, in);
+	int err;
 
-	if (err)
+	if (!(id = GET_ID_CMD(c, cmd, body, in, err)))
 		return err;
-	if (!(id = cm_id_of(c, cmd.id)) || id->state != S_ROUTE)
+	if (id->state != S_ROUTE)
 		return -EINVAL;
 	if ((err = cm_start_thread()))
 		return err;
@@ -379,12 +388,10 @@ static int cmd_accept(struct cm_chan *c, const void *body, size_t in)
 {
 	struct rdma_ucm_accept cmd;
 	struct cm_id *id;
-	int err = get_cmd(&cmd, sizeof(cmd), body, in);
+	int err;
 
-	if (err)
+	if (!(id = GET_ID_CMD(c, cmd, body, in, err)))
 		return err;
-	if (!(id = cm_id_of(c, cmd.id)))
-		return -EINVAL;
 	if (id->state == S_REP_RCVD) {		/* the active side's RTU */
 		if (cm_send_msg(id, M_RTU, NULL))
 			cm_peer_gone(id);
@@ -416,11 +423,11 @@ static int cmd_reject(struct cm_chan *c, const void *body, size_t in)
 	struct rdma_ucm_reject cmd;
 	struct cm_msg m = { 0 };
 	struct cm_id *id;
-	int err = get_cmd(&cmd, sizeof(cmd), body, in);
+	int err;
 
-	if (err)
+	if (!(id = GET_ID_CMD(c, cmd, body, in, err)))
 		return err;
-	if (!(id = cm_id_of(c, cmd.id)) || id->state != S_REQ_RCVD)
+	if (id->state != S_REQ_RCVD)
 		return -EINVAL;
 	m.reason = htonl(REJ_CONSUMER_DEFINED);
 	m.pd_len = cmd.private_data_len;
@@ -435,12 +442,10 @@ static int cmd_disconnect(struct cm_chan *c, const void *body, size_t in)
 {
 	struct rdma_ucm_disconnect cmd;
 	struct cm_id *id;
-	int err = get_cmd(&cmd, sizeof(cmd), body, in);
+	int err;
 
-	if (err)
+	if (!(id = GET_ID_CMD(c, cmd, body, in, err)))
 		return err;
-	if (!(id = cm_id_of(c, cmd.id)))
-		return -EINVAL;
 	switch (id->state) {
 	case S_CONNECTED:
 	case S_REP_SENT:
@@ -462,12 +467,10 @@ static int cmd_init_qp_attr(struct cm_chan *c, const void *body, size_t in, size
 	struct rdma_ucm_init_qp_attr cmd;
 	struct ib_uverbs_qp_attr a;
 	struct cm_id *id;
-	int err = get_cmd(&cmd, sizeof(cmd), body, in);
+	int err;
 
-	if (err)
+	if (!(id = GET_ID_CMD(c, cmd, body, in, err)))
 		return err;
-	if (!(id = cm_id_of(c, cmd.id)))
-		return -EINVAL;
 	if ((err = init_qp_attr(id, cmd.qp_state, &a)))
 		return err;
 	return put_resp(cmd.response, &a, sizeof(a), out);
@@ -545,12 +548,10 @@ static int cmd_set_option(struct cm_chan *c, const void *body, size_t in)
 	struct rdma_ucm_set_option cmd = { 0 };
 	struct cm_id *id;
 	uint8_t v;
-	int err = get_cmd(&cmd, sizeof(cmd), body, in);
+	int err;
 
-	if (err)
+	if (!(id = GET_ID_CMD(c, cmd, body, in, err)))
 		return err;
-	if (!(id = cm_id_of(c, cmd.id)))
-		return -EINVAL;
 	if (cmd.level != RDMA_OPTION_ID || cmd.optname != RDMA_OPTION_ID_ACK_TIMEOUT)
 		return 0;
 	if (cmd.optlen != sizeof(v) || id->ps == RDMA_PS_UDP)
@@ -562,17 +563,13 @@ static int cmd_set_option(struct cm_chan *c, const void *body, size_t in)
 	return 0;
 }
 
-/* A command that only names an id (NOTIFY): the id must be this channel's. */
-static int cmd_id_only(struct cm_chan *c, const void *body, size_t in, size_t off)
+/* NOTIFY (an event the program asks of the CM, for IB's path migration): the id must be this channel's. */
+static int cmd_notify(struct cm_chan *c, const void *body, size_t in)
 {
-	uint32_t h;
+	struct rdma_ucm_notify cmd;
 	int err;
 
-	if (in < off + sizeof(h))
-		return -EINVAL;
-	if ((err = ff_user_read(&h, (const char *)body + off, sizeof(h))))
-		return err;
-	return cm_id_of(c, h) ? 0 : -EINVAL;
+	return GET_ID_CMD(c, cmd, body, in, err) ? 0 : err;
 }
 
 static int dispatch(int fd, struct cm_chan *c, uint32_t cmd, const void *body, size_t in, size_t out)
@@ -596,8 +593,7 @@ static int dispatch(int fd, struct cm_chan *c, uint32_t cmd, const void *body, s
 	case RDMA_USER_CM_CMD_GET_EVENT:	return cmd_get_event(fd, c, body, in, out);
 	case RDMA_USER_CM_CMD_MIGRATE_ID:	return cmd_migrate(c, body, in, out);
 	case RDMA_USER_CM_CMD_SET_OPTION:	return cmd_set_option(c, body, in);
-	case RDMA_USER_CM_CMD_NOTIFY:
-		return cmd_id_only(c, body, in, offsetof(struct rdma_ucm_notify, id));
+	case RDMA_USER_CM_CMD_NOTIFY:		return cmd_notify(c, body, in);
 	/* Multicast: the device has none (docs/VERBS.md, "rdma_cm"). */
 	case RDMA_USER_CM_CMD_JOIN_IP_MCAST:
 	case RDMA_USER_CM_CMD_JOIN_MCAST:
