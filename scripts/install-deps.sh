@@ -16,8 +16,9 @@ PACKAGES=(
   python3-uvloop nodejs liburing2
   # applications `freeflow bench` runs as server + client containers
   redis-server redis-tools nginx-light wrk memcached libmemcached-tools postgresql
-  # Open MPI between containers (tests/e2e), curl for nginx checks
-  openmpi-bin netpipe-openmpi curl
+  # Open MPI between containers (tests/e2e; its headers for mpicc to build the reduction test's
+  # program), curl for nginx checks
+  openmpi-bin libopenmpi-dev netpipe-openmpi curl
   # the virtual verbs device: stock libibverbs and the Debian programs that run on it (rdma-core's
   # own test suite ships with python3-pyverbs); cmake to
   # generate rdma-core's provider headers (below); UCX's ucx_perftest (UCX itself comes with Open MPI)

@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"fmt"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -15,8 +17,8 @@ import (
 
 // mpiLaunch runs mpirun in h1's host namespace for ranks in containers c1
 // and c2, over transport (see internal/openmpi).
-func mpiLaunch(c *testenv.Cluster, agent, c1, c2 string, transport []string, argv ...string) ([]byte, error) {
-	args := append([]string{"60", "mpirun", "--host", c1 + "," + c2, "-np", "2"}, openmpi.Args(agent)...)
+func mpiLaunch(c *testenv.Cluster, agent string, ranks []string, transport []string, argv ...string) ([]byte, error) {
+	args := append([]string{"60", "mpirun", "--host", strings.Join(ranks, ","), "-np", strconv.Itoa(len(ranks))}, openmpi.Args(agent)...)
 	args = append(args, transport...)
 	host := state.NetNSPath(state.NewLayout(c.Name).HostNetNS("h1"))
 	return netns.Command(host, "timeout", append(args, argv...)...).CombinedOutput()
@@ -53,7 +55,7 @@ func TestOpenMPI(t *testing.T) {
 					want, involved = m.cross, []string{"h1", "h2"}
 				}
 				paths := watchPaths(t, c, involved...)
-				out, err := mpiLaunch(c, agent, c1, c2, openmpi.TCP(), "NPopenmpi", "-i", "-n", "20", "-p", "0", "-u", "1048576", "-o", "/tmp/np.out")
+				out, err := mpiLaunch(c, agent, []string{c1, c2}, openmpi.TCP(), "NPopenmpi", "-i", "-n", "20", "-p", "0", "-u", "1048576", "-o", "/tmp/np.out")
 				must(t, err, "mpirun NPopenmpi: %s", out)
 				netpipeIntact(t, string(out))
 				if want == "none" {
@@ -79,7 +81,7 @@ func TestOpenMPIOverVerbs(t *testing.T) {
 			flags := []string{"-v", dir + ":" + dir + ":ro"}
 			c.StartDetached(t, "h1", c1, flags, "sleep", "3600")
 			c.StartDetached(t, host, c2, flags, "sleep", "3600")
-			out, err := mpiLaunch(c, agent, c1, c2, append(openmpi.UCX(), "-x", "UCX_LOG_LEVEL=info"),
+			out, err := mpiLaunch(c, agent, []string{c1, c2}, append(openmpi.UCX(), "-x", "UCX_LOG_LEVEL=info"),
 				"NPopenmpi", "-i", "-n", "20", "-p", "0", "-u", "1048576", "-o", "/tmp/np.out")
 			must(t, err, "mpirun NPopenmpi over UCX: %s", out)
 			netpipeIntact(t, string(out))
@@ -87,6 +89,37 @@ func TestOpenMPIOverVerbs(t *testing.T) {
 				t.Fatalf("UCX did not take the verbs device between the ranks (no tag(rc_verbs/ffv0:1) in its log):\n%s", out)
 			}
 		})
+	}
+}
+
+// TestOpenMPIOverVerbsAllreduce: an MPI job of 4 ranks in 4 FreeFlow
+// containers, two on each host, through UCX on their verbs devices: each
+// rank checks the results of reductions of one number and of 1 Mi doubles
+// (UCX's rendezvous), ten rounds.
+func TestOpenMPIOverVerbsAllreduce(t *testing.T) {
+	if m := testenv.Missing("mpicc"); m != "" {
+		t.Skip(m)
+	}
+	c, dir, agent := mpiCluster(t)
+	prog := filepath.Join(dir, "allreduce")
+	if out, err := exec.Command("mpicc", "-O2", "-o", prog, "testdata/mpi/allreduce.c").CombinedOutput(); err != nil {
+		t.Fatalf("mpicc: %v\n%s", err, out)
+	}
+	var ranks []string
+	for _, host := range []string{"h1", "h1", "h2", "h2"} {
+		r := testenv.RandomName("r", 4)
+		c.StartDetached(t, host, r, []string{"-v", dir + ":" + dir + ":ro"}, "sleep", "3600")
+		ranks = append(ranks, r)
+	}
+	out, err := mpiLaunch(c, agent, ranks, append(openmpi.UCX(), "-x", "UCX_LOG_LEVEL=info"), prog)
+	must(t, err, "mpirun allreduce over UCX: %s", out)
+	for r := 0; r < 4; r++ {
+		if !strings.Contains(string(out), fmt.Sprintf("rank %d of 4: reductions correct", r)) {
+			t.Fatalf("rank %d did not report correct reductions:\n%s", r, out)
+		}
+	}
+	if !strings.Contains(string(out), "rc_verbs/ffv0:1") {
+		t.Fatalf("UCX did not take the verbs device between the ranks (no rc_verbs/ffv0:1 in its log):\n%s", out)
 	}
 }
 
