@@ -39,11 +39,17 @@ var verbsLatMetrics = []MetricInfo{
 	{Key: mAgentCPU, Label: "agent CPU ms per run"},
 }
 
-var verbsBWMetrics = []MetricInfo{
+var verbsBWMetrics = append([]MetricInfo{
 	{Key: mGbps, Label: "Gbit/s", Headline: true, Plot: true},
 	{Key: mMpps, Label: "Mpps", Headline: true},
 	{Key: mAgentCPU, Label: "agent CPU ms per run"},
-}
+}, cpuMetrics...)
+
+// verbsWholeSweep is a bandwidth sweep's row of its own: its CPU per GB.
+// /proc/stat is read around the whole client run, so the busy time cannot
+// be split by size; it is set against every row's bytes (size x
+// iterations) together, which the largest sizes dominate.
+const verbsWholeSweep = "whole sweep"
 
 var (
 	verbsSendLat = verbsExperiment("verbs-lat", "ib_send_lat", portVerbsSendLat, "lower", verbsLatMetrics,
@@ -60,13 +66,19 @@ var (
 // run, server restarted after each client.
 func verbsExperiment(name, tool string, port int, better string, metrics []MetricInfo, title string) Experiment {
 	args := fmt.Sprintf("-a -F -p %d", port)
+	info := ExperimentInfo{Name: name, Better: better, X: "message size", LogY: better == "lower", Title: title, Metrics: metrics}
+	cases := sizeCases(verbsSizes)
+	if better == "higher" {
+		info.CPUVersus = throughput.Info.Name
+		cases = append(cases, Case{Name: verbsWholeSweep}) // X 0: not plotted
+	}
 	return Experiment{
-		Info:       ExperimentInfo{Name: name, Better: better, X: "message size", LogY: better == "lower", Title: title, Metrics: metrics},
+		Info:       info,
 		Transports: []string{TransportVerbs},
 		Server: func(toolEnv) Server {
 			return Server{Port: port, Shell: verbsServerShell(tool+" "+args, port)}
 		},
-		Cases: func(bool) []Case { return sizeCases(verbsSizes) },
+		Cases: func(bool) []Case { return cases },
 		Client: func(_ toolEnv, d dial, _ Case, _ int) []string {
 			return withStderr(split("%s %s %s", tool, args, d.Addr))
 		},
@@ -93,9 +105,11 @@ func verbsServerShell(cmd string, port int) string {
 // ParsePerftest reads perftest's result table: latency rows (#bytes,
 // #iterations, t_min, t_max, t_typical, t_avg, t_stdev, 99%, 99.9%) or
 // bandwidth rows (#bytes, #iterations, BW peak, BW average MB/s, MsgRate
-// Mpps), by message size.
+// Mpps), by message size. A bandwidth table adds the row verbsWholeSweep
+// with the bytes all its rows moved (#bytes x #iterations each).
 func ParsePerftest(out string) (map[string]map[string]float64, error) {
 	per := map[string]map[string]float64{}
+	var moved float64
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
@@ -119,10 +133,14 @@ func ParsePerftest(out string) (map[string]map[string]float64, error) {
 			per[name] = map[string]float64{mP50: v[4], mP99: v[7]}
 		} else {
 			per[name] = map[string]float64{mGbps: v[3] * 8 * 1e6 / 1e9, mMpps: v[4]}
+			moved += v[0] * v[1]
 		}
 	}
 	if len(per) == 0 {
 		return nil, fmt.Errorf("perftest printed no result row")
+	}
+	if moved > 0 {
+		per[verbsWholeSweep] = map[string]float64{mBytes: moved}
 	}
 	return per, nil
 }

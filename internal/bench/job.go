@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os/exec"
 	"slices"
 	"strings"
@@ -106,6 +107,9 @@ func (r *runner) run(ctx context.Context, j Job) (samples []Sample) {
 	}
 	if j.Exp.sweep() {
 		samples = sweepSamples(env, j, s, outs[0], verdict)
+		if cpuErr == nil {
+			addSweepCPU(samples, before, after, r.pin)
+		}
 		return samples
 	}
 	if s.Metrics, s.Suspect, err = parseAll(env, j.Exp, outs); err != nil {
@@ -128,6 +132,18 @@ func (r *runner) run(ctx context.Context, j Job) (samples []Sample) {
 	}
 	samples = []Sample{s}
 	return samples
+}
+
+// addSweepCPU adds the CPU metrics of a sweep's whole client run to the
+// sample that carries the bytes of the whole run (a verbs bandwidth
+// sweep's verbsWholeSweep); the per-size samples share the run and have
+// no CPU figure of their own.
+func addSweepCPU(samples []Sample, before, after cpuTimes, pin pinning) {
+	for i, s := range samples {
+		if bytes := s.Metrics[mBytes]; bytes > 0 {
+			maps.Copy(samples[i].Metrics, cpuMetricsBetween(before, after, pin, bytes))
+		}
+	}
 }
 
 // addAgentCPU adds the agents' CPU ms of a client run to each of its

@@ -84,6 +84,11 @@ type ExperimentInfo struct {
 	// overlay reasons the agents counted (Sample.Fallback) and the
 	// overlay ends (mOverlayEnds), and the table a column of the reasons.
 	FallbackReasons bool `json:"fallback_reasons,omitempty"`
+	// CPUVersus names the TCP experiment whose CPU s/GB the headline
+	// ratios of this one's CPU s/GB are taken against (verbs bandwidth
+	// against iperf3's throughput): on the group's baseline and reference
+	// paths, at that experiment's largest case in the run.
+	CPUVersus string `json:"cpu_versus,omitempty"`
 }
 
 // MetricInfo names one number a sample carries.

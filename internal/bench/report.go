@@ -40,6 +40,7 @@ func RenderMarkdown(raw *Raw) string {
 	rows := SummarizeRaw(raw)
 	writeHeadlines(&b, raw, rows)
 	writeCeilings(&b, raw, rows)
+	writeCPUVersus(&b, raw, rows)
 	for _, e := range raw.Experiments {
 		writeExperiment(&b, raw, e, rows)
 	}
@@ -213,6 +214,42 @@ func ratioCell(isSelf bool, self string, v float64, ok bool) string {
 	return formatRatio(v)
 }
 
+// writeCPUVersus sets each CPU s/GB taken against another experiment
+// (ExperimentInfo.CPUVersus: a verbs sweep's) beside that experiment's on
+// every path of the same group, e.g. ib_write_bw over freeflow-verbs-x
+// beside iperf3 over hostnet, freeflow-x and vxlan.
+func writeCPUVersus(b *strings.Builder, raw *Raw, rows []Row) {
+	var lines []string
+	for _, r := range rows {
+		if r.Versus == "" {
+			continue
+		}
+		exp, c, _ := strings.Cut(r.Versus, " ")
+		v := r.Stats[mCPUPerGB].Median
+		var cells []string
+		for _, p := range raw.Paths {
+			if t, ok := findRow(rows, exp, c, p.Name); ok && p.Group == r.Path.Group && t.Stats[mCPUPerGB].N > 0 {
+				tv := t.Stats[mCPUPerGB].Median
+				cells = append(cells, flagged(t, fmt.Sprintf("%s %s (×%s)", p.Name, formatValue(tv), formatRatio(v/tv))))
+			}
+		}
+		lines = append(lines, fmt.Sprintf("| %s %s | %s | %s | %s | %s |", r.Exp.Name, r.Case, r.Path.Name,
+			flagged(r, formatValue(v)), r.Versus, strings.Join(cells, "; ")))
+	}
+	if len(lines) == 0 {
+		return
+	}
+	b.WriteString("## CPU per GB: verbs against TCP\n\nAll CPUs' busy seconds (/proc/stat) per GB moved, medians: a verbs bandwidth sweep's whole run " +
+		"(every row's bytes, size × iterations, over the run's busy time; its largest sizes dominate both) beside iperf3's throughput " +
+		"at its largest write size in this run, on every TCP path of the same group; (×) is the verbs figure / the TCP one. " +
+		"perftest's client polls its completion queue for the whole run, iperf3 sleeps in the kernel.\n\n")
+	b.WriteString("| verbs figure | path | CPU s/GB | TCP figure | TCP paths: CPU s/GB (verbs ×) |\n|---|---|---|---|---|\n")
+	for _, l := range lines {
+		b.WriteString(l + "\n")
+	}
+	b.WriteString("\n")
+}
+
 // writePlots embeds the plots RenderPlots draws.
 func writePlots(b *strings.Builder, raw *Raw, rows []Row) {
 	ps := plotted(raw, rows)
@@ -274,7 +311,7 @@ func refsOf(rows []Row, c PathInfo) string {
 }
 
 func writeHeadline(b *strings.Builder, rows []Row, e ExperimentInfo, c string, m MetricInfo, cands []PathInfo) {
-	cells := ""
+	cells, versus := "", ""
 	any := false
 	for _, p := range cands {
 		r, ok := findRow(rows, e.Name, c, p.Name)
@@ -282,11 +319,16 @@ func writeHeadline(b *strings.Builder, rows []Row, e ExperimentInfo, c string, m
 			cells += " – | – |"
 			continue
 		}
-		any = true
+		// A case that ran without this figure (a sweep's per-size rows and
+		// its whole-sweep row carry different ones) has no line for it.
+		any = any || r.Runs == 0 || r.Stats[m.Key].N > 0
+		if r.Versus != "" && m.Key == mCPUPerGB {
+			versus = " (against " + r.Versus + ")"
+		}
 		cells += fmt.Sprintf(" %s | %s |", flagged(r, ratioText(r, m.Key)), flagged(r, refText(r, m.Key)))
 	}
 	if any {
-		fmt.Fprintf(b, "| %s %s %s | %s |%s\n", e.Name, c, m.Label, m.better(e), cells)
+		fmt.Fprintf(b, "| %s %s %s%s | %s |%s\n", e.Name, c, m.Label, versus, m.better(e), cells)
 	}
 }
 

@@ -25,6 +25,10 @@ type Row struct {
 	// Fallback sums the samples' overlay ends by reason
 	// (ExperimentInfo.FallbackReasons).
 	Fallback map[string]uint64
+	// Versus is the other experiment's case the CPU s/GB ratios compare
+	// to (ExperimentInfo.CPUVersus), e.g. "throughput 128 KiB"; "" = the
+	// row's own experiment and case.
+	Versus string
 }
 
 // ran reports whether the experiment ran this case on this path at all.
@@ -47,8 +51,49 @@ func SummarizeRaw(raw *Raw) []Row {
 		rows[i].Ratios = ratios(rows, rows[i], groupPath(raw.Paths, rows[i].Path.Group, RoleBaseline))
 		rows[i].Ref = refPath(raw.Paths, rows, rows[i])
 		rows[i].RefRat = ratios(rows, rows[i], rows[i].Ref)
+		if rows[i].Exp.CPUVersus != "" {
+			cpuVersus(raw.Paths, rows, &rows[i])
+		}
 	}
 	return rows
+}
+
+// cpuVersus takes r's CPU s/GB ratios against the TCP experiment r's
+// experiment names (ExperimentInfo.CPUVersus), which runs on other paths:
+// its rows on r's group's baseline and first reference path with a
+// figure, at its largest case (versusCase).
+func cpuVersus(paths []PathInfo, rows []Row, r *Row) {
+	c, ok := versusCase(rows, r.Exp.CPUVersus)
+	if !ok || r.Stats[mCPUPerGB].N == 0 {
+		return
+	}
+	r.Versus = r.Exp.CPUVersus + " " + c
+	if b, ok := findRow(rows, r.Exp.CPUVersus, c, groupPath(paths, r.Path.Group, RoleBaseline)); ok && b.Stats[mCPUPerGB].N > 0 {
+		r.Ratios[mCPUPerGB] = Ratio(r.Stats[mCPUPerGB], b.Stats[mCPUPerGB])
+	}
+	for _, p := range paths {
+		if p.Group != r.Path.Group || p.Role != RoleReference {
+			continue
+		}
+		if ref, ok := findRow(rows, r.Exp.CPUVersus, c, p.Name); ok && ref.Stats[mCPUPerGB].N > 0 {
+			r.Ref = p.Name
+			r.RefRat[mCPUPerGB] = Ratio(r.Stats[mCPUPerGB], ref.Stats[mCPUPerGB])
+			return
+		}
+	}
+}
+
+// versusCase is the case of experiment exp with the largest x that has a
+// CPU s/GB figure: the TCP write size closest to a verbs sweep's bytes,
+// which its largest messages dominate.
+func versusCase(rows []Row, exp string) (string, bool) {
+	best, found := Row{}, false
+	for _, r := range rows {
+		if r.Exp.Name == exp && r.Stats[mCPUPerGB].N > 0 && (!found || r.X > best.X) {
+			best, found = r, true
+		}
+	}
+	return best.Case, found
 }
 
 // refPath is the reference r is compared to: the first reference path of
