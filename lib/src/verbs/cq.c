@@ -133,6 +133,8 @@ int ffv_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 		pthread_mutex_unlock(&c->mu);
 		return -EOVERFLOW;	/* as a NIC's CQ in error: completions were lost */
 	}
+	if (!cq->count)
+		cq->spins++;
 	while (got < n && cq->count) {
 		wc[got++] = cq->wc[cq->head];
 		cq->head = (cq->head + 1) % cq->size;

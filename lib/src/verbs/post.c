@@ -473,6 +473,7 @@ int ffv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_w
 	int err = 0;
 
 	pthread_mutex_lock(&c->mu);
+	qp->calls++;
 	drain_sq(qp);
 	for (; wr; wr = wr->next) {
 		uint32_t total = 0, done = 0;
@@ -740,16 +741,31 @@ void ffv_progress(struct ffv_qp *qp)
 	}
 }
 
+#define SPIN_SPAN_NS	100000
+#define SPIN_EVERY_NS	2000
+
 int ffv_qp_look(struct ffv_qp *qp)
 {
-	int busy = qp->vqp.qp.qp_type == IBV_QPT_RC && (qp->sq || qp->wire) && qp->calls != qp->calls_seen;
+	uint32_t spins = qp->rcq->spins + (qp->scq != qp->rcq ? qp->scq->spins : 0);
+	int64_t now = ffv_now_ns(), span = now - qp->spins_at;
+	int rc = qp->vqp.qp.qp_type == IBV_QPT_RC;
+	int busy = rc && qp->sq && qp->calls != qp->calls_seen;
+	int spinning = qp->spinning;
 
 	qp->calls_seen = qp->calls;
+	/* The rate over at least SPIN_SPAN_NS: an empty poll per SPIN_EVERY_NS or more is a spin. */
+	if (span >= SPIN_SPAN_NS) {
+		spinning = rc && qp->wire && (int64_t)(spins - qp->spins_seen) * SPIN_EVERY_NS >= span;
+		qp->spins_seen = spins;
+		qp->spins_at = now;
+	}
 	if (busy != qp->busy) {
 		qp->busy = busy;
 		want_room(qp);	/* stopped: the peer rings us when it makes room */
-		if (qp->wire)
-			ffv_wire_watch(qp);
 	}
-	return busy;
+	if (spinning != qp->spinning) {
+		qp->spinning = spinning;
+		ffv_wire_watch(qp);
+	}
+	return busy || spinning;
 }

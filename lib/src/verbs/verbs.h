@@ -120,6 +120,7 @@ struct ffv_cq {
 	uint32_t events;		/* CQ_ERR events written for it (at its overflow) */
 	int chan;			/* our writer of its completion channel's pipe, or -1 */
 	int armed;			/* FFV_ARM_*: ibv_req_notify_cq's, until the event */
+	uint32_t spins;			/* polls that found nothing: its program spins on it (ffv_qp_look) */
 };
 
 /* A posted receive request: its buffers, copied from the ibv_recv_wr. */
@@ -239,12 +240,18 @@ struct ffv_qp {
 	uint32_t sq_count;
 	uint32_t events;		/* asynchronous events written for it (LAST_WQE_REACHED) */
 	/*
-	 * The program's polls of its CQs, which take what arrived, and whether
-	 * the event thread saw them go on (ffv_qp_look). Not its posts: a
-	 * program that posts WRITEs and spins on memory polls nothing.
+	 * What the event thread saw at its last look (ffv_qp_look). busy: the
+	 * program called (posts, polls of the QP's CQs) since, so it moves
+	 * its waiting sends itself. spinning: it polls a CQ of the QP and
+	 * finds nothing at least once a microsecond or so, so it takes what
+	 * arrives itself; polls now and then are no sign of that: perftest's
+	 * ib_write_lat polls its send CQ once per message and spins on memory
+	 * for the peer's WRITE, which from another host only the thread
+	 * applies.
 	 */
-	uint32_t calls, calls_seen;
-	int busy;
+	uint32_t calls, calls_seen, spins_seen;
+	int64_t spins_at;
+	int busy, spinning;
 	/* A UD QP's lanes (ud.c): to its receivers, from its senders. */
 	int tx_pend;			/* a lane to a receiver holds a datagram written in part */
 	struct ffv_lane *tx_lanes, *rx_lanes;
@@ -463,9 +470,10 @@ int ffv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr 
 void ffv_progress(struct ffv_qp *qp);
 /*
  * ctx->mu held: the event thread's look, on each wake, at whether qp's
- * program still polls while its QP has work a NIC would do on its own
- * (sends waiting, a connection to another host); 1 while it does: look
- * again in a millisecond.
+ * program still calls (busy, with sends waiting) or spins on its CQs
+ * (spinning, with a connection to another host): work a NIC would do on
+ * its own that the program does meanwhile; 1 while it does: look again
+ * in a millisecond.
  */
 int ffv_qp_look(struct ffv_qp *qp);
 /*

@@ -165,12 +165,12 @@ static void set_interest(struct ffv_qp *qp)
 	struct epoll_event ev;
 
 	/*
-	 * Frames in wake the thread unless the program polls for them anyway
+	 * Frames in wake the thread unless the program spins on its CQs for them
 	 * (a wake per frame beside a polling program cost 7 us a message) and
 	 * sleeps for no event.
 	 */
 	if (!w->rx_end && w->nanswers < MAX_ANSWERS &&
-	    (!qp->busy || qp->rcq->armed || qp->scq->armed))
+	    (!qp->spinning || qp->rcq->armed || qp->scq->armed))
 		want |= EPOLLIN;
 	if (!w->dead) {
 		/* Something waits to be written: it waits for the socket (nothing else stops it). */
