@@ -19,6 +19,8 @@ static int peer(int sock)
 	mr = tv_region(&a, BIG + 100, 0);
 	tv_link(sock, &a);
 	tv_link(sock, &b);
+	tv_say(sock, 'c');
+	tv_hear(sock, 'g');
 	tv_send(&a, mr, mr->addr, BIG, 99);
 	tv_send(&b, mr, (uint8_t *)mr->addr + BIG, 100, 7);
 	wc = tv_wait(&b);
@@ -54,6 +56,15 @@ int main(int argc, char **argv)
 	tv_qp_srq(&a, srq);
 	tv_link(sock, &a);
 	tv_link(sock, &b);
+	/*
+	 * Both QPs reach the peer's once it connected them (a poll asks the
+	 * agent, at most every millisecond): a QP that never did cannot see
+	 * its peer die, a NIC's neither.
+	 */
+	tv_hear(sock, 'c');
+	for (int64_t until = t_ms() + 5; t_ms() < until;)
+		TV_MUST(ibv_poll_cq(e.cq, 1, &wc) == 0, "a completion before any message");
+	tv_say(sock, 'g');
 	tv_hear(sock, 'd');
 	tv_join(pid);
 
