@@ -124,6 +124,9 @@ func wantEOF(fd int, limit time.Duration) error {
 	tv := syscall.NsecToTimeval(limit.Nanoseconds())
 	syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &tv)
 	n, err := syscall.Read(fd, make([]byte, 16))
+	for err == syscall.EINTR { // the Go runtime's preemption signal, not the peer
+		n, err = syscall.Read(fd, make([]byte, 16))
+	}
 	if n != 0 || err != nil {
 		return fmt.Errorf("read %d bytes, %v; want EOF within %v", n, err, limit)
 	}
