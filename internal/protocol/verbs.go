@@ -7,7 +7,7 @@ import "encoding/binary"
 // registered and sets the dead word when the owner is gone.
 const (
 	VQPMagic       = 0x51564646 // the bytes 46 46 56 51, "FFVQ"
-	VQPVersion     = 1
+	VQPVersion     = 2
 	VQPHeaderSize  = 4096     // the header page; the ring follows
 	VQPRingMin     = 4096     // smallest ring_size
 	VQPRingMax     = 16 << 20 // largest ring_size

@@ -12,7 +12,7 @@
 
 /* The header: magic, version, ring_size (u32 each). */
 #define FF_VQP_MAGIC		0x51564646u	/* the bytes "FFVQ" */
-#define FF_VQP_VERSION		1u
+#define FF_VQP_VERSION		2u
 #define FF_VQP_HDR_SIZE		4096u	/* header page; the ring follows */
 #define FF_VQP_RING_MIN		4096u
 #define FF_VQP_RING_MAX		(16u << 20)
@@ -36,14 +36,15 @@
 #define FF_VQP_OFF_PROD		64u
 #define FF_VQP_OFF_CONS		128u
 /*
- * u32 wake-up requests (docs/VERBS.md, "Completion events"), each on the
- * cache line of the counter its reader looks at with it. waiting, the
- * peer's: it has sends waiting for room, ring its doorbell after consuming.
- * armed, the owner's: its receive CQ is armed, ring its doorbell after
- * producing.
+ * u32 wake-up requests (docs/VERBS.md, "Completion events"). waiting, the
+ * peer's, on the prod line its reader looks at with it: it has sends
+ * waiting for room, ring its doorbell after consuming. armed, the owner's:
+ * its receive CQ is armed, ring its doorbell after producing; on a line of
+ * its own, which a polling owner never writes, so the producer's look at
+ * it after each message misses no cache (the cons line moves at each).
  */
 #define FF_VQP_OFF_WAITING	72u
-#define FF_VQP_OFF_ARMED	136u
+#define FF_VQP_OFF_ARMED	192u
 /*
  * The owner's, on the cons line: u64, receives ever posted to the QP's own
  * queue (all ones for a QP on an SRQ), and u32, its min_rnr_timer (the IB

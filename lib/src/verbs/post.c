@@ -62,11 +62,11 @@ long ffv_ring_fit(uint32_t size, uint64_t *prod, uint64_t cons, uint32_t len)
 	return room < need ? -1 : (long)off;
 }
 
-long ffv_ring_reserve(uint8_t *mem, uint32_t size, uint64_t *prod, uint32_t len)
+/* ffv_ring_reserve against the consumer count cons. */
+static long reserve(uint8_t *mem, uint32_t size, uint64_t *prod, uint64_t cons, uint32_t len)
 {
 	uint64_t at = *prod;
-	long off = ffv_ring_fit(size, prod, __atomic_load_n((const uint64_t *)(mem + FF_VQP_OFF_CONS),
-							    __ATOMIC_ACQUIRE), len);
+	long off = ffv_ring_fit(size, prod, cons, len);
 
 	if (off >= 0 && *prod != at) {
 		uint32_t pad[4] = { (uint32_t)(*prod - at) - FF_VQP_REC_HDR, FF_VQP_OP_PAD, 0, 0 };
@@ -76,9 +76,26 @@ long ffv_ring_reserve(uint8_t *mem, uint32_t size, uint64_t *prod, uint32_t len)
 	return off;
 }
 
+long ffv_ring_reserve(uint8_t *mem, uint32_t size, uint64_t *prod, uint32_t len)
+{
+	return reserve(mem, size, prod, __atomic_load_n((const uint64_t *)(mem + FF_VQP_OFF_CONS),
+							__ATOMIC_ACQUIRE), len);
+}
+
+/*
+ * Room in the peer's ring by the consumer count last read, read again only
+ * when that leaves none: the peer writes it at each message it takes, and
+ * reading it at each send would move its cache line here and back per
+ * message (a miss on every reply's path).
+ */
 static long ring_reserve(struct ffv_qp *qp, uint32_t len)
 {
-	return ffv_ring_reserve(qp->peer_mem, qp->peer_ring, &qp->tx_prod, len);
+	long off = reserve(qp->peer_mem, qp->peer_ring, &qp->tx_prod, qp->peer_cons, len);
+
+	if (off >= 0)
+		return off;
+	qp->peer_cons = __atomic_load_n((const uint64_t *)(qp->peer_mem + FF_VQP_OFF_CONS), __ATOMIC_ACQUIRE);
+	return reserve(qp->peer_mem, qp->peer_ring, &qp->tx_prod, qp->peer_cons, len);
 }
 
 void ffv_rec_header(uint8_t *at, uint32_t len, uint8_t op, uint8_t flags, uint32_t imm,

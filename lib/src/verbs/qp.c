@@ -252,6 +252,7 @@ static void reset(struct ffv_qp *qp)
 	qp->rx_off = 0;
 	qp->rx_starved = 0;
 	qp->tx_prod = 0;
+	qp->peer_cons = 0;
 	qp->tx_msgs = 0;
 	qp->rnr_by = 0;
 	qp->rx_cons = 0;

@@ -215,6 +215,7 @@ struct ffv_qp {
 	uint8_t *peer_mem;
 	uint32_t peer_ring;
 	uint64_t tx_prod;		/* bytes we produced into the peer's ring (ours to know) */
+	uint64_t peer_cons;		/* its consumer count as we last read it */
 	int64_t reach_by, reach_next;	/* ffv_qp_reach: until when, and when next, to ask */
 	uint64_t tx_msgs;		/* messages started into the peer's ring (each takes a receive) */
 	int64_t rnr_by;			/* waiting for the peer's receive (rnr_retry < 7) until then */
