@@ -7,6 +7,7 @@
  * sends go out and its receives come in. Channels and arming: events.c.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -28,6 +29,7 @@ struct ibv_cq *ffv_create_cq(struct ibv_context *ctx, int cqe, struct ibv_comp_c
 		return NULL;
 	cq->ctx = ffv_ctx(ctx);
 	cq->chan = -1;
+	cq->quiet_gen = UINT64_MAX;	/* no snapshot before its first poll */
 	cq->size = (uint32_t)cqe;
 	cq->wc = calloc(cq->size, sizeof(*cq->wc));
 	err = !cq->wc ? -ENOMEM : ch ? ffv_cq_channel(cq->ctx, cq, ch) : 0;
@@ -53,7 +55,7 @@ int ffv_resize_cq(struct ibv_cq *ibcq, int cqe)
 	wc = calloc((size_t)cqe, sizeof(*wc));
 	if (!wc)
 		return ENOMEM;
-	pthread_mutex_lock(&c->mu);
+	ffv_lock(c);
 	if ((uint32_t)cqe < cq->count) {
 		pthread_mutex_unlock(&c->mu);
 		free(wc);
@@ -76,7 +78,7 @@ int ffv_destroy_cq(struct ibv_cq *ibcq)
 	struct ffv_cq *cq = ffv_cq(ibcq);
 	int unread;
 
-	pthread_mutex_lock(&c->mu);
+	ffv_lock(c);
 	for (struct ffv_qp *qp = c->qps; qp; qp = qp->next)
 		if (qp->scq == cq || qp->rcq == cq) {
 			pthread_mutex_unlock(&c->mu);
@@ -91,6 +93,7 @@ int ffv_destroy_cq(struct ibv_cq *ibcq)
 			     cq->events - (uint32_t)unread);
 	if (cq->chan >= 0)
 		close(cq->chan);
+	free(cq->quiet);
 	free(cq->wc);
 	free(cq);
 	return 0;
@@ -115,6 +118,72 @@ int ffv_cq_push(struct ffv_cq *cq, const struct ibv_wc *wc, int solicited)
 	return 0;
 }
 
+/*
+ * A QP with nothing to do at a poll but look at its ring: connected on
+ * this host to a live peer, nothing in its send queue, nothing asked of
+ * its peer; q->prod NULL: nothing to do at all. (A peer that dies later:
+ * the agent rings our doorbell once its dead word is set, and the event
+ * thread's scan, under ffv_lock, stales the snapshot.)
+ */
+static int quiet_qp(const struct ffv_qp *qp, struct ffv_quiet *q)
+{
+	enum ibv_qp_state st = qp->vqp.qp.state;
+
+	q->prod = NULL;
+	if (st == IBV_QPS_RESET || st == IBV_QPS_INIT || st == IBV_QPS_ERR)
+		return 1;
+	if (qp->vqp.qp.qp_type != IBV_QPT_RC || !qp->peer_mem || qp->sq || qp->waiting ||
+	    qp->rx_broken || (st != IBV_QPS_RTR && st != IBV_QPS_RTS))
+		return 0;
+	*q = (struct ffv_quiet){ .prod = (const uint64_t *)(qp->mem + FF_VQP_OFF_PROD), .cons = qp->rx_cons };
+	return !__atomic_load_n((const uint32_t *)(qp->peer_mem + FF_VQP_OFF_DEAD), __ATOMIC_ACQUIRE);
+}
+
+/* After a poll: cq's quiet snapshot, if each of its QPs is quiet (else none). */
+static void note_quiet(struct ffv_context *c, struct ffv_cq *cq)
+{
+	uint32_t n = 0;
+
+	cq->quiet_gen = c->gen - 1;
+	for (struct ffv_qp *qp = c->qps; qp; qp = qp->next) {
+		struct ffv_quiet q;
+
+		if (qp->scq != cq && qp->rcq != cq)
+			continue;
+		if (!quiet_qp(qp, &q))
+			return;
+		if (!q.prod)
+			continue;
+		if (n == cq->quiet_cap) {
+			struct ffv_quiet *more = realloc(cq->quiet, (n + 4) * sizeof(*more));
+
+			if (!more)
+				return;
+			cq->quiet = more;
+			cq->quiet_cap = n + 4;
+		}
+		cq->quiet[n++] = q;
+	}
+	cq->nquiet = n;
+	cq->quiet_gen = c->gen;
+}
+
+/*
+ * Whether a poll would find nothing, by cq's quiet snapshot: nothing
+ * changed since but what its QPs' peers write (their prod), and that did
+ * not change either. A polling program's empty polls
+ * then cost a look at each ring, not a pass over every QP.
+ */
+static int still_quiet(const struct ffv_context *c, const struct ffv_cq *cq)
+{
+	if (cq->quiet_gen != c->gen || cq->count || cq->overflowed)
+		return 0;
+	for (uint32_t i = 0; i < cq->nquiet; i++)
+		if (__atomic_load_n(cq->quiet[i].prod, __ATOMIC_ACQUIRE) != cq->quiet[i].cons)
+			return 0;
+	return 1;
+}
+
 int ffv_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 {
 	struct ffv_context *c = ffv_ctx(ibcq->context);
@@ -124,6 +193,11 @@ int ffv_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 	if (n < 0)
 		return -EINVAL;
 	pthread_mutex_lock(&c->mu);
+	if (still_quiet(c, cq)) {
+		cq->spins++;
+		pthread_mutex_unlock(&c->mu);
+		return 0;
+	}
 	for (struct ffv_qp *qp = c->qps; qp; qp = qp->next)
 		if (qp->scq == cq || qp->rcq == cq) {
 			qp->calls++;
@@ -140,6 +214,7 @@ int ffv_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 		cq->head = (cq->head + 1) % cq->size;
 		cq->count--;
 	}
+	note_quiet(c, cq);
 	pthread_mutex_unlock(&c->mu);
 	return got;
 }

@@ -86,7 +86,7 @@ static void *events_main(void *arg)
 		rung = 0;
 		while (recv(c->bell[0], buf, sizeof(buf), MSG_DONTWAIT) > 0)
 			rung = 1;
-		pthread_mutex_lock(&c->mu);
+		ffv_lock(c);
 		if (c->stopping) {
 			pthread_mutex_unlock(&c->mu);
 			return NULL;
@@ -168,7 +168,7 @@ void ffv_events_stop(struct ffv_context *c)
 		return;
 	/* A fork child has no thread to join (and must not stop its parent's). */
 	if (c->events_pid == getpid()) {
-		pthread_mutex_lock(&c->mu);
+		ffv_lock(c);
 		c->stopping = 1;
 		pthread_mutex_unlock(&c->mu);
 		ffv_ring(c->bell[1]);
@@ -198,7 +198,7 @@ int ffv_cq_channel(struct ffv_context *c, struct ffv_cq *cq, struct ibv_comp_cha
 	cq->chan = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
 	if (cq->chan < 0)
 		return -errno;
-	pthread_mutex_lock(&c->mu);
+	ffv_lock(c);
 	err = ffv_events_start(c);
 	pthread_mutex_unlock(&c->mu);
 	if (err) {
@@ -245,7 +245,7 @@ int ffv_req_notify_cq(struct ibv_cq *ibcq, int solicited)
 
 	if (cq->chan < 0)
 		return 0;	/* as a NIC: armed, but no channel to tell */
-	pthread_mutex_lock(&c->mu);
+	ffv_lock(c);
 	cq->armed = solicited ? FFV_ARM_SOLICITED : FFV_ARM_ANY;
 	arm_qps(cq, 1);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);

@@ -38,7 +38,7 @@ struct ibv_pd *ffv_alloc_pd(struct ibv_context *ctx)
 
 	if (!pd)
 		return NULL;
-	pthread_mutex_lock(&c->mu);
+	ffv_lock(c);
 	pd->num = ++c->next_pd;
 	pthread_mutex_unlock(&c->mu);
 	return &pd->ibv_pd;
@@ -438,7 +438,7 @@ struct ibv_mr *ffv_reg_mr(struct ibv_pd *ibpd, void *addr, size_t len, uint64_t 
 	mr->access = access;
 	mr->vmr.access = access;
 	mr->vmr.mr_type = IBV_MR_TYPE_MR;
-	pthread_mutex_lock(&c->mu);
+	ffv_lock(c);
 	/* Unique in the context: a lookup finds one MR per lkey. */
 	do
 		mr->vmr.ibv_mr.lkey = random_key();
@@ -465,7 +465,7 @@ int ffv_dereg_mr(struct verbs_mr *vmr)
 	struct ffv_context *c = ffv_ctx(vmr->ibv_mr.context);
 	struct ffv_mr **pp;
 
-	pthread_mutex_lock(&c->mu);
+	ffv_lock(c);
 	for (pp = &c->mrs; *pp && *pp != mr; pp = &(*pp)->next)
 		;
 	if (*pp)

@@ -489,7 +489,7 @@ int ffv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_w
 	struct ffv_qp *qp = ffv_qp(ibqp);
 	int err = 0;
 
-	pthread_mutex_lock(&c->mu);
+	ffv_lock(c);
 	qp->calls++;
 	drain_sq(qp);
 	for (; wr; wr = wr->next) {
@@ -562,7 +562,7 @@ int ffv_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_w
 	struct ffv_qp *qp = ffv_qp(ibqp);
 	int err = 0;
 
-	pthread_mutex_lock(&c->mu);
+	ffv_lock(c);
 	if (qp->srq || ibqp->state == IBV_QPS_RESET) {
 		/* A QP with an SRQ has no receive queue of its own. */
 		*bad = wr;

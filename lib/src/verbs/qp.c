@@ -156,7 +156,7 @@ struct ibv_qp *ffv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 		err = make_ring(qp);
 	if (!err && qp->srq)	/* its receives are the SRQ's: a peer never waits on our count */
 		__atomic_store_n((uint64_t *)(qp->mem + FF_VQP_OFF_RQ_POSTED), UINT64_MAX, __ATOMIC_RELAXED);
-	pthread_mutex_lock(&c->mu);
+	ffv_lock(c);
 	if (!err)
 		err = register_qp(c, qp);
 	if (!err) {
@@ -193,7 +193,7 @@ int ffv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask,
 	struct ffv_qp *qp = ffv_qp(ibqp);
 
 	(void)mask;
-	pthread_mutex_lock(&c->mu);
+	ffv_lock(c);
 	*attr = qp->attr;
 	attr->qp_state = attr->cur_qp_state = ibqp->state;
 	attr->cap = qp->cap;
@@ -285,7 +285,7 @@ int ffv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 	struct ffv_qp *qp = ffv_qp(ibqp);
 	enum ibv_qp_state from, to;
 
-	pthread_mutex_lock(&c->mu);
+	ffv_lock(c);
 	from = mask & IBV_QP_CUR_STATE ? attr->cur_qp_state : ibqp->state;
 	to = mask & IBV_QP_STATE ? attr->qp_state : from;
 	if (from != ibqp->state || !allowed(from, to) ||
@@ -559,7 +559,7 @@ int ffv_destroy_qp(struct ibv_qp *ibqp)
 	struct ff_msg m;
 	int n, rn = 0, unread;
 
-	pthread_mutex_lock(&c->mu);
+	ffv_lock(c);
 	unread = qp->events ? ffv_async_forget(c, ibqp) : 0;
 	if (unread < 0) {
 		pthread_mutex_unlock(&c->mu);

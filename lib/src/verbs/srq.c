@@ -156,7 +156,7 @@ struct ibv_srq *ffv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr
 		return NULL;
 	a->max_sge = a->max_sge ? a->max_sge : 1;
 	err = ffv_rq_init(&srq->rq, a->max_wr, a->max_sge);
-	pthread_mutex_lock(&c->mu);
+	ffv_lock(c);
 	if (!err && c->nsrq == FFV_MAX_SRQ)
 		err = -ENOMEM;	/* the device's max_srq */
 	if (!err)
@@ -182,7 +182,7 @@ int ffv_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr, int mask)
 
 	if (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT))
 		return EINVAL;
-	pthread_mutex_lock(&c->mu);
+	ffv_lock(c);
 	size = mask & IBV_SRQ_MAX_WR ? attr->max_wr : srq->rq.size;
 	/* Resizing never drops a posted receive; the limit must fit the queue. */
 	if (size < 1 || size > FFV_MAX_SRQ_WR || size < srq->rq.count ||
@@ -200,7 +200,7 @@ int ffv_query_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr)
 {
 	struct ffv_srq *srq = ffv_srq(ibsrq);
 
-	pthread_mutex_lock(&srq->ctx->mu);
+	ffv_lock(srq->ctx);
 	attr->max_wr = srq->rq.size;
 	attr->max_sge = srq->rq.max_sge;
 	attr->srq_limit = srq->limit;
@@ -214,7 +214,7 @@ int ffv_destroy_srq(struct ibv_srq *ibsrq)
 	struct ffv_context *c = srq->ctx;
 	int unread = 0;
 
-	pthread_mutex_lock(&c->mu);
+	ffv_lock(c);
 	for (struct ffv_qp *qp = c->qps; qp; qp = qp->next)
 		if (qp->srq == srq) {
 			pthread_mutex_unlock(&c->mu);
@@ -240,7 +240,7 @@ int ffv_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct ibv_
 	struct ffv_context *c = srq->ctx;
 	int err;
 
-	pthread_mutex_lock(&c->mu);
+	ffv_lock(c);
 	err = ffv_rq_post(&srq->rq, wr, bad);
 	/* A message that waited for a receive goes on now, as a NIC's RNR retry would. */
 	if (srq->starved) {

@@ -54,7 +54,8 @@ struct ffv_grant;
 
 struct ffv_context {
 	struct verbs_context vctx;
-	pthread_mutex_t mu;
+	pthread_mutex_t mu;		/* taken with ffv_lock, but in ibv_poll_cq */
+	uint64_t gen;			/* ffv_lock's count: a CQ's quiet snapshot holds while unchanged (cq.c) */
 	int agent;			/* the provider's agent session (agent.c), -1 until needed */
 	uint32_t seq;
 	uint32_t next_pd;
@@ -121,6 +122,19 @@ struct ffv_cq {
 	int chan;			/* our writer of its completion channel's pipe, or -1 */
 	int armed;			/* FFV_ARM_*: ibv_req_notify_cq's, until the event */
 	uint32_t spins;			/* polls that found nothing: its program spins on it (ffv_qp_look) */
+	/*
+	 * Its quiet snapshot (cq.c): taken when a poll found its QPs with
+	 * nothing to do but look at their rings, valid while ctx->gen is
+	 * quiet_gen; the ring counters each QP would look at, as left.
+	 */
+	uint64_t quiet_gen;
+	struct ffv_quiet *quiet;
+	uint32_t nquiet, quiet_cap;
+};
+
+struct ffv_quiet {
+	const uint64_t *prod;		/* the QP's ring's prod ... */
+	uint64_t cons;			/* ... as far as it took it */
 };
 
 /* A posted receive request: its buffers, copied from the ibv_recv_wr. */
@@ -268,6 +282,17 @@ static inline struct ffv_device *ffv_dev(struct ibv_device *d)
 }
 
 /* libibverbs hands out &vctx.context, the last member of a verbs_context. */
+/*
+ * ctx->mu, for anything but ibv_poll_cq: what it changes may be what a
+ * CQ's quiet snapshot rests on (a send queued, a QP made, moved or gone),
+ * so every snapshot goes stale.
+ */
+static inline void ffv_lock(struct ffv_context *c)
+{
+	pthread_mutex_lock(&c->mu);
+	c->gen++;
+}
+
 static inline struct ffv_context *ffv_ctx(struct ibv_context *ctx)
 {
 	return container_of(ctx, struct ffv_context, vctx.context);
