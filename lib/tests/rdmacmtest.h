@@ -24,22 +24,58 @@ static inline void tr_setup(char **argv)
 	tv_file("sys/class/misc/rdma_cm/abi_version", "4");
 }
 
-/* The next event on ch within 10 s (poll on its fd first: it must be pollable), of type want. */
-static inline struct rdma_cm_event *tr_event(struct rdma_event_channel *ch, enum rdma_cm_event_type want)
+/*
+ * How long the library's CM waits for a peer that answers neither its REQ,
+ * REP or DREQ nor with an MRA (calls/rdmacm.h, CM_RESPONSE_MS).
+ */
+#define TR_ANSWER_MS	10000
+
+/* The next event on ch within ms (poll on its fd first: it must be pollable), of type want. */
+static inline struct rdma_cm_event *tr_event_within(struct rdma_event_channel *ch,
+						    enum rdma_cm_event_type want, int ms)
 {
 	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
 	struct rdma_cm_event *ev = NULL;
 
-	TV_MUST(poll(&p, 1, 10000) == 1, "no rdma_cm event within 10 s (want %s)", rdma_event_str(want));
+	TV_MUST(poll(&p, 1, ms) == 1, "no rdma_cm event within %d ms (want %s)", ms, rdma_event_str(want));
 	TV_MUST(rdma_get_cm_event(ch, &ev) == 0, "rdma_get_cm_event: %s", strerror(errno));
 	TV_MUST(ev->event == want, "event %s (status %d), want %s", rdma_event_str(ev->event), ev->status,
 		rdma_event_str(want));
 	return ev;
 }
 
+/* The next event on ch within 10 s, of type want. */
+static inline struct rdma_cm_event *tr_event(struct rdma_event_channel *ch, enum rdma_cm_event_type want)
+{
+	return tr_event_within(ch, want, 10000);
+}
+
 static inline void tr_ack(struct rdma_event_channel *ch, enum rdma_cm_event_type want)
 {
 	rdma_ack_cm_event(tr_event(ch, want));
+}
+
+static inline void tr_ack_within(struct rdma_event_channel *ch, enum rdma_cm_event_type want, int ms)
+{
+	rdma_ack_cm_event(tr_event_within(ch, want, ms));
+}
+
+/* The peer process stopped (SIGSTOP, as a debugger stops it): its CM thread answers nothing. */
+static inline void tr_stop(pid_t pid)
+{
+	int st;
+
+	TV_MUST(kill(pid, SIGSTOP) == 0 && waitpid(pid, &st, WUNTRACED) == pid && WIFSTOPPED(st),
+		"stop the peer process: %s", strerror(errno));
+}
+
+/* A peer process killed and reaped (a failed test leaves it to the test's pid namespace). */
+static inline void tr_kill(pid_t pid)
+{
+	int st = 0;
+
+	CHECK(kill(pid, SIGKILL) == 0 && waitpid(pid, &st, 0) == pid && WIFSIGNALED(st),
+	      "kill the peer (status %#x)", st);
 }
 
 /* An RC QP for id on its device, with a CQ of its own. */

@@ -99,11 +99,28 @@ int cm_send_msg(struct cm_id *id, int type, const struct cm_msg *tmpl)
 	m.type = (uint8_t)type;
 	m.psn = htonl(id->psn);
 	m.lid = htons(ff_cm.lid);
+	m.flags = htons(CMF_MRA);
 	memcpy(m.gid, ff_cm.gid, 16);
 	if (id->sock < 0 ||
 	    ff_real.send(id->sock, &m, sizeof(m), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(m))
 		return -ECONNRESET;
 	return 0;
+}
+
+void cm_await(struct cm_id *id, enum state st)
+{
+	id->state = st;
+	id->mra = 0;
+	id->retries = CM_MAX_RETRIES;
+	id->deadline = ff_now_ms() + CM_RESPONSE_MS;
+	cm_wake_thread();		/* its poll timeout */
+}
+
+/* Whether id waits for its peer until id->deadline. */
+static int has_deadline(const struct cm_id *id)
+{
+	return id->state == S_CONNECTING || id->state == S_REQ_SENT || id->state == S_REP_SENT ||
+	       id->state == S_DREQ_SENT;
 }
 
 /* The active side's connect failed: as the kernel's CM reports a REJ or a timeout. */
@@ -134,9 +151,9 @@ void cm_peer_gone(struct cm_id *id)
 	case S_REQ_RCVD:
 		id->gone = 1;
 		return;
-	case S_REP_SENT:
+	case S_REP_SENT:	/* the active side destroyed its id or died: its kernel's REJ */
 		id->state = S_DONE;
-		cm_id_event(id, EV_CONNECT_ERROR, -ECONNRESET, NULL);
+		cm_id_event(id, EV_REJECTED, REJ_CONSUMER_DEFINED, NULL);
 		return;
 	case S_REP_RCVD:
 	case S_CONNECTED:
@@ -149,10 +166,49 @@ void cm_peer_gone(struct cm_id *id)
 	}
 }
 
+/*
+ * id's deadline passed: a REQ or REP its peer MRA'd is sent again, as the
+ * kernel's CM resends it (a live peer MRAs it again); otherwise the peer
+ * is taken as gone, as the kernel's CM does once its resends are spent.
+ */
+static void timed_out(struct cm_id *id)
+{
+	enum state st = id->state;
+
+	if (st == S_CONNECTING) {
+		cm_connect_failed(id, ETIMEDOUT);
+		return;
+	}
+	/* SIDR's REQ is not resent (the kernel's CM gives it one timeout). */
+	if ((st == S_REQ_SENT || st == S_REP_SENT) && id->mra && id->retries && id->ps != RDMA_PS_UDP) {
+		if (cm_send_msg(id, st == S_REQ_SENT ? M_REQ : M_REP, &id->mine)) {
+			cm_peer_gone(id);
+			return;
+		}
+		id->retries--;
+		id->mra = 0;
+		id->deadline = ff_now_ms() + CM_RESPONSE_MS;
+		return;
+	}
+	cm_close_sock(id);
+	id->state = S_DONE;
+	if (st == S_DREQ_SENT)
+		cm_id_event(id, EV_DISCONNECTED, -ETIMEDOUT, NULL);	/* IB_CM_DREQ_ERROR */
+	else
+		cm_id_event(id, EV_UNREACHABLE, -ETIMEDOUT, NULL);	/* IB_CM_REQ_ERROR, IB_CM_REP_ERROR */
+}
+
 /* A first PSN (24 bits) of id's own, as the kernel's CM picks one at random. */
 uint32_t cm_new_psn(const struct cm_id *id)
 {
 	return (uint32_t)(ff_now_ns() ^ (uintptr_t)id ^ ((uintptr_t)id >> 24)) & 0xffffff;
+}
+
+/* The peer's REQ or REP acknowledged with an MRA, if its CM speaks them. */
+static void send_mra(struct cm_id *id)
+{
+	if (ntohs(id->peer.flags) & CMF_MRA)
+		cm_send_msg(id, M_MRA, NULL);
 }
 
 static void got_req(struct cm_id *id)
@@ -173,32 +229,57 @@ static void got_req(struct cm_id *id)
 	id->mine.resp_res = id->peer.init_depth;
 	id->mine.init_depth = id->peer.resp_res;
 	cm_queue_event(l, l->ch, l->uid, id->handle, EV_CONNECT_REQUEST, 0, &id->peer);
+	send_mra(id);		/* queued to the program, which may take its time */
+}
+
+/* The peer's REQ or REP sent again, or its MRA, crossing our answer to it: nothing to do. */
+static int crossed(const struct cm_id *id, int t)
+{
+	switch (id->state) {
+	case S_REP_SENT:
+		return t == M_REQ;
+	case S_CONNECTED:
+		return t == M_REP;
+	case S_DREQ_SENT:
+		return t == M_REQ || t == M_REP || t == M_MRA;
+	default:
+		return 0;
+	}
 }
 
 static void got_msg(struct cm_id *id)
 {
-	struct cm_msg *m = &id->peer;
+	struct cm_msg m;
 	int t;
 
-	memcpy(m, id->rbuf, sizeof(*m));
+	memcpy(&m, id->rbuf, sizeof(m));
 	id->rlen = 0;
-	t = memcmp(m->magic, "FFCM", 4) ? 0 : m->type;
+	t = memcmp(m.magic, "FFCM", 4) ? 0 : m.type;
+	/* The peer's QPN, PSN, LID and GID are its REQ's or REP's: an RTU or MRA has none. */
+	if ((id->state == S_ACCEPTING && t == M_REQ) || (id->state == S_REQ_SENT && t == M_REP))
+		id->peer = m;
 	if (id->state == S_ACCEPTING && t == M_REQ) {
 		got_req(id);
 	} else if (id->state == S_REQ_SENT && t == M_REP && id->ps == RDMA_PS_UDP) {
 		cm_close_sock(id);		/* SIDR's exchange is over */
 		id->state = S_DONE;
-		cm_id_event(id, EV_ESTABLISHED, 0, m);
+		cm_id_event(id, EV_ESTABLISHED, 0, &m);
 	} else if (id->state == S_REQ_SENT && t == M_REP) {
 		id->state = S_REP_RCVD;
-		cm_id_event(id, EV_CONNECT_RESPONSE, 0, m);
+		cm_id_event(id, EV_CONNECT_RESPONSE, 0, &m);
+		send_mra(id);		/* the RTU waits for the program's next GET_EVENT */
+	} else if ((id->state == S_REQ_SENT || id->state == S_REP_SENT) && t == M_MRA) {
+		id->mra = 1;
+		id->deadline = ff_now_ms() + CM_MRA_MS;
+	} else if ((id->state == S_REQ_RCVD && t == M_REQ) || (id->state == S_REP_RCVD && t == M_REP)) {
+		send_mra(id);		/* resent: still queued to the program */
 	} else if (id->state == S_REQ_SENT && t == M_REJ) {
 		cm_close_sock(id);
 		id->state = S_DONE;
-		cm_id_event(id, EV_REJECTED, (int)ntohl(m->reason), m);
+		cm_id_event(id, EV_REJECTED, (int)ntohl(m.reason), &m);
 	} else if (id->state == S_REP_SENT && t == M_RTU) {
 		id->state = S_CONNECTED;
-		cm_id_event(id, EV_ESTABLISHED, 0, m);
+		cm_id_event(id, EV_ESTABLISHED, 0, &m);
 	} else if ((id->state == S_CONNECTED || id->state == S_REP_SENT ||
 		    id->state == S_REP_RCVD || id->state == S_DREQ_SENT) && t == M_DREQ) {
 		cm_send_msg(id, M_DREP, NULL);
@@ -209,7 +290,7 @@ static void got_msg(struct cm_id *id)
 		cm_close_sock(id);
 		id->state = S_DONE;
 		cm_id_event(id, EV_DISCONNECTED, 0, NULL);
-	} else {
+	} else if (!crossed(id, t)) {
 		ff_debug("rdma_cm: message %d in state %d: connection dropped", t, id->state);
 		cm_peer_gone(id);
 	}
@@ -253,7 +334,7 @@ static void on_ready(struct cm_id *id, short rev)
 			cm_connect_failed(id, ECONNRESET);
 			return;
 		}
-		id->state = S_REQ_SENT;
+		cm_await(id, S_REQ_SENT);
 		return;
 	default:
 		break;
@@ -277,7 +358,7 @@ static int watched(const struct cm_id *id)
 	       id->state != S_DONE;
 }
 
-/* The sockets' thread: asleep in poll until a socket or the wake pipe is ready, or a connect's deadline. */
+/* The sockets' thread: asleep in poll until a socket or the wake pipe is ready, or an id's deadline. */
 static void *cm_thread(void *arg)
 {
 	struct pollfd *p = NULL;
@@ -304,16 +385,12 @@ static void *cm_thread(void *arg)
 		now = ff_now_ms();
 		next = -1;
 		for (id = ff_cm.ids; id; id = id->next) {
+			if (watched(id) && has_deadline(id) && id->deadline <= now)
+				timed_out(id);
 			if (!watched(id))
 				continue;
-			if (id->state == S_CONNECTING) {
-				if (id->deadline <= now) {
-					cm_connect_failed(id, ETIMEDOUT);
-					continue;
-				}
-				if (next < 0 || id->deadline - now < next)
-					next = id->deadline - now;
-			}
+			if (has_deadline(id) && (next < 0 || id->deadline - now < next))
+				next = id->deadline - now;
 			who[n] = id;
 			p[n++] = (struct pollfd){ .fd = id->sock,
 						  .events = id->state == S_CONNECTING ? POLLOUT : POLLIN };

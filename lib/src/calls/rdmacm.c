@@ -412,7 +412,7 @@ static int cmd_accept(struct cm_chan *c, const void *body, size_t in)
 		id->state = S_DONE;
 		return 0;
 	}
-	id->state = S_REP_SENT;
+	cm_await(id, S_REP_SENT);
 	if (id->gone || cm_send_msg(id, M_REP, &id->mine))
 		cm_peer_gone(id);
 	return 0;
@@ -450,7 +450,7 @@ static int cmd_disconnect(struct cm_chan *c, const void *body, size_t in)
 	case S_CONNECTED:
 	case S_REP_SENT:
 	case S_REP_RCVD:
-		id->state = S_DREQ_SENT;
+		cm_await(id, S_DREQ_SENT);
 		if (cm_send_msg(id, M_DREQ, NULL))
 			cm_peer_gone(id);
 		return 0;

@@ -8,7 +8,7 @@
  * would: RC ids (RDMA_PS_TCP, RDMA_PS_IB) and UD ids (RDMA_PS_UDP), over
  * IPv4 and IPv6.
  *
- * The connection manager's messages (REQ, REP, RTU, REJ, DREQ, DREP) go
+ * The connection manager's messages (REQ, REP, RTU, REJ, DREQ, DREP, MRA) go
  * over a plain TCP connection between the two processes, on the overlay:
  * an id bound to port P holds a TCP socket bound to P, so rdma_cm ports
  * share TCP's port space, as on iWARP. Each side puts its QPN, PSN, LID
@@ -19,12 +19,12 @@
  * Files: rdmacm.c the commands, cm_chan.c the channels, their events and
  * the ids, cm_link.c the TCP connections and their thread.
  *
- * One thread per process serves the sockets (poll, asleep while nothing
- * happens); events queue per channel. GET_EVENT waits for one (EAGAIN
- * with O_NONBLOCK). So that poll() on the channel works as on the kernel's
- * file, the fd becomes the master of a pseudo-terminal in raw mode (still
- * a character device, which librdmacm checks), holding one byte while
- * any event is queued.
+ * One thread per process serves the sockets and the deadlines of ids that
+ * wait for their peer (poll, asleep while nothing happens); events queue
+ * per channel. GET_EVENT waits for one (EAGAIN with O_NONBLOCK). So that
+ * poll() on the channel works as on the kernel's file, the fd becomes the
+ * master of a pseudo-terminal in raw mode (still a character device, which
+ * librdmacm checks), holding one byte while any event is queued.
  *
  * Locking: one mutex (ff_cm.mu) guards every channel, id and event; the
  * thread does its socket I/O under it (messages are small, sockets
@@ -44,7 +44,27 @@
 
 /* What the kernel's CM gives in a REJECTED event's status (IBTA reject reasons). */
 enum { REJ_INVALID_SERVICE_ID = 8, REJ_CONSUMER_DEFINED = 28 };
-enum { CM_MAX_IDS = 4096, CM_CONNECT_MS = 10000 };
+enum { CM_MAX_IDS = 4096 };
+
+/*
+ * How long the CM waits for its peer (docs/VERBS.md, "rdma_cm", Events).
+ * The kernel's CM resends a REQ every ~4.6 s (CMA_CM_RESPONSE_TIMEOUT 20,
+ * plus twice the packet life) and gives up after CMA_MAX_CM_RETRIES (15)
+ * resends; a REP every ~4.1 s, likewise. Over TCP nothing is lost, so a
+ * peer whose CM thread answers neither the message nor with an MRA within
+ * CM_RESPONSE_MS is frozen or gone: UNREACHABLE (-ETIMEDOUT), or
+ * DISCONNECTED (-ETIMEDOUT) for a DREQ. The peer's MRA (its program has
+ * the REQ or REP queued and has not answered yet) gives it CM_MRA_MS, the
+ * kernel's MRA service timeout 24 (4.096 us << 24, which cm.c rounds to
+ * 2^16 ms); then the REQ or REP is sent again, so a live peer MRAs it
+ * again, up to CM_MAX_RETRIES times, as the kernel's CM resends it.
+ */
+enum {
+	CM_CONNECT_MS = 10000,		/* the TCP connect */
+	CM_RESPONSE_MS = 10000,		/* a REQ, REP or DREQ: an answer or an MRA */
+	CM_MRA_MS = 65536,		/* after an MRA */
+	CM_MAX_RETRIES = 15,		/* CMA_MAX_CM_RETRIES: resends after an MRA's time */
+};
 
 /*
  * libibverbs's values, which INIT_QP_ATTR answers in (its ABI: enum
@@ -69,19 +89,24 @@ enum {
 	EV_DISCONNECTED,
 };
 
-enum { M_REQ = 1, M_REP, M_RTU, M_REJ, M_DREQ, M_DREP };
+enum { M_REQ = 1, M_REP, M_RTU, M_REJ, M_DREQ, M_DREP, M_MRA };
+/* cm_msg.flags: what the sender's CM speaks (a library before MRAs sent 0 and drops an MRA). */
+enum { CMF_MRA = 1 };
 
 /*
  * One CM message on the TCP connection; integers in network order. An RC
  * id's connection carries REQ, REP, RTU, then DREQ and DREP (or a REJ); a
- * UD id's only the REQ and the REP (or REJ), as IB's SIDR, and ends.
+ * UD id's only the REQ and the REP (or REJ), as IB's SIDR, and ends. The
+ * side that queues a REQ (RC or UD) or an RC REP to its program answers it
+ * with an MRA (message receipt acknowledgement, no fields of its own) if
+ * the message had CMF_MRA, and again each time it is resent (CM_MRA_MS).
  */
 struct cm_msg {
 	uint8_t magic[4];		/* "FFCM" */
 	uint8_t type, pd_len, resp_res, init_depth;
 	uint8_t flow_control, retry, rnr_retry, srq;
 	uint32_t qpn, psn, reason, qkey;
-	uint16_t lid, pad;
+	uint16_t lid, flags;
 	uint8_t gid[16];
 	uint8_t pd[RDMA_MAX_PRIVATE_DATA];
 };
@@ -125,7 +150,9 @@ struct cm_id {
 	struct cm_msg mine, peer;	/* our REQ or REP; the peer's */
 	uint8_t rbuf[sizeof(struct cm_msg)];
 	size_t rlen;
-	int64_t deadline;		/* S_CONNECTING, ff_now_ms */
+	int64_t deadline;		/* S_CONNECTING, S_REQ_SENT, S_REP_SENT, S_DREQ_SENT: ff_now_ms */
+	int mra;			/* S_REQ_SENT, S_REP_SENT: the peer MRA'd our message */
+	int retries;			/* resends of our REQ or REP left */
 	int timeout_set;		/* RDMA_OPTION_ID_ACK_TIMEOUT given: timeout for RTS */
 	uint8_t timeout;
 };
@@ -195,6 +222,11 @@ int cm_family_ok(const void *sa);
 int cm_bind_id(struct cm_id *id, const struct sockaddr_in6 *addr);
 /* A message of type (tmpl's fields, or none) with our PSN, LID and GID sent: 0 or -ECONNRESET. */
 int cm_send_msg(struct cm_id *id, int type, const struct cm_msg *tmpl);
+/*
+ * id sends a message its peer must answer (REQ, REP or DREQ): its state st,
+ * and the peer has CM_RESPONSE_MS to answer or MRA it.
+ */
+void cm_await(struct cm_id *id, enum state st);
 /* The active side's connect failed with err: its event. */
 void cm_connect_failed(struct cm_id *id, int err);
 /* The peer's end of id's connection went: what the kernel's CM would tell. */

@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: MIT */
+/* Description: a listener whose program accepts 12 s after its CONNECT_REQUEST, longer than the 10 s a silent peer is given, still gets connected: its CM answered the REQ with an MRA (as the kernel's CM does for a request queued to a program), which keeps the connector waiting; both ends get ESTABLISHED */
+#include "rdmacmtest.h"
+
+#define SLOW_MS	(TR_ANSWER_MS + 2000)
+
+static int listener(int sock)
+{
+	struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1 };
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_event *ev;
+	struct rdma_cm_id *id;
+	struct ibv_cq *cq;
+
+	TV_MUST(ch, "event channel: %s", strerror(errno));
+	tr_listen(ch, sock);
+	ev = tr_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
+	id = ev->id;
+	rdma_ack_cm_event(ev);
+	usleep(SLOW_MS * 1000);
+	cq = tr_qp(id);
+	TV_MUST(rdma_accept(id, &cp) == 0, "accept: %s", strerror(errno));
+	tr_ack(ch, RDMA_CM_EVENT_ESTABLISHED);
+	tr_ack(ch, RDMA_CM_EVENT_DISCONNECTED);
+	tr_drop_qp(id, cq);
+	CHECK(rdma_destroy_id(id) == 0, "destroy the id: %s", strerror(errno));
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1, .retry_count = 7 };
+	struct rdma_event_channel *ch;
+	struct rdma_cm_id *id;
+	struct ibv_cq *cq;
+	pid_t pid;
+	int sock;
+
+	(void)argc;
+	tr_setup(argv);
+	pid = tv_fork(listener, &sock);
+	id = tr_connect_to(sock, &ch);
+	cq = tr_qp(id);
+	TV_MUST(rdma_connect(id, &cp) == 0, "connect: %s", strerror(errno));
+	tr_ack_within(ch, RDMA_CM_EVENT_ESTABLISHED, SLOW_MS + 5000);
+	TV_MUST(rdma_disconnect(id) == 0, "disconnect: %s", strerror(errno));
+	tr_ack(ch, RDMA_CM_EVENT_DISCONNECTED);
+	tr_drop_qp(id, cq);
+	CHECK(rdma_destroy_id(id) == 0, "destroy the id: %s", strerror(errno));
+	rdma_destroy_event_channel(ch);
+	tv_join(pid);
+	return t_shim_finish();
+}
