@@ -249,6 +249,7 @@ func (s *session) handle(m *protocol.Message) (*protocol.Message, error) {
 		return s.handleLinkFill(m)
 	case protocol.TypeVerbsQPCreate, protocol.TypeVerbsConnect, protocol.TypeVerbsMRReg, protocol.TypeVerbsMRGet,
 		protocol.TypeVerbsMRDereg, protocol.TypeVerbsQPDestroy, protocol.TypeVerbsUDLane, protocol.TypeVerbsUDLanes,
+		protocol.TypeVerbsQPReset,
 		protocol.TypeVerbsPeerQP, protocol.TypeVerbsMRGrant:
 		return s.handleVerbs(m)
 	case protocol.TypeRegister, protocol.TypeUnregister, protocol.TypeList, protocol.TypeStatus, protocol.TypeConns:

@@ -84,7 +84,7 @@ func TestMalformedMessages(t *testing.T) {
 		{"oversized", true, append(header(1, 0x42, 4, protocol.MaxMessage), make([]byte, protocol.MaxMessage)...), protocol.CodeBadMsg, 0, true},
 		{"request before HELLO", false, encode(t, protocol.New(protocol.TypeList, 2)), protocol.CodeSequence, 2, true},
 		{"second HELLO", true, hello, protocol.CodeSequence, 1, true},
-		{"unknown type", true, header(1, 0x2a, 7, 0), protocol.CodeUnknown, 7, false},
+		{"unknown type", true, header(1, 0x2b, 7, 0), protocol.CodeUnknown, 7, false},
 		{"reply type as request", true, encode(t, protocol.New(protocol.TypeOK, 8)), protocol.CodeUnknown, 8, false},
 		{"LOOKUP without IP", true, lookupNoIP, protocol.CodeInvalid, 6, false},
 		{"admin request on library socket", true, encode(t, protocol.New(protocol.TypeStatus, 9)), protocol.CodeDenied, 9, false},

@@ -7,7 +7,8 @@ package agent
 //
 //   - every live QP by its number (QPN, 1..0xffffff, unique on the host and
 //     not given again while the QP lives: a counter that wraps and skips
-//     live numbers), with the memfd of its incoming ring, its doorbell if
+//     live numbers), with the memfd of its incoming ring (a new one after
+//     each reset, VERBS_QP_RESET), its doorbell if
 //     it has one (docs/VERBS.md, "Completion events"), its type and PD, the
 //     container and the session that made it, and the QP it was last
 //     connected to (VERBS_CONNECT): on this host, or on another with the
@@ -139,6 +140,8 @@ func (s *session) handleVerbs(m *protocol.Message) (*protocol.Message, error) {
 		return s.verbsMRDereg(m)
 	case protocol.TypeVerbsQPDestroy:
 		return s.verbsQPDestroy(m)
+	case protocol.TypeVerbsQPReset:
+		return s.verbsQPReset(m)
 	case protocol.TypeVerbsUDLane:
 		return s.verbsUDLane(m)
 	case protocol.TypeVerbsUDLanes:
@@ -233,6 +236,68 @@ func (s *session) verbsQPDestroy(m *protocol.Message) (*protocol.Message, error)
 		s.a.retireLanes(lanes, true)
 	}
 	return protocol.New(protocol.TypeOK, m.Seq), nil
+}
+
+// verbsQPReset gives the caller's RC QP, which its program took back to
+// RESET, the memfd the message carries as its ring. Its peer may still
+// produce into the old one (its program has not reset its end yet), as
+// packets still reach a NIC's QP in RESET, which drops them: the old memfd
+// is marked so (its dead word), and the pair is forgotten both ways, so
+// that each end gets the other's new ring only once both connected again.
+func (s *session) verbsQPReset(m *protocol.Message) (*protocol.Message, error) {
+	qpn, err := m.U32(protocol.AttrQPN)
+	if err != nil {
+		return nil, err
+	}
+	if len(s.inFDs) != 1 {
+		return nil, protocol.Errorf(protocol.CodeInvalid, "VERBS_QP_RESET carries %d file descriptors; it carries the QP's new memfd", len(s.inFDs))
+	}
+	if err := checkQPMemfd(s.inFDs[0]); err != nil {
+		return nil, err
+	}
+	if err := s.a.verbs.resetQP(s, qpn, s.inFDs[0], s.a.log.Warn); err != nil {
+		return nil, err
+	}
+	return protocol.New(protocol.TypeOK, m.Seq), nil
+}
+
+// resetQP swaps the memfd of s's RC QP qpn for memfd (held within the
+// container's files: the old one goes at once, so one more for the
+// swap), marks the old one reset, lets it go, and unpairs the QP, ringing
+// the doorbell of the peer it was paired with, which finds the mark.
+func (r *verbsRegistry) resetQP(s *session, qpn uint32, memfd int, warn func(string, ...any)) error {
+	fdShare := r.fdShare()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	qp, err := r.ownQPLocked(s, qpn)
+	if err != nil {
+		return err
+	}
+	if qp.typ != protocol.QPTypeRC {
+		return protocol.Errorf(protocol.CodeInvalid, "QP %#x is a UD QP: only an RC QP's ring is renewed at a reset (a UD QP's datagrams come in lanes)", qpn)
+	}
+	if k, err := fileKeyOf(memfd); err != nil || k == qp.file {
+		return protocol.Errorf(protocol.CodeInvalid, "VERBS_QP_RESET of QP %#x carries the memfd the QP has (%v); send a new one", qpn, err)
+	}
+	keys, fds, err := r.holdFilesLocked(qp.container, []int{memfd}, fdShare+1)
+	if err != nil {
+		return err
+	}
+	if err := markQPReset(qp.fd); err != nil {
+		warn("could not mark a verbs QP's old memfd reset; its peer may produce into it unread until it resets too",
+			"qpn", qp.qpn, "container", qp.container, "err", err)
+	}
+	r.releaseFilesLocked(qp.container, []fileKey{qp.file})
+	qp.file, qp.fd = keys[0], fds[0]
+	if p := qp.peer; p != nil && p.peer == qp {
+		p.peer = nil
+		if p.bell >= 0 {
+			ring(p.bell)
+		}
+	}
+	qp.peer = nil
+	r.resetPairLocked(qp, remoteQP{})
+	return nil
 }
 
 // dropQPLocked removes qp from the registry, closing the socket parked

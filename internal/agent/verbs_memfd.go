@@ -84,7 +84,14 @@ func checkDoorbell(fd int) error {
 // its peers' next work request on it fails (docs/VERBS.md, "Queue pair
 // memory").
 func markQPDead(fd int) error {
-	return withQPHeaderWord(fd, protocol.VQPOffDead, func(w *uint32) { atomic.StoreUint32(w, 1) })
+	return withQPHeaderWord(fd, protocol.VQPOffDead, func(w *uint32) { atomic.StoreUint32(w, protocol.VQPDeadGone) })
+}
+
+// markQPReset sets the dead word of the memfd a QP had before its reset to
+// say so (VERBS_QP_RESET): its peer's next work request on it fails as to
+// a NIC's QP in RESET, and its receives stay (docs/VERBS.md).
+func markQPReset(fd int) error {
+	return withQPHeaderWord(fd, protocol.VQPOffDead, func(w *uint32) { atomic.StoreUint32(w, protocol.VQPDeadReset) })
 }
 
 // addLanesWord adds 1 to the lanes word of a UD QP's memfd: its owner asks

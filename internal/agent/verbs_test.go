@@ -1003,3 +1003,83 @@ func TestVerbsThirdQPCannotJoinAConnectedPair(t *testing.T) {
 		t.Errorf("the QP connected to it: %v", err)
 	}
 }
+
+// qpReset sends VERBS_QP_RESET for qpn with fds (its new memfd).
+func (l *libClient) qpReset(qpn uint32, fds ...int) error {
+	_, _, err := l.call(protocol.New(protocol.TypeVerbsQPReset, 0, protocol.U32(protocol.AttrQPN, qpn)), fds...)
+	return err
+}
+
+// A QP taken back to RESET gets a new ring: the old one, which its peer
+// still maps, is marked reset and the peer rung; neither end gets the
+// other's ring until both connected again, then the new one.
+func TestVerbsQPResetRenewsRingAndUnpairs(t *testing.T) {
+	a := startAgent(t, newFakeDir(selfContainer), nil)
+	ini, tgt := newLib(t, a), newLib(t, a)
+	qa, bell := newBelledQP(t, ini)
+	qb, fdb := newQP(t, tgt, 5)
+	connectBack(t, tgt, qb, qa)
+	if _, _, _, err := ini.verbsConnect(t, qa, lidPeer(qb, selfLID)); err != nil {
+		t.Fatal(err)
+	}
+	old := mapShared(t, fdb, 4096, unix.PROT_READ)
+	fresh := newQPMemfd(t)
+	if err := tgt.qpReset(qb, fresh); err != nil {
+		t.Fatalf("VERBS_QP_RESET: %v", err)
+	}
+	if d := deadWord(old); d != protocol.VQPDeadReset {
+		t.Fatalf("the old ring's dead word is %d, want %d (reset)", d, protocol.VQPDeadReset)
+	}
+	waitRing(t, bell, "VERBS_QP_RESET")
+	// Neither end is handed the other's ring until both connected since the reset.
+	_, _, _, err := tgt.verbsConnect(t, qb, lidPeer(qa, selfLID))
+	wantCode(t, err, protocol.CodeNotFound)
+	if _, _, fd, err := ini.verbsConnect(t, qa, lidPeer(qb, selfLID)); err != nil || !sameFile(t, fd, fresh) {
+		t.Fatalf("connected again: %v; want QP %#x's new memfd", err, qb)
+	}
+	r, fds, err := tgt.call(protocol.New(protocol.TypeVerbsConnect, 0, protocol.U32(protocol.AttrQPN, qb), lidPeer(qa, selfLID).Attr()))
+	protocol.CloseFDs(fds)
+	if err != nil || r.Type != protocol.TypeVerbsPeerQP {
+		t.Fatalf("the other end, asking again: %v", err)
+	}
+	if deadWord(mapShared(t, fresh, 4096, unix.PROT_READ)) != 0 {
+		t.Fatal("the new ring is marked")
+	}
+	tgt.conn.Close()
+	ini.conn.Close()
+	waitRegistryEmpty(t, a)
+}
+
+func TestVerbsQPResetRejectsBadRequests(t *testing.T) {
+	a := startAgent(t, newFakeDir(selfContainer), nil)
+	l, other := newLib(t, a), newLib(t, a)
+	qp, fd := newQP(t, l, 1)
+	ud, err := l.qpCreate(newQPMemfd(t), protocol.QPTypeUD, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		what string
+		l    *libClient
+		qpn  uint32
+		fds  []int
+	}{
+		{"no memfd", l, qp, nil},
+		{"its own memfd again", l, qp, []int{fd}},
+		{"an unsealed memfd", l, qp, []int{newMemfd(t, 8192, 0)}},
+		{"another session's QP", other, qp, []int{newQPMemfd(t)}},
+		{"a UD QP", l, ud, []int{newQPMemfd(t)}},
+	} {
+		if err := c.l.qpReset(c.qpn, c.fds...); err == nil {
+			t.Errorf("%s: VERBS_QP_RESET answered OK", c.what)
+		} else {
+			var pe *protocol.Error
+			if !errors.As(err, &pe) || pe.Code != protocol.CodeInvalid {
+				t.Errorf("%s: %v, want INVALID", c.what, err)
+			}
+		}
+	}
+	if d := deadWord(mapShared(t, fd, 4096, unix.PROT_READ)); d != 0 {
+		t.Fatalf("a refused reset marked the QP's memfd (%d)", d)
+	}
+}

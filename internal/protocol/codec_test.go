@@ -66,7 +66,7 @@ func TestLimits(t *testing.T) {
 
 func TestEncodeRefusesWhatDecodeRefuses(t *testing.T) {
 	cases := map[string]*Message{
-		"unknown type":  New(0x2a, 1),
+		"unknown type":  New(0x2b, 1),
 		"duplicate":     New(TypeLookup, 1, IP(netip.MustParseAddr("10.0.0.1")), IP(netip.MustParseAddr("10.0.0.2"))),
 		"u8 size":       New(TypeLookupReply, 1, Attr{Type: AttrFound, Value: []byte{1, 0}}),
 		"long name":     New(TypeLookupReply, 1, String(AttrName, strings.Repeat("n", 256))),

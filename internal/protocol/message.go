@@ -51,6 +51,7 @@ const (
 	TypeVerbsQPDestroy Type = 0x27
 	TypeVerbsUDLane    Type = 0x28 // a UD QP's lane to another UD QP
 	TypeVerbsUDLanes   Type = 0x29 // a UD QP asks for the lanes to it
+	TypeVerbsQPReset   Type = 0x2a // an RC QP back to RESET: its new memfd
 	TypeOffer          Type = 0x30 // agent to agent, on the broker port (see PROTOCOL.md)
 	TypeCommit         Type = 0x31 // agent to agent: the connector's agent takes a fast PATH
 	TypeVerbsOffer     Type = 0x32 // agent to agent, on the broker port: a TCP connection for a pair of verbs QPs
@@ -73,14 +74,14 @@ var typeNames = map[Type]string{
 	TypeVerbsQPCreate: "VERBS_QP_CREATE", TypeVerbsConnect: "VERBS_CONNECT", TypeVerbsPeerQP: "VERBS_PEER_QP",
 	TypeVerbsMRReg: "VERBS_MR_REG", TypeVerbsMRGet: "VERBS_MR_GET", TypeVerbsMRGrant: "VERBS_MR_GRANT",
 	TypeVerbsMRDereg: "VERBS_MR_DEREG", TypeVerbsQPDestroy: "VERBS_QP_DESTROY",
-	TypeVerbsUDLane: "VERBS_UD_LANE", TypeVerbsUDLanes: "VERBS_UD_LANES",
+	TypeVerbsUDLane: "VERBS_UD_LANE", TypeVerbsUDLanes: "VERBS_UD_LANES", TypeVerbsQPReset: "VERBS_QP_RESET",
 	TypeOffer: "OFFER", TypeCommit: "COMMIT", TypeVerbsOffer: "VERBS_OFFER", TypeVerbsUDOffer: "VERBS_UD_OFFER",
 	TypeConns: "CONNS", TypeRegister: "REGISTER", TypeUnregister: "UNREGISTER",
 	TypeList: "LIST", TypeStatus: "STATUS", TypeOK: "OK", TypeError: "ERROR",
 }
 
 // Known reports whether t is a message type of version 1. 0x1a and the
-// ranges 0x1d-0x1f, 0x2a-0x2f and 0x34-0x3f are reserved; 0x16 (OPENED)
+// ranges 0x1d-0x1f, 0x2b-0x2f and 0x34-0x3f are reserved; 0x16 (OPENED)
 // is retired.
 func (t Type) Known() bool { _, ok := typeNames[t]; return ok }
 

@@ -131,6 +131,7 @@ var shmLayoutIgnored = []string{
 var vqpLayoutChecked = map[string]uint64{
 	"magic": VQPMagic, "version": VQPVersion, "hdr_size": VQPHeaderSize,
 	"ring_min": VQPRingMin, "ring_max": VQPRingMax, "off_ring_size": VQPOffRingSize, "off_dead": VQPOffDead,
+	"dead_gone": VQPDeadGone, "dead_reset": VQPDeadReset,
 	"off_prod": VQPOffProd, "off_lanes": VQPOffLanes,
 }
 

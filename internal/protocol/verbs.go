@@ -12,7 +12,9 @@ const (
 	VQPRingMin     = 4096     // smallest ring_size
 	VQPRingMax     = 16 << 20 // largest ring_size
 	VQPOffRingSize = 8        // u32 ring_size, after magic and version
-	VQPOffDead     = 16       // u32: 1 once the owner is gone
+	VQPOffDead     = 16       // u32: 0 while the owner reads the ring, then one of:
+	VQPDeadGone    = 1        // the owner destroyed the QP or is gone
+	VQPDeadReset   = 2        // the owner took the QP back to RESET: a new memfd replaced this one
 	VQPOffLanes    = 24       // u32, a UD QP's: the agent adds 1 for each lane it gives it
 	VQPOffProd     = 64       // u64: bytes the peer produced into the ring
 )

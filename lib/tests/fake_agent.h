@@ -683,7 +683,7 @@ static inline void fa_request(struct fa_state *st, int fd)
 		memcpy(fds, CMSG_DATA(cm), sizeof(int) * nfds);
 	}
 	if (n > 0 && !ff_msg_decode(in, (size_t)n, &m) && m.type >= FF_MSG_VERBS_QP_CREATE &&
-	    m.type <= FF_MSG_VERBS_UD_LANES) {
+	    m.type <= FF_MSG_VERBS_QP_RESET) {
 		if (st->mode != FA_SILENT)
 			fv_request(fd, &m, fds, nfds);
 		return;

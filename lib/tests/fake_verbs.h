@@ -7,7 +7,8 @@
  * and GID are not looked at), each QP's doorbell handed to its peers and rung when they die, grants only through a connected QP to a region
  * in its peer's PD, read-only unless the region allows remote writes or
  * atomics, a dead word set when a session ends, and UD lanes (a sender's
- * memfd handed to the receiver with the sender's QPN). With FF_TEST_CHANNEL
+ * memfd handed to the receiver with the sender's QPN); VERBS_QP_RESET swaps a
+ * QP's memfd, marks the old one and forgets its pair both ways. With FF_TEST_CHANNEL
  * host-tcp, an RC pair is "on two hosts": VERBS_CONNECT hands each end of
  * the pair one end of a loopback TCP connection (PATH_KIND host-tcp), as
  * two agents do, instead of the peer's memfd. The agent's own rules
@@ -141,10 +142,21 @@ static inline void fv_hdr_add(int memfd, uint32_t off, uint32_t v)
 	}
 }
 
+/* Set the u32 at off of a QP-layout memfd's header to v. */
+static inline void fv_hdr_set(int memfd, uint32_t off, uint32_t v)
+{
+	uint8_t *p = mmap(NULL, FF_VQP_HDR_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+
+	if (p != MAP_FAILED) {
+		__atomic_store_n((uint32_t *)(p + off), v, __ATOMIC_SEQ_CST);
+		munmap(p, FF_VQP_HDR_SIZE);
+	}
+}
+
 static inline void fv_lane_dead(struct fv_lane *l)
 {
 	if (!l->sock)	/* a connection's end is its own news */
-		fv_hdr_add(l->memfd, FF_VQP_OFF_DEAD, 1);
+		fv_hdr_set(l->memfd, FF_VQP_OFF_DEAD, FF_VQP_DEAD_GONE);
 	close(l->memfd);
 	l->owner = 0;
 }
@@ -154,7 +166,7 @@ static inline void fv_peer_attrs(struct ff_enc *e, const void *arg);
 /* q's dead word set, its lanes dead, then the doorbells of the QPs connected to it rung. */
 static inline void fv_mark_dead(struct fv_qp *q)
 {
-	fv_hdr_add(q->memfd, FF_VQP_OFF_DEAD, 1);
+	fv_hdr_set(q->memfd, FF_VQP_OFF_DEAD, FF_VQP_DEAD_GONE);
 	for (int i = 0; i < FV_MAX_LANES; i++)
 		if (fv_lanes[i].owner && (fv_lanes[i].from == q->qpn || fv_lanes[i].to == q->qpn))
 			fv_lane_dead(&fv_lanes[i]);
@@ -167,6 +179,16 @@ static inline void fv_mark_dead(struct fv_qp *q)
 	if (q->sock >= 0)
 		close(q->sock);
 	q->owner = 0;
+}
+
+/* q connected to nothing, its end of a pair's connection (across hosts) closed if not handed. */
+static inline void fv_unpair(struct fv_qp *q)
+{
+	if (q->sock >= 0)
+		close(q->sock);
+	q->sock = -1;
+	q->peer = 0;
+	q->paired = 0;
 }
 
 static inline int fv_across_hosts(void)
@@ -473,6 +495,26 @@ static inline void fv_request(int fd, const struct ff_msg *m, int *fds, int nfds
 			return;
 		}
 		fv_ud_lanes(fd, m->seq, q, ff_attr_u32(a));
+		return;
+	case FF_MSG_VERBS_QP_RESET:
+		q = ff_msg_get(m, FF_ATTR_QPN) ? fv_qp(ff_attr_u32(ff_msg_get(m, FF_ATTR_QPN))) : NULL;
+		if (!q || q->owner != fd || nfds != 1) {
+			fv_close_fds(fds, nfds);
+			fv_error(fd, m->seq, FF_ERR_INVALID);
+			return;
+		}
+		/* The new memfd for the old, which is marked; the pair forgotten both ways. */
+		fv_hdr_set(q->memfd, FF_VQP_OFF_DEAD, FF_VQP_DEAD_RESET);
+		close(q->memfd);
+		q->memfd = fds[0];
+		p = fv_qp(q->peer);
+		if (p && p->peer == q->qpn) {
+			fv_unpair(p);
+			if (p->bell >= 0)
+				send(p->bell, "", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+		}
+		fv_unpair(q);
+		fv_reply(fd, FF_MSG_OK, m->seq, NULL, 0, NULL, NULL);
 		return;
 	case FF_MSG_VERBS_QP_DESTROY:
 		q = ff_msg_get(m, FF_ATTR_QPN) ? fv_qp(ff_attr_u32(ff_msg_get(m, FF_ATTR_QPN))) : NULL;

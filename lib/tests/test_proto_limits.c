@@ -146,8 +146,8 @@ static void check_encoder_errors(void)
 	ff_enc_start(&e, small, sizeof(small), FF_MSG_LOOKUP, 1);
 	ff_enc_attr(&e, FF_ATTR_IP, val, 16);
 	CHECK(ff_enc_finish(&e) == -EMSGSIZE, "32 bytes in a 20-byte buffer");
-	ff_enc_start(&e, small, sizeof(small), 0x2a, 1);
-	CHECK(ff_enc_finish(&e) == -EINVAL, "reserved type 0x2a encoded");
+	ff_enc_start(&e, small, sizeof(small), 0x2b, 1);
+	CHECK(ff_enc_finish(&e) == -EINVAL, "reserved type 0x2b encoded");
 	ff_enc_start(&e, buf, sizeof(buf), FF_MSG_OK, 1);
 	ff_enc_attr(&e, 200, val, 65536);
 	CHECK(ff_enc_finish(&e) == -EINVAL, "value over 65535 bytes encoded");

@@ -230,7 +230,8 @@ static const struct layout_key ledger_keys[] = {
 static const struct layout_key vqp_keys[] = {
 	K("magic", FF_VQP_MAGIC), K("version", FF_VQP_VERSION), K("hdr_size", FF_VQP_HDR_SIZE),
 	K("ring_min", FF_VQP_RING_MIN), K("ring_max", FF_VQP_RING_MAX),
-	K("off_ring_size", FF_VQP_OFF_RING_SIZE), K("off_dead", FF_VQP_OFF_DEAD), K("off_access", FF_VQP_OFF_ACCESS),
+	K("off_ring_size", FF_VQP_OFF_RING_SIZE), K("off_dead", FF_VQP_OFF_DEAD),
+	K("dead_gone", FF_VQP_DEAD_GONE), K("dead_reset", FF_VQP_DEAD_RESET), K("off_access", FF_VQP_OFF_ACCESS),
 	K("off_lanes", FF_VQP_OFF_LANES), K("off_mr_gen", FF_VQP_OFF_MR_GEN),
 	K("off_prod", FF_VQP_OFF_PROD), K("off_cons", FF_VQP_OFF_CONS),
 	K("off_waiting", FF_VQP_OFF_WAITING), K("off_armed", FF_VQP_OFF_ARMED),

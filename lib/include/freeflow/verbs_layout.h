@@ -17,8 +17,15 @@
 #define FF_VQP_RING_MIN		4096u
 #define FF_VQP_RING_MAX		(16u << 20)
 #define FF_VQP_OFF_RING_SIZE	8u
-/* u32: 0 while the owner lives; 1 once it destroyed the QP or is gone (the agent writes it). */
+/*
+ * u32: 0 while the owner reads the ring; FF_VQP_DEAD_GONE once it destroyed
+ * the QP or is gone; FF_VQP_DEAD_RESET once it took the QP back to RESET,
+ * which gave it a new memfd (VERBS_QP_RESET): nothing produced here is read
+ * any more. The agent writes both (the owner the first too, at destroy).
+ */
 #define FF_VQP_OFF_DEAD		16u
+#define FF_VQP_DEAD_GONE	1u
+#define FF_VQP_DEAD_RESET	2u
 /* u32: the QP's qp_access_flags (IBV_ACCESS_REMOTE_*), which one-sided requests through it need. */
 #define FF_VQP_OFF_ACCESS	20u
 /*

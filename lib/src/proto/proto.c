@@ -113,6 +113,7 @@ static int msg_type_known(uint8_t type)
 	case FF_MSG_VERBS_QP_DESTROY:
 	case FF_MSG_VERBS_UD_LANE:
 	case FF_MSG_VERBS_UD_LANES:
+	case FF_MSG_VERBS_QP_RESET:
 	case FF_MSG_REGISTER:
 	case FF_MSG_UNREGISTER:
 	case FF_MSG_LIST:

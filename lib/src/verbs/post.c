@@ -29,11 +29,20 @@ void ffv_complete(struct ffv_qp *qp, int send, uint64_t wr_id, enum ibv_wc_statu
 	push_wc(qp, send ? qp->scq : qp->rcq, &wc, 0);
 }
 
-static int peer_dead(const struct ffv_qp *qp)
+/*
+ * Whether the peer takes no more of what we send: gone (dead word
+ * FF_VQP_DEAD_GONE, or across hosts the link), or, only if any, taken back
+ * to RESET (FF_VQP_DEAD_RESET: it reads a new ring now, as a NIC's QP in
+ * RESET drops what comes), which a NIC that does not send never notices.
+ */
+static int peer_dead(const struct ffv_qp *qp, int any)
 {
+	uint32_t d;
+
 	if (qp->wire)
 		return ffv_wire_dead(qp);
-	return __atomic_load_n((uint32_t *)(qp->peer_mem + FF_VQP_OFF_DEAD), __ATOMIC_ACQUIRE) != 0;
+	d = __atomic_load_n((uint32_t *)(qp->peer_mem + FF_VQP_OFF_DEAD), __ATOMIC_ACQUIRE);
+	return any ? d != 0 : d == FF_VQP_DEAD_GONE;
 }
 
 /* Whether the peer's QP lets one-sided requests do access (its qp_access_flags). */
@@ -336,7 +345,7 @@ static int run(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total, 
 		if (st != IBV_WC_SUCCESS)
 			return -st;
 	}
-	if (peer_dead(qp)) {
+	if (peer_dead(qp, 1)) {
 		int st = ffv_qp_retry_dead(qp);
 
 		return st == FFV_REACH_LATER ? FFV_WAIT : -st;
@@ -749,7 +758,7 @@ void ffv_progress(struct ffv_qp *qp)
 	 * for the same CQ: ibv_srq_pingpong). Not while sends wait: their
 	 * retries end it.
 	 */
-	if (ffv_reached(qp) && qp->vqp.qp.state != IBV_QPS_ERR && !qp->sq && peer_dead(qp) &&
+	if (ffv_reached(qp) && qp->vqp.qp.state != IBV_QPS_ERR && !qp->sq && peer_dead(qp, 0) &&
 	    __atomic_load_n((uint64_t *)(qp->mem + FF_VQP_OFF_PROD), __ATOMIC_ACQUIRE) == qp->rx_cons) {
 		if (qp->rcq->count || qp->scq->count)
 			qp->reach_by = 0;	/* the budget starts once they are polled: no ticks meanwhile */

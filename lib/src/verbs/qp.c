@@ -243,6 +243,50 @@ static int allowed(enum ibv_qp_state from, enum ibv_qp_state to)
 	}
 }
 
+/*
+ * ctx->mu held, an RC QP going back to RESET after it was connected: a new
+ * ring for its next connection. The peer it was connected to keeps the old
+ * one mapped and may still produce into it (its program has not reset it
+ * yet, or never does), as packets still come to a NIC's QP in RESET, which
+ * drops them; so the agent swaps the memfds (VERBS_QP_RESET), marks the old
+ * one FF_VQP_DEAD_RESET (its producer's requests fail as to a QP that stopped
+ * answering) and forgets the pair both ways: each end gets the other's new
+ * ring only once both connected again. The words we own come along. 0, or
+ * a positive errno with the QP as it was.
+ */
+static int renew_ring(struct ffv_qp *qp)
+{
+	static const uint32_t words[] = { FF_VQP_OFF_ACCESS, FF_VQP_OFF_MR_GEN, FF_VQP_OFF_ARMED,
+					  FF_VQP_OFF_RNR_TIMER };
+	struct ffv_context *c = ffv_ctx(qp->vqp.qp.context);
+	uint8_t buf[256], *mem;
+	struct ff_enc e;
+	struct ff_msg m;
+	int fd, n, rn = 0, err;
+
+	if ((err = ffv_ring_make(qp->ring_size, &fd, &mem)))
+		return -err;
+	for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
+		memcpy(mem + words[i], qp->mem + words[i], 4);
+	if (qp->srq)	/* as create_qp: a peer never waits on our count */
+		memset(mem + FF_VQP_OFF_RQ_POSTED, 0xff, 8);
+	ff_enc_start(&e, buf, sizeof(buf), FF_MSG_VERBS_QP_RESET, ffv_next_seq(c));
+	ff_enc_u32(&e, FF_ATTR_QPN, qp->vqp.qp.qp_num);
+	n = ff_enc_finish(&e);
+	err = n < 0 ? n : ffv_agent_call(c, buf, n, &fd, 1, &m, sizeof(buf), NULL, &rn);
+	if (err) {
+		munmap(mem, FF_VQP_HDR_SIZE + qp->ring_size);
+		close(fd);
+		return err > 0 ? (err == FF_ERR_LIMIT ? ENOMEM : EPERM) : -err;
+	}
+	munmap(qp->mem, FF_VQP_HDR_SIZE + qp->ring_size);
+	close(qp->memfd);
+	qp->mem = mem;
+	qp->memfd = fd;
+	qp->ring_out = 0;
+	return 0;
+}
+
 /* ctx->mu held: back to RESET: posted requests are dropped without completions, as a NIC does. */
 static void reset(struct ffv_qp *qp)
 {
@@ -284,6 +328,7 @@ int ffv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 	struct ffv_context *c = ffv_ctx(ibqp->context);
 	struct ffv_qp *qp = ffv_qp(ibqp);
 	enum ibv_qp_state from, to;
+	int err;
 
 	ffv_lock(c);
 	from = mask & IBV_QP_CUR_STATE ? attr->cur_qp_state : ibqp->state;
@@ -294,6 +339,10 @@ int ffv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 	    (mask & IBV_QP_PKEY_INDEX && attr->pkey_index != 0)) {
 		pthread_mutex_unlock(&c->mu);
 		return EINVAL;
+	}
+	if (to == IBV_QPS_RESET && qp->ring_out && (err = renew_ring(qp))) {
+		pthread_mutex_unlock(&c->mu);
+		return err;
 	}
 	if (mask & IBV_QP_ACCESS_FLAGS) {
 		qp->attr.qp_access_flags = attr->qp_access_flags;
@@ -339,8 +388,12 @@ int ffv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 		reset(qp);
 	else if (to == IBV_QPS_ERR && from != IBV_QPS_ERR)
 		ffv_qp_error(qp);
-	else if (to == IBV_QPS_RTR && ibqp->qp_type == IBV_QPT_RC)
+	else if (to == IBV_QPS_RTR && ibqp->qp_type == IBV_QPT_UD)
+		ffv_ud_drop(qp);
+	else if (to == IBV_QPS_RTR && ibqp->qp_type == IBV_QPT_RC) {
+		qp->ring_out = 1;
 		ffv_qp_connect(qp);	/* the peer may not exist yet: the first send asks again */
+	}
 	pthread_mutex_unlock(&c->mu);
 	return 0;
 }
@@ -569,7 +622,7 @@ int ffv_destroy_qp(struct ibv_qp *ibqp)
 		;
 	if (*pp)
 		*pp = qp->next;
-	__atomic_store_n((uint32_t *)(qp->mem + FF_VQP_OFF_DEAD), 1, __ATOMIC_RELEASE);
+	__atomic_store_n((uint32_t *)(qp->mem + FF_VQP_OFF_DEAD), FF_VQP_DEAD_GONE, __ATOMIC_RELEASE);
 	ff_enc_start(&e, buf, sizeof(buf), FF_MSG_VERBS_QP_DESTROY, ffv_next_seq(c));
 	ff_enc_u32(&e, FF_ATTR_QPN, ibqp->qp_num);
 	n = ff_enc_finish(&e);

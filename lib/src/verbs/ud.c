@@ -566,3 +566,26 @@ void ffv_ud_take(struct ffv_qp *qp)
 	}
 	qp->taking = 0;
 }
+
+void ffv_ud_drop(struct ffv_qp *qp)
+{
+	struct ffv_context *c = ffv_ctx(qp->vqp.qp.context);
+	uint32_t gen = __atomic_load_n((uint32_t *)(qp->mem + FF_VQP_OFF_LANES), __ATOMIC_ACQUIRE);
+
+	if (gen != qp->lanes_seen) {	/* lanes given while it was not ready hold datagrams too */
+		qp->lanes_seen = gen;
+		fetch_lanes(qp);
+	}
+	for (struct ffv_lane *l = qp->rx_lanes; l; l = l->next) {
+		uint64_t prod;
+
+		do {	/* a connection's frames are read into the ring as far as it has room, then skipped */
+			lane_feed(c, l);
+			prod = __atomic_load_n((uint64_t *)(l->mem + FF_VQP_OFF_PROD), __ATOMIC_ACQUIRE);
+			if (prod == l->pos)
+				break;
+			l->pos = prod;
+			__atomic_store_n((uint64_t *)(l->mem + FF_VQP_OFF_CONS), l->pos, __ATOMIC_RELEASE);
+		} while (l->sock >= 0);
+	}
+}

@@ -220,10 +220,11 @@ struct ffv_qp {
 	struct ibv_qp_cap cap;
 	/* Attributes modify_qp set, as query_qp gives them back. */
 	struct ibv_qp_attr attr;
-	/* The incoming ring: our memfd, made at create_qp. */
+	/* The incoming ring: our memfd, made at create_qp, and again at a reset after RTR (qp.c). */
 	int memfd;
 	uint8_t *mem;
 	uint32_t ring_size;
+	int ring_out;			/* an RC QP's: it went to RTR since, so a peer may hold the ring */
 	/* The peer: named at RTR, found at the agent at the first need. */
 	uint32_t peer_qpn;
 	uint8_t *peer_mem;
@@ -549,6 +550,13 @@ int ffv_destroy_ah(struct ibv_ah *ah);
 int ffv_ud_send(struct ffv_qp *qp, const struct ibv_send_wr *wr, uint32_t total);
 /* ctx->mu held: the datagrams waiting in a UD QP's lanes into its posted receives. */
 void ffv_ud_take(struct ffv_qp *qp);
+/*
+ * ctx->mu held, a UD QP becoming ready to receive (RTR): the datagrams that
+ * came before, while it was in RESET or INIT or before a reset, dropped
+ * from its lanes, as a NIC's QP drops what comes before RTR and what it
+ * holds at a reset.
+ */
+void ffv_ud_drop(struct ffv_qp *qp);
 /* ctx->mu held: a UD QP's armed word into each of its lanes (events.c). */
 void ffv_ud_arm(struct ffv_qp *qp, uint32_t on);
 /* The event thread: whether fd, which woke it, is a connection of one of qp's lanes from another host. */
@@ -593,7 +601,7 @@ int ffv_wire_dead(const struct ffv_qp *qp);
 void ffv_wire_forget(struct ffv_qp *qp, uintptr_t start, uintptr_t end);
 /* The connection's descriptor (what wakes the event thread for qp). */
 int ffv_wire_fd(const struct ffv_qp *qp);
-/* ctx->mu held: the event thread's interest in qp's connection, again (after qp->busy changed). */
+/* ctx->mu held: the event thread's interest in qp's connection, if any, again (after qp->busy changed). */
 void ffv_wire_watch(struct ffv_qp *qp);
 /* ctx->mu held: the requests written and not completed, flushed (the QP went to error). */
 void ffv_wire_flush(struct ffv_qp *qp);

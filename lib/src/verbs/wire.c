@@ -193,7 +193,9 @@ static void set_interest(struct ffv_qp *qp)
 
 void ffv_wire_watch(struct ffv_qp *qp)
 {
-	set_interest(qp);
+	/* A reset closed it: the event thread's look finds the QP no longer spinning after. */
+	if (qp->wire)
+		set_interest(qp);
 }
 
 int ffv_wire_socket(int fd)
