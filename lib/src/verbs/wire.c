@@ -173,9 +173,14 @@ static void set_interest(struct ffv_qp *qp)
 	    (!qp->spinning || qp->rcq->armed || qp->scq->armed))
 		want |= EPOLLIN;
 	if (!w->dead) {
-		/* Something waits to be written: it waits for the socket (nothing else stops it). */
+		/*
+		 * Something waits to be written: it waits for the socket (nothing
+		 * else stops it). Our requests not while the program spins on its
+		 * CQs: its polls write them, and a thread woken beside it at each
+		 * room made (on its CPU, under its lock) cost ib_write_bw a third.
+		 */
 		if (w->half || w->answers || w->credit_due ||
-		    (qp->sq && qp->vqp.qp.state == IBV_QPS_RTS &&
+		    (qp->sq && qp->vqp.qp.state == IBV_QPS_RTS && (!qp->spinning || qp->scq->armed) &&
 		     !held(qp, &qp->sq->wr, qp->sq->total, qp->sq->done)))
 			want |= EPOLLOUT;
 	}
