@@ -970,17 +970,24 @@ static void parse(struct ffv_qp *qp)
 void ffv_wire_rx(struct ffv_qp *qp)
 {
 	struct ffv_wire *w = qp->wire;
+	int drained = 0;
 
 	if (w->in_rx)
 		return;
 	w->in_rx = 1;
 	while (!w->rx_end && qp->vqp.qp.state != IBV_QPS_ERR && w->nanswers < MAX_ANSWERS) {
 		uint8_t *to;
-		uint32_t n;
+		uint32_t n, want;
 		ssize_t r;
 
 		parse(qp);
-		if (w->rx_end || qp->vqp.qp.state == IBV_QPS_ERR)
+		/*
+		 * A read that got less than it asked for emptied the socket: no
+		 * read again only to hear EAGAIN (one per frame, a receiver that
+		 * keeps up found); what comes next wakes the thread's epoll, or
+		 * the program polls again.
+		 */
+		if (drained || w->rx_end || qp->vqp.qp.state == IBV_QPS_ERR)
 			break;
 		/* buf is empty here: read the next bytes straight where they go, or into buf. */
 		n = direct(qp, &to);
@@ -990,6 +997,7 @@ void ffv_wire_rx(struct ffv_qp *qp)
 			struct iovec iov[2] = { { to, n }, { w->buf, FF_VW_HDR } };
 			struct msghdr mh = { .msg_iov = iov, .msg_iovlen = n == w->left ? 2 : 1 };
 
+			want = n + (n == w->left ? FF_VW_HDR : 0);
 			r = recvmsg(w->fd, &mh, MSG_DONTWAIT);
 			if (r > (ssize_t)n) {
 				w->len = (uint32_t)(r - n);
@@ -1000,8 +1008,10 @@ void ffv_wire_rx(struct ffv_qp *qp)
 			 * After a large frame, likely another: its header alone, so
 			 * its payload is read in place, not copied out of buf.
 			 */
-			r = recv(w->fd, w->buf, w->big && w->have == 0 ? FF_VW_HDR : RXBUF, MSG_DONTWAIT);
+			want = w->big && w->have == 0 ? FF_VW_HDR : RXBUF;
+			r = recv(w->fd, w->buf, want, MSG_DONTWAIT);
 		}
+		drained = r > 0 && (size_t)r + (n && r == (ssize_t)n ? w->len : 0) < want;
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0 && errno == EAGAIN)
