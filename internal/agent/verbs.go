@@ -276,8 +276,10 @@ func (r *verbsRegistry) resetQP(s *session, qpn uint32, memfd int, warn func(str
 	if qp.typ != protocol.QPTypeRC {
 		return protocol.Errorf(protocol.CodeInvalid, "QP %#x is a UD QP: only an RC QP's ring is renewed at a reset (a UD QP's datagrams come in lanes)", qpn)
 	}
-	if k, err := fileKeyOf(memfd); err != nil || k == qp.file {
-		return protocol.Errorf(protocol.CodeInvalid, "VERBS_QP_RESET of QP %#x carries the memfd the QP has (%v); send a new one", qpn, err)
+	if k, err := fileKeyOf(memfd); err != nil {
+		return protocol.Errorf(protocol.CodeInvalid, "VERBS_QP_RESET of QP %#x: its memfd: %v", qpn, err)
+	} else if k == qp.file {
+		return protocol.Errorf(protocol.CodeInvalid, "VERBS_QP_RESET of QP %#x carries the memfd the QP has; send a new one", qpn)
 	}
 	keys, fds, err := r.holdFilesLocked(qp.container, []int{memfd}, fdShare+1)
 	if err != nil {

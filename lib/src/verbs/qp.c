@@ -6,6 +6,7 @@
  * EINVAL), connected to their peer at RTR through the agent.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -252,7 +253,7 @@ static int allowed(enum ibv_qp_state from, enum ibv_qp_state to)
  * one FF_VQP_DEAD_RESET (its producer's requests fail as to a QP that stopped
  * answering) and forgets the pair both ways: each end gets the other's new
  * ring only once both connected again. The words we own come along. 0, or
- * a positive errno with the QP as it was.
+ * a positive errno (no memory for the new ring) with the QP as it was.
  */
 static int renew_ring(struct ffv_qp *qp)
 {
@@ -275,9 +276,17 @@ static int renew_ring(struct ffv_qp *qp)
 	n = ff_enc_finish(&e);
 	err = n < 0 ? n : ffv_agent_call(c, buf, n, &fd, 1, &m, sizeof(buf), NULL, &rn);
 	if (err) {
-		munmap(mem, FF_VQP_HDR_SIZE + qp->ring_size);
-		close(fd);
-		return err > 0 ? (err == FF_ERR_LIMIT ? ENOMEM : EPERM) : -err;
+		/*
+		 * No agent to take it (restarted, gone, at its limit): the reset
+		 * happens all the same, as a NIC's never fails, on the new ring.
+		 * The old one is marked as the agent would, so what its producer
+		 * still sends fails; the agent, still holding it as the QP's, hands
+		 * it to whoever connects next: the reconnect fails, not the reset.
+		 */
+		__atomic_store_n((uint32_t *)(qp->mem + FF_VQP_OFF_DEAD), FF_VQP_DEAD_RESET, __ATOMIC_RELEASE);
+		if (ffv_debug_on())
+			fprintf(stderr, "libffv: QP %#x reset without the agent (%d): it cannot connect again\n",
+				qp->vqp.qp.qp_num, err);
 	}
 	munmap(qp->mem, FF_VQP_HDR_SIZE + qp->ring_size);
 	close(qp->memfd);
@@ -299,6 +308,10 @@ static void reset(struct ffv_qp *qp)
 	qp->peer_cons = 0;
 	qp->tx_msgs = 0;
 	qp->rnr_by = 0;
+	/* No retry budget runs on (the event thread would tick for it for ever), no broken ring is kept. */
+	qp->reach_by = 0;
+	qp->reach_next = 0;
+	qp->rx_broken = 0;
 	qp->rx_cons = 0;
 	if (!qp->srq) {
 		qp->rq_posted = 0;
@@ -313,6 +326,9 @@ static void reset(struct ffv_qp *qp)
 	}
 	qp->sq_tail = &qp->sq;
 	qp->sq_count = 0;
+	/* Our waiting word in the ring we leave asks its owner for nothing more. */
+	if (qp->peer_mem && qp->waiting)
+		__atomic_store_n((uint32_t *)(qp->peer_mem + FF_VQP_OFF_WAITING), 0, __ATOMIC_RELEASE);
 	if (qp->peer_mem)
 		munmap(qp->peer_mem, FF_VQP_HDR_SIZE + qp->peer_ring);
 	qp->peer_mem = NULL;
@@ -579,6 +595,8 @@ void ffv_qp_error(struct ffv_qp *qp)
 		ffv_take_incoming(qp);
 	qp->vqp.qp.state = IBV_QPS_ERR;
 	qp->attr.qp_state = IBV_QPS_ERR;
+	qp->reach_by = 0;	/* nothing is retried in ERR: no tick for it */
+	qp->rnr_by = 0;
 	ffv_wire_flush(qp);	/* written before the send queue's: flushed first */
 	while (qp->sq) {
 		struct ffv_swqe *w = qp->sq;

@@ -323,7 +323,7 @@ static void lane_feed(struct ffv_context *c, struct ffv_lane *l)
 		if (r < 0 && errno == EAGAIN)
 			return;
 		if (r <= 0 && !(l->fhave == FF_VW_HDR && !l->fleft)) {
-			__atomic_store_n((uint32_t *)(l->mem + FF_VQP_OFF_DEAD), 1, __ATOMIC_RELEASE);
+			__atomic_store_n((uint32_t *)(l->mem + FF_VQP_OFF_DEAD), FF_VQP_DEAD_GONE, __ATOMIC_RELEASE);
 			lane_watch(c, l, 0);	/* the end stays readable: never again */
 			return;
 		}
@@ -335,7 +335,7 @@ static void lane_feed(struct ffv_context *c, struct ffv_lane *l)
 			if ((l->fhdr[FF_VW_OP] != FF_VW_SEND && l->fhdr[FF_VW_OP] != FF_VW_SEND_IMM) ||
 			    len > UD_MTU) {
 				/* The sender broke its own lane: it ends here; what came before is taken. */
-				__atomic_store_n((uint32_t *)(l->mem + FF_VQP_OFF_DEAD), 1, __ATOMIC_RELEASE);
+				__atomic_store_n((uint32_t *)(l->mem + FF_VQP_OFF_DEAD), FF_VQP_DEAD_GONE, __ATOMIC_RELEASE);
 				lane_watch(c, l, 0);
 				return;
 			}
@@ -567,6 +567,8 @@ void ffv_ud_take(struct ffv_qp *qp)
 	qp->taking = 0;
 }
 
+#define DROP_PASSES	16
+
 void ffv_ud_drop(struct ffv_qp *qp)
 {
 	struct ffv_context *c = ffv_ctx(qp->vqp.qp.context);
@@ -579,13 +581,21 @@ void ffv_ud_drop(struct ffv_qp *qp)
 	for (struct ffv_lane *l = qp->rx_lanes; l; l = l->next) {
 		uint64_t prod;
 
-		do {	/* a connection's frames are read into the ring as far as it has room, then skipped */
+		/*
+		 * A connection's frames are read into the ring as far as it has
+		 * room, then skipped; DROP_PASSES rings at most, so a sender that
+		 * never pauses cannot hold this call: what comes later is the
+		 * ready QP's.
+		 */
+		for (int pass = 0; pass < DROP_PASSES; pass++) {
 			lane_feed(c, l);
 			prod = __atomic_load_n((uint64_t *)(l->mem + FF_VQP_OFF_PROD), __ATOMIC_ACQUIRE);
 			if (prod == l->pos)
 				break;
 			l->pos = prod;
 			__atomic_store_n((uint64_t *)(l->mem + FF_VQP_OFF_CONS), l->pos, __ATOMIC_RELEASE);
-		} while (l->sock >= 0);
+			if (l->sock < 0)
+				break;
+		}
 	}
 }
