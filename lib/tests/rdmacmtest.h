@@ -60,6 +60,22 @@ static inline void tr_ack_within(struct rdma_event_channel *ch, enum rdma_cm_eve
 	rdma_ack_cm_event(tr_event_within(ch, want, ms));
 }
 
+/*
+ * The event want on ch, with status -ETIMEDOUT, no sooner than a silent
+ * peer's TR_ANSWER_MS after t0 (t_ms() before the request it ends).
+ */
+static inline void tr_timed_out(struct rdma_event_channel *ch, enum rdma_cm_event_type want, int64_t t0)
+{
+	struct rdma_cm_event *ev = tr_event_within(ch, want, TR_ANSWER_MS + 5000);
+	int64_t took = t_ms() - t0;
+
+	CHECK(ev->status == -ETIMEDOUT, "%s with status %d, want -ETIMEDOUT", rdma_event_str(want), ev->status);
+	CHECK(took >= TR_ANSWER_MS - T_SLACK_MS, "gave up after %lld ms: a peer has %d ms to answer",
+	      (long long)took, TR_ANSWER_MS);
+	printf("%s after %lld ms\n", rdma_event_str(want), (long long)took);
+	rdma_ack_cm_event(ev);
+}
+
 /* The peer process stopped (SIGSTOP, as a debugger stops it): its CM thread answers nothing. */
 static inline void tr_stop(pid_t pid)
 {
@@ -120,46 +136,82 @@ static inline void tr_drop_region(struct ibv_mr *mr)
 	free(buf);
 }
 
-/* A listener on 127.0.0.1, port chosen by the kernel; its port goes to the connector over sock. */
-static inline struct rdma_cm_id *tr_listen(struct rdma_event_channel *ch, int sock)
+/* An event channel. */
+static inline struct rdma_event_channel *tr_channel(void)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+
+	TV_MUST(ch, "event channel: %s", strerror(errno));
+	return ch;
+}
+
+/* A listener on 127.0.0.1, port chosen by the kernel (rdma_get_src_port). */
+static inline struct rdma_cm_id *tr_listener(struct rdma_event_channel *ch)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	struct rdma_cm_id *l;
-	uint16_t port;
 
 	TV_MUST(rdma_create_id(ch, &l, NULL, RDMA_PS_TCP) == 0 &&
 		rdma_bind_addr(l, (struct sockaddr *)&a) == 0 && rdma_listen(l, 8) == 0,
 		"listen: %s", strerror(errno));
-	port = rdma_get_src_port(l);
+	return l;
+}
+
+/* A listener of tr_listener whose port goes to the connector over sock. */
+static inline struct rdma_cm_id *tr_listen(struct rdma_event_channel *ch, int sock)
+{
+	struct rdma_cm_id *l = tr_listener(ch);
+	uint16_t port = rdma_get_src_port(l);
+
 	TV_MUST(port && write(sock, &port, 2) == 2, "tell the port");
 	return l;
+}
+
+/* The id of the next connect request on ch, not yet accepted. */
+static inline struct rdma_cm_id *tr_request(struct rdma_event_channel *ch)
+{
+	struct rdma_cm_event *ev = tr_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
+	struct rdma_cm_id *id = ev->id;
+
+	rdma_ack_cm_event(ev);
+	return id;
+}
+
+/*
+ * A listener (into *l unless l is NULL) on a channel of its own (*ch), its
+ * port told over sock, and the id of the first connect request it gets.
+ */
+static inline struct rdma_cm_id *tr_listen_for_one(int sock, struct rdma_event_channel **ch, struct rdma_cm_id **l)
+{
+	struct rdma_cm_id *listener;
+
+	*ch = tr_channel();
+	listener = tr_listen(*ch, sock);
+	if (l)
+		*l = listener;
+	return tr_request(*ch);
 }
 
 /* A listener on a channel of its own (the channel) and the one connection it accepted (*id). */
 static inline struct rdma_event_channel *tr_accept_one(int sock, struct rdma_cm_id **id)
 {
-	struct rdma_event_channel *ch = rdma_create_event_channel();
 	struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1 };
-	struct rdma_cm_event *ev;
+	struct rdma_event_channel *ch;
 
-	TV_MUST(ch, "event channel: %s", strerror(errno));
-	tr_listen(ch, sock);
-	ev = tr_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
-	*id = ev->id;
-	rdma_ack_cm_event(ev);
+	*id = tr_listen_for_one(sock, &ch, NULL);
 	tr_qp(*id);
 	TV_MUST(rdma_accept(*id, &cp) == 0, "accept: %s", strerror(errno));
 	tr_ack(ch, RDMA_CM_EVENT_ESTABLISHED);
 	return ch;
 }
 
-/* An id resolved to 127.0.0.1 at the port the listener tells over sock. */
-static inline struct rdma_cm_id *tr_resolve(struct rdma_event_channel *ch, int sock)
+/* An id resolved to 127.0.0.1 at port (in network order). */
+static inline struct rdma_cm_id *tr_resolve_port(struct rdma_event_channel *ch, uint16_t port)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+				 .sin_port = port };
 	struct rdma_cm_id *id;
 
-	TV_MUST(read(sock, &a.sin_port, 2) == 2, "hear the port");
 	TV_MUST(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0 &&
 		rdma_resolve_addr(id, NULL, (struct sockaddr *)&a, 2000) == 0,
 		"resolve: %s", strerror(errno));
@@ -170,12 +222,52 @@ static inline struct rdma_cm_id *tr_resolve(struct rdma_event_channel *ch, int s
 	return id;
 }
 
+/* An id resolved to 127.0.0.1 at the port the listener tells over sock. */
+static inline struct rdma_cm_id *tr_resolve(struct rdma_event_channel *ch, int sock)
+{
+	uint16_t port;
+
+	TV_MUST(read(sock, &port, 2) == 2, "hear the port");
+	return tr_resolve_port(ch, port);
+}
+
 /* A channel of its own (*ch) and an id on it resolved to the listener's port told over sock. */
 static inline struct rdma_cm_id *tr_connect_to(int sock, struct rdma_event_channel **ch)
 {
-	*ch = rdma_create_event_channel();
-	TV_MUST(*ch, "event channel: %s", strerror(errno));
+	*ch = tr_channel();
 	return tr_resolve(*ch, sock);
+}
+
+/* rdma_connect of id as the tests' connectors ask: one read each way, 7 retries. */
+static inline void tr_connect(struct rdma_cm_id *id)
+{
+	struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1, .retry_count = 7 };
+
+	TV_MUST(rdma_connect(id, &cp) == 0, "connect: %s", strerror(errno));
+}
+
+/* An id on ch with a QP (its CQ into *cq), connected to the listener whose port is told over sock. */
+static inline struct rdma_cm_id *tr_connected(struct rdma_event_channel *ch, int sock, struct ibv_cq **cq)
+{
+	struct rdma_cm_id *id = tr_resolve(ch, sock);
+
+	*cq = tr_qp(id);
+	tr_connect(id);
+	tr_ack(ch, RDMA_CM_EVENT_ESTABLISHED);
+	return id;
+}
+
+/*
+ * A connector (a tv_fork peer) that sends its REQ and then reads no event,
+ * so sends no RTU, until it is stopped or killed.
+ */
+static inline int tr_silent_connector(int sock)
+{
+	struct rdma_event_channel *ch;
+
+	tr_connect(tr_connect_to(sock, &ch));
+	pause();
+	return 1;
 }
 
 #endif

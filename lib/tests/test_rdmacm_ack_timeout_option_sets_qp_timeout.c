@@ -25,19 +25,12 @@ static uint8_t rts_timeout(struct rdma_cm_id *id)
 
 static int listener(int sock)
 {
-	struct rdma_event_channel *ch = rdma_create_event_channel();
 	struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1 };
-	struct rdma_cm_event *ev;
-	struct rdma_cm_id *l, *id;
-	struct ibv_cq *cq;
+	struct rdma_event_channel *ch;
+	struct rdma_cm_id *l, *id = tr_listen_for_one(sock, &ch, &l);
+	struct ibv_cq *cq = tr_qp(id);
 	uint8_t t = 19;
 
-	TV_MUST(ch, "event channel: %s", strerror(errno));
-	l = tr_listen(ch, sock);
-	ev = tr_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
-	id = ev->id;
-	rdma_ack_cm_event(ev);
-	cq = tr_qp(id);
 	TV_MUST(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t, sizeof(t)) == 0,
 		"set the ack timeout: %s", strerror(errno));
 	TV_MUST(rdma_accept(id, &cp) == 0, "accept: %s", strerror(errno));
@@ -54,7 +47,6 @@ static int listener(int sock)
 int main(int argc, char **argv)
 {
 	struct rdma_event_channel *ch;
-	struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1, .retry_count = 7 };
 	struct rdma_cm_id *id, *other, *ud;
 	struct ibv_cq *cq;
 	uint8_t t = 21;
@@ -71,7 +63,7 @@ int main(int argc, char **argv)
 	      errno == EINVAL, "an ack timeout of %zu bytes taken (errno %d)", sizeof(wide), errno);
 	TV_MUST(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t, sizeof(t)) == 0,
 		"set the ack timeout: %s", strerror(errno));
-	TV_MUST(rdma_connect(id, &cp) == 0, "connect: %s", strerror(errno));
+	tr_connect(id);
 	tr_ack(ch, RDMA_CM_EVENT_ESTABLISHED);
 	CHECK(qp_timeout(id->qp) == 21, "the connected QP's timeout is %u, want 21 (set)", qp_timeout(id->qp));
 	CHECK(rts_timeout(id) == 21, "RTS attributes: timeout %u, want 21", rts_timeout(id));

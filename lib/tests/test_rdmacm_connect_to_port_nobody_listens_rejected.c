@@ -22,7 +22,6 @@ static int nobody(int sock)
 int main(int argc, char **argv)
 {
 	struct rdma_event_channel *ch;
-	struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1, .retry_count = 7 };
 	struct rdma_cm_event *ev;
 	struct ibv_cq *cq;
 	struct rdma_cm_id *id;
@@ -37,7 +36,7 @@ int main(int argc, char **argv)
 	id = tr_connect_to(sock, &ch);
 	cq = tr_qp(id);
 	start = t_ms();
-	TV_MUST(rdma_connect(id, &cp) == 0, "connect: %s", strerror(errno));
+	tr_connect(id);
 	ev = tr_event(ch, RDMA_CM_EVENT_REJECTED);
 	CHECK(ev->status == 8, "REJECTED with status %d, want 8", ev->status);
 	CHECK(t_ms() - start < 2000, "the reject took %lld ms", (long long)(t_ms() - start));

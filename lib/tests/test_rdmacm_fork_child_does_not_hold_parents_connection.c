@@ -31,7 +31,6 @@ static int listener(int sock)
 int main(int argc, char **argv)
 {
 	struct rdma_event_channel *ch;
-	struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1, .retry_count = 7 };
 	struct ibv_cq *cq;
 	struct rdma_cm_id *id;
 	pid_t pid;
@@ -40,10 +39,8 @@ int main(int argc, char **argv)
 	(void)argc;
 	tr_setup(argv);
 	pid = tv_fork(listener, &sock);
-	id = tr_connect_to(sock, &ch);
-	cq = tr_qp(id);
-	TV_MUST(rdma_connect(id, &cp) == 0, "connect: %s", strerror(errno));
-	tr_ack(ch, RDMA_CM_EVENT_ESTABLISHED);
+	ch = tr_channel();
+	id = tr_connected(ch, sock, &cq);
 	tv_say(sock, 'd');
 	CHECK(waitpid(pid, &st, 0) == pid && WIFSIGNALED(st), "the listener did not die (status %#x)", st);
 	tr_ack(ch, RDMA_CM_EVENT_DISCONNECTED);

@@ -39,11 +39,9 @@ static void *disconnect_later(void *arg)
 int main(int argc, char **argv)
 {
 	struct rdma_event_channel *ch;
-	struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1, .retry_count = 7 };
 	struct rdma_cm_event *ev;
 	struct ibv_cq *cq;
 	struct rdma_cm_id *id, *l;
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	struct pollfd p;
 	int64_t c0, used;
 	pthread_t th;
@@ -53,14 +51,10 @@ int main(int argc, char **argv)
 	(void)argc;
 	tr_setup(argv);
 	pid = tv_fork(listener, &sock);
-	id = tr_connect_to(sock, &ch);
-	cq = tr_qp(id);
-	TV_MUST(rdma_connect(id, &cp) == 0, "connect: %s", strerror(errno));
-	tr_ack(ch, RDMA_CM_EVENT_ESTABLISHED);
+	ch = tr_channel();
+	id = tr_connected(ch, sock, &cq);
 	/* A listener of its own too: its socket is in the CM thread's poll. */
-	TV_MUST(rdma_create_id(ch, &l, NULL, RDMA_PS_TCP) == 0 &&
-		rdma_bind_addr(l, (struct sockaddr *)&a) == 0 && rdma_listen(l, 8) == 0,
-		"listen: %s", strerror(errno));
+	l = tr_listener(ch);
 	p = (struct pollfd){ .fd = ch->fd, .events = POLLIN };
 	c0 = process_cpu_us();
 	CHECK(poll(&p, 1, 1000) == 0, "an event on an idle channel");

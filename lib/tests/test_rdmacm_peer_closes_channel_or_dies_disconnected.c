@@ -20,12 +20,9 @@ static int listener(int sock)
 /* Connect to the listener; wait for DISCONNECTED after saying what (c: close, d: die). */
 static void connect_and_lose(struct rdma_event_channel *ch, int sock, char what)
 {
-	struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1, .retry_count = 7 };
-	struct rdma_cm_id *id = tr_resolve(ch, sock);
-	struct ibv_cq *cq = tr_qp(id);
+	struct ibv_cq *cq;
+	struct rdma_cm_id *id = tr_connected(ch, sock, &cq);
 
-	TV_MUST(rdma_connect(id, &cp) == 0, "connect: %s", strerror(errno));
-	tr_ack(ch, RDMA_CM_EVENT_ESTABLISHED);
 	tv_say(sock, what);
 	tr_ack(ch, RDMA_CM_EVENT_DISCONNECTED);
 	tr_drop_qp(id, cq);
@@ -41,8 +38,7 @@ int main(int argc, char **argv)
 	(void)argc;
 	tr_setup(argv);
 	pid = tv_fork(listener, &sock);
-	ch = rdma_create_event_channel();
-	TV_MUST(ch, "event channel: %s", strerror(errno));
+	ch = tr_channel();
 	connect_and_lose(ch, sock, 'c');
 	tv_say(sock, 'n');
 	connect_and_lose(ch, sock, 'd');

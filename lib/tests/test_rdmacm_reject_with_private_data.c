@@ -4,16 +4,10 @@
 
 static int listener(int sock)
 {
-	struct rdma_event_channel *ch = rdma_create_event_channel();
-	struct rdma_cm_event *ev;
-	struct rdma_cm_id *l, *id;
+	struct rdma_event_channel *ch;
+	struct rdma_cm_id *l, *id = tr_listen_for_one(sock, &ch, &l);
 	struct pollfd p;
 
-	TV_MUST(ch, "event channel: %s", strerror(errno));
-	l = tr_listen(ch, sock);
-	ev = tr_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
-	id = ev->id;
-	rdma_ack_cm_event(ev);
 	TV_MUST(rdma_reject(id, "go away", 8) == 0, "reject: %s", strerror(errno));
 	tv_hear(sock, 'r');
 	p = (struct pollfd){ .fd = ch->fd, .events = POLLIN };

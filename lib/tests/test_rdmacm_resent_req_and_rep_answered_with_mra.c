@@ -64,21 +64,13 @@ static int raw_socket(uint16_t port, uint16_t *bound)
 /* The library's listener, a fake connector: REQ, MRA; REQ again, MRA; REP; REQ crossing it, RTU. */
 static void listener_side(struct rdma_event_channel *ch)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1, .qp_num = 0x456 };
 	struct ibv_qp_attr qa = { .qp_state = IBV_QPS_RTR };
-	struct rdma_cm_event *ev;
-	struct rdma_cm_id *l, *id;
-	int fd, mask;
+	struct rdma_cm_id *l = tr_listener(ch), *id;
+	int fd = raw_socket(rdma_get_src_port(l), NULL), mask;
 
-	TV_MUST(rdma_create_id(ch, &l, NULL, RDMA_PS_TCP) == 0 &&
-		rdma_bind_addr(l, (struct sockaddr *)&a) == 0 && rdma_listen(l, 8) == 0,
-		"listen: %s", strerror(errno));
-	fd = raw_socket(rdma_get_src_port(l), NULL);
 	put(fd, M_REQ, 0x123);
-	ev = tr_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
-	id = ev->id;
-	rdma_ack_cm_event(ev);
+	id = tr_request(ch);
 	get(fd, M_MRA);
 	put(fd, M_REQ, 0x123);
 	get(fd, M_MRA);
@@ -98,20 +90,12 @@ static void listener_side(struct rdma_event_channel *ch)
 /* The library's listener, a fake connector from before MRAs: REQ; REP, nothing before it; RTU. */
 static void listener_side_old_peer(struct rdma_event_channel *ch)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1, .qp_num = 0x456 };
-	struct rdma_cm_event *ev;
-	struct rdma_cm_id *l, *id;
-	int fd;
+	struct rdma_cm_id *l = tr_listener(ch), *id;
+	int fd = raw_socket(rdma_get_src_port(l), NULL);
 
-	TV_MUST(rdma_create_id(ch, &l, NULL, RDMA_PS_TCP) == 0 &&
-		rdma_bind_addr(l, (struct sockaddr *)&a) == 0 && rdma_listen(l, 8) == 0,
-		"listen: %s", strerror(errno));
-	fd = raw_socket(rdma_get_src_port(l), NULL);
 	put_flags(fd, M_REQ, 0x123, 0);
-	ev = tr_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
-	id = ev->id;
-	rdma_ack_cm_event(ev);
+	id = tr_request(ch);
 	TV_MUST(rdma_accept(id, &cp) == 0, "accept: %s", strerror(errno));
 	get(fd, M_REP);
 	put_flags(fd, M_RTU, 0, 0);
@@ -124,18 +108,14 @@ static void listener_side_old_peer(struct rdma_event_channel *ch)
 /* The library's connector, a fake listener: REQ; REP, MRA; REP again, MRA; RTU; REP crossing it, DREQ, DREP. */
 static void connector_side(struct rdma_event_channel *ch)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1, .qp_num = 0x789 };
 	struct rdma_cm_event *ev;
 	struct rdma_cm_id *id;
+	uint16_t port;
 	int lfd, fd;
 
-	lfd = raw_socket(0, &a.sin_port);
-	TV_MUST(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0 &&
-		rdma_resolve_addr(id, NULL, (struct sockaddr *)&a, 2000) == 0, "resolve: %s", strerror(errno));
-	tr_ack(ch, RDMA_CM_EVENT_ADDR_RESOLVED);
-	TV_MUST(rdma_resolve_route(id, 2000) == 0, "resolve the route: %s", strerror(errno));
-	tr_ack(ch, RDMA_CM_EVENT_ROUTE_RESOLVED);
+	lfd = raw_socket(0, &port);
+	id = tr_resolve_port(ch, port);
 	TV_MUST(rdma_connect(id, &cp) == 0, "connect: %s", strerror(errno));
 	fd = (int)t_raw(SYS_accept4, lfd, NULL, NULL, SOCK_CLOEXEC);
 	TV_MUST(fd >= 0, "accept the CM's connection: %s", strerror(errno));
@@ -164,8 +144,7 @@ int main(int argc, char **argv)
 
 	(void)argc;
 	tr_setup(argv);
-	ch = rdma_create_event_channel();
-	TV_MUST(ch, "event channel: %s", strerror(errno));
+	ch = tr_channel();
 	listener_side(ch);
 	listener_side_old_peer(ch);
 	connector_side(ch);

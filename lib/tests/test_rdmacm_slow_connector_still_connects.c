@@ -6,12 +6,11 @@
 
 static int connector(int sock)
 {
-	struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1, .retry_count = 7 };
 	struct rdma_event_channel *ch;
 	struct rdma_cm_id *id = tr_connect_to(sock, &ch);
 	struct ibv_cq *cq = tr_qp(id);
 
-	TV_MUST(rdma_connect(id, &cp) == 0, "connect: %s", strerror(errno));
+	tr_connect(id);
 	usleep(SLOW_MS * 1000);	/* the REP is in; no RTU before the next rdma_get_cm_event */
 	tr_ack(ch, RDMA_CM_EVENT_ESTABLISHED);
 	tr_ack(ch, RDMA_CM_EVENT_DISCONNECTED);
@@ -24,7 +23,6 @@ int main(int argc, char **argv)
 {
 	struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1 };
 	struct rdma_event_channel *ch;
-	struct rdma_cm_event *ev;
 	struct rdma_cm_id *l, *id;
 	struct ibv_cq *cq;
 	pid_t pid;
@@ -33,12 +31,7 @@ int main(int argc, char **argv)
 	(void)argc;
 	tr_setup(argv);
 	pid = tv_fork(connector, &sock);
-	ch = rdma_create_event_channel();
-	TV_MUST(ch, "event channel: %s", strerror(errno));
-	l = tr_listen(ch, sock);
-	ev = tr_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
-	id = ev->id;
-	rdma_ack_cm_event(ev);
+	id = tr_listen_for_one(sock, &ch, &l);
 	cq = tr_qp(id);
 	TV_MUST(rdma_accept(id, &cp) == 0, "accept: %s", strerror(errno));
 	tr_ack_within(ch, RDMA_CM_EVENT_ESTABLISHED, SLOW_MS + 5000);

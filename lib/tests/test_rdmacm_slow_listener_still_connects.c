@@ -7,16 +7,10 @@
 static int listener(int sock)
 {
 	struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1 };
-	struct rdma_event_channel *ch = rdma_create_event_channel();
-	struct rdma_cm_event *ev;
-	struct rdma_cm_id *id;
+	struct rdma_event_channel *ch;
+	struct rdma_cm_id *id = tr_listen_for_one(sock, &ch, NULL);
 	struct ibv_cq *cq;
 
-	TV_MUST(ch, "event channel: %s", strerror(errno));
-	tr_listen(ch, sock);
-	ev = tr_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
-	id = ev->id;
-	rdma_ack_cm_event(ev);
 	usleep(SLOW_MS * 1000);
 	cq = tr_qp(id);
 	TV_MUST(rdma_accept(id, &cp) == 0, "accept: %s", strerror(errno));
@@ -29,7 +23,6 @@ static int listener(int sock)
 
 int main(int argc, char **argv)
 {
-	struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1, .retry_count = 7 };
 	struct rdma_event_channel *ch;
 	struct rdma_cm_id *id;
 	struct ibv_cq *cq;
@@ -41,7 +34,7 @@ int main(int argc, char **argv)
 	pid = tv_fork(listener, &sock);
 	id = tr_connect_to(sock, &ch);
 	cq = tr_qp(id);
-	TV_MUST(rdma_connect(id, &cp) == 0, "connect: %s", strerror(errno));
+	tr_connect(id);
 	tr_ack_within(ch, RDMA_CM_EVENT_ESTABLISHED, SLOW_MS + 5000);
 	TV_MUST(rdma_disconnect(id) == 0, "disconnect: %s", strerror(errno));
 	tr_ack(ch, RDMA_CM_EVENT_DISCONNECTED);

@@ -70,10 +70,6 @@ int main(int argc, char **argv)
 	struct tv_name me, peer;
 	struct ibv_mr *mr;
 	struct ibv_wc wc;
-	struct ibv_qp_init_attr ia = { .qp_type = IBV_QPT_RC, .cap = { .max_send_wr = NREQ + 1, .max_recv_wr = 4,
-								     .max_send_sge = 1, .max_recv_sge = 1 } };
-	struct ibv_qp_attr init = { .qp_state = IBV_QPS_INIT, .port_num = 1,
-				    .qp_access_flags = IBV_ACCESS_REMOTE_READ };
 	int sock, small = 4096;
 	char c;
 	pid_t pid;
@@ -81,11 +77,7 @@ int main(int argc, char **argv)
 	(void)argc;
 	tv_setup(argv);
 	pid = tv_fork(peer_side, &sock);
-	tv_device(&e, NULL);
-	ia.send_cq = ia.recv_cq = e.cq;
-	e.qp = ibv_create_qp(e.pd, &ia);
-	TV_MUST(e.qp && ibv_modify_qp(e.qp, &init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				      IBV_QP_ACCESS_FLAGS) == 0, "an RC QP of %u WRs in INIT", NREQ);
+	tv_open_deep(&e, NREQ + 1, 4);
 	mr = tv_region(&e, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
 	me = (struct tv_name){ .qpn = e.qp->qp_num, .lid = 0x102, .rkey = mr->rkey, .addr = (uintptr_t)mr->addr };
 	peer = tv_trade(sock, &me);

@@ -97,10 +97,6 @@ int main(int argc, char **argv)
 	struct tv_name me, peer;
 	struct ibv_mr *src, *rd;
 	struct ibv_wc wc;
-	struct ibv_qp_init_attr ia = { .qp_type = IBV_QPT_RC, .cap = { .max_send_wr = N, .max_recv_wr = 4,
-								     .max_send_sge = 1, .max_recv_sge = 1 } };
-	struct ibv_qp_attr init = { .qp_state = IBV_QPS_INIT, .port_num = 1,
-				    .qp_access_flags = IBV_ACCESS_REMOTE_READ };
 	int sock, small = 4096;
 	char c;
 	pid_t pid;
@@ -108,11 +104,7 @@ int main(int argc, char **argv)
 	(void)argc;
 	tv_setup(argv);
 	pid = tv_fork(peer_side, &sock);
-	tv_device(&e, NULL);
-	ia.send_cq = ia.recv_cq = e.cq;
-	e.qp = ibv_create_qp(e.pd, &ia);
-	TV_MUST(e.qp && ibv_modify_qp(e.qp, &init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				      IBV_QP_ACCESS_FLAGS) == 0, "an RC QP of %u WRs in INIT", N);
+	tv_open_deep(&e, N, 4);
 	src = tv_region(&e, (size_t)N * LEN, 0);
 	for (size_t i = 0; i < N; i++)
 		for (size_t k = 0; k < LEN; k++)

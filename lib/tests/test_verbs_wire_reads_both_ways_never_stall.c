@@ -6,21 +6,6 @@
 #define LEN (256u << 10)
 #define N 200
 
-/* An RC QP of N send requests, connected to the peer's with max_rd_atomic 4. */
-static void open_deep(struct tv_end *e)
-{
-	struct ibv_qp_init_attr ia = { .qp_type = IBV_QPT_RC, .cap = { .max_send_wr = N, .max_recv_wr = 1,
-								       .max_send_sge = 1, .max_recv_sge = 1 } };
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
-				 .qp_access_flags = IBV_ACCESS_REMOTE_READ };
-
-	tv_device(e, NULL);
-	ia.send_cq = ia.recv_cq = e->cq;
-	e->qp = ibv_create_qp(e->pd, &ia);
-	TV_MUST(e->qp && ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				       IBV_QP_ACCESS_FLAGS) == 0, "an RC QP of %d requests in INIT", N);
-}
-
 static int both(int sock)
 {
 	struct tv_end e;
@@ -28,7 +13,7 @@ static int both(int sock)
 	struct ibv_mr *mr, *dst;
 	int ok = 0;
 
-	open_deep(&e);
+	tv_open_deep(&e, N, 1);
 	mr = tv_region(&e, LEN, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
 	dst = tv_region(&e, LEN, IBV_ACCESS_LOCAL_WRITE);
 	for (uint32_t k = 0; k < LEN; k++)

@@ -142,6 +142,26 @@ static inline void tv_open(struct tv_end *e)
 	tv_open_ch(e, NULL);
 }
 
+/*
+ * The device, a PD, a CQ and an RC QP in INIT of nsend send and nrecv
+ * receive requests of one SGE, remote READs allowed: for the tests that
+ * keep more requests out than tv_qp's QP takes.
+ */
+static inline void tv_open_deep(struct tv_end *e, uint32_t nsend, uint32_t nrecv)
+{
+	struct ibv_qp_init_attr ia = { .qp_type = IBV_QPT_RC, .cap = { .max_send_wr = nsend, .max_recv_wr = nrecv,
+								     .max_send_sge = 1, .max_recv_sge = 1 } };
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
+				 .qp_access_flags = IBV_ACCESS_REMOTE_READ };
+
+	tv_device(e, NULL);
+	ia.send_cq = ia.recv_cq = e->cq;
+	e->qp = ibv_create_qp(e->pd, &ia);
+	TV_MUST(e->qp && ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+				       IBV_QP_ACCESS_FLAGS) == 0, "an RC QP of %u send requests in INIT: %s", nsend,
+		strerror(errno));
+}
+
 /* INIT -> RTR -> RTS towards the peer's QP, with our RNR timer and retries to the peer's. */
 static inline void tv_connect_rnr(struct tv_end *e, const struct tv_name *peer, uint8_t min_rnr_timer,
 				  uint8_t rnr_retry)
