@@ -6,8 +6,8 @@
  * EINVAL), connected to their peer at RTR through the agent.
  */
 #include <errno.h>
-#include <stdio.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>

@@ -494,6 +494,17 @@ static int deliver(struct ffv_qp *qp, const struct ffv_lane *l, const uint8_t *h
 	return 0;
 }
 
+/* The lanes the agent gave us since we last asked (its lanes word moved), fetched. */
+static void new_lanes(struct ffv_qp *qp)
+{
+	uint32_t gen = __atomic_load_n((uint32_t *)(qp->mem + FF_VQP_OFF_LANES), __ATOMIC_ACQUIRE);
+
+	if (gen != qp->lanes_seen) {
+		qp->lanes_seen = gen;
+		fetch_lanes(qp);
+	}
+}
+
 /*
  * The datagrams of lane l into posted receives. A record that makes no
  * sense breaks that lane only: its sender broke its own datagrams.
@@ -529,8 +540,6 @@ static void take_lane(struct ffv_qp *qp, struct ffv_lane *l)
 
 void ffv_ud_take(struct ffv_qp *qp)
 {
-	uint32_t gen = __atomic_load_n((uint32_t *)(qp->mem + FF_VQP_OFF_LANES), __ATOMIC_ACQUIRE);
-
 	if (qp->taking || (qp->vqp.qp.state != IBV_QPS_RTR && qp->vqp.qp.state != IBV_QPS_RTS))
 		return;	/* taking: a completion inside made the QP fail, and its flush comes here */
 	qp->taking = 1;
@@ -542,10 +551,7 @@ void ffv_ud_take(struct ffv_qp *qp)
 			if (put_pending(ffv_ctx(qp->vqp.qp.context), l) && l->pend)
 				qp->tx_pend = 1;
 	}
-	if (gen != qp->lanes_seen) {	/* the agent gave us a lane since we last asked */
-		qp->lanes_seen = gen;
-		fetch_lanes(qp);
-	}
+	new_lanes(qp);
 	for (struct ffv_lane **pp = &qp->rx_lanes; *pp;) {
 		struct ffv_lane *l = *pp;
 		int dead;
@@ -572,12 +578,8 @@ void ffv_ud_take(struct ffv_qp *qp)
 void ffv_ud_drop(struct ffv_qp *qp)
 {
 	struct ffv_context *c = ffv_ctx(qp->vqp.qp.context);
-	uint32_t gen = __atomic_load_n((uint32_t *)(qp->mem + FF_VQP_OFF_LANES), __ATOMIC_ACQUIRE);
 
-	if (gen != qp->lanes_seen) {	/* lanes given while it was not ready hold datagrams too */
-		qp->lanes_seen = gen;
-		fetch_lanes(qp);
-	}
+	new_lanes(qp);	/* lanes given while it was not ready hold datagrams too */
 	for (struct ffv_lane *l = qp->rx_lanes; l; l = l->next) {
 		uint64_t prod;
 

@@ -283,6 +283,11 @@ static inline struct ffv_device *ffv_dev(struct ibv_device *d)
 }
 
 /* libibverbs hands out &vctx.context, the last member of a verbs_context. */
+static inline struct ffv_context *ffv_ctx(struct ibv_context *ctx)
+{
+	return container_of(ctx, struct ffv_context, vctx.context);
+}
+
 /*
  * ctx->mu, for anything but ibv_poll_cq: what it changes may be what a
  * CQ's quiet snapshot rests on (a send queued, a QP made, moved or gone),
@@ -292,11 +297,6 @@ static inline void ffv_lock(struct ffv_context *c)
 {
 	pthread_mutex_lock(&c->mu);
 	c->gen++;
-}
-
-static inline struct ffv_context *ffv_ctx(struct ibv_context *ctx)
-{
-	return container_of(ctx, struct ffv_context, vctx.context);
 }
 
 static inline struct ffv_qp *ffv_qp(struct ibv_qp *qp)
@@ -601,7 +601,7 @@ int ffv_wire_dead(const struct ffv_qp *qp);
 void ffv_wire_forget(struct ffv_qp *qp, uintptr_t start, uintptr_t end);
 /* The connection's descriptor (what wakes the event thread for qp). */
 int ffv_wire_fd(const struct ffv_qp *qp);
-/* ctx->mu held: the event thread's interest in qp's connection, if any, again (after qp->busy changed). */
+/* ctx->mu held: the event thread's interest in qp's connection, if any, again (after qp->spinning changed). */
 void ffv_wire_watch(struct ffv_qp *qp);
 /* ctx->mu held: the requests written and not completed, flushed (the QP went to error). */
 void ffv_wire_flush(struct ffv_qp *qp);

@@ -999,10 +999,6 @@ void ffv_wire_rx(struct ffv_qp *qp)
 
 			want = n + (n == w->left ? FF_VW_HDR : 0);
 			r = recvmsg(w->fd, &mh, MSG_DONTWAIT);
-			if (r > (ssize_t)n) {
-				w->len = (uint32_t)(r - n);
-				r = n;
-			}
 		} else {
 			/*
 			 * After a large frame, likely another: its header alone, so
@@ -1011,7 +1007,11 @@ void ffv_wire_rx(struct ffv_qp *qp)
 			want = w->big && w->have == 0 ? FF_VW_HDR : RXBUF;
 			r = recv(w->fd, w->buf, want, MSG_DONTWAIT);
 		}
-		drained = r > 0 && (size_t)r + (n && r == (ssize_t)n ? w->len : 0) < want;
+		drained = r > 0 && (uint32_t)r < want;
+		if (n && r > (ssize_t)n) {	/* the next frame's header came along, into buf */
+			w->len = (uint32_t)(r - n);
+			r = n;
+		}
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0 && errno == EAGAIN)
