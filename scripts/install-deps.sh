@@ -112,5 +112,41 @@ if [ ! -e "$RDMA_CORE/build/include/infiniband/driver.h" ]; then
     { echo "install-deps: generating rdma-core's headers failed; see $RDMA_CORE/build/*.log" >&2; exit 1; }
 fi
 
+# CRIU for `freeflow migrate`: bookworm's criu 3.17 fails on this kernel (its
+# vDSO layout), so CRIU 4.2.1 is built from Debian's source package (fetched
+# from the Debian archive, checked against the hash below, about 35 s) into
+# /var/cache/freeflow and linked as /usr/local/sbin/criu, which comes before
+# /usr/sbin on root's PATH. Its build dependencies are bookworm packages.
+CRIU_VERSION=4.2.1
+CRIU_SHA256=29ec0ee09e296479fe7048c80980e8ef1d0684d0b0204c2b101dfea19f6725b9
+CRIU_URL=http://deb.debian.org/debian/pool/main/c/criu/criu_${CRIU_VERSION}.orig.tar.xz
+CRIU_DIR=/var/cache/freeflow/criu-$CRIU_VERSION
+CRIU_BUILD_DEPS=(libprotobuf-c-dev protobuf-c-compiler protobuf-compiler python3-protobuf libnl-3-dev libnet1-dev
+  libcap-dev libnftables-dev uuid-dev pkg-config libbsd-dev libaio-dev)
+if ! /usr/local/sbin/criu --version 2>/dev/null | grep -q "Version: $CRIU_VERSION"; then
+  echo "install-deps: building CRIU $CRIU_VERSION from Debian's source package into $CRIU_DIR (bookworm's criu fails on this kernel)"
+  missing=()
+  for p in "${CRIU_BUILD_DEPS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "install-deps: installing CRIU's build dependencies: ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -t bookworm "${missing[@]}" >/dev/null
+  fi
+  tmp=$(mktemp -d)
+  rm -rf "$CRIU_DIR"
+  mkdir -p "$(dirname "$CRIU_DIR")"
+  curl -fsS -o "$tmp/src.tar.xz" "$CRIU_URL" ||
+    { echo "install-deps: cannot fetch $CRIU_URL" >&2; exit 1; }
+  echo "$CRIU_SHA256  $tmp/src.tar.xz" | sha256sum -c --quiet - ||
+    { echo "install-deps: $CRIU_URL does not have the expected SHA-256" >&2; exit 1; }
+  tar xJf "$tmp/src.tar.xz" -C "$(dirname "$CRIU_DIR")"
+  rm -rf "$tmp"
+  make -C "$CRIU_DIR" -j"$(nproc)" NO_GNUTLS=1 criu >"$CRIU_DIR/build.log" 2>&1 ||
+    { echo "install-deps: building CRIU failed; see $CRIU_DIR/build.log" >&2; exit 1; }
+  ln -sf "$CRIU_DIR/criu/criu" /usr/local/sbin/criu
+fi
+
 echo "install-deps: downloading Go modules"
 go mod download

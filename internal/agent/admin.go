@@ -144,8 +144,8 @@ func (a *Agent) validate(c *directory.Container) (nsKey, error) {
 		return nsKey{}, protocol.Errorf(protocol.CodeInvalid, "container %s names host %q, but this agent serves host %s", c.ID, c.Host, a.cfg.Host)
 	}
 	ip, err := netip.ParseAddr(c.IP)
-	if err != nil || !a.subnet.Contains(ip.Unmap()) {
-		return nsKey{}, protocol.Errorf(protocol.CodeInvalid, "container %s has IP %q, which is not an address in host %s's subnet %s", c.ID, c.IP, a.cfg.Host, a.subnet)
+	if err != nil || !(a.subnet.Contains(ip.Unmap()) || c.Moved && a.otherSubnet(ip.Unmap())) {
+		return nsKey{}, protocol.Errorf(protocol.CodeInvalid, "container %s has IP %q, which is not an address in host %s's subnet %s (nor, migrated, in another host's)", c.ID, c.IP, a.cfg.Host, a.subnet)
 	}
 	c.IP = ip.Unmap().String()
 	k, err := a.checkNetNS(c)
@@ -153,6 +153,18 @@ func (a *Agent) validate(c *directory.Container) (nsKey, error) {
 		return nsKey{}, err
 	}
 	return k, a.checkUnique(c)
+}
+
+// otherSubnet reports whether ip is in the subnet of another host of the
+// directory: where a migrated container's address comes from.
+func (a *Agent) otherSubnet(ip netip.Addr) bool {
+	for _, h := range a.dir.Hosts() {
+		p, err := netip.ParsePrefix(h.Subnet)
+		if err == nil && h.Name != a.cfg.Host && p.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 func (a *Agent) checkNetNS(c *directory.Container) (nsKey, error) {

@@ -10,13 +10,14 @@ import (
 	"strings"
 )
 
-// crunScript runs crun in a private mount namespace (unshare) prepared the
-// way crun needs it on this machine:
+// crunScript runs its arguments (crun, or CRIU restoring a migrated
+// container) in a private mount namespace (unshare) prepared the way crun
+// needs it on this machine:
 //   - the host mixes cgroup v1 controllers with a cgroup v2 hierarchy at
 //     /sys/fs/cgroup/unified, which crun refuses ("cgroups in hybrid mode
 //     not supported"); unmounting it in the private namespace leaves crun a
 //     plain cgroup v1 host without touching anyone else's view;
-//   - for `run`, FF_ROOTFS is the bundle's rootfs directory: / is bound there
+//   - for `run` and a restore, FF_ROOTFS is the bundle's rootfs directory: / is bound there
 //     read-only. The mount lives only in this namespace and in the
 //     container's copy of it, so nothing is left mounted when they end.
 //     (root.path "/" itself fails: pivot_root gives EBUSY.)
@@ -24,7 +25,7 @@ const crunScript = `umount /sys/fs/cgroup/unified 2>/dev/null
 if [ -n "$FF_ROOTFS" ]; then
 	mount --bind / "$FF_ROOTFS" && mount -o remount,bind,ro "$FF_ROOTFS" || exit 125
 fi
-exec crun "$@"`
+exec "$@"`
 
 // runtime drives crun with the cluster's state directory.
 type runtime struct{ root string }
@@ -32,8 +33,12 @@ type runtime struct{ root string }
 // command returns crun with args, run through crunScript; rootfs is empty
 // except for `run`.
 func (r runtime) command(rootfs string, args ...string) *exec.Cmd {
-	argv := append([]string{"-m", "--propagation", "private", "sh", "-c", crunScript, "sh", "--root", r.root}, args...)
-	cmd := exec.Command("unshare", argv...)
+	return inMountNS(rootfs, append([]string{"crun", "--root", r.root}, args...)...)
+}
+
+// inMountNS returns the command that runs argv through crunScript.
+func inMountNS(rootfs string, argv ...string) *exec.Cmd {
+	cmd := exec.Command("unshare", append([]string{"-m", "--propagation", "private", "sh", "-c", crunScript, "sh"}, argv...)...)
 	cmd.Env = append(os.Environ(), "FF_ROOTFS="+rootfs)
 	return cmd
 }

@@ -18,6 +18,9 @@ func (m *Manager) Exec(name string, argv []string) (int, error) {
 		return 0, fmt.Errorf("container %s is %s, not running", name, st)
 	}
 	cmd := m.runtime().exec(c.ID, m.execEnv(c), argv)
+	if c.Restored {
+		cmd = restoredExec(c, m.execEnv(c), argv)
+	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = m.Stdin, m.Stdout, m.Stderr
 	code, err := exitCode(cmd.Run())
 	if err != nil {

@@ -38,9 +38,12 @@ func (m *Manager) List() ([]Info, error) {
 	return out, nil
 }
 
-// status asks crun; crun forgets a foreground container when it exits, so
+// status asks crun (or, for a migrated container, the kernel); crun forgets a foreground container when it exits, so
 // a container crun does not know has exited (or not started yet).
 func (m *Manager) status(c *state.Container) string {
+	if c.Restored {
+		return restoredStatus(c)
+	}
 	st, ok, err := m.runtime().state(c.ID)
 	switch {
 	case err != nil:

@@ -45,7 +45,11 @@ func (m *Manager) Remove(ctx context.Context, name string, force bool) error {
 // network (its attachment is discarded). The caller holds the lock.
 func (m *Manager) teardown(ctx context.Context, c *state.Container, detach bool) error {
 	var errs []error
-	if err := m.runtime().delete(c.ID, true); err != nil && !notFound(err) {
+	if c.Restored {
+		if err := stopRestored(c); err != nil {
+			errs = append(errs, err)
+		}
+	} else if err := m.runtime().delete(c.ID, true); err != nil && !notFound(err) {
 		errs = append(errs, fmt.Errorf("delete container %s: %w", c.Name, err))
 	}
 	if detach {
@@ -77,17 +81,30 @@ func (m *Manager) undo(ctx context.Context, c *state.Container, detach bool, why
 // detach runs CNI DEL, which the plugins make idempotent: cni.Network.Del,
 // or Discard when discard is set. Without the host (the cluster is being
 // torn down) there is nothing left to detach from.
+//
+// A migrated container's attachment is its home host's, which holds its
+// address: off home, its record, source checks and routes on the host it
+// runs on go first.
 func (m *Manager) detach(ctx context.Context, c *state.Container, discard bool) error {
-	if c.Host == "" || !netns.Exists(m.Layout.HostNetNS(c.Host)) {
+	home := c.Host
+	if c.Home != "" {
+		home = c.Home
+	}
+	if home == "" || !netns.Exists(m.Layout.HostNetNS(home)) {
 		return nil
 	}
-	if _, err := os.Stat(m.Layout.CNIConfDir(c.Host)); err != nil {
+	if home != c.Host {
+		if err := m.detachMoved(ctx, c); err != nil {
+			return err
+		}
+	}
+	if _, err := os.Stat(m.Layout.CNIConfDir(home)); err != nil {
 		return nil // never attached: run failed before writing the configuration
 	}
 	if discard {
-		return m.network(c.Host).Discard(ctx, m.attachment(c))
+		return m.network(home).Discard(ctx, m.attachment(c))
 	}
-	return m.network(c.Host).Del(ctx, m.attachment(c))
+	return m.network(home).Del(ctx, m.attachment(c))
 }
 
 // notFound reports whether crun failed because it does not know the container.

@@ -9,15 +9,18 @@ import "time"
 
 // Container is one registered container.
 type Container struct {
-	ID       string    `json:"id"`
-	Name     string    `json:"name"`
-	Host     string    `json:"host"`
-	IP       string    `json:"ip"`
-	Tenant   string    `json:"tenant"`
-	NetNS    string    `json:"netns"`            // path of its network namespace on its host
-	FreeFlow bool      `json:"freeflow"`         // runs with libfreeflow preloaded
-	NoShm    bool      `json:"no_shm,omitempty"` // never gets a shared-memory channel (`freeflow run --no-shm`)
-	Created  time.Time `json:"created"`
+	ID       string `json:"id"`
+	Name     string `json:"name"`
+	Host     string `json:"host"`
+	IP       string `json:"ip"`
+	Tenant   string `json:"tenant"`
+	NetNS    string `json:"netns"`            // path of its network namespace on its host
+	FreeFlow bool   `json:"freeflow"`         // runs with libfreeflow preloaded
+	NoShm    bool   `json:"no_shm,omitempty"` // never gets a shared-memory channel (`freeflow run --no-shm`)
+	// Moved: migrated (`freeflow migrate`) with its address, which stays in
+	// another host's subnet.
+	Moved   bool      `json:"moved,omitempty"`
+	Created time.Time `json:"created"`
 }
 
 // Host is one host running an agent.

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/freeflow-net/freeflow/internal/state"
+	"golang.org/x/sys/unix"
 )
 
 // Path returns the file the named network namespace is bound to.
@@ -42,6 +43,27 @@ func Delete(name string) error {
 		return fmt.Errorf("delete network namespace %q: %w", name, err)
 	}
 	return nil
+}
+
+// Rename gives network namespace from the name to, which must be free:
+// the namespace is bound at the new name before the old binding goes.
+func Rename(from, to string) error {
+	if Exists(to) {
+		return fmt.Errorf("rename network namespace %q to %q: that name is taken", from, to)
+	}
+	f, err := os.OpenFile(Path(to), os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o444)
+	if err != nil {
+		return fmt.Errorf("rename network namespace %q: %w", from, err)
+	}
+	f.Close()
+	if err := unix.Mount(Path(from), Path(to), "", unix.MS_BIND, ""); err != nil {
+		os.Remove(Path(to))
+		return fmt.Errorf("rename network namespace %q to %q: bind: %w", from, to, err)
+	}
+	if err := unix.Unmount(Path(from), unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("rename network namespace %q to %q: unmount the old name: %w", from, to, err)
+	}
+	return os.Remove(Path(from))
 }
 
 // List returns the names of the network namespaces whose name starts with

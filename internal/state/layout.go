@@ -83,5 +83,13 @@ func (l Layout) FabricNetNS() string               { return l.Cluster + "-fabric
 func (l Layout) HostNetNS(h string) string         { return l.Cluster + "-" + h }
 func (l Layout) ContainerNetNS(name string) string { return l.Cluster + "-c-" + name }
 
+// MigrationNetNS is container name's network namespace on the host it
+// migrates to, until the migration succeeds and it takes ContainerNetNS's
+// name.
+func (l Layout) MigrationNetNS(name string) string { return l.Cluster + "-m-" + name }
+
+// MigrationDir holds container name's CRIU images (a tmpfs) while it migrates.
+func (l Layout) MigrationDir(name string) string { return filepath.Join(l.Dir(), "migrate", name) }
+
 // NetNSPath is the file a named network namespace is bound to.
 func NetNSPath(name string) string { return filepath.Join("/run/netns", name) }

@@ -63,6 +63,13 @@ type Container struct {
 	NoRDMA   bool     `json:"no_rdma,omitempty"` // no verbs device: --no-rdma or --no-freeflow
 	Args     []string `json:"args"`
 	Detached bool     `json:"detached"`
+	// Set by `freeflow migrate`: Home is the host whose subnet (and CNI
+	// address pool) holds IP; Restored says the processes are CRIU's, not
+	// crun's, and Started is the init's start time (/proc/PID/stat field
+	// 22), so a reused PID is not taken for it.
+	Home     string `json:"home,omitempty"`
+	Restored bool   `json:"restored,omitempty"`
+	Started  uint64 `json:"started,omitempty"`
 }
 
 // Host returns the host called name, or an error naming the known hosts.

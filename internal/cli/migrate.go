@@ -1,0 +1,47 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+)
+
+func init() {
+	register("migrate", command{summary: "move a running container to another host, its IP and connections kept: migrate NAME --to HOST [--dry-run]",
+		run: migrateContainer, needsRoot: true})
+}
+
+func migrateContainer(g *Global, args []string) error {
+	fs := newFlags(g, "migrate")
+	to := fs.String("to", "", "host to move the container to (h1, h2, ...)")
+	dry := fs.Bool("dry-run", false, "say whether it can move and why not, and change nothing")
+	// The name may come first, as the and the README's examples have it.
+	var name string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		name, args = args[0], args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if name == "" && fs.NArg() > 0 {
+		name = fs.Arg(0)
+	} else if fs.NArg() > 0 {
+		name = ""
+	}
+	if name == "" || *to == "" || fs.NArg() > 1 {
+		return fmt.Errorf("%w: freeflow migrate NAME --to HOST [--dry-run]", errUsage)
+	}
+	rep, err := g.containers().Migrate(context.Background(), name, *to, *dry)
+	if err != nil {
+		return err
+	}
+	if rep.DryRun {
+		fmt.Fprintf(g.Out, "%s can migrate from %s to %s\n", rep.Name, rep.From, rep.To)
+		return nil
+	}
+	fmt.Fprintf(g.Out, "%s moved from %s to %s: down %.1f ms (checkpoint %.1f ms, %.1f MiB of images; restore %.1f ms)\n",
+		rep.Name, rep.From, rep.To, ms(rep.Down.Seconds()), ms(rep.Dump.Seconds()), float64(rep.Images)/(1<<20), ms(rep.Restore.Seconds()))
+	return nil
+}
+
+func ms(s float64) float64 { return s * 1000 }

@@ -1,0 +1,693 @@
+package container
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/freeflow-net/freeflow/internal/agentapi"
+	"github.com/freeflow-net/freeflow/internal/cni"
+	"github.com/freeflow-net/freeflow/internal/directory"
+	"github.com/freeflow-net/freeflow/internal/netns"
+	"github.com/freeflow-net/freeflow/internal/overlay"
+	"github.com/freeflow-net/freeflow/internal/state"
+	"golang.org/x/sys/unix"
+)
+
+// Migration (docs/ARCHITECTURE.md, "Control flow: migrating a container"):
+// CRIU checkpoints the container's processes with their TCP connections
+// into a tmpfs, the destination host gets a network namespace with the
+// same address and MAC, the overlay routes the address there, and CRIU
+// restores the processes into it. The container's network namespace,
+// its bind mounts and its log are outside the images (CRIU's "external"
+// resources): they are the host's, and the destination's own are given at
+// restore.
+
+// MigrateReport says what a migration did, or for a dry run what it would do.
+type MigrateReport struct {
+	Name, From, To string
+	DryRun         bool
+	Images         int64         // bytes of CRIU images
+	Dump           time.Duration // freeze and dump, the processes stopped
+	Restore        time.Duration // network moved, processes restored and running
+	Down           time.Duration // from the freeze to the restored processes running
+}
+
+// criuMinMajor: bookworm's CRIU 3.17 cannot dump on this kernel.
+const criuMinMajor = 4
+
+// Migrate moves the running, detached container name to host to, keeping
+// its IP, MAC, name, tenant, files and TCP connections. A migration that
+// cannot be done is refused before anything changes; one that fails
+// half-way puts the container back where it was.
+func (m *Manager) Migrate(ctx context.Context, name, to string, dryRun bool) (*MigrateReport, error) {
+	unlock, err := m.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	cl, err := m.Layout.LoadCluster()
+	if err != nil {
+		return nil, err
+	}
+	c, err := m.Layout.LoadContainer(name)
+	if err != nil {
+		return nil, err
+	}
+	mv, err := m.planMigration(cl, c, to)
+	if err != nil {
+		return nil, fmt.Errorf("cannot migrate %s to %s: %w; it is left as it was, on %s", name, to, err, c.Host)
+	}
+	rep := &MigrateReport{Name: name, From: c.Host, To: to, DryRun: dryRun}
+	if dryRun {
+		return rep, nil
+	}
+	return rep, mv.run(ctx, rep)
+}
+
+// move is one migration under way.
+type move struct {
+	m          *Manager
+	cl         *state.Cluster
+	c          *state.Container
+	from, to   state.Host
+	home       state.Host
+	criu       string
+	mac        string
+	images     string
+	mounts     []extMount
+	logKeys    []string // CRIU keys of the container's descriptors of its log
+	restoredNS string   // where the restored processes live: the new or, after a failed restore, the old namespace
+}
+
+// extMount is a mount of a host path in the container: CRIU leaves it out
+// of the images and binds the host's path again at restore.
+type extMount struct {
+	dest     string // where the container sees it
+	hostPath string // the host path it shows (for the agent's socket directory: the destination's)
+	ro       bool
+}
+
+func (m *Manager) planMigration(cl *state.Cluster, c *state.Container, to string) (*move, error) {
+	dst, err := cl.Host(to)
+	if err != nil {
+		return nil, err
+	}
+	if to == c.Host {
+		return nil, fmt.Errorf("it already runs on %s", to)
+	}
+	src, err := cl.Host(c.Host)
+	if err != nil {
+		return nil, err
+	}
+	home := src
+	if c.Home != "" {
+		if home, err = cl.Host(c.Home); err != nil {
+			return nil, err
+		}
+	}
+	if st := m.status(c); st != StatusRunning {
+		return nil, fmt.Errorf("it is %s, not running", st)
+	}
+	if !c.Detached {
+		return nil, errors.New("it runs in the foreground, its input and output tied to the terminal that started it; only containers started with -d can migrate")
+	}
+	if c.FreeFlow {
+		return nil, errors.New("it runs with the FreeFlow library, whose fast-path channels (shared memory, Unix sockets, host TCP) and agent sessions are not yet parked on plain TCP before a checkpoint; containers started with --no-freeflow can migrate")
+	}
+	criu, err := findCRIU()
+	if err != nil {
+		return nil, err
+	}
+	mac, err := containerMAC(m.Layout.ContainerNetNS(c.Name))
+	if err != nil {
+		return nil, err
+	}
+	mounts, err := m.externalMounts(c, *dst)
+	if err != nil {
+		return nil, err
+	}
+	logKeys, err := m.logKeys(c)
+	if err != nil {
+		return nil, err
+	}
+	return &move{m: m, cl: cl, c: c, from: *src, to: *dst, home: *home, criu: criu, mac: mac,
+		images: m.Layout.MigrationDir(c.Name), mounts: mounts, logKeys: logKeys}, nil
+}
+
+// findCRIU returns the criu on PATH if it is new enough.
+func findCRIU() (string, error) {
+	path, err := exec.LookPath("criu")
+	if err != nil {
+		return "", errors.New("CRIU is not installed; scripts/install-deps.sh builds it")
+	}
+	out, err := exec.Command(path, "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("%s --version: %w", path, err)
+	}
+	v := strings.TrimSpace(strings.TrimPrefix(strings.SplitN(string(out), "\n", 2)[0], "Version:"))
+	major, err := strconv.Atoi(strings.SplitN(v, ".", 2)[0])
+	if err != nil || major < criuMinMajor {
+		return "", fmt.Errorf("%s is CRIU %q, which cannot checkpoint on this kernel; scripts/install-deps.sh builds CRIU 4.2.1 into /usr/local/sbin", path, v)
+	}
+	return path, nil
+}
+
+// containerMAC is the MAC of eth0 in network namespace ns: kept, so the
+// source checks and the peers' neighbour entries stay right.
+func containerMAC(ns string) (string, error) {
+	var mac string
+	err := netns.Do(netns.Path(ns), func() error {
+		b, err := os.ReadFile("/sys/class/net/" + cni.ContainerIfName + "/address")
+		mac = strings.TrimSpace(string(b))
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("read the MAC of %s in %s: %w", cni.ContainerIfName, ns, err)
+	}
+	return mac, nil
+}
+
+// externalMounts lists the container's mounts of host file systems other
+// than its root: their device is mounted in this (the host's) mount
+// namespace too. Mounts of the container's own (proc, tmpfs, devpts...)
+// go into the images.
+func (m *Manager) externalMounts(c *state.Container, dst state.Host) ([]extMount, error) {
+	host, err := readMountInfo("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	hostRoot := map[string]string{} // device -> where its root is mounted here
+	for _, e := range host {
+		if e.root == "/" {
+			if _, ok := hostRoot[e.dev]; !ok {
+				hostRoot[e.dev] = e.point
+			}
+		}
+	}
+	mine, err := readMountInfo(fmt.Sprintf("/proc/%d/mountinfo", c.PID))
+	if err != nil {
+		return nil, err
+	}
+	var out []extMount
+	for _, e := range mine {
+		at, ok := hostRoot[e.dev]
+		if e.point == "/" || !ok {
+			continue
+		}
+		x := extMount{dest: e.point, hostPath: filepath.Join(at, e.root), ro: e.ro}
+		if e.point == state.ContainerAgentDir {
+			x.hostPath = m.Layout.AgentSockDir(dst.Name)
+		}
+		out = append(out, x)
+	}
+	return out, nil
+}
+
+type mountEntry struct {
+	dev, root, point string
+	ro               bool
+}
+
+func readMountInfo(path string) ([]mountEntry, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read mounts: %w", err)
+	}
+	defer f.Close()
+	var out []mountEntry
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// id parent major:minor root mountpoint options ...
+		fs := strings.Fields(sc.Text())
+		if len(fs) < 6 {
+			continue
+		}
+		ro := false
+		for _, o := range strings.Split(fs[5], ",") {
+			ro = ro || o == "ro"
+		}
+		out = append(out, mountEntry{dev: fs[2], root: unescapeMount(fs[3]), point: unescapeMount(fs[4]), ro: ro})
+	}
+	return out, sc.Err()
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// logKeys returns CRIU's keys (file[mnt_id:inode]) of the descriptors the
+// container's processes hold on its log, a host file outside the
+// container's mounts: CRIU leaves them out and the restore is given the
+// log again.
+func (m *Manager) logKeys(c *state.Container) ([]string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(m.LogFile(c.Name), &st); err != nil {
+		return nil, fmt.Errorf("stat the log of %s: %w", c.Name, err)
+	}
+	pids, err := pidsInNamespace(c.PID)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var keys []string
+	for _, pid := range pids {
+		fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+		for _, fd := range fds {
+			var fst unix.Stat_t
+			if unix.Stat(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()), &fst) != nil || fst.Ino != st.Ino || fst.Dev != st.Dev {
+				continue
+			}
+			info, err := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%s", pid, fd.Name()))
+			if err != nil {
+				continue
+			}
+			for _, l := range strings.Split(string(info), "\n") {
+				if v, ok := strings.CutPrefix(l, "mnt_id:"); ok {
+					id, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+					if err != nil {
+						continue
+					}
+					k := fmt.Sprintf("file[%x:%x]", id, st.Ino)
+					if !seen[k] {
+						seen[k] = true
+						keys = append(keys, k)
+					}
+				}
+			}
+		}
+	}
+	return keys, nil
+}
+
+// pidsInNamespace lists the processes in init's pid namespace.
+func pidsInNamespace(init int) ([]int, error) {
+	want, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", init))
+	if err != nil {
+		return nil, fmt.Errorf("read the pid namespace of %d: %w", init, err)
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid)); err == nil && ns == want {
+			out = append(out, pid)
+		}
+	}
+	return out, nil
+}
+
+func (mv *move) run(ctx context.Context, rep *MigrateReport) (err error) {
+	l := mv.m.Layout
+	c := mv.c
+	newNS := l.MigrationNetNS(c.Name)
+	if err := mv.prepare(newNS); err != nil {
+		return mv.abandon(newNS, fmt.Errorf("prepare %s: %w", mv.to.Name, err))
+	}
+	start := time.Now()
+	if err := mv.dump(); err != nil {
+		return mv.abandon(newNS, err) // CRIU lets the processes run on after a failed dump
+	}
+	rep.Dump = time.Since(start)
+	rep.Images = dirSize(mv.images)
+	rstart := time.Now()
+	// The source's namespace, its processes gone, would still answer ARP
+	// for the address on the source's bridge, and its neighbours would
+	// send it the retransmissions meant for the destination.
+	if err := setLink(l.ContainerNetNS(c.Name), "down"); err != nil {
+		return mv.rollBack(newNS, err)
+	}
+	if err := overlay.PlaceAddress(l, mv.cl.Hosts, c.IP, mv.home, mv.to); err != nil {
+		return mv.rollBack(newNS, fmt.Errorf("route %s to %s: %w", c.IP, mv.to.Name, err))
+	}
+	mv.m.forgetNeighbour(c.IP, mv.home.Name)
+	pid, err := mv.restore(newNS, mv.to)
+	if err != nil {
+		return mv.rollBack(newNS, err)
+	}
+	if err := openGate(newNS); err != nil {
+		unix.Kill(pid, unix.SIGKILL)
+		return mv.rollBack(newNS, err)
+	}
+	rep.Restore, rep.Down = time.Since(rstart), time.Since(start)
+	return mv.finish(ctx, newNS, pid)
+}
+
+// prepare makes the destination's namespace, attached and guarded, and the
+// tmpfs for the images.
+func (mv *move) prepare(newNS string) error {
+	if err := netns.Create(newNS); err != nil {
+		return err
+	}
+	if err := overlay.AttachMoved(mv.m.Layout, mv.to, newNS, mv.hostVeth(), mv.c.IP, mv.mac); err != nil {
+		return err
+	}
+	if err := mv.guard(mv.to); err != nil {
+		return err
+	}
+	if err := closeGate(newNS); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(mv.images, 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", mv.images, err)
+	}
+	if err := unix.Mount("tmpfs", mv.images, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0700"); err != nil {
+		return fmt.Errorf("mount a tmpfs for the images on %s: %w", mv.images, err)
+	}
+	return nil
+}
+
+// The gate: from the moment the overlay routes the address to the new
+// namespace until the restored sockets are there, its kernel would answer
+// the peers' retransmissions with resets. It drops them instead, and the
+// peers retransmit again.
+const gateRules = `table inet freeflow-migrate {
+	chain input {
+		type filter hook input priority -300; policy drop;
+	}
+}`
+
+func closeGate(ns string) error {
+	cmd := netns.Command(netns.Path(ns), "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(gateRules)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("hold %s's input while the container is restored (nft): %w: %s", ns, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+func openGate(ns string) error {
+	if out, err := netns.Command(netns.Path(ns), "nft", "delete", "table", "inet", "freeflow-migrate").CombinedOutput(); err != nil {
+		return fmt.Errorf("open %s's input after the restore (nft): %w: %s", ns, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// setLink sets the container interface in namespace ns up or down.
+func setLink(ns, state string) error {
+	if out, err := exec.Command("ip", "-n", ns, "link", "set", cni.ContainerIfName, state).CombinedOutput(); err != nil {
+		return fmt.Errorf("set %s in %s %s: %w: %s", cni.ContainerIfName, ns, state, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// hostVeth names the destination's end of the container's interface.
+func (mv *move) hostVeth() string {
+	sum := sha256.Sum256([]byte(mv.c.ID))
+	return "vm" + hex.EncodeToString(sum[:4])
+}
+
+// guard installs the container's source checks on its veth on host h.
+func (mv *move) guard(h state.Host) error {
+	ip, mac := mv.c.IP, mv.mac
+	return netns.Do(netns.Path(mv.m.Layout.HostNetNS(h.Name)), func() error {
+		return cni.NFTables{}.Install(mv.c.ID, cni.Port{HostSide: []string{mv.hostVeth()}, MAC: mac, IP: net.ParseIP(ip).To4()})
+	})
+}
+
+func (mv *move) dump() error {
+	ino, err := nsInode(fmt.Sprintf("/proc/%d/ns/net", mv.c.PID))
+	if err != nil {
+		return err
+	}
+	args := []string{"dump", "-t", strconv.Itoa(mv.c.PID), "-D", mv.images, "-o", "dump.log",
+		"--tcp-established", "--manage-cgroups=ignore", "--external", fmt.Sprintf("net[%d]:net", ino)}
+	for i, x := range mv.mounts {
+		args = append(args, "--external", fmt.Sprintf("mnt[%s]:m%d", x.dest, i))
+	}
+	for _, k := range mv.logKeys {
+		args = append(args, "--external", k)
+	}
+	if out, err := exec.Command(mv.criu, args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("checkpoint (criu dump): %w: %s%s", err, strings.TrimSpace(string(out)), mv.logTail("dump.log"))
+	}
+	return nil
+}
+
+// restore runs the images in namespace ns on host h and returns the
+// restored init's pid.
+func (mv *move) restore(ns string, h state.Host) (int, error) {
+	nsf, err := os.Open(netns.Path(ns))
+	if err != nil {
+		return 0, fmt.Errorf("open %s: %w", ns, err)
+	}
+	defer nsf.Close()
+	files := []*os.File{nsf}
+	args := []string{"restore", "-D", mv.images, "-o", "restore.log", "--tcp-established", "--manage-cgroups=ignore",
+		"--restore-detached", "--pidfile", filepath.Join(mv.images, "pid"),
+		"--root", filepath.Join(mv.m.Layout.ContainerDir(mv.c.Name), "rootfs"), "--inherit-fd", "fd[3]:net"}
+	for _, k := range mv.logKeys {
+		log, err := os.OpenFile(mv.m.LogFile(mv.c.Name), os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			return 0, fmt.Errorf("open the log of %s: %w", mv.c.Name, err)
+		}
+		defer log.Close()
+		files = append(files, log)
+		args = append(args, "--inherit-fd", fmt.Sprintf("fd[%d]:%s", 2+len(files), k))
+	}
+	for i, x := range mv.mounts {
+		src := x.hostPath
+		if x.dest == state.ContainerAgentDir {
+			src = mv.m.Layout.AgentSockDir(h.Name)
+		}
+		args = append(args, "--external", fmt.Sprintf("mnt[m%d]:%s", i, src))
+	}
+	cmd := inMountNS(filepath.Join(mv.m.Layout.ContainerDir(mv.c.Name), "rootfs"), append([]string{mv.criu}, args...)...)
+	cmd.ExtraFiles = files
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("restore (criu restore) on %s: %w: %s%s", h.Name, err, strings.TrimSpace(string(out)), mv.logTail("restore.log"))
+	}
+	pid, err := readPID(filepath.Join(mv.images, "pid"))
+	if err != nil {
+		return 0, err
+	}
+	mv.restoredNS = ns
+	// CRIU binds the host paths again but leaves read-only binds of files
+	// writable (/etc/hosts is the whole cluster's).
+	for _, x := range mv.mounts {
+		if !x.ro {
+			continue
+		}
+		if out, err := exec.Command("nsenter", "-t", strconv.Itoa(pid), "-m", "--", "mount", "-o", "remount,bind,ro", x.dest).CombinedOutput(); err != nil {
+			unix.Kill(pid, unix.SIGKILL)
+			return 0, fmt.Errorf("make %s read-only again in the restored container: %w: %s", x.dest, err, strings.TrimSpace(string(out)))
+		}
+	}
+	return pid, nil
+}
+
+// rollBack restores the container where it was after a failed restore.
+func (mv *move) rollBack(newNS string, why error) error {
+	l := mv.m.Layout
+	if err := overlay.PlaceAddress(l, mv.cl.Hosts, mv.c.IP, mv.home, mv.from); err != nil {
+		why = fmt.Errorf("%w\nrouting %s back to %s failed too: %v", why, mv.c.IP, mv.from.Name, err)
+	}
+	if err := setLink(l.ContainerNetNS(mv.c.Name), "up"); err != nil {
+		why = fmt.Errorf("%w\nbringing its interface on %s up again failed: %v", why, mv.from.Name, err)
+	}
+	pid, err := mv.restore(l.ContainerNetNS(mv.c.Name), mv.from)
+	if err != nil {
+		return fmt.Errorf("%w\nrestoring it on %s failed too, so the container is stopped; its images are in %s: %v", why, mv.from.Name, mv.images, err)
+	}
+	mv.c.PID, mv.c.Restored, mv.c.Started = pid, true, startTime(pid)
+	if err := l.SaveContainer(mv.c); err != nil {
+		why = fmt.Errorf("%w\nrecording its new pid failed: %v", why, err)
+	}
+	return mv.abandon(newNS, fmt.Errorf("%w\nit runs on %s again", why, mv.from.Name))
+}
+
+// abandon removes what prepare made on the destination and returns why.
+func (mv *move) abandon(newNS string, why error) error {
+	var errs []error
+	if err := netns.Do(netns.Path(mv.m.Layout.HostNetNS(mv.to.Name)), func() error { return cni.NFTables{}.Remove(mv.c.ID) }); err != nil {
+		errs = append(errs, err)
+	}
+	if err := netns.Delete(newNS); err != nil {
+		errs = append(errs, err)
+	}
+	if err := dropImages(mv.images); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w\ncleaning up %s failed: %v", why, mv.to.Name, errors.Join(errs...))
+	}
+	return why
+}
+
+// finish takes the source side down, gives the new namespace the
+// container's name and moves the container's directory record.
+func (mv *move) finish(ctx context.Context, newNS string, pid int) error {
+	l := mv.m.Layout
+	c := mv.c
+	var errs []error
+	if !c.Restored {
+		if err := mv.m.runtime().delete(c.ID, true); err != nil && !notFound(err) {
+			errs = append(errs, fmt.Errorf("delete crun's state of %s: %w", c.Name, err))
+		}
+	}
+	if err := netns.Do(netns.Path(l.HostNetNS(mv.from.Name)), func() error { return cni.NFTables{}.Remove(c.ID) }); err != nil {
+		errs = append(errs, err)
+	}
+	if err := netns.Delete(l.ContainerNetNS(c.Name)); err != nil {
+		errs = append(errs, err)
+	}
+	if err := netns.Rename(newNS, l.ContainerNetNS(c.Name)); err != nil {
+		errs = append(errs, err)
+	}
+	c.Host, c.Home, c.PID, c.Restored, c.Started = mv.to.Name, mv.home.Name, pid, true, startTime(pid)
+	if err := l.SaveContainer(c); err != nil {
+		errs = append(errs, err)
+	}
+	if err := mv.reregister(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := dropImages(mv.images); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%s runs on %s, but finishing the move failed: %w", c.Name, mv.to.Name, errors.Join(errs...))
+	}
+	return nil
+}
+
+// reregister moves the container's directory record from the source's
+// agent to the destination's.
+func (mv *move) reregister(ctx context.Context) error {
+	l := mv.m.Layout
+	c := mv.c
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	old, err := agentapi.DialAdmin(l.AdminSocket(mv.from.Name))
+	if err != nil {
+		return fmt.Errorf("reach %s's agent: %w", mv.from.Name, err)
+	}
+	defer old.Close()
+	if err := old.Unregister(ctx, c.ID); err != nil {
+		return fmt.Errorf("unregister %s from %s's agent: %w", c.Name, mv.from.Name, err)
+	}
+	agent, err := agentapi.DialAdmin(l.AdminSocket(mv.to.Name))
+	if err != nil {
+		return fmt.Errorf("reach %s's agent: %w", mv.to.Name, err)
+	}
+	defer agent.Close()
+	rec := directory.Container{ID: c.ID, Name: c.Name, Host: mv.to.Name, IP: c.IP, Tenant: c.Tenant,
+		NetNS: netns.Path(l.ContainerNetNS(c.Name)), FreeFlow: c.FreeFlow, NoShm: c.NoShm, Moved: mv.to.Name != mv.home.Name}
+	if err := agent.Register(ctx, rec); err != nil {
+		return fmt.Errorf("register %s with %s's agent: %w", c.Name, mv.to.Name, err)
+	}
+	return nil
+}
+
+// forgetNeighbour drops the neighbour entries containers on hosts hold
+// for ip: they name the MAC of a veth that is gone from their bridge, and
+// would lose frames until they go stale.
+func (m *Manager) forgetNeighbour(ip string, hosts ...string) {
+	cs, _ := m.Layout.Containers()
+	for _, o := range cs {
+		for _, h := range hosts {
+			if o.Host == h && o.IP != ip {
+				_ = exec.Command("ip", "-n", m.Layout.ContainerNetNS(o.Name), "neigh", "del", ip, "dev", cni.ContainerIfName).Run()
+			}
+		}
+	}
+}
+
+func (mv *move) logTail(name string) string {
+	b, err := os.ReadFile(filepath.Join(mv.images, name))
+	if err != nil {
+		return ""
+	}
+	var errs []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "Error") {
+			errs = append(errs, strings.TrimSpace(l))
+		}
+	}
+	if len(errs) > 5 {
+		errs = errs[len(errs)-5:]
+	}
+	if len(errs) == 0 {
+		return ""
+	}
+	return "\n" + name + ": " + strings.Join(errs, "\n")
+}
+
+// dropImages unmounts the images' tmpfs and removes its mount point.
+func dropImages(dir string) error {
+	if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmount %s: %w", dir, err)
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", dir, err)
+	}
+	return nil
+}
+
+func dirSize(dir string) int64 {
+	var n int64
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if i, err := e.Info(); err == nil {
+			n += i.Size()
+		}
+	}
+	return n
+}
+
+func nsInode(path string) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, fmt.Errorf("stat %s: %w", path, err)
+	}
+	return st.Ino, nil
+}
+
+// startTime is field 22 of /proc/PID/stat, 0 if the process is gone.
+func startTime(pid int) uint64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')') // the command may hold spaces and parentheses
+	if i < 0 {
+		return 0
+	}
+	fs := strings.Fields(s[i+1:]) // fs[0] is field 3
+	if len(fs) < 20 {
+		return 0
+	}
+	v, _ := strconv.ParseUint(fs[19], 10, 64)
+	return v
+}
