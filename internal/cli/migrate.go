@@ -2,12 +2,13 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 )
 
 func init() {
-	register("migrate", command{summary: "move a running container to another host, its IP and connections kept: migrate NAME --to HOST [--dry-run]",
+	register("migrate", command{summary: "move a running container to another host, its IP and connections kept: migrate NAME --to HOST [--dry-run] [-o json]",
 		run: migrateContainer, needsRoot: true})
 }
 
@@ -15,6 +16,7 @@ func migrateContainer(g *Global, args []string) error {
 	fs := newFlags(g, "migrate")
 	to := fs.String("to", "", "host to move the container to (h1, h2, ...)")
 	dry := fs.Bool("dry-run", false, "say whether it can move and why not, and change nothing")
+	format := fs.String("o", "text", "output format: text or json (durations in ns)")
 	// The name may come first, as the and the README's examples have it.
 	var name string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
@@ -28,12 +30,15 @@ func migrateContainer(g *Global, args []string) error {
 	} else if fs.NArg() > 0 {
 		name = ""
 	}
-	if name == "" || *to == "" || fs.NArg() > 1 {
-		return fmt.Errorf("%w: freeflow migrate NAME --to HOST [--dry-run]", errUsage)
+	if name == "" || *to == "" || fs.NArg() > 1 || (*format != "text" && *format != "json") {
+		return fmt.Errorf("%w: freeflow migrate NAME --to HOST [--dry-run] [-o text|json]", errUsage)
 	}
 	rep, err := g.containers().Migrate(context.Background(), name, *to, *dry)
 	if err != nil {
 		return err
+	}
+	if *format == "json" {
+		return json.NewEncoder(g.Out).Encode(rep)
 	}
 	if rep.DryRun {
 		fmt.Fprintf(g.Out, "%s can migrate from %s to %s\n", rep.Name, rep.From, rep.To)

@@ -35,12 +35,17 @@ import (
 
 // MigrateReport says what a migration did, or for a dry run what it would do.
 type MigrateReport struct {
-	Name, From, To string
-	DryRun         bool
-	Images         int64         // bytes of CRIU images
-	Dump           time.Duration // freeze and dump, the processes stopped
-	Restore        time.Duration // network moved, processes restored and running
-	Down           time.Duration // from the freeze to the restored processes running
+	Name   string `json:"name"`
+	From   string `json:"from"`
+	To     string `json:"to"`
+	DryRun bool   `json:"dry_run"`
+	Images int64  `json:"images_bytes"` // CRIU's images
+	// Durations in nanoseconds: the freeze and dump (the processes
+	// stopped); the network moved and the processes restored and running;
+	// from the freeze to running again.
+	Dump    time.Duration `json:"dump_ns"`
+	Restore time.Duration `json:"restore_ns"`
+	Down    time.Duration `json:"down_ns"`
 }
 
 // criuMinMajor: bookworm's CRIU 3.17 cannot dump on this kernel.
