@@ -1,7 +1,6 @@
 package container
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -10,17 +9,24 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/freeflow-net/freeflow/internal/agentapi"
 	"github.com/freeflow-net/freeflow/internal/cni"
 	"github.com/freeflow-net/freeflow/internal/directory"
+	"github.com/freeflow-net/freeflow/internal/mountinfo"
 	"github.com/freeflow-net/freeflow/internal/netns"
 	"github.com/freeflow-net/freeflow/internal/overlay"
+	"github.com/freeflow-net/freeflow/internal/packethold"
 	"github.com/freeflow-net/freeflow/internal/state"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -77,30 +83,46 @@ func (m *Manager) Migrate(ctx context.Context, name, to string, dryRun bool) (*M
 	if dryRun {
 		return rep, nil
 	}
+	// Stopped half-way, a move would leave the container stopped or in two
+	// places: it runs to its end, or to its rollback.
+	// Caught, not ignored: an ignored signal stays ignored in CRIU and
+	// the processes it restores.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
 	return rep, mv.run(ctx, rep)
 }
 
 // move is one migration under way.
 type move struct {
-	m          *Manager
-	cl         *state.Cluster
-	c          *state.Container
-	from, to   state.Host
-	home       state.Host
-	criu       string
-	mac        string
-	images     string
-	mounts     []extMount
-	logKeys    []string // CRIU keys of the container's descriptors of its log
-	restoredNS string   // where the restored processes live: the new or, after a failed restore, the old namespace
+	m        *Manager
+	cl       *state.Cluster
+	c        *state.Container
+	from, to state.Host
+	home     state.Host
+	criu     string
+	mac      string
+	images   string
+	mounts   []extMount
+	logKeys  []string         // CRIU keys of the container's descriptors of its log
+	hold     *packethold.Hold // the destination's input, held from the switch to the restore
 }
 
 // extMount is a mount of a host path in the container: CRIU leaves it out
 // of the images and binds the host's path again at restore.
 type extMount struct {
-	dest     string // where the container sees it
-	hostPath string // the host path it shows (for the agent's socket directory: the destination's)
-	ro       bool
+	mountinfo.Entry        // as the container has it before the move
+	hostPath        string // the host path it shows
+	devAt           string // where its file system's root is mounted on the host
+}
+
+// source is the host path the mount shows on host h: the agent's socket
+// directory is each host's own.
+func (x extMount) source(l state.Layout, h state.Host) string {
+	if x.Point == state.ContainerAgentDir {
+		return l.AgentSockDir(h.Name)
+	}
+	return x.hostPath
 }
 
 func (m *Manager) planMigration(cl *state.Cluster, c *state.Container, to string) (*move, error) {
@@ -138,7 +160,7 @@ func (m *Manager) planMigration(cl *state.Cluster, c *state.Container, to string
 	if err != nil {
 		return nil, err
 	}
-	mounts, err := m.externalMounts(c, *dst)
+	mounts, err := m.externalMounts(c)
 	if err != nil {
 		return nil, err
 	}
@@ -168,13 +190,17 @@ func findCRIU() (string, error) {
 	return path, nil
 }
 
-// containerMAC is the MAC of eth0 in network namespace ns: kept, so the
-// source checks and the peers' neighbour entries stay right.
+// containerMAC is the MAC of the container interface in network namespace
+// ns: kept, so the source checks and the peers' neighbour entries stay
+// right. Asked over netlink, which follows the thread's namespace (sysfs
+// shows the namespace it was mounted in).
 func containerMAC(ns string) (string, error) {
 	var mac string
 	err := netns.Do(netns.Path(ns), func() error {
-		b, err := os.ReadFile("/sys/class/net/" + cni.ContainerIfName + "/address")
-		mac = strings.TrimSpace(string(b))
+		i, err := net.InterfaceByName(cni.ContainerIfName)
+		if err == nil {
+			mac = i.HardwareAddr.String()
+		}
 		return err
 	})
 	if err != nil {
@@ -187,83 +213,30 @@ func containerMAC(ns string) (string, error) {
 // than its root: their device is mounted in this (the host's) mount
 // namespace too. Mounts of the container's own (proc, tmpfs, devpts...)
 // go into the images.
-func (m *Manager) externalMounts(c *state.Container, dst state.Host) ([]extMount, error) {
-	host, err := readMountInfo("/proc/self/mountinfo")
+func (m *Manager) externalMounts(c *state.Container) ([]extMount, error) {
+	host, err := mountinfo.Read("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
 	}
 	hostRoot := map[string]string{} // device -> where its root is mounted here
 	for _, e := range host {
-		if e.root == "/" {
-			if _, ok := hostRoot[e.dev]; !ok {
-				hostRoot[e.dev] = e.point
-			}
+		if _, ok := hostRoot[e.Dev]; !ok && e.Root == "/" {
+			hostRoot[e.Dev] = e.Point
 		}
 	}
-	mine, err := readMountInfo(fmt.Sprintf("/proc/%d/mountinfo", c.PID))
+	mine, err := mountinfo.Read(fmt.Sprintf("/proc/%d/mountinfo", c.PID))
 	if err != nil {
 		return nil, err
 	}
 	var out []extMount
 	for _, e := range mine {
-		at, ok := hostRoot[e.dev]
-		if e.point == "/" || !ok {
+		at, ok := hostRoot[e.Dev]
+		if e.Point == "/" || !ok {
 			continue
 		}
-		x := extMount{dest: e.point, hostPath: filepath.Join(at, e.root), ro: e.ro}
-		if e.point == state.ContainerAgentDir {
-			x.hostPath = m.Layout.AgentSockDir(dst.Name)
-		}
-		out = append(out, x)
+		out = append(out, extMount{Entry: e, hostPath: filepath.Join(at, e.Root), devAt: at})
 	}
 	return out, nil
-}
-
-type mountEntry struct {
-	dev, root, point string
-	ro               bool
-}
-
-func readMountInfo(path string) ([]mountEntry, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("read mounts: %w", err)
-	}
-	defer f.Close()
-	var out []mountEntry
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// id parent major:minor root mountpoint options ...
-		fs := strings.Fields(sc.Text())
-		if len(fs) < 6 {
-			continue
-		}
-		ro := false
-		for _, o := range strings.Split(fs[5], ",") {
-			ro = ro || o == "ro"
-		}
-		out = append(out, mountEntry{dev: fs[2], root: unescapeMount(fs[3]), point: unescapeMount(fs[4]), ro: ro})
-	}
-	return out, sc.Err()
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // logKeys returns CRIU's keys (file[mnt_id:inode]) of the descriptors the
@@ -340,33 +313,68 @@ func (mv *move) run(ctx context.Context, rep *MigrateReport) (err error) {
 	if err := mv.prepare(newNS); err != nil {
 		return mv.abandon(newNS, fmt.Errorf("prepare %s: %w", mv.to.Name, err))
 	}
+	// The peers' packets go to the destination, where they wait, from
+	// just before the freeze: none is lost, so a peer's request during the
+	// move costs it the move, not a retransmission timeout.
 	start := time.Now()
+	if err := mv.switchTo(mv.to); err != nil {
+		return mv.switchBack(newNS, err)
+	}
 	if err := mv.dump(); err != nil {
-		return mv.abandon(newNS, err) // CRIU lets the processes run on after a failed dump
+		return mv.switchBack(newNS, err) // CRIU lets the processes run on after a failed dump
 	}
 	rep.Dump = time.Since(start)
 	rep.Images = dirSize(mv.images)
 	rstart := time.Now()
-	// The source's namespace, its processes gone, would still answer ARP
-	// for the address on the source's bridge, and its neighbours would
-	// send it the retransmissions meant for the destination.
-	if err := setLink(l.ContainerNetNS(c.Name), "down"); err != nil {
-		return mv.rollBack(newNS, err)
-	}
-	if err := overlay.PlaceAddress(l, mv.cl.Hosts, c.IP, mv.home, mv.to); err != nil {
-		return mv.rollBack(newNS, fmt.Errorf("route %s to %s: %w", c.IP, mv.to.Name, err))
-	}
-	mv.m.forgetNeighbour(c.IP, mv.home.Name)
 	pid, err := mv.restore(newNS, mv.to)
 	if err != nil {
 		return mv.rollBack(newNS, err)
 	}
-	if err := openGate(newNS); err != nil {
-		unix.Kill(pid, unix.SIGKILL)
+	if _, err := mv.hold.Release(); err != nil {
+		mv.discard(newNS, pid)
+		return mv.rollBack(newNS, err)
+	}
+	if err := resume(pid); err != nil {
+		mv.discard(newNS, pid)
 		return mv.rollBack(newNS, err)
 	}
 	rep.Restore, rep.Down = time.Since(rstart), time.Since(start)
 	return mv.finish(ctx, newNS, pid)
+}
+
+// switchTo routes the container's address to host h and brings up the
+// container interface there. The namespace on the other host goes down
+// first: its processes stopped or about to be, it would still answer ARP
+// for the address on its bridge. The home host's containers forget their
+// neighbour entry for it.
+func (mv *move) switchTo(h state.Host) error {
+	l := mv.m.Layout
+	down, downAt, up, upAt := l.ContainerNetNS(mv.c.Name), mv.from, l.MigrationNetNS(mv.c.Name), mv.to
+	if h.Name == mv.from.Name {
+		down, downAt, up, upAt = up, upAt, down, downAt
+	}
+	var errs []error
+	if err := mv.setLink(down, downAt, false); err != nil {
+		errs = append(errs, err)
+	}
+	if err := overlay.PlaceAddress(l, mv.cl.Hosts, mv.c.IP, mv.home, h); err != nil {
+		errs = append(errs, fmt.Errorf("route %s to %s: %w", mv.c.IP, h.Name, err))
+	}
+	if err := mv.setLink(up, upAt, true); err != nil {
+		errs = append(errs, err)
+	}
+	mv.m.forgetNeighbour(mv.c.IP, mv.home.Name)
+	return errors.Join(errs...)
+}
+
+// switchBack undoes switchTo after a failed dump (the processes run on
+// where they were): the held packets are dropped, for the peers to send
+// again to the source.
+func (mv *move) switchBack(newNS string, why error) error {
+	if err := mv.switchTo(mv.from); err != nil {
+		why = fmt.Errorf("%w\nrouting %s back to %s failed too: %v", why, mv.c.IP, mv.from.Name, err)
+	}
+	return mv.abandon(newNS, why)
 }
 
 // prepare makes the destination's namespace, attached and guarded, and the
@@ -378,10 +386,12 @@ func (mv *move) prepare(newNS string) error {
 	if err := overlay.AttachMoved(mv.m.Layout, mv.to, newNS, mv.hostVeth(), mv.c.IP, mv.mac); err != nil {
 		return err
 	}
-	if err := mv.guard(mv.to); err != nil {
+	// Down until the switch: it would answer ARP for the address while the
+	// container still runs where it is.
+	if err := mv.setLink(newNS, mv.to, false); err != nil {
 		return err
 	}
-	if err := closeGate(newNS); err != nil {
+	if err := mv.guard(mv.to); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(mv.images, 0o700); err != nil {
@@ -390,39 +400,37 @@ func (mv *move) prepare(newNS string) error {
 	if err := unix.Mount("tmpfs", mv.images, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0700"); err != nil {
 		return fmt.Errorf("mount a tmpfs for the images on %s: %w", mv.images, err)
 	}
-	return nil
+	var err error
+	mv.hold, err = packethold.Start(newNS, cni.ContainerIfName)
+	return err
 }
 
-// The gate: from the moment the overlay routes the address to the new
-// namespace until the restored sockets are there, its kernel would answer
-// the peers' retransmissions with resets. It drops them instead, and the
-// peers retransmit again.
-const gateRules = `table inet freeflow-migrate {
-	chain input {
-		type filter hook input priority -300; policy drop;
+// setLink sets the host end of the container interface of namespace ns
+// (on host h) up or down. Not the container end: taking a link down
+// flushes the routes through it, and a restore needs them.
+func (mv *move) setLink(ns string, h state.Host, up bool) error {
+	var peer int
+	err := netns.Do(netns.Path(ns), func() error {
+		l, err := netlink.LinkByName(cni.ContainerIfName)
+		if err == nil {
+			peer = l.Attrs().ParentIndex
+		}
+		return err
+	})
+	if err == nil {
+		err = netns.Do(netns.Path(mv.m.Layout.HostNetNS(h.Name)), func() error {
+			l, err := netlink.LinkByIndex(peer)
+			if err != nil {
+				return err
+			}
+			if up {
+				return netlink.LinkSetUp(l)
+			}
+			return netlink.LinkSetDown(l)
+		})
 	}
-}`
-
-func closeGate(ns string) error {
-	cmd := netns.Command(netns.Path(ns), "nft", "-f", "-")
-	cmd.Stdin = strings.NewReader(gateRules)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("hold %s's input while the container is restored (nft): %w: %s", ns, err, strings.TrimSpace(string(out)))
-	}
-	return nil
-}
-
-func openGate(ns string) error {
-	if out, err := netns.Command(netns.Path(ns), "nft", "delete", "table", "inet", "freeflow-migrate").CombinedOutput(); err != nil {
-		return fmt.Errorf("open %s's input after the restore (nft): %w: %s", ns, err, strings.TrimSpace(string(out)))
-	}
-	return nil
-}
-
-// setLink sets the container interface in namespace ns up or down.
-func setLink(ns, state string) error {
-	if out, err := exec.Command("ip", "-n", ns, "link", "set", cni.ContainerIfName, state).CombinedOutput(); err != nil {
-		return fmt.Errorf("set %s in %s %s: %w: %s", cni.ContainerIfName, ns, state, err, strings.TrimSpace(string(out)))
+	if err != nil {
+		return fmt.Errorf("set the host end of %s's %s on %s up=%v: %w", ns, cni.ContainerIfName, h.Name, up, err)
 	}
 	return nil
 }
@@ -449,12 +457,14 @@ func (mv *move) dump() error {
 	args := []string{"dump", "-t", strconv.Itoa(mv.c.PID), "-D", mv.images, "-o", "dump.log",
 		"--tcp-established", "--manage-cgroups=ignore", "--external", fmt.Sprintf("net[%d]:net", ino)}
 	for i, x := range mv.mounts {
-		args = append(args, "--external", fmt.Sprintf("mnt[%s]:m%d", x.dest, i))
+		args = append(args, "--external", fmt.Sprintf("mnt[%s]:m%d", x.Point, i))
 	}
 	for _, k := range mv.logKeys {
 		args = append(args, "--external", k)
 	}
-	if out, err := exec.Command(mv.criu, args...).CombinedOutput(); err != nil {
+	cmd := exec.Command(mv.criu, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("checkpoint (criu dump): %w: %s%s", err, strings.TrimSpace(string(out)), mv.logTail("dump.log"))
 	}
 	return nil
@@ -463,6 +473,10 @@ func (mv *move) dump() error {
 // restore runs the images in namespace ns on host h and returns the
 // restored init's pid.
 func (mv *move) restore(ns string, h state.Host) (int, error) {
+	pidFile := filepath.Join(mv.images, "pid")
+	if err := os.Remove(pidFile); err != nil && !errors.Is(err, os.ErrNotExist) { // CRIU will not write over one (a restore before this one)
+		return 0, err
+	}
 	nsf, err := os.Open(netns.Path(ns))
 	if err != nil {
 		return 0, fmt.Errorf("open %s: %w", ns, err)
@@ -470,7 +484,7 @@ func (mv *move) restore(ns string, h state.Host) (int, error) {
 	defer nsf.Close()
 	files := []*os.File{nsf}
 	args := []string{"restore", "-D", mv.images, "-o", "restore.log", "--tcp-established", "--manage-cgroups=ignore",
-		"--restore-detached", "--pidfile", filepath.Join(mv.images, "pid"),
+		"--restore-detached", "--leave-stopped", "--pidfile", pidFile,
 		"--root", filepath.Join(mv.m.Layout.ContainerDir(mv.c.Name), "rootfs"), "--inherit-fd", "fd[3]:net"}
 	for _, k := range mv.logKeys {
 		log, err := os.OpenFile(mv.m.LogFile(mv.c.Name), os.O_WRONLY|os.O_APPEND, 0)
@@ -482,48 +496,132 @@ func (mv *move) restore(ns string, h state.Host) (int, error) {
 		args = append(args, "--inherit-fd", fmt.Sprintf("fd[%d]:%s", 2+len(files), k))
 	}
 	for i, x := range mv.mounts {
-		src := x.hostPath
-		if x.dest == state.ContainerAgentDir {
-			src = mv.m.Layout.AgentSockDir(h.Name)
-		}
-		args = append(args, "--external", fmt.Sprintf("mnt[m%d]:%s", i, src))
+		args = append(args, "--external", fmt.Sprintf("mnt[m%d]:%s", i, x.source(mv.m.Layout, h)))
 	}
 	cmd := inMountNS(filepath.Join(mv.m.Layout.ContainerDir(mv.c.Name), "rootfs"), append([]string{mv.criu}, args...)...)
 	cmd.ExtraFiles = files
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a Ctrl-C at the terminal is the CLI's to handle
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return 0, fmt.Errorf("restore (criu restore) on %s: %w: %s%s", h.Name, err, strings.TrimSpace(string(out)), mv.logTail("restore.log"))
 	}
-	pid, err := readPID(filepath.Join(mv.images, "pid"))
+	pid, err := readPID(pidFile)
 	if err != nil {
 		return 0, err
 	}
-	mv.restoredNS = ns
-	// CRIU binds the host paths again but leaves read-only binds of files
-	// writable (/etc/hosts is the whole cluster's).
-	for _, x := range mv.mounts {
-		if !x.ro {
-			continue
-		}
-		if out, err := exec.Command("nsenter", "-t", strconv.Itoa(pid), "-m", "--", "mount", "-o", "remount,bind,ro", x.dest).CombinedOutput(); err != nil {
-			unix.Kill(pid, unix.SIGKILL)
-			return 0, fmt.Errorf("make %s read-only again in the restored container: %w: %s", x.dest, err, strings.TrimSpace(string(out)))
-		}
+	if err := mv.readOnlyAgain(pid, h); err != nil {
+		mv.discard(ns, pid)
+		return 0, err
 	}
 	return pid, nil
+}
+
+// readOnlyAgain: CRIU binds the host paths again but leaves read-only
+// binds of files writable (/etc/hosts is the whole cluster's). The
+// processes are still stopped (--leave-stopped), so none can open one for
+// writing meanwhile. The mounts are then checked against what they were:
+// one a process redirected (a symlink in a directory it can write) would
+// show writable.
+func (mv *move) readOnlyAgain(pid int, h state.Host) error {
+	for _, x := range mv.mounts {
+		if !x.ReadOnly() {
+			continue
+		}
+		opts := "remount,bind," + strings.Join(x.Options, ",") // all of them: a remount clears the flags it is not given
+		if out, err := exec.Command("nsenter", "-t", strconv.Itoa(pid), "-m", "--", "mount", "-o", opts, x.Point).CombinedOutput(); err != nil {
+			return fmt.Errorf("make %s read-only again in the restored container: %w: %s", x.Point, err, strings.TrimSpace(string(out)))
+		}
+	}
+	now, err := mountinfo.Read(fmt.Sprintf("/proc/%d/mountinfo", pid))
+	if err != nil {
+		return err
+	}
+	for _, x := range mv.mounts {
+		root, err := filepath.Rel(x.devAt, x.source(mv.m.Layout, h))
+		if x.ReadOnly() && (err != nil || !stillReadOnly(now, x.Point, x.Dev, filepath.Join("/", root))) {
+			return fmt.Errorf("%s is not read-only in the restored container", x.Point)
+		}
+	}
+	return nil
+}
+
+// stillReadOnly reports whether every mount at point shows root of device
+// dev and is read-only.
+func stillReadOnly(now []mountinfo.Entry, point, dev, root string) bool {
+	found := false
+	for _, e := range now {
+		if e.Point != point {
+			continue
+		}
+		if e.Dev != dev || e.Root != root || !e.ReadOnly() {
+			return false
+		}
+		found = true
+	}
+	return found
+}
+
+// resume lets the restored processes run (CRIU left them stopped).
+func resume(pid int) error {
+	pids, err := pidsInNamespace(pid)
+	if err != nil {
+		return err
+	}
+	for _, p := range pids {
+		if err := unix.Kill(p, unix.SIGCONT); err != nil && !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("resume restored process %d: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// discard kills a restored copy that is not kept, its interface down
+// first: its sockets' last words (FIN, RST) must not reach the peers,
+// whose connections live on in the copy restored elsewhere.
+func (mv *move) discard(ns string, pid int) {
+	at := mv.to
+	if ns == mv.m.Layout.ContainerNetNS(mv.c.Name) {
+		at = mv.from
+	}
+	_ = mv.setLink(ns, at, false)
+	_ = unix.Kill(pid, unix.SIGKILL)
+	for deadline := time.Now().Add(5 * time.Second); startTime(pid) != 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // rollBack restores the container where it was after a failed restore.
 func (mv *move) rollBack(newNS string, why error) error {
 	l := mv.m.Layout
-	if err := overlay.PlaceAddress(l, mv.cl.Hosts, mv.c.IP, mv.home, mv.from); err != nil {
+	// The source's namespace holds its input too while the processes come
+	// back: it has no sockets until then.
+	back, err := packethold.Start(l.ContainerNetNS(mv.c.Name), cni.ContainerIfName)
+	if err != nil {
+		why = fmt.Errorf("%w\nholding the input on %s failed too (the peers may see resets): %v", why, mv.from.Name, err)
+	}
+	if err := mv.switchTo(mv.from); err != nil {
 		why = fmt.Errorf("%w\nrouting %s back to %s failed too: %v", why, mv.c.IP, mv.from.Name, err)
 	}
-	if err := setLink(l.ContainerNetNS(mv.c.Name), "up"); err != nil {
-		why = fmt.Errorf("%w\nbringing its interface on %s up again failed: %v", why, mv.from.Name, err)
+	if !mv.c.Restored { // its first process is gone: crun's state of it must not outlive it
+		if err := mv.m.runtime().delete(mv.c.ID, true); err != nil && !notFound(err) {
+			why = fmt.Errorf("%w\n%v", why, err)
+		}
 	}
 	pid, err := mv.restore(l.ContainerNetNS(mv.c.Name), mv.from)
+	if err == nil {
+		err = resume(pid)
+	}
+	if back != nil {
+		end := back.Release
+		if err != nil {
+			end = back.Drop
+		}
+		if _, herr := end(); herr != nil {
+			why = fmt.Errorf("%w\n%v", why, herr)
+		}
+	}
 	if err != nil {
-		return fmt.Errorf("%w\nrestoring it on %s failed too, so the container is stopped; its images are in %s: %v", why, mv.from.Name, mv.images, err)
+		return mv.abandonKeeping(newNS, fmt.Errorf("%w\nrestoring it on %s failed too, so the container is stopped; its images are in %s (`freeflow rm -f %s` removes them): %v",
+			why, mv.from.Name, mv.images, mv.c.Name, err), true)
 	}
 	mv.c.PID, mv.c.Restored, mv.c.Started = pid, true, startTime(pid)
 	if err := l.SaveContainer(mv.c); err != nil {
@@ -533,16 +631,26 @@ func (mv *move) rollBack(newNS string, why error) error {
 }
 
 // abandon removes what prepare made on the destination and returns why.
-func (mv *move) abandon(newNS string, why error) error {
+func (mv *move) abandon(newNS string, why error) error { return mv.abandonKeeping(newNS, why, false) }
+
+// abandonKeeping is abandon that leaves the images when keepImages is set.
+func (mv *move) abandonKeeping(newNS string, why error, keepImages bool) error {
 	var errs []error
+	if mv.hold != nil {
+		if _, err := mv.hold.Drop(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if err := netns.Do(netns.Path(mv.m.Layout.HostNetNS(mv.to.Name)), func() error { return cni.NFTables{}.Remove(mv.c.ID) }); err != nil {
 		errs = append(errs, err)
 	}
 	if err := netns.Delete(newNS); err != nil {
 		errs = append(errs, err)
 	}
-	if err := dropImages(mv.images); err != nil {
-		errs = append(errs, err)
+	if !keepImages {
+		if err := dropImages(mv.images); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w\ncleaning up %s failed: %v", why, mv.to.Name, errors.Join(errs...))
@@ -564,6 +672,9 @@ func (mv *move) finish(ctx context.Context, newNS string, pid int) error {
 	if err := netns.Do(netns.Path(l.HostNetNS(mv.from.Name)), func() error { return cni.NFTables{}.Remove(c.ID) }); err != nil {
 		errs = append(errs, err)
 	}
+	// The veth pair goes now, not when the kernel gets round to the
+	// namespace: a move straight back makes one of the same name.
+	_ = exec.Command("ip", "-n", l.ContainerNetNS(c.Name), "link", "del", cni.ContainerIfName).Run()
 	if err := netns.Delete(l.ContainerNetNS(c.Name)); err != nil {
 		errs = append(errs, err)
 	}
@@ -619,13 +730,18 @@ func (mv *move) reregister(ctx context.Context) error {
 // would lose frames until they go stale.
 func (m *Manager) forgetNeighbour(ip string, hosts ...string) {
 	cs, _ := m.Layout.Containers()
+	var wg sync.WaitGroup
 	for _, o := range cs {
-		for _, h := range hosts {
-			if o.Host == h && o.IP != ip {
-				_ = exec.Command("ip", "-n", m.Layout.ContainerNetNS(o.Name), "neigh", "del", ip, "dev", cni.ContainerIfName).Run()
-			}
+		if o.IP == ip || !slices.Contains(hosts, o.Host) {
+			continue
 		}
+		wg.Add(1)
+		go func(ns string) { // side by side: the container is stopped meanwhile
+			defer wg.Done()
+			_ = exec.Command("ip", "-n", ns, "neigh", "del", ip, "dev", cni.ContainerIfName).Run()
+		}(m.Layout.ContainerNetNS(o.Name))
 	}
+	wg.Wait()
 }
 
 func (mv *move) logTail(name string) string {
@@ -636,7 +752,7 @@ func (mv *move) logTail(name string) string {
 	var errs []string
 	for _, l := range strings.Split(string(b), "\n") {
 		if strings.Contains(l, "Error") {
-			errs = append(errs, strings.TrimSpace(l))
+			errs = append(errs, strings.Map(printable, strings.TrimSpace(l))) // paths are the container's: no escape sequences to the terminal
 		}
 	}
 	if len(errs) > 5 {
@@ -678,7 +794,8 @@ func nsInode(path string) (uint64, error) {
 	return st.Ino, nil
 }
 
-// startTime is field 22 of /proc/PID/stat, 0 if the process is gone.
+// startTime is field 22 of /proc/PID/stat, 0 if the process is gone or a
+// zombie.
 func startTime(pid int) uint64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
@@ -689,10 +806,17 @@ func startTime(pid int) uint64 {
 	if i < 0 {
 		return 0
 	}
-	fs := strings.Fields(s[i+1:]) // fs[0] is field 3
-	if len(fs) < 20 {
+	fs := strings.Fields(s[i+1:]) // fs[0] is field 3, the state
+	if len(fs) < 20 || fs[0] == "Z" || fs[0] == "X" {
 		return 0
 	}
 	v, _ := strconv.ParseUint(fs[19], 10, 64)
 	return v
+}
+
+func printable(r rune) rune {
+	if r < ' ' || r == 0x7f {
+		return '?'
+	}
+	return r
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/freeflow-net/freeflow/internal/netns"
 	"github.com/freeflow-net/freeflow/internal/state"
@@ -49,7 +50,10 @@ func (m *Manager) teardown(ctx context.Context, c *state.Container, detach bool)
 		if err := stopRestored(c); err != nil {
 			errs = append(errs, err)
 		}
-	} else if err := m.runtime().delete(c.ID, true); err != nil && !notFound(err) {
+	}
+	// Also after a move: a container restored where it was keeps crun's
+	// state of its first start.
+	if err := m.runtime().delete(c.ID, true); err != nil && !notFound(err) {
 		errs = append(errs, fmt.Errorf("delete container %s: %w", c.Name, err))
 	}
 	if detach {
@@ -57,7 +61,12 @@ func (m *Manager) teardown(ctx context.Context, c *state.Container, detach bool)
 			errs = append(errs, err)
 		}
 	}
-	if err := netns.Delete(m.Layout.ContainerNetNS(c.Name)); err != nil {
+	for _, ns := range []string{m.Layout.ContainerNetNS(c.Name), m.Layout.MigrationNetNS(c.Name)} {
+		if err := netns.Delete(ns); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := dropImages(m.Layout.MigrationDir(c.Name)); err != nil {
 		errs = append(errs, err)
 	}
 	if err := removeDir(m.Layout.ContainerDir(c.Name)); err != nil {
@@ -94,9 +103,12 @@ func (m *Manager) detach(ctx context.Context, c *state.Container, discard bool) 
 		return nil
 	}
 	if home != c.Host {
-		if err := m.detachMoved(ctx, c); err != nil {
+		if err := m.unregisterMoved(ctx, c); err != nil {
 			return err
 		}
+	}
+	if err := m.forgetMoves(c, home); err != nil {
+		return err
 	}
 	if _, err := os.Stat(m.Layout.CNIConfDir(home)); err != nil {
 		return nil // never attached: run failed before writing the configuration
@@ -104,7 +116,15 @@ func (m *Manager) detach(ctx context.Context, c *state.Container, discard bool) 
 	if discard {
 		return m.network(home).Discard(ctx, m.attachment(c))
 	}
-	return m.network(home).Del(ctx, m.attachment(c))
+	// After a move the home agent may not have seen the record leave yet
+	// (its directory cache follows a watch), and refuses a record of
+	// another host's.
+	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		err := m.network(home).Del(ctx, m.attachment(c))
+		if err == nil || home == c.Host || !strings.Contains(err.Error(), "belongs to host") || time.Now().After(deadline) {
+			return err
+		}
+	}
 }
 
 // notFound reports whether crun failed because it does not know the container.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os/exec"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/freeflow-net/freeflow/internal/agentapi"
@@ -32,10 +33,20 @@ func restoredStatus(c *state.Container) string {
 	return StatusExited
 }
 
-// restoredExec runs argv in every namespace of c's init, at its root and
-// working directory, with env as its whole environment (as crun exec).
+// restoredExec runs argv in every namespace of c's init with the
+// container's capabilities and no supplementary groups, env its whole
+// environment (as crun exec). The root and working directory are the
+// mount namespace's, never the init's (which the container may have
+// chrooted somewhere it wrote), and setpriv and env are found there, in
+// the host's read-only tree.
 func restoredExec(c *state.Container, env, argv []string) *exec.Cmd {
-	args := []string{"-t", strconv.Itoa(c.PID), "-m", "-u", "-i", "-n", "-p", "-r", "-w", "--", "env", "-i"}
+	caps := make([]string, len(containerCaps))
+	for i, cp := range containerCaps {
+		caps[i] = "+" + strings.ToLower(strings.TrimPrefix(cp, "CAP_"))
+	}
+	args := []string{"-t", strconv.Itoa(c.PID), "-m", "-u", "-i", "-n", "-p", "--",
+		"/usr/bin/setpriv", "--clear-groups", "--inh-caps", "-all", "--bounding-set", "-all," + strings.Join(caps, ","),
+		"--", "/usr/bin/env", "-i"}
 	return exec.Command("nsenter", append(append(args, env...), argv...)...)
 }
 
@@ -56,18 +67,9 @@ func stopRestored(c *state.Container) error {
 	return nil
 }
 
-// detachMoved removes what a migration added for c on the host it runs on,
-// away from home: its directory record, its source checks and the routes
-// of its address on every host.
-func (m *Manager) detachMoved(ctx context.Context, c *state.Container) error {
-	cl, err := m.Layout.LoadCluster()
-	if err != nil {
-		return err
-	}
-	home, err := cl.Host(c.Home)
-	if err != nil {
-		return err
-	}
+// unregisterMoved takes c's record out of the directory through the agent
+// of the host it runs on, away from home.
+func (m *Manager) unregisterMoved(ctx context.Context, c *state.Container) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	agent, err := agentapi.DialAdmin(m.Layout.AdminSocket(c.Host))
@@ -78,11 +80,32 @@ func (m *Manager) detachMoved(ctx context.Context, c *state.Container) error {
 	if err := agent.Unregister(ctx, c.ID); err != nil {
 		return fmt.Errorf("unregister %s from %s's agent: %w", c.Name, c.Host, err)
 	}
-	var errs []error
-	if err := netns.Do(netns.Path(m.Layout.HostNetNS(c.Host)), func() error { return cni.NFTables{}.Remove(c.ID) }); err != nil {
-		errs = append(errs, err)
+	return nil
+}
+
+// forgetMoves removes what migrations may have left for c on every host
+// but home (whose source checks CNI DEL removes): source checks and the
+// routes of its address. Idempotent, and run for every container, so a
+// migration cut off half-way leaves nothing behind either.
+func (m *Manager) forgetMoves(c *state.Container, home string) error {
+	cl, err := m.Layout.LoadCluster()
+	if err != nil || c.IP == "" {
+		return nil // no cluster (down) or no address: nothing was placed
 	}
-	if err := overlay.UnplaceAddress(m.Layout, cl.Hosts, c.IP, *home); err != nil {
+	h, err := cl.Host(home)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, o := range cl.Hosts {
+		if o.Name == home || !netns.Exists(m.Layout.HostNetNS(o.Name)) {
+			continue
+		}
+		if err := netns.Do(netns.Path(m.Layout.HostNetNS(o.Name)), func() error { return cni.NFTables{}.Remove(c.ID) }); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := overlay.UnplaceAddress(m.Layout, cl.Hosts, c.IP, *h); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/hex"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -12,73 +13,90 @@ import (
 	"github.com/freeflow-net/freeflow/internal/testenv"
 )
 
-// TestMigrate: a redis-server started without the library moves from h1
-// to h2 and back while three clients (on its home host with and without
-// the library, and across hosts) each hold one connection and INCR a key
-// of their own every 2 ms: every reply is the one before plus 1, none
-// fails; the value written before is there after; it runs on h2 with its
-// IP, and nothing of the move is left once it is removed.
+// TestMigrate: a redis-server started without the library moves h1 -> h2
+// -> h3 -> h1 while three clients (on its home host with and without the
+// library, and on h2) each hold one connection and INCR a key of their own
+// every 2 ms: every reply is the one before plus 1, none fails. The value
+// written before is there after; it keeps its IP, its MAC and, entered
+// with exec, the capabilities crun gave it; a second container moved to the
+// same host reaches it; nothing of the moves is left once it is removed.
 func TestMigrate(t *testing.T) {
 	if m := testenv.Missing("redis-server", "redis-cli", "criu", "python3"); m != "" {
 		t.Skip(m)
 	}
-	c := newCluster(t, 2)
+	c := newCluster(t, 3)
 	srv := "mredis"
 	c.StartDetached(t, "h1", srv, []string{"--no-freeflow"}, "redis-server", "--port", "6379", "--bind", "0.0.0.0",
 		"--protected-mode", "no", "--save", "", "--appendonly", "no")
 	c.WaitListening(t, srv, 6379)
 	ip := containerOf(t, c, srv).IP
+	mac, caps := c.MustFF(t, "exec", srv, "--", "cat", "/sys/class/net/eth0/address"), capBnd(t, c, srv)
 	value := hex.EncodeToString(randomBytes(4 << 10))
 	runClient(t, c, "h2", nil, "redis-cli", "-h", srv, "SET", "before", value)
 
 	incr, err := filepath.Abs("testdata/migrate/incr.py")
 	must(t, err, "find incr.py")
-	script := volume(incr, "/run/incr.py")
+	ctl := t.TempDir()
+	must(t, os.Chmod(ctl, 0o777), "open %s to the clients", ctl)
+	flags := append(volume(incr, "/run/incr.py"), "-v", ctl+":/run/ctl")
 	clients := []struct{ name, host string }{{"mc1", "h1"}, {"mc2", "h1"}, {"mc3", "h2"}}
 	for i, cl := range clients {
-		flags := script
+		f := flags
 		if i == 1 {
-			flags = append([]string{"--no-freeflow"}, script...)
+			f = append([]string{"--no-freeflow"}, flags...)
 		}
-		c.StartDetached(t, cl.host, cl.name, flags, "python3", "/run/incr.py", srv, "key-"+cl.name, "6")
+		c.StartDetached(t, cl.host, cl.name, f, "python3", "/run/incr.py", srv, "key-"+cl.name, "/run/ctl/stop")
 	}
 
-	time.Sleep(1500 * time.Millisecond)
-	if out := c.MustFF(t, "migrate", srv, "--to", "h2"); !strings.Contains(out, "moved from h1 to h2") {
-		t.Fatalf("migrate printed %q", out)
-	}
-	if got := containerOf(t, c, srv); got.Host != "h2" || got.IP != ip || got.Status != "running" {
-		t.Fatalf("after migrate --to h2, ps shows %+v; want it running on h2 with IP %s", got, ip)
-	}
-
-	t.Run("hosts_file_stays_read_only", func(t *testing.T) {
-		r := c.FF(t, "exec", srv, "--", "sh", "-c", "echo 10.0.0.1 evil >>/etc/hosts")
-		if r.Code == 0 || !strings.Contains(r.Stderr, "Read-only") {
-			t.Fatalf("a migrated container could write the cluster's /etc/hosts: exit %d %s", r.Code, r.Stderr)
+	for _, to := range []string{"h2", "h3", "h1"} {
+		time.Sleep(500 * time.Millisecond)
+		if out := c.MustFF(t, "migrate", srv, "--to", to); !strings.Contains(out, "to "+to) {
+			t.Fatalf("migrate --to %s printed %q", to, out)
 		}
-	})
-
-	time.Sleep(1500 * time.Millisecond)
-	c.MustFF(t, "migrate", srv, "--to", "h1")
-
+		if got := containerOf(t, c, srv); got.Host != to || got.IP != ip || got.Status != "running" {
+			t.Fatalf("after migrate --to %s, ps shows %+v; want it running on %s with IP %s", to, got, to, ip)
+		}
+		if got := c.MustFF(t, "exec", srv, "--", "cat", "/sys/class/net/eth0/address"); got != mac {
+			t.Errorf("on %s the MAC is %q, not %q", to, got, mac)
+		}
+		if got := capBnd(t, c, srv); got != caps {
+			t.Errorf("exec on %s has capabilities %s, not crun's %s", to, got, caps)
+		}
+		if r := c.FF(t, "exec", srv, "--", "sh", "-c", "echo 10.0.0.1 evil >>/etc/hosts"); r.Code == 0 {
+			t.Errorf("on %s the container could write the cluster's /etc/hosts", to)
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	must(t, os.WriteFile(filepath.Join(ctl, "stop"), nil, 0o644), "stop the clients")
 	for _, cl := range clients {
 		testenv.WaitFor(t, cl.name+" to finish", func() bool { return containerOf(t, c, cl.name).Status == "exited" })
 		if out := c.MustFF(t, "logs", cl.name); !strings.HasPrefix(out, "OK ") {
-			t.Errorf("client %s on %s across both moves: %s", cl.name, cl.host, out)
+			t.Errorf("client %s on %s across the moves: %s", cl.name, cl.host, out)
 		} else {
 			t.Logf("client %s on %s: %s", cl.name, cl.host, strings.TrimSpace(out))
 		}
 	}
-	for _, h := range []string{"h1", "h2"} {
+	for _, h := range []string{"h1", "h2", "h3"} {
 		if out := runClient(t, c, h, nil, "redis-cli", "-h", srv, "--raw", "GET", "before").Stdout; out != value+"\n" {
 			t.Errorf("GET from %s after the moves: %d bytes, not the %d-byte value written before", h, len(out), len(value))
 		}
 	}
 
-	t.Run("removed_leaves_no_route", func(t *testing.T) {
+	t.Run("two_moved_to_one_host", func(t *testing.T) {
+		c.StartDetached(t, "h3", "other", []string{"--no-freeflow"}, "sleep", "3600")
 		c.MustFF(t, "migrate", srv, "--to", "h2")
+		c.MustFF(t, "migrate", "other", "--to", "h2")
+		if out := c.MustFF(t, "exec", "other", "--", "redis-cli", "-h", srv, "PING"); out != "PONG\n" {
+			t.Fatalf("from a second container moved to h2, redis-cli PING printed %q", out)
+		}
+		if a, b := c.MustFF(t, "exec", "other", "--", "cat", "/sys/class/net/eth0/address"), mac; a == b {
+			t.Fatalf("two moved containers share the MAC %s", a)
+		}
+	})
+
+	t.Run("removed_leaves_nothing", func(t *testing.T) {
 		c.MustFF(t, "rm", "-f", srv)
-		for _, h := range []string{"h1", "h2"} {
+		for _, h := range []string{"h1", "h2", "h3"} {
 			ns := c.Name + "-" + h
 			for _, args := range [][]string{{"route", "show", ip + "/32"}, {"neigh", "show", "proxy", ip}} {
 				out, err := exec.Command("ip", append([]string{"-n", ns}, args...)...).CombinedOutput()
@@ -92,6 +110,12 @@ func TestMigrate(t *testing.T) {
 			t.Errorf("network namespaces left after rm:\n%s", out)
 		}
 	})
+}
+
+// capBnd is the bounding capability set of a process exec'd in name.
+func capBnd(t *testing.T, c *testenv.Cluster, name string) string {
+	t.Helper()
+	return strings.TrimSpace(c.MustFF(t, "exec", name, "--", "grep", "CapBnd", "/proc/self/status"))
 }
 
 // TestMigrateRefused: a migration that cannot be done safely says why and

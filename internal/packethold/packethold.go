@@ -1,0 +1,207 @@
+// Package packethold holds the packets arriving in a network namespace
+// and lets them all in, or drops them, at once: while a migrated
+// container's processes are restored, its peers' packets wait in the
+// kernel instead of meeting a namespace with no sockets (which would reset
+// the connections) or being lost (which costs the peers a retransmission
+// timeout, 200 ms at least and doubling). docs/ARCHITECTURE.md,
+// "Control flow: migrating a container".
+//
+// The kernel's NFQUEUE does the holding: an iptables rule queues the
+// namespace's input from its interface, and a netlink socket bound to the
+// queue gives the verdicts (nfnetlink_queue; the nft "queue" statement is
+// not in every kernel, the iptables target through nft's compatibility
+// layer is). A packet the queue cannot take, or that is queued with no
+// one bound, is dropped, never let through.
+package packethold
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/freeflow-net/freeflow/internal/netns"
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Queue is the NFQUEUE number; queues are per network namespace.
+const Queue = 4646
+
+// maxLen bounds the packets held (the kernel drops beyond: the peers
+// retransmit them).
+const maxLen = 65536
+
+// nfnetlink_queue's messages and attributes (linux/netfilter/nfnetlink_queue.h).
+const (
+	subsysQueue   = 3
+	msgPacket     = 0
+	msgConfig     = 2
+	msgVerdictBat = 3
+
+	attrPacketHdr   = 1
+	attrVerdictHdr  = 2
+	attrCfgCmd      = 1
+	attrCfgParams   = 2
+	attrCfgQueueMax = 3
+
+	cmdBind   = 1
+	copyMeta  = 1
+	nfDrop    = 0
+	nfAccept  = 1
+	nfnlV0    = 0
+	afInet    = unix.AF_INET
+	batchSkip = 1 << 30 // a batch verdict's id this far past the last seen covers every packet queued
+)
+
+// Hold is the holding of one namespace's input.
+type Hold struct {
+	ns, dev string
+	c       *netlink.Conn
+
+	mu     sync.Mutex
+	last   uint32 // id of the last packet seen
+	held   int
+	closed bool
+	done   chan struct{}
+}
+
+// Start queues every IPv4 packet that arrives on dev in network namespace
+// ns until Release or Drop.
+func Start(ns, dev string) (*Hold, error) {
+	h := &Hold{ns: ns, dev: dev, done: make(chan struct{})}
+	err := netns.Do(netns.Path(ns), func() error {
+		c, err := netlink.Dial(unix.NETLINK_NETFILTER, nil)
+		h.c = c
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open a netfilter queue socket in %s: %w", ns, err)
+	}
+	if err := h.configure(); err != nil {
+		h.c.Close()
+		return nil, fmt.Errorf("bind netfilter queue %d in %s: %w", Queue, ns, err)
+	}
+	go h.read()
+	if err := h.iptables("-I"); err != nil {
+		h.c.Close()
+		return nil, err
+	}
+	return h, nil
+}
+
+func (h *Hold) configure() error {
+	cmd := make([]byte, 4)
+	cmd[0] = cmdBind
+	binary.BigEndian.PutUint16(cmd[2:], afInet)
+	if err := h.config(netlink.Attribute{Type: attrCfgCmd, Data: cmd}); err != nil {
+		return err
+	}
+	params := make([]byte, 5) // copy_range 0, copy_mode META: the ids are all that is needed
+	params[4] = copyMeta
+	maxlen := binary.BigEndian.AppendUint32(nil, maxLen)
+	return h.config(netlink.Attribute{Type: attrCfgParams, Data: params}, netlink.Attribute{Type: attrCfgQueueMax, Data: maxlen})
+}
+
+// config sends a configuration message and waits for its ack (before
+// read runs).
+func (h *Hold) config(attrs ...netlink.Attribute) error {
+	m, err := message(msgConfig, attrs...)
+	if err != nil {
+		return err
+	}
+	m.Header.Flags |= netlink.Acknowledge
+	_, err = h.c.Execute(m)
+	return err
+}
+
+// message is one nfqueue message for Queue.
+func message(msg uint16, attrs ...netlink.Attribute) (netlink.Message, error) {
+	b, err := netlink.MarshalAttributes(attrs)
+	if err != nil {
+		return netlink.Message{}, err
+	}
+	hdr := []byte{afInet, nfnlV0, 0, 0}
+	binary.BigEndian.PutUint16(hdr[2:], Queue)
+	return netlink.Message{
+		Header: netlink.Header{Type: netlink.HeaderType(subsysQueue<<8 | msg), Flags: netlink.Request},
+		Data:   append(hdr, b...),
+	}, nil
+}
+
+// read notes the id of every packet queued; acks of our requests and
+// errors come here too (a request's failure shows as a packet not let
+// through, which the peers retransmit).
+func (h *Hold) read() {
+	defer close(h.done)
+	for {
+		msgs, err := h.c.Receive()
+		if err != nil {
+			return
+		}
+		for _, m := range msgs {
+			if m.Header.Type&0xff != msgPacket || int(m.Header.Type>>8) != subsysQueue || len(m.Data) < 4 {
+				continue
+			}
+			ad, err := netlink.NewAttributeDecoder(m.Data[4:])
+			if err != nil {
+				continue
+			}
+			for ad.Next() {
+				if ad.Type() == attrPacketHdr && len(ad.Bytes()) >= 4 {
+					h.mu.Lock()
+					h.last = binary.BigEndian.Uint32(ad.Bytes())
+					h.held++
+					h.mu.Unlock()
+				}
+			}
+		}
+	}
+}
+
+// Release lets every packet held in, in order, and stops holding. It
+// returns how many packets it held.
+func (h *Hold) Release() (int, error) { return h.end(nfAccept) }
+
+// Drop drops every packet held and stops holding: for a restore that did
+// not happen, whose peers must retransmit to where the container is.
+func (h *Hold) Drop() (int, error) { return h.end(nfDrop) }
+
+func (h *Hold) end(verdict uint32) (int, error) {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return 0, nil
+	}
+	h.closed = true
+	h.mu.Unlock()
+	// No packet joins the queue once the rule is gone; the verdict then
+	// covers every one in it, seen by read or not yet.
+	errRule := h.iptables("-D")
+	h.mu.Lock()
+	v := make([]byte, 8)
+	binary.BigEndian.PutUint32(v, verdict)
+	binary.BigEndian.PutUint32(v[4:], h.last+batchSkip)
+	held := h.held
+	h.mu.Unlock()
+	m, errVerdict := message(msgVerdictBat, netlink.Attribute{Type: attrVerdictHdr, Data: v})
+	if errVerdict == nil {
+		_, errVerdict = h.c.Send(m)
+	}
+	h.c.Close()
+	<-h.done
+	if err := errors.Join(errRule, errVerdict); err != nil {
+		return held, fmt.Errorf("end the holding of %s's input: %w", h.ns, err)
+	}
+	return held, nil
+}
+
+// iptables adds (-I) or removes (-D) the rule that queues the input.
+func (h *Hold) iptables(op string) error {
+	args := []string{"-w", op, "INPUT", "-i", h.dev, "-j", "NFQUEUE", "--queue-num", fmt.Sprint(Queue)}
+	if out, err := netns.Command(netns.Path(h.ns), "iptables", args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("iptables %s in %s: %w: %s", strings.Join(args, " "), h.ns, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
