@@ -186,10 +186,10 @@ func runMigrate(ctx context.Context, o Options, raw *Raw, dir string) (err error
 	defer func() { err = joinErr(err, r.removePeers()) }()
 	for _, h := range []string{"h1", "h2"} {
 		name := r.prefix + "-peer-" + h
-		r.peers[h] = name
 		if err := c.cli.RunDetached(ctx, h, name, tenant, runOpts{Volumes: []string{t.dir}}, []string{"sleep", "infinity"}); err != nil {
 			return fmt.Errorf("start the migration's peer container on %s: %w", h, err)
 		}
+		r.peers[h] = name
 	}
 	raw.Setup.Servers = append(raw.Setup.Servers, "migrate: "+commandLine(migrateServer)+
 		" in a --no-freeflow container on h1, a new one for every run, then moved to h2")

@@ -13,11 +13,11 @@ import (
 	"github.com/freeflow-net/freeflow/internal/testenv"
 )
 
-// TestParseMigrateReport: `freeflow migrate -o json` gives CRIU's parts;
+// TestParseMigrateReport: `freeflow migrate -o json` (a real one's line) gives CRIU's parts;
 // a dry run or anything else is no move.
 func TestParseMigrateReport(t *testing.T) {
 	rep, err := ParseMigrateReport(readTestdata(t, "migrate-report.json"))
-	if err != nil || rep.To != "h2" || rep.Images != 70873088 || rep.Dump != 215483211 || rep.Restore != 301255874 || rep.Down != 516739085 {
+	if err != nil || rep.To != "h2" || rep.Images != 113829 || rep.Dump != 111838150 || rep.Restore != 151425969 || rep.Down != 263428526 {
 		t.Fatalf("got %+v %v", rep, err)
 	}
 	for _, bad := range []string{
@@ -79,7 +79,7 @@ func TestMigrateMetrics(t *testing.T) {
 	}
 	m := migrateMetrics(rep, 64<<20, 70<<20, peerResult{BeforeMs: 2, SlowestMs: 300}, peerResult{BeforeMs: 3, SlowestMs: 420})
 	want := map[string]float64{mPeerH1: 300, mPeerH2: 420, mTargetMs: 360, mOverTarget: 1, mBeforeMs: 3,
-		mRSSMiB: 70, mUsedMiB: 64, mMigDump: 215.483211, mMigDown: 516.739085}
+		mRSSMiB: 70, mUsedMiB: 64, mMigDump: 111.83815, mMigDown: 263.428526}
 	for k, v := range want {
 		if d := m[k] - v; d > 1e-9 || d < -1e-9 {
 			t.Errorf("%s = %v, want %v", k, m[k], v)
@@ -196,7 +196,7 @@ func TestRenderMigrate(t *testing.T) {
 	md := RenderMarkdown(raw)
 	for _, want := range []string{
 		"| migration's cluster | benchabc |",
-		"| 64 MiB | h1-to-h2 | 200 (200–200) | 210 (210–210) | 517 (517–517) | 215 | 301 | 67.6 | 64.0 | 64.0 | 342 | 0 |",
+		"| 64 MiB | h1-to-h2 | 200 (200–200) | 210 (210–210) | 263 (263–263) | 112 | 151 | 0.11 | 64.0 | 64.0 | 342 | 0 |",
 		"| 1024 MiB | h1-to-h2 | 600 (600–600) |",
 		"- migrate 1024 MiB on h1-to-h2: rep 2 failed: the migration peer on h2: after 56 right replies: reply 57 was",
 		"Park and transfer are 0",
