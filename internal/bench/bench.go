@@ -76,10 +76,11 @@ func (o *Options) defaults() {
 }
 
 // Run measures every selected experiment on every selected path, then
-// the Kubernetes experiments if selected (kube.go).
+// the experiments that run on a cluster of their own if selected
+// (separateRuns).
 func Run(ctx context.Context, o Options) (res *Result, err error) {
 	o.defaults()
-	kube, exps, err := selectRun(o)
+	separate, exps, err := selectRun(o)
 	if err != nil {
 		return nil, err
 	}
@@ -100,33 +101,59 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 			return nil, err
 		}
 	}
-	var kubeErr error
-	if kube {
-		// A failure here keeps what the path experiments measured.
-		if kubeErr = runKube(ctx, o, raw); kubeErr != nil {
-			raw.Notes = append(raw.Notes, "the Kubernetes experiments failed: "+kubeErr.Error())
+	// A failure here keeps what the experiments before measured.
+	var sepErr error
+	for _, sr := range separate {
+		if ctx.Err() != nil {
+			break
+		}
+		if err := sr.run(ctx, o, raw, dir); err != nil {
+			raw.Notes = append(raw.Notes, sr.what+" failed: "+err.Error())
+			sepErr = joinErr(sepErr, fmt.Errorf("%s: %w", sr.what, err))
 		}
 	}
 	raw.Finished = time.Now().UTC()
 	if err := WriteReport(dir, raw); err != nil {
 		return nil, err
 	}
-	if kubeErr != nil {
-		return nil, fmt.Errorf("the Kubernetes experiments: %w (the report of what ran is in %s)", kubeErr, dir)
+	if sepErr != nil {
+		return nil, fmt.Errorf("%w (the report of what ran is in %s)", sepErr, dir)
 	}
 	return &Result{Dir: dir, Raw: raw}, nil
 }
 
-// selectRun returns whether the Kubernetes experiments run (named in
-// --only, or a full run of everything) and the path experiments that do.
-func selectRun(o Options) (bool, []Experiment, error) {
-	names := slices.DeleteFunc(slices.Clone(o.Only), func(n string) bool { return n == KubeName })
-	kube := len(names) < len(o.Only) || (len(o.Only) == 0 && !o.Quick)
+// separateRun is a group of experiments that does not fit the path
+// experiments' deployment (a cluster of its own, containers that move):
+// it runs after them, selected by its name in --only and in the full run.
+type separateRun struct {
+	name, what string
+	run        func(ctx context.Context, o Options, raw *Raw, dir string) error
+}
+
+// separateRuns in the order they run: the migrations' minute before
+// Kubernetes' several.
+var separateRuns = []separateRun{
+	{MigrateName, "the migration experiment", runMigrate},
+	{KubeName, "the Kubernetes experiments", func(ctx context.Context, o Options, raw *Raw, _ string) error { return runKube(ctx, o, raw) }},
+}
+
+// selectRun returns the separate runs (each named in --only, or all in a
+// full run of everything) and the path experiments that run.
+func selectRun(o Options) ([]separateRun, []Experiment, error) {
+	var sep []separateRun
+	names := slices.Clone(o.Only)
+	for _, sr := range separateRuns {
+		named := slices.Contains(names, sr.name)
+		names = slices.DeleteFunc(names, func(n string) bool { return n == sr.name })
+		if named || (len(o.Only) == 0 && !o.Quick) {
+			sep = append(sep, sr)
+		}
+	}
 	if len(o.Only) > 0 && len(names) == 0 {
-		return kube, nil, nil
+		return sep, nil, nil
 	}
 	exps, err := SelectExperiments(names, o.Quick)
-	return kube, exps, err
+	return sep, exps, err
 }
 
 // runPaths measures the path experiments on a cluster of the CLI's

@@ -215,27 +215,78 @@ func TestKubeBenchOnRealCluster(t *testing.T) {
 	}
 }
 
-// TestSelectKube: --only kube alone runs no path experiment, with others
-// both; the full run (no --only) runs every path experiment and the
-// Kubernetes ones, the quick run its quick ones and no Kubernetes.
-func TestSelectKube(t *testing.T) {
+// TestMigrateBenchOnRealCluster runs `freeflow bench --quick --only
+// migrate` with one repetition: its own cluster, one 64 MiB redis-server
+// moved from h1 to h2 while its peers on both hosts INCR, every reply
+// right. The row has every headline figure and no note, and the cluster
+// is gone.
+func TestMigrateBenchOnRealCluster(t *testing.T) {
+	if why := migrateMissing(); why != "" {
+		t.Skip(why)
+	}
+	bin := buildFreeflow(t)
+	raw, _, stdout := runBench(t, bin, "--quick", "--only", MigrateName, "--reps", "1")
+	if raw.Setup.MigrateCluster == "" {
+		t.Fatalf("the migration experiment did not run: %q", raw.Notes)
+	}
+	defer assertClusterGone(t, raw.Setup.MigrateCluster)
+	n := 0
+	for _, r := range SummarizeRaw(raw) {
+		if !r.ran() {
+			continue
+		}
+		n++
+		if r.Exp.Name != MigrateName || r.Runs != 1 || len(r.Notes) > 0 {
+			t.Errorf("%s %s on %s: %d runs, notes %q", r.Exp.Name, r.Case, r.Path.Name, r.Runs, r.Notes)
+		}
+		for _, m := range r.Exp.Metrics {
+			if st := r.Stats[m.Key]; m.Headline && (st.N != 1 || st.Median <= 0) {
+				t.Errorf("%s %s: %s = %+v", r.Exp.Name, r.Case, m.Label, st)
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d rows measured, want the one 64 MiB row", n)
+	}
+	for _, note := range raw.Notes {
+		if strings.Contains(note, "migration") {
+			t.Errorf("run note: %s", note)
+		}
+	}
+	if !strings.Contains(stdout, "migrate 64 MiB") {
+		t.Errorf("printed table lacks the migration:\n%s", stdout)
+	}
+}
+
+// TestSelectSeparateRuns: --only kube or migrate alone runs no path
+// experiment, with others both; the full run (no --only) runs every path
+// experiment, the migrations and the Kubernetes ones, the quick run its
+// quick ones and neither separate run unless named.
+func TestSelectSeparateRuns(t *testing.T) {
 	quick, _ := SelectExperiments(nil, true)
 	for _, c := range []struct {
-		only  []string
-		quick bool
-		kube  bool
-		exps  int
+		only     []string
+		quick    bool
+		separate string
+		exps     int
 	}{
-		{[]string{KubeName}, false, true, 0},
-		{[]string{"redis", KubeName}, false, true, 1},
-		{[]string{"redis"}, false, false, 1},
-		{nil, false, true, len(Experiments)},
-		{nil, true, false, len(quick)},
-		{[]string{KubeName}, true, true, 0},
+		{[]string{KubeName}, false, KubeName, 0},
+		{[]string{MigrateName}, false, MigrateName, 0},
+		{[]string{"redis", KubeName}, false, KubeName, 1},
+		{[]string{KubeName, "redis", MigrateName}, false, MigrateName + "," + KubeName, 1},
+		{[]string{"redis"}, false, "", 1},
+		{nil, false, MigrateName + "," + KubeName, len(Experiments)},
+		{nil, true, "", len(quick)},
+		{[]string{KubeName}, true, KubeName, 0},
+		{[]string{MigrateName}, true, MigrateName, 0},
 	} {
-		kube, exps, err := selectRun(Options{Only: c.only, Quick: c.quick})
-		if err != nil || kube != c.kube || len(exps) != c.exps {
-			t.Errorf("--only %v, quick %v: kube %v, %d path experiments (%v); want %v, %d", c.only, c.quick, kube, len(exps), err, c.kube, c.exps)
+		sep, exps, err := selectRun(Options{Only: c.only, Quick: c.quick})
+		var names []string
+		for _, s := range sep {
+			names = append(names, s.name)
+		}
+		if got := strings.Join(names, ","); err != nil || got != c.separate || len(exps) != c.exps {
+			t.Errorf("--only %v, quick %v: separate runs %q, %d path experiments (%v); want %q, %d", c.only, c.quick, got, len(exps), err, c.separate, c.exps)
 		}
 	}
 }

@@ -14,6 +14,7 @@ const (
 	RoleBaseline  = "baseline"  // the overlay every other path in its group is compared to
 	RoleReference = "reference" // what no container network can beat: host networking, a Unix socket, the hardware
 	RoleCandidate = "candidate" // a path meant to beat the baseline (FreeFlow)
+	RoleMeasured  = "measured"  // figures of their own, compared with no other path (a migration's)
 )
 
 // Transports: what carries a path's bytes. Each experiment says which it

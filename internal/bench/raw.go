@@ -37,6 +37,9 @@ type Setup struct {
 	// KubeCluster is the cluster the Kubernetes experiments brought up
 	// (and removed), "" if they did not run.
 	KubeCluster string `json:"kube_cluster,omitempty"`
+	// MigrateCluster is the cluster the migration experiment ran on, ""
+	// if it did not run.
+	MigrateCluster string `json:"migrate_cluster,omitempty"`
 	// CC is the congestion control the run asked for ("default" = leave
 	// the namespaces as they were); CCUsed is what the namespaces had
 	// while measuring, per namespace.

@@ -67,7 +67,15 @@ func writeMachine(b *strings.Builder, raw *Raw) {
 	if s.OwnCluster {
 		own = "brought up and removed by the bench"
 	}
-	fmt.Fprintf(b, "| cluster | %s (%s) |\n", s.Cluster, own)
+	if s.Cluster != "" {
+		fmt.Fprintf(b, "| cluster | %s (%s) |\n", s.Cluster, own)
+	}
+	if s.MigrateCluster != "" {
+		fmt.Fprintf(b, "| migration's cluster | %s |\n", s.MigrateCluster)
+	}
+	if s.KubeCluster != "" {
+		fmt.Fprintf(b, "| Kubernetes' cluster | %s (brought up and removed by the bench) |\n", s.KubeCluster)
+	}
 	fmt.Fprintf(b, "| connection rate program | %s |\n", s.ConnRate)
 	fmt.Fprintf(b, "| ratios | path median / baseline median within each group (%s); × ref: / the group's first reference path with a figure for the case (host networking for the TCP tools, mpi-shm for mpi) |\n\n", baselines(raw.Paths))
 	if len(s.Servers) > 0 {
@@ -82,7 +90,7 @@ func writeMachine(b *strings.Builder, raw *Raw) {
 // ccSummary says which algorithm was used, or lists them if they differ.
 func ccSummary(used map[string]string) string {
 	if len(used) == 0 {
-		return "not set (the Kubernetes experiments only: the nodes' default)"
+		return "not set: no path experiment ran (the Kubernetes nodes and the migration's containers keep their default)"
 	}
 	if u := uniformCC(used); u != "" {
 		return u
@@ -184,7 +192,7 @@ func fallbackCell(r Row) string {
 
 // pathLabel marks the baseline and reference rows.
 func pathLabel(p PathInfo) string {
-	if p.Role == RoleCandidate {
+	if p.Role == RoleCandidate || p.Role == RoleMeasured {
 		return p.Name
 	}
 	return fmt.Sprintf("%s (%s)", p.Name, p.Role)

@@ -30,6 +30,7 @@ func runBench(g *Global, args []string) error {
 	var o bench.Options
 	fs.BoolVar(&o.Quick, "quick", false, "the short run (< 2 min) `make demo` ends with")
 	only := fs.String("only", "", "comma-separated experiments: "+benchNames(bench.Experiments, func(e bench.Experiment) string { return e.Info.Name })+
+		", "+bench.MigrateName+" (freeflow migrate of a 64, 256 and 1024 MiB redis-server between hosts while peers on both hold a connection: their slowest reply, CRIU's dump and restore; needs CRIU 4)"+
 		", "+bench.KubeName+" (FreeFlow on a two-node Kubernetes: install time, pod start, redis between pods; needs `make kubelab`)"+
 		" (default all; --quick: "+benchNames(quickExperiments(), func(e bench.Experiment) string { return e.Info.Name })+")")
 	paths := fs.String("paths", "", "comma-separated paths: "+benchNames(bench.Paths, func(p bench.Path) string { return p.Name })+" (default all)")

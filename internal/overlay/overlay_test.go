@@ -250,3 +250,36 @@ func TestVTEPAddr(t *testing.T) {
 		t.Errorf("VTEPAddr(h7) = %q, want 10.244.7.0", got)
 	}
 }
+
+// TestBridgeKeepsItsMACWhenPortsGo: the container bridge's MAC, the
+// gateway's for every container, stays its own while containers with
+// lower MACs come and go. A bridge without a set MAC takes its lowest
+// port's, and when that port went (a container removed or migrated
+// away) its neighbours' cached gateway MAC led nowhere: cross-host
+// connections hung for tens of seconds (found by `freeflow bench --only
+// migrate`).
+func TestBridgeKeepsItsMACWhenPortsGo(t *testing.T) {
+	l, hosts := testCluster(t, 1)
+	host := l.HostNetNS(hosts[0].Name)
+	mac := func() string {
+		out, err := exec.Command("ip", "netns", "exec", host, "cat", "/sys/class/net/"+Bridge+"/address").Output()
+		must(t, err)
+		return strings.TrimSpace(string(out))
+	}
+	want := BridgeMAC(hosts[0])
+	if got := mac(); got != want {
+		t.Fatalf("bridge MAC %s, want %s", got, want)
+	}
+	for _, low := range []string{"02:00:00:00:00:02", "02:00:00:00:00:01"} {
+		name := "vlow" + low[len(low)-1:]
+		must(t, ipIn(host, "link", "add", name, "address", low, "type", "veth", "peer", "name", name+"p"))
+		must(t, ipIn(host, "link", "set", name, "master", Bridge, "up"))
+		if got := mac(); got != want {
+			t.Errorf("with a port of MAC %s the bridge's is %s, want %s", low, got, want)
+		}
+	}
+	must(t, ipIn(host, "link", "del", "vlow1"))
+	if got := mac(); got != want {
+		t.Errorf("after its lowest port went the bridge's MAC is %s, want %s", got, want)
+	}
+}

@@ -57,13 +57,23 @@ func enableForwarding(ns string) error {
 
 // createBridge pre-creates ffbr0 with the gateway address so the host
 // answers on its subnet before the first container; the CNI bridge plugin
-// (bridge "ffbr0", isGateway, mtu 1450) finds it and reuses it.
+// (bridge "ffbr0", isGateway, mtu 1450) finds it and reuses it. Its MAC is
+// set (BridgeMAC): a bridge without one takes the lowest of its ports',
+// so a container leaving (removed, or migrated away) could change the
+// gateway's MAC under its neighbours, whose cached entries then lead
+// nowhere until the kernel gives up on them, tens of seconds later.
 func createBridge(ns string, h state.Host) error {
 	return steps(ns,
-		[]string{"link", "add", Bridge, "mtu", mtu(), "type", "bridge"},
+		[]string{"link", "add", Bridge, "address", BridgeMAC(h), "mtu", mtu(), "type", "bridge"},
 		[]string{"addr", "add", h.Gateway + "/24", "dev", Bridge},
 		[]string{"link", "set", Bridge, "up"},
 	)
+}
+
+// BridgeMAC is the MAC of host h's container bridge: locally
+// administered, one per host, as the VTEP's (state.NewHost).
+func BridgeMAC(h state.Host) string {
+	return fmt.Sprintf("02:fe:00:00:%02x:%02x", h.Index>>8, h.Index&0xff)
 }
 
 func createVXLAN(ns string, h state.Host) error {
