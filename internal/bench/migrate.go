@@ -49,8 +49,10 @@ const (
 	mPeerH1     = "peer_h1_ms"
 	mPeerH2     = "peer_h2_ms"
 	mMigDown    = "down_ms"
+	mMigSwitch  = "switch_ms"
 	mMigDump    = "dump_ms"
 	mMigRestore = "restore_ms"
+	mMigResume  = "resume_ms"
 	mImagesMiB  = "images_mib"
 	mRSSMiB     = "rss_mib"
 	mUsedMiB    = "used_mib"
@@ -77,8 +79,10 @@ var migrateInfo = ExperimentInfo{Name: MigrateName, Better: "lower", NoRatios: t
 		{Key: mPeerH1, Label: "slowest reply, peer on h1 (source host) ms", Headline: true, Plot: true},
 		{Key: mPeerH2, Label: "slowest reply, peer on h2 (destination host) ms", Headline: true, Plot: true},
 		{Key: mMigDown, Label: "down (freeze to running) ms", Headline: true, Plot: true},
+		{Key: mMigSwitch, Label: "switch (routes to h2) ms"},
 		{Key: mMigDump, Label: "dump ms"},
 		{Key: mMigRestore, Label: "restore ms"},
+		{Key: mMigResume, Label: "resume (held packets in, processes on) ms"},
 		{Key: mImagesMiB, Label: "images MiB"},
 		{Key: mRSSMiB, Label: "server RSS MiB"},
 		{Key: mUsedMiB, Label: "redis used_memory MiB"},
@@ -378,7 +382,7 @@ func migrateMetrics(rep container.MigrateReport, used, rss float64, h1, h2 peerR
 	target := targetBaseMs + targetMsPerMiB*rssMiB
 	m := map[string]float64{
 		mPeerH1: h1.SlowestMs, mPeerH2: h2.SlowestMs,
-		mMigDown: ms(rep.Down), mMigDump: ms(rep.Dump), mMigRestore: ms(rep.Restore),
+		mMigDown: ms(rep.Down), mMigSwitch: ms(rep.Switch), mMigDump: ms(rep.Dump), mMigRestore: ms(rep.Restore), mMigResume: ms(rep.Resume),
 		mImagesMiB: float64(rep.Images) / (1 << 20), mRSSMiB: rssMiB, mUsedMiB: used / (1 << 20),
 		mTargetMs: target, mOverTarget: 0, mBeforeMs: max(h1.BeforeMs, h2.BeforeMs),
 	}

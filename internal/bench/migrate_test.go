@@ -17,7 +17,8 @@ import (
 // a dry run or anything else is no move.
 func TestParseMigrateReport(t *testing.T) {
 	rep, err := ParseMigrateReport(readTestdata(t, "migrate-report.json"))
-	if err != nil || rep.To != "h2" || rep.Images != 113829 || rep.Dump != 111838150 || rep.Restore != 151425969 || rep.Down != 263428526 {
+	if err != nil || rep.To != "h2" || rep.Images != 2802042 || rep.Switch != 6735055 || rep.Dump != 104870664 ||
+		rep.Restore != 117109789 || rep.Resume != 1027552 || rep.Down != 229743454 {
 		t.Fatalf("got %+v %v", rep, err)
 	}
 	for _, bad := range []string{
@@ -79,7 +80,7 @@ func TestMigrateMetrics(t *testing.T) {
 	}
 	m := migrateMetrics(rep, 64<<20, 70<<20, peerResult{BeforeMs: 2, SlowestMs: 300}, peerResult{BeforeMs: 3, SlowestMs: 420})
 	want := map[string]float64{mPeerH1: 300, mPeerH2: 420, mTargetMs: 360, mOverTarget: 1, mBeforeMs: 3,
-		mRSSMiB: 70, mUsedMiB: 64, mMigDump: 111.83815, mMigDown: 263.428526}
+		mRSSMiB: 70, mUsedMiB: 64, mMigSwitch: 6.735055, mMigDump: 104.870664, mMigRestore: 117.109789, mMigResume: 1.027552, mMigDown: 229.743454}
 	for k, v := range want {
 		if d := m[k] - v; d > 1e-9 || d < -1e-9 {
 			t.Errorf("%s = %v, want %v", k, m[k], v)
@@ -196,7 +197,7 @@ func TestRenderMigrate(t *testing.T) {
 	md := RenderMarkdown(raw)
 	for _, want := range []string{
 		"| migration's cluster | benchabc |",
-		"| 64 MiB | h1-to-h2 | 200 (200–200) | 210 (210–210) | 263 (263–263) | 112 | 151 | 0.11 | 64.0 | 64.0 | 342 | 0 |",
+		"| 64 MiB | h1-to-h2 | 200 (200–200) | 210 (210–210) | 230 (230–230) | 6.74 | 105 | 117 | 1.03 | 2.67 | 64.0 | 64.0 | 342 | 0 |",
 		"| 1024 MiB | h1-to-h2 | 600 (600–600) |",
 		"- migrate 1024 MiB on h1-to-h2: rep 2 failed: the migration peer on h2: after 56 right replies: reply 57 was",
 		"Park and transfer are 0",

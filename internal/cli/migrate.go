@@ -44,8 +44,9 @@ func migrateContainer(g *Global, args []string) error {
 		fmt.Fprintf(g.Out, "%s can migrate from %s to %s\n", rep.Name, rep.From, rep.To)
 		return nil
 	}
-	fmt.Fprintf(g.Out, "%s moved from %s to %s: down %.1f ms (checkpoint %.1f ms, %.1f MiB of images; restore %.1f ms)\n",
-		rep.Name, rep.From, rep.To, ms(rep.Down.Seconds()), ms(rep.Dump.Seconds()), float64(rep.Images)/(1<<20), ms(rep.Restore.Seconds()))
+	fmt.Fprintf(g.Out, "%s moved from %s to %s: down %.1f ms (switch %.1f, checkpoint %.1f, %.1f MiB of images; restore %.1f, resume %.1f)\n",
+		rep.Name, rep.From, rep.To, ms(rep.Down.Seconds()), ms(rep.Switch.Seconds()), ms(rep.Dump.Seconds()), float64(rep.Images)/(1<<20),
+		ms(rep.Restore.Seconds()), ms(rep.Resume.Seconds()))
 	return nil
 }
 

@@ -46,11 +46,16 @@ type MigrateReport struct {
 	To     string `json:"to"`
 	DryRun bool   `json:"dry_run"`
 	Images int64  `json:"images_bytes"` // CRIU's images
-	// Durations in nanoseconds: the freeze and dump (the processes
-	// stopped); the network moved and the processes restored and running;
-	// from the freeze to running again.
+	// Durations in nanoseconds, the parts of Down in order: the address
+	// routed to the destination (from then on the peers' packets wait
+	// there); CRIU's freeze and dump; CRIU's restore and the read-only
+	// binds made so again, the processes still stopped; the held packets
+	// let in and the processes resumed. Down runs from the switch to the
+	// processes running again.
+	Switch  time.Duration `json:"switch_ns"`
 	Dump    time.Duration `json:"dump_ns"`
 	Restore time.Duration `json:"restore_ns"`
+	Resume  time.Duration `json:"resume_ns"`
 	Down    time.Duration `json:"down_ns"`
 }
 
@@ -317,19 +322,21 @@ func (mv *move) run(ctx context.Context, rep *MigrateReport) (err error) {
 	// just before the freeze: none is lost, so a peer's request during the
 	// move costs it the move, not a retransmission timeout.
 	start := time.Now()
+	lap := func(d *time.Duration) { *d = time.Since(start) - rep.Switch - rep.Dump - rep.Restore }
 	if err := mv.switchTo(mv.to); err != nil {
 		return mv.switchBack(newNS, err)
 	}
+	lap(&rep.Switch)
 	if err := mv.dump(); err != nil {
 		return mv.switchBack(newNS, err) // CRIU lets the processes run on after a failed dump
 	}
-	rep.Dump = time.Since(start)
+	lap(&rep.Dump)
 	rep.Images = dirSize(mv.images)
-	rstart := time.Now()
 	pid, err := mv.restore(newNS, mv.to)
 	if err != nil {
 		return mv.rollBack(newNS, err)
 	}
+	lap(&rep.Restore)
 	if _, err := mv.hold.Release(); err != nil {
 		mv.discard(newNS, pid)
 		return mv.rollBack(newNS, err)
@@ -338,7 +345,8 @@ func (mv *move) run(ctx context.Context, rep *MigrateReport) (err error) {
 		mv.discard(newNS, pid)
 		return mv.rollBack(newNS, err)
 	}
-	rep.Restore, rep.Down = time.Since(rstart), time.Since(start)
+	lap(&rep.Resume)
+	rep.Down = time.Since(start)
 	return mv.finish(ctx, newNS, pid)
 }
 
@@ -611,11 +619,13 @@ func (mv *move) rollBack(newNS string, why error) error {
 		err = resume(pid)
 	}
 	if back != nil {
-		end := back.Release
+		var herr error
 		if err != nil {
-			end = back.Drop
+			_, herr = back.Drop()
+		} else {
+			herr = back.Close()
 		}
-		if _, herr := end(); herr != nil {
+		if herr != nil {
 			why = fmt.Errorf("%w\n%v", why, herr)
 		}
 	}
@@ -664,6 +674,9 @@ func (mv *move) finish(ctx context.Context, newNS string, pid int) error {
 	l := mv.m.Layout
 	c := mv.c
 	var errs []error
+	if err := mv.hold.Close(); err != nil {
+		errs = append(errs, err)
+	}
 	if !c.Restored {
 		if err := mv.m.runtime().delete(c.ID, true); err != nil && !notFound(err) {
 			errs = append(errs, fmt.Errorf("delete crun's state of %s: %w", c.Name, err))

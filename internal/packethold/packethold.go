@@ -160,13 +160,43 @@ func (h *Hold) read() {
 	}
 }
 
-// Release lets every packet held in, in order, and stops holding. It
-// returns how many packets it held.
-func (h *Hold) Release() (int, error) { return h.end(nfAccept) }
+// Release lets every packet held so far in, in order. Packets still
+// arriving wait for Close: Release is the moment that matters to the
+// peers, and removing the rule (an iptables run) comes after.
+func (h *Hold) Release() (int, error) {
+	h.mu.Lock()
+	held := h.held
+	h.mu.Unlock()
+	return held, h.verdict(nfAccept)
+}
+
+// Close stops holding and lets in what still arrived after Release.
+func (h *Hold) Close() error {
+	_, err := h.end(nfAccept)
+	return err
+}
 
 // Drop drops every packet held and stops holding: for a restore that did
 // not happen, whose peers must retransmit to where the container is.
 func (h *Hold) Drop() (int, error) { return h.end(nfDrop) }
+
+// verdict gives every packet queued so far, seen by read or not yet, the
+// verdict.
+func (h *Hold) verdict(verdict uint32) error {
+	h.mu.Lock()
+	v := make([]byte, 8)
+	binary.BigEndian.PutUint32(v, verdict)
+	binary.BigEndian.PutUint32(v[4:], h.last+batchSkip)
+	h.mu.Unlock()
+	m, err := message(msgVerdictBat, netlink.Attribute{Type: attrVerdictHdr, Data: v})
+	if err == nil {
+		_, err = h.c.Send(m)
+	}
+	if err != nil {
+		return fmt.Errorf("let the held input of %s in: %w", h.ns, err)
+	}
+	return nil
+}
 
 func (h *Hold) end(verdict uint32) (int, error) {
 	h.mu.Lock()
@@ -175,20 +205,12 @@ func (h *Hold) end(verdict uint32) (int, error) {
 		return 0, nil
 	}
 	h.closed = true
-	h.mu.Unlock()
-	// No packet joins the queue once the rule is gone; the verdict then
-	// covers every one in it, seen by read or not yet.
-	errRule := h.iptables("-D")
-	h.mu.Lock()
-	v := make([]byte, 8)
-	binary.BigEndian.PutUint32(v, verdict)
-	binary.BigEndian.PutUint32(v[4:], h.last+batchSkip)
 	held := h.held
 	h.mu.Unlock()
-	m, errVerdict := message(msgVerdictBat, netlink.Attribute{Type: attrVerdictHdr, Data: v})
-	if errVerdict == nil {
-		_, errVerdict = h.c.Send(m)
-	}
+	// No packet joins the queue once the rule is gone; the verdict then
+	// covers every one in it.
+	errRule := h.iptables("-D")
+	errVerdict := h.verdict(verdict)
 	h.c.Close()
 	<-h.done
 	if err := errors.Join(errRule, errVerdict); err != nil {

@@ -87,6 +87,9 @@ func TestHeldPacketsReachTheSocketsMadeMeanwhile(t *testing.T) {
 	if err := <-dialed; err != nil {
 		t.Fatalf("the held connect failed after the release: %v", err)
 	}
+	if err := h.Close(); err != nil { // the rest of the connection's packets, queued after Release
+		t.Fatal(err)
+	}
 	l.(*net.TCPListener).SetDeadline(time.Now().Add(3 * time.Second))
 	c, err := l.Accept()
 	if err != nil {
