@@ -16,7 +16,8 @@ import (
 // TestMigrate: a redis-server started without the library moves h1 -> h2
 // -> h3 -> h1 while three clients (on its home host with and without the
 // library, and on h2) each hold one connection and INCR a key of their own
-// every 2 ms: every reply is the one before plus 1, none fails. The value
+// every 2 ms: every reply is the one before plus 1, none fails, also across
+// a move whose restore fails and is rolled back. The value
 // written before is there after; it keeps its IP, its MAC and, entered
 // with exec, the capabilities crun gave it; a second container moved to the
 // same host reaches it; nothing of the moves is left once it is removed.
@@ -47,6 +48,22 @@ func TestMigrate(t *testing.T) {
 		}
 		c.StartDetached(t, cl.host, cl.name, f, "python3", "/run/incr.py", srv, "key-"+cl.name, "/run/ctl/stop")
 	}
+
+	t.Run("failed_restore_rolls_back", func(t *testing.T) {
+		// The destination's agent directory, which the restore binds into
+		// the container, is missing for a moment: the restore fails and
+		// the container runs on h1 again, its clients' connections kept.
+		sock := filepath.Join("/run/freeflow", c.Name, "hosts", "h2", "sock")
+		must(t, os.Rename(sock, sock+".away"), "hide h2's agent directory")
+		r := c.FF(t, "migrate", srv, "--to", "h2")
+		must(t, os.Rename(sock+".away", sock), "restore h2's agent directory")
+		if r.Code == 0 || !strings.Contains(r.Stderr, "runs on h1 again") {
+			t.Fatalf("migrate with a restore bound to fail: exit %d, stderr %q; want it back on h1", r.Code, r.Stderr)
+		}
+		if got := containerOf(t, c, srv); got.Host != "h1" || got.Status != "running" {
+			t.Fatalf("after the failed move ps shows %+v; want it running on h1", got)
+		}
+	})
 
 	for _, to := range []string{"h2", "h3", "h1"} {
 		time.Sleep(500 * time.Millisecond)
