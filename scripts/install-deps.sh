@@ -35,10 +35,31 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 1
 fi
 
-missing=()
-for p in "${PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
+# missing_packages NAME...: the ones dpkg does not have installed, in $missing.
+missing_packages() {
+  missing=()
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+}
+
+# unpack_debian_source URL SHA256 DIR: fetches a Debian source tarball,
+# checks it against SHA256 and unpacks it next to DIR (the tarball's own
+# top directory must be DIR's name).
+unpack_debian_source() {
+  local url=$1 sum=$2 dir=$3 tmp
+  tmp=$(mktemp -d)
+  rm -rf "$dir"
+  mkdir -p "$(dirname "$dir")"
+  curl -fsS -o "$tmp/src" "$url" ||
+    { echo "install-deps: cannot fetch $url" >&2; exit 1; }
+  echo "$sum  $tmp/src" | sha256sum -c --quiet - ||
+    { echo "install-deps: $url does not have the expected SHA-256" >&2; exit 1; }
+  tar xf "$tmp/src" -C "$(dirname "$dir")"
+  rm -rf "$tmp"
+}
+
+missing_packages "${PACKAGES[@]}"
 if [ ${#missing[@]} -gt 0 ]; then
   echo "install-deps: installing Debian packages: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -96,15 +117,7 @@ RDMA_CORE_URL=http://deb.debian.org/debian/pool/main/r/rdma-core/rdma-core_${RDM
 RDMA_CORE=/var/cache/freeflow/rdma-core-$RDMA_CORE_VERSION
 if [ ! -e "$RDMA_CORE/build/include/infiniband/driver.h" ]; then
   echo "install-deps: building rdma-core $RDMA_CORE_VERSION's provider headers from Debian's source package into $RDMA_CORE"
-  tmp=$(mktemp -d)
-  rm -rf "$RDMA_CORE"
-  mkdir -p "$(dirname "$RDMA_CORE")"
-  curl -fsS -o "$tmp/src.tar.gz" "$RDMA_CORE_URL" ||
-    { echo "install-deps: cannot fetch $RDMA_CORE_URL" >&2; exit 1; }
-  echo "$RDMA_CORE_SHA256  $tmp/src.tar.gz" | sha256sum -c --quiet - ||
-    { echo "install-deps: $RDMA_CORE_URL does not have the expected SHA-256" >&2; exit 1; }
-  tar xzf "$tmp/src.tar.gz" -C "$(dirname "$RDMA_CORE")"
-  rm -rf "$tmp"
+  unpack_debian_source "$RDMA_CORE_URL" "$RDMA_CORE_SHA256" "$RDMA_CORE"
   mkdir -p "$RDMA_CORE/build"
   (cd "$RDMA_CORE/build" &&
     cmake -G "Unix Makefiles" -DNO_MAN_PAGES=1 -DNO_PYVERBS=1 -DENABLE_STATIC=0 -DENABLE_RESOLVE_NEIGH=0 .. >cmake.log 2>&1 &&
@@ -125,24 +138,13 @@ CRIU_BUILD_DEPS=(libprotobuf-c-dev protobuf-c-compiler protobuf-compiler python3
   libcap-dev libnftables-dev uuid-dev pkg-config libbsd-dev libaio-dev)
 if ! /usr/local/sbin/criu --version 2>/dev/null | grep -q "Version: $CRIU_VERSION"; then
   echo "install-deps: building CRIU $CRIU_VERSION from Debian's source package into $CRIU_DIR (bookworm's criu fails on this kernel)"
-  missing=()
-  for p in "${CRIU_BUILD_DEPS[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
+  missing_packages "${CRIU_BUILD_DEPS[@]}"
   if [ ${#missing[@]} -gt 0 ]; then
     echo "install-deps: installing CRIU's build dependencies: ${missing[*]}"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -t bookworm "${missing[@]}" >/dev/null
   fi
-  tmp=$(mktemp -d)
-  rm -rf "$CRIU_DIR"
-  mkdir -p "$(dirname "$CRIU_DIR")"
-  curl -fsS -o "$tmp/src.tar.xz" "$CRIU_URL" ||
-    { echo "install-deps: cannot fetch $CRIU_URL" >&2; exit 1; }
-  echo "$CRIU_SHA256  $tmp/src.tar.xz" | sha256sum -c --quiet - ||
-    { echo "install-deps: $CRIU_URL does not have the expected SHA-256" >&2; exit 1; }
-  tar xJf "$tmp/src.tar.xz" -C "$(dirname "$CRIU_DIR")"
-  rm -rf "$tmp"
+  unpack_debian_source "$CRIU_URL" "$CRIU_SHA256" "$CRIU_DIR"
   make -C "$CRIU_DIR" -j"$(nproc)" NO_GNUTLS=1 criu >"$CRIU_DIR/build.log" 2>&1 ||
     { echo "install-deps: building CRIU failed; see $CRIU_DIR/build.log" >&2; exit 1; }
   ln -sf "$CRIU_DIR/criu/criu" /usr/local/sbin/criu
