@@ -2,6 +2,7 @@ package container
 
 import (
 	"fmt"
+	"os"
 )
 
 // Exec runs argv inside a running container with the manager's stdio and
@@ -19,7 +20,15 @@ func (m *Manager) Exec(name string, argv []string) (int, error) {
 	}
 	cmd := m.runtime().exec(c.ID, m.execEnv(c), argv)
 	if c.Restored {
-		cmd = restoredExec(c, m.execEnv(c), argv)
+		var files []*os.File
+		if cmd, files, err = restoredExec(c, m.execEnv(c), argv); err != nil {
+			return 0, err
+		}
+		defer func() {
+			for _, f := range files {
+				f.Close()
+			}
+		}()
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = m.Stdin, m.Stdout, m.Stderr
 	code, err := exitCode(cmd.Run())

@@ -111,6 +111,8 @@ type move struct {
 	mounts   []extMount
 	logKeys  []string         // CRIU keys of the container's descriptors of its log
 	hold     *packethold.Hold // the destination's input, held from the switch to the restore
+	// restoredNS: the namespaces of the last restore's init, before it ran.
+	restoredNS map[string]uint64
 }
 
 // extMount is a mount of a host path in the container: CRIU leaves it out
@@ -118,7 +120,6 @@ type move struct {
 type extMount struct {
 	mountinfo.Entry        // as the container has it before the move
 	hostPath        string // the host path it shows
-	devAt           string // where its file system's root is mounted on the host
 }
 
 // source is the host path the mount shows on host h: the agent's socket
@@ -239,7 +240,7 @@ func (m *Manager) externalMounts(c *state.Container) ([]extMount, error) {
 		if e.Point == "/" || !ok {
 			continue
 		}
-		out = append(out, extMount{Entry: e, hostPath: filepath.Join(at, e.Root), devAt: at})
+		out = append(out, extMount{Entry: e, hostPath: filepath.Join(at, e.Root)})
 	}
 	return out, nil
 }
@@ -337,17 +338,17 @@ func (mv *move) run(ctx context.Context, rep *MigrateReport) (err error) {
 		return mv.rollBack(newNS, err)
 	}
 	lap(&rep.Restore)
-	if _, err := mv.hold.Release(); err != nil {
+	if _, err := mv.hold.Release(); err != nil { // a failed verdict let nothing in: the source's copy is still right
 		mv.discard(newNS, pid)
 		return mv.rollBack(newNS, err)
 	}
-	if err := resume(pid); err != nil {
-		mv.discard(newNS, pid)
-		return mv.rollBack(newNS, err)
-	}
+	// From here the destination's sockets have taken the peers' bytes: it
+	// is the only copy, whatever fails.
+	errResume := resume(pid)
 	lap(&rep.Resume)
 	rep.Down = time.Since(start)
-	return mv.finish(ctx, newNS, pid)
+	errHold := mv.hold.Close() // what arrived or left since the release
+	return errors.Join(mv.finish(ctx, newNS, pid), errResume, errHold)
 }
 
 // switchTo routes the container's address to host h and brings up the
@@ -382,12 +383,19 @@ func (mv *move) switchBack(newNS string, why error) error {
 	if err := mv.switchTo(mv.from); err != nil {
 		why = fmt.Errorf("%w\nrouting %s back to %s failed too: %v", why, mv.c.IP, mv.from.Name, err)
 	}
+	if startTime(mv.c.PID) == 0 { // CRIU itself died mid-dump
+		why = fmt.Errorf("%w\nthe container's processes are gone (`freeflow rm -f %s` removes what is left)", why, mv.c.Name)
+	}
 	return mv.abandon(newNS, why)
 }
 
 // prepare makes the destination's namespace, attached and guarded, and the
 // tmpfs for the images.
 func (mv *move) prepare(newNS string) error {
+	// What a CLI that died mid-move left (rm -f clears it too).
+	if err := clearMigration(mv.m.Layout, mv.c.Name); err != nil {
+		return err
+	}
 	if err := netns.Create(newNS); err != nil {
 		return err
 	}
@@ -516,6 +524,7 @@ func (mv *move) restore(ns string, h state.Host) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	mv.restoredNS = namespacesOf(pid) // before the processes run: what they make later is theirs
 	if err := mv.readOnlyAgain(pid, h); err != nil {
 		mv.discard(ns, pid)
 		return 0, err
@@ -543,13 +552,45 @@ func (mv *move) readOnlyAgain(pid int, h state.Host) error {
 	if err != nil {
 		return err
 	}
+	host, err := mountinfo.Read("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
 	for _, x := range mv.mounts {
-		root, err := filepath.Rel(x.devAt, x.source(mv.m.Layout, h))
-		if x.ReadOnly() && (err != nil || !stillReadOnly(now, x.Point, x.Dev, filepath.Join("/", root))) {
+		if !x.ReadOnly() {
+			continue
+		}
+		dev, root, err := hostFile(host, x.source(mv.m.Layout, h))
+		if err != nil || !stillReadOnly(now, x.Point, dev, root) {
 			return fmt.Errorf("%s is not read-only in the restored container", x.Point)
 		}
 	}
 	return nil
+}
+
+// hostFile returns the device of the host file system path is on and
+// path's place in it, as mountinfo names a bind of it.
+func hostFile(host []mountinfo.Entry, path string) (dev, root string, err error) {
+	path, err = filepath.EvalSymlinks(path)
+	if err != nil {
+		return "", "", err
+	}
+	best := -1
+	for i, e := range host {
+		if (path == e.Point || strings.HasPrefix(path, strings.TrimSuffix(e.Point, "/")+"/")) &&
+			(best < 0 || len(e.Point) >= len(host[best].Point)) {
+			best = i // the last of equal mount points is the one on top
+		}
+	}
+	if best < 0 {
+		return "", "", fmt.Errorf("no mount holds %s", path)
+	}
+	e := host[best]
+	rel, err := filepath.Rel(e.Point, path)
+	if err != nil {
+		return "", "", err
+	}
+	return e.Dev, filepath.Join(e.Root, rel), nil
 }
 
 // stillReadOnly reports whether every mount at point shows root of device
@@ -633,7 +674,7 @@ func (mv *move) rollBack(newNS string, why error) error {
 		return mv.abandonKeeping(newNS, fmt.Errorf("%w\nrestoring it on %s failed too, so the container is stopped; its images are in %s (`freeflow rm -f %s` removes them): %v",
 			why, mv.from.Name, mv.images, mv.c.Name, err), true)
 	}
-	mv.c.PID, mv.c.Restored, mv.c.Started = pid, true, startTime(pid)
+	mv.c.PID, mv.c.Restored, mv.c.Started, mv.c.Namespaces = pid, true, startTime(pid), mv.restoredNS
 	if err := l.SaveContainer(mv.c); err != nil {
 		why = fmt.Errorf("%w\nrecording its new pid failed: %v", why, err)
 	}
@@ -674,9 +715,6 @@ func (mv *move) finish(ctx context.Context, newNS string, pid int) error {
 	l := mv.m.Layout
 	c := mv.c
 	var errs []error
-	if err := mv.hold.Close(); err != nil {
-		errs = append(errs, err)
-	}
 	if !c.Restored {
 		if err := mv.m.runtime().delete(c.ID, true); err != nil && !notFound(err) {
 			errs = append(errs, fmt.Errorf("delete crun's state of %s: %w", c.Name, err))
@@ -694,7 +732,7 @@ func (mv *move) finish(ctx context.Context, newNS string, pid int) error {
 	if err := netns.Rename(newNS, l.ContainerNetNS(c.Name)); err != nil {
 		errs = append(errs, err)
 	}
-	c.Host, c.Home, c.PID, c.Restored, c.Started = mv.to.Name, mv.home.Name, pid, true, startTime(pid)
+	c.Host, c.Home, c.PID, c.Restored, c.Started, c.Namespaces = mv.to.Name, mv.home.Name, pid, true, startTime(pid), mv.restoredNS
 	if err := l.SaveContainer(c); err != nil {
 		errs = append(errs, err)
 	}

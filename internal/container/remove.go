@@ -61,12 +61,10 @@ func (m *Manager) teardown(ctx context.Context, c *state.Container, detach bool)
 			errs = append(errs, err)
 		}
 	}
-	for _, ns := range []string{m.Layout.ContainerNetNS(c.Name), m.Layout.MigrationNetNS(c.Name)} {
-		if err := netns.Delete(ns); err != nil {
-			errs = append(errs, err)
-		}
+	if err := netns.Delete(m.Layout.ContainerNetNS(c.Name)); err != nil {
+		errs = append(errs, err)
 	}
-	if err := dropImages(m.Layout.MigrationDir(c.Name)); err != nil {
+	if err := clearMigration(m.Layout, c.Name); err != nil {
 		errs = append(errs, err)
 	}
 	if err := removeDir(m.Layout.ContainerDir(c.Name)); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -33,21 +34,69 @@ func restoredStatus(c *state.Container) string {
 	return StatusExited
 }
 
-// restoredExec runs argv in every namespace of c's init with the
-// container's capabilities and no supplementary groups, env its whole
-// environment (as crun exec). The root and working directory are the
-// mount namespace's, never the init's (which the container may have
-// chrooted somewhere it wrote), and setpriv and env are found there, in
-// the host's read-only tree.
-func restoredExec(c *state.Container, env, argv []string) *exec.Cmd {
+// execNamespaces are the namespaces exec enters, as nsenter names them.
+var execNamespaces = []struct{ proc, flag string }{
+	{"mnt", "--mount"}, {"uts", "--uts"}, {"ipc", "--ipc"}, {"net", "--net"}, {"pid", "--pid"},
+}
+
+// namespacesOf records the namespaces of pid that exec will enter.
+func namespacesOf(pid int) map[string]uint64 {
+	ns := map[string]uint64{}
+	for _, n := range execNamespaces {
+		if ino, err := nsInode(fmt.Sprintf("/proc/%d/ns/%s", pid, n.proc)); err == nil {
+			ns[n.proc] = ino
+		}
+	}
+	return ns
+}
+
+// restoredExec runs argv in c's namespaces as restored, with the
+// container's capabilities, open-file limit and no supplementary groups,
+// env its whole environment (as crun exec). The namespaces are opened and
+// checked first, and entered by those descriptors: an init that made new
+// ones (a user namespace is no privilege) could put its own setpriv where
+// this one, still holding the CLI's privileges, looks for it. The root
+// and working directory are the mount namespace's, never the init's. The
+// caller closes the returned files once the command ended.
+func restoredExec(c *state.Container, env, argv []string) (*exec.Cmd, []*os.File, error) {
+	var files []*os.File
+	fail := func(err error) (*exec.Cmd, []*os.File, error) {
+		for _, f := range files {
+			f.Close()
+		}
+		return nil, nil, fmt.Errorf("exec in %s: %w", c.Name, err)
+	}
+	args := []string{}
+	for i, n := range execNamespaces {
+		f, err := os.Open(fmt.Sprintf("/proc/%d/ns/%s", c.PID, n.proc))
+		if err != nil {
+			return fail(err)
+		}
+		files = append(files, f)
+		var st unix.Stat_t
+		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+			return fail(err)
+		}
+		if want, ok := c.Namespaces[n.proc]; !ok || st.Ino != want {
+			return fail(fmt.Errorf("its init left the %s namespace it was restored in; entering the one it chose is refused", n.proc))
+		}
+		args = append(args, fmt.Sprintf("%s=/proc/self/fd/%d", n.flag, 3+i))
+	}
+	if !restoredAlive(c) { // the pid was reused after the namespaces were opened
+		return fail(fmt.Errorf("container %s is not running", c.Name))
+	}
 	caps := make([]string, len(containerCaps))
 	for i, cp := range containerCaps {
 		caps[i] = "+" + strings.ToLower(strings.TrimPrefix(cp, "CAP_"))
 	}
-	args := []string{"-t", strconv.Itoa(c.PID), "-m", "-u", "-i", "-n", "-p", "--",
-		"/usr/bin/setpriv", "--clear-groups", "--inh-caps", "-all", "--bounding-set", "-all," + strings.Join(caps, ","),
-		"--", "/usr/bin/env", "-i"}
-	return exec.Command("nsenter", append(append(args, env...), argv...)...)
+	nf := strconv.FormatUint(nofile(), 10)
+	args = append(args, "--",
+		"/usr/bin/prlimit", "--nofile="+nf+":"+nf, "--",
+		"/usr/bin/setpriv", "--clear-groups", "--inh-caps", "-all", "--bounding-set", "-all,"+strings.Join(caps, ","),
+		"--", "/usr/bin/env", "-i")
+	cmd := exec.Command("nsenter", append(append(args, env...), argv...)...)
+	cmd.ExtraFiles = files
+	return cmd, files, nil
 }
 
 // stopRestored kills c's init, the last process of its pid namespace to
@@ -109,4 +158,60 @@ func (m *Manager) forgetMoves(c *state.Container, home string) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// clearMigration removes what a migration of container name that never
+// finished left: the processes of a restored copy in the migration's
+// namespace (they hold its address and MAC on a bridge), the namespace and
+// the images.
+func clearMigration(l state.Layout, name string) error {
+	ns := l.MigrationNetNS(name)
+	var errs []error
+	if netns.Exists(ns) {
+		if err := killInNetNS(netns.Path(ns)); err != nil {
+			errs = append(errs, err)
+		}
+		if err := netns.Delete(ns); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := dropImages(l.MigrationDir(name)); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// killInNetNS kills every process in the network namespace bound at path
+// and waits up to 5 s for them to go.
+func killInNetNS(path string) error {
+	want, err := nsInode(path)
+	if err != nil {
+		return err
+	}
+	in := func() []int {
+		var pids []int
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			if ino, err := nsInode(fmt.Sprintf("/proc/%d/ns/net", pid)); err == nil && ino == want && startTime(pid) != 0 {
+				pids = append(pids, pid)
+			}
+		}
+		return pids
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		pids := in()
+		if len(pids) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("processes %v in %s survived SIGKILL for 5 s", pids, path)
+		}
+		for _, p := range pids {
+			_ = unix.Kill(p, unix.SIGKILL)
+		}
+	}
 }

@@ -18,6 +18,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 
@@ -29,9 +30,9 @@ import (
 // Queue is the NFQUEUE number; queues are per network namespace.
 const Queue = 4646
 
-// maxLen bounds the packets held (the kernel drops beyond: the peers
-// retransmit them).
-const maxLen = 65536
+// maxLen bounds the packets held (the kernel drops beyond: the peers, TCP
+// backing off, retransmit them); each pins a packet's kernel memory.
+const maxLen = 4096
 
 // nfnetlink_queue's messages and attributes (linux/netfilter/nfnetlink_queue.h).
 const (
@@ -68,7 +69,9 @@ type Hold struct {
 }
 
 // Start queues every IPv4 packet that arrives on dev in network namespace
-// ns until Release or Drop.
+// ns, and every one the namespace sends out of it, until Release or Drop:
+// a restore that fails late kills its processes, whose sockets' last
+// words (FIN, RST) must not reach the peers of the copy that lives on.
 func Start(ns, dev string) (*Hold, error) {
 	h := &Hold{ns: ns, dev: dev, done: make(chan struct{})}
 	err := netns.Do(netns.Path(ns), func() error {
@@ -84,9 +87,16 @@ func Start(ns, dev string) (*Hold, error) {
 		return nil, fmt.Errorf("bind netfilter queue %d in %s: %w", Queue, ns, err)
 	}
 	go h.read()
-	if err := h.iptables("-I"); err != nil {
-		h.c.Close()
-		return nil, err
+	h.removeRules() // left by a CLI that died holding: they would hold the packets twice
+	for i, r := range h.rules() {
+		if err := h.iptables("-I", r); err != nil {
+			for _, done := range h.rules()[:i] {
+				_ = h.iptables("-D", done)
+			}
+			h.c.Close()
+			<-h.done
+			return nil, err
+		}
 	}
 	return h, nil
 }
@@ -101,7 +111,15 @@ func (h *Hold) configure() error {
 	params := make([]byte, 5) // copy_range 0, copy_mode META: the ids are all that is needed
 	params[4] = copyMeta
 	maxlen := binary.BigEndian.AppendUint32(nil, maxLen)
-	return h.config(netlink.Attribute{Type: attrCfgParams, Data: params}, netlink.Attribute{Type: attrCfgQueueMax, Data: maxlen})
+	if err := h.config(netlink.Attribute{Type: attrCfgParams, Data: params}, netlink.Attribute{Type: attrCfgQueueMax, Data: maxlen}); err != nil {
+		return err
+	}
+	// A reader that falls behind must not make the kernel drop what it
+	// holds: room for every packet's message, and no ENOBUFS.
+	if err := h.c.SetReadBuffer(maxLen * 256); err != nil {
+		return err
+	}
+	return h.c.SetOption(netlink.NoENOBUFS, true)
 }
 
 // config sends a configuration message and waits for its ack (before
@@ -130,15 +148,20 @@ func message(msg uint16, attrs ...netlink.Attribute) (netlink.Message, error) {
 	}, nil
 }
 
-// read notes the id of every packet queued; acks of our requests and
-// errors come here too (a request's failure shows as a packet not let
-// through, which the peers retransmit).
+// read notes the id of every packet queued. An error (a batch verdict on
+// an empty queue answers ENOENT) does not end it: only Close does.
 func (h *Hold) read() {
 	defer close(h.done)
 	for {
 		msgs, err := h.c.Receive()
 		if err != nil {
-			return
+			h.mu.Lock()
+			closed := h.closed
+			h.mu.Unlock()
+			if closed || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
 		}
 		for _, m := range msgs {
 			if m.Header.Type&0xff != msgPacket || int(m.Header.Type>>8) != subsysQueue || len(m.Data) < 4 {
@@ -209,7 +232,7 @@ func (h *Hold) end(verdict uint32) (int, error) {
 	h.mu.Unlock()
 	// No packet joins the queue once the rule is gone; the verdict then
 	// covers every one in it.
-	errRule := h.iptables("-D")
+	errRule := h.removeRules()
 	errVerdict := h.verdict(verdict)
 	h.c.Close()
 	<-h.done
@@ -219,9 +242,35 @@ func (h *Hold) end(verdict uint32) (int, error) {
 	return held, nil
 }
 
-// iptables adds (-I) or removes (-D) the rule that queues the input.
-func (h *Hold) iptables(op string) error {
-	args := []string{"-w", op, "INPUT", "-i", h.dev, "-j", "NFQUEUE", "--queue-num", fmt.Sprint(Queue)}
+// rules are the iptables rules that queue the namespace's traffic on dev.
+// With --queue-bypass a rule no one reads (its CLI died) lets traffic
+// through instead of dropping it for ever.
+func (h *Hold) rules() [][]string {
+	q := []string{"-j", "NFQUEUE", "--queue-num", fmt.Sprint(Queue), "--queue-bypass"}
+	return [][]string{append([]string{"INPUT", "-i", h.dev}, q...), append([]string{"OUTPUT", "-o", h.dev}, q...)}
+}
+
+// removeRules deletes every copy of the rules; none there is no error.
+func (h *Hold) removeRules() error {
+	var errs []error
+	for _, r := range h.rules() {
+		for n := 0; ; n++ {
+			err := h.iptables("-D", r)
+			if err == nil {
+				continue
+			}
+			if n == 0 && !strings.Contains(err.Error(), "does a matching rule exist") && !strings.Contains(err.Error(), "No chain/target/match") {
+				errs = append(errs, err)
+			}
+			break
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// iptables adds (-I) or removes (-D) rule.
+func (h *Hold) iptables(op string, rule []string) error {
+	args := append([]string{"-w", op}, rule...)
 	if out, err := netns.Command(netns.Path(h.ns), "iptables", args...).CombinedOutput(); err != nil {
 		return fmt.Errorf("iptables %s in %s: %w: %s", strings.Join(args, " "), h.ns, err, strings.TrimSpace(string(out)))
 	}

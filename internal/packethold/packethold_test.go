@@ -84,11 +84,11 @@ func TestHeldPacketsReachTheSocketsMadeMeanwhile(t *testing.T) {
 	if err != nil || n == 0 {
 		t.Fatalf("Release: %d packets held, %v", n, err)
 	}
+	if err := h.Close(); err != nil { // what the namespace answers is held too, until Close
+		t.Fatal(err)
+	}
 	if err := <-dialed; err != nil {
 		t.Fatalf("the held connect failed after the release: %v", err)
-	}
-	if err := h.Close(); err != nil { // the rest of the connection's packets, queued after Release
-		t.Fatal(err)
 	}
 	l.(*net.TCPListener).SetDeadline(time.Now().Add(3 * time.Second))
 	c, err := l.Accept()
@@ -105,6 +105,43 @@ func TestHeldPacketsReachTheSocketsMadeMeanwhile(t *testing.T) {
 // the namespace (a SYN held then dropped is retransmitted by the client
 // only after its timeout, so a listener made meanwhile sees nothing at
 // once), and the rule is gone: a new connection gets through.
+// TestHeldOutputNeverLeaves: what the namespace sends while held (the
+// last words of a restored copy that is killed) is dropped with Drop, not
+// sent: a listener's SYN-ACK never reaches the client.
+func TestHeldOutputNeverLeaves(t *testing.T) {
+	a, b := pair(t)
+	l, err := netns.Listen(netns.Path(a), "tcp", "10.250.0.1:7072")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	h, err := Start(a, "ha")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dialed := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+		defer cancel()
+		c, err := netns.Dial(ctx, netns.Path(b), "tcp", "10.250.0.1:7072")
+		if err == nil {
+			c.Close()
+		}
+		dialed <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	if _, err := h.Release(); err != nil { // the SYN in; the SYN-ACK is held
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if _, err := h.Drop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-dialed; err == nil {
+		t.Fatal("the client got its SYN-ACK, which was held and dropped")
+	}
+}
+
 func TestDroppedHoldLetsNothingThrough(t *testing.T) {
 	a, b := pair(t)
 	h, err := Start(a, "ha")

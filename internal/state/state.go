@@ -70,6 +70,9 @@ type Container struct {
 	Home     string `json:"home,omitempty"`
 	Restored bool   `json:"restored,omitempty"`
 	Started  uint64 `json:"started,omitempty"`
+	// Namespaces of the restored init (kind -> inode), as restored: exec
+	// enters these or none (the init may make new ones, of its choosing).
+	Namespaces map[string]uint64 `json:"namespaces,omitempty"`
 }
 
 // Host returns the host called name, or an error naming the known hosts.

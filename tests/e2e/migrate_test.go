@@ -32,6 +32,7 @@ func TestMigrate(t *testing.T) {
 	c.WaitListening(t, srv, 6379)
 	ip := containerOf(t, c, srv).IP
 	mac, caps := c.MustFF(t, "exec", srv, "--", "cat", "/sys/class/net/eth0/address"), capBnd(t, c, srv)
+	nofile := c.MustFF(t, "exec", srv, "--", "grep", "Max open files", "/proc/self/limits")
 	value := hex.EncodeToString(randomBytes(4 << 10))
 	runClient(t, c, "h2", nil, "redis-cli", "-h", srv, "SET", "before", value)
 
@@ -79,6 +80,9 @@ func TestMigrate(t *testing.T) {
 		if got := capBnd(t, c, srv); got != caps {
 			t.Errorf("exec on %s has capabilities %s, not crun's %s", to, got, caps)
 		}
+		if got := c.MustFF(t, "exec", srv, "--", "grep", "Max open files", "/proc/self/limits"); got != nofile {
+			t.Errorf("exec on %s has the open-file limit %q, not crun's %q", to, got, nofile)
+		}
 		if r := c.FF(t, "exec", srv, "--", "sh", "-c", "echo 10.0.0.1 evil >>/etc/hosts"); r.Code == 0 {
 			t.Errorf("on %s the container could write the cluster's /etc/hosts", to)
 		}
@@ -108,6 +112,30 @@ func TestMigrate(t *testing.T) {
 		}
 		if a, b := c.MustFF(t, "exec", "other", "--", "cat", "/sys/class/net/eth0/address"), mac; a == b {
 			t.Fatalf("two moved containers share the MAC %s", a)
+		}
+	})
+
+	t.Run("exec_refused_once_init_changed_namespaces", func(t *testing.T) {
+		// An init that makes a user and a mount namespace of its own (no
+		// privilege needed) could put its own setpriv where exec, still
+		// holding the CLI's privileges, runs it: exec enters the
+		// namespaces the container was restored in, or refuses.
+		c.StartDetached(t, "h1", "nsinit", []string{"--no-freeflow"}, "python3", "-c", `
+import ctypes, os, sys, time
+while not os.path.exists("/tmp/go"):
+    time.sleep(0.05)
+print("unshare", ctypes.CDLL(None, use_errno=True).unshare(0x10000000 | 0x00020000), ctypes.get_errno(), flush=True)
+time.sleep(3600)
+`)
+		c.MustFF(t, "migrate", "nsinit", "--to", "h2")
+		c.MustFF(t, "exec", "nsinit", "--", "touch", "/tmp/go")
+		testenv.WaitFor(t, "nsinit to unshare", func() bool { return strings.Contains(c.MustFF(t, "logs", "nsinit"), "unshare") })
+		if out := c.MustFF(t, "logs", "nsinit"); !strings.Contains(out, "unshare 0 ") {
+			t.Fatalf("the init could not make its namespaces (%q): nothing to refuse", out)
+		}
+		r := c.FF(t, "exec", "nsinit", "--", "true")
+		if r.Code == 0 || !strings.Contains(r.Stderr, "namespace it was restored in") {
+			t.Fatalf("exec into a container whose init left its namespaces: exit %d, stderr %q; want a refusal", r.Code, r.Stderr)
 		}
 	})
 
