@@ -183,14 +183,19 @@ func (h *Hold) read() {
 	}
 }
 
-// Release lets every packet held so far in, in order. Packets still
-// arriving wait for Close: Release is the moment that matters to the
-// peers, and removing the rule (an iptables run) comes after.
+// Release lets every packet held so far through, in order, and stops
+// holding what the namespace sends (its processes, about to run, answer
+// at once). Packets still arriving wait for Close: removing the input rule
+// (an iptables run) need not delay them.
 func (h *Hold) Release() (int, error) {
 	h.mu.Lock()
 	held := h.held
 	h.mu.Unlock()
-	return held, h.verdict(nfAccept)
+	if err := h.verdict(nfAccept); err != nil {
+		return held, err
+	}
+	err := h.removeRule(h.rules()[1])
+	return held, errors.Join(err, h.verdict(nfAccept)) // and what left meanwhile
 }
 
 // Close stops holding and lets in what still arrived after Release.
@@ -254,18 +259,23 @@ func (h *Hold) rules() [][]string {
 func (h *Hold) removeRules() error {
 	var errs []error
 	for _, r := range h.rules() {
-		for n := 0; ; n++ {
-			err := h.iptables("-D", r)
-			if err == nil {
-				continue
-			}
-			if n == 0 && !strings.Contains(err.Error(), "does a matching rule exist") && !strings.Contains(err.Error(), "No chain/target/match") {
-				errs = append(errs, err)
-			}
-			break
-		}
+		errs = append(errs, h.removeRule(r))
 	}
 	return errors.Join(errs...)
+}
+
+// removeRule deletes every copy of rule; none there is no error.
+func (h *Hold) removeRule(rule []string) error {
+	for n := 0; ; n++ {
+		err := h.iptables("-D", rule)
+		if err == nil {
+			continue
+		}
+		if n == 0 && !strings.Contains(err.Error(), "does a matching rule exist") && !strings.Contains(err.Error(), "No chain/target/match") {
+			return err
+		}
+		return nil
+	}
 }
 
 // iptables adds (-I) or removes (-D) rule.
