@@ -17,6 +17,7 @@ static int receiver(int sock)
 	tv_post_recv(&e, mr, 1);
 	tv_post_recv(&e, mr, 2);
 	peer = tv_link(sock, &e);
+	tv_say(sock, 'l');	/* in RTS: the bad record must not meet the QP between RTR and RTS (modify to RTS would fail) */
 	tv_hear(sock, 'g');
 	wc = tv_wait(&e);
 	CHECK(wc.wr_id == 1 && wc.status == IBV_WC_SUCCESS, "the good message: wr_id %llu status %d",
@@ -57,6 +58,7 @@ int main(int argc, char **argv)
 	peer = tv_link(sock, &e);
 	tv_send(&e, mr, mr->addr, LEN, 1);
 	TV_MUST(tv_wait(&e).status == IBV_WC_SUCCESS, "the good message");
+	tv_hear(sock, 'l');
 	/* By hand into the receiver's ring: a SEND piece that is not a message's first. */
 	mem = tv_written_ring();
 	TV_MUST(mem, "find the receiver's ring");
