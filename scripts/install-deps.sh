@@ -135,7 +135,7 @@ CRIU_SHA256=29ec0ee09e296479fe7048c80980e8ef1d0684d0b0204c2b101dfea19f6725b9
 CRIU_URL=http://deb.debian.org/debian/pool/main/c/criu/criu_${CRIU_VERSION}.orig.tar.xz
 CRIU_DIR=/var/cache/freeflow/criu-$CRIU_VERSION
 CRIU_BUILD_DEPS=(libprotobuf-c-dev protobuf-c-compiler protobuf-compiler python3-protobuf libnl-3-dev libnet1-dev
-  libcap-dev libnftables-dev uuid-dev pkg-config libbsd-dev libaio-dev)
+  libcap-dev libnftables-dev uuid-dev pkg-config libbsd-dev libaio-dev xz-utils)
 if ! /usr/local/sbin/criu --version 2>/dev/null | grep -q "Version: $CRIU_VERSION"; then
   echo "install-deps: building CRIU $CRIU_VERSION from Debian's source package into $CRIU_DIR (bookworm's criu fails on this kernel)"
   missing_packages "${CRIU_BUILD_DEPS[@]}"
