@@ -254,13 +254,9 @@ func (m *Manager) logKeys(c *state.Container) ([]string, error) {
 	if err := unix.Stat(m.LogFile(c.Name), &st); err != nil {
 		return nil, fmt.Errorf("stat the log of %s: %w", c.Name, err)
 	}
-	pids, err := pidsInNamespace(c.PID)
-	if err != nil {
-		return nil, err
-	}
 	seen := map[string]bool{}
 	var keys []string
-	for _, pid := range pids {
+	for _, pid := range pidsInNamespace(c.PID) {
 		fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 		for _, fd := range fds {
 			var fst unix.Stat_t
@@ -289,27 +285,9 @@ func (m *Manager) logKeys(c *state.Container) ([]string, error) {
 	return keys, nil
 }
 
-// pidsInNamespace lists the processes in init's pid namespace.
-func pidsInNamespace(init int) ([]int, error) {
-	want, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", init))
-	if err != nil {
-		return nil, fmt.Errorf("read the pid namespace of %d: %w", init, err)
-	}
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil, err
-	}
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid)); err == nil && ns == want {
-			out = append(out, pid)
-		}
-	}
-	return out, nil
+// pidsInNamespace lists the processes in init's pid namespace, init too.
+func pidsInNamespace(init int) []int {
+	return netns.Pids("pid", fmt.Sprintf("/proc/%d/ns/pid", init))
 }
 
 func (mv *move) run(ctx context.Context, rep *MigrateReport) (err error) {
@@ -611,9 +589,9 @@ func stillReadOnly(now []mountinfo.Entry, point, dev, root string) bool {
 
 // resume lets the restored processes run (CRIU left them stopped).
 func resume(pid int) error {
-	pids, err := pidsInNamespace(pid)
-	if err != nil {
-		return err
+	pids := pidsInNamespace(pid)
+	if len(pids) == 0 {
+		return fmt.Errorf("resume restored process %d: it is gone", pid)
 	}
 	for _, p := range pids {
 		if err := unix.Kill(p, unix.SIGCONT); err != nil && !errors.Is(err, unix.ESRCH) {
@@ -692,7 +670,7 @@ func (mv *move) abandonKeeping(newNS string, why error, keepImages bool) error {
 			errs = append(errs, err)
 		}
 	}
-	if err := netns.Do(netns.Path(mv.m.Layout.HostNetNS(mv.to.Name)), func() error { return cni.NFTables{}.Remove(mv.c.ID) }); err != nil {
+	if err := dropGuard(mv.m.Layout, mv.to.Name, mv.c.ID); err != nil {
 		errs = append(errs, err)
 	}
 	if err := netns.Delete(newNS); err != nil {
@@ -720,7 +698,7 @@ func (mv *move) finish(ctx context.Context, newNS string, pid int) error {
 			errs = append(errs, fmt.Errorf("delete crun's state of %s: %w", c.Name, err))
 		}
 	}
-	if err := netns.Do(netns.Path(l.HostNetNS(mv.from.Name)), func() error { return cni.NFTables{}.Remove(c.ID) }); err != nil {
+	if err := dropGuard(l, mv.from.Name, c.ID); err != nil {
 		errs = append(errs, err)
 	}
 	// The veth pair goes now, not when the kernel gets round to the

@@ -134,9 +134,13 @@ func (m *Manager) unregisterMoved(ctx context.Context, c *state.Container) error
 
 // forgetMoves removes what migrations may have left for c on every host
 // but home (whose source checks CNI DEL removes): source checks and the
-// routes of its address. Idempotent, and run for every container, so a
-// migration cut off half-way leaves nothing behind either.
+// routes of its address. Idempotent; for a container that moved, or whose
+// move was cut off half-way (its migration namespace is still there), so
+// removing one that never moved costs nothing.
 func (m *Manager) forgetMoves(c *state.Container, home string) error {
+	if c.Home == "" && !netns.Exists(m.Layout.MigrationNetNS(c.Name)) {
+		return nil
+	}
 	cl, err := m.Layout.LoadCluster()
 	if err != nil || c.IP == "" {
 		return nil // no cluster (down) or no address: nothing was placed
@@ -150,7 +154,7 @@ func (m *Manager) forgetMoves(c *state.Container, home string) error {
 		if o.Name == home || !netns.Exists(m.Layout.HostNetNS(o.Name)) {
 			continue
 		}
-		if err := netns.Do(netns.Path(m.Layout.HostNetNS(o.Name)), func() error { return cni.NFTables{}.Remove(c.ID) }); err != nil {
+		if err := dropGuard(m.Layout, o.Name, c.ID); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -168,8 +172,8 @@ func clearMigration(l state.Layout, name string) error {
 	ns := l.MigrationNetNS(name)
 	var errs []error
 	if netns.Exists(ns) {
-		if err := killInNetNS(netns.Path(ns)); err != nil {
-			errs = append(errs, err)
+		if left := netns.Signal([]string{netns.Path(ns)}, unix.SIGKILL, 5*time.Second); len(left) > 0 {
+			errs = append(errs, fmt.Errorf("processes %v in %s survived SIGKILL for 5 s", left, ns))
 		}
 		if err := netns.Delete(ns); err != nil {
 			errs = append(errs, err)
@@ -181,37 +185,7 @@ func clearMigration(l state.Layout, name string) error {
 	return errors.Join(errs...)
 }
 
-// killInNetNS kills every process in the network namespace bound at path
-// and waits up to 5 s for them to go.
-func killInNetNS(path string) error {
-	want, err := nsInode(path)
-	if err != nil {
-		return err
-	}
-	in := func() []int {
-		var pids []int
-		ents, _ := os.ReadDir("/proc")
-		for _, e := range ents {
-			pid, err := strconv.Atoi(e.Name())
-			if err != nil {
-				continue
-			}
-			if ino, err := nsInode(fmt.Sprintf("/proc/%d/ns/net", pid)); err == nil && ino == want && startTime(pid) != 0 {
-				pids = append(pids, pid)
-			}
-		}
-		return pids
-	}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		pids := in()
-		if len(pids) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("processes %v in %s survived SIGKILL for 5 s", pids, path)
-		}
-		for _, p := range pids {
-			_ = unix.Kill(p, unix.SIGKILL)
-		}
-	}
+// dropGuard removes container id's source checks on host.
+func dropGuard(l state.Layout, host, id string) error {
+	return netns.Do(netns.Path(l.HostNetNS(host)), func() error { return cni.NFTables{}.Remove(id) })
 }

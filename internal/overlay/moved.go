@@ -3,10 +3,8 @@ package overlay
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 
-	"github.com/freeflow-net/freeflow/internal/netns"
 	"github.com/freeflow-net/freeflow/internal/state"
 )
 
@@ -53,10 +51,7 @@ func PlaceAddress(l state.Layout, hosts []state.Host, ip string, home, at state.
 	var errs []error
 	for _, h := range hosts {
 		ns := l.HostNetNS(h.Name)
-		err := noRedirects(ns)
-		if err != nil {
-			errs = append(errs, err)
-		}
+		var err error
 		switch h.Name {
 		case at.Name:
 			err = ipIn(ns, "route", "replace", ip+"/32", "dev", Bridge)
@@ -65,9 +60,6 @@ func PlaceAddress(l state.Layout, hosts []state.Host, ip string, home, at state.
 				[]string{"route", "replace", ip + "/32", "via", VTEPAddr(at), "dev", VXLANDevice, "onlink"},
 				[]string{"neigh", "replace", "proxy", ip, "dev", Bridge},
 			)
-			if err == nil {
-				err = answerProxyAtOnce(ns)
-			}
 		default:
 			err = ipIn(ns, "route", "replace", ip+"/32", "via", VTEPAddr(at), "dev", VXLANDevice, "onlink")
 		}
@@ -108,29 +100,4 @@ func deleteIfThere(ns, obj string, args ...string) error {
 		}
 	}
 	return err
-}
-
-// noRedirects stops the host from sending ICMP redirects. A host forwards
-// between a moved container and its other containers through the bridge
-// they share, in and out of it, which is when the kernel tells the sender
-// to go direct; the sender keeps that next hop, which is gone once the
-// container moves again.
-func noRedirects(ns string) error {
-	return netns.Do(netns.Path(ns), func() error {
-		for _, dev := range []string{"all", Bridge} {
-			if err := os.WriteFile("/proc/sys/net/ipv4/conf/"+dev+"/send_redirects", []byte("0\n"), 0o644); err != nil {
-				return fmt.Errorf("stop ICMP redirects in %s: %w", ns, err)
-			}
-		}
-		return nil
-	})
-}
-
-// answerProxyAtOnce makes the bridge answer ARP for a proxied address at
-// once: by default the kernel waits up to proxy_delay (0.8 s), and the
-// home host's containers' retransmissions with it.
-func answerProxyAtOnce(ns string) error {
-	return netns.Do(netns.Path(ns), func() error {
-		return os.WriteFile("/proc/sys/net/ipv4/neigh/"+Bridge+"/proxy_delay", []byte("0\n"), 0o644)
-	})
 }

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/freeflow-net/freeflow/internal/netns"
 	"github.com/freeflow-net/freeflow/internal/state"
@@ -24,11 +25,11 @@ func SetupHost(l state.Layout, h state.Host, peers []state.Host) error {
 	if err := guardHost(ns); err != nil {
 		return err
 	}
-	if err := enableForwarding(ns); err != nil {
-		return err
-	}
 	if err := createBridge(ns, h); err != nil {
 		return fmt.Errorf("create container bridge on %s: %w", h.Name, err)
+	}
+	if err := setSysctls(ns); err != nil {
+		return err
 	}
 	if err := createVXLAN(ns, h); err != nil {
 		return fmt.Errorf("create VXLAN device on %s: %w", h.Name, err)
@@ -44,12 +45,29 @@ func SetupHost(l state.Layout, h state.Host, peers []state.Host) error {
 	return nil
 }
 
-// enableForwarding sets net.ipv4.ip_forward in ns only: /proc/sys/net is
-// resolved against the opening thread's namespace.
-func enableForwarding(ns string) error {
+// hostSysctls are the host namespace's settings, written in ns only:
+// /proc/sys/net is resolved against the opening thread's namespace.
+//   - forwarding: the host routes between its bridge and the VXLAN device;
+//   - no ICMP redirects: a host forwards between a migrated container and
+//     its other containers through the bridge they share, in and out of
+//     it, which is when the kernel tells the sender to go direct; the
+//     sender keeps that next hop, gone once the container moves again;
+//   - the bridge answers ARP for a proxied (migrated-away) address at once,
+//     not after up to proxy_delay (0.8 s) that the home host's containers'
+//     retransmissions would wait too.
+var hostSysctls = [][2]string{
+	{"ipv4/ip_forward", "1"},
+	{"ipv4/conf/all/send_redirects", "0"},
+	{"ipv4/conf/" + Bridge + "/send_redirects", "0"},
+	{"ipv4/neigh/" + Bridge + "/proxy_delay", "0"},
+}
+
+func setSysctls(ns string) error {
 	return netns.Do(netns.Path(ns), func() error {
-		if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1\n"), 0o644); err != nil {
-			return fmt.Errorf("enable forwarding in %s: %w", ns, err)
+		for _, kv := range hostSysctls {
+			if err := os.WriteFile("/proc/sys/net/"+kv[0], []byte(kv[1]+"\n"), 0o644); err != nil {
+				return fmt.Errorf("set net.%s in %s: %w", strings.ReplaceAll(kv[0], "/", "."), ns, err)
+			}
 		}
 		return nil
 	})
