@@ -94,7 +94,7 @@ var throughput = Experiment{
 	Server: iperfServer,
 	Cases: func(full bool) []Case {
 		if full {
-			return sizeCases([]int{1024, 16384, 131072, 1 << 20})
+			return sizeCases([]int{1024, 16384, 65536, 131072, 1 << 20}) // 64 KiB: beside verbs-bw's
 		}
 		return sizeCases([]int{131072}) // iperf3's default write size
 	},

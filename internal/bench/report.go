@@ -41,6 +41,7 @@ func RenderMarkdown(raw *Raw) string {
 	writeHeadlines(&b, raw, rows)
 	writeCeilings(&b, raw, rows)
 	writeCPUVersus(&b, raw, rows)
+	writeGbpsVersus(&b, raw, rows)
 	for _, e := range raw.Experiments {
 		writeExperiment(&b, raw, e, rows)
 	}
@@ -222,6 +223,22 @@ func ratioCell(isSelf bool, self string, v float64, ok bool) string {
 	return formatRatio(v)
 }
 
+// writeGbpsVersus sets each verbs bandwidth figure (an experiment with a
+// CPUVersus) beside that TCP experiment's at the same size, on every path
+// of the same group: ib_write_bw 64 KiB over freeflow-verbs-x beside
+// iperf3 -l 64K over hostnet, freeflow-x and vxlan.
+func writeGbpsVersus(b *strings.Builder, raw *Raw, rows []Row) {
+	var lines []string
+	for _, r := range rows {
+		if r.Exp.CPUVersus != "" && r.Stats[mGbps].N > 0 {
+			lines = appendVersus(lines, raw, rows, r, mGbps, r.Exp.CPUVersus, r.Case)
+		}
+	}
+	writeVersus(b, "Bandwidth: verbs against TCP at the same size", "Medians in Gbit/s: each verbs bandwidth figure beside iperf3's "+
+		"throughput at the same write size in this run, on every TCP path of the same group; (×) is the verbs figure / the TCP one.",
+		"Gbit/s", lines)
+}
+
 // writeCPUVersus sets each CPU s/GB taken against another experiment
 // (ExperimentInfo.CPUVersus: a verbs sweep's) beside that experiment's on
 // every path of the same group, e.g. ib_write_bw over freeflow-verbs-x
@@ -229,29 +246,42 @@ func ratioCell(isSelf bool, self string, v float64, ok bool) string {
 func writeCPUVersus(b *strings.Builder, raw *Raw, rows []Row) {
 	var lines []string
 	for _, r := range rows {
-		if r.Versus == "" {
-			continue
+		if r.Versus != "" {
+			exp, c, _ := strings.Cut(r.Versus, " ")
+			lines = appendVersus(lines, raw, rows, r, mCPUPerGB, exp, c)
 		}
-		exp, c, _ := strings.Cut(r.Versus, " ")
-		v := r.Stats[mCPUPerGB].Median
-		var cells []string
-		for _, p := range raw.Paths {
-			if t, ok := findRow(rows, exp, c, p.Name); ok && p.Group == r.Path.Group && t.Stats[mCPUPerGB].N > 0 {
-				tv := t.Stats[mCPUPerGB].Median
-				cells = append(cells, flagged(t, fmt.Sprintf("%s %s (×%s)", p.Name, formatValue(tv), formatRatio(v/tv))))
-			}
-		}
-		lines = append(lines, fmt.Sprintf("| %s %s | %s | %s | %s | %s |", r.Exp.Name, r.Case, r.Path.Name,
-			flagged(r, formatValue(v)), r.Versus, strings.Join(cells, "; ")))
 	}
+	writeVersus(b, "CPU per GB: verbs against TCP", "All CPUs' busy seconds (/proc/stat) per GB moved, medians: a verbs bandwidth sweep's whole run "+
+		"(every row's bytes, size × iterations, over the run's busy time; its largest sizes dominate both) beside iperf3's throughput "+
+		"at its largest write size in this run, on every TCP path of the same group; (×) is the verbs figure / the TCP one. "+
+		"perftest's client polls its completion queue for the whole run, iperf3 sleeps in the kernel.",
+		"CPU s/GB", lines)
+}
+
+// appendVersus adds r's line of a versus table: its metric beside experiment
+// exp's case c on every path of r's group that has it; none, no line.
+func appendVersus(lines []string, raw *Raw, rows []Row, r Row, metric, exp, c string) []string {
+	v := r.Stats[metric].Median
+	var cells []string
+	for _, p := range raw.Paths {
+		if t, ok := findRow(rows, exp, c, p.Name); ok && p.Group == r.Path.Group && t.Stats[metric].N > 0 {
+			tv := t.Stats[metric].Median
+			cells = append(cells, flagged(t, fmt.Sprintf("%s %s (×%s)", p.Name, formatValue(tv), formatRatio(v/tv))))
+		}
+	}
+	if len(cells) == 0 {
+		return lines
+	}
+	return append(lines, fmt.Sprintf("| %s %s | %s | %s | %s %s | %s |", r.Exp.Name, r.Case, r.Path.Name,
+		flagged(r, formatValue(v)), exp, c, strings.Join(cells, "; ")))
+}
+
+func writeVersus(b *strings.Builder, title, intro, unit string, lines []string) {
 	if len(lines) == 0 {
 		return
 	}
-	b.WriteString("## CPU per GB: verbs against TCP\n\nAll CPUs' busy seconds (/proc/stat) per GB moved, medians: a verbs bandwidth sweep's whole run " +
-		"(every row's bytes, size × iterations, over the run's busy time; its largest sizes dominate both) beside iperf3's throughput " +
-		"at its largest write size in this run, on every TCP path of the same group; (×) is the verbs figure / the TCP one. " +
-		"perftest's client polls its completion queue for the whole run, iperf3 sleeps in the kernel.\n\n")
-	b.WriteString("| verbs figure | path | CPU s/GB | TCP figure | TCP paths: CPU s/GB (verbs ×) |\n|---|---|---|---|---|\n")
+	fmt.Fprintf(b, "## %s\n\n%s\n\n", title, intro)
+	fmt.Fprintf(b, "| verbs figure | path | %s | TCP figure | TCP paths: %s (verbs ×) |\n|---|---|---|---|---|\n", unit, unit)
 	for _, l := range lines {
 		b.WriteString(l + "\n")
 	}

@@ -141,3 +141,37 @@ func TestHeadlineRatios(t *testing.T) {
 		}
 	}
 }
+
+// TestGbpsVersusSameSize: a verbs bandwidth figure sits beside iperf3's at
+// the same write size on every TCP path of its group, and only there.
+func TestGbpsVersusSameSize(t *testing.T) {
+	raw := &Raw{
+		Experiments: []ExperimentInfo{
+			{Name: "throughput", Metrics: throughputMetrics},
+			{Name: "verbs-bw", Metrics: verbsBWMetrics, CPUVersus: "throughput"},
+		},
+		Paths: []PathInfo{
+			{Name: "hostnet", Group: "cross host", Role: RoleReference},
+			{Name: "freeflow-x", Group: "cross host"},
+			{Name: "freeflow-verbs-x", Group: "cross host"},
+			{Name: "bridge", Group: "same host", Role: RoleBaseline},
+		},
+	}
+	add := func(exp, c, path string, gbps float64) {
+		raw.Samples = append(raw.Samples, Sample{Experiment: exp, Case: c, Path: path, Rep: 1, Metrics: map[string]float64{mGbps: gbps}})
+	}
+	add("throughput", "64 KiB", "hostnet", 25)
+	add("throughput", "64 KiB", "freeflow-x", 20)
+	add("throughput", "64 KiB", "bridge", 99)
+	add("throughput", "128 KiB", "hostnet", 35)
+	add("verbs-bw", "64 KiB", "freeflow-verbs-x", 22.5)
+	add("verbs-bw", "2 B", "freeflow-verbs-x", 0.01)
+	md := RenderMarkdown(raw)
+	want := "| verbs-bw 64 KiB | freeflow-verbs-x | 22.5 | throughput 64 KiB | hostnet 25.0 (×0.90); freeflow-x 20.0 (×1.12) |"
+	if !strings.Contains(md, want) {
+		t.Errorf("report lacks %q:\n%s", want, md)
+	}
+	if strings.Contains(md, "verbs-bw 2 B |") || strings.Contains(md, "bridge 99") {
+		t.Errorf("a size iperf3 did not run, or a path of another group, is in the comparison:\n%s", md)
+	}
+}
