@@ -363,6 +363,8 @@ func (mv *move) switchBack(newNS string, why error) error {
 	}
 	if startTime(mv.c.PID) == 0 { // CRIU itself died mid-dump
 		why = fmt.Errorf("%w\nthe container's processes are gone (`freeflow rm -f %s` removes what is left)", why, mv.c.Name)
+	} else {
+		why = fmt.Errorf("%w\nit runs on %s as before", why, mv.from.Name)
 	}
 	return mv.abandon(newNS, why)
 }

@@ -3,6 +3,8 @@ package e2e
 import (
 	"encoding/hex"
 	"encoding/json"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,7 +19,8 @@ import (
 // -> h3 -> h1 while three clients (on its home host with and without the
 // library, and on h2) each hold one connection and INCR a key of their own
 // every 2 ms: every reply is the one before plus 1, none fails, also across
-// a move whose restore fails and is rolled back. The value
+// a move whose restore fails and is rolled back. A move CRIU refuses to
+// dump leaves its container running where it was. The value
 // written before is there after; it keeps its IP, its MAC and, entered
 // with exec, the capabilities crun gave it; a second container moved to the
 // same host reaches it; nothing of the moves is left once it is removed.
@@ -64,6 +67,46 @@ func TestMigrate(t *testing.T) {
 		if got := containerOf(t, c, srv); got.Host != "h1" || got.Status != "running" {
 			t.Fatalf("after the failed move ps shows %+v; want it running on h1", got)
 		}
+	})
+
+	t.Run("refused_dump_leaves_it_running", func(t *testing.T) {
+		// A process holding a Unix connection to a peer outside the
+		// container: CRIU refuses to dump it; the move is refused with
+		// CRIU's reason, and the process runs on h1, its connection kept.
+		dir := t.TempDir()
+		must(t, os.Chmod(dir, 0o777), "open %s to the container", dir)
+		ln, err := net.Listen("unix", filepath.Join(dir, "sock"))
+		must(t, err, "listen in %s", dir)
+		defer ln.Close()
+		must(t, os.Chmod(filepath.Join(dir, "sock"), 0o777), "open the socket to the container")
+		c.StartDetached(t, "h1", "holder", append([]string{"--no-freeflow"}, volume(dir, "/run/u")...), "python3", "-c", `
+import socket
+s = socket.socket(socket.AF_UNIX)
+s.connect("/run/u/sock")
+f = s.makefile("rwb", buffering=0)
+for line in f:
+    f.write(b"alive " + line)
+`)
+		must(t, ln.(*net.UnixListener).SetDeadline(time.Now().Add(20*time.Second)), "set the accept deadline")
+		conn, err := ln.Accept()
+		must(t, err, "accept the holder's connection")
+		defer conn.Close()
+		r := c.FF(t, "migrate", "holder", "--to", "h2")
+		if r.Code == 0 || !strings.Contains(r.Stderr, "criu dump") || !strings.Contains(r.Stderr, "runs on h1 as before") {
+			t.Fatalf("migrate of a process CRIU cannot dump: exit %d, stderr %q; want CRIU's refusal, and it on h1", r.Code, r.Stderr)
+		}
+		if got := containerOf(t, c, "holder"); got.Host != "h1" || got.Status != "running" {
+			t.Fatalf("after the refused move ps shows %+v; want it running on h1", got)
+		}
+		must(t, conn.SetDeadline(time.Now().Add(10*time.Second)), "set the connection's deadline")
+		_, err = conn.Write([]byte("ping\n"))
+		must(t, err, "write to the holder")
+		got := make([]byte, len("alive ping\n"))
+		_, err = io.ReadFull(conn, got)
+		if err != nil || string(got) != "alive ping\n" {
+			t.Fatalf("the holder's connection after the refused move: %q, %v; want \"alive ping\"", got, err)
+		}
+		c.MustFF(t, "rm", "-f", "holder")
 	})
 
 	for _, to := range []string{"h2", "h3", "h1"} {
