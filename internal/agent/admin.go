@@ -27,6 +27,16 @@ func (s *session) handleAdmin(m *protocol.Message) (*protocol.Message, error) {
 			return nil, err
 		}
 		return okReply(m.Seq, nil, s.a.unregister(s.ctx, id))
+	case protocol.TypeRelease:
+		id, err := m.String(protocol.AttrContainerID)
+		if err != nil {
+			return nil, err
+		}
+		until, err := m.U64(protocol.AttrTime)
+		if err != nil {
+			return nil, err
+		}
+		return okReply(m.Seq, nil, s.a.release(id, time.UnixMilli(int64(until))))
 	case protocol.TypeList:
 		return okReply(m.Seq, nonNil(s.a.dir.Containers()), nil)
 	case protocol.TypeConns:
@@ -97,6 +107,7 @@ func (a *Agent) unregister(ctx context.Context, id string) error {
 	}
 	a.ids.remove(id)
 	a.diag.drop(id)
+	a.release(id, time.Time{}) // moved away: no longer held here
 	a.log.Info("container unregistered", "id", id)
 	return nil
 }

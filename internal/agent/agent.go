@@ -154,8 +154,11 @@ type Agent struct {
 	fills                      *quota        // LINK_FILLs in flight (crosshost_link.go)
 	queued                     *quota        // connectors waiting for a slow acceptor (acceptq.go)
 
-	mu      sync.Mutex // guards conns and closing
-	conns   map[*net.UnixConn]struct{}
+	mu    sync.Mutex               // guards conns, held and closing
+	conns map[*net.UnixConn]string // every connection served; a library session's: its container
+	// held: containers being migrated (RELEASE), whose sessions are
+	// closed and refused until the time given.
+	held    map[string]time.Time
 	closing bool
 	wg      sync.WaitGroup
 }
@@ -180,7 +183,7 @@ func New(cfg Config, dir Directory) (*Agent, error) {
 	ledgers := newLedgers()
 	a := &Agent{
 		cfg: cfg, subnet: subnet.Masked(), dir: dir, log: cfg.Logger, selfNS: self,
-		ids: newIdentities(), conns: map[*net.UnixConn]struct{}{},
+		ids: newIdentities(), conns: map[*net.UnixConn]string{}, held: map[string]time.Time{},
 		rv: newRendezvous(cfg.keepDecided), listeners: newListeners(), live: newConnTable(), nonces: newNonces(),
 		shm: newShmBudget(), ledgers: ledgers, standbys: newStandbys(), xlinks: newXLinks(),
 		sessions: newQuota(cfg.SessionsPerContainer), admins: newQuota(cfg.AdminConns),

@@ -121,7 +121,7 @@ func (a *Agent) track(uc *net.UnixConn) bool {
 	if a.closing {
 		return false
 	}
-	a.conns[uc] = struct{}{}
+	a.conns[uc] = ""
 	a.wg.Add(1)
 	return true
 }

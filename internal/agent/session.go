@@ -53,6 +53,10 @@ func (a *Agent) serveConn(ctx context.Context, uc *net.UnixConn, admin bool) {
 		return
 	}
 	defer s.slot.release(s.holder)
+	if !s.admin && s.refused == nil && !a.claim(uc, s.holder) {
+		a.log.Debug("session of a container being migrated closed at accept", "container", s.holder, "pid", s.pid)
+		return
+	}
 	defer a.endVerbs(s)
 	s.conn = protocol.NewConn(uc) // its buffers only once the connection is counted
 	for s.serveOne() {
@@ -252,7 +256,8 @@ func (s *session) handle(m *protocol.Message) (*protocol.Message, error) {
 		protocol.TypeVerbsQPReset,
 		protocol.TypeVerbsPeerQP, protocol.TypeVerbsMRGrant:
 		return s.handleVerbs(m)
-	case protocol.TypeRegister, protocol.TypeUnregister, protocol.TypeList, protocol.TypeStatus, protocol.TypeConns:
+	case protocol.TypeRegister, protocol.TypeUnregister, protocol.TypeList, protocol.TypeStatus, protocol.TypeConns,
+		protocol.TypeRelease:
 		if !s.admin {
 			return nil, protocol.Errorf(protocol.CodeDenied, "%v is accepted only on the admin socket", m.Type)
 		}

@@ -3,6 +3,7 @@ package agentapi
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/freeflow-net/freeflow/internal/directory"
 	"github.com/freeflow-net/freeflow/internal/protocol"
@@ -46,6 +47,21 @@ func (a *AdminClient) Unregister(ctx context.Context, id string) error {
 	m := protocol.New(protocol.TypeUnregister, 0, protocol.String(protocol.AttrContainerID, id))
 	if _, err := a.c.Call(ctx, m, protocol.TypeOK); err != nil {
 		return fmt.Errorf("unregister container %s from the agent: %w", id, err)
+	}
+	return nil
+}
+
+// Release closes the sessions of container id, which is being migrated,
+// and has the agent refuse new ones until until; a time already past
+// (the zero time) lets it open sessions again.
+func (a *AdminClient) Release(ctx context.Context, id string, until time.Time) error {
+	ms := uint64(0)
+	if !until.IsZero() {
+		ms = uint64(until.UnixMilli())
+	}
+	m := protocol.New(protocol.TypeRelease, 0, protocol.String(protocol.AttrContainerID, id), protocol.U64(protocol.AttrTime, ms))
+	if _, err := a.c.Call(ctx, m, protocol.TypeOK); err != nil {
+		return fmt.Errorf("release container %s's agent sessions: %w", id, err)
 	}
 	return nil
 }

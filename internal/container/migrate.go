@@ -80,7 +80,7 @@ func (m *Manager) Migrate(ctx context.Context, name, to string, dryRun bool) (*M
 	if err != nil {
 		return nil, err
 	}
-	mv, err := m.planMigration(cl, c, to)
+	mv, err := m.planMigration(ctx, cl, c, to)
 	if err != nil {
 		return nil, fmt.Errorf("cannot migrate %s to %s: %w; it is left as it was, on %s", name, to, err, c.Host)
 	}
@@ -131,7 +131,7 @@ func (x extMount) source(l state.Layout, h state.Host) string {
 	return x.hostPath
 }
 
-func (m *Manager) planMigration(cl *state.Cluster, c *state.Container, to string) (*move, error) {
+func (m *Manager) planMigration(ctx context.Context, cl *state.Cluster, c *state.Container, to string) (*move, error) {
 	dst, err := cl.Host(to)
 	if err != nil {
 		return nil, err
@@ -156,7 +156,9 @@ func (m *Manager) planMigration(cl *state.Cluster, c *state.Container, to string
 		return nil, errors.New("it runs in the foreground, its input and output tied to the terminal that started it; only containers started with -d can migrate")
 	}
 	if c.FreeFlow {
-		return nil, errors.New("it runs with the FreeFlow library, whose fast-path channels (shared memory, Unix sockets, host TCP) and agent sessions are not yet parked on plain TCP before a checkpoint; containers started with --no-freeflow can migrate")
+		if err := m.libraryInUse(ctx, c, *src); err != nil {
+			return nil, err
+		}
 	}
 	criu, err := findCRIU()
 	if err != nil {
@@ -296,6 +298,21 @@ func (mv *move) run(ctx context.Context, rep *MigrateReport) (err error) {
 	newNS := l.MigrationNetNS(c.Name)
 	if err := mv.prepare(newNS); err != nil {
 		return mv.abandon(newNS, fmt.Errorf("prepare %s: %w", mv.to.Name, err))
+	}
+	if c.FreeFlow { // no session of its library left for CRIU to find (migrate_lib.go)
+		if err := mv.releaseSessions(ctx, time.Now().Add(releaseHold)); err != nil {
+			return mv.abandon(newNS, fmt.Errorf("close %s's agent sessions: %w", c.Name, err))
+		}
+		defer func() {
+			if err != nil { // back on the source (or gone from it): its agent serves it again
+				if e := mv.releaseSessions(ctx, time.Time{}); e != nil {
+					err = fmt.Errorf("%w\nletting %s's agent serve it again failed too (it does after %v): %v", err, mv.from.Name, releaseHold, e)
+				}
+			}
+		}()
+		if err := mv.awaitOwnSockets(ctx); err != nil {
+			return mv.abandon(newNS, fmt.Errorf("%w\nit runs on %s as before", err, mv.from.Name))
+		}
 	}
 	// The peers' packets go to the destination, where they wait, from
 	// just before the freeze: none is lost, so a peer's request during the

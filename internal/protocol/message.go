@@ -62,6 +62,7 @@ const (
 	TypeStatus         Type = 0x43
 	TypeOK             Type = 0x44
 	TypeConns          Type = 0x45
+	TypeRelease        Type = 0x46 // admin to agent: close a migrating container's sessions, refuse new ones until TIME
 	TypeError          Type = 0x7f
 )
 
@@ -77,7 +78,7 @@ var typeNames = map[Type]string{
 	TypeVerbsUDLane: "VERBS_UD_LANE", TypeVerbsUDLanes: "VERBS_UD_LANES", TypeVerbsQPReset: "VERBS_QP_RESET",
 	TypeOffer: "OFFER", TypeCommit: "COMMIT", TypeVerbsOffer: "VERBS_OFFER", TypeVerbsUDOffer: "VERBS_UD_OFFER",
 	TypeConns: "CONNS", TypeRegister: "REGISTER", TypeUnregister: "UNREGISTER",
-	TypeList: "LIST", TypeStatus: "STATUS", TypeOK: "OK", TypeError: "ERROR",
+	TypeList: "LIST", TypeStatus: "STATUS", TypeOK: "OK", TypeRelease: "RELEASE", TypeError: "ERROR",
 }
 
 // Known reports whether t is a message type of version 1. 0x1a and the

@@ -66,6 +66,7 @@ enum ff_msg_type {
 	FF_MSG_STATUS		= 0x43,
 	FF_MSG_OK		= 0x44,
 	FF_MSG_CONNS		= 0x45,	/* admin: the live connections, a page from OFFSET */
+	FF_MSG_RELEASE		= 0x46,	/* admin: a migrating container's sessions closed, refused until TIME */
 	FF_MSG_ERROR		= 0x7f,
 };
 

@@ -22,6 +22,11 @@
  *   "Reusing channels").
  * - fork: the child closes every link it inherited; the parent closes its
  *   acceptor links (its listeners are now shared).
+ * - Links end at LINK_TTL (the acceptor's GRACE_MS later), pending offers
+ *   PENDING_KEEP_MS after they came, even in a process that never calls
+ *   the library again: a thread, the reaper, closes them, so an idle
+ *   process holds no socket or channel of another container's for long
+ *   (a migration's checkpoint waits for that: ARCHITECTURE.md).
  *
  * Locking: mu guards the tables; it is taken before the table lock when
  * both are needed (fork), never while holding it.
@@ -46,6 +51,7 @@
 #define PENDING_KEEP_MS	1000	/* longer than any connector waits for its answer */
 #define OFFER_WAIT_MS	5	/* the connector's wait; the agent's peer wait adds 45 */
 #define CHANS_MAX	32	/* channels a link keeps mapped for reuse */
+#define GRACE_MS	1000	/* the acceptor keeps a link this much past LINK_TTL */
 
 /*
  * A channel a link keeps mapped between connections (map NULL: free). On
@@ -86,6 +92,10 @@ static int nlinks;		/* slots in use at or below this index */
 static uint64_t next_id = 1;
 /* Whether any link exists: connect() and accept() pay one load while none does. */
 static _Atomic int any_link;
+/* The reaper thread runs (mu); reap_cv wakes it for a new link or offer, which may end first. */
+static int reaping;
+static pthread_cond_t reap_cv;
+static pthread_once_t reap_once = PTHREAD_ONCE_INIT;
 
 /* later: unmapped in the background, as a closing link's channels are (shm/spill.c). */
 static void chan_drop(struct chan *ch, int later)
@@ -114,6 +124,68 @@ static void pending_close(struct pending *p)
 	if (p->memfd >= 0)
 		ff_real.close(p->memfd);
 	p->bell = p->memfd = -1;
+}
+
+/* Close the links and pending offers that ended (mu held); the next end, 0 if none is left. */
+static int64_t expire(void)
+{
+	int64_t now = ff_now_ms(), next = 0;
+
+	for (int i = 0; i < nlinks; i++) {
+		int64_t end = links[i].expires + (links[i].acceptor ? GRACE_MS : 0);
+
+		if (links[i].fd < 0)
+			continue;
+		if (end <= now)
+			link_close(&links[i]);
+		else if (!next || end < next)
+			next = end;
+	}
+	for (int i = 0; i < PENDING_MAX; i++) {
+		int64_t end = pend[i].at + PENDING_KEEP_MS;
+
+		if (pend[i].bell < 0)
+			continue;
+		if (end <= now)
+			pending_close(&pend[i]);
+		else if (!next || end < next)
+			next = end;
+	}
+	return next;
+}
+
+static void *reap(void *arg)
+{
+	struct timespec ts;
+	int64_t next;
+
+	(void)arg;
+	pthread_mutex_lock(&mu);
+	while ((next = expire())) {
+		ts.tv_sec = next / 1000;
+		ts.tv_nsec = next % 1000 * 1000000;
+		pthread_cond_timedwait(&reap_cv, &mu, &ts);
+	}
+	reaping = 0;
+	pthread_mutex_unlock(&mu);
+	return NULL;
+}
+
+static void reap_init(void)
+{
+	ff_cond_init_monotonic(&reap_cv);
+}
+
+/* See that the reaper runs, and wakes for something new, which may end first (mu held). */
+static void reaper(void)
+{
+	if (reaping) {
+		pthread_cond_signal(&reap_cv);
+		return;
+	}
+	pthread_once(&reap_once, reap_init);
+	/* Without it (no thread to be had), links still close when next used, as ever. */
+	reaping = ff_start_quiet_thread(reap);
 }
 
 static void tables_init(void)
@@ -171,6 +243,7 @@ void ff_link_add(int fd, int acceptor, const struct sockaddr_storage *local,
 		k.id = next_id++;
 		*l = k;
 		atomic_store(&any_link, 1);
+		reaper();
 	} else {
 		ff_real.close(fd);
 	}
@@ -550,6 +623,7 @@ static void pending_add(const struct pending *in)
 		pending_close(p);
 	*p = *in;
 	p->at = now;
+	reaper();
 }
 
 /*
@@ -790,6 +864,10 @@ void ff_links_atfork_prepare(void)
 static void after_fork(int child)
 {
 	ff_xlinks_after_fork(child);
+	if (child) {
+		reaping = 0;	/* threads do not fork; nor do the waits on reap_cv */
+		reap_init();
+	}
 	/* The tables are set up (every fd -1) only once a link came. */
 	if (!atomic_load_explicit(&any_link, memory_order_relaxed)) {
 		pthread_mutex_unlock(&mu);

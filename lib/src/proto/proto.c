@@ -120,6 +120,7 @@ static int msg_type_known(uint8_t type)
 	case FF_MSG_STATUS:
 	case FF_MSG_OK:
 	case FF_MSG_CONNS:
+	case FF_MSG_RELEASE:
 	case FF_MSG_ERROR:
 		return 1;
 	}

@@ -1,0 +1,61 @@
+package agent
+
+import (
+	"net"
+	"time"
+
+	"github.com/freeflow-net/freeflow/internal/protocol"
+)
+
+// Migrating a container whose processes run the library (ARCHITECTURE.md,
+// "Control flow: migrating a container"): CRIU cannot checkpoint a Unix
+// connection whose other end is outside the container, which each
+// session is. RELEASE closes the container's sessions, so that only
+// their ends with no peer are left in its processes (CRIU takes those),
+// and refuses new ones until the time it gives: the library reads EOF as
+// an agent that restarted, takes the overlay meanwhile, and after the
+// restore opens sessions with the destination's agent, sending its
+// listeners and ledger again.
+
+// release holds container id until until (closing its sessions), or, for
+// a time already past, lets it open sessions again.
+func (a *Agent) release(id string, until time.Time) error {
+	if err := checkID("container id", id); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !until.After(time.Now()) {
+		delete(a.held, id)
+		return nil
+	}
+	if !a.ids.has(id) {
+		return protocol.Errorf(protocol.CodeNotFound, "container %s is not registered at host %s's agent", id, a.cfg.Host)
+	}
+	a.held[id] = until
+	n := 0
+	for uc, holder := range a.conns {
+		if holder == id {
+			uc.Close()
+			n++
+		}
+	}
+	a.log.Info("container released for a migration: sessions closed, new ones refused", "id", id, "sessions", n, "until", until)
+	return nil
+}
+
+// claim records uc as a session of container id, or reports false while
+// id is held (the caller closes it): under one lock with release, so no
+// session opened meanwhile outlives a RELEASE.
+func (a *Agent) claim(uc *net.UnixConn, id string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if until, ok := a.held[id]; ok {
+		if time.Now().Before(until) {
+			return false
+		}
+		delete(a.held, id)
+	}
+	a.conns[uc] = id
+	return true
+}
