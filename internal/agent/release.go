@@ -18,10 +18,15 @@ import (
 // listeners and ledger again.
 
 // release holds container id until until (closing its sessions), or, for
-// a time already past, lets it open sessions again.
+// a time already past, lets it open sessions again. A container with verbs
+// QPs or regions is refused: closing its sessions would destroy them.
 func (a *Agent) release(id string, until time.Time) error {
 	if err := checkID("container id", id); err != nil {
 		return err
+	}
+	if qps, mrs := a.verbs.held(id); until.After(time.Now()) && qps+mrs > 0 {
+		return protocol.Errorf(protocol.CodeDenied, "container %s holds %d verbs queue pairs and %d memory regions at host %s's agent, whose shared memory cannot move; "+
+			"it can move once its programs destroyed them", id, qps, mrs, a.cfg.Host)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -58,4 +63,11 @@ func (a *Agent) claim(uc *net.UnixConn, id string) bool {
 	}
 	a.conns[uc] = id
 	return true
+}
+
+// held counts container id's QPs and regions.
+func (r *verbsRegistry) held(id string) (qps, mrs int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.qpsOf[id], len(r.mrs[id])
 }

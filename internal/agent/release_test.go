@@ -9,9 +9,8 @@ import (
 
 // TestReleaseClosesSessionsAndRefusesNew: RELEASE (a migration's, before
 // CRIU's dump) closes the container's open sessions and closes new ones at
-// accept until its time, or until a RELEASE with a past time; another
-// container's sessions are untouched, and an unknown container is
-// NOTFOUND. (The admin socket refuses this process, registered as the
+// accept until its time, or until a RELEASE with a past time; an unknown
+// container is NOTFOUND. (The admin socket refuses this process, registered as the
 // container; the CLI's call is in e2e TestMigrateLibraryContainer.)
 func TestReleaseClosesSessionsAndRefusesNew(t *testing.T) {
 	a := startAgent(t, newFakeDir(selfContainer), nil)

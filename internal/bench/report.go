@@ -231,7 +231,7 @@ func writeGbpsVersus(b *strings.Builder, raw *Raw, rows []Row) {
 	var lines []string
 	for _, r := range rows {
 		if r.Exp.CPUVersus != "" && r.Stats[mGbps].N > 0 {
-			lines = appendVersus(lines, raw, rows, r, mGbps, r.Exp.CPUVersus, r.Case)
+			lines = appendVersus(lines, raw, rows, r, mGbps, r.Exp.CPUVersus, r.Case, false)
 		}
 	}
 	writeVersus(b, "Bandwidth: verbs against TCP at the same size", "Medians in Gbit/s: each verbs bandwidth figure beside iperf3's "+
@@ -248,7 +248,7 @@ func writeCPUVersus(b *strings.Builder, raw *Raw, rows []Row) {
 	for _, r := range rows {
 		if r.Versus != "" {
 			exp, c, _ := strings.Cut(r.Versus, " ")
-			lines = appendVersus(lines, raw, rows, r, mCPUPerGB, exp, c)
+			lines = appendVersus(lines, raw, rows, r, mCPUPerGB, exp, c, true)
 		}
 	}
 	writeVersus(b, "CPU per GB: verbs against TCP", "All CPUs' busy seconds (/proc/stat) per GB moved, medians: a verbs bandwidth sweep's whole run "+
@@ -259,8 +259,9 @@ func writeCPUVersus(b *strings.Builder, raw *Raw, rows []Row) {
 }
 
 // appendVersus adds r's line of a versus table: its metric beside experiment
-// exp's case c on every path of r's group that has it; none, no line.
-func appendVersus(lines []string, raw *Raw, rows []Row, r Row, metric, exp, c string) []string {
+// exp's case c on every path of r's group that has it; none, a line only
+// if keepAlone.
+func appendVersus(lines []string, raw *Raw, rows []Row, r Row, metric, exp, c string, keepAlone bool) []string {
 	v := r.Stats[metric].Median
 	var cells []string
 	for _, p := range raw.Paths {
@@ -269,7 +270,7 @@ func appendVersus(lines []string, raw *Raw, rows []Row, r Row, metric, exp, c st
 			cells = append(cells, flagged(t, fmt.Sprintf("%s %s (×%s)", p.Name, formatValue(tv), formatRatio(v/tv))))
 		}
 	}
-	if len(cells) == 0 {
+	if len(cells) == 0 && !keepAlone {
 		return lines
 	}
 	return append(lines, fmt.Sprintf("| %s %s | %s | %s | %s %s | %s |", r.Exp.Name, r.Case, r.Path.Name,

@@ -299,17 +299,18 @@ func (mv *move) run(ctx context.Context, rep *MigrateReport) (err error) {
 	if err := mv.prepare(newNS); err != nil {
 		return mv.abandon(newNS, fmt.Errorf("prepare %s: %w", mv.to.Name, err))
 	}
+	moved := false  // past the point of no return: the source's agent no longer has it
 	if c.FreeFlow { // no session of its library left for CRIU to find (migrate_lib.go)
-		if err := mv.releaseSessions(ctx, time.Now().Add(releaseHold)); err != nil {
-			return mv.abandon(newNS, fmt.Errorf("close %s's agent sessions: %w", c.Name, err))
-		}
 		defer func() {
-			if err != nil { // back on the source (or gone from it): its agent serves it again
+			if err != nil && !moved { // back on the source: its agent serves it again
 				if e := mv.releaseSessions(ctx, time.Time{}); e != nil {
 					err = fmt.Errorf("%w\nletting %s's agent serve it again failed too (it does after %v): %v", err, mv.from.Name, releaseHold, e)
 				}
 			}
 		}()
+		if err := mv.releaseSessions(ctx, time.Now().Add(releaseHold)); err != nil {
+			return mv.abandon(newNS, fmt.Errorf("close %s's agent sessions: %w\nit runs on %s as before", c.Name, err, mv.from.Name))
+		}
 		if err := mv.awaitOwnSockets(ctx); err != nil {
 			return mv.abandon(newNS, fmt.Errorf("%w\nit runs on %s as before", err, mv.from.Name))
 		}
@@ -339,6 +340,7 @@ func (mv *move) run(ctx context.Context, rep *MigrateReport) (err error) {
 	}
 	// From here the destination's sockets have taken the peers' bytes: it
 	// is the only copy, whatever fails.
+	moved = true
 	errResume := resume(pid)
 	lap(&rep.Resume)
 	rep.Down = time.Since(start)

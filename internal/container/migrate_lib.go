@@ -4,11 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/freeflow-net/freeflow/internal/agentapi"
 	"github.com/freeflow-net/freeflow/internal/state"
@@ -50,7 +47,8 @@ func (m *Manager) libraryInUse(ctx context.Context, c *state.Container, src stat
 	}
 	var fast []string
 	for _, ci := range conns {
-		if ci.Path == "overlay" || (ci.LocalContainer != c.Name && ci.RemoteContainer != c.Name) {
+		// Its own ends only: another container's ledger names its peers itself.
+		if ci.Path == "overlay" || ci.LocalContainer != c.Name {
 			continue
 		}
 		if len(fast) < 3 {
@@ -94,19 +92,16 @@ func (mv *move) releaseSessions(ctx context.Context, until time.Time) error {
 // which CRIU cannot checkpoint. Its sessions are closed, so it gets no new
 // one; a fast-path connection still open keeps one for good: refused.
 func (mv *move) awaitOwnSockets(ctx context.Context) error {
-	ns, err := nsInode(fmt.Sprintf("/proc/%d/ns/net", mv.c.PID))
-	if err != nil {
-		return err
-	}
 	end := time.Now().Add(foreignWait)
 	for {
-		n, err := foreignSockets(pidsInNamespace(mv.c.PID), ns)
+		n, err := foreignSockets(mv.c.PID, end)
 		if err != nil || n == 0 {
 			return err
 		}
 		if time.Now().After(end) {
-			return fmt.Errorf("its library still holds %d sockets of its agent's or of another container's after %v "+
-				"(a fast-path connection, or a link to one that is still in use); it can move once its fast-path connections are closed", n, foreignWait)
+			return fmt.Errorf("its library still holds %d sockets of its agent's or of another container's (or sockets of a kind "+
+				"migrate cannot check) after %v: a fast-path connection, or a link to one still in use; it can move once its fast-path "+
+				"connections are closed", n, foreignWait)
 		}
 		select {
 		case <-ctx.Done():
@@ -116,60 +111,67 @@ func (mv *move) awaitOwnSockets(ctx context.Context) error {
 	}
 }
 
-// foreignSockets counts the sockets processes pids hold that belong to
-// another network namespace than inode ns, each looked at through a copy
-// of its descriptor (pidfd_getfd: nothing of the container's is opened).
-func foreignSockets(pids []int, ns uint64) (int, error) {
+// foreignSockets counts the sockets the processes in init's pid namespace
+// hold that the network namespace of init does not list in /proc/PID/net
+// (by inode): nothing of the container's is opened or referenced, so no
+// file of its can make this block. A pass past end stops counting.
+func foreignSockets(init int, end time.Time) (int, error) {
+	own, err := socketInodes(init)
+	if err != nil {
+		return 0, err
+	}
 	n := 0
-	for _, pid := range pids {
+	for _, pid := range pidsInNamespace(init) {
+		if time.Now().After(end) {
+			return max(n, 1), nil
+		}
 		dir := fmt.Sprintf("/proc/%d/fd", pid)
 		ents, err := os.ReadDir(dir)
 		if err != nil {
 			continue // gone meanwhile
 		}
-		pidfd, err := unix.PidfdOpen(pid, 0)
-		if err != nil {
-			continue
-		}
 		for _, e := range ents {
-			fd, err := strconv.Atoi(e.Name())
-			if target, _ := os.Readlink(dir + "/" + e.Name()); err != nil || !strings.HasPrefix(target, "socket:") {
+			target, err := os.Readlink(dir + "/" + e.Name())
+			ino, ok := strings.CutPrefix(target, "socket:[")
+			if err != nil || !ok {
 				continue
 			}
-			other, err := socketNSDiffers(pidfd, fd, ns)
-			if err != nil {
-				unix.Close(pidfd)
-				return 0, fmt.Errorf("look at socket %d of process %d: %w", fd, pid, err)
-			}
-			if other {
+			if !own[strings.TrimSuffix(ino, "]")] {
 				n++
 			}
 		}
-		unix.Close(pidfd)
 	}
 	return n, nil
 }
 
-// socketNSDiffers reports whether socket fd of the process behind pidfd
-// lives in another network namespace than inode ns; a descriptor closed
-// meanwhile does not.
-func socketNSDiffers(pidfd, fd int, ns uint64) (bool, error) {
-	got, err := unix.PidfdGetfd(pidfd, fd, 0)
-	if err == unix.EBADF || err == unix.ESRCH {
-		return false, nil
+// socketTables are the files of /proc/PID/net that list a network
+// namespace's sockets, and the field of a line that is the inode.
+var socketTables = []struct {
+	file  string
+	field int
+}{
+	{"tcp", 9}, {"tcp6", 9}, {"udp", 9}, {"udp6", 9}, {"udplite", 9}, {"udplite6", 9},
+	{"raw", 9}, {"raw6", 9}, {"unix", 6}, {"packet", 8}, {"netlink", 9},
+}
+
+// socketInodes is the set of the inodes of the sockets in pid's network
+// namespace.
+func socketInodes(pid int) (map[string]bool, error) {
+	own := map[string]bool{}
+	for _, t := range socketTables {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, t.file))
+		if os.IsNotExist(err) {
+			continue // a protocol this kernel has not
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list the sockets of the container's network namespace: %w", err)
+		}
+		lines := strings.Split(string(b), "\n")
+		for _, l := range lines[1:] {
+			if f := strings.Fields(l); len(f) > t.field {
+				own[f[t.field]] = true
+			}
+		}
 	}
-	if err != nil {
-		return false, fmt.Errorf("pidfd_getfd: %w", err)
-	}
-	defer unix.Close(got)
-	nsfd, err := unix.IoctlRetInt(got, unix.SIOCGSKNS)
-	if err != nil {
-		return false, fmt.Errorf("read the socket's network namespace: %w", err)
-	}
-	defer unix.Close(nsfd)
-	var st unix.Stat_t
-	if err := unix.Fstat(nsfd, &st); err != nil {
-		return false, err
-	}
-	return st.Ino != ns, nil
+	return own, nil
 }

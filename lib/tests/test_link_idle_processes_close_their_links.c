@@ -5,8 +5,8 @@
 
 #define CONNS	4
 #define N	(4u << 10)
-#define TTL	"1000"	/* ms: the client looks right after its last connection, well within it */
-#define WAIT_MS	(1000 + 1000 + 3000)
+#define TTL	"3000"	/* ms: the client looks right after its last connection, well within it */
+#define WAIT_MS	(3000 + 1000 + 3000)
 
 /* The link sockets this process holds: AF_UNIX SOCK_SEQPACKET with an unnamed peer (a session's is the agent's socket). */
 static int links_held(void)

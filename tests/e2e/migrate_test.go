@@ -207,9 +207,6 @@ func capBnd(t *testing.T, c *testenv.Cluster, name string) string {
 	return strings.TrimSpace(c.MustFF(t, "exec", name, "--", "grep", "CapBnd", "/proc/self/status"))
 }
 
-// TestMigrateRefused: a migration that cannot be done safely says why and
-// changes nothing: a container with the library (its fast paths are not
-// parked yet), an unknown host, the host it is on; --dry-run moves nothing.
 // TestMigrateLibraryContainer: a redis-server running the FreeFlow library
 // moves h1 -> h2 -> h1 while two clients without the library (overlay),
 // on h1 and h2, each hold a connection and INCR every 2 ms: none fails.
@@ -303,6 +300,9 @@ func TestMigrateLibraryContainer(t *testing.T) {
 	}
 }
 
+// TestMigrateRefused: a migration that cannot be done safely says why and
+// changes nothing: an unknown host, the host it is on; --dry-run moves
+// nothing. (A library container's refusals: TestMigrateLibraryContainer.)
 func TestMigrateRefused(t *testing.T) {
 	if m := testenv.Missing("criu"); m != "" {
 		t.Skip(m)
