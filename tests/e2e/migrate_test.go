@@ -40,11 +40,7 @@ func TestMigrate(t *testing.T) {
 	value := hex.EncodeToString(randomBytes(4 << 10))
 	runClient(t, c, "h2", nil, "redis-cli", "-h", srv, "SET", "before", value)
 
-	incr, err := filepath.Abs("testdata/migrate/incr.py")
-	must(t, err, "find incr.py")
-	ctl := t.TempDir()
-	must(t, os.Chmod(ctl, 0o777), "open %s to the clients", ctl)
-	flags := append(volume(incr, "/run/incr.py"), "-v", ctl+":/run/ctl")
+	ctl, flags := incrFlags(t)
 	clients := []struct{ name, host string }{{"mc1", "h1"}, {"mc2", "h1"}, {"mc3", "h2"}}
 	for i, cl := range clients {
 		f := flags
@@ -201,6 +197,17 @@ time.sleep(3600)
 	})
 }
 
+// incrFlags makes the directory the INCR clients (testdata/migrate/incr.py)
+// look in for their stop files, and returns it with the run flags that
+// mount it and the script.
+func incrFlags(t *testing.T) (string, []string) {
+	incr, err := filepath.Abs("testdata/migrate/incr.py")
+	must(t, err, "find incr.py")
+	ctl := t.TempDir()
+	must(t, os.Chmod(ctl, 0o777), "open %s to the clients", ctl)
+	return ctl, append(volume(incr, "/run/incr.py"), "-v", ctl+":/run/ctl")
+}
+
 // capBnd is the bounding capability set of a process exec'd in name.
 func capBnd(t *testing.T, c *testenv.Cluster, name string) string {
 	t.Helper()
@@ -226,11 +233,7 @@ func TestMigrateLibraryContainer(t *testing.T) {
 	value := hex.EncodeToString(randomBytes(4 << 10))
 	runClient(t, c, "h2", nil, "redis-cli", "-h", srv, "SET", "before", value)
 
-	incr, err := filepath.Abs("testdata/migrate/incr.py")
-	must(t, err, "find incr.py")
-	ctl := t.TempDir()
-	must(t, os.Chmod(ctl, 0o777), "open %s to the clients", ctl)
-	flags := append(volume(incr, "/run/incr.py"), "-v", ctl+":/run/ctl")
+	ctl, flags := incrFlags(t)
 	client := func(name, host string, lib bool) {
 		f := flags
 		if !lib {

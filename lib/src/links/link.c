@@ -92,10 +92,9 @@ static int nlinks;		/* slots in use at or below this index */
 static uint64_t next_id = 1;
 /* Whether any link exists: connect() and accept() pay one load while none does. */
 static _Atomic int any_link;
-/* The reaper thread runs (mu); reap_cv wakes it for a new link or offer, which may end first. */
-static int reaping;
-static pthread_cond_t reap_cv;
-static pthread_once_t reap_once = PTHREAD_ONCE_INIT;
+static int64_t expire(void);
+static void *reap(void *arg);
+static struct ff_reaper reaper = { .mu = &mu, .expire = expire, .thread = reap };
 
 /* later: unmapped in the background, as a closing link's channels are (shm/spill.c). */
 static void chan_drop(struct chan *ch, int later)
@@ -156,36 +155,8 @@ static int64_t expire(void)
 
 static void *reap(void *arg)
 {
-	struct timespec ts;
-	int64_t next;
-
 	(void)arg;
-	pthread_mutex_lock(&mu);
-	while ((next = expire())) {
-		ts.tv_sec = next / 1000;
-		ts.tv_nsec = next % 1000 * 1000000;
-		pthread_cond_timedwait(&reap_cv, &mu, &ts);
-	}
-	reaping = 0;
-	pthread_mutex_unlock(&mu);
-	return NULL;
-}
-
-static void reap_init(void)
-{
-	ff_cond_init_monotonic(&reap_cv);
-}
-
-/* See that the reaper runs, and wakes for something new, which may end first (mu held). */
-static void reaper(void)
-{
-	if (reaping) {
-		pthread_cond_signal(&reap_cv);
-		return;
-	}
-	pthread_once(&reap_once, reap_init);
-	/* Without it (no thread to be had), links still close when next used, as ever. */
-	reaping = ff_start_quiet_thread(reap);
+	return ff_reaper_run(&reaper);
 }
 
 static void tables_init(void)
@@ -243,7 +214,7 @@ void ff_link_add(int fd, int acceptor, const struct sockaddr_storage *local,
 		k.id = next_id++;
 		*l = k;
 		atomic_store(&any_link, 1);
-		reaper();
+		ff_reaper_kick(&reaper);
 	} else {
 		ff_real.close(fd);
 	}
@@ -623,7 +594,7 @@ static void pending_add(const struct pending *in)
 		pending_close(p);
 	*p = *in;
 	p->at = now;
-	reaper();
+	ff_reaper_kick(&reaper);
 }
 
 /*
@@ -864,10 +835,8 @@ void ff_links_atfork_prepare(void)
 static void after_fork(int child)
 {
 	ff_xlinks_after_fork(child);
-	if (child) {
-		reaping = 0;	/* threads do not fork; nor do the waits on reap_cv */
-		reap_init();
-	}
+	if (child)
+		ff_reaper_forked(&reaper);
 	/* The tables are set up (every fd -1) only once a link came. */
 	if (!atomic_load_explicit(&any_link, memory_order_relaxed)) {
 		pthread_mutex_unlock(&mu);

@@ -8,6 +8,7 @@
 #ifndef FREEFLOW_LINKS_H
 #define FREEFLOW_LINKS_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -15,6 +16,26 @@
 
 #include "core/core.h"
 #include "freeflow/proto.h"
+
+/*
+ * A table's reaper (reaper.c): a thread that calls expire, with outer (if
+ * any) then mu held, at each end it returns, until it returns 0. thread is
+ * the table's own start routine, which calls ff_reaper_run with it.
+ */
+struct ff_reaper {
+	pthread_mutex_t *mu;		/* the table's lock, held through the wait */
+	pthread_mutex_t *outer;		/* taken before mu around expire, or NULL */
+	int64_t (*expire)(void);	/* close what ended; the next end (ms, monotonic), 0: none left */
+	void *(*thread)(void *);
+	pthread_cond_t cv;		/* wakes it for something new, which may end first */
+	int ready;			/* cv made */
+	int running;
+};
+void *ff_reaper_run(struct ff_reaper *r);
+/* See that the reaper runs, and wakes for something new (mu held). */
+void ff_reaper_kick(struct ff_reaper *r);
+/* In a fork child, under mu: no reaper runs there. */
+void ff_reaper_forked(struct ff_reaper *r);
 
 /* An endpoint as the wire names it (ff_endpoint): address then port. */
 struct ep {

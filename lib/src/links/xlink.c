@@ -107,10 +107,9 @@ static int nlater;
 /* The accepting side's epoll set (mu); a fork child forgets it (ff_xlinks_after_fork). */
 static int ep = -1;
 
-/* The reaper thread runs (mu); reap_cv wakes it for a new link, which may expire first. */
-static int reaping;
-static pthread_cond_t reap_cv;
-static pthread_once_t reap_once = PTHREAD_ONCE_INIT;
+static int64_t expire(void);
+static void *reap(void *arg);
+static struct ff_reaper reaper = { .mu = &mu, .outer = &fill_mu, .expire = expire, .thread = reap };
 
 int ff_xlinks_any(void)
 {
@@ -186,42 +185,8 @@ static int64_t expire(void)
 
 static void *reap(void *arg)
 {
-	struct timespec ts;
-	int64_t next;
-
 	(void)arg;
-	for (;;) {
-		pthread_mutex_lock(&fill_mu);
-		pthread_mutex_lock(&mu);
-		next = expire();
-		pthread_mutex_unlock(&fill_mu);
-		if (!next)
-			break;
-		ts.tv_sec = next / 1000;
-		ts.tv_nsec = next % 1000 * 1000000;
-		pthread_cond_timedwait(&reap_cv, &mu, &ts);
-		pthread_mutex_unlock(&mu);
-	}
-	reaping = 0;
-	pthread_mutex_unlock(&mu);
-	return NULL;
-}
-
-static void reap_init(void)
-{
-	ff_cond_init_monotonic(&reap_cv);
-}
-
-/* See that the reaper runs, and wakes for a new link (mu held). */
-static void reaper(void)
-{
-	if (reaping) {
-		pthread_cond_signal(&reap_cv);
-		return;
-	}
-	pthread_once(&reap_once, reap_init);
-	/* Without it (no thread to be had), links still close when next used, as ever. */
-	reaping = ff_start_quiet_thread(reap);
+	return ff_reaper_run(&reaper);
 }
 
 void ff_xlink_add(const struct sockaddr_storage *local, const struct sockaddr_storage *remote,
@@ -253,7 +218,7 @@ void ff_xlink_add(const struct sockaddr_storage *local, const struct sockaddr_st
 		if (k.acceptor && ep_live())
 			ep_watch(listener, EPOLL_CTL_ADD, EPOLLIN);
 		atomic_store(&any, 1);
-		reaper();
+		ff_reaper_kick(&reaper);
 	} else if (listener >= 0) {
 		ff_real.close(listener);
 	}
@@ -930,8 +895,7 @@ void ff_xlinks_after_fork(int child)
 	if (child) {
 		ep = -1;	/* closed with the control sessions (ff_control_atfork_child) */
 		nlater = 0;	/* the same */
-		reaping = 0;	/* threads do not fork; nor do the waits on reap_cv */
-		reap_init();
+		ff_reaper_forked(&reaper);
 		fill_agent.fd = -1;
 		fill_for = 0;
 		atomic_store(&fill_out, 0);
