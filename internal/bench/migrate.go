@@ -23,7 +23,8 @@ import (
 
 // The migration experiment (`--only migrate`, and part of the full run;
 // issue 20): `freeflow migrate` (internal/container/migrate.go) moves a
-// redis-server, started with --no-freeflow on h1 and filled to the case's
+// redis-server, started on h1 without the library and with it (its
+// connections to the peers on the overlay) and filled to the case's
 // memory, to h2 while two peers, one on h1 and one on h2, each hold one
 // connection and INCR every 2 ms, every reply checked. The peers' slowest
 // reply during the move is the downtime they see; `migrate -o json` gives
@@ -37,12 +38,21 @@ const MigrateName = "migrate"
 const (
 	groupMigration = "migration"
 	pathMigrate    = "h1-to-h2"
+	pathMigrateLib = "h1-to-h2-lib"
 )
 
-var migratePath = PathInfo{Name: pathMigrate, Group: groupMigration, Role: RoleMeasured,
-	Server: "redis-server on h1, --no-freeflow, moved to h2", Client: "a peer on h1 and one on h2, --no-freeflow, one connection each",
-	Target: "the server's IP",
-	About:  "`freeflow migrate NAME --to h2` of a running container without the library: CRIU dump with its TCP connections, the overlay routes its IP to h2, CRIU restore there"}
+var (
+	migratePath = PathInfo{Name: pathMigrate, Group: groupMigration, Role: RoleMeasured,
+		Server: "redis-server on h1, --no-freeflow, moved to h2", Client: "a peer on h1 and one on h2, --no-freeflow, one connection each",
+		Target: "the server's IP",
+		About:  "`freeflow migrate NAME --to h2` of a running container without the library: CRIU dump with its TCP connections, the overlay routes its IP to h2, CRIU restore there"}
+	migrateLibPath = PathInfo{Name: pathMigrateLib, Group: groupMigration, Role: RoleMeasured,
+		Server: "redis-server on h1 with the library, moved to h2", Client: migratePath.Client,
+		Target: "the server's IP",
+		About: "the same of a container running the library, its connections to the peers on the overlay: before the freeze its source's agent closes its " +
+			"sessions (RELEASE) and the CLI waits until it holds no socket of another namespace"}
+	migratePaths = []PathInfo{migratePath, migrateLibPath}
+)
 
 // Migration metrics.
 const (
@@ -69,11 +79,11 @@ const (
 )
 
 var migrateInfo = ExperimentInfo{Name: MigrateName, Better: "lower", NoRatios: true, X: "container memory size",
-	Title: fmt.Sprintf("Migration: a redis-server (--no-freeflow) filled to the case's memory moved h1 → h2 by `freeflow migrate` "+
+	Title: fmt.Sprintf("Migration: a redis-server (without the library, and with it) filled to the case's memory moved h1 → h2 by `freeflow migrate` "+
 		"while a peer on h1 and one on h2 each INCR every 2 ms on one connection, every reply checked; the peers' slowest reply "+
 		"during the move (the downtime they see) against the target %d ms + %d ms per MiB of the server's RSS, and CRIU's parts, ms. "+
-		"Park and transfer are 0 in this first step: no library connections to park, and the hosts share one machine, so the images are not copied "+
-		"(dump writes them to a tmpfs the restore reads); resume (connections back on fast paths) does not apply yet: no library",
+		"Park and transfer are 0 in this step: no fast-path connections to park (the peers have no library), and the hosts share one machine, so the "+
+		"images are not copied (dump writes them to a tmpfs the restore reads); resume (connections back on fast paths) does not apply yet",
 		targetBaseMs, targetMsPerMiB),
 	Metrics: []MetricInfo{
 		{Key: mPeerH1, Label: "slowest reply, peer on h1 (source host) ms", Headline: true, Plot: true},
@@ -167,7 +177,7 @@ func runMigrate(ctx context.Context, o Options, raw *Raw, dir string) (err error
 		raw.Notes = append(raw.Notes, "the migration experiment did not run: "+why)
 		return nil
 	}
-	raw.Paths = append(raw.Paths, migratePath)
+	raw.Paths = append(raw.Paths, migratePaths...)
 	raw.Experiments = append(raw.Experiments, migrateInfo)
 	if err := os.WriteFile(filepath.Join(dir, migratePeerFile), migratePeerScript, 0o755); err != nil {
 		return fmt.Errorf("write %s: %w", migratePeerFile, err)
@@ -196,13 +206,15 @@ func runMigrate(ctx context.Context, o Options, raw *Raw, dir string) (err error
 		r.peers[h] = name
 	}
 	raw.Setup.Servers = append(raw.Setup.Servers, "migrate: "+commandLine(migrateServer)+
-		" in a --no-freeflow container on h1, a new one for every run, then moved to h2")
+		" in a container on h1 (--no-freeflow, and with the library), a new one for every run, then moved to h2")
 	fmt.Fprintf(o.Log, "bench: migration on cluster %s\n", c.cli.Cluster)
 	for rep := 1; rep <= o.Reps; rep++ {
 		for _, mc := range migrateCases(!o.Quick) {
-			r.add(r.measure(ctx, mc, rep))
-			if ctx.Err() != nil {
-				return fmt.Errorf("bench interrupted: %w", ctx.Err())
+			for _, p := range migratePaths {
+				r.add(r.measure(ctx, mc, p, rep))
+				if ctx.Err() != nil {
+					return fmt.Errorf("bench interrupted: %w", ctx.Err())
+				}
 			}
 		}
 	}
@@ -230,15 +242,19 @@ func (r *migrateRun) add(s Sample) {
 	if s.Error != "" {
 		v = " FAILED: " + firstLine(s.Error)
 	}
-	fmt.Fprintf(r.o.Log, "bench: %s %s rep %d:%s\n", s.Experiment, s.Case, s.Rep, v)
+	fmt.Fprintf(r.o.Log, "bench: %s %s %s rep %d:%s\n", s.Experiment, s.Case, s.Path, s.Rep, v)
 }
 
 // measure runs one migration of a new server filled to c's memory and
 // returns its sample; a failure (a peer's wrong reply or lost connection
 // among them) is the sample's error.
-func (r *migrateRun) measure(ctx context.Context, c migrateCase, rep int) (s Sample) {
+func (r *migrateRun) measure(ctx context.Context, c migrateCase, p PathInfo, rep int) (s Sample) {
+	lib := p.Name == pathMigrateLib
 	name := fmt.Sprintf("%s-%d-%d", r.prefix, c.mib, rep)
-	s = Sample{Experiment: MigrateName, Case: c.name(), X: float64(c.mib << 20), Path: pathMigrate, Rep: rep,
+	if lib {
+		name += "-lib"
+	}
+	s = Sample{Experiment: MigrateName, Case: c.name(), X: float64(c.mib << 20), Path: p.Name, Rep: rep,
 		Command: fmt.Sprintf("freeflow migrate %s --to h2 -o json, %s filled by redis-cli DEBUG POPULATE %d key %d; "+
 			"peers on h1 and h2: python3 %s IP %d KEY", name, migrateServer[0], populateKeys(c.mib), populateValue, migratePeerFile, migratePort)}
 	ctx, cancel := context.WithTimeout(ctx, migrateLimit)
@@ -250,7 +266,7 @@ func (r *migrateRun) measure(ctx context.Context, c migrateCase, rep int) (s Sam
 			s.Error = fmt.Sprintf("remove the migrated server %s: %v", name, err)
 		}
 	}()
-	m, out, err := r.move(ctx, name, c)
+	m, out, err := r.move(ctx, name, c, lib)
 	if err != nil {
 		s.Error, s.Output = err.Error(), out
 		return s
@@ -265,8 +281,8 @@ func (r *migrateRun) measure(ctx context.Context, c migrateCase, rep int) (s Sam
 // move starts the server, fills it, starts the peers, migrates the
 // server mid-run and returns the metrics, or an error and the output
 // that tells why.
-func (r *migrateRun) move(ctx context.Context, name string, c migrateCase) (map[string]float64, string, error) {
-	srv, out, err := r.fill(ctx, name, c)
+func (r *migrateRun) move(ctx context.Context, name string, c migrateCase, lib bool) (map[string]float64, string, error) {
+	srv, out, err := r.fill(ctx, name, c, lib)
 	if err != nil {
 		return nil, out, err
 	}
@@ -315,10 +331,11 @@ type filledServer struct {
 	used, rss float64
 }
 
-// fill starts the server on h1 and fills it to c's memory.
-func (r *migrateRun) fill(ctx context.Context, name string, c migrateCase) (filledServer, string, error) {
+// fill starts the server on h1, with the library if lib, and fills it to
+// c's memory.
+func (r *migrateRun) fill(ctx context.Context, name string, c migrateCase, lib bool) (filledServer, string, error) {
 	var srv filledServer
-	if err := r.cli.RunDetached(ctx, "h1", name, tenant, runOpts{}, migrateServer); err != nil {
+	if err := r.cli.RunDetached(ctx, "h1", name, tenant, runOpts{FreeFlow: lib}, migrateServer); err != nil {
 		return srv, "", err
 	}
 	if err := r.waitRedis(ctx, name); err != nil {
