@@ -216,10 +216,10 @@ func TestKubeBenchOnRealCluster(t *testing.T) {
 }
 
 // TestMigrateBenchOnRealCluster runs `freeflow bench --quick --only
-// migrate` with one repetition: its own cluster, one 64 MiB redis-server
-// moved from h1 to h2 while its peers on both hosts INCR, every reply
-// right. The row has every headline figure and no note, and the cluster
-// is gone.
+// migrate` with one repetition: its own cluster, a 64 MiB redis-server
+// without the library and one with it, each moved from h1 to h2 while its
+// peers on both hosts INCR, every reply right. Each row has every headline
+// figure and no note, and the cluster is gone.
 func TestMigrateBenchOnRealCluster(t *testing.T) {
 	if why := migrateMissing(); why != "" {
 		t.Skip(why)
@@ -230,12 +230,12 @@ func TestMigrateBenchOnRealCluster(t *testing.T) {
 		t.Fatalf("the migration experiment did not run: %q", raw.Notes)
 	}
 	defer assertClusterGone(t, raw.Setup.MigrateCluster)
-	n := 0
+	paths := map[string]bool{}
 	for _, r := range SummarizeRaw(raw) {
 		if !r.ran() {
 			continue
 		}
-		n++
+		paths[r.Path.Name] = r.Case == "64 MiB"
 		if r.Exp.Name != MigrateName || r.Runs != 1 || len(r.Notes) > 0 {
 			t.Errorf("%s %s on %s: %d runs, notes %q", r.Exp.Name, r.Case, r.Path.Name, r.Runs, r.Notes)
 		}
@@ -245,8 +245,8 @@ func TestMigrateBenchOnRealCluster(t *testing.T) {
 			}
 		}
 	}
-	if n != 1 {
-		t.Errorf("%d rows measured, want the one 64 MiB row", n)
+	if len(paths) != 2 || !paths[pathMigrate] || !paths[pathMigrateLib] {
+		t.Errorf("rows measured: %v; want the 64 MiB row of %s and of %s", paths, pathMigrate, pathMigrateLib)
 	}
 	for _, note := range raw.Notes {
 		if strings.Contains(note, "migration") {
