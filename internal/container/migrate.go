@@ -750,29 +750,18 @@ func (mv *move) finish(ctx context.Context, newNS string, pid int) error {
 // reregister moves the container's directory record from the source's
 // agent to the destination's.
 func (mv *move) reregister(ctx context.Context) error {
-	l := mv.m.Layout
 	c := mv.c
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	old, err := agentapi.DialAdmin(l.AdminSocket(mv.from.Name))
-	if err != nil {
-		return fmt.Errorf("reach %s's agent: %w", mv.from.Name, err)
+	if err := mv.m.unregisterAt(ctx, c, mv.from.Name); err != nil {
+		return err
 	}
-	defer old.Close()
-	if err := old.Unregister(ctx, c.ID); err != nil {
-		return fmt.Errorf("unregister %s from %s's agent: %w", c.Name, mv.from.Name, err)
-	}
-	agent, err := agentapi.DialAdmin(l.AdminSocket(mv.to.Name))
-	if err != nil {
-		return fmt.Errorf("reach %s's agent: %w", mv.to.Name, err)
-	}
-	defer agent.Close()
 	rec := directory.Container{ID: c.ID, Name: c.Name, Host: mv.to.Name, IP: c.IP, Tenant: c.Tenant,
-		NetNS: netns.Path(l.ContainerNetNS(c.Name)), FreeFlow: c.FreeFlow, NoShm: c.NoShm, Moved: mv.to.Name != mv.home.Name}
-	if err := agent.Register(ctx, rec); err != nil {
-		return fmt.Errorf("register %s with %s's agent: %w", c.Name, mv.to.Name, err)
-	}
-	return nil
+		NetNS: netns.Path(mv.m.Layout.ContainerNetNS(c.Name)), FreeFlow: c.FreeFlow, NoShm: c.NoShm, Moved: mv.to.Name != mv.home.Name}
+	return mv.m.withAgent(ctx, mv.to.Name, func(ctx context.Context, agent *agentapi.AdminClient) error {
+		if err := agent.Register(ctx, rec); err != nil {
+			return fmt.Errorf("register %s with %s's agent: %w", c.Name, mv.to.Name, err)
+		}
+		return nil
+	})
 }
 
 // forgetNeighbour drops the neighbour entries containers on hosts hold

@@ -34,56 +34,46 @@ const releaseHold = time.Minute
 // libraryInUse refuses a move of c, whose processes run the library, while
 // its source's agent lists fast-path connections or verbs resources of it.
 func (m *Manager) libraryInUse(ctx context.Context, c *state.Container, src state.Host) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	agent, err := agentapi.DialAdmin(m.Layout.AdminSocket(src.Name))
-	if err != nil {
-		return fmt.Errorf("reach %s's agent to list %s's connections: %w", src.Name, c.Name, err)
-	}
-	defer agent.Close()
-	conns, err := agent.Conns(ctx)
-	if err != nil {
-		return err
-	}
-	var fast []string
-	for _, ci := range conns {
-		// Its own ends only: another container's ledger names its peers itself.
-		if ci.Path == "overlay" || ci.LocalContainer != c.Name {
-			continue
+	return m.withAgent(ctx, src.Name, func(ctx context.Context, agent *agentapi.AdminClient) error {
+		conns, err := agent.Conns(ctx)
+		if err != nil {
+			return err
 		}
-		if len(fast) < 3 {
-			fast = append(fast, fmt.Sprintf("%s %s-%s", ci.Path, ci.Local, ci.Remote))
-		} else if len(fast) == 3 {
-			fast = append(fast, "...")
+		var fast []string
+		for _, ci := range conns {
+			// Its own ends only: another container's ledger names its peers itself.
+			if ci.Path == "overlay" || ci.LocalContainer != c.Name {
+				continue
+			}
+			if len(fast) < 3 {
+				fast = append(fast, fmt.Sprintf("%s %s-%s", ci.Path, ci.Local, ci.Remote))
+			} else if len(fast) == 3 {
+				fast = append(fast, "...")
+			}
 		}
-	}
-	if len(fast) > 0 {
-		return fmt.Errorf("its library holds connections on fast paths (%s), which cannot be parked on plain TCP for a checkpoint yet; "+
-			"it can move once they are closed (connections to peers without the library, on the overlay, move with it)", strings.Join(fast, ", "))
-	}
-	mem, err := agent.VerbsMem(ctx)
-	if err != nil {
-		return err
-	}
-	for _, v := range mem {
-		if v.Container == c.Name && (v.QPs > 0 || v.Regions > 0) {
-			return fmt.Errorf("it uses its virtual RDMA device (%d queue pairs, %d memory regions), whose shared memory cannot move yet", v.QPs, v.Regions)
+		if len(fast) > 0 {
+			return fmt.Errorf("its library holds connections on fast paths (%s), which cannot be parked on plain TCP for a checkpoint yet; "+
+				"it can move once they are closed (connections to peers without the library, on the overlay, move with it)", strings.Join(fast, ", "))
 		}
-	}
-	return nil
+		mem, err := agent.VerbsMem(ctx)
+		if err != nil {
+			return err
+		}
+		for _, v := range mem {
+			if v.Container == c.Name && (v.QPs > 0 || v.Regions > 0) {
+				return fmt.Errorf("it uses its virtual RDMA device (%d queue pairs, %d memory regions), whose shared memory cannot move yet", v.QPs, v.Regions)
+			}
+		}
+		return nil
+	})
 }
 
 // releaseSessions has the source's agent close the container's sessions
 // and refuse new ones until until; the zero time ends that.
 func (mv *move) releaseSessions(ctx context.Context, until time.Time) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	agent, err := agentapi.DialAdmin(mv.m.Layout.AdminSocket(mv.from.Name))
-	if err != nil {
-		return fmt.Errorf("reach %s's agent: %w", mv.from.Name, err)
-	}
-	defer agent.Close()
-	return agent.Release(ctx, mv.c.ID, until)
+	return mv.m.withAgent(ctx, mv.from.Name, func(ctx context.Context, agent *agentapi.AdminClient) error {
+		return agent.Release(ctx, mv.c.ID, until)
+	})
 }
 
 // awaitOwnSockets waits until the container's processes hold no socket of

@@ -101,7 +101,7 @@ func (m *Manager) detach(ctx context.Context, c *state.Container, discard bool) 
 		return nil
 	}
 	if home != c.Host {
-		if err := m.unregisterMoved(ctx, c); err != nil {
+		if err := m.unregisterAt(ctx, c, c.Host); err != nil {
 			return err
 		}
 	}

@@ -116,20 +116,28 @@ func stopRestored(c *state.Container) error {
 	return nil
 }
 
-// unregisterMoved takes c's record out of the directory through the agent
-// of the host it runs on, away from home.
-func (m *Manager) unregisterMoved(ctx context.Context, c *state.Container) error {
+// withAgent runs do with a session on host's admin socket, the whole
+// bounded by 10 s.
+func (m *Manager) withAgent(ctx context.Context, host string, do func(context.Context, *agentapi.AdminClient) error) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	agent, err := agentapi.DialAdmin(m.Layout.AdminSocket(c.Host))
+	agent, err := agentapi.DialAdmin(m.Layout.AdminSocket(host))
 	if err != nil {
-		return fmt.Errorf("reach %s's agent: %w", c.Host, err)
+		return fmt.Errorf("reach %s's agent: %w", host, err)
 	}
 	defer agent.Close()
-	if err := agent.Unregister(ctx, c.ID); err != nil {
-		return fmt.Errorf("unregister %s from %s's agent: %w", c.Name, c.Host, err)
-	}
-	return nil
+	return do(ctx, agent)
+}
+
+// unregisterAt takes c's record out of the directory through host's agent
+// (the host it runs on, away from home, or the one it moved from).
+func (m *Manager) unregisterAt(ctx context.Context, c *state.Container, host string) error {
+	return m.withAgent(ctx, host, func(ctx context.Context, agent *agentapi.AdminClient) error {
+		if err := agent.Unregister(ctx, c.ID); err != nil {
+			return fmt.Errorf("unregister %s from %s's agent: %w", c.Name, host, err)
+		}
+		return nil
+	})
 }
 
 // forgetMoves removes what migrations may have left for c on every host

@@ -125,13 +125,19 @@ static void pending_close(struct pending *p)
 	p->bell = p->memfd = -1;
 }
 
+/* When l ends: the acceptor keeps it GRACE_MS past the connector. */
+static int64_t link_end(const struct link *l)
+{
+	return l->expires + (l->acceptor ? GRACE_MS : 0);
+}
+
 /* Close the links and pending offers that ended (mu held); the next end, 0 if none is left. */
 static int64_t expire(void)
 {
 	int64_t now = ff_now_ms(), next = 0;
 
 	for (int i = 0; i < nlinks; i++) {
-		int64_t end = links[i].expires + (links[i].acceptor ? GRACE_MS : 0);
+		int64_t end = link_end(&links[i]);
 
 		if (links[i].fd < 0)
 			continue;
@@ -214,7 +220,7 @@ void ff_link_add(int fd, int acceptor, const struct sockaddr_storage *local,
 		k.id = next_id++;
 		*l = k;
 		atomic_store(&any_link, 1);
-		ff_reaper_kick(&reaper);
+		ff_reaper_kick(&reaper, link_end(l));
 	} else {
 		ff_real.close(fd);
 	}
@@ -594,7 +600,7 @@ static void pending_add(const struct pending *in)
 		pending_close(p);
 	*p = *in;
 	p->at = now;
-	ff_reaper_kick(&reaper);
+	ff_reaper_kick(&reaper, now + PENDING_KEEP_MS);
 }
 
 /*

@@ -27,13 +27,14 @@ struct ff_reaper {
 	pthread_mutex_t *outer;		/* taken before mu around expire, or NULL */
 	int64_t (*expire)(void);	/* close what ended; the next end (ms, monotonic), 0: none left */
 	void *(*thread)(void *);
-	pthread_cond_t cv;		/* wakes it for something new, which may end first */
+	pthread_cond_t cv;		/* wakes it for something that ends first */
 	int ready;			/* cv made */
 	int running;
+	int64_t next;			/* the end it sleeps until, while running */
 };
 void *ff_reaper_run(struct ff_reaper *r);
-/* See that the reaper runs, and wakes for something new (mu held). */
-void ff_reaper_kick(struct ff_reaper *r);
+/* See that the reaper runs, woken if something new ends before it would look (mu held). */
+void ff_reaper_kick(struct ff_reaper *r, int64_t end);
 /* In a fork child, under mu: no reaper runs there. */
 void ff_reaper_forked(struct ff_reaper *r);
 

@@ -19,7 +19,7 @@ void *ff_reaper_run(struct ff_reaper *r)
 		if (r->outer)
 			pthread_mutex_lock(r->outer);
 		pthread_mutex_lock(r->mu);
-		next = r->expire();
+		r->next = next = r->expire();
 		if (r->outer)
 			pthread_mutex_unlock(r->outer);
 		if (!next)
@@ -34,10 +34,12 @@ void *ff_reaper_run(struct ff_reaper *r)
 	return NULL;
 }
 
-void ff_reaper_kick(struct ff_reaper *r)
+void ff_reaper_kick(struct ff_reaper *r, int64_t end)
 {
 	if (r->running) {
-		pthread_cond_signal(&r->cv);
+		/* Most new things end after what it waits for: no wake-up per connection. */
+		if (end < r->next)
+			pthread_cond_signal(&r->cv);
 		return;
 	}
 	if (!r->ready) {

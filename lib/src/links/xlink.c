@@ -218,7 +218,7 @@ void ff_xlink_add(const struct sockaddr_storage *local, const struct sockaddr_st
 		if (k.acceptor && ep_live())
 			ep_watch(listener, EPOLL_CTL_ADD, EPOLLIN);
 		atomic_store(&any, 1);
-		ff_reaper_kick(&reaper);
+		ff_reaper_kick(&reaper, k.expires);
 	} else if (listener >= 0) {
 		ff_real.close(listener);
 	}
