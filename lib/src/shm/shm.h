@@ -266,8 +266,13 @@ extern _Atomic int ff_shm_conns;
 
 /* ---- shm/copy.c ---- */
 
-/* memcpy for a ring's bytes (into or out of a ring): no rep movsb (copy.c says why). */
+/* memcpy for a ring's bytes (into or out of a ring): where rep movsb is slow, a loop (copy.c says why). */
 void ff_shm_copy(void *dst, const void *src, size_t n);
+#if defined(__x86_64__)
+/* The loop itself, for n >= 256 where ff_shm_copy_has_avx2(): exported for its test. */
+void ff_shm_copy_avx2(uint8_t *d, const uint8_t *s, size_t n);
+int ff_shm_copy_has_avx2(void);
+#endif
 
 /* ---- shm/ring.c: the rings themselves, for shm/io.c and shm/switch.c ---- */
 
