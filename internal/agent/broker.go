@@ -197,6 +197,7 @@ func (a *Agent) decide(s *session, k tuple, side side) (directory.Container, dec
 	c := &connector{pid: s.pid, mine: a.listeners.keysOf(s.pid, s.ns)}
 	defer a.rv.endAsk(c, side, k)
 	if side == sideAcceptor {
+		a.listeners.accepting(s.self.ID, k.acc.Port(), s.pid)
 		finish := a.finishLocal
 		if peer.Host != a.cfg.Host {
 			finish = nil // the offer finishes the meeting

@@ -179,13 +179,17 @@ func TestXLinkNotGrantedWithoutCapsOnBothSides(t *testing.T) {
 	}
 }
 
-// A listener another process registered too (forked workers) gets no
-// link: that process could accept a connection offered over it. Once the
-// accepting process is the only one, it does.
+// A listener another process registered too and accepts on (forked
+// workers) gets no link: that process could accept a connection offered
+// over it. Once the accepting process is the only one, it does.
 func TestXLinkNotGrantedForSharedListener(t *testing.T) {
 	hs := startTwoHosts(t, nil)
 	other := startAsker(t, "", askSpec{Sock: hs.h2.cfg.LibrarySocket(), Caps: protocol.CapXLink, Listen: srv2,
-		Ask: "accept", Local: srv2, Remote: selfCli(49029)}) // registers, then waits for a go that never comes
+		Ask: "accept", Local: srv2, Remote: selfCli(49029)})
+	other.goAhead()
+	if r := other.result(t); r.Path != "overlay" || r.Err != "" {
+		t.Fatalf("the other process's ACCEPT, with no connector: %+v; want the overlay", r)
+	}
 	srv, cli := newLibCaps(t, hs.h2, protocol.CapXLink), newLibCaps(t, hs.h1, protocol.CapXLink)
 	if err := srv.listen(srv2); err != nil {
 		t.Fatal(err)

@@ -149,13 +149,18 @@ func TestNoLinkWithoutCapsLink(t *testing.T) {
 	}
 }
 
-// A listener registered by another process too (forked workers), or only
-// by another process, gets no link: that process could accept the offered
-// connection. Once the acceptor's process is the only one, it does.
+// A listener registered by another process too that accepts on it (forked
+// workers), or only by another process, gets no link: that process could
+// accept the offered connection. Once the acceptor's process is the only
+// one, it does.
 func TestNoLinkForSharedListener(t *testing.T) {
 	a := shmAgent(t, "")
 	other := startAsker(t, "", askSpec{Sock: a.cfg.LibrarySocket(), Caps: capsLink, Listen: "0.0.0.0:8080",
-		Ask: "accept", Local: selfSrv, Remote: selfCli(46029)}) // registers, then waits for a go that never comes
+		Ask: "accept", Local: selfSrv, Remote: selfCli(46029)})
+	other.goAhead()
+	if r := other.result(t); r.Path != "overlay" || r.Err != "" {
+		t.Fatalf("the other process's ACCEPT, with no connector: %+v; want the overlay", r)
+	}
 	srv, cli := newLibCaps(t, a, capsLink), newLibCaps(t, a, capsLink)
 	if err := srv.listen(selfSrv); err != nil {
 		t.Fatal(err)
@@ -179,6 +184,32 @@ func TestNoLinkForSharedListener(t *testing.T) {
 	}
 	con, acc = meetSelf(t, srv, cli, 46022)
 	wantLinkPair(t, con, acc)
+}
+
+// A pre-forking server (nginx, gunicorn): its master registered the
+// listener too (it made the socket, the worker inherited it) but never
+// accepts on it. The worker is the listener's only acceptor: its
+// connections get links. Once the master accepts one too, they do not.
+func TestLinkForListenerWhoseOtherProcessNeverAccepts(t *testing.T) {
+	a := shmAgent(t, "")
+	master := startAsker(t, "", askSpec{Sock: a.cfg.LibrarySocket(), Caps: capsLink, Listen: "0.0.0.0:8080",
+		Ask: "accept", Local: selfSrv, Remote: selfCli(46039)}) // registers, then waits for its go
+	worker, cli := newLibCaps(t, a, capsLink), newLibCaps(t, a, capsLink)
+	if err := worker.listen(selfSrv); err != nil {
+		t.Fatal(err)
+	}
+	if pids, _, _ := a.listeners.live(ffSelf.ID, 8080); len(pids) != 2 {
+		t.Fatalf("listener registered by pids %v; want the test process and the child", pids)
+	}
+	con, acc := meetSelf(t, worker, cli, 46030)
+	wantLinkPair(t, con, acc)
+
+	master.goAhead()
+	if r := master.result(t); r.Path != "overlay" || r.Err != "" {
+		t.Fatalf("the master's ACCEPT, with no connector: %+v; want the overlay", r)
+	}
+	con, acc = meetSelf(t, worker, cli, 46031)
+	wantNoLink(t, "listener the master accepted on too", con, acc)
 }
 
 // A container charged half its budget or more, this channel included,

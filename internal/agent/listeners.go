@@ -50,6 +50,7 @@ type registration struct {
 	shm     bool      // its library can take shm channels (CAPS of the session)
 	mark    bool      // its library asks only about connections whose SYN has the mark
 	checked time.Time // when ns was last found current
+	accepts bool      // its process has asked about a connection it accepted (ACCEPT)
 }
 
 // nsCheckEvery bounds how often a registration's namespace is read again:
@@ -100,7 +101,8 @@ func (l *listeners) add(s *session, id string, port uint16) error {
 		}
 		l.byPid[s.pid][k] = true
 	}
-	l.m[k][s.pid] = registration{ns: s.ns, shm: s.caps&protocol.CapShm != 0, mark: s.caps&protocol.CapSynMark != 0}
+	l.m[k][s.pid] = registration{ns: s.ns, shm: s.caps&protocol.CapShm != 0, mark: s.caps&protocol.CapSynMark != 0,
+		accepts: l.m[k][s.pid].accepts}
 	return nil
 }
 
@@ -163,8 +165,18 @@ func (l *listeners) remove(s *session, id string, port uint16) {
 func (l *listeners) live(id string, port uint16) (pids []int32, shm, marked bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	k := listenerKey{id, port}
 	shm, marked = true, true
+	l.eachCurrentLocked(listenerKey{id, port}, func(pid int32, reg registration) {
+		pids = append(pids, pid)
+		shm = shm && reg.shm
+		marked = marked && reg.mark
+	})
+	return pids, shm && len(pids) > 0, marked && len(pids) > 0
+}
+
+// eachCurrentLocked calls fn for each registration of k whose process is
+// current, forgetting the others.
+func (l *listeners) eachCurrentLocked(k listenerKey, fn func(int32, registration)) {
 	now := time.Now()
 	for pid, reg := range l.m[k] {
 		if !reg.current(pid, now) {
@@ -172,21 +184,35 @@ func (l *listeners) live(id string, port uint16) (pids []int32, shm, marked bool
 			continue
 		}
 		l.m[k][pid] = reg
-		pids = append(pids, pid)
-		shm = shm && reg.shm
-		marked = marked && reg.mark
+		fn(pid, reg)
 	}
-	return pids, shm && len(pids) > 0, marked && len(pids) > 0
 }
 
-// sole returns the process that registered container id's port if it is
-// the only live one; false if none or several did.
-func (l *listeners) sole(id string, port uint16) (int32, bool) {
-	pids, _, _ := l.live(id, port)
-	if len(pids) != 1 {
-		return 0, false
+// accepting notes that process pid asks about a connection it accepted on
+// container id's port.
+func (l *listeners) accepting(id string, port uint16, pid int32) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k := listenerKey{id, port}
+	if reg, ok := l.m[k][pid]; ok && !reg.accepts {
+		reg.accepts = true
+		l.m[k][pid] = reg
 	}
-	return pids[0], true
+}
+
+// soleAcceptor reports whether pid registered container id's port and no
+// other live process that registered it has accepted on it: the master of
+// a pre-forking server (nginx's, gunicorn's) holds the listener but never
+// accepts, and its one worker is the sole acceptor.
+func (l *listeners) soleAcceptor(id string, port uint16, pid int32) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	mine, others := false, false
+	l.eachCurrentLocked(listenerKey{id, port}, func(p int32, reg registration) {
+		mine = mine || p == pid
+		others = others || (p != pid && reg.accepts)
+	})
+	return mine && !others
 }
 
 // keysOf returns the listeners process pid (in namespace ns) registered.

@@ -137,15 +137,13 @@ func (a *Agent) linkAllowed(libs [2]asking, parked bool, ids [2]string, lis list
 
 // linkListener applies the rules of every link grant, same host or cross
 // host, about its listener lis: the meeting is not parked (acc, the
-// acceptor, asked itself), and acc's process alone registered lis; with
-// forked workers sharing it, another process could accept a connection
-// offered over the link. And the agent holds acc's process's ledger.
+// acceptor, asked itself), and acc's process is the only one of those that
+// registered lis to accept on it; with forked workers accepting, another
+// process could accept a connection offered over the link (a master that
+// only holds the listener cannot). And the agent holds acc's process's
+// ledger.
 func (a *Agent) linkListener(parked bool, acc asking, lis listenerKey) bool {
-	if parked {
-		return false
-	}
-	pid, ok := a.listeners.sole(lis.id, lis.port)
-	return ok && pid == acc.pid && a.ledgers.holds(acc.pid)
+	return !parked && a.listeners.soleAcceptor(lis.id, lis.port, acc.pid) && a.ledgers.holds(acc.pid)
 }
 
 // newLink returns the two ends of a link, or -1s if the socketpair cannot
