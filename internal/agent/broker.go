@@ -185,6 +185,9 @@ func (a *Agent) decide(s *session, k tuple, side side) (directory.Container, dec
 	}
 	lib := asking{shm: s.caps&protocol.CapShm != 0, link: s.caps&protocol.CapLink != 0, xlink: s.caps&protocol.CapXLink != 0,
 		mark: s.caps&protocol.CapSynMark != 0, pid: s.pid}
+	if side == sideAcceptor { // whatever the answer: links depend on who accepts (shm.go, linkListener)
+		a.listeners.accepting(s.self.ID, k.acc.Port(), s.pid)
+	}
 	peer, li, reason := a.precheck(s.self, peerEP, side, lib.mark)
 	if reason != "" {
 		d, parked := a.rv.decideNow(k, side, overlay(reason))
@@ -197,7 +200,6 @@ func (a *Agent) decide(s *session, k tuple, side side) (directory.Container, dec
 	c := &connector{pid: s.pid, mine: a.listeners.keysOf(s.pid, s.ns)}
 	defer a.rv.endAsk(c, side, k)
 	if side == sideAcceptor {
-		a.listeners.accepting(s.self.ID, k.acc.Port(), s.pid)
 		finish := a.finishLocal
 		if peer.Host != a.cfg.Host {
 			finish = nil // the offer finishes the meeting

@@ -15,8 +15,9 @@ package agent
 // says CAPS bit 2 in its OFFER when the connecting session's HELLO did and
 // it holds that process's ledger. The acceptor's agent (meetOffer) grants
 // when the OFFER said so, the meeting is not parked, the accepting process
-// alone registered the listener and sent its ledger (linkListener, the
-// rule of same-host links) and its session said CAPS bit 2: it makes a listener on its fabric address, marked for
+// alone registered the listener and sent its ledger (linkListener: stricter
+// than same-host links, whose listener others may hold if they never
+// accept) and its session said CAPS bit 2: it makes a listener on its fabric address, marked for
 // the fabric guard (guard.go), and a random token, signs both into its
 // PATH and, after the COMMIT, hands the listener with the connection. A
 // listener nobody takes is closed with its half (no COMMIT, a meeting
@@ -97,7 +98,7 @@ func (a *Agent) grantXLink(p *offerPeer, m *meeting, lis listenerKey) *xlinkGran
 	a.rv.mu.Lock()
 	acc, parked := m.libs[sideAcceptor], m.park
 	a.rv.mu.Unlock()
-	if !acc.xlink || !a.linkListener(parked, acc, lis) {
+	if !acc.xlink || !a.linkListener(parked, acc, lis, false) {
 		return nil
 	}
 	g, err := a.newXLinkGrant()

@@ -87,7 +87,8 @@ func (l *listeners) add(s *session, id string, port uint16) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	k := listenerKey{id, port}
-	if _, again := l.m[k][s.pid]; !again && !l.roomLocked(id) {
+	old, again := l.m[k][s.pid]
+	if !again && !l.roomLocked(id) {
 		return protocol.Errorf(protocol.CodeLimit,
 			"container %s holds %d listener registrations, its limit; this listener's connections take the overlay", id, maxListensPerContainer)
 	}
@@ -101,8 +102,10 @@ func (l *listeners) add(s *session, id string, port uint16) error {
 		}
 		l.byPid[s.pid][k] = true
 	}
+	// A process registering again (after an agent restart, a listener
+	// reopened) keeps having accepted; a pid reused in another namespace does not.
 	l.m[k][s.pid] = registration{ns: s.ns, shm: s.caps&protocol.CapShm != 0, mark: s.caps&protocol.CapSynMark != 0,
-		accepts: l.m[k][s.pid].accepts}
+		accepts: again && old.ns == s.ns && old.accepts}
 	return nil
 }
 
@@ -198,6 +201,16 @@ func (l *listeners) accepting(id string, port uint16, pid int32) {
 		reg.accepts = true
 		l.m[k][pid] = reg
 	}
+}
+
+// sole returns the process that registered container id's port if it is
+// the only live one; false if none or several did.
+func (l *listeners) sole(id string, port uint16) (int32, bool) {
+	pids, _, _ := l.live(id, port)
+	if len(pids) != 1 {
+		return 0, false
+	}
+	return pids[0], true
 }
 
 // soleAcceptor reports whether pid registered container id's port and no

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"os"
 	"testing"
 
 	"github.com/freeflow-net/freeflow/internal/protocol"
@@ -97,5 +98,36 @@ func TestOldConnectorLibraryTakesOverlayAtOnce(t *testing.T) {
 		if err != nil || r.Reason != reasonTimeout || r.Elapsed < meetWait {
 			t.Errorf("%s: %+v, %v; want its ACCEPT waited for (%s)", c.what, r, err, reasonTimeout)
 		}
+	}
+}
+
+// A process that accepted on a listener stays an acceptor when it
+// registers the listener again (an agent restart, a listener reopened):
+// links for that listener stay refused to the other process. One that
+// only holds the listener (a pre-forking server's master) leaves the
+// other the sole acceptor. Both are live processes of this namespace
+// (the test and its parent), as soleAcceptor checks.
+func TestListenerAcceptorKeptAcrossListenAgain(t *testing.T) {
+	ns, err := nsOfPid(int32(os.Getpid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newListeners()
+	worker, master := &session{pid: int32(os.Getpid()), ns: ns}, &session{pid: int32(os.Getppid()), ns: ns}
+	for _, s := range []*session{worker, master} {
+		if err := l.add(s, "c1", 80); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.accepting("c1", 80, worker.pid)
+	if !l.soleAcceptor("c1", 80, worker.pid) {
+		t.Fatal("the master never accepted, yet the worker is not the sole acceptor")
+	}
+	l.accepting("c1", 80, master.pid)
+	if err := l.add(master, "c1", 80); err != nil {
+		t.Fatal(err)
+	}
+	if l.soleAcceptor("c1", 80, worker.pid) {
+		t.Fatal("the master accepted, then registered again: the worker is still called the sole acceptor")
 	}
 }

@@ -124,7 +124,7 @@ func (a *Agent) shmChannel(m *meeting) ([2]half, string) {
 func (a *Agent) linkAllowed(libs [2]asking, parked bool, ids [2]string, lis listenerKey, limit uint64,
 	listed map[string]uint64) bool {
 	if !libs[sideConnector].link || !libs[sideAcceptor].link || !a.ledgers.holds(libs[sideConnector].pid) ||
-		!a.linkListener(parked, libs[sideAcceptor], lis) {
+		!a.linkListener(parked, libs[sideAcceptor], lis, true) {
 		return false
 	}
 	for _, id := range ids {
@@ -137,13 +137,25 @@ func (a *Agent) linkAllowed(libs [2]asking, parked bool, ids [2]string, lis list
 
 // linkListener applies the rules of every link grant, same host or cross
 // host, about its listener lis: the meeting is not parked (acc, the
-// acceptor, asked itself), and acc's process is the only one of those that
-// registered lis to accept on it; with forked workers accepting, another
-// process could accept a connection offered over the link (a master that
-// only holds the listener cannot). And the agent holds acc's process's
-// ledger.
-func (a *Agent) linkListener(parked bool, acc asking, lis listenerKey) bool {
-	return !parked && a.listeners.soleAcceptor(lis.id, lis.port, acc.pid) && a.ledgers.holds(acc.pid)
+// acceptor, asked itself), the agent holds acc's process's ledger, and no
+// other process may take a connection offered over the link.
+//   - Same host, acc's process is the only one of those that registered lis
+//     to have accepted on it (a pre-forking server's master holds it but
+//     never accepts). A connection another process accepts later is not
+//     lost: an acceptor takes an offer only for the connection accept()
+//     returned to it, so that one finds none and both ends ask the agent.
+//   - Cross host, acc's process alone registered lis: an accepting library
+//     waiting in accept() takes an offer before the kernel hands it the
+//     connection, which another process could get.
+func (a *Agent) linkListener(parked bool, acc asking, lis listenerKey, sameHost bool) bool {
+	if parked || !a.ledgers.holds(acc.pid) {
+		return false
+	}
+	if sameHost {
+		return a.listeners.soleAcceptor(lis.id, lis.port, acc.pid)
+	}
+	pid, ok := a.listeners.sole(lis.id, lis.port)
+	return ok && pid == acc.pid
 }
 
 // newLink returns the two ends of a link, or -1s if the socketpair cannot

@@ -17,10 +17,10 @@ static void one(size_t n, size_t so, size_t dof)
 {
 	uint8_t *d = dst + GUARD + dof;
 
-	memset(dst, 0xA5, MAX + 4 * GUARD);
-#if defined(__x86_64__)
 	if (loop && n < 256)
 		return;	/* the loop's smallest copy */
+	memset(dst, 0xA5, GUARD + dof + n + GUARD);
+#if defined(__x86_64__)
 	if (loop)
 		ff_shm_copy_avx2(d, src + so, n);
 	else

@@ -10,8 +10,9 @@ import (
 )
 
 // holdServePy serves port argv[1] with argv[2] processes sharing the
-// listener (forked workers: the agent then grants no link), echoing what
-// each connection sends and closing it at EOF.
+// listener (forked workers, each accepting: once two have, the agent
+// grants no more links for it), echoing what each connection sends and
+// closing it at EOF.
 const holdServePy = `
 import os, selectors, socket, sys
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

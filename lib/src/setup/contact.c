@@ -24,7 +24,7 @@
  *   WAIT_MS (then as long as the agent takes). An answer without a link,
  *   or a wait that ran out, sends connects to that endpoint to the agent at
  *   once for QUIET_MS, so a listener the agent never links (forked workers
- *   share it) costs one wait a second.
+ *   accept on it) costs one wait a second.
  * - A first connection that never reaches the agent (refused, closed
  *   first) ends nothing: the next wait for it runs out.
  * - At most CONTACT_MAX endpoints are waited for at once; a connect to

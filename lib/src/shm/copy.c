@@ -8,7 +8,7 @@
  * 2.4 against 11 GB/s; glibc bug 30994: `rep movsb` is slow there when
  * source and destination sit at nearly the same offset in their pages, as
  * a ring's and a program's page-aligned buffers do). On Intel `rep movsb`
- * is the faster one (Xeon: 1.3-1.6 times the loop's streams). So the loop
+ * is the faster one (Xeon: 1.2-1.6 times the loop's streams). So the loop
  * runs on AMD (and Hygon, the same cores) with AVX2, memcpy elsewhere.
  */
 #include <stdint.h>
