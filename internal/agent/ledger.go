@@ -70,7 +70,8 @@ const (
 	ledgerOffOpened    = 16 // header: u64, linked shm connections the process ever opened
 	ledgerOffOpenedTCP = 24 // header: u64, the same for linked host-tcp connections
 	ledgerOffNoLibrary = 32 // header: u64, connections accepted from peers without the library
-	ledgerOffUsed      = 40 // header: u32, entries handed out so far: every live one is below; 0: not kept
+	ledgerOffUsed      = 40 // header: u32, entries handed out so far: every live one is below
+	ledgerOffUsedKept  = 44 // header: u32, 1: used is kept (0 there: none yet); 0: a library from before the count
 
 	entryOffSeq       = 0   // u32: odd while live
 	entryOffBytes     = 4   // u32: the shm memory the entry's channel holds
@@ -434,13 +435,16 @@ func (l *ledger) read(shmOnly bool, fn func(ledgerEntry) bool) {
 // handedOut returns how many entries the library has handed out, as its
 // header says: every live one is below, and a budget check on every new
 // channel reads no page past them (mincore of all 2048 pages cost more
-// than the rest of the decision). 0 is a library from before the count
-// (the word was 0 then): all its entries are read. A library that says
-// less than it uses hides its own connections, as it could by not listing
-// them.
+// than the rest of the decision). 0 with used_kept 1 is a process that
+// has handed out none yet (a pre-forking server's master, which never
+// connects: its whole ledger was read at every budget check of its
+// container, a third of the agent's CPU under wrk with new connections);
+// 0 without it is a library from before the count (both words were 0
+// then): all its entries are read. A library that says less than it uses
+// hides its own connections, as it could by not listing them.
 func (l *ledger) handedOut() int {
 	slots := (len(l.mem) - ledgerHeaderSize) / ledgerEntrySize
-	if used := int(load32(l.mem, ledgerOffUsed)); used > 0 {
+	if used := int(load32(l.mem, ledgerOffUsed)); used > 0 || load32(l.mem, ledgerOffUsedKept) == 1 {
 		return min(used, slots)
 	}
 	return slots

@@ -825,7 +825,7 @@ func TestLedgerLayoutVector(t *testing.T) {
 		"version": ledgerVersion, "hdr": ledgerHeaderSize, "entry": ledgerEntrySize, "slots_max": ledgerMaxSlots,
 		"off_version": ledgerOffVersion, "off_slots": ledgerOffSlots, "off_entry": ledgerOffEntry,
 		"off_opened": ledgerOffOpened, "off_opened_tcp": ledgerOffOpenedTCP, "off_no_library": ledgerOffNoLibrary,
-		"off_used": ledgerOffUsed, "e_seq": entryOffSeq, "e_bytes": entryOffBytes, "e_local_len": entryOffLocalLen, "e_remote_len": entryOffRemoteLen,
+		"off_used": ledgerOffUsed, "off_used_kept": ledgerOffUsedKept, "e_seq": entryOffSeq, "e_bytes": entryOffBytes, "e_local_len": entryOffLocalLen, "e_remote_len": entryOffRemoteLen,
 		"e_path": entryOffPath, "e_reason_len": entryOffReasonLen, "e_local": entryOffLocal, "e_remote": entryOffRemote,
 		"e_reason": entryOffReason, "reason_max": entryMaxReason, "e_fd": entryOffFD, "e_ino": entryOffIno,
 	} {
@@ -894,26 +894,29 @@ func TestLedgerReadSkipsUnwrittenPages(t *testing.T) {
 // TestLedgerReadStopsAtEntriesHandedOut: the agent reads a ledger's entries
 // only up to the count its header says were handed out (used), so a budget
 // check on each new channel does not look at all 2048 pages; a ledger whose
-// used is 0, from a library before the count, is read whole.
+// used is 0 with used_kept 1 (a process that has made no connection yet,
+// such as a pre-forking server's master) is not read at all, and one whose
+// used and used_kept are 0, from a library before the count, whole.
 func TestLedgerReadStopsAtEntriesHandedOut(t *testing.T) {
 	for _, tc := range []struct {
-		used uint32
-		want int
-	}{{2, 2}, {0, 3}} {
+		used, kept uint32
+		want       int
+	}{{2, 0, 2}, {2, 1, 2}, {0, 0, 3}, {0, 1, 0}} {
 		l := newTestLedger(t, 4096)
 		for i, s := range []int{0, 1, 40} {
 			l.put(s, uint32(i), selfCli(48700+i), selfSrv)
 		}
 		atomic.StoreUint32(l.word(ledgerOffUsed), tc.used) // slot 40 is past what the header says
+		atomic.StoreUint32(l.word(ledgerOffUsedKept), tc.kept)
 		mem, _, err := mapLedger(l.fd)
 		if err != nil {
-			t.Fatalf("used %d: %v", tc.used, err)
+			t.Fatalf("used %d, used_kept %d: %v", tc.used, tc.kept, err)
 		}
 		n := 0
 		(&ledger{mem: mem}).read(true, func(ledgerEntry) bool { n++; return true })
 		unix.Munmap(mem)
 		if n != tc.want {
-			t.Errorf("used %d: read %d entries, want %d", tc.used, n, tc.want)
+			t.Errorf("used %d, used_kept %d: read %d entries, want %d", tc.used, tc.kept, n, tc.want)
 		}
 	}
 }

@@ -34,7 +34,8 @@
  * "shm-link" is "shm" plus a link with every shm channel whose two ends
  * said CAPS bit 1 (one end of a socketpair(AF_UNIX, SOCK_SEQPACKET) each,
  * LINK_TTL FF_TEST_LINK_TTL ms, default 2000), so that the ends' later
- * connections are set up over the link, as docs/PROTOCOL.md ("Links") says.
+ * connections are set up over the link, as docs/PROTOCOL.md ("Links") says;
+ * with FF_TEST_LINK_ONCE set, only the first such channel gets a link.
  * "host-tcp-link" is "host-tcp" plus a cross-host link with every channel
  * whose two ends said CAPS bit 2 ("Cross-host links"): the acceptor gets a
  * link listener on 127.0.0.1 and the token, the connector the link's name
@@ -132,6 +133,7 @@ struct fa_state {
 		uint8_t token[FF_TOKEN_LEN];
 	} xl[FA_MAX_XLINKS];		/* a link's name is its index + 1 */
 	int nxl;
+	int links;			/* same-host links granted */
 };
 
 static inline int64_t fa_now(void)
@@ -482,9 +484,10 @@ static inline void fa_decide(struct fa_state *st, struct fa_tuple *t, int fd, ui
 			t->waiter = -1;
 			return;
 		}
+		/* FF_TEST_LINK_ONCE: one link only, as an agent refuses more once another process accepted. */
 		if (kind == FF_PATH_SHM && fa_link() && fa_can(st, t->waiter, FF_CAP_LINK) &&
-		    fa_can(st, fd, FF_CAP_LINK) &&
-		    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, lk))
+		    fa_can(st, fd, FF_CAP_LINK) && !(getenv("FF_TEST_LINK_ONCE") && st->links) &&
+		    (st->links++, socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, lk)))
 			_exit(3);
 		fa_log(st, kind != FF_PATH_SHM ? "swap" : lk[0] >= 0 ? "swap shm link" : "swap shm");
 		a[0] = sp[0];

@@ -466,13 +466,14 @@ struct t_ledger_want {
 
 /*
  * Also checks what the agent relies on: every live entry is below the
- * header's used (read after the entries: the library stores it first).
+ * header's used (read after the entries: the library stores it first), and
+ * used_kept is 1 (else the agent reads the whole ledger).
  */
 static inline long t_ledger_live(int lfd, const void *arg)
 {
 	const struct t_ledger_want *w = arg;
 	uint8_t e[FF_LEDGER_ENTRY];
-	uint32_t seq, used = 0;
+	uint32_t seq, used = 0, kept = 0;
 	long n = 0, last = -1, i = 0;
 
 	for (off_t at = FF_LEDGER_HDR; pread(lfd, e, sizeof(e), at) == sizeof(e);
@@ -487,6 +488,9 @@ static inline long t_ledger_live(int lfd, const void *arg)
 	CHECK(pread(lfd, &used, 4, FF_LEDGER_OFF_USED) == 4 && last < (long)used,
 	      "ledger entry %ld is live, but the header says %u were handed out: the agent reads no further",
 	      last, used);
+	CHECK(pread(lfd, &kept, 4, FF_LEDGER_OFF_USED_KEPT) == 4 && kept == 1,
+	      "the ledger's used_kept is %u, not 1: the agent reads the whole ledger at every budget check",
+	      kept);
 	return n;
 }
 

@@ -219,7 +219,7 @@ static const struct layout_key ledger_keys[] = {
 	K("off_version", FF_LEDGER_OFF_VERSION), K("off_slots", FF_LEDGER_OFF_SLOTS),
 	K("off_entry", FF_LEDGER_OFF_ENTRY), K("off_opened", FF_LEDGER_OFF_OPENED),
 	K("off_opened_tcp", FF_LEDGER_OFF_OPENED_TCP), K("off_no_library", FF_LEDGER_OFF_NO_LIBRARY),
-	K("off_used", FF_LEDGER_OFF_USED),
+	K("off_used", FF_LEDGER_OFF_USED), K("off_used_kept", FF_LEDGER_OFF_USED_KEPT),
 	K("e_seq", FF_LEDGER_E_SEQ), K("e_bytes", FF_LEDGER_E_BYTES),
 	K("e_local_len", FF_LEDGER_E_LOCAL_LEN), K("e_remote_len", FF_LEDGER_E_REMOTE_LEN),
 	K("e_path", FF_LEDGER_E_PATH), K("e_reason_len", FF_LEDGER_E_REASON_LEN),

@@ -20,7 +20,8 @@
 #define FF_LEDGER_OFF_OPENED	16u	/* u64: linked shm connections ever opened */
 #define FF_LEDGER_OFF_OPENED_TCP 24u	/* u64: linked host-tcp connections ever opened */
 #define FF_LEDGER_OFF_NO_LIBRARY 32u	/* u64: connections ever accepted from peers without the library */
-#define FF_LEDGER_OFF_USED	40u	/* u32: entries handed out so far (only grows): every live one is below; 0: not kept */
+#define FF_LEDGER_OFF_USED	40u	/* u32: entries handed out so far (only grows): every live one is below */
+#define FF_LEDGER_OFF_USED_KEPT	44u	/* u32: 1, the library keeps used (0 there: none yet); 0: a library from before the count */
 /* entry */
 #define FF_LEDGER_E_SEQ		0u	/* u32: odd while live */
 #define FF_LEDGER_E_BYTES	4u	/* u32: the shm memory held */

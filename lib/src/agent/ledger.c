@@ -96,6 +96,7 @@ static int make(uint8_t **at)
 	*(uint32_t *)(void *)(*at + FF_LEDGER_OFF_VERSION) = FF_LEDGER_VERSION;
 	*(uint32_t *)(void *)(*at + FF_LEDGER_OFF_SLOTS) = SLOTS;
 	*(uint32_t *)(void *)(*at + FF_LEDGER_OFF_ENTRY) = ENTRY;
+	*(uint32_t *)(void *)(*at + FF_LEDGER_OFF_USED_KEPT) = 1;
 	return fd;
 }
 

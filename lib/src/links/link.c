@@ -561,6 +561,22 @@ static uint32_t await_answer(struct ff_offer *o)
 	return atomic_load(word);
 }
 
+/*
+ * o was not taken in time: another process holding the listener accepted
+ * the connection (forked workers that all accept), or the acceptor is
+ * slow. Offer over that link no more: the next connections ask the agent,
+ * which grants a new link if its rules still hold (PROTOCOL.md, "Links").
+ */
+static void give_up_link(const struct ff_offer *o)
+{
+	struct link *l = &links[o->slot];
+
+	pthread_mutex_lock(&mu);
+	if (l->fd >= 0 && l->id == o->id && !l->acceptor)
+		link_close(l);
+	pthread_mutex_unlock(&mu);
+}
+
 int ff_offer_settle(struct ff_conn *c, struct ff_handover *h)
 {
 	struct ff_offer *o = c->offer;
@@ -574,7 +590,9 @@ int ff_offer_settle(struct ff_conn *c, struct ff_handover *h)
 		free(o);
 		return 1;
 	}
-	ff_debug("link offer not taken in %d ms: asking the agent", OFFER_WAIT_MS);
+	ff_debug("link offer not taken in %d ms: asking the agent, and offering over that link no more",
+		 OFFER_WAIT_MS);
+	give_up_link(o);
 	ff_offer_forget(o);
 	return 0;
 }
