@@ -486,9 +486,11 @@ static inline void fa_decide(struct fa_state *st, struct fa_tuple *t, int fd, ui
 		}
 		/* FF_TEST_LINK_ONCE: one link only, as an agent refuses more once another process accepted. */
 		if (kind == FF_PATH_SHM && fa_link() && fa_can(st, t->waiter, FF_CAP_LINK) &&
-		    fa_can(st, fd, FF_CAP_LINK) && !(getenv("FF_TEST_LINK_ONCE") && st->links) &&
-		    (st->links++, socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, lk)))
-			_exit(3);
+		    fa_can(st, fd, FF_CAP_LINK) && !(getenv("FF_TEST_LINK_ONCE") && st->links)) {
+			if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, lk))
+				_exit(3);
+			st->links++;
+		}
 		fa_log(st, kind != FF_PATH_SHM ? "swap" : lk[0] >= 0 ? "swap shm link" : "swap shm");
 		a[0] = sp[0];
 		b[0] = sp[1];

@@ -16,6 +16,7 @@
  *   OFFER_WAIT_MS, a failed connect, or EOF on the bell: both ask the
  *   agent). Waiting, the connector reads only doorbells from the bell
  *   (take_bells): a switch message behind them belongs to the adoption.
+ *   MISSES_MAX withdrawn in a row end the link (count_answer).
  * - Trust: an offer is taken only for a connection from the peer address the
  *   link was granted for; the channel is checked as an agent-made one is.
  * - Each link keeps up to CHANS_MAX channels mapped for reuse (PROTOCOL.md,
@@ -74,6 +75,7 @@ struct link {
 	int64_t expires;	/* connector: ms, CLOCK_MONOTONIC */
 	uint32_t next_chan;	/* connector: the number of its next channel (0: none yet) */
 	struct chan chans[CHANS_MAX];
+	int misses;		/* connector: offers withdrawn since the last one taken */
 };
 
 struct pending {
@@ -562,18 +564,29 @@ static uint32_t await_answer(struct ff_offer *o)
 }
 
 /*
- * o was not taken in time: another process holding the listener accepted
- * the connection (forked workers that all accept), or the acceptor is
- * slow. Offer over that link no more: the next connections ask the agent,
- * which grants a new link if its rules still hold (PROTOCOL.md, "Links").
+ * Offers withdrawn in a row (not taken in time, or unusable to the
+ * acceptor) after which the connector ends the link: another process holding
+ * the listener takes the connections (forked workers that all accept), so
+ * each offer would cost its connection OFFER_WAIT_MS. Not at the first: a
+ * slow acceptor's link, and the channels it keeps, stay.
  */
-static void give_up_link(const struct ff_offer *o)
+#define MISSES_MAX	2
+
+/*
+ * o's answer came (taken: 1): MISSES_MAX withdrawn in a row end its link;
+ * the next connections ask the agent, which grants a new link if its rules
+ * still hold (PROTOCOL.md, "Links").
+ */
+static void count_answer(const struct ff_offer *o, int taken)
 {
 	struct link *l = &links[o->slot];
 
 	pthread_mutex_lock(&mu);
-	if (l->fd >= 0 && l->id == o->id && !l->acceptor)
-		link_close(l);
+	if (l->fd >= 0 && l->id == o->id && !l->acceptor) {
+		l->misses = taken ? 0 : l->misses + 1;
+		if (l->misses >= MISSES_MAX)
+			link_close(l);
+	}
 	pthread_mutex_unlock(&mu);
 }
 
@@ -585,14 +598,14 @@ int ff_offer_settle(struct ff_conn *c, struct ff_handover *h)
 	if (!o->sh)
 		return ff_xlink_settle(o, h);
 	if (await_answer(o) == FF_OFFER_TAKEN) {
+		count_answer(o, 1);
 		h->chan = o->bell;
 		h->shm = o->sh;
 		free(o);
 		return 1;
 	}
-	ff_debug("link offer not taken in %d ms: asking the agent, and offering over that link no more",
-		 OFFER_WAIT_MS);
-	give_up_link(o);
+	ff_debug("link offer not taken in %d ms: asking the agent", OFFER_WAIT_MS);
+	count_answer(o, 0);
 	ff_offer_forget(o);
 	return 0;
 }
