@@ -37,6 +37,13 @@ func (s *session) handleAdmin(m *protocol.Message) (*protocol.Message, error) {
 			return nil, err
 		}
 		return okReply(m.Seq, nil, s.a.release(id, time.UnixMilli(int64(until))))
+	case protocol.TypeParkContainer:
+		id, err := m.String(protocol.AttrContainerID)
+		if err != nil {
+			return nil, err
+		}
+		n, err := s.a.parkShm(s.ctx, id)
+		return okReply(m.Seq, map[string]int{"parked": n}, err)
 	case protocol.TypeList:
 		return okReply(m.Seq, nonNil(s.a.dir.Containers()), nil)
 	case protocol.TypeConns:

@@ -137,6 +137,7 @@ type Agent struct {
 	live      *connTable     // answered connections and counters
 	shm       *shmBudget     // what each container's shm channels are charged
 	ledgers   *ledgers       // the linked connections of each process (ledger.go)
+	watch     *watchers      // the libraries' parking threads (park.go)
 	xlinks    *xlinks        // cross-host links granted to local connecting processes (crosshost_link.go)
 	nonces    *nonces        // of recent offers, against replays
 	pool      *offerPool     // connections to peer agents, ready for offers (crosshost_pool.go)
@@ -185,7 +186,7 @@ func New(cfg Config, dir Directory) (*Agent, error) {
 		cfg: cfg, subnet: subnet.Masked(), dir: dir, log: cfg.Logger, selfNS: self,
 		ids: newIdentities(), conns: map[*net.UnixConn]string{}, held: map[string]time.Time{},
 		rv: newRendezvous(cfg.keepDecided), listeners: newListeners(), live: newConnTable(), nonces: newNonces(),
-		shm: newShmBudget(), ledgers: ledgers, standbys: newStandbys(), xlinks: newXLinks(),
+		shm: newShmBudget(), ledgers: ledgers, watch: newWatchers(), standbys: newStandbys(), xlinks: newXLinks(),
 		sessions: newQuota(cfg.SessionsPerContainer), admins: newQuota(cfg.AdminConns),
 		refusals: newQuota(refusalsPerContainer), strangerRefusals: newQuota(refusalsStrangers),
 		fills: newQuota(fillsPerContainer), queued: newQuota(queuedPerContainer), diag: newDiagSockets(),

@@ -109,6 +109,7 @@ type ledgerEntry struct {
 	bytes         uint32 // 0 but for shm
 	local, remote netip.AddrPort
 	reason        string // why overlay, or for unix why not shm
+	mapped        bool   // local is v4-mapped IPv6 as the library wrote it: its program's socket is IPv6 (dual stack)
 	fd            int32  // where the process holds it
 	sock          uint64 // the inode of the socket at fd; 0: not checked
 	off           int    // the entry's offset in the ledger
@@ -490,7 +491,7 @@ func readEntry(mem []byte, off int, shmOnly bool) (e ledgerEntry, ok bool) {
 	if !okLocal || !okRemote {
 		return e, false
 	}
-	e = ledgerEntry{path: path, local: unmapEP(local), remote: unmapEP(remote),
+	e = ledgerEntry{path: path, local: unmapEP(local), remote: unmapEP(remote), mapped: local.Addr().Is4In6(),
 		reason: printable(f[entryOffReason : entryOffReason+reasonLen]),
 		fd:     int32(binary.NativeEndian.Uint32(f[entryOffFD:])), sock: binary.NativeEndian.Uint64(f[entryOffIno:]),
 		off: off, seq: seq}

@@ -19,6 +19,7 @@ type session struct {
 	a     *Agent
 	ctx   context.Context
 	conn  *protocol.Conn
+	uc    *net.UnixConn
 	admin bool // the admin socket, not the library socket
 
 	pid     int32
@@ -38,11 +39,14 @@ type session struct {
 	outFDs []int // descriptors the next reply carries (PATH, VERBS_PEER_QP, VERBS_MR_GRANT, a UD lane's OK), then closed
 
 	conns connPages // admin socket: the list this session's CONNS pages through
+
+	watching watchKey // WATCH: the parking thread this session is (park.go)
+	parking  *parkJob // the job the last PARK carried, until the next WATCH answers it
 }
 
 func (a *Agent) serveConn(ctx context.Context, uc *net.UnixConn, admin bool) {
 	defer a.untrack(uc)
-	s := &session{a: a, ctx: ctx, admin: admin}
+	s := &session{a: a, ctx: ctx, uc: uc, admin: admin}
 	defer func() {
 		if r := recover(); r != nil {
 			a.log.Error("handler panicked; connection closed", "pid", s.pid, "panic", r, "stack", string(debug.Stack()))
@@ -58,6 +62,7 @@ func (a *Agent) serveConn(ctx context.Context, uc *net.UnixConn, admin bool) {
 		return
 	}
 	defer a.endVerbs(s)
+	defer a.watch.drop(s)
 	s.conn = protocol.NewConn(uc) // its buffers only once the connection is counted
 	for s.serveOne() {
 	}
@@ -159,6 +164,9 @@ func (s *session) serveOne() bool {
 		return false
 	case err == nil:
 		reply, err = s.handle(m)
+		if errors.Is(err, errSessionEnd) {
+			return false
+		}
 	case isDisconnect(err):
 		s.a.log.Debug("connection closed", "pid", s.pid, "reason", err)
 		return false
@@ -169,7 +177,11 @@ func (s *session) serveOne() bool {
 	if err != nil {
 		return s.replyError(m, err)
 	}
-	return s.write(reply)
+	if !s.write(reply) {
+		s.a.watch.undelivered(s) // a PARK not written is as never handed
+		return false
+	}
+	return true
 }
 
 // isNotification reports whether a library's message of type t is a
@@ -251,13 +263,20 @@ func (s *session) handle(m *protocol.Message) (*protocol.Message, error) {
 		return nil, protocol.Errorf(protocol.CodeInvalid, "%v travels on a cross-host link's stock connection, never to the agent", m.Type)
 	case protocol.TypeLinkFill:
 		return s.handleLinkFill(m)
+	case protocol.TypeWatch:
+		if s.admin {
+			return nil, protocol.Errorf(protocol.CodeInvalid, "WATCH is a library's, on the library socket")
+		}
+		return s.handleWatch(m)
+	case protocol.TypePark:
+		return nil, protocol.Errorf(protocol.CodeUnknown, "PARK is the answer to WATCH, not a request the agent serves")
 	case protocol.TypeVerbsQPCreate, protocol.TypeVerbsConnect, protocol.TypeVerbsMRReg, protocol.TypeVerbsMRGet,
 		protocol.TypeVerbsMRDereg, protocol.TypeVerbsQPDestroy, protocol.TypeVerbsUDLane, protocol.TypeVerbsUDLanes,
 		protocol.TypeVerbsQPReset,
 		protocol.TypeVerbsPeerQP, protocol.TypeVerbsMRGrant:
 		return s.handleVerbs(m)
 	case protocol.TypeRegister, protocol.TypeUnregister, protocol.TypeList, protocol.TypeStatus, protocol.TypeConns,
-		protocol.TypeRelease:
+		protocol.TypeRelease, protocol.TypeParkContainer:
 		if !s.admin {
 			return nil, protocol.Errorf(protocol.CodeDenied, "%v is accepted only on the admin socket", m.Type)
 		}

@@ -66,6 +66,22 @@ func (a *AdminClient) Release(ctx context.Context, id string, until time.Time) e
 	return nil
 }
 
+// ParkContainer has the agent park container id's shared-memory
+// connections on plain TCP at their overlay tuples, so that CRIU can
+// checkpoint them, and returns how many it parked.
+func (a *AdminClient) ParkContainer(ctx context.Context, id string) (int, error) {
+	m := protocol.New(protocol.TypeParkContainer, 0, protocol.String(protocol.AttrContainerID, id))
+	r, err := a.c.Call(ctx, m, protocol.TypeOK)
+	if err != nil {
+		return 0, fmt.Errorf("park container %s's shm connections: %w", id, err)
+	}
+	var v struct{ Parked int }
+	if err := r.JSON(&v); err != nil {
+		return 0, fmt.Errorf("agent PARK_CONTAINER reply: %w", err)
+	}
+	return v.Parked, nil
+}
+
 // List returns every container in the cluster, as the agent's directory
 // cache has them.
 func (a *AdminClient) List(ctx context.Context) ([]directory.Container, error) {

@@ -218,8 +218,9 @@ func TestKubeBenchOnRealCluster(t *testing.T) {
 // TestMigrateBenchOnRealCluster runs `freeflow bench --quick --only
 // migrate` with one repetition: its own cluster, a 64 MiB redis-server
 // without the library and one with it, each moved from h1 to h2 while its
-// peers on both hosts INCR, every reply right. Each row has every headline
-// figure and no note, and the cluster is gone.
+// peers on both hosts INCR, every reply right (with the library, the h1
+// peer's connection on shared memory, parked on TCP first). Each row has
+// every headline figure and no note, and the cluster is gone.
 func TestMigrateBenchOnRealCluster(t *testing.T) {
 	if why := migrateMissing(); why != "" {
 		t.Skip(why)
@@ -243,6 +244,9 @@ func TestMigrateBenchOnRealCluster(t *testing.T) {
 			if st := r.Stats[m.Key]; m.Headline && (st.N != 1 || st.Median <= 0) {
 				t.Errorf("%s %s: %s = %+v", r.Exp.Name, r.Case, m.Label, st)
 			}
+		}
+		if want := map[string]float64{pathMigrate: 0, pathMigrateLib: 1}[r.Path.Name]; r.Stats[mParked].Median != want {
+			t.Errorf("%s %s on %s: %v connections parked, want %v", r.Exp.Name, r.Case, r.Path.Name, r.Stats[mParked].Median, want)
 		}
 	}
 	if len(paths) != 2 || !paths[pathMigrate] || !paths[pathMigrateLib] {

@@ -47,10 +47,12 @@ var (
 		Target: "the server's IP",
 		About:  "`freeflow migrate NAME --to h2` of a running container without the library: CRIU dump with its TCP connections, the overlay routes its IP to h2, CRIU restore there"}
 	migrateLibPath = PathInfo{Name: pathMigrateLib, Group: groupMigration, Role: RoleMeasured,
-		Server: "redis-server on h1 with the library, moved to h2", Client: migratePath.Client,
+		Server: "redis-server on h1 with the library, moved to h2",
+		Client: "a peer on h1 with the library (its connection on shared memory) and one on h2, --no-freeflow, one connection each",
 		Target: "the server's IP",
-		About: "the same of a container running the library, its connections to the peers on the overlay: before the freeze its source's agent closes its " +
-			"sessions (RELEASE) and the CLI waits until it holds no socket of another namespace"}
+		About: "the same of a container running the library: before the freeze its source's agent parks its shared-memory connection to the h1 peer on TCP " +
+			"at the connection's overlay tuple (PARK_CONTAINER, while the server runs on), closes its sessions (RELEASE), and the CLI waits until it " +
+			"holds no socket of another namespace"}
 	migratePaths = []PathInfo{migratePath, migrateLibPath}
 )
 
@@ -63,6 +65,8 @@ const (
 	mMigDump    = "dump_ms"
 	mMigRestore = "restore_ms"
 	mMigResume  = "resume_ms"
+	mMigPark    = "park_ms"
+	mParked     = "parked"
 	mImagesMiB  = "images_mib"
 	mRSSMiB     = "rss_mib"
 	mUsedMiB    = "used_mib"
@@ -82,8 +86,9 @@ var migrateInfo = ExperimentInfo{Name: MigrateName, Better: "lower", NoRatios: t
 	Title: fmt.Sprintf("Migration: a redis-server (without the library, and with it) filled to the case's memory moved h1 → h2 by `freeflow migrate` "+
 		"while a peer on h1 and one on h2 each INCR every 2 ms on one connection, every reply checked; the peers' slowest reply "+
 		"during the move (the downtime they see) against the target %d ms + %d ms per MiB of the server's RSS, and CRIU's parts, ms. "+
-		"Park and transfer are 0 in this step: no fast-path connections to park (the peers have no library), and the hosts share one machine, so the "+
-		"images are not copied (dump writes them to a tmpfs the restore reads); resume (connections back on fast paths) does not apply yet",
+		"In the library row the h1 peer runs the library too, and its shared-memory connection is parked on TCP before the move (park; the server "+
+		"runs on meanwhile, so it is not part of down). Transfer is 0: the hosts share one machine, so the "+
+		"images are not copied (dump writes them to a tmpfs the restore reads); resume (connections back on fast paths) is not built yet",
 		targetBaseMs, targetMsPerMiB),
 	Metrics: []MetricInfo{
 		{Key: mPeerH1, Label: "slowest reply, peer on h1 (source host) ms", Headline: true, Plot: true},
@@ -99,6 +104,8 @@ var migrateInfo = ExperimentInfo{Name: MigrateName, Better: "lower", NoRatios: t
 		{Key: mTargetMs, Label: fmt.Sprintf("target ms (%d + %d/MiB RSS)", targetBaseMs, targetMsPerMiB)},
 		{Key: mOverTarget, Label: "runs a peer waited longer than the target", Sum: true},
 		{Key: mBeforeMs, Label: "slowest reply before the move ms"},
+		{Key: mMigPark, Label: "park (before the freeze) ms"},
+		{Key: mParked, Label: "connections parked"},
 	}}
 
 // migrateCase is one memory size.
@@ -156,7 +163,7 @@ type migrateRun struct {
 	cli    CLI
 	tools  string
 	prefix string            // of the run's container names
-	peers  map[string]string // host -> the peer container there
+	peers  map[string]string // host -> the peer container there; "h1-lib": h1's with the library
 }
 
 // migrateMissing says what the experiment needs that this machine lacks.
@@ -198,9 +205,10 @@ func runMigrate(ctx context.Context, o Options, raw *Raw, dir string) (err error
 	}
 	r := &migrateRun{o: o, raw: raw, cli: c.cli, tools: t.dir, prefix: state.RandomName("mig", 3), peers: map[string]string{}}
 	defer func() { err = joinErr(err, r.removePeers()) }()
-	for _, h := range []string{"h1", "h2"} {
+	for _, h := range []string{"h1", "h2", "h1-lib"} {
 		name := r.prefix + "-peer-" + h
-		if err := c.cli.RunDetached(ctx, h, name, tenant, runOpts{Volumes: []string{t.dir}}, []string{"sleep", "infinity"}); err != nil {
+		o := runOpts{Volumes: []string{t.dir}, FreeFlow: h == "h1-lib"}
+		if err := c.cli.RunDetached(ctx, strings.TrimSuffix(h, "-lib"), name, tenant, o, []string{"sleep", "infinity"}); err != nil {
 			return fmt.Errorf("start the migration's peer container on %s: %w", h, err)
 		}
 		r.peers[h] = name
@@ -286,7 +294,7 @@ func (r *migrateRun) move(ctx context.Context, name string, c migrateCase, lib b
 	if err != nil {
 		return nil, out, err
 	}
-	peers, err := r.startPeers(ctx, srv.ip)
+	peers, err := r.startPeers(ctx, srv.ip, lib)
 	defer func() {
 		for _, p := range peers {
 			p.stop()
@@ -362,12 +370,17 @@ func (r *migrateRun) fill(ctx context.Context, name string, c migrateCase, lib b
 	return srv, "", err
 }
 
-// startPeers starts a peer of the server at ip in each peer container.
-func (r *migrateRun) startPeers(ctx context.Context, ip string) ([]*migratePeer, error) {
+// startPeers starts a peer of the server at ip on h1 and on h2; with lib,
+// h1's runs the library.
+func (r *migrateRun) startPeers(ctx context.Context, ip string, lib bool) ([]*migratePeer, error) {
 	var peers []*migratePeer
 	for _, h := range []string{"h1", "h2"} {
 		argv := []string{"/usr/bin/python3", filepath.Join(r.tools, migratePeerFile), ip, strconv.Itoa(migratePort), "key-" + h}
-		p, err := startPeer(ctx, r.cli.Exec(r.peers[h], argv), h)
+		in := r.peers[h]
+		if lib && h == "h1" {
+			in = r.peers["h1-lib"]
+		}
+		p, err := startPeer(ctx, r.cli.Exec(in, argv), h)
 		if err != nil {
 			return peers, err
 		}
@@ -402,6 +415,7 @@ func migrateMetrics(rep container.MigrateReport, used, rss float64, h1, h2 peerR
 		mMigDown: ms(rep.Down), mMigSwitch: ms(rep.Switch), mMigDump: ms(rep.Dump), mMigRestore: ms(rep.Restore), mMigResume: ms(rep.Resume),
 		mImagesMiB: float64(rep.Images) / (1 << 20), mRSSMiB: rssMiB, mUsedMiB: used / (1 << 20),
 		mTargetMs: target, mOverTarget: 0, mBeforeMs: max(h1.BeforeMs, h2.BeforeMs),
+		mMigPark: ms(rep.Park), mParked: float64(rep.Parked),
 	}
 	if max(h1.SlowestMs, h2.SlowestMs) > target {
 		m[mOverTarget] = 1

@@ -200,7 +200,7 @@ func TestRenderMigrate(t *testing.T) {
 		"| 64 MiB | h1-to-h2 | 200 (200–200) | 210 (210–210) | 230 (230–230) | 6.74 | 105 | 117 | 1.03 | 2.67 | 64.0 | 64.0 | 342 | 0 |",
 		"| 1024 MiB | h1-to-h2 | 600 (600–600) |",
 		"- migrate 1024 MiB on h1-to-h2: rep 2 failed: the migration peer on h2: after 56 right replies: reply 57 was",
-		"Park and transfer are 0",
+		"Transfer is 0",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q\n%s", want, md)

@@ -47,6 +47,10 @@ func migrateContainer(g *Global, args []string) error {
 	fmt.Fprintf(g.Out, "%s moved from %s to %s: down %.1f ms (switch %.1f, checkpoint %.1f, %.1f MiB of images; restore %.1f, resume %.1f)\n",
 		rep.Name, rep.From, rep.To, ms(rep.Down.Seconds()), ms(rep.Switch.Seconds()), ms(rep.Dump.Seconds()), float64(rep.Images)/(1<<20),
 		ms(rep.Restore.Seconds()), ms(rep.Resume.Seconds()))
+	if rep.Parked > 0 {
+		fmt.Fprintf(g.Out, "%d shared-memory connections were parked on plain TCP first, in %.1f ms (the container ran on meanwhile)\n",
+			rep.Parked, ms(rep.Park.Seconds()))
+	}
 	return nil
 }
 

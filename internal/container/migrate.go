@@ -46,6 +46,10 @@ type MigrateReport struct {
 	To     string `json:"to"`
 	DryRun bool   `json:"dry_run"`
 	Images int64  `json:"images_bytes"` // CRIU's images
+	// A library container's shm connections parked on plain TCP before
+	// the move, and how long that took (the container ran on meanwhile).
+	Parked int           `json:"parked"`
+	Park   time.Duration `json:"park_ns"`
 	// Durations in nanoseconds, the parts of Down in order: the address
 	// routed to the destination (from then on the peers' packets wait
 	// there); CRIU's freeze and dump; CRIU's restore and the read-only
@@ -242,6 +246,12 @@ func (m *Manager) externalMounts(c *state.Container) ([]extMount, error) {
 		if e.Point == "/" || !ok {
 			continue
 		}
+		// The kernel names a bind whose file was unlinked so (mountinfo escapes no slash).
+		if gone, ok := strings.CutSuffix(e.Root, "//deleted"); ok {
+			return nil, fmt.Errorf("its %s is bound from %s, which was replaced or deleted since it started (an upgrade of FreeFlow's "+
+				"library replaces bin/libfreeflow.so, for one), and CRIU cannot restore a bind of a deleted file; "+
+				"restart the container to move it", e.Point, filepath.Join(at, gone))
+		}
 		out = append(out, extMount{Entry: e, hostPath: filepath.Join(at, e.Root)})
 	}
 	return out, nil
@@ -308,6 +318,12 @@ func (mv *move) run(ctx context.Context, rep *MigrateReport) (err error) {
 				}
 			}
 		}()
+		t := time.Now()
+		n, err := mv.parkShm(ctx)
+		rep.Parked, rep.Park = n, time.Since(t)
+		if err != nil {
+			return mv.abandon(newNS, fmt.Errorf("park %s's shm connections on TCP: %w\nit runs on %s as before (those parked before the failure stay on plain TCP)", c.Name, err, mv.from.Name))
+		}
 		if err := mv.releaseSessions(ctx, time.Now().Add(releaseHold)); err != nil {
 			return mv.abandon(newNS, fmt.Errorf("close %s's agent sessions: %w\nit runs on %s as before", c.Name, err, mv.from.Name))
 		}

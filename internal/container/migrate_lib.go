@@ -13,12 +13,13 @@ import (
 
 // A container whose processes run the library moves as one without it
 // once the library holds nothing CRIU cannot take (ARCHITECTURE.md,
-// "Control flow: migrating a container"): its agent sessions, closed by
-// RELEASE just before the dump, and no fast-path connection (shared
-// memory, Unix socket pair, host TCP; parking those on plain TCP is not
-// built yet) nor virtual RDMA resource. A link or connection the library
-// makes meanwhile without its agent makes CRIU refuse the dump: the move
-// is then undone, as for any refused dump.
+// "Control flow: migrating a container"): its shared-memory connections
+// are parked on plain TCP at their overlay tuples (PARK_CONTAINER), its
+// agent sessions closed by RELEASE just before the dump; a Unix socket
+// pair or host TCP connection (not parked yet) or a virtual RDMA resource
+// refuses the move. A link or connection the library makes meanwhile
+// without its agent makes CRIU refuse the dump: the move is then undone,
+// as for any refused dump.
 
 // foreignWait bounds the wait for the library to let go of what its agent
 // or another container's library gave it: a link ends LINK_TTL (2 s) after
@@ -32,7 +33,8 @@ const foreignWait = 5 * time.Second
 const releaseHold = time.Minute
 
 // libraryInUse refuses a move of c, whose processes run the library, while
-// its source's agent lists fast-path connections or verbs resources of it.
+// its source's agent lists fast-path connections it cannot park (all but
+// shm) or verbs resources of it.
 func (m *Manager) libraryInUse(ctx context.Context, c *state.Container, src state.Host) error {
 	return m.withAgent(ctx, src.Name, func(ctx context.Context, agent *agentapi.AdminClient) error {
 		conns, err := agent.Conns(ctx)
@@ -42,7 +44,7 @@ func (m *Manager) libraryInUse(ctx context.Context, c *state.Container, src stat
 		var fast []string
 		for _, ci := range conns {
 			// Its own ends only: another container's ledger names its peers itself.
-			if ci.Path == "overlay" || ci.LocalContainer != c.Name {
+			if ci.Path == "overlay" || ci.Path == "shm" || ci.LocalContainer != c.Name {
 				continue
 			}
 			if len(fast) < 3 {
@@ -52,8 +54,9 @@ func (m *Manager) libraryInUse(ctx context.Context, c *state.Container, src stat
 			}
 		}
 		if len(fast) > 0 {
-			return fmt.Errorf("its library holds connections on fast paths (%s), which cannot be parked on plain TCP for a checkpoint yet; "+
-				"it can move once they are closed (connections to peers without the library, on the overlay, move with it)", strings.Join(fast, ", "))
+			return fmt.Errorf("its library holds connections on fast paths (%s) that cannot be parked on plain TCP for a checkpoint yet "+
+				"(shared memory can: Unix socket pairs, left by a fork or exec, and host TCP across hosts cannot); "+
+				"it can move once they are closed (connections on the overlay or on shared memory move with it)", strings.Join(fast, ", "))
 		}
 		mem, err := agent.VerbsMem(ctx)
 		if err != nil {
@@ -66,6 +69,19 @@ func (m *Manager) libraryInUse(ctx context.Context, c *state.Container, src stat
 		}
 		return nil
 	})
+}
+
+// parkWait bounds PARK_CONTAINER: above the agent's own bound (30 s).
+const parkWait = 40 * time.Second
+
+// parkShm has the source's agent park the container's shm connections on
+// plain TCP (park.go there); it reports how many.
+func (mv *move) parkShm(ctx context.Context) (n int, err error) {
+	err = mv.m.withAgentFor(ctx, mv.from.Name, parkWait, func(ctx context.Context, agent *agentapi.AdminClient) error {
+		n, err = agent.ParkContainer(ctx, mv.c.ID)
+		return err
+	})
+	return n, err
 }
 
 // releaseSessions has the source's agent close the container's sessions

@@ -119,7 +119,12 @@ func stopRestored(c *state.Container) error {
 // withAgent runs do with a session on host's admin socket, the whole
 // bounded by 10 s.
 func (m *Manager) withAgent(ctx context.Context, host string, do func(context.Context, *agentapi.AdminClient) error) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	return m.withAgentFor(ctx, host, 10*time.Second, do)
+}
+
+// withAgentFor is withAgent bounded by d.
+func (m *Manager) withAgentFor(ctx context.Context, host string, d time.Duration, do func(context.Context, *agentapi.AdminClient) error) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	agent, err := agentapi.DialAdmin(m.Layout.AdminSocket(host))
 	if err != nil {

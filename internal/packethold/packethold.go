@@ -31,8 +31,12 @@ import (
 const Queue = 4646
 
 // maxLen bounds the packets held (the kernel drops beyond: the peers, TCP
-// backing off, retransmit them); each pins a packet's kernel memory.
-const maxLen = 4096
+// backing off, retransmit them); each pins a packet's kernel memory. A
+// peer with a burst in flight fills a hold fast: with 4096, a client
+// writing 1-4 MiB values through a move made the other peers' packets be
+// dropped, and their replies waited a retransmission timeout (1.2 s
+// against the move's 0.3).
+const maxLen = 16384
 
 // nfnetlink_queue's messages and attributes (linux/netfilter/nfnetlink_queue.h).
 const (

@@ -40,6 +40,8 @@ const (
 	TypeLinkFill    Type = 0x19 // library to agent: stock connections for a cross-host link (0x1a is reserved)
 	TypeLinkTake    Type = 0x1b // library to library, on a stock connection
 	TypeLinkCommit  Type = 0x1c // library to library, on a stock connection
+	TypeWatch       Type = 0x1d // library to agent: wait for a connection to park (answered by PARK)
+	TypePark        Type = 0x1e // agent to library, the answer to WATCH: park this connection on the TCP socket carried
 	// The verbs provider's requests and their answers (PROTOCOL.md, "Verbs").
 	TypeVerbsQPCreate  Type = 0x20
 	TypeVerbsConnect   Type = 0x21
@@ -63,6 +65,7 @@ const (
 	TypeOK             Type = 0x44
 	TypeConns          Type = 0x45
 	TypeRelease        Type = 0x46 // admin to agent: close a migrating container's sessions, refuse new ones until TIME
+	TypeParkContainer  Type = 0x47 // admin to agent: park a migrating container's shm connections on TCP
 	TypeError          Type = 0x7f
 )
 
@@ -71,14 +74,14 @@ var typeNames = map[Type]string{
 	TypeLookupReply: "LOOKUP_REPLY", TypeListen: "LISTEN", TypeUnlisten: "UNLISTEN",
 	TypeConnect: "CONNECT", TypeAccept: "ACCEPT", TypePath: "PATH", TypeClosed: "CLOSED",
 	TypeLinkOffer: "LINK_OFFER", TypeLedger: "LEDGER", TypeLinkFill: "LINK_FILL",
-	TypeLinkTake: "LINK_TAKE", TypeLinkCommit: "LINK_COMMIT",
+	TypeLinkTake: "LINK_TAKE", TypeLinkCommit: "LINK_COMMIT", TypeWatch: "WATCH", TypePark: "PARK",
 	TypeVerbsQPCreate: "VERBS_QP_CREATE", TypeVerbsConnect: "VERBS_CONNECT", TypeVerbsPeerQP: "VERBS_PEER_QP",
 	TypeVerbsMRReg: "VERBS_MR_REG", TypeVerbsMRGet: "VERBS_MR_GET", TypeVerbsMRGrant: "VERBS_MR_GRANT",
 	TypeVerbsMRDereg: "VERBS_MR_DEREG", TypeVerbsQPDestroy: "VERBS_QP_DESTROY",
 	TypeVerbsUDLane: "VERBS_UD_LANE", TypeVerbsUDLanes: "VERBS_UD_LANES", TypeVerbsQPReset: "VERBS_QP_RESET",
 	TypeOffer: "OFFER", TypeCommit: "COMMIT", TypeVerbsOffer: "VERBS_OFFER", TypeVerbsUDOffer: "VERBS_UD_OFFER",
 	TypeConns: "CONNS", TypeRegister: "REGISTER", TypeUnregister: "UNREGISTER",
-	TypeList: "LIST", TypeStatus: "STATUS", TypeOK: "OK", TypeRelease: "RELEASE", TypeError: "ERROR",
+	TypeList: "LIST", TypeStatus: "STATUS", TypeOK: "OK", TypeRelease: "RELEASE", TypeParkContainer: "PARK_CONTAINER", TypeError: "ERROR",
 }
 
 // Known reports whether t is a message type of version 1. 0x1a and the

@@ -57,6 +57,8 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdlib.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -134,6 +136,23 @@ struct fa_state {
 	} xl[FA_MAX_XLINKS];		/* a link's name is its index + 1 */
 	int nxl;
 	int links;			/* same-host links granted */
+	/* Parking (FF_TEST_PARK_MS): the processes' WATCH sessions, and the parks planned. */
+	struct {
+		int pid, fd;
+		uint32_t seq;
+		int waiting;		/* its WATCH is not answered yet */
+	} watch[16];
+	int nwatch;
+	struct fa_park {
+		uint8_t conn[18], acc[18];
+		uint8_t conn_len, acc_len;
+		int pid_conn, pid_acc;
+		int64_t at;		/* when to park; 0 once handed to the connector */
+		int acc_sock;		/* the acceptor's end, handed once the connector answered */
+		int answered;		/* the connector said parked */
+		int64_t acc_at;		/* then the acceptor's end goes at this time (FF_TEST_PARK_PEER_MS later) */
+	} park[8];
+	int npark;
 };
 
 static inline int64_t fa_now(void)
@@ -458,6 +477,166 @@ static inline void fa_fill(struct fa_state *st, int fd, const struct ff_msg *m)
 		close(fds[i]);
 }
 
+/*
+ * Parking (docs/PROTOCOL.md, "Parking"): with FF_TEST_PARK_MS set, every shm
+ * channel is parked that long after it is made, as the agent does for a
+ * migration: a TCP connection at the tuple made in repair mode (root: the
+ * tests run so), the connector's end handed first, the acceptor's once the
+ * connector answered it parked (FF_TEST_PARK_PEER_MS later, if set), marked
+ * as the peer's (FOUND 1); a connector that did not park gets the
+ * acceptor's socket closed.
+ */
+static inline int fa_peer_pid(int fd);
+
+static inline int fa_park_ms(void)
+{
+	const char *v = getenv("FF_TEST_PARK_MS");
+
+	return v ? atoi(v) : 0;
+}
+
+static inline void fa_sin(struct sockaddr_in *sa, const uint8_t *ep)
+{
+	*sa = (struct sockaddr_in){ .sin_family = AF_INET };
+	memcpy(&sa->sin_addr, ep, 4);
+	memcpy(&sa->sin_port, ep + 4, 2);
+}
+
+/* One end in repair mode, local -> remote (6-byte endpoints), its sequence numbers snd and rcv. */
+static inline int fa_repaired(const uint8_t *local, const uint8_t *remote, int snd, int rcv)
+{
+	struct { uint32_t code, val; } o[] = {
+		{ TCPOPT_MAXSEG, 1398 }, { TCPOPT_WINDOW, 10 | 10 << 16 },
+		{ TCPOPT_SACK_PERMITTED, 0 }, { TCPOPT_TIMESTAMP, 0 },
+	};
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), on = 1, big = 32 << 20;
+	struct sockaddr_in l, r;
+
+	fa_sin(&l, local);
+	fa_sin(&r, remote);
+	if (fd < 0 || setsockopt(fd, IPPROTO_TCP, TCP_REPAIR, &on, sizeof(on)) ||
+	    setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof(big)) ||
+	    setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof(big)) ||
+	    setsockopt(fd, IPPROTO_TCP, TCP_REPAIR_QUEUE, &(int){ TCP_SEND_QUEUE }, sizeof(int)) ||
+	    setsockopt(fd, IPPROTO_TCP, TCP_QUEUE_SEQ, &snd, sizeof(snd)) ||
+	    setsockopt(fd, IPPROTO_TCP, TCP_REPAIR_QUEUE, &(int){ TCP_RECV_QUEUE }, sizeof(int)) ||
+	    setsockopt(fd, IPPROTO_TCP, TCP_QUEUE_SEQ, &rcv, sizeof(rcv)) ||
+	    bind(fd, (void *)&l, sizeof(l)) || connect(fd, (void *)&r, sizeof(r)) ||
+	    setsockopt(fd, IPPROTO_TCP, TCP_REPAIR_OPTIONS, o, sizeof(o)))
+		_exit(3);
+	return fd;
+}
+
+static inline int fa_watcher(struct fa_state *st, int pid)
+{
+	for (int i = 0; i < st->nwatch; i++)
+		if (st->watch[i].pid == pid && st->watch[i].waiting)
+			return i;
+	return -1;
+}
+
+/* PARK to watcher w: the connection local -> remote, sock its end (closed here); adopt: the peer's end. */
+static inline void fa_park_send(struct fa_state *st, int w, const uint8_t *local, uint8_t ll,
+				const uint8_t *remote, uint8_t rl, int sock, int adopt)
+{
+	uint8_t buf[128];
+	struct ff_enc e;
+
+	ff_enc_start(&e, buf, sizeof(buf), FF_MSG_PARK, st->watch[w].seq);
+	ff_enc_attr(&e, FF_ATTR_LOCAL_EP, local, ll);
+	ff_enc_attr(&e, FF_ATTR_REMOTE_EP, remote, rl);
+	if (adopt)
+		ff_enc_u8(&e, FF_ATTR_FOUND, 1);
+	t_send_fds(st->watch[w].fd, buf, (size_t)ff_enc_finish(&e), &sock, 1);
+	close(sock);
+	st->watch[w].waiting = 0;
+	fa_log(st, "park");
+}
+
+/* The parks due: the pair made, the connector's end handed; the acceptor's once it answered. The ms to the next, or 100. */
+static inline int fa_park_due(struct fa_state *st)
+{
+	int64_t now = fa_now(), next = 100;
+
+	for (int i = 0; i < st->npark; i++) {
+		struct fa_park *p = &st->park[i];
+		int wc, wa, a, b, off = 0;
+
+		if (!p->at) {
+			int due = p->acc_sock >= 0 && p->answered && p->acc_at <= now;
+
+			wa = due ? fa_watcher(st, p->pid_acc) : -1;
+			if (wa >= 0) {
+				fa_park_send(st, wa, p->acc, p->acc_len, p->conn, p->conn_len, p->acc_sock, 1);
+				p->acc_sock = -1;
+			} else if (p->acc_sock >= 0 && p->answered) {
+				int64_t wait = p->acc_at > now ? p->acc_at - now : 10;
+
+				next = wait < next ? wait : next;
+			}
+			continue;
+		}
+		wc = fa_watcher(st, p->pid_conn);
+		if (p->at > now || wc < 0) {
+			int64_t wait = p->at > now ? p->at - now : 10;
+
+			next = wait < next ? wait : next;
+			continue;
+		}
+		a = fa_repaired(p->conn, p->acc, 1000, 5000);
+		b = fa_repaired(p->acc, p->conn, 5000, 1000);
+		if (setsockopt(a, IPPROTO_TCP, TCP_REPAIR, &off, sizeof(off)) ||
+		    setsockopt(b, IPPROTO_TCP, TCP_REPAIR, &off, sizeof(off)))
+			_exit(3);
+		p->at = 0;
+		p->acc_sock = b;
+		fa_park_send(st, wc, p->conn, p->conn_len, p->acc, p->acc_len, a, 0);
+	}
+	return (int)next;
+}
+
+/* WATCH: the answer to the PARK before it, logged; the acceptor's end goes once the connector answered. */
+static inline void fa_watch(struct fa_state *st, int fd, const struct ff_msg *m)
+{
+	const struct ff_attr *found = ff_msg_get(m, FF_ATTR_FOUND);
+	int pid = fa_peer_pid(fd), w = -1;
+
+	if (found)
+		fa_log(st, ff_attr_u8(found) ? "watch parked" : "watch not-parked");
+	else
+		fa_log(st, "watch");
+	for (int i = 0; i < st->nwatch; i++)
+		if (st->watch[i].pid == pid)
+			w = i;
+	if (w < 0 && st->nwatch < (int)(sizeof(st->watch) / sizeof(st->watch[0])))
+		w = st->nwatch++;
+	if (w < 0)
+		return;
+	st->watch[w].pid = pid;
+	st->watch[w].fd = fd;
+	st->watch[w].seq = m->seq;
+	st->watch[w].waiting = 1;
+	/* The connector's answer: its peer's end goes (fa_park_due), or is dropped if it did not park. */
+	for (int i = 0; found && i < st->npark; i++) {
+		struct fa_park *p = &st->park[i];
+
+		if (p->acc_sock < 0 || p->answered || p->pid_conn != pid)
+			continue;
+		if (ff_attr_u8(found)) {
+			const char *d = getenv("FF_TEST_PARK_PEER_MS");
+
+			p->answered = 1;
+			p->acc_at = fa_now() + (d ? atoi(d) : 0);
+		} else {
+			close(p->acc_sock);
+			p->acc_sock = -1;
+		}
+		break;
+	}
+	if (st->npark)
+		fa_park_due(st);
+}
+
 static inline void fa_decide(struct fa_state *st, struct fa_tuple *t, int fd, uint32_t seq,
 		      int kind, const char *reason)
 {
@@ -492,6 +671,19 @@ static inline void fa_decide(struct fa_state *st, struct fa_tuple *t, int fd, ui
 			st->links++;
 		}
 		fa_log(st, kind != FF_PATH_SHM ? "swap" : lk[0] >= 0 ? "swap shm link" : "swap shm");
+		if (kind == FF_PATH_SHM && fa_park_ms() && t->keylen == 12 &&
+		    st->npark < (int)(sizeof(st->park) / sizeof(st->park[0]))) {
+			struct fa_park *p = &st->park[st->npark++];
+
+			memcpy(p->conn, t->key, 6);
+			memcpy(p->acc, t->key + 6, 6);
+			p->conn_len = p->acc_len = 6;
+			p->pid_conn = fa_peer_pid(t->asker_connects ? fd : t->waiter);
+			p->pid_acc = fa_peer_pid(t->asker_connects ? t->waiter : fd);
+			p->at = fa_now() + fa_park_ms();
+			p->acc_sock = -1;
+			p->answered = 0;
+		}
 		a[0] = sp[0];
 		b[0] = sp[1];
 		a[1] = b[1] = memfd;
@@ -660,6 +852,9 @@ static inline void fa_drop(struct fa_state *st, int fd)
 	for (int i = 0; i < st->nt; i++)
 		if (st->t[i].waiter == fd)
 			st->t[i].waiter = -1;
+	for (int i = 0; i < st->nwatch; i++)
+		if (st->watch[i].fd == fd)
+			st->watch[i].waiting = 0;
 	for (int i = 1; i < st->n; i++)
 		if (st->p[i].fd == fd)
 			st->p[i] = st->p[--st->n];
@@ -757,6 +952,9 @@ static inline void fa_request(struct fa_state *st, int fd)
 	case FF_MSG_LINK_FILL:
 		fa_fill(st, fd, &m);
 		break;
+	case FF_MSG_WATCH:	/* a parking thread; nothing to park unless FF_TEST_PARK_MS */
+		fa_watch(st, fd, &m);
+		break;
 	default:
 		_exit(5);
 	}
@@ -775,6 +973,12 @@ static inline int fa_expire(struct fa_state *st)
 			fa_decide(st, t, -1, 0, FF_PATH_OVERLAY, "peer-timeout");
 		else if (t->deadline - now < next)
 			next = t->deadline - now;
+	}
+	if (st->npark) {
+		int p = fa_park_due(st);
+
+		if (p < next)
+			next = p;
 	}
 	return (int)next;
 }

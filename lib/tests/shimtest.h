@@ -851,6 +851,27 @@ static inline int t_tcp_state(uint16_t lport, uint16_t rport)
  * Open fds of this process, but its ledger's: the library makes that at the
  * first answer or link and keeps it for the process's life (ledger.c).
  */
+/*
+ * Whether fd is a session with the agent, or one being opened (an AF_UNIX
+ * SOCK_SEQPACKET socket not connected yet): the parking thread of a process
+ * with shm connections opens one some moment after the first (shm/park.c).
+ */
+static inline int t_agent_session(int fd)
+{
+	const char *path = getenv("FREEFLOW_AGENT_SOCKET");
+	struct sockaddr_un sa;
+	socklen_t len = sizeof(sa);
+	int type = 0;
+	socklen_t tl = sizeof(type);
+
+	if (getpeername(fd, (struct sockaddr *)&sa, &len))
+		return errno == ENOTCONN && !getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) &&
+		       type == SOCK_SEQPACKET && t_real_domain(fd) == AF_UNIX;
+	return path && sa.sun_family == AF_UNIX && len > offsetof(struct sockaddr_un, sun_path) &&
+	       !strcmp(sa.sun_path, path);
+}
+
+/* The fds this process holds, but its ledger and its sessions with the agent. */
 static inline int t_count_fds(void)
 {
 	static const char ledger[] = "/memfd:freeflow-ledger (deleted)";
@@ -861,7 +882,8 @@ static inline int t_count_fds(void)
 	for (int fd = 0; fd < 1024; fd++) {
 		snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
 		l = readlink(p, to, sizeof(to));
-		n += l >= 0 && !(l == (ssize_t)sizeof(ledger) - 1 && !memcmp(to, ledger, (size_t)l));
+		n += l >= 0 && !(l == (ssize_t)sizeof(ledger) - 1 && !memcmp(to, ledger, (size_t)l)) &&
+		     !t_agent_session(fd);
 	}
 	return n;
 }

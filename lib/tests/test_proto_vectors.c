@@ -206,7 +206,7 @@ static const struct layout_key shm_keys[] = {
 	K("ctl_cons_busy", FF_SHM_CTL_CONS_BUSY), K("ctl_prod_shut", FF_SHM_CTL_PROD_SHUT),
 	K("ctl_cons_closed", FF_SHM_CTL_CONS_CLOSED), K("ctl_spill", FF_SHM_CTL_SPILL),
 	K("bell", FF_SHM_BELL), K("switch", FF_SHM_SWITCH),
-	K("connector", FF_SHM_CONNECTOR), K("acceptor", FF_SHM_ACCEPTOR),
+	K("connector", FF_SHM_CONNECTOR), K("acceptor", FF_SHM_ACCEPTOR), K("parked", FF_SHM_PARKED),
 	K("offer_none", FF_OFFER_NONE), K("offer_offered", FF_OFFER_OFFERED),
 	K("offer_taken", FF_OFFER_TAKEN), K("offer_withdrawn", FF_OFFER_WITHDRAWN),
 	K("spill_none", FF_SPILL_NONE), K("spill_used", FF_SPILL_USED),

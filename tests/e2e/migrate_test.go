@@ -215,12 +215,16 @@ func capBnd(t *testing.T, c *testenv.Cluster, name string) string {
 }
 
 // TestMigrateLibraryContainer: a redis-server running the FreeFlow library
-// moves h1 -> h2 -> h1 while two clients without the library (overlay),
-// on h1 and h2, each hold a connection and INCR every 2 ms: none fails.
-// While a client with the library holds a shared-memory connection to it,
-// the move is refused with that reason and nothing changes; once that
-// connection is closed it moves. On h2 its listener is FreeFlow's again:
-// a new connection from a library client on h2 takes shared memory.
+// moves h1 -> h2 -> h1 while clients each hold one connection to it and
+// check every reply: two without the library (overlay, on h1 and h2), and
+// library clients on shared memory, which the move parks on plain TCP at
+// their overlay tuples: one that INCRs every 2 ms, one that writes and
+// reads back 1-4 MiB values (bytes in both rings when it parks), one on h2
+// parked when the server leaves h2. A library client itself moves too
+// (the connecting end parks). While a library client on another host holds
+// a host TCP connection to it, which cannot be parked yet, the move is
+// refused with that reason and nothing changes. After the moves a new
+// library connection takes shared memory where the server now runs.
 func TestMigrateLibraryContainer(t *testing.T) {
 	if m := testenv.Missing("redis-server", "redis-cli", "criu", "python3"); m != "" {
 		t.Skip(m)
@@ -234,73 +238,103 @@ func TestMigrateLibraryContainer(t *testing.T) {
 	runClient(t, c, "h2", nil, "redis-cli", "-h", srv, "SET", "before", value)
 
 	ctl, flags := incrFlags(t)
-	client := func(name, host string, lib bool) {
+	bulk, err := filepath.Abs("testdata/migrate/bulk.py")
+	must(t, err, "find bulk.py")
+	flags = append(flags, volume(bulk, "/run/bulk.py")...)
+	client := func(name, host string, lib bool, script string) {
 		f := flags
 		if !lib {
 			f = append([]string{"--no-freeflow"}, flags...)
 		}
-		c.StartDetached(t, host, name, f, "python3", "/run/incr.py", srv, "key-"+name, "/run/ctl/stop-"+name)
+		c.StartDetached(t, host, name, f, "python3", "/run/"+script, srv, "key-"+name, "/run/ctl/stop-"+name)
 	}
 	stop := func(name string) {
 		must(t, os.WriteFile(filepath.Join(ctl, "stop-"+name), nil, 0o644), "stop %s", name)
 		testenv.WaitFor(t, name+" to finish", func() bool { return containerOf(t, c, name).Status == "exited" })
 		if out := c.MustFF(t, "logs", name); !strings.HasPrefix(out, "OK ") {
 			t.Errorf("client %s: %s", name, out)
+		} else {
+			t.Logf("client %s: %s", name, strings.TrimSpace(out))
 		}
 	}
-	fastTo := func(peer string) string { // the path of a live connection between srv and peer, "" if none
+	pathTo := func(peer string) (path, reason string) { // of a live connection between srv and peer
 		var conns []agentapi.ConnInfo
 		must(t, json.Unmarshal([]byte(c.MustFF(t, "conns", "-o", "json")), &conns), "parse freeflow conns -o json")
 		for _, ci := range conns {
 			if (ci.LocalContainer == srv && ci.RemoteContainer == peer) || (ci.LocalContainer == peer && ci.RemoteContainer == srv) {
-				return ci.Path
+				return ci.Path, ci.Reason
 			}
 		}
-		return ""
+		return "", ""
 	}
-	client("ov1", "h1", false)
-	client("ov2", "h2", false)
+	onShm := func(peer string) {
+		testenv.WaitFor(t, peer+"'s connection on shm", func() bool { p, _ := pathTo(peer); return p == "shm" })
+	}
+	wantParked := func(peer string) {
+		if p, why := pathTo(peer); p != "overlay" || why != "parked" {
+			t.Errorf("after the move %s's connection is listed %s %s, want overlay parked", peer, p, why)
+		}
+	}
+	move := func(name, to string) {
+		time.Sleep(300 * time.Millisecond)
+		out := c.MustFF(t, "migrate", name, "--to", to)
+		if !strings.Contains(out, "to "+to) || !strings.Contains(out, "parked on plain TCP") {
+			t.Fatalf("migrate %s --to %s printed %q; want its shm connections parked", name, to, out)
+		}
+		if got := containerOf(t, c, name); got.Host != to || got.Status != "running" {
+			t.Fatalf("after migrate %s --to %s, ps shows %+v", name, to, got)
+		}
+	}
+	client("ov1", "h1", false, "incr.py")
+	client("ov2", "h2", false, "incr.py")
+	client("shm1", "h1", true, "incr.py")
+	client("bulk1", "h1", true, "bulk.py")
+	onShm("shm1")
+	onShm("bulk1")
 
-	client("shm1", "h1", true)
-	testenv.WaitFor(t, "shm1's connection on shm", func() bool { return fastTo("shm1") == "shm" })
+	client("x2", "h2", true, "incr.py")
+	testenv.WaitFor(t, "x2's connection on host-tcp", func() bool { p, _ := pathTo("x2"); return p == "host-tcp" })
 	r := c.FF(t, "migrate", srv, "--to", "h2")
-	if r.Code == 0 || !strings.Contains(r.Stderr, "fast paths (shm ") {
-		t.Fatalf("migrate with a shared-memory connection open: exit %d, stderr %q; want a refusal naming it", r.Code, r.Stderr)
+	if r.Code == 0 || !strings.Contains(r.Stderr, "fast paths (host-tcp ") {
+		t.Fatalf("migrate with a host TCP connection open: exit %d, stderr %q; want a refusal naming it", r.Code, r.Stderr)
 	}
 	if got := containerOf(t, c, srv); got.Host != "h1" || got.Status != "running" {
 		t.Fatalf("after the refusal ps shows %+v; want it running on h1", got)
 	}
-	stop("shm1")
-	testenv.WaitFor(t, "shm1's connection gone from the list", func() bool { return fastTo("shm1") == "" })
-
-	for _, to := range []string{"h2", "h1"} {
-		time.Sleep(300 * time.Millisecond)
-		if out := c.MustFF(t, "migrate", srv, "--to", to); !strings.Contains(out, "to "+to) {
-			t.Fatalf("migrate --to %s printed %q", to, out)
-		}
-		if got := containerOf(t, c, srv); got.Host != to || got.Status != "running" {
-			t.Fatalf("after migrate --to %s, ps shows %+v", to, got)
-		}
-		if to != "h2" {
-			continue
-		}
-		// Its library meets h2's agent at its next call (an accepted
-		// connection asks): from then on its listener is FreeFlow's there.
-		runClient(t, c, "h2", nil, "redis-cli", "-h", srv, "PING")
-		client("shm2", "h2", true)
-		testenv.WaitFor(t, "shm2's connection listed", func() bool { return fastTo("shm2") != "" })
-		if p := fastTo("shm2"); p != "shm" {
-			t.Errorf("a library client on h2, the host %s moved to, connects on %s, not shm", srv, p)
-		}
-		stop("shm2")
-		testenv.WaitFor(t, "shm2's connection gone from the list", func() bool { return fastTo("shm2") == "" })
+	if p, _ := pathTo("shm1"); p != "shm" {
+		t.Errorf("after the refusal shm1's connection is on %s, not shm", p)
 	}
+	stop("x2")
+	testenv.WaitFor(t, "x2's connection gone from the list", func() bool { p, _ := pathTo("x2"); return p == "" })
+
+	move(srv, "h2")
+	wantParked("shm1")
+	wantParked("bulk1")
+	// Its library meets h2's agent at its next call (an accepted
+	// connection asks): from then on its listener is FreeFlow's there.
+	runClient(t, c, "h2", nil, "redis-cli", "-h", srv, "PING")
+	client("shm2", "h2", true, "incr.py")
+	onShm("shm2")
+	move(srv, "h1")
+	wantParked("shm2")
+
+	// The connecting end moves: shm3's connection parks from its side.
+	runClient(t, c, "h1", nil, "redis-cli", "-h", srv, "PING")
+	client("shm3", "h1", true, "incr.py")
+	onShm("shm3")
+	move("shm3", "h2")
+	wantParked("shm3")
+
 	time.Sleep(300 * time.Millisecond)
-	stop("ov1")
-	stop("ov2")
+	for _, name := range []string{"ov1", "ov2", "shm1", "bulk1", "shm2", "shm3"} {
+		stop(name)
+	}
 	if out := runClient(t, c, "h2", nil, "redis-cli", "-h", srv, "--raw", "GET", "before").Stdout; out != value+"\n" {
 		t.Errorf("GET after the moves: %d bytes, not the %d-byte value written before", len(out), len(value))
 	}
+	client("shm4", "h1", true, "incr.py")
+	onShm("shm4")
+	stop("shm4")
 }
 
 // TestMigrateRefused: a migration that cannot be done safely says why and
@@ -331,6 +365,31 @@ func TestMigrateRefused(t *testing.T) {
 	if got := containerOf(t, c, "nolib"); got.Host != "h1" || got.Status != "running" {
 		t.Errorf("after the refusals nolib is %+v; want it running on h1", got)
 	}
+
+	t.Run("replaced_bind_source", func(t *testing.T) {
+		// A file bound into the container replaced on the host (as an
+		// upgrade replaces bin/libfreeflow.so): CRIU could not restore the
+		// bind, so the move is refused before it starts.
+		dir := t.TempDir()
+		f := filepath.Join(dir, "conf")
+		must(t, os.WriteFile(f, []byte("one\n"), 0o644), "write %s", f)
+		c.StartDetached(t, "h1", "bound", append([]string{"--no-freeflow"}, volume(f, "/run/conf")...), "sleep", "3600")
+		must(t, os.WriteFile(f+".new", []byte("two\n"), 0o644), "write %s.new", f)
+		must(t, os.Rename(f+".new", f), "replace %s", f)
+		for _, dry := range []bool{true, false} {
+			args := []string{"migrate", "bound", "--to", "h2"}
+			if dry {
+				args = append(args, "--dry-run")
+			}
+			r := c.FF(t, args...)
+			if r.Code == 0 || !strings.Contains(r.Stderr, "replaced or deleted since it started") {
+				t.Errorf("%s: exit %d, stderr %q; want a refusal naming the replaced file", strings.Join(args, " "), r.Code, r.Stderr)
+			}
+		}
+		if got := containerOf(t, c, "bound"); got.Host != "h1" || got.Status != "running" {
+			t.Errorf("after the refusal bound is %+v; want it running on h1", got)
+		}
+	})
 }
 
 type psLine struct {

@@ -48,6 +48,9 @@ enum ff_msg_type {
 	/* 0x1a is reserved (was LINK_HELLO before the token moved into LINK_OFFER). */
 	FF_MSG_LINK_TAKE	= 0x1b,	/* acceptor to connector, on a stock connection */
 	FF_MSG_LINK_COMMIT	= 0x1c,	/* connector to acceptor, on a stock connection */
+	/* Parking shm connections for a migration (PROTOCOL.md, "Parking"). */
+	FF_MSG_WATCH		= 0x1d,	/* library to agent: wait for a connection to park */
+	FF_MSG_PARK		= 0x1e,	/* the answer to WATCH: park it on the TCP socket carried */
 	/* The verbs provider's requests and their answers (PROTOCOL.md, "Verbs"). */
 	FF_MSG_VERBS_QP_CREATE	= 0x20,
 	FF_MSG_VERBS_CONNECT	= 0x21,
@@ -67,6 +70,7 @@ enum ff_msg_type {
 	FF_MSG_OK		= 0x44,
 	FF_MSG_CONNS		= 0x45,	/* admin: the live connections, a page from OFFSET */
 	FF_MSG_RELEASE		= 0x46,	/* admin: a migrating container's sessions closed, refused until TIME */
+	FF_MSG_PARK_CONTAINER	= 0x47,	/* admin: park a migrating container's shm connections on TCP */
 	FF_MSG_ERROR		= 0x7f,
 };
 

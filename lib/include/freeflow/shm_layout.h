@@ -46,6 +46,8 @@
 
 /* Roles: which ring is tx. The connector produces into ring 0. */
 enum ff_shm_role { FF_SHM_CONNECTOR = 1, FF_SHM_ACCEPTOR = 2 };
+/* switch_by: parked on TCP for a migration, each end on its own socket (docs/SHM.md, "Parking"). */
+#define FF_SHM_PARKED		3u
 
 /* The done word of role. */
 #define FF_SHM_OFF_DONE_OF(role)	(FF_SHM_OFF_DONE + 4u * ((role) - 1u))

@@ -176,9 +176,13 @@ int ff_control_alive(void);
  * answered later; 0 or -errno. Valid while pid (its opener) is this
  * process and the application has not taken its fd number. ff_agent_close
  * unmarks and closes it (a->close_fd is ff_fd_close_control), as it does a
- * thread's session.
+ * thread's session. With announce, what the agent may have lost (the
+ * listeners, the ledger) is sent again on it first, as a thread's new
+ * session does: a new agent (restarted, or another host's after a move).
  */
-int ff_control_open_own(struct ff_agent *a);
+int ff_control_open_own(struct ff_agent *a, int announce);
+/* Which agent socket serves this process now (device and inode of its path), 0 if none. */
+uint64_t ff_control_agent_id(void);
 int ff_control_own_valid(struct ff_agent *a, pid_t pid);
 void ff_control_atfork_child(void);
 /* What the sessions tell the code above them (start.c passes listeners.c's). */
@@ -222,6 +226,24 @@ int ff_send_ledger_on(struct ff_agent *a, int memfd);
  */
 int64_t ff_link_fill_send(struct ff_agent *a, uint64_t link, uint32_t count);
 int ff_link_fill_read(struct ff_reply *r, int *fds, int cap);
+/*
+ * WATCH on a (a session of the process's own): answers the PARK before
+ * it (parked 1, or 0 with why; -1: none came before) and asks for the
+ * next. Its seq, or -errno.
+ */
+int64_t ff_watch_send(struct ff_agent *a, int parked, const char *why);
+/*
+ * The PARK in r: its endpoints as their wire bytes (ff_endpoint's) and
+ * its TCP socket, which the caller then owns; 0, or -EPROTO for anything
+ * else (r's fds closed either way).
+ */
+struct ff_park {
+	uint8_t local[FF_EP6_LEN], remote[FF_EP6_LEN];
+	uint8_t local_len, remote_len;
+	int adopt;		/* FOUND 1: its peer parked it first; park only if switch_by says so */
+	int sock;
+};
+int ff_park_read(struct ff_reply *r, struct ff_park *p);
 
 /* ---- ledger.c: this process's live connections, as the agent reads them ---- */
 
@@ -266,8 +288,11 @@ static inline void ff_ledger_inherited(void)
 	if (atomic_load_explicit(&ff_ledger_inherit_pending, memory_order_relaxed))
 		ff_ledger_list_inherited();
 }
-/* The connection of entry e moved down to the socket pair now at fd. */
-void ff_ledger_moved(uint64_t e, int fd);
+/*
+ * The connection of entry e moved to the socket now at fd: path unix,
+ * "moved-down" (a socket pair), or overlay, "parked" (TCP at its tuple).
+ */
+void ff_ledger_moved(uint64_t e, int fd, uint8_t path, const char *reason);
 /* Give back a reserved entry that was not published (0: nothing). */
 void ff_ledger_release(uint64_t e);
 /* The connection of entry e is closed: unlist it. */

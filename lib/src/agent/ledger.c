@@ -228,7 +228,8 @@ void ff_ledger_publish(uint64_t e, const struct ff_ledger_row *row)
 	i = index_of(e);
 	if (i >= 0) {
 		p = base + HDR + (size_t)i * ENTRY;
-		ll = ff_endpoint(&row->ends->local, p + FF_LEDGER_E_LOCAL);
+		/* v4-mapped kept: parking makes an IPv6 socket for a dual-stack program. */
+		ll = ff_endpoint_as_is(&row->ends->local, p + FF_LEDGER_E_LOCAL);
 		rl = ff_endpoint(&row->ends->remote, p + FF_LEDGER_E_REMOTE);
 		p[FF_LEDGER_E_LOCAL_LEN] = ll > 0 ? (uint8_t)ll : 0;
 		p[FF_LEDGER_E_REMOTE_LEN] = rl > 0 ? (uint8_t)rl : 0;
@@ -250,7 +251,7 @@ void ff_ledger_publish(uint64_t e, const struct ff_ledger_row *row)
  * The entry's seq goes even while it is rewritten: the agent skips it for
  * that moment, and lists the connection from its own account meanwhile.
  */
-void ff_ledger_moved(uint64_t e, int fd)
+void ff_ledger_moved(uint64_t e, int fd, uint8_t path, const char *reason)
 {
 	int64_t i;
 
@@ -258,7 +259,7 @@ void ff_ledger_moved(uint64_t e, int fd)
 	i = index_of(e);
 	if (i >= 0) {
 		atomic_fetch_add_explicit(seq_of((uint32_t)i), 1, memory_order_release);
-		put_state(base + HDR + (size_t)i * ENTRY, fd, FF_PATH_UNIX, 0, "moved-down");
+		put_state(base + HDR + (size_t)i * ENTRY, fd, path, 0, reason);
 		atomic_fetch_add_explicit(seq_of((uint32_t)i), 1, memory_order_release);
 	}
 	pthread_mutex_unlock(&mu);

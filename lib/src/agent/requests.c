@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "agent/agent.h"
 #include "core/core.h"
@@ -111,6 +112,47 @@ int64_t ff_link_fill_send(struct ff_agent *a, uint64_t link, uint32_t count)
 		return n;
 	n = ff_agent_send(a, buf, n);
 	return n < 0 ? n : (int64_t)seq;
+}
+
+int64_t ff_watch_send(struct ff_agent *a, int parked, const char *why)
+{
+	uint8_t buf[FF_HDR_LEN + 2 * FF_ATTR_HDR_LEN + 1 + 64];	/* REASON: at most 64 bytes */
+	uint32_t seq = ff_agent_next_seq(a);
+	struct ff_enc e;
+	int n;
+
+	ff_enc_start(&e, buf, sizeof(buf), FF_MSG_WATCH, seq);
+	if (parked >= 0)
+		ff_enc_u8(&e, FF_ATTR_FOUND, (uint8_t)parked);
+	if (parked == 0 && why)
+		ff_enc_str(&e, FF_ATTR_REASON, why);
+	n = ff_enc_finish(&e);
+	if (n < 0)
+		return n;
+	n = ff_agent_send(a, buf, n);
+	return n < 0 ? n : (int64_t)seq;
+}
+
+int ff_park_read(struct ff_reply *r, struct ff_park *p)
+{
+	const struct ff_attr *l = ff_msg_get(&r->msg, FF_ATTR_LOCAL_EP);
+	const struct ff_attr *m = ff_msg_get(&r->msg, FF_ATTR_REMOTE_EP);
+	const struct ff_attr *adopt = ff_msg_get(&r->msg, FF_ATTR_FOUND);
+	int ret = -EPROTO;
+
+	if (r->msg.type == FF_MSG_PARK && l && m && l->len <= FF_EP6_LEN && m->len <= FF_EP6_LEN &&
+	    r->nfds == 1 && ff_is_socket(r->fds[0], SOCK_STREAM, 0)) {
+		memcpy(p->local, l->val, l->len);
+		memcpy(p->remote, m->val, m->len);
+		p->local_len = (uint8_t)l->len;
+		p->remote_len = (uint8_t)m->len;
+		p->adopt = adopt && ff_attr_u8(adopt);
+		p->sock = r->fds[0];
+		r->fds[0] = -1;
+		ret = 0;
+	}
+	ff_reply_close_fds(r);
+	return ret;
 }
 
 int ff_link_fill_read(struct ff_reply *r, int *fds, int cap)

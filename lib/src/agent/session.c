@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -156,18 +157,30 @@ static int open_session(void)
 	return 0;
 }
 
-int ff_control_open_own(struct ff_agent *a)
+int ff_control_open_own(struct ff_agent *a, int announce)
 {
 	struct ff_hello_info hello;
-	int ret = connect_agent(a);
+	int ret;
 
-	if (!ret && (ret = ff_agent_hello(a, NULL, &hello)))
+	if (announce)
+		hooks.lost();
+	ret = connect_agent(a);
+	if (!ret && (ret = ff_agent_hello(a, NULL, &hello)) == 0 && announce)
+		ret = hooks.opened(a);
+	if (ret && a->fd >= 0)
 		ff_agent_close(a);
 	if (ret)
 		return hello_refused(ret);
 	ff_fd_mark(a->fd, FF_FD_CONTROL);
 	a->close_fd = ff_fd_close_control;
 	return 0;
+}
+
+uint64_t ff_control_agent_id(void)
+{
+	struct stat st;
+
+	return stat(agent_path, &st) ? 0 : (uint64_t)st.st_dev << 32 ^ (uint64_t)st.st_ino;
 }
 
 int ff_control_own_valid(struct ff_agent *a, pid_t pid)

@@ -352,6 +352,8 @@ void ff_conn_closed(struct ff_conn *c)
 {
 	if (!c)
 		return;
+	if (c->shm)
+		ff_shm_closing(c->shm, &c->ends);
 	if (c->ledger)
 		ff_ledger_close(c->ledger);
 	if (c->state == FF_ST_LISTEN)

@@ -39,6 +39,17 @@ int ff_endpoint(const struct sockaddr_storage *sa, uint8_t out[18])
 	return FF_EP6_LEN;
 }
 
+int ff_endpoint_as_is(const struct sockaddr_storage *sa, uint8_t out[18])
+{
+	const struct sockaddr_in6 *in6 = (const void *)sa;
+
+	if (sa->ss_family != AF_INET6)
+		return ff_endpoint(sa, out);
+	memcpy(out, &in6->sin6_addr, 16);
+	memcpy(out + 16, &in6->sin6_port, 2);
+	return FF_EP6_LEN;
+}
+
 /*
  * FREEFLOW_NEGOTIATE_LOOPBACK=1 asks about loopback too: the library's own
  * tests run their fake agent on loopback. Read once, at the first ask.

@@ -253,6 +253,8 @@ void ff_conn_forget_epregs(struct ff_conn *c);
 
 /* An endpoint attribute (FF_EP4_LEN/FF_EP6_LEN bytes) from a sockaddr. */
 int ff_endpoint(const struct sockaddr_storage *sa, uint8_t out[18]);
+/* As ff_endpoint, but a v4-mapped IPv6 address stays 18 bytes: the socket is IPv6 (a ledger's local end). */
+int ff_endpoint_as_is(const struct sockaddr_storage *sa, uint8_t out[18]);
 /* Whether connections from or to sa are left alone (loopback; negotiate.c's design note). */
 int ff_skip_loopback(const struct sockaddr_storage *sa);
 /* Whether fd is a socket of type (SOCK_STREAM, ...), and AF_UNIX if must_be_unix. */
@@ -262,6 +264,8 @@ int ff_is_socket(int fd, int type, int must_be_unix);
 
 /* Table lock held, before the dup3 of the swap: oldfd's carried options onto newfd (or c). */
 void ff_sockopt_carry(int oldfd, int newfd, struct ff_conn *c);
+/* The TCP-level options c's socket pair or shm channel kept for it, set on newfd, a TCP socket (parking). */
+void ff_sockopt_to_tcp(const struct ff_conn *c, int newfd);
 /* Table lock held: c was accepted on listener l; TCP copies l's buffer sizes. */
 void ff_sockopt_inherit(struct ff_conn *c, const struct ff_conn *l);
 /* Table lock held: whether the application set option (level, name) on c (opts.c keeps those). */

@@ -152,6 +152,14 @@ void ff_sockopt_carry(int oldfd, int newfd, struct ff_conn *c)
 					   sizeof(int));
 }
 
+void ff_sockopt_to_tcp(const struct ff_conn *c, int newfd)
+{
+	for (int i = 0; i < c->nopts; i++)
+		if (c->opts[i].level == IPPROTO_TCP && ff_opt_carried(IPPROTO_TCP, c->opts[i].name))
+			ff_real.setsockopt(newfd, IPPROTO_TCP, c->opts[i].name, &c->opts[i].value,
+					   sizeof(int));
+}
+
 int ff_sockopt_app_set(struct ff_conn *c, int level, int name)
 {
 	return ff_opt_find(c, level, name, 0) != NULL;

@@ -368,7 +368,7 @@ static void fill_ask(uint64_t id, uint64_t name)
 	if (fill_for)
 		return;
 	if (!ff_control_own_valid(&fill_agent, fill_pid)) {
-		if (ff_control_open_own(&fill_agent))
+		if (ff_control_open_own(&fill_agent, 0))
 			return;
 		fill_pid = getpid();
 	}

@@ -64,6 +64,7 @@ static void child(void)
 	self = getpid();
 	ff_links_atfork_child();
 	ff_shm_spill_atfork_child();	/* after: the links' channels are dropped with the rest */
+	ff_shm_parker_atfork_child();
 	ff_contacts_atfork_child();
 	ff_ledger_atfork_child();
 	ff_settler_atfork_child();

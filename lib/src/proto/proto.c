@@ -103,6 +103,8 @@ static int msg_type_known(uint8_t type)
 	case FF_MSG_LINK_FILL:
 	case FF_MSG_LINK_TAKE:
 	case FF_MSG_LINK_COMMIT:
+	case FF_MSG_WATCH:
+	case FF_MSG_PARK:
 	case FF_MSG_VERBS_QP_CREATE:
 	case FF_MSG_VERBS_CONNECT:
 	case FF_MSG_VERBS_PEER_QP:
@@ -121,6 +123,7 @@ static int msg_type_known(uint8_t type)
 	case FF_MSG_OK:
 	case FF_MSG_CONNS:
 	case FF_MSG_RELEASE:
+	case FF_MSG_PARK_CONTAINER:
 	case FF_MSG_ERROR:
 		return 1;
 	}

@@ -398,6 +398,7 @@ void ff_shm_attach(struct ff_conn *c, struct ff_shm *sh, int nonblock)
 	atomic_store_explicit(&sh->nonblock, nonblock, memory_order_relaxed);
 	c->shm = sh;
 	atomic_fetch_add(&ff_shm_conns, 1);
+	ff_shm_parker_kick();
 }
 
 /*
@@ -643,9 +644,9 @@ int ff_shm_switched_by(struct ff_shm *sh)
 {
 	uint32_t v = atomic_load_explicit(sh->switch_by, memory_order_acquire);
 
-	if (v == 0 || v == FF_SHM_CONNECTOR || v == FF_SHM_ACCEPTOR)
+	if (v == 0 || v == FF_SHM_CONNECTOR || v == FF_SHM_ACCEPTOR || v == FF_SHM_PARKED)
 		return (int)v;
-	return ff_shm_broken(sh, "switch_by holds neither role");
+	return ff_shm_broken(sh, "switch_by holds neither role nor parked");
 }
 
 /* ---- waiting and waking ---- */

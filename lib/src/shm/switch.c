@@ -322,8 +322,12 @@ static int conn_fds(const struct ff_shm *sh, int *fds, int max, struct ff_conn *
 	return n;
 }
 
-/* Table lock held: sock at each of fds (the bell socket's flags and options), epoll replayed. */
-static int swap_fds(struct ff_conn *c, const int *fds, int n, int sock)
+/*
+ * Table lock held: sock at each of fds (the bell socket's flags and
+ * options; a parked one's TCP options, which the channel kept), epoll
+ * replayed.
+ */
+static int swap_fds(struct ff_conn *c, const int *fds, int n, int sock, int parked)
 {
 	int fl = ff_real.fcntl(fds[0], F_GETFL);
 
@@ -331,6 +335,8 @@ static int swap_fds(struct ff_conn *c, const int *fds, int n, int sock)
 		return -errno;
 	carry_buffers(c, fds[0], sock);
 	ff_sockopt_carry(fds[0], sock, c);
+	if (parked)
+		ff_sockopt_to_tcp(c, sock);
 	/* Wake this process's threads asleep on the bell: they retry and find it moved. */
 	ff_real.shutdown(fds[0], SHUT_RD);
 	for (int i = 0; i < n; i++) {
@@ -349,9 +355,10 @@ static int swap_fds(struct ff_conn *c, const int *fds, int n, int sock)
 /*
  * sock, which now carries everything, becomes the connection at every fd
  * of it; sh is let go. Both ring locks held: the table lock is taken after
- * them (shm.h).
+ * them (shm.h). A parked connection's sock is TCP at its overlay tuple:
+ * the connection is then plain overlay TCP, as if never swapped.
  */
-static int install(struct ff_shm *sh, int sock)
+static int install(struct ff_shm *sh, int sock, int parked)
 {
 	unsigned st = atomic_load(&sh->state);
 	int fds[256], n, r = 0;
@@ -371,10 +378,19 @@ static int install(struct ff_shm *sh, int sock)
 	ff_table_lock();
 	n = conn_fds(sh, fds, (int)(sizeof(fds) / sizeof(fds[0])), &c);
 	if (n > 0)
-		r = swap_fds(c, fds, n, sock);
+		r = swap_fds(c, fds, n, sock, parked);
 	if (n > 0 && !r) {
-		ff_ledger_moved(c->ledger, fds[0]);	/* the agent lists it as it is now */
-		c->moved = 1;
+		/* The agent lists it as it is now. */
+		ff_ledger_moved(c->ledger, fds[0], parked ? FF_PATH_OVERLAY : FF_PATH_UNIX,
+				parked ? "parked" : "moved-down");
+		if (parked) {
+			ff_conn_set_state(c, FF_ST_OVERLAY);
+			c->kern_family = c->family;	/* checked: park_family_ok */
+			for (int i = 0; i < n; i++)
+				atomic_fetch_and(&ff_fd_slot(fds[i])->flags, (uint8_t)~FF_FD_SWAPPED);
+		} else {
+			c->moved = 1;
+		}
 		c->shm = NULL;
 		ff_conn_forget_epregs(c);
 		atomic_fetch_sub(&ff_shm_conns, 1);
@@ -406,7 +422,7 @@ static int move_down(int fd, struct ff_shm *sh)
 	if (!r)
 		r = flush_tx(sh, sp[0]);
 	if (!r)
-		r = install(sh, sp[0]);
+		r = install(sh, sp[0], 0);
 	ff_real.close(sp[0]);
 	return r;
 }
@@ -419,9 +435,56 @@ static int adopt(int fd, struct ff_shm *sh)
 		return r;
 	r = flush_tx(sh, y);
 	if (!r)
-		r = install(sh, y);
+		r = install(sh, y, 0);
 	ff_real.close(y);
 	return r;
+}
+
+/* Whether sock, a parked TCP socket, has the family the program's socket at fd had. */
+static int park_family_ok(int fd, int sock)
+{
+	struct ff_slot *s;
+	int fam = -1, want = -1;
+	socklen_t l = sizeof(fam);
+
+	if (!ff_is_socket(sock, SOCK_STREAM, 0) ||
+	    ff_real.getsockopt(sock, SOL_SOCKET, SO_DOMAIN, &fam, &l))
+		return 0;
+	ff_table_lock();
+	s = ff_fd_slot(fd);
+	if (s && s->conn)
+		want = s->conn->family;
+	ff_table_unlock();
+	return fam == want;
+}
+
+/*
+ * Parking (docs/SHM.md, "Parking"): this end's TCP socket at the tuple,
+ * from the agent, takes what it wrote that the peer has not read, once the
+ * peer's consumer is out of that ring for good; the peer does the same
+ * into its own socket, so no end hands the other anything. switch_by is
+ * PARKED.
+ */
+static int park_with(int fd, struct ff_shm *sh, int sock)
+{
+	int r = park_family_ok(fd, sock) ? peer_consumer_out(fd, sh)
+					 : ff_shm_broken(sh, "the parked socket's family is not the program's");
+
+	if (!r)
+		r = flush_tx(sh, sock);
+	if (!r)
+		r = install(sh, sock, 1);
+	ff_real.close(sock);
+	return r;
+}
+
+static int take_parked(int fd, struct ff_shm *sh)
+{
+	int sock = ff_shm_park_wait(sh);
+
+	if (sock < 0)
+		return ff_shm_broken(sh, "switch_by says parked, but this process got no socket for it");
+	return park_with(fd, sh, sock);
 }
 
 /*
@@ -462,10 +525,30 @@ static int switch_locked(int fd, struct ff_shm *sh)
 		atomic_thread_fence(memory_order_seq_cst);
 		return move_down(fd, sh);
 	}
+	if (by == FF_SHM_PARKED) {
+		ff_debug("fd %d: its peer parked it; parking this end at the program's call", fd);
+		return take_parked(fd, sh);
+	}
 	if (by == peer_role(sh))
 		return adopt(fd, sh);
 	return ff_shm_broken(sh, by == sh->role ? "switch_by names this end, which did not move down"
 						: "switch_by holds neither role");
+}
+
+/*
+ * Both ring locks held: a failed move down or park breaks the connection
+ * and shuts fd down, so the peer's threads asleep on the bell see the end;
+ * only while fd is still it: a failed move of a connection the program
+ * closed meanwhile shut down the socket it opened at the number since (a
+ * listener: its clients got ECONNREFUSED).
+ */
+static void failed(int fd, struct ff_shm *sh, const char *what)
+{
+	ff_shm_broken(sh, what);
+	ff_table_lock();
+	if (at_locked(fd, sh))
+		ff_real.shutdown(fd, SHUT_RDWR);
+	ff_table_unlock();
 }
 
 /* The system calls made on the way leave errno as the caller had it (core.h). */
@@ -479,23 +562,92 @@ int ff_shm_switch(int fd)
 	pthread_mutex_lock(&sh->rx.mu);
 	pthread_mutex_lock(&sh->tx.mu);
 	r = switch_locked(fd, sh);
-	if (r < 0) {
-		ff_shm_broken(sh, "moving down failed");
-		/*
-		 * Only while fd is still it: a failed move of a connection the
-		 * program closed meanwhile shut down the socket it opened at the
-		 * number since (a listener: its clients got ECONNREFUSED).
-		 */
-		ff_table_lock();
-		if (at_locked(fd, sh))
-			ff_real.shutdown(fd, SHUT_RDWR);
-		ff_table_unlock();
-	}
+	if (r < 0)
+		failed(fd, sh, "moving down failed");
 	pthread_mutex_unlock(&sh->tx.mu);
 	pthread_mutex_unlock(&sh->rx.mu);
 	ff_shm_put(sh);
 	errno = err;
 	return r;
+}
+
+/* Whether the peer shut its end or is gone: what it wrote last is in ring B->A only. */
+static int peer_closed(int fd, struct ff_shm *sh)
+{
+	return atomic_load_explicit(sh->rx.prod_shut, memory_order_acquire) || peer_gone(fd);
+}
+
+/*
+ * The parking thread's (shm/park.c): park the connection of sh at fd on
+ * the socket ff_shm_park_wait gives it. 0 once done or if it is no longer
+ * there (closed, or parked by a thread of the program meanwhile); -EBUSY
+ * while its peer moves it down; -EPIPE, nothing changed, if the peer
+ * closed its end (the bytes it wrote last are in the ring only: its
+ * parking could not move them, docs/SHM.md); -ENOENT, nothing changed,
+ * with adopt (the peer's end, told after it parked) if the peer did not
+ * park it; or another -errno.
+ */
+int ff_shm_park(int fd, struct ff_shm *sh, int adopt)
+{
+	unsigned st;
+	uint32_t by = 0;
+	int r = 0;
+
+	pthread_mutex_lock(&sh->rx.mu);
+	pthread_mutex_lock(&sh->tx.mu);
+	st = atomic_load(&sh->state);
+	if (st & FF_SHM_BROKEN) {
+		r = -ECONNRESET;
+	} else if (!(st & FF_SHM_CLOSED) && still_at(fd, sh)) {
+		by = atomic_load(sh->switch_by);
+		if (by == 0 && adopt) {
+			r = -ENOENT;
+		} else if (by == 0 && peer_closed(fd, sh)) {
+			r = -EPIPE;
+		} else if (by == FF_SHM_PARKED ||
+			   atomic_compare_exchange_strong(sh->switch_by, &by, FF_SHM_PARKED)) {
+			/*
+			 * Against the peer's close (ff_shm_closing): its prod_shut
+			 * store, fence, switch_by load. Closed before it saw
+			 * PARKED, it left its last bytes in the ring: fail loudly.
+			 */
+			atomic_thread_fence(memory_order_seq_cst);
+			r = by != FF_SHM_PARKED && peer_closed(fd, sh) ? -ECONNRESET : take_parked(fd, sh);
+		} else {
+			r = by == FF_SHM_PARKED ? take_parked(fd, sh) : -EBUSY;
+		}
+		if (r < 0 && r != -EBUSY && r != -EPIPE && r != -ENOENT)
+			failed(fd, sh, "parking failed");
+	}
+	pthread_mutex_unlock(&sh->tx.mu);
+	pthread_mutex_unlock(&sh->rx.mu);
+	return r;
+}
+
+/*
+ * The program let go of an shm connection (its last fd is closed; the
+ * conn is freed next): it will write no more (prod_shut, then a fence, as
+ * the mover's CAS is followed by one), and if its peer parked it, what it
+ * wrote that the peer has not read goes into this end's parked socket,
+ * then the socket closes: the peer reads it all, then EOF.
+ */
+void ff_shm_closing(struct ff_shm *sh, const struct ff_ends *ends)
+{
+	int sock;
+
+	pthread_mutex_lock(&sh->rx.mu);
+	pthread_mutex_lock(&sh->tx.mu);
+	atomic_store_explicit(sh->tx.prod_shut, 1, memory_order_release);
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load(sh->switch_by) == FF_SHM_PARKED &&
+	    !(atomic_load(&sh->state) & (FF_SHM_CLOSED | FF_SHM_BROKEN)) &&
+	    (sock = ff_shm_park_wait_ends(sh, ends)) >= 0) {
+		if (!peer_consumer_out(-1, sh))
+			flush_tx(sh, sock);
+		ff_real.close(sock);
+	}
+	pthread_mutex_unlock(&sh->tx.mu);
+	pthread_mutex_unlock(&sh->rx.mu);
 }
 
 /*

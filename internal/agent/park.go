@@ -1,0 +1,547 @@
+package agent
+
+// Parking a migrating container's shared-memory connections on plain TCP
+// (PROTOCOL.md, "Parking"; ARCHITECTURE.md, "Control flow: migrating a
+// container"). CRIU cannot checkpoint an shm channel: its bell is half of a
+// Unix connection whose other end is in another container, its rings a
+// memfd the peer maps. So before the dump each such connection moves to a
+// TCP connection at its overlay 4-tuple, which CRIU takes (--tcp-established)
+// and which the overlay carries wherever the container goes.
+//
+// The agent makes that TCP connection without a handshake: one socket in
+// each container's network namespace, put in repair mode (TCP_REPAIR, which
+// needs CAP_NET_ADMIN the library has not), bound and "connected" at the
+// tuple with sequence numbers both sides agree on, then taken out of repair
+// mode. Each library gets its own end only, on its WATCH session (a
+// socket of another tenant's namespace must never reach a container: a
+// disconnected TCP socket connects anew from where it was made). The
+// moving end parks first; its peer, told after, takes up its end as it
+// would adopt its peer's move down (docs/SHM.md, "Parking").
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/freeflow-net/freeflow/internal/netns"
+	"github.com/freeflow-net/freeflow/internal/protocol"
+	"golang.org/x/sys/unix"
+)
+
+// parkWait bounds how long the moving end's library takes to park one
+// connection once told: above its own worst case (the peer's consumer
+// busy 1 s, then 5 s for its socket to take the ring's unread bytes,
+// docs/SHM.md), so the agent never gives up on a park still under way.
+const parkWait = 8 * time.Second
+
+// parkAllWait bounds one PARK_CONTAINER, which holds the host's parking
+// lock: a container that stalls its own parks delays other moves by this
+// at most.
+const parkAllWait = 30 * time.Second
+
+// parkMSS is the parked connection's MSS: the overlay's MTU (1450) less
+// the IPv4 and TCP headers with timestamps' room.
+const parkMSS = 1398
+
+// parkWindowScale is the window scale both ends of a parked connection
+// use, as Linux picks for a receive buffer of up to 64 MiB.
+const parkWindowScale = 10
+
+// The queues TCP_REPAIR_QUEUE selects (linux/tcp.h), which x/sys lacks.
+const (
+	tcpRecvQueue = 1
+	tcpSendQueue = 2
+)
+
+// parkJob is one connection end handed to a library to park on fd.
+type parkJob struct {
+	local, remote netip.AddrPort // as the library sees them
+	fd            int
+	peer          bool       // the end that stays, told after its peer parked: nobody waits for its answer
+	done          chan error // the library's answer: nil once parked
+}
+
+// errUndelivered: the PARK was not written; the library never had it.
+var errUndelivered = errors.New("its PARK could not be written to its session")
+
+// watchKey names a library process's parking thread: its container (as
+// the agent identified its session) and its pid. A session of another
+// container that outlived a process whose pid was reused cannot take
+// another container's place.
+type watchKey struct {
+	id  string
+	pid int32
+}
+
+// watcher is a process's parking thread: the jobs for it, handed one per
+// WATCH in order, and the session waiting on it now, if any.
+type watcher struct {
+	queue []*parkJob
+	kick  chan struct{} // a job was queued
+	owner *session      // the session of the thread now: only it takes jobs
+}
+
+// watchers are the libraries' parking threads, by process.
+type watchers struct {
+	mu      sync.Mutex
+	m       map[watchKey]*watcher
+	parking sync.Mutex // one PARK_CONTAINER at a time: two moves must not make two pairs for one connection
+}
+
+func newWatchers() *watchers { return &watchers{m: map[watchKey]*watcher{}} }
+
+// getLocked returns k's watcher, made if make_ and missing.
+func (w *watchers) getLocked(k watchKey, make_ bool) *watcher {
+	x := w.m[k]
+	if x == nil && make_ {
+		x = &watcher{kick: make(chan struct{}, 1)}
+		w.m[k] = x
+	}
+	return x
+}
+
+// known reports whether k's parking thread has a session that sent WATCH
+// and has not ended since.
+func (w *watchers) known(k watchKey) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.m[k] != nil && w.m[k].owner != nil
+}
+
+// push queues job for k's parking thread.
+func (w *watchers) push(k watchKey, job *parkJob) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	x := w.getLocked(k, true)
+	x.queue = append(x.queue, job)
+	select {
+	case x.kick <- struct{}{}:
+	default:
+	}
+}
+
+// pop takes k's next job for s, its current session, if any.
+func (w *watchers) pop(k watchKey, s *session) *parkJob {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	x := w.m[k]
+	if x == nil || x.owner != s || len(x.queue) == 0 {
+		return nil
+	}
+	job := x.queue[0]
+	x.queue = x.queue[1:]
+	return job
+}
+
+// withdraw takes job out of k's queue if no session took it yet.
+func (w *watchers) withdraw(k watchKey, job *parkJob) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	x := w.m[k]
+	if x == nil {
+		return false
+	}
+	for i, j := range x.queue {
+		if j == job {
+			x.queue = append(x.queue[:i], x.queue[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// undelivered, after a reply to s could not be written: a PARK it carried
+// never reached the library (its fd was closed with the reply's).
+func (w *watchers) undelivered(s *session) {
+	if s.parking != nil {
+		s.parking.done <- errUndelivered
+		s.parking = nil
+	}
+}
+
+// dropGone forgets the parking threads of processes that are gone,
+// closing what was queued for them.
+func (w *watchers) dropGone() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for k, x := range w.m {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", k.pid)); err == nil {
+			continue
+		}
+		for _, j := range x.queue {
+			unix.Close(j.fd)
+			j.done <- errors.New("its process is gone")
+		}
+		delete(w.m, k)
+	}
+}
+
+// parkShm parks every shm connection of container id whose other end is
+// in another container of this host, and returns how many it parked. One
+// that cannot be parked refuses them all before any is; one that fails
+// while parking stops it, with the reason: the move is then refused (those
+// parked stay on plain TCP, which is correct).
+func (a *Agent) parkShm(ctx context.Context, id string) (int, error) {
+	if err := checkID("container id", id); err != nil {
+		return 0, err
+	}
+	a.watch.parking.Lock()
+	defer a.watch.parking.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, parkAllWait)
+	defer cancel()
+	a.watch.dropGone()
+	a.ledgers.prune()
+	live, _ := a.ledgers.verify(a.ledgers.ends(""), 0)
+	pairs, err := parkable(live, id)
+	for _, p := range pairs {
+		if err == nil {
+			err = a.canPark(p[0], p[1])
+		}
+	}
+	if err != nil {
+		return 0, err // before any is parked: nothing changed
+	}
+	n := 0
+	for _, p := range pairs {
+		if err := a.parkOne(ctx, p[0], p[1]); err != nil {
+			return n, err
+		}
+		n++
+	}
+	if n > 0 {
+		a.log.Info("shm connections parked on TCP for a migration", "container", id, "connections", n)
+	}
+	return n, nil
+}
+
+// parkable returns container id's shm connections to park, its end
+// first, then its peer's, from the host's live ledger entries; or why one
+// cannot be parked. Only an
+// end whose local address is its own container's counts: a ledger can
+// list anything, but must not make another container's move fail, nor
+// stand in for its peer.
+func parkable(live []ledgerEnd, id string) ([][2]ledgerEnd, error) {
+	own := func(e ledgerEnd) bool { return e.path == pathShm && e.local.Addr().String() == e.self.IP }
+	byTuple := map[[2]netip.AddrPort][]ledgerEnd{}
+	for _, e := range live {
+		if own(e) {
+			k := [2]netip.AddrPort{e.local, e.remote}
+			byTuple[k] = append(byTuple[k], e)
+		}
+	}
+	var out [][2]ledgerEnd
+	for _, e := range live {
+		if e.self.ID != id || !own(e) {
+			continue
+		}
+		mine, peers := byTuple[[2]netip.AddrPort{e.local, e.remote}], byTuple[[2]netip.AddrPort{e.remote, e.local}]
+		if len(peers) == 1 && peers[0].self.ID == id {
+			continue // both ends move, inside one checkpoint
+		}
+		if len(mine) != 1 || len(peers) != 1 {
+			return nil, protocol.Errorf(protocol.CodeDenied, "shm connection %s-%s of container %s has %d ends here and %d at its peer, not one each (a 4-tuple reused while the first lives on): it cannot be parked on TCP at that tuple",
+				e.local, e.remote, id, len(mine), len(peers))
+		}
+		if !e.local.Addr().Is4() || !e.remote.Addr().Is4() {
+			return nil, protocol.Errorf(protocol.CodeDenied, "shm connection %s-%s of container %s is not IPv4, which parking does not cover yet", e.local, e.remote, id)
+		}
+		out = append(out, [2]ledgerEnd{e, peers[0]})
+	}
+	return out, nil
+}
+
+// canPark says why the connection of m (moving) and p cannot be parked.
+func (a *Agent) canPark(m, p ledgerEnd) error {
+	what := fmt.Sprintf("shm connection %s-%s of container %s", m.local, m.remote, m.self.Name)
+	for _, e := range []ledgerEnd{m, p} {
+		if !a.watch.known(watchKey{e.self.ID, e.l.pid}) {
+			return protocol.Errorf(protocol.CodeDenied, "%s: process %d holds it but does not wait for parking (WATCH; a library from before parking, or one whose agent session ended)", what, e.l.pid)
+		}
+		if e.self.NetNS == "" {
+			return protocol.Errorf(protocol.CodeDenied, "%s: the directory names no network namespace for container %s", what, e.self.Name)
+		}
+	}
+	return nil
+}
+
+// parkOne parks the connection of end m (moving) and p (its peer).
+func (a *Agent) parkOne(ctx context.Context, m, p ledgerEnd) error {
+	what := fmt.Sprintf("shm connection %s-%s of container %s", m.local, m.remote, m.self.Name)
+	km, kp := watchKey{m.self.ID, m.l.pid}, watchKey{p.self.ID, p.l.pid}
+	fm, fp, err := repairedPair(m.self.NetNS, m.local, m.mapped, p.self.NetNS, p.local, p.mapped)
+	if err != nil {
+		return protocol.Errorf(protocol.CodeInternal, "%s: %v", what, err)
+	}
+	// The moving end first: it decides (switch_by), its peer then adopts.
+	job := &parkJob{local: m.local, remote: m.remote, fd: fm, done: make(chan error, 1)}
+	a.watch.push(km, job)
+	var answer error
+	t := time.NewTimer(parkWait)
+	defer t.Stop()
+	select {
+	case answer = <-job.done:
+	case <-t.C:
+		answer = fmt.Errorf("its library did not park it within %v", parkWait)
+	case <-ctx.Done():
+		answer = fmt.Errorf("its library did not park it in time (%v)", ctx.Err())
+	}
+	if answer != nil && !errors.Is(answer, errNotParked) {
+		if a.watch.withdraw(km, job) || errors.Is(answer, errUndelivered) {
+			unix.Close(fm) // never handed: the connection is as it was
+			unix.Close(fp)
+			return protocol.Errorf(protocol.CodeDenied, "%s: process %d: %v", what, m.l.pid, answer)
+		}
+		// Handed, not answered (or the session ended): it may have parked,
+		// so its peer must take its end, at its next WATCH.
+		a.log.Warn("a parked connection's moving end did not answer; its peer gets its end all the same", "connection", what, "pid", m.l.pid, "err", answer)
+	}
+	if errors.Is(answer, errNotParked) {
+		unix.Close(fp)
+	} else {
+		// Marked: the peer parks only if it finds the connection parked.
+		a.watch.push(kp, &parkJob{local: p.local, remote: p.remote, fd: fp, peer: true, done: make(chan error, 1)})
+	}
+	if answer != nil {
+		return protocol.Errorf(protocol.CodeDenied, "%s: process %d: %v", what, m.l.pid, answer)
+	}
+	return nil
+}
+
+// errNotParked is a library's FOUND 0: it left the connection as it was.
+var errNotParked = errors.New("its library did not park it")
+
+// repairedPair makes a TCP connection from a (in the namespace at nsA) to
+// b (at nsB) without a handshake, and returns its two ends; an end whose
+// library's socket is IPv6 (v4-mapped: a dual-stack program) is an IPv6
+// socket, so the program's getpeername and IPv6 options work on as before.
+func repairedPair(nsA string, a netip.AddrPort, a6 bool, nsB string, b netip.AddrPort, b6 bool) (int, int, error) {
+	var isn [8]byte
+	if _, err := rand.Read(isn[:]); err != nil {
+		return -1, -1, err
+	}
+	sa, sb := binary.LittleEndian.Uint32(isn[:4]), binary.LittleEndian.Uint32(isn[4:])
+	fa, err := repairedEnd(nsA, a, b, a6, sa, sb)
+	if err != nil {
+		return -1, -1, fmt.Errorf("its end at %s: %w", a, err)
+	}
+	fb, err := repairedEnd(nsB, b, a, b6, sb, sa)
+	if err != nil {
+		unix.Close(fa)
+		return -1, -1, fmt.Errorf("its end at %s: %w", b, err)
+	}
+	// Only now: a side out of repair sends (a window probe) and must find the other.
+	for _, fd := range []int{fa, fb} {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_REPAIR, unix.TCP_REPAIR_OFF); err != nil {
+			unix.Close(fa)
+			unix.Close(fb)
+			return -1, -1, fmt.Errorf("take the parked connection out of repair mode: %w", err)
+		}
+	}
+	return fa, fb, nil
+}
+
+// parkSendBuffer is a parked socket's send buffer: the ring's unread
+// bytes go into it at once, and a producer lets at most 7/8 of twice
+// net.core.wmem_max into a ring (the library's cap, docs/SHM.md); the
+// kernel doubles what is set. Only the send buffer is set: the receive
+// buffer autotunes, as a handshake's would.
+func parkSendBuffer() int {
+	b, err := os.ReadFile("/proc/sys/net/core/wmem_max")
+	n, perr := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || perr != nil || n <= 0 {
+		n = 4 << 20
+	}
+	return max(n, 1<<20)
+}
+
+// repairedEnd makes, in the network namespace at ns, a TCP socket in
+// repair mode established from local to remote (IPv4 addresses; with v6,
+// an IPv6 socket at their v4-mapped forms), its next byte to send numbered
+// snd and to receive rcv.
+func repairedEnd(ns string, local, remote netip.AddrPort, v6 bool, snd, rcv uint32) (int, error) {
+	fd := -1
+	family := unix.AF_INET
+	if v6 {
+		family = unix.AF_INET6
+	}
+	err := netns.Do(ns, func() error {
+		var err error
+		fd, err = unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		return err
+	})
+	if err != nil {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		return -1, err
+	}
+	step := func(what string, err error) error {
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return nil
+	}
+	// struct tcp_repair_opt[]: code, value. Both ends take SACK and
+	// timestamps, as a handshake between two Linux stacks would agree:
+	// without them a loss (the held input of a move overflowing, for one)
+	// costs retransmission timeouts, seconds under a burst.
+	var opts []byte
+	for _, o := range [][2]uint32{
+		{unix.TCPOPT_MAXSEG, parkMSS},
+		{unix.TCPOPT_WINDOW, parkWindowScale | parkWindowScale<<16},
+		{unix.TCPOPT_SACK_PERMITTED, 0},
+		{unix.TCPOPT_TIMESTAMP, 0},
+	} {
+		opts = binary.NativeEndian.AppendUint32(opts, o[0])
+		opts = binary.NativeEndian.AppendUint32(opts, o[1])
+	}
+	err = errors.Join(
+		step("repair mode (needs CAP_NET_ADMIN)", unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_REPAIR, unix.TCP_REPAIR_ON)),
+		step("send buffer", unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, parkSendBuffer())),
+		// Before connect: connect sizes the segments it will send by it.
+		step("MSS", unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_MAXSEG, parkMSS)),
+	)
+	if err == nil && v6 {
+		err = step("dual stack", unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 0))
+	}
+	if err == nil {
+		err = errors.Join(
+			step("send sequence", setQueueSeq(fd, tcpSendQueue, snd)),
+			step("receive sequence", setQueueSeq(fd, tcpRecvQueue, rcv)),
+			step("bind "+local.String(), unix.Bind(fd, sockaddr(local, v6))),
+		)
+	}
+	if err == nil {
+		err = step("connect to "+remote.String()+" (the tuple is in use there?)", unix.Connect(fd, sockaddr(remote, v6)))
+	}
+	if err == nil {
+		err = step("TCP options", unix.SetsockoptString(fd, unix.IPPROTO_TCP, unix.TCP_REPAIR_OPTIONS, string(opts)))
+	}
+	if err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+func setQueueSeq(fd, queue int, seq uint32) error {
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_REPAIR_QUEUE, queue); err != nil {
+		return err
+	}
+	return unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_QUEUE_SEQ, int(seq))
+}
+
+func sockaddr(ap netip.AddrPort, v6 bool) unix.Sockaddr {
+	if v6 {
+		return &unix.SockaddrInet6{Port: int(ap.Port()), Addr: netip.AddrFrom16(ap.Addr().As16()).As16()}
+	}
+	return &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().Unmap().As4()}
+}
+
+// watchPoll is how often a WATCH that waits looks whether its library is
+// still there.
+const watchPoll = 500 * time.Millisecond
+
+// errSessionEnd ends a session without a reply.
+var errSessionEnd = errors.New("session ended without a reply")
+
+// handleWatch serves WATCH: the answer to the PARK it sent last, if any
+// (FOUND 1: parked; else REASON says why not), then waits for the next
+// connection to park and answers PARK with it and its TCP socket.
+func (s *session) handleWatch(m *protocol.Message) (*protocol.Message, error) {
+	if job := s.parking; job != nil {
+		s.parking = nil
+		parked, err := m.Bool(protocol.AttrFound)
+		if err == nil && !parked {
+			why, _ := m.String(protocol.AttrReason)
+			err = fmt.Errorf("%w: %s", errNotParked, why)
+		}
+		if err != nil && job.peer {
+			s.a.log.Warn("the staying end of a parked connection was not parked", "pid", s.pid, "local", job.local, "remote", job.remote, "err", err)
+		}
+		job.done <- err
+	}
+	k := watchKey{s.self.ID, s.pid}
+	x := s.a.watch.attach(k, s)
+	tick := time.NewTicker(watchPoll)
+	defer tick.Stop()
+	for {
+		if job := s.a.watch.pop(k, s); job != nil {
+			s.parking, s.outFDs = job, []int{job.fd}
+			reply := &protocol.Message{Type: protocol.TypePark, Seq: m.Seq, Attrs: []protocol.Attr{
+				protocol.Endpoint(protocol.AttrLocalEndpoint, job.local), protocol.Endpoint(protocol.AttrRemoteEndpoint, job.remote)}}
+			if job.peer {
+				reply.Attrs = append(reply.Attrs, protocol.Bool(protocol.AttrFound, true))
+			}
+			return reply, nil
+		}
+		select {
+		case <-x.kick:
+		case <-s.ctx.Done():
+			return nil, errSessionEnd
+		case <-tick.C:
+			if s.gone() {
+				return nil, errSessionEnd
+			}
+		}
+	}
+}
+
+// attach makes s the session of k's parking thread (a newer one of the
+// same process replaces it, keeping what is queued).
+func (w *watchers) attach(k watchKey, s *session) *watcher {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s.watching = k
+	x := w.getLocked(k, true)
+	x.owner = s
+	return x
+}
+
+// drop, at the end of s's session, fails the job it held (the library
+// may have parked it: its peer still gets its end) and forgets its
+// process's parking thread unless jobs wait for it (a new session of the
+// same process takes them; dropGone closes them once it is gone).
+func (w *watchers) drop(s *session) {
+	if s.parking != nil {
+		s.parking.done <- errors.New("its library's session ended while parking")
+		s.parking = nil
+	}
+	if s.watching.pid == 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	x := w.m[s.watching]
+	if x == nil || x.owner != s {
+		return // a newer session of the process took its place
+	}
+	x.owner = nil
+	if len(x.queue) == 0 {
+		delete(w.m, s.watching)
+	}
+}
+
+// gone reports whether s's peer closed it or sent something (nothing may
+// come while WATCH waits).
+func (s *session) gone() bool {
+	rc, err := s.uc.SyscallConn()
+	if err != nil {
+		return true
+	}
+	var ready bool
+	err = rc.Control(func(fd uintptr) {
+		p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLRDHUP}}
+		n, _ := unix.Poll(p, 0)
+		ready = n > 0
+	})
+	return ready || err != nil // closed by the agent: RELEASE, or its stop
+}

@@ -1,0 +1,167 @@
+package agent
+
+import (
+	"bytes"
+	"crypto/rand"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/freeflow-net/freeflow/internal/directory"
+	"github.com/freeflow-net/freeflow/internal/netns"
+)
+
+// vethPair joins namespaces a and b with a veth, a at 10.99.0.1/24 and b
+// at 10.99.0.2/24.
+func vethPair(t *testing.T, a, b string) {
+	t.Helper()
+	ends := "ffp" + randName(5)
+	for _, args := range [][]string{
+		{"link", "add", ends + "a", "netns", a, "type", "veth", "peer", "name", ends + "b", "netns", b},
+		{"-n", a, "addr", "add", "10.99.0.1/24", "dev", ends + "a"},
+		{"-n", b, "addr", "add", "10.99.0.2/24", "dev", ends + "b"},
+		{"-n", a, "link", "set", ends + "a", "up"},
+		{"-n", b, "link", "set", ends + "b", "up"},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+	}
+}
+
+// TestParkedPairCarriesBytesBothWays: the TCP connection the agent makes
+// without a handshake for a parked shm connection carries 8 MiB each way,
+// intact and in order, and an end's close reaches the other as EOF; it
+// can take the port of a listener at the tuple, as a parked accepted
+// connection does.
+func TestParkedPairCarriesBytesBothWays(t *testing.T) {
+	nsA, nsB := makeNetns(t), makeNetns(t)
+	vethPair(t, nsA, nsB)
+	a, b := netip.MustParseAddrPort("10.99.0.1:40001"), netip.MustParseAddrPort("10.99.0.2:6379")
+	lis, err := netns.Listen("/run/netns/"+nsB, "tcp4", b.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	fa, fb, err := repairedPair("/run/netns/"+nsA, a, false, "/run/netns/"+nsB, b, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, cb := fileConn(t, fa), fileConn(t, fb)
+	want := make([]byte, 8<<20)
+	rand.Read(want)
+	check := func(from, to net.Conn, name string) chan error {
+		done := make(chan error, 1)
+		go func() { _, err := from.Write(want); done <- err }()
+		got := make([]byte, len(want))
+		if _, err := io.ReadFull(to, got); err != nil {
+			t.Fatalf("%s: read: %v", name, err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("%s: the bytes read differ from those written", name)
+		}
+		return done
+	}
+	if err := <-check(ca, cb, "a to b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-check(cb, ca, "b to a"); err != nil {
+		t.Fatal(err)
+	}
+	if got := cb.LocalAddr().String(); got != b.String() {
+		t.Errorf("b's end is at %s, want %s", got, b)
+	}
+	ca.Close()
+	if n, err := cb.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+		t.Errorf("after a closed: read %d, %v; want EOF", n, err)
+	}
+}
+
+func fileConn(t *testing.T, fd int) net.Conn {
+	t.Helper()
+	f := os.NewFile(uintptr(fd), "parked")
+	defer f.Close()
+	c, err := net.FileConn(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// liveShmEnd is a live shm ledger entry of container c's process pid.
+func liveShmEnd(c directory.Container, pid int32, local, remote string) ledgerEnd {
+	return ledgerEnd{self: c, l: &ledger{self: c, pid: pid},
+		ledgerEntry: ledgerEntry{path: pathShm, local: netip.MustParseAddrPort(local), remote: netip.MustParseAddrPort(remote)}}
+}
+
+// TestParkableTakesOnlyEndsAtTheirOwnAddress: the connections a move parks
+// are the moving container's shm ends with their peers; a ledger entry
+// whose local address is not its container's (a hostile container listing
+// itself as a victim's peer, or the victim itself) neither refuses the move
+// nor stands in for the peer; a connection inside the container is left
+// alone; a 4-tuple with two live ends is refused before anything is parked.
+func TestParkableTakesOnlyEndsAtTheirOwnAddress(t *testing.T) {
+	mover := directory.Container{ID: "m", Name: "m", IP: "10.244.1.2"}
+	peer := directory.Container{ID: "p", Name: "p", IP: "10.244.1.3"}
+	evil := directory.Container{ID: "e", Name: "e", IP: "10.244.1.9"}
+	live := []ledgerEnd{
+		liveShmEnd(mover, 10, "10.244.1.2:6379", "10.244.1.3:40000"),
+		liveShmEnd(peer, 20, "10.244.1.3:40000", "10.244.1.2:6379"),
+		// The hostile container claims the peer's end, and one of the mover's own.
+		liveShmEnd(evil, 30, "10.244.1.3:40000", "10.244.1.2:6379"),
+		liveShmEnd(evil, 30, "10.244.1.2:6379", "10.244.1.3:40000"),
+		// Two processes of the mover talk to each other.
+		liveShmEnd(mover, 10, "10.244.1.2:6379", "10.244.1.2:41000"),
+		liveShmEnd(mover, 11, "10.244.1.2:41000", "10.244.1.2:6379"),
+		// Not shm: moves with it as it is.
+		{self: mover, l: &ledger{self: mover, pid: 10}, ledgerEntry: ledgerEntry{path: pathOverlay,
+			local: netip.MustParseAddrPort("10.244.1.2:6379"), remote: netip.MustParseAddrPort("10.244.1.3:40001")}},
+	}
+	pairs, err := parkable(live, "m")
+	if err != nil || len(pairs) != 1 || pairs[0][0].l.pid != 10 || pairs[0][1].self.ID != "p" || pairs[0][1].l.pid != 20 {
+		t.Fatalf("parkable: %v, %v; want the one connection to p, the peer's end its own", pairs, err)
+	}
+	// The peer reused the tuple while the first connection lives on.
+	reused := append(live, liveShmEnd(peer, 21, "10.244.1.3:40000", "10.244.1.2:6379"))
+	if pairs, err := parkable(reused, "m"); err == nil || len(pairs) != 0 || !strings.Contains(err.Error(), "1 ends here and 2 at its peer") {
+		t.Fatalf("parkable with a tuple reused: %v, %v; want a refusal and nothing to park", pairs, err)
+	}
+}
+
+// TestParkingThreadKnownByContainerAndPid: a session of another container
+// whose process had the pid a victim's process has now never takes the
+// victim's place, nor is the victim's parking thread known through it.
+func TestParkingThreadKnownByContainerAndPid(t *testing.T) {
+	w := newWatchers()
+	victim, stale := &session{pid: 77, self: directory.Container{ID: "v"}}, &session{pid: 77, self: directory.Container{ID: "h"}}
+	vk, hk := watchKey{"v", 77}, watchKey{"h", 77}
+	w.attach(hk, stale)
+	if w.known(vk) {
+		t.Fatal("the victim's parking thread is known through another container's session")
+	}
+	w.attach(vk, victim)
+	w.attach(hk, stale) // the stale session WATCHes again
+	job := &parkJob{fd: -1, done: make(chan error, 1)}
+	w.push(vk, job)
+	if got := w.pop(hk, stale); got != nil {
+		t.Fatal("the other container's session got the victim's job")
+	}
+	if got := w.pop(vk, stale); got != nil {
+		t.Fatal("the other container's session got the victim's job by its key")
+	}
+	if got := w.pop(vk, victim); got != job {
+		t.Fatal("the victim's session did not get its job")
+	}
+	// An older session of the victim's process that ends does not unregister the newer one.
+	newer := &session{pid: 77, self: directory.Container{ID: "v"}}
+	w.attach(vk, newer)
+	w.drop(victim)
+	if !w.known(vk) {
+		t.Fatal("the end of an older session unregistered the process's newer one")
+	}
+}
