@@ -40,6 +40,10 @@ type Port struct {
 	HostSide []string // interfaces outside the sandbox in prevResult: the container's veth is one of them
 	MAC      string   // the container interface's MAC ("" if prevResult has none)
 	IP       net.IP   // the container's IPv4 address
+	// MuteARP drops every ARP frame too: a migrating container runs on
+	// at its source until the freeze while the overlay routes its address
+	// elsewhere, and must not answer for it there.
+	MuteARP bool
 }
 
 // NFTables is the SourceGuard of the host the plugin runs on: the table
@@ -119,9 +123,14 @@ func nftError(step string, err error) error {
 //	ether type arp arp saddr ip != IP drop
 //	ether type ip ip saddr != IP drop
 //	ether type != ip ether type != arp drop
+//
+// and first, with MuteARP, ether type arp drop.
 func sourceRules(p Port) ([][]expr.Any, error) {
 	ip := p.IP.To4() // containerPort made sure of both
 	var rules [][]expr.Any
+	if p.MuteARP {
+		rules = append(rules, etherRule(etherTypeIs(unix.ETH_P_ARP)))
+	}
 	if p.MAC != "" {
 		mac, err := net.ParseMAC(p.MAC)
 		if err != nil {

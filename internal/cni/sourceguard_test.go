@@ -60,6 +60,18 @@ func TestSourceGuardWithoutNftOrIp(t *testing.T) {
 			t.Errorf("nft lists no %q:\n%s", want, got)
 		}
 	}
+	// A migrating container's ARP muted (TestMigrate, the moving client's
+	// slowest reply), then back as it was.
+	muted := p
+	muted.MuteARP = true
+	emptyPATH(t, func() { inNetns("install muted", func() error { return g.Install("c1", muted) }) })
+	if got := list(); !strings.Contains(got, "ether type arp drop") || !strings.Contains(got, "ip saddr != 10.244.1.7 drop") {
+		t.Errorf("muted: want every ARP frame dropped and the other checks kept:\n%s", got)
+	}
+	emptyPATH(t, func() { inNetns("install unmuted", func() error { return g.Install("c1", p) }) })
+	if got := list(); strings.Contains(got, "ether type arp drop") {
+		t.Errorf("unmuted, ARP is still dropped:\n%s", got)
+	}
 	emptyPATH(t, func() {
 		for range 2 {
 			inNetns("remove", func() error { return g.Remove("c1") })

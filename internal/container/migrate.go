@@ -376,7 +376,17 @@ func (mv *move) switchTo(h state.Host) error {
 		down, downAt, up, upAt = up, upAt, down, downAt
 	}
 	var errs []error
-	if err := mv.setLink(down, downAt, false); err != nil {
+	// Moving on, the source keeps its link up: what the container sends
+	// until the freeze (a request, an ACK) still reaches its peers, whose
+	// answers wait at the destination; only its ARP is dropped. (Down, a
+	// request sent in between was lost: 1.1-1.9 s of retransmission
+	// timeout after the restore.) Back at the source, the destination's
+	// namespace, where nothing runs, goes down.
+	if moving := h.Name != mv.from.Name; moving {
+		if err := mv.muteARP(down, downAt, true); err != nil {
+			errs = append(errs, err)
+		}
+	} else if err := mv.setLink(down, downAt, false); err != nil {
 		errs = append(errs, err)
 	}
 	if err := overlay.PlaceAddress(l, mv.cl.Hosts, mv.c.IP, mv.home, h); err != nil {
@@ -384,6 +394,11 @@ func (mv *move) switchTo(h state.Host) error {
 	}
 	if err := mv.setLink(up, upAt, true); err != nil {
 		errs = append(errs, err)
+	}
+	if h.Name == mv.from.Name {
+		if err := mv.muteARP(up, upAt, false); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	mv.m.forgetNeighbour(mv.c.IP, mv.home.Name)
 	return errors.Join(errs...)
@@ -440,6 +455,34 @@ func (mv *move) prepare(newNS string) error {
 // (on host h) up or down. Not the container end: taking a link down
 // flushes the routes through it, and a restore needs them.
 func (mv *move) setLink(ns string, h state.Host, up bool) error {
+	err := mv.onHostEnd(ns, h, func(l netlink.Link) error {
+		if up {
+			return netlink.LinkSetUp(l)
+		}
+		return netlink.LinkSetDown(l)
+	})
+	if err != nil {
+		return fmt.Errorf("set the host end of %s's %s on %s up=%v: %w", ns, cni.ContainerIfName, h.Name, up, err)
+	}
+	return nil
+}
+
+// muteARP puts the container's source checks on the host end of its
+// interface in namespace ns on host h again, dropping its ARP if mute.
+func (mv *move) muteARP(ns string, h state.Host, mute bool) error {
+	err := mv.onHostEnd(ns, h, func(l netlink.Link) error {
+		return cni.NFTables{}.Install(mv.c.ID, cni.Port{HostSide: []string{l.Attrs().Name}, MAC: mv.mac,
+			IP: net.ParseIP(mv.c.IP).To4(), MuteARP: mute})
+	})
+	if err != nil {
+		return fmt.Errorf("source checks on the host end of %s's %s on %s, ARP muted=%v: %w", ns, cni.ContainerIfName, h.Name, mute, err)
+	}
+	return nil
+}
+
+// onHostEnd runs do, in host h's network namespace, on the host end of the
+// container interface of namespace ns.
+func (mv *move) onHostEnd(ns string, h state.Host, do func(netlink.Link) error) error {
 	var peer int
 	err := netns.Do(netns.Path(ns), func() error {
 		l, err := netlink.LinkByName(cni.ContainerIfName)
@@ -448,22 +491,16 @@ func (mv *move) setLink(ns string, h state.Host, up bool) error {
 		}
 		return err
 	})
-	if err == nil {
-		err = netns.Do(netns.Path(mv.m.Layout.HostNetNS(h.Name)), func() error {
-			l, err := netlink.LinkByIndex(peer)
-			if err != nil {
-				return err
-			}
-			if up {
-				return netlink.LinkSetUp(l)
-			}
-			return netlink.LinkSetDown(l)
-		})
-	}
 	if err != nil {
-		return fmt.Errorf("set the host end of %s's %s on %s up=%v: %w", ns, cni.ContainerIfName, h.Name, up, err)
+		return err
 	}
-	return nil
+	return netns.Do(netns.Path(mv.m.Layout.HostNetNS(h.Name)), func() error {
+		l, err := netlink.LinkByIndex(peer)
+		if err != nil {
+			return err
+		}
+		return do(l)
+	})
 }
 
 // hostVeth names the destination's end of the container's interface.
