@@ -365,40 +365,39 @@ func (mv *move) run(ctx context.Context, rep *MigrateReport) (err error) {
 }
 
 // switchTo routes the container's address to host h and brings up the
-// container interface there. The namespace on the other host goes down
-// first: its processes stopped or about to be, it would still answer ARP
-// for the address on its bridge. The home host's containers forget their
-// neighbour entry for it.
+// container interface there. The namespace on the other host must not
+// answer ARP for the address on its bridge meanwhile: moving on, the
+// source keeps its link up, so what the container sends until the freeze
+// (a request, an ACK) still reaches its peers, whose answers wait at the
+// destination, and only its ARP is dropped (taken down, a request sent in
+// between was lost: 1.1-1.9 s of retransmission timeout after the
+// restore); back at the source, the destination's namespace, where
+// nothing runs, goes down, and the source is as it was (up again: a
+// discarded copy there took it down). The home host's containers forget
+// their neighbour entry for the address.
 func (mv *move) switchTo(h state.Host) error {
 	l := mv.m.Layout
-	down, downAt, up, upAt := l.ContainerNetNS(mv.c.Name), mv.from, l.MigrationNetNS(mv.c.Name), mv.to
-	if h.Name == mv.from.Name {
-		down, downAt, up, upAt = up, upAt, down, downAt
-	}
+	src, dst := l.ContainerNetNS(mv.c.Name), l.MigrationNetNS(mv.c.Name)
+	back := h.Name == mv.from.Name
 	var errs []error
-	// Moving on, the source keeps its link up: what the container sends
-	// until the freeze (a request, an ACK) still reaches its peers, whose
-	// answers wait at the destination; only its ARP is dropped. (Down, a
-	// request sent in between was lost: 1.1-1.9 s of retransmission
-	// timeout after the restore.) Back at the source, the destination's
-	// namespace, where nothing runs, goes down.
-	if moving := h.Name != mv.from.Name; moving {
-		if err := mv.muteARP(down, downAt, true); err != nil {
+	keep := func(err error) {
+		if err != nil {
 			errs = append(errs, err)
 		}
-	} else if err := mv.setLink(down, downAt, false); err != nil {
-		errs = append(errs, err)
+	}
+	if back {
+		keep(mv.setLink(dst, mv.to, false))
+	} else {
+		keep(mv.muteARP(src, mv.from, true))
 	}
 	if err := overlay.PlaceAddress(l, mv.cl.Hosts, mv.c.IP, mv.home, h); err != nil {
-		errs = append(errs, fmt.Errorf("route %s to %s: %w", mv.c.IP, h.Name, err))
+		keep(fmt.Errorf("route %s to %s: %w", mv.c.IP, h.Name, err))
 	}
-	if err := mv.setLink(up, upAt, true); err != nil {
-		errs = append(errs, err)
-	}
-	if h.Name == mv.from.Name {
-		if err := mv.muteARP(up, upAt, false); err != nil {
-			errs = append(errs, err)
-		}
+	if back {
+		keep(mv.setLink(src, mv.from, true))
+		keep(mv.muteARP(src, mv.from, false))
+	} else {
+		keep(mv.setLink(dst, mv.to, true))
 	}
 	mv.m.forgetNeighbour(mv.c.IP, mv.home.Name)
 	return errors.Join(errs...)

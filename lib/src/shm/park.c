@@ -53,22 +53,24 @@ static struct {
 	int sock;
 } inbox = { NULL, { .sock = -1 }, -1 };
 
-/* park_mu held: whether the inbox holds the socket of sh, or of the connection at ends. */
-static int for_me(struct ff_shm *sh, const struct ff_ends *ends)
+/* Whether the ends of a connection are those p names (PARK gives them as their wire bytes). */
+static int same_ends(const struct ff_ends *e, const struct ff_park *p)
 {
 	uint8_t l[FF_EP6_LEN], r[FF_EP6_LEN];
 
-	if (inbox.sock < 0)
-		return 0;
-	if (inbox.sh)
-		return inbox.sh == sh;
-	return ends && ff_endpoint(&ends->local, l) == inbox.at.local_len &&
-	       ff_endpoint(&ends->remote, r) == inbox.at.remote_len &&
-	       !memcmp(l, inbox.at.local, inbox.at.local_len) &&
-	       !memcmp(r, inbox.at.remote, inbox.at.remote_len);
+	return ff_endpoint(&e->local, l) == p->local_len && ff_endpoint(&e->remote, r) == p->remote_len &&
+	       !memcmp(l, p->local, p->local_len) && !memcmp(r, p->remote, p->remote_len);
 }
 
-static int wait_for(struct ff_shm *sh, const struct ff_ends *ends)
+/* park_mu held: whether the inbox holds the socket of sh, or of the connection at ends. */
+static int for_me(struct ff_shm *sh, const struct ff_ends *ends)
+{
+	if (inbox.sock < 0)
+		return 0;
+	return inbox.sh ? inbox.sh == sh : ends && same_ends(ends, &inbox.at);
+}
+
+int ff_shm_park_wait(struct ff_shm *sh, const struct ff_ends *ends)
 {
 	int64_t end = ff_now_ms() + PARK_WAIT_MS;
 	int sock = -1;
@@ -89,16 +91,6 @@ static int wait_for(struct ff_shm *sh, const struct ff_ends *ends)
 	return sock;
 }
 
-int ff_shm_park_wait(struct ff_shm *sh)
-{
-	return wait_for(sh, NULL);
-}
-
-int ff_shm_park_wait_ends(struct ff_shm *sh, const struct ff_ends *ends)
-{
-	return wait_for(sh, ends);
-}
-
 /* Table lock taken: the fd and a reference of the shm connection at the wire endpoints of p. */
 static struct ff_shm *find(const struct ff_park *p, int *at)
 {
@@ -109,11 +101,8 @@ static struct ff_shm *find(const struct ff_park *p, int *at)
 	hw = ff_table_hiwater();
 	for (int fd = 0; fd <= hw && !sh; fd++) {
 		struct ff_conn *c = ff_fd_slot(fd)->conn;
-		uint8_t l[FF_EP6_LEN], r[FF_EP6_LEN];
 
-		if (!c || !c->shm || ff_endpoint(&c->ends.local, l) != p->local_len ||
-		    ff_endpoint(&c->ends.remote, r) != p->remote_len ||
-		    memcmp(l, p->local, p->local_len) || memcmp(r, p->remote, p->remote_len))
+		if (!c || !c->shm || !same_ends(&c->ends, p))
 			continue;
 		sh = c->shm;
 		atomic_fetch_add(&sh->refs, 1);

@@ -473,10 +473,12 @@ void ff_epoll_replay(int fd, struct ff_epreg *regs, int swapped);
 /* An shm connection was made: the process's parking thread runs (started once). */
 void ff_shm_parker_kick(void);
 void ff_shm_parker_atfork_child(void);
-/* Both ring locks held: the socket the parking thread got for sh, waiting a bounded time; or -1. */
-int ff_shm_park_wait(struct ff_shm *sh);
-/* The same for a connection being closed, whose fd is gone: found by its ends too. */
-int ff_shm_park_wait_ends(struct ff_shm *sh, const struct ff_ends *ends);
+/*
+ * Both ring locks held: the socket the parking thread got for sh (or, with
+ * ends, for the connection at them: one being closed, whose fd is gone),
+ * waiting a bounded time; or -1.
+ */
+int ff_shm_park_wait(struct ff_shm *sh, const struct ff_ends *ends);
 /* Park sh at fd on the socket ff_shm_park_wait gives (adopt: only if its peer parked it); 0 or -errno (switch.c). */
 int ff_shm_park(int fd, struct ff_shm *sh, int adopt);
 /* Its last fd closed, before the conn is freed (no lock held): a parked peer still gets what it wrote (switch.c). */

@@ -480,7 +480,7 @@ static int park_with(int fd, struct ff_shm *sh, int sock)
 
 static int take_parked(int fd, struct ff_shm *sh)
 {
-	int sock = ff_shm_park_wait(sh);
+	int sock = ff_shm_park_wait(sh, NULL);
 
 	if (sock < 0)
 		return ff_shm_broken(sh, "switch_by says parked, but this process got no socket for it");
@@ -600,20 +600,18 @@ int ff_shm_park(int fd, struct ff_shm *sh, int adopt)
 		r = -ECONNRESET;
 	} else if (!(st & FF_SHM_CLOSED) && still_at(fd, sh)) {
 		by = atomic_load(sh->switch_by);
-		if (by == 0 && adopt) {
-			r = -ENOENT;
-		} else if (by == 0 && peer_closed(fd, sh)) {
-			r = -EPIPE;
-		} else if (by == FF_SHM_PARKED ||
-			   atomic_compare_exchange_strong(sh->switch_by, &by, FF_SHM_PARKED)) {
+		if (by == 0 && (adopt || peer_closed(fd, sh))) {
+			r = adopt ? -ENOENT : -EPIPE;
+		} else if (by == 0 && atomic_compare_exchange_strong(sh->switch_by, &by, FF_SHM_PARKED)) {
 			/*
 			 * Against the peer's close (ff_shm_closing): its prod_shut
 			 * store, fence, switch_by load. Closed before it saw
 			 * PARKED, it left its last bytes in the ring: fail loudly.
 			 */
 			atomic_thread_fence(memory_order_seq_cst);
-			r = by != FF_SHM_PARKED && peer_closed(fd, sh) ? -ECONNRESET : take_parked(fd, sh);
+			r = peer_closed(fd, sh) ? -ECONNRESET : take_parked(fd, sh);
 		} else {
+			/* Parked by the peer (before, or as the CAS failed), or moved down by it. */
 			r = by == FF_SHM_PARKED ? take_parked(fd, sh) : -EBUSY;
 		}
 		if (r < 0 && r != -EBUSY && r != -EPIPE && r != -ENOENT)
@@ -641,7 +639,7 @@ void ff_shm_closing(struct ff_shm *sh, const struct ff_ends *ends)
 	atomic_thread_fence(memory_order_seq_cst);
 	if (atomic_load(sh->switch_by) == FF_SHM_PARKED &&
 	    !(atomic_load(&sh->state) & (FF_SHM_CLOSED | FF_SHM_BROKEN)) &&
-	    (sock = ff_shm_park_wait_ends(sh, ends)) >= 0) {
+	    (sock = ff_shm_park_wait(sh, ends)) >= 0) {
 		if (!peer_consumer_out(-1, sh))
 			flush_tx(sh, sock);
 		ff_real.close(sock);
