@@ -36,6 +36,8 @@ static int listener(int sock)
 	TV_MUST(rdma_accept(id, &cp) == 0, "accept: %s", strerror(errno));
 	CHECK(qp_timeout(id->qp) == 19, "the accepted QP's timeout is %u, want 19 (set)", qp_timeout(id->qp));
 	CHECK(rts_timeout(id) == 19, "RTS attributes: timeout %u, want 19", rts_timeout(id));
+	/* Only now may the connector disconnect: a disconnected id has no RTS attributes. */
+	CHECK(write(sock, "k", 1) == 1, "tell the connector");
 	tr_ack(ch, RDMA_CM_EVENT_ESTABLISHED);
 	tr_ack(ch, RDMA_CM_EVENT_DISCONNECTED);
 	tr_drop_qp(id, cq);
@@ -53,6 +55,7 @@ int main(int argc, char **argv)
 	int wide = 21;
 	pid_t pid;
 	int sock;
+	char c;
 
 	(void)argc;
 	tr_setup(argv);
@@ -74,6 +77,7 @@ int main(int argc, char **argv)
 	      "an ack timeout taken on a UD id (errno %d)", errno);
 	CHECK(rdma_destroy_id(other) == 0 && rdma_destroy_id(ud) == 0, "destroy the ids: %s", strerror(errno));
 
+	CHECK(read(sock, &c, 1) == 1, "the listener's checks");
 	TV_MUST(rdma_disconnect(id) == 0, "disconnect: %s", strerror(errno));
 	tr_ack(ch, RDMA_CM_EVENT_DISCONNECTED);
 	tr_drop_qp(id, cq);
