@@ -99,7 +99,14 @@ type ledger struct {
 	mem      []byte              // read-only, 64 + 128 * slots bytes, as checked at LEDGER
 	ino      uint64              // the memfd's inode: the same ledger sent again
 	dead     map[int]uint32      // entries found closed behind the library (verify): offset -> seq
+	restored map[int]restamp     // entries found held under another inode after a migration (verify)
 	verified time.Time           // of the last check of its entries
+}
+
+// restamp is the inode an entry's socket has now, for the entry's seq.
+type restamp struct {
+	seq  uint32
+	sock uint64
 }
 
 // ledgerEntry is a live entry: one end of a connection, decided over a
@@ -181,7 +188,7 @@ func (s *ledgers) put(pid int32, self directory.Container, fd int) error {
 	if s.m[pid] != nil {
 		s.dropLocked(pid)
 	}
-	s.m[pid] = &ledger{self: self, pid: pid, mem: mem, ino: ino, dead: map[int]uint32{}}
+	s.m[pid] = &ledger{self: self, pid: pid, mem: mem, ino: ino, dead: map[int]uint32{}, restored: map[int]restamp{}}
 	return nil
 }
 
@@ -427,7 +434,15 @@ func (l *ledger) read(shmOnly bool, fn func(ledgerEntry) bool) {
 		} else if dead {
 			delete(l.dead, off) // the library freed or reused the slot
 		}
-		if e, ok := readEntry(l.mem, off, shmOnly); ok && !fn(e) {
+		e, ok := readEntry(l.mem, off, shmOnly)
+		if r, restored := l.restored[off]; ok && restored {
+			if r.seq == e.seq {
+				e.sock = r.sock
+			} else {
+				delete(l.restored, off)
+			}
+		}
+		if ok && !fn(e) {
 			return
 		}
 	}

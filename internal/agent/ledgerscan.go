@@ -110,6 +110,21 @@ func takeLedger(pid int32, fd int, use func(fd int) error) error {
 	if err != nil {
 		return err
 	}
+	return withFDOf(pid, fd, func(got int) error {
+		var st unix.Stat_t
+		if err := unix.Fstat(got, &st); err != nil {
+			return err
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Dev != dev {
+			return fmt.Errorf("not a memfd (mode %#o, device %d)", st.Mode, st.Dev)
+		}
+		return use(got)
+	})
+}
+
+// withFDOf calls use with a copy of descriptor fd of process pid, the open
+// file itself (pidfd_getfd), closed when use returns.
+func withFDOf(pid int32, fd int, use func(fd int) error) error {
 	pidfd, err := unix.PidfdOpen(int(pid), 0)
 	if err != nil {
 		return fmt.Errorf("pidfd_open: %w", err)
@@ -120,13 +135,6 @@ func takeLedger(pid int32, fd int, use func(fd int) error) error {
 		return fmt.Errorf("pidfd_getfd: %w", err)
 	}
 	defer unix.Close(got)
-	var st unix.Stat_t
-	if err := unix.Fstat(got, &st); err != nil {
-		return err
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Dev != dev {
-		return fmt.Errorf("not a memfd (mode %#o, device %d)", st.Mode, st.Dev)
-	}
 	return use(got)
 }
 

@@ -2,10 +2,13 @@ package agent
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // verify splits ends, live entries read from the ledgers, into those whose
@@ -28,17 +31,31 @@ func (s *ledgers) verify(ends []ledgerEnd, minAge time.Duration) (live, dead []l
 	}
 	s.mu.Unlock()
 	socks := map[*ledger]map[uint64]bool{} // each process's sockets, read on the first miss
+	var restored []ledgerEnd
 	for _, e := range ends {
-		if !due[e.l] || holds(e, socks) {
+		if !due[e.l] {
 			live = append(live, e)
-		} else {
+			continue
+		}
+		held, ino := holds(e, socks)
+		switch {
+		case !held:
 			dead = append(dead, e)
+		case ino != 0:
+			e.sock = ino
+			restored = append(restored, e)
+			fallthrough
+		default:
+			live = append(live, e)
 		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, e := range dead {
 		e.l.dead[e.off] = e.seq // a slot the library reused meanwhile has another seq
+	}
+	for _, e := range restored {
+		e.l.restored[e.off] = restamp{seq: e.seq, sock: e.sock}
 	}
 	return live, dead
 }
@@ -47,20 +64,69 @@ func (s *ledgers) verify(ends []ledgerEnd, minAge time.Duration) (live, dead []l
 // descriptor e names (one readlink), else at any other (a dup; all its
 // descriptors read once per check). A process whose descriptors cannot
 // be read is taken to hold it: a process that is gone is pruned.
-func holds(e ledgerEnd, socks map[*ledger]map[uint64]bool) bool {
+//
+// A migrated container's processes hold their sockets under other inodes
+// than their libraries wrote (CRIU made them anew), and a library that
+// does not call its agent never writes them again. So an overlay end
+// whose descriptor holds a TCP socket at the entry's two ends is held too,
+// and ino is that socket's inode, which verify remembers for the entry.
+func holds(e ledgerEnd, socks map[*ledger]map[uint64]bool) (held bool, ino uint64) {
 	if e.sock == 0 {
-		return true
+		return true, 0
 	}
 	link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%d", e.l.pid, e.fd))
 	if err == nil && link == socketLink(e.sock) {
-		return true
+		return true, 0
 	}
-	held, read := socks[e.l]
+	all, read := socks[e.l]
 	if !read {
-		held = socketsOf(e.l.pid)
-		socks[e.l] = held
+		all = socketsOf(e.l.pid)
+		socks[e.l] = all
 	}
-	return held == nil || held[e.sock]
+	if all == nil || all[e.sock] {
+		return true, 0
+	}
+	if err == nil && e.path == pathOverlay && strings.HasPrefix(link, "socket:[") {
+		return restoredAt(e)
+	}
+	return false, 0
+}
+
+// restoredAt says whether e's descriptor holds a socket at e's two ends,
+// and returns its inode (holds).
+func restoredAt(e ledgerEnd) (held bool, ino uint64) {
+	err := withFDOf(e.l.pid, int(e.fd), func(fd int) error {
+		local, err := unix.Getsockname(fd)
+		if err != nil {
+			return err
+		}
+		remote, err := unix.Getpeername(fd)
+		if err != nil {
+			return err
+		}
+		if addrPortOf(local) != e.local || addrPortOf(remote) != e.remote {
+			return fmt.Errorf("another connection")
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return err
+		}
+		ino = st.Ino
+		return nil
+	})
+	return err == nil, ino
+}
+
+// addrPortOf returns a TCP socket's address, a v4-mapped one as IPv4 (as
+// ledger entries have them); the zero AddrPort for any other family.
+func addrPortOf(sa unix.Sockaddr) netip.AddrPort {
+	switch sa := sa.(type) {
+	case *unix.SockaddrInet4:
+		return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port))
+	case *unix.SockaddrInet6:
+		return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr).Unmap(), uint16(sa.Port))
+	}
+	return netip.AddrPort{}
 }
 
 // socketLink is what /proc/<pid>/fd/<n> reads for a socket of inode ino.

@@ -3,6 +3,7 @@ package agent
 import (
 	"encoding/binary"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"testing"
@@ -159,4 +160,53 @@ func TestLedgerEndHeldByTwoProcessesListedOnce(t *testing.T) {
 	acceptor := shmEnd(selfSrv, selfCli(48504))
 	acceptor.Path, acceptor.Reason = "unix", "moved-down"
 	wantConns(t, a, "the acceptor's end in two ledgers", []agentapi.ConnInfo{shmEnd(selfCli(48504), selfSrv), acceptor}, shmBytes)
+}
+
+// A migrated container's processes hold their sockets under other inodes
+// than their ledgers name (CRIU made them anew) and may never call their
+// new host's agent: an overlay end whose descriptor holds a TCP socket at
+// the entry's two ends is listed, one whose descriptor holds another
+// connection is not, and once that socket is closed the end goes too.
+func TestLedgerEndRestoredUnderAnotherInodeStaysListed(t *testing.T) {
+	a := shmAgent(t, "")
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	conn, err := net.Dial("tcp4", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	accepted, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer accepted.Close()
+	f, err := conn.(*net.TCPConn).File() // a descriptor of the test process's own
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, remote := conn.LocalAddr().String(), conn.RemoteAddr().String()
+	l := newTestLedger(t, 4)
+	l.putHeld(t, 0, pathOverlay, 0, local, remote, "parked", int(f.Fd()))
+	l.putHeld(t, 1, pathOverlay, 0, local, "127.0.0.1:1", "parked", int(f.Fd()))
+	for i := 0; i < 2; i++ { // as written before the restore
+		binary.NativeEndian.PutUint64(l.mem[entryOff(i)+entryOffIno:], 1<<40+uint64(i))
+	}
+	if err := a.ledgers.put(int32(os.Getpid()), ffSelf, l.fd); err != nil {
+		t.Fatal(err)
+	}
+	restored := agentapi.ConnInfo{Local: local, Remote: remote, LocalContainer: "self", Path: "overlay", Reason: "parked"}
+	for _, when := range []string{"first listing", "second listing"} {
+		if got := a.connList(); fmt.Sprint(got) != fmt.Sprint([]agentapi.ConnInfo{restored}) {
+			t.Errorf("%s: conns %+v; want the end at its own tuple only, %+v", when, got, restored)
+		}
+	}
+	f.Close()
+	conn.Close()
+	if got := a.connList(); len(got) != 0 {
+		t.Errorf("once the socket is closed: conns %+v; want none", got)
+	}
 }

@@ -257,22 +257,36 @@ func TestMigrateLibraryContainer(t *testing.T) {
 			t.Logf("client %s: %s", name, strings.TrimSpace(out))
 		}
 	}
-	pathTo := func(peer string) (path, reason string) { // of a live connection between srv and peer
+	ends := func(peer string) (out []agentapi.ConnInfo) { // of the live connections between srv and peer
 		var conns []agentapi.ConnInfo
 		must(t, json.Unmarshal([]byte(c.MustFF(t, "conns", "-o", "json")), &conns), "parse freeflow conns -o json")
 		for _, ci := range conns {
 			if (ci.LocalContainer == srv && ci.RemoteContainer == peer) || (ci.LocalContainer == peer && ci.RemoteContainer == srv) {
-				return ci.Path, ci.Reason
+				out = append(out, ci)
 			}
+		}
+		return out
+	}
+	pathTo := func(peer string) (path, reason string) { // of a live connection between srv and peer
+		for _, ci := range ends(peer) {
+			return ci.Path, ci.Reason
 		}
 		return "", ""
 	}
 	onShm := func(peer string) {
 		testenv.WaitFor(t, peer+"'s connection on shm", func() bool { p, _ := pathTo(peer); return p == "shm" })
 	}
+	// Both ends of the client's one connection are listed: the moved
+	// container's too, whose library has not called its new agent.
 	wantParked := func(peer string) {
-		if p, why := pathTo(peer); p != "overlay" || why != "parked" {
-			t.Errorf("after the move %s's connection is listed %s %s, want overlay parked", peer, p, why)
+		got := ends(peer)
+		if len(got) != 2 || got[0].LocalContainer == got[1].LocalContainer {
+			t.Errorf("after the move conns lists %+v for %s's connection; want both its ends", got, peer)
+		}
+		for _, ci := range got {
+			if ci.Path != "overlay" || ci.Reason != "parked" {
+				t.Errorf("after the move %s's end of its connection with %s is listed %s %s, want overlay parked", ci.LocalContainer, ci.RemoteContainer, ci.Path, ci.Reason)
+			}
 		}
 	}
 	move := func(name, to string) {
