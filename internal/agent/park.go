@@ -199,8 +199,20 @@ func (a *Agent) parkShm(ctx context.Context, id string) (int, error) {
 	defer cancel()
 	a.watch.dropGone()
 	a.ledgers.prune()
-	live, _ := a.ledgers.verify(a.ledgers.ends(""), 0)
-	pairs, err := parkable(live, id)
+	var pairs [][2]ledgerEnd
+	var lonely []ledgerEnd
+	var err error
+	for try := 1; ; try++ {
+		live, _ := a.ledgers.verify(a.ledgers.ends(""), 0)
+		pairs, lonely, err = parkable(live, id)
+		if err != nil || len(lonely) == 0 || try == lonelyTries {
+			break
+		}
+		time.Sleep(lonelyWait) // a connection being set up: its peer's entry comes
+	}
+	for _, e := range lonely {
+		a.log.Info("an shm connection whose peer closed its end is not parked: the checkpoint waits for its program to close it", "container", id, "local", e.local, "remote", e.remote)
+	}
 	for _, p := range pairs {
 		if err == nil {
 			err = a.canPark(p[0], p[1])
@@ -211,10 +223,12 @@ func (a *Agent) parkShm(ctx context.Context, id string) (int, error) {
 	}
 	n := 0
 	for _, p := range pairs {
-		if err := a.parkOne(ctx, p[0], p[1]); err != nil {
+		switch err := a.parkOne(ctx, p[0], p[1]); {
+		case err == nil:
+			n++
+		case !errors.Is(err, errEnded):
 			return n, err
 		}
-		n++
 	}
 	if n > 0 {
 		a.log.Info("shm connections parked on TCP for a migration", "container", id, "connections", n)
@@ -222,13 +236,27 @@ func (a *Agent) parkShm(ctx context.Context, id string) (int, error) {
 	return n, nil
 }
 
+// lonelyTries and lonelyWait: how long the ledgers are read again while a
+// moving end's peer has no entry. A connection being set up gets its
+// peer's entry within this; one whose peer closed its end never does, and
+// is left as it is: its program reads what is left and closes it (a
+// server's clients come and go while it moves), and the checkpoint waits
+// for that, as for every socket of another namespace its processes hold
+// (a bell the agent made; 5 s at most, else the move is refused). Should
+// its end still be there at the checkpoint, CRIU refuses it, and the
+// container runs on where it was.
+const (
+	lonelyTries = 5
+	lonelyWait  = 20 * time.Millisecond
+)
+
 // parkable returns container id's shm connections to park, its end
-// first, then its peer's, from the host's live ledger entries; or why one
-// cannot be parked. Only an
-// end whose local address is its own container's counts: a ledger can
+// first, then its peer's, from the host's live ledger entries, and its
+// ends whose peer has no entry (lonely); or why one cannot be parked. Only
+// an end whose local address is its own container's counts: a ledger can
 // list anything, but must not make another container's move fail, nor
 // stand in for its peer.
-func parkable(live []ledgerEnd, id string) ([][2]ledgerEnd, error) {
+func parkable(live []ledgerEnd, id string) (pairs [][2]ledgerEnd, lonely []ledgerEnd, err error) {
 	own := func(e ledgerEnd) bool { return e.path == pathShm && e.local.Addr().String() == e.self.IP }
 	byTuple := map[[2]netip.AddrPort][]ledgerEnd{}
 	for _, e := range live {
@@ -237,7 +265,6 @@ func parkable(live []ledgerEnd, id string) ([][2]ledgerEnd, error) {
 			byTuple[k] = append(byTuple[k], e)
 		}
 	}
-	var out [][2]ledgerEnd
 	for _, e := range live {
 		if e.self.ID != id || !own(e) {
 			continue
@@ -246,16 +273,20 @@ func parkable(live []ledgerEnd, id string) ([][2]ledgerEnd, error) {
 		if len(peers) == 1 && peers[0].self.ID == id {
 			continue // both ends move, inside one checkpoint
 		}
+		if len(mine) == 1 && len(peers) == 0 {
+			lonely = append(lonely, e)
+			continue
+		}
 		if len(mine) != 1 || len(peers) != 1 {
-			return nil, protocol.Errorf(protocol.CodeDenied, "shm connection %s-%s of container %s has %d ends here and %d at its peer, not one each (a 4-tuple reused while the first lives on): it cannot be parked on TCP at that tuple",
+			return nil, nil, protocol.Errorf(protocol.CodeDenied, "shm connection %s-%s of container %s has %d ends here and %d at its peer, not one each (a 4-tuple reused while the first lives on): it cannot be parked on TCP at that tuple",
 				e.local, e.remote, id, len(mine), len(peers))
 		}
 		if !e.local.Addr().Is4() || !e.remote.Addr().Is4() {
-			return nil, protocol.Errorf(protocol.CodeDenied, "shm connection %s-%s of container %s is not IPv4, which parking does not cover yet", e.local, e.remote, id)
+			return nil, nil, protocol.Errorf(protocol.CodeDenied, "shm connection %s-%s of container %s is not IPv4, which parking does not cover yet", e.local, e.remote, id)
 		}
-		out = append(out, [2]ledgerEnd{e, peers[0]})
+		pairs = append(pairs, [2]ledgerEnd{e, peers[0]})
 	}
-	return out, nil
+	return pairs, lonely, nil
 }
 
 // canPark says why the connection of m (moving) and p cannot be parked.
@@ -309,6 +340,9 @@ func (a *Agent) parkOne(ctx context.Context, m, p ledgerEnd) error {
 		// Marked: the peer parks only if it finds the connection parked.
 		a.watch.push(kp, &parkJob{local: p.local, remote: p.remote, fd: fp, peer: true, done: make(chan error, 1)})
 	}
+	if errors.Is(answer, errNotParked) && a.endedSoon(m, p) {
+		return errEnded
+	}
 	if answer != nil {
 		return protocol.Errorf(protocol.CodeDenied, "%s: process %d: %v", what, m.l.pid, answer)
 	}
@@ -317,6 +351,39 @@ func (a *Agent) parkOne(ctx context.Context, m, p ledgerEnd) error {
 
 // errNotParked is a library's FOUND 0: it left the connection as it was.
 var errNotParked = errors.New("its library did not park it")
+
+// errEnded: a connection not parked because it ended meanwhile.
+var errEnded = errors.New("the connection ended")
+
+// ended says whether end e's connection has ended since the ledgers were
+// read: its entry is gone (its library frees it as the program closes
+// the connection) or its process no longer holds the socket it names.
+func (a *Agent) ended(e ledgerEnd) bool {
+	for _, x := range a.ledgers.ends(e.self.ID) {
+		if x.l == e.l && x.off == e.off && x.seq == e.seq {
+			held, _ := holds(x, map[*ledger]map[uint64]bool{})
+			return !held
+		}
+	}
+	return true
+}
+
+// endedSoon is ended for either end of a connection a library did not
+// park, looked at for up to lonelyTries * lonelyWait: its program may be
+// closing it right then (the library answers as it finds the connection
+// closed, before the close is done). Nothing is left to park then (an end
+// that lives on is left as a lonely one is).
+func (a *Agent) endedSoon(m, p ledgerEnd) bool {
+	for try := 1; ; try++ {
+		if a.ended(m) || a.ended(p) {
+			return true
+		}
+		if try == lonelyTries {
+			return false
+		}
+		time.Sleep(lonelyWait)
+	}
+}
 
 // repairedPair makes a TCP connection from a (in the namespace at nsA) to
 // b (at nsB) without a handshake, and returns its two ends; an end whose

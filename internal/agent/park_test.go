@@ -104,7 +104,8 @@ func liveShmEnd(c directory.Container, pid int32, local, remote string) ledgerEn
 // whose local address is not its container's (a hostile container listing
 // itself as a victim's peer, or the victim itself) neither refuses the move
 // nor stands in for the peer; a connection inside the container is left
-// alone; a 4-tuple with two live ends is refused before anything is parked.
+// alone, and so is one whose peer closed its end; a 4-tuple with two live
+// ends is refused before anything is parked.
 func TestParkableTakesOnlyEndsAtTheirOwnAddress(t *testing.T) {
 	mover := directory.Container{ID: "m", Name: "m", IP: "10.244.1.2"}
 	peer := directory.Container{ID: "p", Name: "p", IP: "10.244.1.3"}
@@ -122,13 +123,18 @@ func TestParkableTakesOnlyEndsAtTheirOwnAddress(t *testing.T) {
 		{self: mover, l: &ledger{self: mover, pid: 10}, ledgerEntry: ledgerEntry{path: pathOverlay,
 			local: netip.MustParseAddrPort("10.244.1.2:6379"), remote: netip.MustParseAddrPort("10.244.1.3:40001")}},
 	}
-	pairs, err := parkable(live, "m")
-	if err != nil || len(pairs) != 1 || pairs[0][0].l.pid != 10 || pairs[0][1].self.ID != "p" || pairs[0][1].l.pid != 20 {
+	pairs, lonely, err := parkable(live, "m")
+	if err != nil || len(lonely) != 0 || len(pairs) != 1 || pairs[0][0].l.pid != 10 || pairs[0][1].self.ID != "p" || pairs[0][1].l.pid != 20 {
 		t.Fatalf("parkable: %v, %v; want the one connection to p, the peer's end its own", pairs, err)
+	}
+	// A client closed its end, the mover's is still open: not parked, not refused.
+	closedByPeer := append(live, liveShmEnd(mover, 10, "10.244.1.2:6379", "10.244.1.3:40002"))
+	if pairs, lonely, err := parkable(closedByPeer, "m"); err != nil || len(pairs) != 1 || len(lonely) != 1 || lonely[0].remote.Port() != 40002 {
+		t.Fatalf("parkable with a peer's end gone: %v, lonely %v, %v; want the one pair and the end left alone", pairs, lonely, err)
 	}
 	// The peer reused the tuple while the first connection lives on.
 	reused := append(live, liveShmEnd(peer, 21, "10.244.1.3:40000", "10.244.1.2:6379"))
-	if pairs, err := parkable(reused, "m"); err == nil || len(pairs) != 0 || !strings.Contains(err.Error(), "1 ends here and 2 at its peer") {
+	if pairs, _, err := parkable(reused, "m"); err == nil || len(pairs) != 0 || !strings.Contains(err.Error(), "1 ends here and 2 at its peer") {
 		t.Fatalf("parkable with a tuple reused: %v, %v; want a refusal and nothing to park", pairs, err)
 	}
 }

@@ -351,6 +351,40 @@ func TestMigrateLibraryContainer(t *testing.T) {
 	stop("shm4")
 }
 
+// TestMigrateUnderConnectionChurn: nginx moves while clients on its host
+// open and close connections all the time (HTTP without keep-alive) and
+// two keep theirs: a connection that ends while the move parks the others
+// needs no parking, and does not make the move fail (before, every such
+// move was refused: "closed before it was parked", "1 ends here and 0 at
+// its peer"); every request is answered, none fails.
+func TestMigrateUnderConnectionChurn(t *testing.T) {
+	if m := testenv.Missing("nginx", "wrk", "criu"); m != "" {
+		t.Skip(m)
+	}
+	c := newCluster(t, 2)
+	www := filepath.Dir(hostFile(t, "nginx.conf", []byte(nginxConf)))
+	must(t, os.WriteFile(filepath.Join(www, "page"), randomBytes(64<<10), 0o644), "write page")
+	srv := "churnweb"
+	c.StartDetached(t, "h1", srv, volume(www, "/run/www"), "nginx", "-e", "stderr", "-c", "/run/www/nginx.conf")
+	c.WaitListening(t, srv, 80)
+	url := "http://" + srv + "/page"
+	c.StartDetached(t, "h1", "churn", nil, "wrk", "-d8s", "-c8", "-t1", "-H", "Connection: close", url)
+	c.StartDetached(t, "h1", "keep", nil, "wrk", "-d8s", "-c2", "-t1", url)
+	time.Sleep(2 * time.Second)
+	if out := c.MustFF(t, "migrate", srv, "--to", "h2"); !strings.Contains(out, "moved from h1 to h2") {
+		t.Fatalf("migrate printed %q", out)
+	}
+	for _, name := range []string{"churn", "keep"} {
+		testenv.WaitFor(t, name+" to finish", func() bool { return containerOf(t, c, name).Status == "exited" })
+		out := c.MustFF(t, "logs", name)
+		if !strings.Contains(out, "requests in") || strings.Contains(out, "Socket errors") || strings.Contains(out, "Non-2xx") {
+			t.Errorf("wrk %s through the move:\n%s", name, out)
+		} else {
+			t.Logf("wrk %s: %s", name, strings.TrimSpace(out))
+		}
+	}
+}
+
 // TestMigrateRefused: a migration that cannot be done safely says why and
 // changes nothing: an unknown host, the host it is on; --dry-run moves
 // nothing. (A library container's refusals: TestMigrateLibraryContainer.)
