@@ -48,8 +48,12 @@ func migrateContainer(g *Global, args []string) error {
 		rep.Name, rep.From, rep.To, ms(rep.Down.Seconds()), ms(rep.Switch.Seconds()), ms(rep.Dump.Seconds()), float64(rep.Images)/(1<<20),
 		ms(rep.Restore.Seconds()), ms(rep.Resume.Seconds()))
 	if rep.Parked > 0 {
-		fmt.Fprintf(g.Out, "%d shared-memory connections were parked on plain TCP first, in %.1f ms (the container ran on meanwhile)\n",
-			rep.Parked, ms(rep.Park.Seconds()))
+		were := "were"
+		if rep.Parked == 1 {
+			were = "was"
+		}
+		fmt.Fprintf(g.Out, "%d shared-memory %s %s parked on plain TCP first, in %.1f ms (the container ran on meanwhile)\n",
+			rep.Parked, plural(rep.Parked, "connection"), were, ms(rep.Park.Seconds()))
 	}
 	return nil
 }
