@@ -223,6 +223,9 @@ func (a *Agent) parkShm(ctx context.Context, id string) (int, error) {
 	}
 	n := 0
 	for _, p := range pairs {
+		if a.ended(p[0]) || a.ended(p[1]) {
+			continue // a client gone while others parked: nothing to ask its library
+		}
 		switch err := a.parkOne(ctx, p[0], p[1]); {
 		case err == nil:
 			n++
