@@ -41,7 +41,11 @@ func migrateContainer(g *Global, args []string) error {
 		return json.NewEncoder(g.Out).Encode(rep)
 	}
 	if rep.DryRun {
-		fmt.Fprintf(g.Out, "%s can migrate from %s to %s\n", rep.Name, rep.From, rep.To)
+		fmt.Fprintf(g.Out, "%s can migrate from %s to %s", rep.Name, rep.From, rep.To)
+		if rep.Parked > 0 {
+			fmt.Fprintf(g.Out, " (its %d shared-memory %s parked on plain TCP first)", rep.Parked, plural(rep.Parked, "connection"))
+		}
+		fmt.Fprintln(g.Out)
 		return nil
 	}
 	fmt.Fprintf(g.Out, "%s moved from %s to %s: down %.1f ms (switch %.1f, checkpoint %.1f, %.1f MiB of images; restore %.1f, resume %.1f)\n",

@@ -47,7 +47,8 @@ type MigrateReport struct {
 	DryRun bool   `json:"dry_run"`
 	Images int64  `json:"images_bytes"` // CRIU's images
 	// A library container's shm connections parked on plain TCP before
-	// the move, and how long that took (the container ran on meanwhile).
+	// the move (a dry run: those it has now), and how long that took (the
+	// container ran on meanwhile).
 	Parked int           `json:"parked"`
 	Park   time.Duration `json:"park_ns"`
 	// Durations in nanoseconds, the parts of Down in order: the address
@@ -90,6 +91,7 @@ func (m *Manager) Migrate(ctx context.Context, name, to string, dryRun bool) (*M
 	}
 	rep := &MigrateReport{Name: name, From: c.Host, To: to, DryRun: dryRun}
 	if dryRun {
+		rep.Parked = mv.shm
 		return rep, nil
 	}
 	// Stopped half-way, a move would leave the container stopped or in two
@@ -117,6 +119,7 @@ type move struct {
 	hold     *packethold.Hold // the destination's input, held from the switch to the restore
 	// restoredNS: the namespaces of the last restore's init, before it ran.
 	restoredNS map[string]uint64
+	shm        int // the library's shm connections when the move was planned
 }
 
 // extMount is a mount of a host path in the container: CRIU leaves it out
@@ -159,8 +162,9 @@ func (m *Manager) planMigration(ctx context.Context, cl *state.Cluster, c *state
 	if !c.Detached {
 		return nil, errors.New("it runs in the foreground, its input and output tied to the terminal that started it; only containers started with -d can migrate")
 	}
+	shm := 0
 	if c.FreeFlow {
-		if err := m.libraryInUse(ctx, c, *src); err != nil {
+		if shm, err = m.libraryInUse(ctx, c, *src); err != nil {
 			return nil, err
 		}
 	}
@@ -181,7 +185,7 @@ func (m *Manager) planMigration(ctx context.Context, cl *state.Cluster, c *state
 		return nil, err
 	}
 	return &move{m: m, cl: cl, c: c, from: *src, to: *dst, home: *home, criu: criu, mac: mac,
-		images: m.Layout.MigrationDir(c.Name), mounts: mounts, logKeys: logKeys}, nil
+		images: m.Layout.MigrationDir(c.Name), mounts: mounts, logKeys: logKeys, shm: shm}, nil
 }
 
 // findCRIU returns the criu on PATH if it is new enough.

@@ -34,9 +34,10 @@ const releaseHold = time.Minute
 
 // libraryInUse refuses a move of c, whose processes run the library, while
 // its source's agent lists fast-path connections it cannot park (all but
-// shm) or verbs resources of it.
-func (m *Manager) libraryInUse(ctx context.Context, c *state.Container, src state.Host) error {
-	return m.withAgent(ctx, src.Name, func(ctx context.Context, agent *agentapi.AdminClient) error {
+// shm) or verbs resources of it; it returns how many shm connections it
+// has.
+func (m *Manager) libraryInUse(ctx context.Context, c *state.Container, src state.Host) (shm int, err error) {
+	err = m.withAgent(ctx, src.Name, func(ctx context.Context, agent *agentapi.AdminClient) error {
 		conns, err := agent.Conns(ctx)
 		if err != nil {
 			return err
@@ -44,7 +45,11 @@ func (m *Manager) libraryInUse(ctx context.Context, c *state.Container, src stat
 		var fast []string
 		for _, ci := range conns {
 			// Its own ends only: another container's ledger names its peers itself.
-			if ci.Path == "overlay" || ci.Path == "shm" || ci.LocalContainer != c.Name {
+			if ci.LocalContainer != c.Name || ci.Path == "overlay" {
+				continue
+			}
+			if ci.Path == "shm" {
+				shm++
 				continue
 			}
 			if len(fast) < 3 {
@@ -54,8 +59,9 @@ func (m *Manager) libraryInUse(ctx context.Context, c *state.Container, src stat
 			}
 		}
 		if len(fast) > 0 {
-			return fmt.Errorf("its library holds connections on fast paths (%s) that cannot be parked on plain TCP for a checkpoint yet "+
-				"(shared memory can: Unix socket pairs, left by a fork or exec, and host TCP across hosts cannot); "+
+			return fmt.Errorf("its library holds connections on fast paths (%s) that cannot be parked on plain TCP for a checkpoint yet: "+
+				"Unix socket pairs (a same-host connection its process held when it forked, as a redis background save or a postgres backend, "+
+				"or any same-host connection of a container run with --no-shm) and host TCP (a peer with the library on another host) cannot, shared memory can; "+
 				"it can move once they are closed (connections on the overlay or on shared memory move with it)", strings.Join(fast, ", "))
 		}
 		mem, err := agent.VerbsMem(ctx)
@@ -69,6 +75,7 @@ func (m *Manager) libraryInUse(ctx context.Context, c *state.Container, src stat
 		}
 		return nil
 	})
+	return shm, err
 }
 
 // parkWait bounds PARK_CONTAINER: above the agent's own bound (30 s).

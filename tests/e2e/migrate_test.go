@@ -321,6 +321,9 @@ func TestMigrateLibraryContainer(t *testing.T) {
 	stop("x2")
 	testenv.WaitFor(t, "x2's connection gone from the list", func() bool { p, _ := pathTo("x2"); return p == "" })
 
+	if out := c.MustFF(t, "migrate", srv, "--to", "h2", "--dry-run"); !strings.Contains(out, "its 2 shared-memory connections parked") {
+		t.Errorf("--dry-run printed %q; want the two shm connections it parks", out)
+	}
 	move(srv, "h2")
 	wantParked("shm1")
 	wantParked("bulk1")
