@@ -254,7 +254,8 @@ const (
 )
 
 // parkable returns container id's shm connections to park, its end
-// first, then its peer's, from the host's live ledger entries, and its
+// first, then its peer's (one between two of its own processes too: its
+// bell is a socket of the agent's namespace, which CRIU cannot take), from the host's live ledger entries, and its
 // ends whose peer has no entry (lonely); or why one cannot be parked. Only
 // an end whose local address is its own container's counts: a ledger can
 // list anything, but must not make another container's move fail, nor
@@ -273,8 +274,8 @@ func parkable(live []ledgerEnd, id string) (pairs [][2]ledgerEnd, lonely []ledge
 			continue
 		}
 		mine, peers := byTuple[[2]netip.AddrPort{e.local, e.remote}], byTuple[[2]netip.AddrPort{e.remote, e.local}]
-		if len(peers) == 1 && peers[0].self.ID == id {
-			continue // both ends move, inside one checkpoint
+		if len(peers) == 1 && peers[0].self.ID == id && e.local.Compare(e.remote) > 0 {
+			continue // inside the container: parked once, from its other end
 		}
 		if len(mine) == 1 && len(peers) == 0 {
 			lonely = append(lonely, e)

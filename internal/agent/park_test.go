@@ -103,8 +103,9 @@ func liveShmEnd(c directory.Container, pid int32, local, remote string) ledgerEn
 // are the moving container's shm ends with their peers; a ledger entry
 // whose local address is not its container's (a hostile container listing
 // itself as a victim's peer, or the victim itself) neither refuses the move
-// nor stands in for the peer; a connection inside the container is left
-// alone, and so is one whose peer closed its end; a 4-tuple with two live
+// nor stands in for the peer; a connection inside the container is parked
+// once (its bell is the agent's socket, which CRIU cannot take); one whose
+// peer closed its end is left alone; a 4-tuple with two live
 // ends is refused before anything is parked.
 func TestParkableTakesOnlyEndsAtTheirOwnAddress(t *testing.T) {
 	mover := directory.Container{ID: "m", Name: "m", IP: "10.244.1.2"}
@@ -124,12 +125,15 @@ func TestParkableTakesOnlyEndsAtTheirOwnAddress(t *testing.T) {
 			local: netip.MustParseAddrPort("10.244.1.2:6379"), remote: netip.MustParseAddrPort("10.244.1.3:40001")}},
 	}
 	pairs, lonely, err := parkable(live, "m")
-	if err != nil || len(lonely) != 0 || len(pairs) != 1 || pairs[0][0].l.pid != 10 || pairs[0][1].self.ID != "p" || pairs[0][1].l.pid != 20 {
-		t.Fatalf("parkable: %v, %v; want the one connection to p, the peer's end its own", pairs, err)
+	if err != nil || len(lonely) != 0 || len(pairs) != 2 || pairs[0][0].l.pid != 10 || pairs[0][1].self.ID != "p" || pairs[0][1].l.pid != 20 {
+		t.Fatalf("parkable: %v, %v; want the connection to p, the peer's end its own, then the one inside m", pairs, err)
+	}
+	if inside := pairs[1]; inside[0].l.pid != 10 || inside[1].l.pid != 11 {
+		t.Fatalf("the connection inside m parked as %v; want it once, from one end to the other", inside)
 	}
 	// A client closed its end, the mover's is still open: not parked, not refused.
 	closedByPeer := append(live, liveShmEnd(mover, 10, "10.244.1.2:6379", "10.244.1.3:40002"))
-	if pairs, lonely, err := parkable(closedByPeer, "m"); err != nil || len(pairs) != 1 || len(lonely) != 1 || lonely[0].remote.Port() != 40002 {
+	if pairs, lonely, err := parkable(closedByPeer, "m"); err != nil || len(pairs) != 2 || len(lonely) != 1 || lonely[0].remote.Port() != 40002 {
 		t.Fatalf("parkable with a peer's end gone: %v, lonely %v, %v; want the one pair and the end left alone", pairs, lonely, err)
 	}
 	// The peer reused the tuple while the first connection lives on.

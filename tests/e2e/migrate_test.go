@@ -388,6 +388,41 @@ func TestMigrateUnderConnectionChurn(t *testing.T) {
 	}
 }
 
+// TestMigrateContainerTalkingToItself: a container whose two processes
+// talk over its own address (redis-server and a client checking every
+// INCR) moves there and back: their shm connection is parked too (its bell
+// is a socket the agent made, which CRIU cannot take: before, every such
+// move was refused after 5 s, "its library still holds 1 sockets of its
+// agent's"), and the client's replies go on, none lost.
+func TestMigrateContainerTalkingToItself(t *testing.T) {
+	if m := testenv.Missing("redis-server", "criu", "python3"); m != "" {
+		t.Skip(m)
+	}
+	c := newCluster(t, 2)
+	ctl, flags := incrFlags(t)
+	name := "selfredis"
+	c.StartDetached(t, "h1", name, flags, "sh", "-c",
+		`redis-server --protected-mode no --save "" --daemonize yes && exec python3 /run/incr.py "$0" k /run/ctl/stop`, name)
+	testenv.WaitFor(t, "its connection to itself on shm", func() bool {
+		return strings.Count(c.MustFF(t, "conns"), " shm ") == 2
+	})
+	for _, to := range []string{"h2", "h1"} { // parked at the first move, plain TCP at the second
+		time.Sleep(300 * time.Millisecond)
+		out := c.MustFF(t, "migrate", name, "--to", to)
+		if parked := strings.Contains(out, "1 shared-memory connection was parked"); parked != (to == "h2") || !strings.Contains(out, "to "+to) {
+			t.Fatalf("migrate --to %s printed %q", to, out)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	must(t, os.WriteFile(filepath.Join(ctl, "stop"), nil, 0o644), "stop the client")
+	testenv.WaitFor(t, "the client to finish", func() bool { return containerOf(t, c, name).Status == "exited" })
+	if out := c.MustFF(t, "logs", name); !strings.HasPrefix(out, "OK ") {
+		t.Errorf("the client in the moved container: %s", out)
+	} else {
+		t.Logf("client: %s", strings.TrimSpace(out))
+	}
+}
+
 // TestMigrateRefused: a migration that cannot be done safely says why and
 // changes nothing: an unknown host, the host it is on; --dry-run moves
 // nothing. (A library container's refusals: TestMigrateLibraryContainer.)
