@@ -335,6 +335,9 @@ func (mv *move) run(ctx context.Context, rep *MigrateReport) (err error) {
 			return mv.abandon(newNS, fmt.Errorf("%w\nit runs on %s as before", err, mv.from.Name))
 		}
 	}
+	if err := mv.awaitAccepted(ctx); err != nil {
+		return mv.abandon(newNS, fmt.Errorf("%w\nit runs on %s as before", err, mv.from.Name))
+	}
 	// The peers' packets go to the destination, where they wait, from
 	// just before the freeze: none is lost, so a peer's request during the
 	// move costs it the move, not a retransmission timeout.
@@ -536,7 +539,11 @@ func (mv *move) dump() error {
 	cmd := exec.Command(mv.criu, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("checkpoint (criu dump): %w: %s%s", err, strings.TrimSpace(string(out)), mv.logTail("dump.log"))
+		tail := mv.logTail("dump.log")
+		if strings.Contains(tail, "In-flight connection") {
+			tail += "\n(a connection reached a listen queue of the container between the wait for its program to accept and the switch: try again)"
+		}
+		return fmt.Errorf("checkpoint (criu dump): %w: %s%s", err, strings.TrimSpace(string(out)), tail)
 	}
 	return nil
 }

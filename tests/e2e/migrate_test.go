@@ -423,6 +423,36 @@ func TestMigrateContainerTalkingToItself(t *testing.T) {
 	}
 }
 
+// TestMigrateWaitsForAccept: a connection its server has not accepted yet
+// (in its listen queue, established for its client) when the move starts:
+// the move waits for the program to accept it before the checkpoint, which
+// CRIU would refuse ("In-flight connection"; before, the move was refused),
+// and the client's connection works after the move.
+func TestMigrateWaitsForAccept(t *testing.T) {
+	if m := testenv.Missing("criu", "python3"); m != "" {
+		t.Skip(m)
+	}
+	c := newCluster(t, 2)
+	dir, err := filepath.Abs("testdata/migrate")
+	must(t, err, "find testdata/migrate")
+	ctl := t.TempDir()
+	must(t, os.Chmod(ctl, 0o777), "open %s to the client", ctl)
+	flags := append([]string{"--no-freeflow", "-v", ctl + ":/run/ctl"}, volume(dir, "/run/migrate")...)
+	srv := "slowacc"
+	c.StartDetached(t, "h1", srv, flags, "python3", "/run/migrate/slowaccept.py")
+	c.WaitListening(t, srv, 7002)
+	c.StartDetached(t, "h2", "waiting", flags, "python3", "/run/migrate/waitclient.py", srv, "/run/ctl/go")
+	testenv.WaitFor(t, "the client connected", func() bool { return strings.Contains(c.MustFF(t, "logs", "waiting"), "connected") })
+	if out := c.MustFF(t, "migrate", srv, "--to", "h2"); !strings.Contains(out, "moved from h1 to h2") {
+		t.Fatalf("migrate printed %q", out)
+	}
+	must(t, os.WriteFile(filepath.Join(ctl, "go"), nil, 0o644), "let the client send")
+	testenv.WaitFor(t, "the client to finish", func() bool { return containerOf(t, c, "waiting").Status == "exited" })
+	if out := c.MustFF(t, "logs", "waiting"); !strings.Contains(out, "OK") {
+		t.Errorf("the client whose connection waited in the listen queue at the move: %s", out)
+	}
+}
+
 // TestMigrateRefused: a migration that cannot be done safely says why and
 // changes nothing: an unknown host, the host it is on; --dry-run moves
 // nothing. (A library container's refusals: TestMigrateLibraryContainer.)
