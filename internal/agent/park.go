@@ -199,12 +199,12 @@ func (a *Agent) parkShm(ctx context.Context, id string) (int, error) {
 	defer cancel()
 	a.watch.dropGone()
 	a.ledgers.prune()
-	var pairs [][2]ledgerEnd
+	var pairs []parkPair
 	var lonely []ledgerEnd
 	var err error
 	for try := 1; ; try++ {
 		live, _ := a.ledgers.verify(a.ledgers.ends(""), 0)
-		pairs, lonely, err = parkable(live, id)
+		pairs, lonely, err = parkable(live, id, ephemeralPorts())
 		if err != nil || len(lonely) == 0 || try == lonelyTries {
 			break
 		}
@@ -215,7 +215,7 @@ func (a *Agent) parkShm(ctx context.Context, id string) (int, error) {
 	}
 	for _, p := range pairs {
 		if err == nil {
-			err = a.canPark(p[0], p[1])
+			err = a.canPark(p.m, p.p)
 		}
 	}
 	if err != nil {
@@ -223,10 +223,10 @@ func (a *Agent) parkShm(ctx context.Context, id string) (int, error) {
 	}
 	n := 0
 	for _, p := range pairs {
-		if a.ended(p[0]) || a.ended(p[1]) {
+		if a.ended(p.m) || a.ended(p.p) {
 			continue // a client gone while others parked: nothing to ask its library
 		}
-		switch err := a.parkOne(ctx, p[0], p[1]); {
+		switch err := a.parkOne(ctx, p); {
 		case err == nil:
 			n++
 		case !errors.Is(err, errEnded):
@@ -253,14 +253,35 @@ const (
 	lonelyWait  = 20 * time.Millisecond
 )
 
+// parkPair is a connection to park: its moving end, its peer's, and which
+// of the two gets a port of its own at the parked connection (renumber).
+type parkPair struct {
+	m, p     ledgerEnd
+	renumber int
+}
+
+// What parkPair.renumber says. Two live connections may share a 4-tuple
+// (a swap freed the first one's overlay port, a later connection between
+// the same processes got it), but only one TCP connection can be at it:
+// the others are parked with a new port at their client's end, the one
+// whose port is ephemeral. The libraries pair the two ends by their
+// channel's header (the moving end parks one not parked yet, its peer the
+// one found parked), so the order of the pairs here does not matter.
+const (
+	renumberNone = iota
+	renumberM
+	renumberP
+)
+
 // parkable returns container id's shm connections to park, its end
 // first, then its peer's (one between two of its own processes too: its
-// bell is a socket of the agent's namespace, which CRIU cannot take), from the host's live ledger entries, and its
+// bell is a socket of the agent's namespace, which CRIU cannot take),
+// from the host's live ledger entries, and its
 // ends whose peer has no entry (lonely); or why one cannot be parked. Only
 // an end whose local address is its own container's counts: a ledger can
 // list anything, but must not make another container's move fail, nor
-// stand in for its peer.
-func parkable(live []ledgerEnd, id string) (pairs [][2]ledgerEnd, lonely []ledgerEnd, err error) {
+// stand in for its peer. ephemeral says whether a port is a client's.
+func parkable(live []ledgerEnd, id string, ephemeral func(uint16) bool) (pairs []parkPair, lonely []ledgerEnd, err error) {
 	own := func(e ledgerEnd) bool { return e.path == pathShm && e.local.Addr().String() == e.self.IP }
 	byTuple := map[[2]netip.AddrPort][]ledgerEnd{}
 	for _, e := range live {
@@ -269,11 +290,14 @@ func parkable(live []ledgerEnd, id string) (pairs [][2]ledgerEnd, lonely []ledge
 			byTuple[k] = append(byTuple[k], e)
 		}
 	}
+	done := map[[2]netip.AddrPort]bool{}
 	for _, e := range live {
-		if e.self.ID != id || !own(e) {
+		k := [2]netip.AddrPort{e.local, e.remote}
+		if e.self.ID != id || !own(e) || done[k] {
 			continue
 		}
-		mine, peers := byTuple[[2]netip.AddrPort{e.local, e.remote}], byTuple[[2]netip.AddrPort{e.remote, e.local}]
+		done[k] = true
+		mine, peers := byTuple[k], byTuple[[2]netip.AddrPort{e.remote, e.local}]
 		if len(peers) == 1 && peers[0].self.ID == id && e.local.Compare(e.remote) > 0 {
 			continue // inside the container: parked once, from its other end
 		}
@@ -281,16 +305,60 @@ func parkable(live []ledgerEnd, id string) (pairs [][2]ledgerEnd, lonely []ledge
 			lonely = append(lonely, e)
 			continue
 		}
-		if len(mine) != 1 || len(peers) != 1 {
-			return nil, nil, protocol.Errorf(protocol.CodeDenied, "shm connection %s-%s of container %s has %d ends here and %d at its peer, not one each (a 4-tuple reused while the first lives on): it cannot be parked on TCP at that tuple",
+		if len(mine) != len(peers) || !oneProcess(mine) || !oneProcess(peers) {
+			return nil, nil, protocol.Errorf(protocol.CodeDenied, "shm connection %s-%s of container %s has %d ends here and %d at its peer, not as many in one process each (a 4-tuple reused while the first lives on): it cannot be parked on TCP now; try again",
 				e.local, e.remote, id, len(mine), len(peers))
+		}
+		renumber := renumberNone
+		if len(mine) > 1 {
+			switch mc, pc := ephemeral(e.local.Port()), ephemeral(e.remote.Port()); {
+			case mc && !pc:
+				renumber = renumberM
+			case pc && !mc:
+				renumber = renumberP
+			default:
+				return nil, nil, protocol.Errorf(protocol.CodeDenied, "shm connections %s-%s of container %s: %d share that 4-tuple and neither port is the client's alone: they cannot be parked on TCP",
+					e.local, e.remote, id, len(mine))
+			}
 		}
 		if !e.local.Addr().Is4() || !e.remote.Addr().Is4() {
 			return nil, nil, protocol.Errorf(protocol.CodeDenied, "shm connection %s-%s of container %s is not IPv4, which parking does not cover yet", e.local, e.remote, id)
 		}
-		pairs = append(pairs, [2]ledgerEnd{e, peers[0]})
+		for i := range mine {
+			pp := parkPair{m: mine[i], p: peers[i]}
+			if i > 0 {
+				pp.renumber = renumber
+			}
+			pairs = append(pairs, pp)
+		}
 	}
 	return pairs, lonely, nil
+}
+
+// oneProcess says whether the ends are all of one process.
+func oneProcess(ends []ledgerEnd) bool {
+	for _, e := range ends {
+		if e.l.pid != ends[0].l.pid {
+			return false
+		}
+	}
+	return true
+}
+
+// ephemeralPorts says whether a port is in this host's
+// ip_local_port_range, where connect() takes a client's port.
+func ephemeralPorts() func(uint16) bool {
+	lo, hi := 32768, 60999 // Linux's default
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if l, err := strconv.Atoi(f[0]); err == nil {
+				if h, err := strconv.Atoi(f[1]); err == nil {
+					lo, hi = l, h
+				}
+			}
+		}
+	}
+	return func(p uint16) bool { return int(p) >= lo && int(p) <= hi }
 }
 
 // canPark says why the connection of m (moving) and p cannot be parked.
@@ -307,11 +375,18 @@ func (a *Agent) canPark(m, p ledgerEnd) error {
 	return nil
 }
 
-// parkOne parks the connection of end m (moving) and p (its peer).
-func (a *Agent) parkOne(ctx context.Context, m, p ledgerEnd) error {
+// parkOne parks the connection of end pp.m (moving) and pp.p (its peer).
+func (a *Agent) parkOne(ctx context.Context, pp parkPair) error {
+	m, p := pp.m, pp.p
 	what := fmt.Sprintf("shm connection %s-%s of container %s", m.local, m.remote, m.self.Name)
 	km, kp := watchKey{m.self.ID, m.l.pid}, watchKey{p.self.ID, p.l.pid}
-	fm, fp, err := repairedPair(m.self.NetNS, m.local, m.mapped, p.self.NetNS, p.local, p.mapped)
+	var fm, fp int
+	var err error
+	if pp.renumber == renumberP {
+		fp, fm, err = repairedPair(p.self.NetNS, p.local, p.mapped, m.self.NetNS, m.local, m.mapped, true)
+	} else {
+		fm, fp, err = repairedPair(m.self.NetNS, m.local, m.mapped, p.self.NetNS, p.local, p.mapped, pp.renumber == renumberM)
+	}
 	if err != nil {
 		return protocol.Errorf(protocol.CodeInternal, "%s: %v", what, err)
 	}
@@ -393,15 +468,27 @@ func (a *Agent) endedSoon(m, p ledgerEnd) bool {
 // b (at nsB) without a handshake, and returns its two ends; an end whose
 // library's socket is IPv6 (v4-mapped: a dual-stack program) is an IPv6
 // socket, so the program's getpeername and IPv6 options work on as before.
-func repairedPair(nsA string, a netip.AddrPort, a6 bool, nsB string, b netip.AddrPort, b6 bool) (int, int, error) {
+// With freshA, a's end gets a free port of its namespace instead of a's.
+func repairedPair(nsA string, a netip.AddrPort, a6 bool, nsB string, b netip.AddrPort, b6 bool, freshA bool) (int, int, error) {
 	var isn [8]byte
 	if _, err := rand.Read(isn[:]); err != nil {
 		return -1, -1, err
 	}
 	sa, sb := binary.LittleEndian.Uint32(isn[:4]), binary.LittleEndian.Uint32(isn[4:])
+	if freshA {
+		a = netip.AddrPortFrom(a.Addr(), 0)
+	}
 	fa, err := repairedEnd(nsA, a, b, a6, sa, sb)
 	if err != nil {
 		return -1, -1, fmt.Errorf("its end at %s: %w", a, err)
+	}
+	if freshA {
+		sn, err := unix.Getsockname(fa)
+		if err != nil {
+			unix.Close(fa)
+			return -1, -1, fmt.Errorf("the port its end at %s got: %w", a.Addr(), err)
+		}
+		a = addrPortOf(sn)
 	}
 	fb, err := repairedEnd(nsB, b, a, b6, sb, sa)
 	if err != nil {
@@ -474,7 +561,12 @@ func repairedEnd(ns string, local, remote netip.AddrPort, v6 bool, snd, rcv uint
 		opts = binary.NativeEndian.AppendUint32(opts, o[0])
 		opts = binary.NativeEndian.AppendUint32(opts, o[1])
 	}
-	err = errors.Join(
+	// A port of its own (local port 0): taken before repair mode, which
+	// would let it take one in use.
+	if local.Port() == 0 {
+		err = step("bind "+local.String(), unix.Bind(fd, sockaddr(local, v6)))
+	}
+	err = errors.Join(err,
 		step("repair mode (needs CAP_NET_ADMIN)", unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_REPAIR, unix.TCP_REPAIR_ON)),
 		step("send buffer", unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, parkSendBuffer())),
 		// Before connect: connect sizes the segments it will send by it.
@@ -487,8 +579,10 @@ func repairedEnd(ns string, local, remote netip.AddrPort, v6 bool, snd, rcv uint
 		err = errors.Join(
 			step("send sequence", setQueueSeq(fd, tcpSendQueue, snd)),
 			step("receive sequence", setQueueSeq(fd, tcpRecvQueue, rcv)),
-			step("bind "+local.String(), unix.Bind(fd, sockaddr(local, v6))),
 		)
+		if err == nil && local.Port() != 0 {
+			err = step("bind "+local.String(), unix.Bind(fd, sockaddr(local, v6)))
+		}
 	}
 	if err == nil {
 		err = step("connect to "+remote.String()+" (the tuple is in use there?)", unix.Connect(fd, sockaddr(remote, v6)))

@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"crypto/rand"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -37,21 +38,42 @@ func vethPair(t *testing.T, a, b string) {
 // without a handshake for a parked shm connection carries 8 MiB each way,
 // intact and in order, and an end's close reaches the other as EOF; it
 // can take the port of a listener at the tuple, as a parked accepted
-// connection does.
+// connection does; a second connection at one tuple gets a free port at
+// its client's end (renumbered).
 func TestParkedPairCarriesBytesBothWays(t *testing.T) {
-	nsA, nsB := makeNetns(t), makeNetns(t)
-	vethPair(t, nsA, nsB)
-	a, b := netip.MustParseAddrPort("10.99.0.1:40001"), netip.MustParseAddrPort("10.99.0.2:6379")
-	lis, err := netns.Listen("/run/netns/"+nsB, "tcp4", b.String())
-	if err != nil {
-		t.Fatal(err)
+	for _, renumbered := range []bool{false, true} {
+		t.Run(fmt.Sprint("renumbered=", renumbered), func(t *testing.T) {
+			nsA, nsB := makeNetns(t), makeNetns(t)
+			vethPair(t, nsA, nsB)
+			a, b := netip.MustParseAddrPort("10.99.0.1:40001"), netip.MustParseAddrPort("10.99.0.2:6379")
+			lis, err := netns.Listen("/run/netns/"+nsB, "tcp4", b.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lis.Close()
+			fa, fb, err := repairedPair("/run/netns/"+nsA, a, false, "/run/netns/"+nsB, b, false, renumbered)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ca, cb := fileConn(t, fa), fileConn(t, fb)
+			carries(t, ca, cb)
+			if got := cb.LocalAddr().String(); got != b.String() {
+				t.Errorf("b's end is at %s, want %s", got, b)
+			}
+			if got := ca.LocalAddr().String(); (got == a.String()) == renumbered || cb.RemoteAddr().String() != got {
+				t.Errorf("a's end is at %s, b's is connected to %s (a's port %d, renumbered %v)", got, cb.RemoteAddr(), a.Port(), renumbered)
+			}
+			ca.Close()
+			if n, err := cb.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+				t.Errorf("after a closed: read %d, %v; want EOF", n, err)
+			}
+		})
 	}
-	defer lis.Close()
-	fa, fb, err := repairedPair("/run/netns/"+nsA, a, false, "/run/netns/"+nsB, b, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, cb := fileConn(t, fa), fileConn(t, fb)
+}
+
+// carries checks that 8 MiB written at each end arrive at the other intact.
+func carries(t *testing.T, ca, cb net.Conn) {
+	t.Helper()
 	want := make([]byte, 8<<20)
 	rand.Read(want)
 	check := func(from, to net.Conn, name string) chan error {
@@ -71,13 +93,6 @@ func TestParkedPairCarriesBytesBothWays(t *testing.T) {
 	}
 	if err := <-check(cb, ca, "b to a"); err != nil {
 		t.Fatal(err)
-	}
-	if got := cb.LocalAddr().String(); got != b.String() {
-		t.Errorf("b's end is at %s, want %s", got, b)
-	}
-	ca.Close()
-	if n, err := cb.Read(make([]byte, 1)); n != 0 || err != io.EOF {
-		t.Errorf("after a closed: read %d, %v; want EOF", n, err)
 	}
 }
 
@@ -124,24 +139,56 @@ func TestParkableTakesOnlyEndsAtTheirOwnAddress(t *testing.T) {
 		{self: mover, l: &ledger{self: mover, pid: 10}, ledgerEntry: ledgerEntry{path: pathOverlay,
 			local: netip.MustParseAddrPort("10.244.1.2:6379"), remote: netip.MustParseAddrPort("10.244.1.3:40001")}},
 	}
-	pairs, lonely, err := parkable(live, "m")
-	if err != nil || len(lonely) != 0 || len(pairs) != 2 || pairs[0][0].l.pid != 10 || pairs[0][1].self.ID != "p" || pairs[0][1].l.pid != 20 {
+	pairs, lonely, err := parkable(live, "m", clientPorts)
+	if err != nil || len(lonely) != 0 || len(pairs) != 2 || pairs[0].m.l.pid != 10 || pairs[0].p.self.ID != "p" || pairs[0].p.l.pid != 20 || pairs[0].renumber != renumberNone {
 		t.Fatalf("parkable: %v, %v; want the connection to p, the peer's end its own, then the one inside m", pairs, err)
 	}
-	if inside := pairs[1]; inside[0].l.pid != 10 || inside[1].l.pid != 11 {
+	if inside := pairs[1]; inside.m.l.pid != 10 || inside.p.l.pid != 11 {
 		t.Fatalf("the connection inside m parked as %v; want it once, from one end to the other", inside)
 	}
 	// A client closed its end, the mover's is still open: not parked, not refused.
 	closedByPeer := append(live, liveShmEnd(mover, 10, "10.244.1.2:6379", "10.244.1.3:40002"))
-	if pairs, lonely, err := parkable(closedByPeer, "m"); err != nil || len(pairs) != 2 || len(lonely) != 1 || lonely[0].remote.Port() != 40002 {
+	if pairs, lonely, err := parkable(closedByPeer, "m", clientPorts); err != nil || len(pairs) != 2 || len(lonely) != 1 || lonely[0].remote.Port() != 40002 {
 		t.Fatalf("parkable with a peer's end gone: %v, lonely %v, %v; want the one pair and the end left alone", pairs, lonely, err)
 	}
-	// The peer reused the tuple while the first connection lives on.
+	// The peer reused the tuple while the first connection lives on, in another process.
 	reused := append(live, liveShmEnd(peer, 21, "10.244.1.3:40000", "10.244.1.2:6379"))
-	if pairs, _, err := parkable(reused, "m"); err == nil || len(pairs) != 0 || !strings.Contains(err.Error(), "1 ends here and 2 at its peer") {
+	if pairs, _, err := parkable(reused, "m", clientPorts); err == nil || len(pairs) != 0 || !strings.Contains(err.Error(), "1 ends here and 2 at its peer") {
 		t.Fatalf("parkable with a tuple reused: %v, %v; want a refusal and nothing to park", pairs, err)
 	}
 }
+
+// TestParkableRenumbersATupleSharedByTwoConnections: two live connections
+// between the same two processes at one 4-tuple (a swap freed the first
+// one's overlay port, the client's next connect got it) are both parked,
+// the second with a port of its own at the client's end; ends of one
+// tuple spread over two processes are refused, as the libraries could not
+// pair them.
+func TestParkableRenumbersATupleSharedByTwoConnections(t *testing.T) {
+	mover := directory.Container{ID: "m", Name: "m", IP: "10.244.1.2"}
+	peer := directory.Container{ID: "p", Name: "p", IP: "10.244.1.3"}
+	live := []ledgerEnd{
+		liveShmEnd(mover, 10, "10.244.1.2:6379", "10.244.1.3:40005"),
+		liveShmEnd(peer, 20, "10.244.1.3:40005", "10.244.1.2:6379"),
+		liveShmEnd(mover, 10, "10.244.1.2:6379", "10.244.1.3:40005"),
+		liveShmEnd(peer, 20, "10.244.1.3:40005", "10.244.1.2:6379"),
+	}
+	pairs, _, err := parkable(live, "m", clientPorts)
+	if err != nil || len(pairs) != 2 || pairs[0].renumber != renumberNone || pairs[1].renumber != renumberP {
+		t.Fatalf("parkable: %+v, %v; want both, the second renumbered at the peer (the client)", pairs, err)
+	}
+	// The moving container is the client.
+	if pairs, _, err := parkable(live, "p", clientPorts); err != nil || len(pairs) != 2 || pairs[1].renumber != renumberM {
+		t.Fatalf("parkable of the client: %+v, %v; want both, the second renumbered at the mover", pairs, err)
+	}
+	live[3] = liveShmEnd(peer, 22, "10.244.1.3:40005", "10.244.1.2:6379")
+	if pairs, _, err := parkable(live, "m", clientPorts); err == nil || len(pairs) != 0 {
+		t.Fatalf("parkable with the peer's ends in two processes: %+v, %v; want a refusal", pairs, err)
+	}
+}
+
+// clientPorts is the default ephemeral range's test.
+func clientPorts(p uint16) bool { return p >= 32768 && p <= 60999 }
 
 // TestParkingThreadKnownByContainerAndPid: a session of another container
 // whose process had the pid a victim's process has now never takes the

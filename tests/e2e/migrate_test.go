@@ -453,6 +453,45 @@ func TestMigrateWaitsForAccept(t *testing.T) {
 	}
 }
 
+// TestMigrateTupleSharedByTwoConnections: a client holds two shm
+// connections to a redis-server at one 4-tuple (the library closed the
+// first one's overlay socket at its swap, so its port was free for the
+// second, as a busy client's connects reuse ports: 8 of 400
+// redis-benchmark connections did), each INCRing a key of its own; the
+// server moves: both are parked (the second with a new port at the
+// client), and every reply on each is the one before plus 1 (before: the
+// move was refused, "2 ends here and 2 at its peer").
+func TestMigrateTupleSharedByTwoConnections(t *testing.T) {
+	if m := testenv.Missing("redis-server", "criu", "python3"); m != "" {
+		t.Skip(m)
+	}
+	c := newCluster(t, 2)
+	ctl, flags := incrFlags(t)
+	script, err := filepath.Abs("testdata/migrate/sametuple.py")
+	must(t, err, "find sametuple.py")
+	srv := "tupleredis"
+	c.StartDetached(t, "h1", srv, nil, "redis-server", "--protected-mode", "no", "--save", "")
+	c.WaitListening(t, srv, 6379)
+	c.StartDetached(t, "h1", "twoconns", append(flags, volume(script, "/run/sametuple.py")...), "python3", "/run/sametuple.py", srv, "/run/ctl/stop")
+	testenv.WaitFor(t, "two shm connections at one tuple", func() bool {
+		return strings.Count(c.MustFF(t, "conns"), " shm ") == 4
+	})
+	if out := c.MustFF(t, "migrate", srv, "--to", "h2"); !strings.Contains(out, "2 shared-memory connections were parked") {
+		t.Fatalf("migrate printed %q; want both connections parked", out)
+	}
+	if n := strings.Count(c.MustFF(t, "conns"), " parked"); n != 4 {
+		t.Errorf("after the move conns lists %d parked ends; want both ends of both connections", n)
+	}
+	time.Sleep(300 * time.Millisecond)
+	must(t, os.WriteFile(filepath.Join(ctl, "stop"), nil, 0o644), "stop the client")
+	testenv.WaitFor(t, "the client to finish", func() bool { return containerOf(t, c, "twoconns").Status == "exited" })
+	if out := c.MustFF(t, "logs", "twoconns"); !strings.HasPrefix(out, "OK ") {
+		t.Errorf("the client with two connections at one tuple: %s", out)
+	} else {
+		t.Logf("client: %s", strings.TrimSpace(out))
+	}
+}
+
 // TestMigrateRefused: a migration that cannot be done safely says why and
 // changes nothing: an unknown host, the host it is on; --dry-run moves
 // nothing. (A library container's refusals: TestMigrateLibraryContainer.)

@@ -290,9 +290,10 @@ static inline void ff_ledger_inherited(void)
 }
 /*
  * The connection of entry e moved to the socket now at fd: path unix,
- * "moved-down" (a socket pair), or overlay, "parked" (TCP at its tuple).
+ * "moved-down" (a socket pair), or overlay, "parked" (TCP at its tuple);
+ * ends, unless NULL, are its endpoints now.
  */
-void ff_ledger_moved(uint64_t e, int fd, uint8_t path, const char *reason);
+void ff_ledger_moved(uint64_t e, int fd, uint8_t path, const char *reason, const struct ff_ends *ends);
 /* Give back a reserved entry that was not published (0: nothing). */
 void ff_ledger_release(uint64_t e);
 /* The connection of entry e is closed: unlist it. */

@@ -218,21 +218,27 @@ static void put_state(uint8_t *p, int fd, uint8_t path, uint32_t bytes, const ch
 	*(uint64_t *)(void *)(p + FF_LEDGER_E_INO) = fstat(fd, &st) ? 0 : (uint64_t)st.st_ino;
 }
 
+/* mu held: entry p's endpoints. */
+static void put_ends(uint8_t *p, const struct ff_ends *ends)
+{
+	/* v4-mapped kept: parking makes an IPv6 socket for a dual-stack program. */
+	int ll = ff_endpoint_as_is(&ends->local, p + FF_LEDGER_E_LOCAL);
+	int rl = ff_endpoint(&ends->remote, p + FF_LEDGER_E_REMOTE);
+
+	p[FF_LEDGER_E_LOCAL_LEN] = ll > 0 ? (uint8_t)ll : 0;
+	p[FF_LEDGER_E_REMOTE_LEN] = rl > 0 ? (uint8_t)rl : 0;
+}
+
 void ff_ledger_publish(uint64_t e, const struct ff_ledger_row *row)
 {
 	int64_t i;
 	uint8_t *p;
-	int ll, rl;
 
 	pthread_mutex_lock(&mu);
 	i = index_of(e);
 	if (i >= 0) {
 		p = base + HDR + (size_t)i * ENTRY;
-		/* v4-mapped kept: parking makes an IPv6 socket for a dual-stack program. */
-		ll = ff_endpoint_as_is(&row->ends->local, p + FF_LEDGER_E_LOCAL);
-		rl = ff_endpoint(&row->ends->remote, p + FF_LEDGER_E_REMOTE);
-		p[FF_LEDGER_E_LOCAL_LEN] = ll > 0 ? (uint8_t)ll : 0;
-		p[FF_LEDGER_E_REMOTE_LEN] = rl > 0 ? (uint8_t)rl : 0;
+		put_ends(p, row->ends);
 		put_state(p, row->fd, row->path, row->bytes, row->reason);
 		if (row->alone) {	/* the agent counts what it answered itself */
 			size_t at = row->path == FF_PATH_SHM	    ? FF_LEDGER_OFF_OPENED
@@ -251,15 +257,19 @@ void ff_ledger_publish(uint64_t e, const struct ff_ledger_row *row)
  * The entry's seq goes even while it is rewritten: the agent skips it for
  * that moment, and lists the connection from its own account meanwhile.
  */
-void ff_ledger_moved(uint64_t e, int fd, uint8_t path, const char *reason)
+void ff_ledger_moved(uint64_t e, int fd, uint8_t path, const char *reason, const struct ff_ends *ends)
 {
 	int64_t i;
+	uint8_t *p;
 
 	pthread_mutex_lock(&mu);
 	i = index_of(e);
 	if (i >= 0) {
+		p = base + HDR + (size_t)i * ENTRY;
 		atomic_fetch_add_explicit(seq_of((uint32_t)i), 1, memory_order_release);
-		put_state(base + HDR + (size_t)i * ENTRY, fd, path, 0, reason);
+		if (ends)
+			put_ends(p, ends);
+		put_state(p, fd, path, 0, reason);
 		atomic_fetch_add_explicit(seq_of((uint32_t)i), 1, memory_order_release);
 	}
 	pthread_mutex_unlock(&mu);

@@ -91,22 +91,37 @@ int ff_shm_park_wait(struct ff_shm *sh, const struct ff_ends *ends)
 	return sock;
 }
 
-/* Table lock taken: the fd and a reference of the shm connection at the wire endpoints of p. */
+/*
+ * Table lock taken: the fd and a reference of the shm connection at the
+ * wire endpoints of p. Two live connections may share them (a swap freed
+ * the first one's overlay port, a later one got it): the moving end takes
+ * one not parked yet, its peer the one its header says parked, so the two
+ * ends pair up by their shared header, whatever the agent's order.
+ */
 static struct ff_shm *find(const struct ff_park *p, int *at)
 {
+	uint32_t want = p->adopt ? FF_SHM_PARKED : 0;
 	struct ff_shm *sh = NULL;
-	int hw;
+	int hw, any = -1;
 
 	ff_table_lock();
 	hw = ff_table_hiwater();
-	for (int fd = 0; fd <= hw && !sh; fd++) {
+	for (int fd = 0; fd <= hw; fd++) {
 		struct ff_conn *c = ff_fd_slot(fd)->conn;
 
 		if (!c || !c->shm || !same_ends(&c->ends, p))
 			continue;
-		sh = c->shm;
+		if (atomic_load(c->shm->switch_by) == want) {
+			any = fd;
+			break;
+		}
+		if (any < 0)
+			any = fd;	/* none may be as wanted: ff_shm_park says why */
+	}
+	if (any >= 0) {
+		sh = ff_fd_slot(any)->conn->shm;
 		atomic_fetch_add(&sh->refs, 1);
-		*at = fd;
+		*at = any;
 	}
 	ff_table_unlock();
 	return sh;

@@ -358,6 +358,16 @@ static int swap_fds(struct ff_conn *c, const int *fds, int n, int sock, int park
  * them (shm.h). A parked connection's sock is TCP at its overlay tuple:
  * the connection is then plain overlay TCP, as if never swapped.
  */
+/* A parked socket's names as the connection's ends (kept as they were if unreadable). */
+static void park_ends(int sock, struct ff_ends *ends)
+{
+	struct ff_ends now = { .local_len = sizeof(now.local), .remote_len = sizeof(now.remote) };
+
+	if (!ff_real.getsockname(sock, (struct sockaddr *)&now.local, &now.local_len) &&
+	    !ff_real.getpeername(sock, (struct sockaddr *)&now.remote, &now.remote_len))
+		*ends = now;
+}
+
 static int install(struct ff_shm *sh, int sock, int parked)
 {
 	unsigned st = atomic_load(&sh->state);
@@ -380,9 +390,15 @@ static int install(struct ff_shm *sh, int sock, int parked)
 	if (n > 0)
 		r = swap_fds(c, fds, n, sock, parked);
 	if (n > 0 && !r) {
-		/* The agent lists it as it is now. */
+		/*
+		 * The agent lists it as it is now; parked, at its socket's ends,
+		 * which differ from the channel's where the agent gave it a port
+		 * of its own (two connections at one tuple).
+		 */
+		if (parked)
+			park_ends(sock, &c->ends);
 		ff_ledger_moved(c->ledger, fds[0], parked ? FF_PATH_OVERLAY : FF_PATH_UNIX,
-				parked ? "parked" : "moved-down");
+				parked ? "parked" : "moved-down", parked ? &c->ends : NULL);
 		if (parked) {
 			ff_conn_set_state(c, FF_ST_OVERLAY);
 			c->kern_family = c->family;	/* checked: park_family_ok */
