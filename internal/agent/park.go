@@ -223,7 +223,7 @@ func (a *Agent) parkShm(ctx context.Context, id string) (int, error) {
 	}
 	n := 0
 	for _, p := range pairs {
-		if a.ended(p.m) || a.ended(p.p) {
+		if !p.shared && (a.ended(p.m) || a.ended(p.p)) {
 			continue // a client gone while others parked: nothing to ask its library
 		}
 		switch err := a.parkOne(ctx, p); {
@@ -258,15 +258,20 @@ const (
 type parkPair struct {
 	m, p     ledgerEnd
 	renumber int
+	shared   bool // its 4-tuple has other live connections
 }
 
 // What parkPair.renumber says. Two live connections may share a 4-tuple
 // (a swap freed the first one's overlay port, a later connection between
 // the same processes got it), but only one TCP connection can be at it:
 // the others are parked with a new port at their client's end, the one
-// whose port is ephemeral. The libraries pair the two ends by their
-// channel's header (the moving end parks one not parked yet, its peer the
-// one found parked), so the order of the pairs here does not matter.
+// whose port is in its namespace's ephemeral range, after every other
+// connection (a free port is then none a connection still to park has).
+// The libraries pair the two ends by their channel's header (the moving
+// end parks one not parked yet, its peer the one found parked): so the
+// next connection at that tuple is parked only once the peer has taken
+// the last one, and the ledger entries the agent paired stand for the
+// tuple's connections, not for one each.
 const (
 	renumberNone = iota
 	renumberM
@@ -280,8 +285,9 @@ const (
 // ends whose peer has no entry (lonely); or why one cannot be parked. Only
 // an end whose local address is its own container's counts: a ledger can
 // list anything, but must not make another container's move fail, nor
-// stand in for its peer. ephemeral says whether a port is a client's.
-func parkable(live []ledgerEnd, id string, ephemeral func(uint16) bool) (pairs []parkPair, lonely []ledgerEnd, err error) {
+// stand in for its peer. ephemeral says whether a port is in the
+// ephemeral range of a network namespace (a client's).
+func parkable(live []ledgerEnd, id string, ephemeral func(ns string, port uint16) bool) (pairs []parkPair, lonely []ledgerEnd, err error) {
 	own := func(e ledgerEnd) bool { return e.path == pathShm && e.local.Addr().String() == e.self.IP }
 	byTuple := map[[2]netip.AddrPort][]ledgerEnd{}
 	for _, e := range live {
@@ -291,6 +297,7 @@ func parkable(live []ledgerEnd, id string, ephemeral func(uint16) bool) (pairs [
 		}
 	}
 	done := map[[2]netip.AddrPort]bool{}
+	var renumbered []parkPair
 	for _, e := range live {
 		k := [2]netip.AddrPort{e.local, e.remote}
 		if e.self.ID != id || !own(e) || done[k] {
@@ -298,7 +305,7 @@ func parkable(live []ledgerEnd, id string, ephemeral func(uint16) bool) (pairs [
 		}
 		done[k] = true
 		mine, peers := byTuple[k], byTuple[[2]netip.AddrPort{e.remote, e.local}]
-		if len(peers) == 1 && peers[0].self.ID == id && e.local.Compare(e.remote) > 0 {
+		if len(peers) > 0 && peers[0].self.ID == id && e.local.Compare(e.remote) > 0 {
 			continue // inside the container: parked once, from its other end
 		}
 		if len(mine) == 1 && len(peers) == 0 {
@@ -311,7 +318,7 @@ func parkable(live []ledgerEnd, id string, ephemeral func(uint16) bool) (pairs [
 		}
 		renumber := renumberNone
 		if len(mine) > 1 {
-			switch mc, pc := ephemeral(e.local.Port()), ephemeral(e.remote.Port()); {
+			switch mc, pc := ephemeral(e.self.NetNS, e.local.Port()), ephemeral(peers[0].self.NetNS, e.remote.Port()); {
 			case mc && !pc:
 				renumber = renumberM
 			case pc && !mc:
@@ -325,14 +332,16 @@ func parkable(live []ledgerEnd, id string, ephemeral func(uint16) bool) (pairs [
 			return nil, nil, protocol.Errorf(protocol.CodeDenied, "shm connection %s-%s of container %s is not IPv4, which parking does not cover yet", e.local, e.remote, id)
 		}
 		for i := range mine {
-			pp := parkPair{m: mine[i], p: peers[i]}
-			if i > 0 {
+			pp := parkPair{m: mine[i], p: peers[i], shared: len(mine) > 1}
+			if i == 0 {
+				pairs = append(pairs, pp)
+			} else {
 				pp.renumber = renumber
+				renumbered = append(renumbered, pp)
 			}
-			pairs = append(pairs, pp)
 		}
 	}
-	return pairs, lonely, nil
+	return append(pairs, renumbered...), lonely, nil
 }
 
 // oneProcess says whether the ends are all of one process.
@@ -345,20 +354,31 @@ func oneProcess(ends []ledgerEnd) bool {
 	return true
 }
 
-// ephemeralPorts says whether a port is in this host's
-// ip_local_port_range, where connect() takes a client's port.
-func ephemeralPorts() func(uint16) bool {
-	lo, hi := 32768, 60999 // Linux's default
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if l, err := strconv.Atoi(f[0]); err == nil {
-				if h, err := strconv.Atoi(f[1]); err == nil {
-					lo, hi = l, h
+// ephemeralPorts says whether a port is in a network namespace's
+// ip_local_port_range, where connect() takes a client's port (read once
+// per namespace).
+func ephemeralPorts() func(ns string, port uint16) bool {
+	ranges := map[string][2]int{}
+	return func(ns string, port uint16) bool {
+		r, ok := ranges[ns]
+		if !ok {
+			r = [2]int{32768, 60999} // Linux's default
+			var b []byte
+			err := netns.Do(ns, func() (err error) {
+				b, err = os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+				return err
+			})
+			if f := strings.Fields(string(b)); err == nil && len(f) == 2 {
+				lo, errLo := strconv.Atoi(f[0])
+				hi, errHi := strconv.Atoi(f[1])
+				if errLo == nil && errHi == nil {
+					r = [2]int{lo, hi}
 				}
 			}
+			ranges[ns] = r
 		}
+		return int(port) >= r[0] && int(port) <= r[1]
 	}
-	return func(p uint16) bool { return int(p) >= lo && int(p) <= hi }
 }
 
 // canPark says why the connection of m (moving) and p cannot be parked.
@@ -417,7 +437,14 @@ func (a *Agent) parkOne(ctx context.Context, pp parkPair) error {
 		unix.Close(fp)
 	} else {
 		// Marked: the peer parks only if it finds the connection parked.
-		a.watch.push(kp, &parkJob{local: p.local, remote: p.remote, fd: fp, peer: true, done: make(chan error, 1)})
+		peer := &parkJob{local: p.local, remote: p.remote, fd: fp, peer: true, done: make(chan error, 1)}
+		a.watch.push(kp, peer)
+		if pp.shared && answer == nil {
+			// Its peer takes the one found parked at the tuple: not two at once.
+			if err := a.awaitPeer(ctx, peer); err != nil {
+				return protocol.Errorf(protocol.CodeDenied, "%s: its peer's process %d: %v (the others at that 4-tuple are not parked)", what, p.l.pid, err)
+			}
+		}
 	}
 	if errors.Is(answer, errNotParked) && a.endedSoon(m, p) {
 		return errEnded
@@ -426,6 +453,20 @@ func (a *Agent) parkOne(ctx context.Context, pp parkPair) error {
 		return protocol.Errorf(protocol.CodeDenied, "%s: process %d: %v", what, m.l.pid, answer)
 	}
 	return nil
+}
+
+// awaitPeer waits for the peer's answer to job, as long as a moving end's.
+func (a *Agent) awaitPeer(ctx context.Context, job *parkJob) error {
+	t := time.NewTimer(parkWait)
+	defer t.Stop()
+	select {
+	case err := <-job.done:
+		return err
+	case <-t.C:
+		return fmt.Errorf("its library did not take its end within %v", parkWait)
+	case <-ctx.Done():
+		return fmt.Errorf("its library did not take its end in time (%v)", ctx.Err())
+	}
 }
 
 // errNotParked is a library's FOUND 0: it left the connection as it was.
@@ -535,6 +576,9 @@ func repairedEnd(ns string, local, remote netip.AddrPort, v6 bool, snd, rcv uint
 		fd, err = unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 		return err
 	})
+	if err == nil && v6 { // before any bind: the address is v4-mapped
+		err = unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 0)
+	}
 	if err != nil {
 		if fd >= 0 {
 			unix.Close(fd)
@@ -572,9 +616,6 @@ func repairedEnd(ns string, local, remote netip.AddrPort, v6 bool, snd, rcv uint
 		// Before connect: connect sizes the segments it will send by it.
 		step("MSS", unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_MAXSEG, parkMSS)),
 	)
-	if err == nil && v6 {
-		err = step("dual stack", unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 0))
-	}
 	if err == nil {
 		err = errors.Join(
 			step("send sequence", setQueueSeq(fd, tcpSendQueue, snd)),

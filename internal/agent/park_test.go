@@ -181,6 +181,17 @@ func TestParkableRenumbersATupleSharedByTwoConnections(t *testing.T) {
 	if pairs, _, err := parkable(live, "p", clientPorts); err != nil || len(pairs) != 2 || pairs[1].renumber != renumberM {
 		t.Fatalf("parkable of the client: %+v, %v; want both, the second renumbered at the mover", pairs, err)
 	}
+	// Two processes of the mover, two connections at one tuple: parked once each.
+	inside := []ledgerEnd{
+		liveShmEnd(mover, 10, "10.244.1.2:6379", "10.244.1.2:40007"),
+		liveShmEnd(mover, 11, "10.244.1.2:40007", "10.244.1.2:6379"),
+		liveShmEnd(mover, 10, "10.244.1.2:6379", "10.244.1.2:40007"),
+		liveShmEnd(mover, 11, "10.244.1.2:40007", "10.244.1.2:6379"),
+	}
+	if pairs, _, err := parkable(append(inside, live...), "m", clientPorts); err != nil || len(pairs) != 4 ||
+		pairs[0].renumber != renumberNone || pairs[1].renumber != renumberNone || pairs[2].renumber == renumberNone || pairs[3].renumber == renumberNone {
+		t.Fatalf("parkable with a tuple shared inside the mover too: %+v, %v; want four pairs, the renumbered ones last", pairs, err)
+	}
 	live[3] = liveShmEnd(peer, 22, "10.244.1.3:40005", "10.244.1.2:6379")
 	if pairs, _, err := parkable(live, "m", clientPorts); err == nil || len(pairs) != 0 {
 		t.Fatalf("parkable with the peer's ends in two processes: %+v, %v; want a refusal", pairs, err)
@@ -188,7 +199,7 @@ func TestParkableRenumbersATupleSharedByTwoConnections(t *testing.T) {
 }
 
 // clientPorts is the default ephemeral range's test.
-func clientPorts(p uint16) bool { return p >= 32768 && p <= 60999 }
+func clientPorts(_ string, p uint16) bool { return p >= 32768 && p <= 60999 }
 
 // TestParkingThreadKnownByContainerAndPid: a session of another container
 // whose process had the pid a victim's process has now never takes the

@@ -30,7 +30,8 @@ func TestQueuedCountsUnacceptedConnections(t *testing.T) {
 				table += "\n" + l
 			}
 		}
-		return queued(table)
+		n, _ := queued(table)
+		return n
 	}
 	for i := 0; i < 2; i++ {
 		c, err := net.Dial("tcp4", ln.Addr().String())

@@ -49,7 +49,9 @@ func (m *Manager) libraryInUse(ctx context.Context, c *state.Container, src stat
 				continue
 			}
 			if ci.Path == "shm" {
-				shm++
+				if ci.RemoteContainer != c.Name || ci.Local < ci.Remote { // one inside it is listed at both ends
+					shm++
+				}
 				continue
 			}
 			if len(fast) < 3 {

@@ -424,10 +424,10 @@ func TestMigrateContainerTalkingToItself(t *testing.T) {
 }
 
 // TestMigrateWaitsForAccept: a connection its server has not accepted yet
-// (in its listen queue, established for its client) when the move starts:
-// the move waits for the program to accept it before the checkpoint, which
-// CRIU would refuse ("In-flight connection"; before, the move was refused),
-// and the client's connection works after the move.
+// (in its listen queue, established for its client) when the move starts,
+// accepted 1 s later: the move waits for the program to accept it before
+// the checkpoint, which CRIU would refuse ("In-flight connection"; before,
+// the move was refused), and the client's connection works after the move.
 func TestMigrateWaitsForAccept(t *testing.T) {
 	if m := testenv.Missing("criu", "python3"); m != "" {
 		t.Skip(m)
@@ -439,10 +439,12 @@ func TestMigrateWaitsForAccept(t *testing.T) {
 	must(t, os.Chmod(ctl, 0o777), "open %s to the client", ctl)
 	flags := append([]string{"--no-freeflow", "-v", ctl + ":/run/ctl"}, volume(dir, "/run/migrate")...)
 	srv := "slowacc"
-	c.StartDetached(t, "h1", srv, flags, "python3", "/run/migrate/slowaccept.py")
+	c.StartDetached(t, "h1", srv, flags, "python3", "/run/migrate/slowaccept.py", "/run/ctl/accept")
 	c.WaitListening(t, srv, 7002)
 	c.StartDetached(t, "h2", "waiting", flags, "python3", "/run/migrate/waitclient.py", srv, "/run/ctl/go")
 	testenv.WaitFor(t, "the client connected", func() bool { return strings.Contains(c.MustFF(t, "logs", "waiting"), "connected") })
+	accept := time.AfterFunc(time.Second, func() { os.WriteFile(filepath.Join(ctl, "accept"), nil, 0o644) })
+	defer accept.Stop()
 	if out := c.MustFF(t, "migrate", srv, "--to", "h2"); !strings.Contains(out, "moved from h1 to h2") {
 		t.Fatalf("migrate printed %q", out)
 	}

@@ -95,8 +95,10 @@ int ff_shm_park_wait(struct ff_shm *sh, const struct ff_ends *ends)
  * Table lock taken: the fd and a reference of the shm connection at the
  * wire endpoints of p. Two live connections may share them (a swap freed
  * the first one's overlay port, a later one got it): the moving end takes
- * one not parked yet, its peer the one its header says parked, so the two
- * ends pair up by their shared header, whatever the agent's order.
+ * one not parked yet (or any: ff_shm_park says why not), its peer only
+ * the one its header says parked (none: a thread closing it takes the
+ * socket), so the two ends pair up by the header they share; the agent
+ * parks the next at that tuple only once the peer took this one.
  */
 static struct ff_shm *find(const struct ff_park *p, int *at)
 {
@@ -115,8 +117,8 @@ static struct ff_shm *find(const struct ff_park *p, int *at)
 			any = fd;
 			break;
 		}
-		if (any < 0)
-			any = fd;	/* none may be as wanted: ff_shm_park says why */
+		if (any < 0 && !p->adopt)
+			any = fd;
 	}
 	if (any >= 0) {
 		sh = ff_fd_slot(any)->conn->shm;

@@ -1,7 +1,9 @@
-# An echo server that accepts each connection 1 s after it arrives (its
-# listen queue holds it meanwhile), then serves it on a thread of its own.
-import select, socket, threading, time
+# An echo server that accepts its connections only once the file ACCEPT
+# exists (its listen queue holds them meanwhile), then serves each on a
+# thread of its own.
+import os, select, socket, sys, threading, time
 
+go = sys.argv[1]
 l = socket.socket()
 l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 l.bind(("0.0.0.0", 7002))
@@ -15,6 +17,7 @@ def serve(c):
 
 while True:
     select.select([l], [], [])
-    time.sleep(1)
+    while not os.path.exists(go):
+        time.sleep(0.01)
     c, _ = l.accept()
     threading.Thread(target=serve, args=(c,), daemon=True).start()
