@@ -202,9 +202,10 @@ func (a *Agent) parkShm(ctx context.Context, id string) (int, error) {
 	var pairs []parkPair
 	var lonely []ledgerEnd
 	var err error
+	ephemeral := ephemeralPorts()
 	for try := 1; ; try++ {
 		live, _ := a.ledgers.verify(a.ledgers.ends(""), 0)
-		pairs, lonely, err = parkable(live, id, ephemeralPorts())
+		pairs, lonely, err = parkable(live, id, ephemeral)
 		if err != nil || len(lonely) == 0 || try == lonelyTries {
 			break
 		}
@@ -362,18 +363,16 @@ func ephemeralPorts() func(ns string, port uint16) bool {
 	return func(ns string, port uint16) bool {
 		r, ok := ranges[ns]
 		if !ok {
-			r = [2]int{32768, 60999} // Linux's default
 			var b []byte
 			err := netns.Do(ns, func() (err error) {
 				b, err = os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 				return err
 			})
-			if f := strings.Fields(string(b)); err == nil && len(f) == 2 {
-				lo, errLo := strconv.Atoi(f[0])
-				hi, errHi := strconv.Atoi(f[1])
-				if errLo == nil && errHi == nil {
-					r = [2]int{lo, hi}
-				}
+			if err == nil {
+				_, err = fmt.Sscan(string(b), &r[0], &r[1])
+			}
+			if err != nil {
+				r = [2]int{32768, 60999} // Linux's default
 			}
 			ranges[ns] = r
 		}
@@ -413,16 +412,7 @@ func (a *Agent) parkOne(ctx context.Context, pp parkPair) error {
 	// The moving end first: it decides (switch_by), its peer then adopts.
 	job := &parkJob{local: m.local, remote: m.remote, fd: fm, done: make(chan error, 1)}
 	a.watch.push(km, job)
-	var answer error
-	t := time.NewTimer(parkWait)
-	defer t.Stop()
-	select {
-	case answer = <-job.done:
-	case <-t.C:
-		answer = fmt.Errorf("its library did not park it within %v", parkWait)
-	case <-ctx.Done():
-		answer = fmt.Errorf("its library did not park it in time (%v)", ctx.Err())
-	}
+	answer := awaitJob(ctx, job)
 	if answer != nil && !errors.Is(answer, errNotParked) {
 		if a.watch.withdraw(km, job) || errors.Is(answer, errUndelivered) {
 			unix.Close(fm) // never handed: the connection is as it was
@@ -441,7 +431,7 @@ func (a *Agent) parkOne(ctx context.Context, pp parkPair) error {
 		a.watch.push(kp, peer)
 		if pp.shared && answer == nil {
 			// Its peer takes the one found parked at the tuple: not two at once.
-			if err := a.awaitPeer(ctx, peer); err != nil {
+			if err := awaitJob(ctx, peer); err != nil {
 				return protocol.Errorf(protocol.CodeDenied, "%s: its peer's process %d: %v (the others at that 4-tuple are not parked)", what, p.l.pid, err)
 			}
 		}
@@ -455,17 +445,17 @@ func (a *Agent) parkOne(ctx context.Context, pp parkPair) error {
 	return nil
 }
 
-// awaitPeer waits for the peer's answer to job, as long as a moving end's.
-func (a *Agent) awaitPeer(ctx context.Context, job *parkJob) error {
+// awaitJob waits for a library's answer to job, parkWait at most.
+func awaitJob(ctx context.Context, job *parkJob) error {
 	t := time.NewTimer(parkWait)
 	defer t.Stop()
 	select {
 	case err := <-job.done:
 		return err
 	case <-t.C:
-		return fmt.Errorf("its library did not take its end within %v", parkWait)
+		return fmt.Errorf("its library did not park it within %v", parkWait)
 	case <-ctx.Done():
-		return fmt.Errorf("its library did not take its end in time (%v)", ctx.Err())
+		return fmt.Errorf("its library did not park it in time (%v)", ctx.Err())
 	}
 }
 

@@ -352,12 +352,6 @@ static int swap_fds(struct ff_conn *c, const int *fds, int n, int sock, int park
 	return 0;
 }
 
-/*
- * sock, which now carries everything, becomes the connection at every fd
- * of it; sh is let go. Both ring locks held: the table lock is taken after
- * them (shm.h). A parked connection's sock is TCP at its overlay tuple:
- * the connection is then plain overlay TCP, as if never swapped.
- */
 /* A parked socket's names as the connection's ends (kept as they were if unreadable). */
 static void park_ends(int sock, struct ff_ends *ends)
 {
@@ -368,6 +362,12 @@ static void park_ends(int sock, struct ff_ends *ends)
 		*ends = now;
 }
 
+/*
+ * sock, which now carries everything, becomes the connection at every fd
+ * of it; sh is let go. Both ring locks held: the table lock is taken after
+ * them (shm.h). A parked connection's sock is TCP at its overlay tuple:
+ * the connection is then plain overlay TCP, as if never swapped.
+ */
 static int install(struct ff_shm *sh, int sock, int parked)
 {
 	unsigned st = atomic_load(&sh->state);
@@ -395,16 +395,15 @@ static int install(struct ff_shm *sh, int sock, int parked)
 		 * which differ from the channel's where the agent gave it a port
 		 * of its own (two connections at one tuple).
 		 */
-		if (parked)
-			park_ends(sock, &c->ends);
-		ff_ledger_moved(c->ledger, fds[0], parked ? FF_PATH_OVERLAY : FF_PATH_UNIX,
-				parked ? "parked" : "moved-down", parked ? &c->ends : NULL);
 		if (parked) {
+			park_ends(sock, &c->ends);
+			ff_ledger_moved(c->ledger, fds[0], FF_PATH_OVERLAY, "parked", &c->ends);
 			ff_conn_set_state(c, FF_ST_OVERLAY);
 			c->kern_family = c->family;	/* checked: park_family_ok */
 			for (int i = 0; i < n; i++)
 				atomic_fetch_and(&ff_fd_slot(fds[i])->flags, (uint8_t)~FF_FD_SWAPPED);
 		} else {
+			ff_ledger_moved(c->ledger, fds[0], FF_PATH_UNIX, "moved-down", NULL);
 			c->moved = 1;
 		}
 		c->shm = NULL;
