@@ -267,6 +267,8 @@ func (a *Agent) Serve(ctx context.Context) error {
 	}
 	a.wg.Add(1)
 	go a.pool.run(ctx)
+	a.wg.Add(1)
+	go a.resumeLoop(ctx) // socket pairs back onto shm (resume.go)
 	a.wg.Add(2)
 	go a.acceptLoop(ctx, a.lib, false)
 	go a.acceptLoop(ctx, a.admin, true)

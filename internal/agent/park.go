@@ -29,6 +29,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/freeflow-net/freeflow/internal/netns"
@@ -61,16 +62,42 @@ const (
 	tcpSendQueue = 2
 )
 
-// parkJob is one connection end handed to a library to park on fd.
+// parkJob is one connection end handed to a library's parking thread:
+// to park on fd, a TCP socket, or with a role, to move back onto the shm
+// channel whose memfd fd is (resume.go).
 type parkJob struct {
 	local, remote netip.AddrPort // as the library sees them
 	fd            int
-	peer          bool       // the end that stays, told after its peer parked: nobody waits for its answer
-	done          chan error // the library's answer: nil once parked
+	peer          bool          // the end that stays, told after its peer parked: nobody waits for its answer
+	role          uint8         // RESUME's ROLE (protocol.Role*); 0: a PARK
+	taken         chan struct{} // if not nil, closed once a session took the job (pop)
+	done          chan error    // the library's answer: nil once parked (moved back)
 }
 
-// errUndelivered: the PARK was not written; the library never had it.
-var errUndelivered = errors.New("its PARK could not be written to its session")
+// message is the answer to WATCH that hands job over, seq its seq.
+func (j *parkJob) message(seq uint32) *protocol.Message {
+	m := protocol.New(protocol.TypePark, seq,
+		protocol.Endpoint(protocol.AttrLocalEndpoint, j.local), protocol.Endpoint(protocol.AttrRemoteEndpoint, j.remote))
+	switch {
+	case j.role != 0:
+		m.Type = protocol.TypeResume
+		m.Attrs = append(m.Attrs, protocol.U8(protocol.AttrRole, j.role))
+	case j.peer:
+		m.Attrs = append(m.Attrs, protocol.Bool(protocol.AttrFound, true))
+	}
+	return m
+}
+
+// refused is what a library's FOUND 0 to job means.
+func (j *parkJob) refused() error {
+	if j.role != 0 {
+		return errNotResumed
+	}
+	return errNotParked
+}
+
+// errUndelivered: the PARK (RESUME) was not written; the library never had it.
+var errUndelivered = errors.New("its PARK or RESUME could not be written to its session")
 
 // watchKey names a library process's parking thread: its container (as
 // the agent identified its session) and its pid. A session of another
@@ -91,9 +118,16 @@ type watcher struct {
 
 // watchers are the libraries' parking threads, by process.
 type watchers struct {
-	mu      sync.Mutex
-	m       map[watchKey]*watcher
-	parking sync.Mutex // one PARK_CONTAINER at a time: two moves must not make two pairs for one connection
+	mu sync.Mutex
+	m  map[watchKey]*watcher
+	// parking is held by one PARK_CONTAINER at a time (two moves must not
+	// make two pairs for one connection), or by the resume tick, which only
+	// takes it free and with no move waiting (moves): a move waits for one
+	// RESUME pair at most (resumeTake if a thread does not take its RESUME,
+	// resumeWait at most), and no connection comes back onto shm after a
+	// move listed its connections.
+	parking sync.Mutex
+	moves   atomic.Int32 // PARK_CONTAINERs waiting for parking
 }
 
 func newWatchers() *watchers { return &watchers{m: map[watchKey]*watcher{}} }
@@ -114,6 +148,13 @@ func (w *watchers) known(k watchKey) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.m[k] != nil && w.m[k].owner != nil
+}
+
+// resumes says whether k's parking thread takes RESUME (its HELLO's CAPS).
+func (w *watchers) resumes(k watchKey) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.m[k] != nil && w.m[k].owner != nil && w.m[k].owner.caps&protocol.CapResume != 0
 }
 
 // push queues job for k's parking thread.
@@ -138,6 +179,9 @@ func (w *watchers) pop(k watchKey, s *session) *parkJob {
 	}
 	job := x.queue[0]
 	x.queue = x.queue[1:]
+	if job.taken != nil {
+		close(job.taken)
+	}
 	return job
 }
 
@@ -158,8 +202,8 @@ func (w *watchers) withdraw(k watchKey, job *parkJob) bool {
 	return false
 }
 
-// undelivered, after a reply to s could not be written: a PARK it carried
-// never reached the library (its fd was closed with the reply's).
+// undelivered, after a reply to s could not be written: a PARK or RESUME
+// it carried never reached the library (its fd was closed with the reply's).
 func (w *watchers) undelivered(s *session) {
 	if s.parking != nil {
 		s.parking.done <- errUndelivered
@@ -193,7 +237,9 @@ func (a *Agent) parkShm(ctx context.Context, id string) (int, error) {
 	if err := checkID("container id", id); err != nil {
 		return 0, err
 	}
+	a.watch.moves.Add(1)
 	a.watch.parking.Lock()
+	a.watch.moves.Add(-1)
 	defer a.watch.parking.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, parkAllWait)
 	defer cancel()
@@ -412,7 +458,7 @@ func (a *Agent) parkOne(ctx context.Context, pp parkPair) error {
 	// The moving end first: it decides (switch_by), its peer then adopts.
 	job := &parkJob{local: m.local, remote: m.remote, fd: fm, done: make(chan error, 1)}
 	a.watch.push(km, job)
-	answer := awaitJob(ctx, job)
+	answer := awaitJob(ctx, job, parkWait)
 	if answer != nil && !errors.Is(answer, errNotParked) {
 		if a.watch.withdraw(km, job) || errors.Is(answer, errUndelivered) {
 			unix.Close(fm) // never handed: the connection is as it was
@@ -431,7 +477,7 @@ func (a *Agent) parkOne(ctx context.Context, pp parkPair) error {
 		a.watch.push(kp, peer)
 		if pp.shared && answer == nil {
 			// Its peer takes the one found parked at the tuple: not two at once.
-			if err := awaitJob(ctx, peer); err != nil {
+			if err := awaitJob(ctx, peer, parkWait); err != nil {
 				return protocol.Errorf(protocol.CodeDenied, "%s: its peer's process %d: %v (the others at that 4-tuple are not parked)", what, p.l.pid, err)
 			}
 		}
@@ -445,22 +491,34 @@ func (a *Agent) parkOne(ctx context.Context, pp parkPair) error {
 	return nil
 }
 
-// awaitJob waits for a library's answer to job, parkWait at most.
-func awaitJob(ctx context.Context, job *parkJob) error {
-	t := time.NewTimer(parkWait)
+// awaitJob waits for a library's answer to job, wait at most.
+func awaitJob(ctx context.Context, job *parkJob, wait time.Duration) error {
+	t := time.NewTimer(wait)
 	defer t.Stop()
+	var late error
 	select {
 	case err := <-job.done:
 		return err
 	case <-t.C:
-		return fmt.Errorf("its library did not park it within %v", parkWait)
+		late = fmt.Errorf("its library did not answer within %v", wait)
 	case <-ctx.Done():
-		return fmt.Errorf("its library did not park it in time (%v)", ctx.Err())
+		late = fmt.Errorf("its library did not answer in time (%v)", ctx.Err())
+	}
+	select {
+	case err := <-job.done: // as time ran out: a RESUME's second end is awaited with what the first left
+		return err
+	default:
+		return late
 	}
 }
 
-// errNotParked is a library's FOUND 0: it left the connection as it was.
+// errNotParked is a library's FOUND 0 to a PARK: it left the connection
+// as it was.
 var errNotParked = errors.New("its library did not park it")
+
+// errNotResumed is a library's FOUND 0 to a RESUME: the connection stays
+// a socket pair.
+var errNotResumed = errors.New("its library did not move it back onto shm")
 
 // errEnded: a connection not parked because it ended meanwhile.
 var errEnded = errors.New("the connection ended")
@@ -649,16 +707,17 @@ const watchPoll = 500 * time.Millisecond
 // errSessionEnd ends a session without a reply.
 var errSessionEnd = errors.New("session ended without a reply")
 
-// handleWatch serves WATCH: the answer to the PARK it sent last, if any
-// (FOUND 1: parked; else REASON says why not), then waits for the next
-// connection to park and answers PARK with it and its TCP socket.
+// handleWatch serves WATCH: the answer to the PARK or RESUME it sent
+// last, if any (FOUND 1: done; else REASON says why not), then waits for
+// the next job and answers PARK with it and its TCP socket, or RESUME
+// with its shm channel's memfd.
 func (s *session) handleWatch(m *protocol.Message) (*protocol.Message, error) {
 	if job := s.parking; job != nil {
 		s.parking = nil
 		parked, err := m.Bool(protocol.AttrFound)
 		if err == nil && !parked {
 			why, _ := m.String(protocol.AttrReason)
-			err = fmt.Errorf("%w: %s", errNotParked, why)
+			err = fmt.Errorf("%w: %s", job.refused(), why)
 		}
 		if err != nil && job.peer {
 			s.a.log.Warn("the staying end of a parked connection was not parked", "pid", s.pid, "local", job.local, "remote", job.remote, "err", err)
@@ -672,12 +731,7 @@ func (s *session) handleWatch(m *protocol.Message) (*protocol.Message, error) {
 	for {
 		if job := s.a.watch.pop(k, s); job != nil {
 			s.parking, s.outFDs = job, []int{job.fd}
-			reply := &protocol.Message{Type: protocol.TypePark, Seq: m.Seq, Attrs: []protocol.Attr{
-				protocol.Endpoint(protocol.AttrLocalEndpoint, job.local), protocol.Endpoint(protocol.AttrRemoteEndpoint, job.remote)}}
-			if job.peer {
-				reply.Attrs = append(reply.Attrs, protocol.Bool(protocol.AttrFound, true))
-			}
-			return reply, nil
+			return job.message(m.Seq), nil
 		}
 		select {
 		case <-x.kick:
@@ -708,7 +762,7 @@ func (w *watchers) attach(k watchKey, s *session) *watcher {
 // same process takes them; dropGone closes them once it is gone).
 func (w *watchers) drop(s *session) {
 	if s.parking != nil {
-		s.parking.done <- errors.New("its library's session ended while parking")
+		s.parking.done <- errors.New("its library's session ended before it answered")
 		s.parking = nil
 	}
 	if s.watching.pid == 0 {

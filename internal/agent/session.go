@@ -41,7 +41,7 @@ type session struct {
 	conns connPages // admin socket: the list this session's CONNS pages through
 
 	watching watchKey // WATCH: the parking thread this session is (park.go)
-	parking  *parkJob // the job the last PARK carried, until the next WATCH answers it
+	parking  *parkJob // the job the last PARK or RESUME carried, until the next WATCH answers it
 }
 
 func (a *Agent) serveConn(ctx context.Context, uc *net.UnixConn, admin bool) {
@@ -178,7 +178,7 @@ func (s *session) serveOne() bool {
 		return s.replyError(m, err)
 	}
 	if !s.write(reply) {
-		s.a.watch.undelivered(s) // a PARK not written is as never handed
+		s.a.watch.undelivered(s) // a PARK or RESUME not written is as never handed
 		return false
 	}
 	return true
@@ -268,8 +268,8 @@ func (s *session) handle(m *protocol.Message) (*protocol.Message, error) {
 			return nil, protocol.Errorf(protocol.CodeInvalid, "WATCH is a library's, on the library socket")
 		}
 		return s.handleWatch(m)
-	case protocol.TypePark:
-		return nil, protocol.Errorf(protocol.CodeUnknown, "PARK is the answer to WATCH, not a request the agent serves")
+	case protocol.TypePark, protocol.TypeResume:
+		return nil, protocol.Errorf(protocol.CodeUnknown, "%v is an answer to WATCH, not a request the agent serves", m.Type)
 	case protocol.TypeVerbsQPCreate, protocol.TypeVerbsConnect, protocol.TypeVerbsMRReg, protocol.TypeVerbsMRGet,
 		protocol.TypeVerbsMRDereg, protocol.TypeVerbsQPDestroy, protocol.TypeVerbsUDLane, protocol.TypeVerbsUDLanes,
 		protocol.TypeVerbsQPReset,

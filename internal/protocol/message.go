@@ -42,6 +42,7 @@ const (
 	TypeLinkCommit  Type = 0x1c // library to library, on a stock connection
 	TypeWatch       Type = 0x1d // library to agent: wait for a connection to park (answered by PARK)
 	TypePark        Type = 0x1e // agent to library, the answer to WATCH: park this connection on the TCP socket carried
+	TypeResume      Type = 0x1f // agent to library, the answer to WATCH: move this socket-pair connection back onto the shm channel carried
 	// The verbs provider's requests and their answers (PROTOCOL.md, "Verbs").
 	TypeVerbsQPCreate  Type = 0x20
 	TypeVerbsConnect   Type = 0x21
@@ -74,7 +75,7 @@ var typeNames = map[Type]string{
 	TypeLookupReply: "LOOKUP_REPLY", TypeListen: "LISTEN", TypeUnlisten: "UNLISTEN",
 	TypeConnect: "CONNECT", TypeAccept: "ACCEPT", TypePath: "PATH", TypeClosed: "CLOSED",
 	TypeLinkOffer: "LINK_OFFER", TypeLedger: "LEDGER", TypeLinkFill: "LINK_FILL",
-	TypeLinkTake: "LINK_TAKE", TypeLinkCommit: "LINK_COMMIT", TypeWatch: "WATCH", TypePark: "PARK",
+	TypeLinkTake: "LINK_TAKE", TypeLinkCommit: "LINK_COMMIT", TypeWatch: "WATCH", TypePark: "PARK", TypeResume: "RESUME",
 	TypeVerbsQPCreate: "VERBS_QP_CREATE", TypeVerbsConnect: "VERBS_CONNECT", TypeVerbsPeerQP: "VERBS_PEER_QP",
 	TypeVerbsMRReg: "VERBS_MR_REG", TypeVerbsMRGet: "VERBS_MR_GET", TypeVerbsMRGrant: "VERBS_MR_GRANT",
 	TypeVerbsMRDereg: "VERBS_MR_DEREG", TypeVerbsQPDestroy: "VERBS_QP_DESTROY",
@@ -85,8 +86,7 @@ var typeNames = map[Type]string{
 }
 
 // Known reports whether t is a message type of version 1. 0x1a and the
-// ranges 0x1d-0x1f, 0x2b-0x2f and 0x34-0x3f are reserved; 0x16 (OPENED)
-// is retired.
+// ranges 0x2b-0x2f and 0x34-0x3f are reserved; 0x16 (OPENED) is retired.
 func (t Type) Known() bool { _, ok := typeNames[t]; return ok }
 
 func (t Type) String() string {
@@ -139,6 +139,13 @@ const (
 	AttrSegments       AttrType = 34 // 16 to 256 bytes, a multiple of 16: (u64 offset, u64 length) per fd
 	AttrListing        AttrType = 35 // CONNS and its reply: u8, which list (List*); absent = connections
 	AttrVerbsLanes     AttrType = 36 // 28 to 448 bytes, a multiple of 28: (u32 lane id, VERBS_PEER) per fd
+	AttrRole           AttrType = 37 // RESUME: u8, which ring of the shm channel this end produces into (Role*)
+)
+
+// Values of ROLE (docs/SHM.md, "Layout": the connector produces into ring 0).
+const (
+	RoleConnector = 1
+	RoleAcceptor  = 2
 )
 
 // Values of LISTING: the lists CONNS pages through.
@@ -160,6 +167,9 @@ const (
 	// (PROTOCOL.md, "The SYN mark"); in an OFFER, the connecting library
 	// does.
 	CapSynMark uint32 = 1 << 3
+	// CapResume: the library's parking thread takes RESUME (PROTOCOL.md,
+	// "Back to shared memory").
+	CapResume uint32 = 1 << 4
 )
 
 // valueKind says how the decoder checks an attribute's value length.
@@ -228,6 +238,7 @@ var attrSpecs = map[AttrType]attrSpec{
 	AttrSegments:       {"SEGMENTS", kindSegs, MaxFDs * segmentSize},
 	AttrListing:        {"LISTING", kindU8, 0},
 	AttrVerbsLanes:     {"VERBS_LANES", kindLanes, MaxFDs * LaneSize},
+	AttrRole:           {"ROLE", kindU8, 0},
 }
 
 func (a AttrType) String() string {

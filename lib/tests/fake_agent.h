@@ -153,6 +153,14 @@ struct fa_state {
 		int64_t acc_at;		/* then the acceptor's end goes at this time (FF_TEST_PARK_PEER_MS later) */
 	} park[8];
 	int npark;
+	/* Back to shm (FF_TEST_RESUME_MS): each shm channel's ends are offered a new one, both at once. */
+	struct fa_resume {
+		uint8_t conn[6], acc[6];
+		int pid_conn, pid_acc;
+		int64_t at;		/* when to offer next; 0 once it moved */
+		int asked, moved;	/* RESUMEs out, and ends that said they moved */
+	} resume[8];
+	int nresume;
 };
 
 static inline int64_t fa_now(void)
@@ -595,6 +603,82 @@ static inline int fa_park_due(struct fa_state *st)
 	return (int)next;
 }
 
+/*
+ * Back to shm (docs/PROTOCOL.md, "Back to shared memory"): with
+ * FF_TEST_RESUME_MS set, every shm channel's two ends are sent RESUME with a
+ * new channel, both at once once both wait in WATCH, that long after it is
+ * made and again as long after each try that did not move both. The agent's
+ * own checks (a moved-down pair, its second holder gone) are the test's.
+ */
+static inline int fa_resume_ms(void)
+{
+	const char *v = getenv("FF_TEST_RESUME_MS");
+
+	return v ? atoi(v) : 0;
+}
+
+static inline void fa_resume_send(struct fa_state *st, int w, const uint8_t *local, const uint8_t *remote,
+				  uint8_t role, int memfd)
+{
+	uint8_t buf[128];
+	struct ff_enc e;
+
+	ff_enc_start(&e, buf, sizeof(buf), FF_MSG_RESUME, st->watch[w].seq);
+	ff_enc_attr(&e, FF_ATTR_LOCAL_EP, local, 6);
+	ff_enc_attr(&e, FF_ATTR_REMOTE_EP, remote, 6);
+	ff_enc_u8(&e, FF_ATTR_ROLE, role);
+	t_send_fds(st->watch[w].fd, buf, (size_t)ff_enc_finish(&e), &memfd, 1);
+	st->watch[w].waiting = 0;
+	fa_log(st, "resume");
+}
+
+/* The RESUMEs due; the ms to the next, or 100. */
+static inline int fa_resume_due(struct fa_state *st)
+{
+	int64_t now = fa_now(), next = 100;
+
+	for (int i = 0; i < st->nresume; i++) {
+		struct fa_resume *r = &st->resume[i];
+		int wc, wa, memfd;
+
+		if (!r->at || r->asked)
+			continue;
+		wc = fa_watcher(st, r->pid_conn);
+		wa = fa_watcher(st, r->pid_acc);
+		if (r->at > now || wc < 0 || wa < 0 || (wc == wa && r->pid_conn == r->pid_acc)) {
+			int64_t wait = r->at > now ? r->at - now : 10;
+
+			next = wait < next ? wait : next;
+			continue;
+		}
+		memfd = fa_memfd(fa_shm_ring(), FF_SHM_MAGIC, FA_SHM_BYTES(fa_shm_ring()), FA_SEALS);
+		if (memfd < 0)
+			_exit(3);
+		fa_resume_send(st, wc, r->conn, r->acc, FF_SHM_CONNECTOR, memfd);
+		fa_resume_send(st, wa, r->acc, r->conn, FF_SHM_ACCEPTOR, memfd);
+		close(memfd);
+		r->asked = 2;
+		r->moved = 0;
+	}
+	return (int)next;
+}
+
+/* A WATCH of pid answering (found) the RESUME before it. */
+static inline void fa_resume_answered(struct fa_state *st, int pid, int found)
+{
+	for (int i = 0; i < st->nresume; i++) {
+		struct fa_resume *r = &st->resume[i];
+
+		if (!r->asked || (r->pid_conn != pid && r->pid_acc != pid))
+			continue;
+		r->asked--;
+		r->moved += found;
+		if (!r->asked)
+			r->at = r->moved == 2 ? 0 : fa_now() + fa_resume_ms();
+		return;
+	}
+}
+
 /* WATCH: the answer to the PARK before it, logged; the acceptor's end goes once the connector answered. */
 static inline void fa_watch(struct fa_state *st, int fd, const struct ff_msg *m)
 {
@@ -616,6 +700,8 @@ static inline void fa_watch(struct fa_state *st, int fd, const struct ff_msg *m)
 	st->watch[w].fd = fd;
 	st->watch[w].seq = m->seq;
 	st->watch[w].waiting = 1;
+	if (found && st->nresume)
+		fa_resume_answered(st, pid, ff_attr_u8(found));
 	/* The connector's answer: its peer's end goes (fa_park_due), or is dropped if it did not park. */
 	for (int i = 0; found && i < st->npark; i++) {
 		struct fa_park *p = &st->park[i];
@@ -635,6 +721,8 @@ static inline void fa_watch(struct fa_state *st, int fd, const struct ff_msg *m)
 	}
 	if (st->npark)
 		fa_park_due(st);
+	if (st->nresume)
+		fa_resume_due(st);
 }
 
 static inline void fa_decide(struct fa_state *st, struct fa_tuple *t, int fd, uint32_t seq,
@@ -683,6 +771,17 @@ static inline void fa_decide(struct fa_state *st, struct fa_tuple *t, int fd, ui
 			p->at = fa_now() + fa_park_ms();
 			p->acc_sock = -1;
 			p->answered = 0;
+		}
+		if (kind == FF_PATH_SHM && fa_resume_ms() && t->keylen == 12 &&
+		    st->nresume < (int)(sizeof(st->resume) / sizeof(st->resume[0]))) {
+			struct fa_resume *r = &st->resume[st->nresume++];
+
+			memcpy(r->conn, t->key, 6);
+			memcpy(r->acc, t->key + 6, 6);
+			r->pid_conn = fa_peer_pid(t->asker_connects ? fd : t->waiter);
+			r->pid_acc = fa_peer_pid(t->asker_connects ? t->waiter : fd);
+			r->at = fa_now() + fa_resume_ms();
+			r->asked = r->moved = 0;
 		}
 		a[0] = sp[0];
 		b[0] = sp[1];
@@ -976,6 +1075,12 @@ static inline int fa_expire(struct fa_state *st)
 	}
 	if (st->npark) {
 		int p = fa_park_due(st);
+
+		if (p < next)
+			next = p;
+	}
+	if (st->nresume) {
+		int p = fa_resume_due(st);
 
 		if (p < next)
 			next = p;

@@ -1184,6 +1184,50 @@ static inline void t_wait_child(pid_t pid, const char *what)
 }
 
 /*
+ * t_ledger_entries(path, reason) once it reaches want, or what it is after
+ * 5 s; read every 50 ms (each read goes through every ledger's pages).
+ */
+static inline int t_ledger_entries_await(int path, const char *reason, int want)
+{
+	int64_t end = t_ms() + 5000;
+	int n;
+
+	while ((n = t_ledger_entries(path, reason)) < want && t_ms() < end)
+		usleep(50000);
+	return n;
+}
+
+/*
+ * Fork a child that exits at once, and wait for it: every shm connection
+ * of this process moves down to a socket pair at the fork (docs/SHM.md).
+ */
+static inline void t_fork_child_exits(void)
+{
+	int st = -1;
+	pid_t kid = fork();
+
+	if (kid == 0)
+		_exit(0);
+	CHECK(kid > 0 && waitpid(kid, &st, 0) == kid && WIFEXITED(st), "the fork child: %s", strerror(errno));
+}
+
+/*
+ * In a server t_fork_server runs: listen, write the port on ctl, accept
+ * one connection, which must be swapped. *lfd is the listener.
+ */
+static inline int t_serve_one(int ctl, int *lfd)
+{
+	uint16_t port;
+	int fd;
+
+	*lfd = t_listen(AF_INET, &port);
+	CHECK(write(ctl, &port, sizeof(port)) == sizeof(port), "the listener's port");
+	fd = accept(*lfd, NULL, NULL);
+	CHECK(fd >= 0 && t_swapped(fd), "the accepted connection is not swapped");
+	return fd;
+}
+
+/*
  * Fork server(ctl), which listens and writes its port on ctl (*ctl is this
  * end); *pid is the child. Returns the port.
  */
@@ -1196,6 +1240,15 @@ static inline uint16_t t_fork_server(int (*server)(int ctl), int *ctl, pid_t *pi
 		_exit(server(*ctl));
 	CHECK(read(*ctl, &port, sizeof(port)) == sizeof(port), "the server's listener");
 	return port;
+}
+
+/* Fork server(ctl) as t_fork_server does and connect to it: the connection, which must be swapped. */
+static inline int t_connect_forked(int (*server)(int ctl), int *ctl, pid_t *pid)
+{
+	int fd = t_connect(AF_INET, t_fork_server(server, ctl, pid));
+
+	CHECK(t_swapped(fd), "the connection to the forked server is not swapped");
+	return fd;
 }
 
 /*

@@ -494,6 +494,49 @@ func TestMigrateTupleSharedByTwoConnections(t *testing.T) {
 	}
 }
 
+// TestPairBackToShmAfterBackgroundSave: a redis-server saving in the
+// background (BGSAVE forks) moves its same-host library client's shm
+// connection down to a Unix socket pair, which a migration cannot park;
+// once the save's child has exited, the agent brings the connection back
+// onto shared memory while the client INCRs every 2 ms, and the server
+// then moves to h2 with it parked. Every reply is the one before plus 1.
+// Before, the connection stayed a socket pair and the move was refused.
+func TestPairBackToShmAfterBackgroundSave(t *testing.T) {
+	if m := testenv.Missing("redis-server", "redis-cli", "criu", "python3"); m != "" {
+		t.Skip(m)
+	}
+	c := newCluster(t, 2)
+	ctl, flags := incrFlags(t)
+	srv := "saving"
+	c.StartDetached(t, "h1", srv, nil, "redis-server", "--protected-mode", "no", "--save", "", "--dir", "/tmp")
+	c.WaitListening(t, srv, 6379)
+	c.StartDetached(t, "h1", "counter", flags, "python3", "/run/incr.py", srv, "k", "/run/ctl/stop")
+	testenv.WaitFor(t, "the client's connection on shm", func() bool {
+		return strings.Count(c.MustFF(t, "conns"), " shm ") == 2
+	})
+	if out := c.MustFF(t, "exec", srv, "--", "redis-cli", "BGSAVE"); !strings.Contains(out, "Background saving started") {
+		t.Fatalf("BGSAVE: %q", out)
+	}
+	testenv.WaitFor(t, "the connection moved down by the save's fork", func() bool {
+		return strings.Contains(c.MustFF(t, "conns"), "moved-down")
+	})
+	testenv.WaitFor(t, "the connection back on shm once the save's child exited", func() bool {
+		out := c.MustFF(t, "conns")
+		return strings.Count(out, " shm ") == 2 && !strings.Contains(out, "moved-down")
+	})
+	if out := c.MustFF(t, "migrate", srv, "--to", "h2"); !strings.Contains(out, "1 shared-memory connection was parked") {
+		t.Fatalf("migrate printed %q; want the client's connection parked", out)
+	}
+	time.Sleep(300 * time.Millisecond)
+	must(t, os.WriteFile(filepath.Join(ctl, "stop"), nil, 0o644), "stop the client")
+	testenv.WaitFor(t, "the client to finish", func() bool { return containerOf(t, c, "counter").Status == "exited" })
+	if out := c.MustFF(t, "logs", "counter"); !strings.HasPrefix(out, "OK ") {
+		t.Errorf("the client of the saving server: %s", out)
+	} else {
+		t.Logf("client: %s", strings.TrimSpace(out))
+	}
+}
+
 // TestMigrateRefused: a migration that cannot be done safely says why and
 // changes nothing: an unknown host, the host it is on; --dry-run moves
 // nothing. (A library container's refusals: TestMigrateLibraryContainer.)

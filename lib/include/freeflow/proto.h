@@ -51,6 +51,7 @@ enum ff_msg_type {
 	/* Parking shm connections for a migration (PROTOCOL.md, "Parking"). */
 	FF_MSG_WATCH		= 0x1d,	/* library to agent: wait for a connection to park */
 	FF_MSG_PARK		= 0x1e,	/* the answer to WATCH: park it on the TCP socket carried */
+	FF_MSG_RESUME		= 0x1f,	/* the answer to WATCH: a socket pair back onto the shm channel carried */
 	/* The verbs provider's requests and their answers (PROTOCOL.md, "Verbs"). */
 	FF_MSG_VERBS_QP_CREATE	= 0x20,
 	FF_MSG_VERBS_CONNECT	= 0x21,
@@ -113,6 +114,7 @@ enum ff_attr_type {
 	FF_ATTR_SEGMENTS	= 34,	/* 16..256 bytes, n x (u64 offset, u64 length), one per fd */
 	/* 35 (LISTING) is admin only: unknown here. */
 	FF_ATTR_VERBS_LANES	= 36,	/* 28..448 bytes, n x (u32 lane id, 24-byte VERBS_PEER), one per fd */
+	FF_ATTR_ROLE		= 37,	/* u8, enum ff_shm_role (RESUME) */
 	FF_ATTR__COUNT			/* one past the highest known type */
 };
 
@@ -121,6 +123,7 @@ enum ff_attr_type {
 #define FF_CAP_LINK		(1u << 1)	/* takes links (PATH shm's third fd) */
 #define FF_CAP_XLINK		(1u << 2)	/* takes cross-host links (PATH host-tcp) */
 #define FF_CAP_SYN_MARK		(1u << 3)	/* marks its SYNs, asks only about marked ones (synmark.c) */
+#define FF_CAP_RESUME		(1u << 4)	/* its parking thread takes RESUME (shm/resume.c) */
 #define FF_TOKEN_LEN		16
 
 /* Values of PATH_KIND. */

@@ -23,6 +23,7 @@
 #define FF_SHM_OFF_OFFER	128u	/* a link's offer word (link.c), own line */
 #define FF_SHM_OFF_OFFER_WAIT	192u	/* nonzero: its connector may sleep on the bell */
 #define FF_SHM_OFF_DONE		256u	/* u32 per role (connector, acceptor): let go for good */
+#define FF_SHM_OFF_RESUME	320u	/* a socket pair coming back onto this channel (docs/SHM.md) */
 #define FF_SHM_OFF_CTL0		1024u	/* ring 0's control block (the connector produces) */
 #define FF_SHM_OFF_CTL1		1536u
 /* Control block field offsets. */
@@ -48,6 +49,15 @@
 enum ff_shm_role { FF_SHM_CONNECTOR = 1, FF_SHM_ACCEPTOR = 2 };
 /* switch_by: parked on TCP for a migration, each end on its own socket (docs/SHM.md, "Parking"). */
 #define FF_SHM_PARKED		3u
+
+/* Bits of the resume word: each end holds it quiet, then one decides (docs/SHM.md, "Back to shared memory"). */
+#define FF_RESUME_HELD_CONNECTOR	1u
+#define FF_RESUME_HELD_ACCEPTOR		2u
+#define FF_RESUME_GO			4u
+#define FF_RESUME_OFF			8u
+/* After GO: the end's channel is in place (and armed for its program's pollers); nobody writes before both. */
+#define FF_RESUME_DONE_CONNECTOR	16u
+#define FF_RESUME_DONE_ACCEPTOR		32u
 
 /* The done word of role. */
 #define FF_SHM_OFF_DONE_OF(role)	(FF_SHM_OFF_DONE + 4u * ((role) - 1u))

@@ -241,7 +241,8 @@ struct ff_park {
 	uint8_t local[FF_EP6_LEN], remote[FF_EP6_LEN];
 	uint8_t local_len, remote_len;
 	int adopt;		/* FOUND 1: its peer parked it first; park only if switch_by says so */
-	int sock;
+	int sock;		/* PARK: this end's TCP socket; RESUME: the new channel's memfd */
+	uint32_t role;		/* RESUME: this end's enum ff_shm_role; 0 for a PARK */
 };
 int ff_park_read(struct ff_reply *r, struct ff_park *p);
 
@@ -293,7 +294,8 @@ static inline void ff_ledger_inherited(void)
  * "moved-down" (a socket pair), or overlay, "parked" (TCP at its tuple);
  * ends, unless NULL, are its endpoints now.
  */
-void ff_ledger_moved(uint64_t e, int fd, uint8_t path, const char *reason, const struct ff_ends *ends);
+void ff_ledger_moved(uint64_t e, int fd, uint8_t path, uint32_t bytes, const char *reason,
+		     const struct ff_ends *ends);
 /* Give back a reserved entry that was not published (0: nothing). */
 void ff_ledger_release(uint64_t e);
 /* The connection of entry e is closed: unlist it. */

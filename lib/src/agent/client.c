@@ -224,7 +224,8 @@ static int check_reply(struct ff_reply *r, uint32_t seq, uint8_t want)
 		return -EPROTO;
 	if (r->msg.type == FF_MSG_ERROR)
 		return ff_msg_get(&r->msg, FF_ATTR_ERR_CODE) ? 0 : -EPROTO;
-	return r->msg.type == want ? 0 : -EPROTO;
+	/* WATCH is answered PARK or RESUME. */
+	return r->msg.type == want || (want == FF_MSG_PARK && r->msg.type == FF_MSG_RESUME) ? 0 : -EPROTO;
 }
 
 /*

@@ -257,7 +257,8 @@ void ff_ledger_publish(uint64_t e, const struct ff_ledger_row *row)
  * The entry's seq goes even while it is rewritten: the agent skips it for
  * that moment, and lists the connection from its own account meanwhile.
  */
-void ff_ledger_moved(uint64_t e, int fd, uint8_t path, const char *reason, const struct ff_ends *ends)
+void ff_ledger_moved(uint64_t e, int fd, uint8_t path, uint32_t bytes, const char *reason,
+		     const struct ff_ends *ends)
 {
 	int64_t i;
 	uint8_t *p;
@@ -269,7 +270,7 @@ void ff_ledger_moved(uint64_t e, int fd, uint8_t path, const char *reason, const
 		atomic_fetch_add_explicit(seq_of((uint32_t)i), 1, memory_order_release);
 		if (ends)
 			put_ends(p, ends);
-		put_state(p, fd, path, 0, reason);
+		put_state(p, fd, path, bytes, reason);
 		atomic_fetch_add_explicit(seq_of((uint32_t)i), 1, memory_order_release);
 	}
 	pthread_mutex_unlock(&mu);

@@ -138,10 +138,14 @@ int ff_park_read(struct ff_reply *r, struct ff_park *p)
 	const struct ff_attr *l = ff_msg_get(&r->msg, FF_ATTR_LOCAL_EP);
 	const struct ff_attr *m = ff_msg_get(&r->msg, FF_ATTR_REMOTE_EP);
 	const struct ff_attr *adopt = ff_msg_get(&r->msg, FF_ATTR_FOUND);
-	int ret = -EPROTO;
+	const struct ff_attr *role = ff_msg_get(&r->msg, FF_ATTR_ROLE);
+	int resume = r->msg.type == FF_MSG_RESUME, ret = -EPROTO;
 
-	if (r->msg.type == FF_MSG_PARK && l && m && l->len <= FF_EP6_LEN && m->len <= FF_EP6_LEN &&
-	    r->nfds == 1 && ff_is_socket(r->fds[0], SOCK_STREAM, 0)) {
+	if ((resume ? role && (ff_attr_u8(role) == 1 || ff_attr_u8(role) == 2) : r->msg.type == FF_MSG_PARK) &&
+	    l && m && l->len <= FF_EP6_LEN &&
+	    m->len <= FF_EP6_LEN && r->nfds == 1 &&
+	    (resume || ff_is_socket(r->fds[0], SOCK_STREAM, 0))) {
+		p->role = resume ? ff_attr_u8(role) : 0;
 		memcpy(p->local, l->val, l->len);
 		memcpy(p->remote, m->val, m->len);
 		p->local_len = (uint8_t)l->len;

@@ -44,7 +44,7 @@
  * Where a data call on fd goes, once its decision is made: 0 the kernel,
  * 1 shm, or -errno the call fails with.
  */
-static int route(int fd, int nonblock)
+static int route(int fd, int nonblock, int writes, struct ff_entered *e)
 {
 	struct ff_slot *s;
 	unsigned fl;
@@ -66,6 +66,8 @@ static int route(int fd, int nonblock)
 			return hold;
 		fl = atomic_load_explicit(&s->flags, memory_order_relaxed);
 	}
+	if (fl & FF_FD_MOVED)
+		return ff_moved_enter(fd, writes, e);
 	return (fl & FF_FD_SHM) != 0;
 }
 
@@ -82,21 +84,28 @@ static ssize_t shm_result(ssize_t r, int saved)
 
 /*
  * Route fd: fail, or make the shm call (unless the connection moved off
- * shm meanwhile, then fall through to the kernel call that follows).
+ * shm meanwhile: then route it again, and fall through to the kernel call
+ * that follows). The wrapper declares FF_ENTERED first: a call on a socket
+ * pair that may go back to shm is counted until the wrapper returns
+ * (shm/resume.c), also one that got there from shm during the call.
  */
-#define ROUTE(fd, nonblock, shm_call) do {				\
-	int route_ = route((fd), (nonblock));				\
-	if (route_ < 0) {						\
-		errno = -route_;					\
-		return -1;						\
-	}								\
-	if (route_) {							\
+#define ROUTE(fd, nonblock, writes, shm_call) do {			\
+	int route_;							\
+	while ((route_ = route((fd), (nonblock), (writes), &ff_entered_))) { \
 		int errno_ = errno;					\
-		ssize_t ret_ = shm_result((shm_call), errno_);		\
+		ssize_t ret_;						\
+		if (route_ < 0) {					\
+			errno = -route_;				\
+			return -1;					\
+		}							\
+		ret_ = shm_result((shm_call), errno_);			\
 		if (ret_ != FF_SHM_MOVED)				\
 			return ret_;					\
 	}								\
 } while (0)
+/* A call that reads from fd, or writes to it (or shuts it down). */
+#define ROUTE_IN(fd, nonblock, shm_call)	ROUTE(fd, nonblock, 0, shm_call)
+#define ROUTE_OUT(fd, nonblock, shm_call)	ROUTE(fd, nonblock, 1, shm_call)
 
 /* Whether fd is a swapped connection (its decision made: call after ROUTE). */
 static int swapped(int fd)
@@ -150,14 +159,15 @@ static ssize_t shm_sendmsg(int fd, const struct msghdr *mh, int flags)
 
 FF_EXPORT ssize_t read(int fd, void *buf, size_t n)
 {
+	FF_ENTERED;
 	struct iovec v = { buf, n };
 
-	ROUTE(fd, 0, ff_shm_recv(fd, &v, 1, 0));
+	ROUTE_IN(fd, 0, ff_shm_recv(fd, &v, 1, 0));
 	return REAL(read)(fd, buf, n);
 }
 
 /* Whether fd is marked as one of kind (FF_FD_UVERBS, FF_FD_RDMACM; call after ROUTE). */
-static int marked(int fd, uint8_t kind)
+static int marked(int fd, uint16_t kind)
 {
 	struct ff_slot *s = ff_fd_slot(fd);
 
@@ -166,10 +176,11 @@ static int marked(int fd, uint8_t kind)
 
 FF_EXPORT ssize_t write(int fd, const void *buf, size_t n)
 {
+	FF_ENTERED;
 	struct iovec v = { (void *)buf, n };
 	ssize_t r;
 
-	ROUTE(fd, 0, ff_shm_send(fd, &v, 1, 0));
+	ROUTE_OUT(fd, 0, ff_shm_send(fd, &v, 1, 0));
 	if ((marked(fd, FF_FD_UVERBS) && (r = ff_uverbs_write(buf, n))) ||
 	    (marked(fd, FF_FD_RDMACM) && (r = ff_rdmacm_write(fd, buf, n)))) {
 		if (r > 0)
@@ -182,38 +193,43 @@ FF_EXPORT ssize_t write(int fd, const void *buf, size_t n)
 
 FF_EXPORT ssize_t readv(int fd, const struct iovec *iov, int cnt)
 {
-	ROUTE(fd, 0, ff_shm_recv(fd, iov, cnt, 0));
+	FF_ENTERED;
+	ROUTE_IN(fd, 0, ff_shm_recv(fd, iov, cnt, 0));
 	return REAL(readv)(fd, iov, cnt);
 }
 
 FF_EXPORT ssize_t writev(int fd, const struct iovec *iov, int cnt)
 {
-	ROUTE(fd, 0, ff_shm_send(fd, iov, cnt, 0));
+	FF_ENTERED;
+	ROUTE_OUT(fd, 0, ff_shm_send(fd, iov, cnt, 0));
 	return REAL(writev)(fd, iov, cnt);
 }
 
 FF_EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags)
 {
+	FF_ENTERED;
 	struct iovec v = { buf, n };
 
-	ROUTE(fd, flags & MSG_DONTWAIT, ff_shm_recv(fd, &v, 1, flags));
+	ROUTE_IN(fd, flags & MSG_DONTWAIT, ff_shm_recv(fd, &v, 1, flags));
 	return REAL(recv)(fd, buf, n, flags);
 }
 
 FF_EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags)
 {
+	FF_ENTERED;
 	struct iovec v = { (void *)buf, n };
 
-	ROUTE(fd, flags & MSG_DONTWAIT, ff_shm_send(fd, &v, 1, flags));
+	ROUTE_OUT(fd, flags & MSG_DONTWAIT, ff_shm_send(fd, &v, 1, flags));
 	return REAL(send)(fd, buf, n, flags);
 }
 
 FF_EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags,
 			   struct sockaddr *sa, socklen_t *len)
 {
+	FF_ENTERED;
 	ssize_t ret;
 
-	ROUTE(fd, flags & MSG_DONTWAIT, shm_recvfrom(fd, buf, n, flags, len));
+	ROUTE_IN(fd, flags & MSG_DONTWAIT, shm_recvfrom(fd, buf, n, flags, len));
 	if (!sa || !len || !swapped(fd))
 		return REAL(recvfrom)(fd, buf, n, flags, sa, len);
 	ret = ff_real.recvfrom(fd, buf, n, flags, NULL, NULL);
@@ -225,9 +241,10 @@ FF_EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags,
 FF_EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags,
 			 const struct sockaddr *sa, socklen_t len)
 {
+	FF_ENTERED;
 	struct iovec v = { (void *)buf, n };
 
-	ROUTE(fd, flags & MSG_DONTWAIT, ff_shm_send(fd, &v, 1, flags));
+	ROUTE_OUT(fd, flags & MSG_DONTWAIT, ff_shm_send(fd, &v, 1, flags));
 	if ((sa || len) && swapped(fd))
 		return ff_real.sendto(fd, buf, n, flags, NULL, 0);
 	return REAL(sendto)(fd, buf, n, flags, sa, len);
@@ -235,10 +252,11 @@ FF_EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags,
 
 FF_EXPORT ssize_t recvmsg(int fd, struct msghdr *mh, int flags)
 {
+	FF_ENTERED;
 	struct msghdr m;
 	ssize_t ret;
 
-	ROUTE(fd, flags & MSG_DONTWAIT, mh ? shm_recvmsg(fd, mh, flags) : -EFAULT);
+	ROUTE_IN(fd, flags & MSG_DONTWAIT, mh ? shm_recvmsg(fd, mh, flags) : -EFAULT);
 	if (!mh || !mh->msg_name || !swapped(fd))
 		return REAL(recvmsg)(fd, mh, flags);
 	m = *mh;
@@ -264,10 +282,11 @@ static void passing(const struct msghdr *mh)
 
 FF_EXPORT ssize_t sendmsg(int fd, const struct msghdr *mh, int flags)
 {
+	FF_ENTERED;
 	struct msghdr m;
 
 	passing(mh);
-	ROUTE(fd, flags & MSG_DONTWAIT, mh ? shm_sendmsg(fd, mh, flags) : -EFAULT);
+	ROUTE_OUT(fd, flags & MSG_DONTWAIT, mh ? shm_sendmsg(fd, mh, flags) : -EFAULT);
 	if (!mh || (!mh->msg_name && !mh->msg_namelen) || !swapped(fd))
 		return REAL(sendmsg)(fd, mh, flags);
 	m = *mh;
@@ -306,8 +325,9 @@ static ssize_t shm_sendfile_from(int out_fd, int in_fd, off_t *off, size_t n)
 /* From an shm connection the kernel would read the bell socket: the shim reads the ring. */
 FF_EXPORT ssize_t sendfile(int out, int in, off_t *off, size_t n)
 {
-	ROUTE(in, 0, shm_sendfile_from(out, in, off, n));
-	ROUTE(out, 0, ff_shm_sendfile(out, in, off, n));
+	FF_ENTERED;
+	ROUTE_IN(in, 0, shm_sendfile_from(out, in, off, n));
+	ROUTE_OUT(out, 0, ff_shm_sendfile(out, in, off, n));
 	return REAL(sendfile)(out, in, off, n);
 }
 
@@ -399,10 +419,11 @@ static unsigned int strip_names(struct mmsghdr *out, const struct mmsghdr *v, un
 FF_EXPORT int recvmmsg(int fd, struct mmsghdr *v, unsigned int n, int flags,
 		       struct timespec *timeout)
 {
+	FF_ENTERED;
 	struct mmsghdr m[MMSG_CHUNK];
 	int ret;
 
-	ROUTE(fd, flags & MSG_DONTWAIT, v ? shm_recvmmsg(fd, v, n, flags, timeout) : -EFAULT);
+	ROUTE_IN(fd, flags & MSG_DONTWAIT, v ? shm_recvmmsg(fd, v, n, flags, timeout) : -EFAULT);
 	if (!v || !any_name(v, n) || !swapped(fd))
 		return REAL(recvmmsg)(fd, v, n, flags, timeout);
 	ret = ff_real.recvmmsg(fd, m, strip_names(m, v, n), flags, timeout);
@@ -418,12 +439,13 @@ FF_EXPORT int recvmmsg(int fd, struct mmsghdr *v, unsigned int n, int flags,
 /* Chunks until all are sent or one falls short, as the kernel's own loop. */
 FF_EXPORT int sendmmsg(int fd, struct mmsghdr *v, unsigned int n, int flags)
 {
+	FF_ENTERED;
 	struct mmsghdr m[MMSG_CHUNK];
 	unsigned int done = 0;
 
 	for (unsigned int i = 0; v && i < n; i++)
 		passing(&v[i].msg_hdr);
-	ROUTE(fd, flags & MSG_DONTWAIT, v ? shm_sendmmsg(fd, v, n, flags) : -EFAULT);
+	ROUTE_OUT(fd, flags & MSG_DONTWAIT, v ? shm_sendmmsg(fd, v, n, flags) : -EFAULT);
 	if (!v || !any_name(v, n) || !swapped(fd))
 		return REAL(sendmmsg)(fd, v, n, flags);
 	while (done < n) {
@@ -442,23 +464,28 @@ FF_EXPORT int sendmmsg(int fd, struct mmsghdr *v, unsigned int n, int flags)
 }
 
 /* splice needs a kernel socket: an shm connection is moved down first. 0 or -errno. */
-static int kernel_socket(int fd, int nonblock)
+static int kernel_socket(int fd, int nonblock, int writes, struct ff_entered *e)
 {
-	int r = route(fd, nonblock);
+	int r = route(fd, nonblock, writes, e);
 
 	if (r <= 0)
 		return r;
-	return ff_shm_switch(fd) < 0 ? -ECONNRESET : 0;
+	if (ff_shm_switch(fd) < 0)
+		return -ECONNRESET;
+	/* Moved down: counted now, as any call on the pair. */
+	r = route(fd, nonblock, writes, e);
+	return r < 0 ? r : 0;
 }
 
 /* SPLICE_F_NONBLOCK makes the socket side non-blocking too (sock_splice_read). */
 FF_EXPORT ssize_t splice(int in, loff_t *off_in, int out, loff_t *off_out, size_t n,
 			 unsigned int flags)
 {
-	int r = kernel_socket(in, flags & SPLICE_F_NONBLOCK);
+	FF_ENTERED;
+	int r = kernel_socket(in, flags & SPLICE_F_NONBLOCK, 0, &ff_entered_);
 
 	if (!r)
-		r = kernel_socket(out, flags & SPLICE_F_NONBLOCK);
+		r = kernel_socket(out, flags & SPLICE_F_NONBLOCK, 1, &ff_entered_);
 	if (r) {
 		errno = -r;
 		return -1;
@@ -476,29 +503,32 @@ FF_EXPORT ssize_t sendfile64(int out, int in, off_t *off, size_t n)
 /* n over buflen: libc's own aborts, as it should. */
 FF_EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
 {
+	FF_ENTERED;
 	struct iovec v = { buf, n };
 
 	if (n <= buflen)
-		ROUTE(fd, 0, ff_shm_recv(fd, &v, 1, 0));
+		ROUTE_IN(fd, 0, ff_shm_recv(fd, &v, 1, 0));
 	return REAL(read_chk)(fd, buf, n, buflen);
 }
 
 FF_EXPORT ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags)
 {
+	FF_ENTERED;
 	struct iovec v = { buf, n };
 
 	if (n <= buflen)
-		ROUTE(fd, flags & MSG_DONTWAIT, ff_shm_recv(fd, &v, 1, flags));
+		ROUTE_IN(fd, flags & MSG_DONTWAIT, ff_shm_recv(fd, &v, 1, flags));
 	return REAL(recv_chk)(fd, buf, n, buflen, flags);
 }
 
 FF_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen,
 				 int flags, struct sockaddr *sa, socklen_t *len)
 {
+	FF_ENTERED;
 	ssize_t ret;
 
 	if (n <= buflen)
-		ROUTE(fd, flags & MSG_DONTWAIT, shm_recvfrom(fd, buf, n, flags, len));
+		ROUTE_IN(fd, flags & MSG_DONTWAIT, shm_recvfrom(fd, buf, n, flags, len));
 	if (!sa || !len || !swapped(fd))
 		return REAL(recvfrom_chk)(fd, buf, n, buflen, flags, sa, len);
 	ret = ff_real.recvfrom_chk(fd, buf, n, buflen, flags, NULL, NULL);

@@ -56,6 +56,8 @@ void ff_fd_to_kernel(int fd, const char *why)
 		fl = atomic_load(&s->flags);
 	if ((fl & FF_FD_TRACKED) && !(fl & FF_FD_SWAPPED))
 		ff_fd_keep_overlay(fd, why);
+	/* Where the library cannot follow it, a socket pair never goes back to shm. */
+	ff_resume_passing(fd);
 	if (atomic_load(&s->flags) & FF_FD_SHM)
 		ff_shm_switch(fd);
 }

@@ -41,7 +41,13 @@ static int is_tcp(int domain, int type, int protocol)
 
 struct ff_conn *ff_fd_forget(int fd)
 {
-	struct ff_conn *c = ff_fd_detach(fd);
+	struct ff_slot *s = ff_fd_slot(fd);
+	struct ff_conn *c;
+
+	/* Held for a move back to shm (shm/resume.c): its fds stay until that ends. */
+	while (s && s->conn && s->conn->held)
+		ff_table_wait();
+	c = ff_fd_detach(fd);
 
 	return c && ff_conn_unref(c) ? c : NULL;
 }
@@ -466,9 +472,23 @@ FF_EXPORT int dup(int fd)
 	return nfd;
 }
 
+/* fd2, about to be replaced, is a connection held for its move back to shm: wait for it. */
+static void replacing(int fd2, struct ff_entered *e)
+{
+	struct ff_slot *s = ff_busy ? NULL : ff_slot_enter(fd2);
+
+	if (s && (atomic_load(&s->flags) & FF_FD_MOVED))
+		ff_moved_enter(fd2, 1, e);
+}
+
 FF_EXPORT int dup2(int fd, int fd2)
 {
-	int ret = REAL(dup2)(fd, fd2), err = errno;
+	FF_ENTERED;
+	int ret, err;
+
+	replacing(fd2, &ff_entered_);
+	ret = REAL(dup2)(fd, fd2);
+	err = errno;
 
 	if (ret >= 0 && !ff_busy)
 		dup_track(fd, ret);
@@ -478,7 +498,12 @@ FF_EXPORT int dup2(int fd, int fd2)
 
 FF_EXPORT int dup3(int fd, int fd2, int flags)
 {
-	int ret = REAL(dup3)(fd, fd2, flags), err = errno;
+	FF_ENTERED;
+	int ret, err;
+
+	replacing(fd2, &ff_entered_);
+	ret = REAL(dup3)(fd, fd2, flags);
+	err = errno;
 
 	if (ret >= 0 && !ff_busy)
 		dup_track(fd, ret);
@@ -602,10 +627,14 @@ FF_EXPORT int getpeername(int fd, struct sockaddr *sa, socklen_t *len)
  */
 FF_EXPORT int shutdown(int fd, int how)
 {
+	struct ff_slot *s = ff_slot_enter(fd);
+	FF_ENTERED;
 	int ret;
 
 	if (!ff_busy)
 		ff_settle(fd, 1);
+	if (!ff_busy && s && (atomic_load(&s->flags) & FF_FD_MOVED) && !ff_moved_enter(fd, 1, &ff_entered_))
+		ff_moved_shut(fd, how);
 	if (on_shm(fd)) {
 		ret = ff_shm_shutdown(fd, how);
 		if (ret != FF_SHM_MOVED) {

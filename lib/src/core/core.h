@@ -191,6 +191,14 @@ struct ff_conn {
 	struct ff_offer *offer;		/* connecting over a link: the channel offered (link.c) */
 	uint64_t ledger;		/* linked: its entry in the ledger (ledger.c); 0 none */
 	int moved;			/* moved down from shm to a socket pair (shm/switch.c) */
+	/* moved: back to shm (shm/resume.c). Under the table lock. */
+	int held;			/* 1: its writers wait; 2: every call on it waits */
+	int readers, writers;		/* threads inside a data call on it, by direction */
+	int polling;			/* threads in poll/select over it (they never wait) */
+	int raw_armed;			/* on shm since, and armed for pollers from before: the last disarms */
+	int shut;			/* the program's shutdowns: SHUT_RD + 1 bits */
+	int passed;			/* where the library cannot follow it: it stays a pair */
+	int disposed;			/* freed while threads were inside: the last one out frees it */
 	int syn_marked;			/* connecting: its SYN is marked until decided (synmark.c) */
 	int app_tos, app_tclass;	/* meanwhile, the application's IP_TOS and IPV6_TCLASS */
 	int tos_touched;		/* the application set IP_TOS, IPV6_TCLASS or SO_PRIORITY */
@@ -209,9 +217,13 @@ struct ff_conn {
 #define FF_FD_RING	32u	/* an io_uring whose submissions the shim follows (routes.c) */
 #define FF_FD_UVERBS	64u	/* the verbs device's command file (calls/uverbs.c) */
 #define FF_FD_RDMACM	128u	/* an rdma_cm event channel (calls/rdmacm.c) */
+/* conn moved down to a socket pair: calls on it are counted, and wait while it is held (shm/resume.c) */
+#define FF_FD_MOVED	256u
+/* Some fd was ever FF_FD_MOVED: until then poll and select look at no slot for it. */
+extern _Atomic int ff_moved_seen;
 
 struct ff_slot {
-	_Atomic uint8_t flags;
+	_Atomic uint16_t flags;
 	struct ff_conn *conn;
 };
 
@@ -221,6 +233,8 @@ void ff_table_lock(void);
 void ff_table_unlock(void);
 /* Wait (table lock held) until some decision was made. */
 void ff_table_wait(void);
+/* The same, until CLOCK_MONOTONIC ms end at most. */
+void ff_table_wait_until(int64_t end);
 /* Table lock held: s's conn once no decision is in progress for it (waits for one), or NULL. */
 struct ff_conn *ff_conn_settled(struct ff_slot *s);
 void ff_table_broadcast(void);
@@ -233,7 +247,7 @@ extern _Atomic int ff_pending_count;
  * Takes the table lock: the slot of fd, if no conn has it, gets flags:
  * FF_FD_CONTROL (the library's connection), FF_FD_RING, or 0 to unmark.
  */
-void ff_fd_mark(int fd, uint8_t flags);
+void ff_fd_mark(int fd, uint16_t flags);
 /* Takes the table lock: unmarks and closes fd if it is still marked FF_FD_CONTROL; else -EBADF. */
 int ff_fd_close_control(int fd);
 

@@ -102,6 +102,23 @@ void ff_table_wait(void)
 	pthread_cond_wait(&decided, &table_mu);
 }
 
+void ff_table_wait_until(int64_t end)
+{
+	/* decided runs on CLOCK_REALTIME (a fork child re-creates it so): convert. */
+	struct timespec ts;
+	int64_t left = end - ff_now_ms();
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += left / 1000;
+	ts.tv_nsec += left % 1000 * 1000000;
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000;
+	}
+	if (left > 0)
+		pthread_cond_timedwait(&decided, &table_mu, &ts);
+}
+
 struct ff_conn *ff_conn_settled(struct ff_slot *s)
 {
 	while (s->conn && s->conn->state == FF_ST_NEGOTIATING)
@@ -141,10 +158,16 @@ static int is_pending(enum ff_state st)
 }
 
 /* The slot flags of an fd referring to c. */
-static uint8_t slot_flags(const struct ff_conn *c)
+_Atomic int ff_moved_seen;
+
+static uint16_t slot_flags(const struct ff_conn *c)
 {
+	if (c->moved && !c->shm)
+		atomic_store_explicit(&ff_moved_seen, 1, memory_order_relaxed);
+	/* Held (shm/resume.c): calls on it wait, also at a new fd of it, until the hold ends. */
 	return FF_FD_TRACKED | (is_pending(c->state) ? FF_FD_PENDING : 0) |
-	       (c->state == FF_ST_SWAPPED ? FF_FD_SWAPPED : 0) | (c->shm ? FF_FD_SHM : 0);
+	       (c->state == FF_ST_SWAPPED ? FF_FD_SWAPPED : 0) | (c->shm ? FF_FD_SHM : 0) |
+	       ((c->moved && !c->shm) || c->held ? FF_FD_MOVED : 0);
 }
 
 static void note_fd(int fd)
@@ -167,7 +190,7 @@ void ff_fd_attach(int fd, struct ff_conn *c)
 	note_fd(fd);
 }
 
-void ff_fd_mark(int fd, uint8_t flags)
+void ff_fd_mark(int fd, uint16_t flags)
 {
 	struct ff_slot *s = ff_fd_slot(fd);
 
@@ -253,6 +276,10 @@ void ff_conn_forget_epregs(struct ff_conn *c)
 
 void ff_conn_dispose(struct ff_conn *c)
 {
+	if (c->readers || c->writers || c->polling) {	/* calls on it still running (shm/resume.c): the last frees it */
+		c->disposed = 1;
+		return;
+	}
 	if (is_pending(c->state))
 		atomic_fetch_sub(&ff_pending_count, 1);
 	ff_conn_forget_epregs(c);
@@ -262,5 +289,11 @@ void ff_conn_dispose(struct ff_conn *c)
 /* fork child, table lock held (fork.c). */
 void ff_table_atfork_child(void)
 {
+	int hw = atomic_load(&hiwater);
+
 	pthread_cond_init(&decided, NULL);
+	/* The threads inside calls were the parent's (no hold is under way at a fork: shm/resume.c). */
+	for (int fd = 0; fd <= hw && table; fd++)
+		if (table[fd].conn)
+			table[fd].conn->readers = table[fd].conn->writers = table[fd].conn->polling = 0;
 }

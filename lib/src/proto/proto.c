@@ -56,6 +56,7 @@ static const struct {
 	[FF_ATTR_RKEY]		= { KIND_FIXED, 4 },
 	[FF_ATTR_SEGMENTS]	= { KIND_SEGS, 256 },
 	[FF_ATTR_VERBS_LANES]	= { KIND_LANES, 16 * 28 },
+	[FF_ATTR_ROLE]		= { KIND_FIXED, 1 },
 };
 
 /* The present bitmask needs one bit per known type. */
@@ -105,6 +106,7 @@ static int msg_type_known(uint8_t type)
 	case FF_MSG_LINK_COMMIT:
 	case FF_MSG_WATCH:
 	case FF_MSG_PARK:
+	case FF_MSG_RESUME:
 	case FF_MSG_VERBS_QP_CREATE:
 	case FF_MSG_VERBS_CONNECT:
 	case FF_MSG_VERBS_PEER_QP:

@@ -53,6 +53,12 @@ static struct {
 	int sock;
 } inbox = { NULL, { .sock = -1 }, -1 };
 
+/* The thread runs while the process has shm connections, or socket pairs that may go back to shm. */
+static int needed(void)
+{
+	return atomic_load(&ff_shm_conns) || ff_moved_any();
+}
+
 /* Whether the ends of a connection are those p names (PARK gives them as their wire bytes). */
 static int same_ends(const struct ff_ends *e, const struct ff_park *p)
 {
@@ -210,7 +216,7 @@ static int watch_once(struct ff_agent *a, pid_t pid, int *parked, const char **w
 	for (;;) {
 		if (!ff_control_own_valid(a, pid))
 			return -1;
-		if (!atomic_load(&ff_shm_conns))
+		if (!needed())
 			return 1;
 		ret = ff_poll_until(a->fd, POLLIN, ff_now_ms() + TICK_MS);
 		if (ret < 0)
@@ -234,6 +240,12 @@ static int watch_once(struct ff_agent *a, pid_t pid, int *parked, const char **w
 		*why = "a malformed PARK";
 		return 0;
 	}
+	if (p.role) {
+		*parked = ff_shm_resume(&p, why);
+		ff_real.close(p.sock);
+		ff_debug("resume: %s", *parked ? "a socket pair is back on shm" : *why);
+		return 0;
+	}
 	*parked = park_one(&p, why);
 	ff_debug("parking: %s", *parked ? "parked a connection on TCP" : *why);
 	return 0;
@@ -255,7 +267,7 @@ static void *parker(void *arg)
 	int announce = 0;
 
 	(void)arg;
-	while (!refused && atomic_load(&ff_shm_conns)) {
+	while (!refused && needed()) {
 		struct ff_agent a = { .fd = -1 };
 		uint64_t agent = ff_control_agent_id();
 		int64_t since;
@@ -271,7 +283,7 @@ static void *parker(void *arg)
 				break;
 		}
 		since = ff_now_ms();
-		while (!refused && atomic_load(&ff_shm_conns) && ff_now_ms() - since < AGAIN_MS &&
+		while (!refused && needed() && ff_now_ms() - since < AGAIN_MS &&
 		       ff_control_agent_id() == agent)
 			nanosleep(&(struct timespec){ .tv_sec = TICK_MS / 1000 }, NULL);
 		announce = 1;
@@ -286,7 +298,7 @@ static void *parker(void *arg)
 	 * said running (its count before its kick's load, as kicked's store
 	 * before this load): start anew for it.
 	 */
-	if (!refused && atomic_load(&ff_shm_conns))
+	if (!refused && needed())
 		ff_shm_parker_kick();
 	return NULL;
 }

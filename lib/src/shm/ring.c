@@ -1000,6 +1000,18 @@ unsigned ff_shm_arm(int fd, unsigned want, struct ff_shm_waiter *w)
 	return r;
 }
 
+void ff_shm_raw_arm(struct ff_shm *sh)
+{
+	arm(sh, POLLIN);
+}
+
+void ff_shm_raw_disarm(int fd, struct ff_shm *sh)
+{
+	/* Their bells may be unread: the last waiter to leave drains them. */
+	disarm(fd, sh, POLLIN, 1);
+	ff_shm_put(sh);
+}
+
 void ff_shm_bell_rang(struct ff_shm *sh)
 {
 	atomic_store_explicit(&sh->bell_unread, 1, memory_order_relaxed);

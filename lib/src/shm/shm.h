@@ -28,6 +28,7 @@
 #include <sys/uio.h>
 
 #include "freeflow/shm_layout.h"
+#include "agent/agent.h"
 #include "core/core.h"
 
 /* Bits of ff_shm.state (process-local, sticky). */
@@ -483,5 +484,76 @@ int ff_shm_park_wait(struct ff_shm *sh, const struct ff_ends *ends);
 int ff_shm_park(int fd, struct ff_shm *sh, int adopt);
 /* Its last fd closed, before the conn is freed (no lock held): a parked peer still gets what it wrote (switch.c). */
 void ff_shm_closing(struct ff_shm *sh, const struct ff_ends *ends);
+
+/* ---- shm/resume.c: a socket pair back onto shm (docs/SHM.md, "Back to shared memory") ---- */
+
+/*
+ * A thread inside calls on moved connections (FF_FD_MOVED): declare one
+ * with FF_ENTERED at the top of a wrapper; it is left whichever way the
+ * wrapper returns.
+ */
+struct ff_entered {
+	struct ff_conn *c[2];
+	int writes[2];
+};
+void ff_moved_leave(struct ff_entered *e);
+#define FF_ENTERED struct ff_entered ff_entered_ __attribute__((cleanup(ff_moved_leave))) = { { NULL, NULL }, { 0, 0 } }
+/*
+ * fd's slot has FF_FD_MOVED: wait while its connection is held for this
+ * kind of call (writes: also shutdown), then count this thread inside it
+ * (in e; two at most per wrapper). 1 when it is on shm now (not counted:
+ * take the shm path), else 0.
+ */
+int ff_moved_enter(int fd, int writes, struct ff_entered *e);
+/*
+ * The same for a wait over fds (FF_ENTERED_POLL, FF_ENTERED_SELECT): every
+ * moved connection among them, counted as polled, which never waits.
+ */
+struct ff_entered_list {
+	struct ff_conn **c;
+	int *fd;
+	int n;
+};
+void ff_moved_enter_poll(struct pollfd *fds, nfds_t n, struct ff_entered_list *e);
+/* One fd of a wait that the poll shim now leaves to the kernel (it moved down during the call). */
+void ff_moved_enter_polled(int fd, struct ff_entered_list *e);
+void ff_moved_enter_select(int nfds, fd_set *r, fd_set *w, fd_set *x, struct ff_entered_list *e);
+void ff_moved_leave_list(struct ff_entered_list *e);
+/*
+ * After a kernel wait over e's socket pairs: whether one went onto shm
+ * during it (its pair is the channel's bell now, whose bytes say nothing
+ * of the connection's: wait again, through the shim). Then e is left
+ * (emptied): the wait that follows counts anew.
+ */
+int ff_moved_since(struct ff_entered_list *e);
+#define FF_ENTERED_LIST struct ff_entered_list ff_entered_ __attribute__((cleanup(ff_moved_leave_list))) = { NULL, NULL, 0 }
+#define FF_ENTERED_POLL(fds, n)		FF_ENTERED_LIST; ff_moved_enter_poll((fds), (n), &ff_entered_)
+#define FF_ENTERED_SELECT(nfds, r, w, x) FF_ENTERED_LIST; ff_moved_enter_select((nfds), (r), (w), (x), &ff_entered_)
+/* shutdown(fd, how) on a moved connection (entered): noted, so it never goes back to shm. */
+void ff_moved_shut(int fd, int how);
+/*
+ * Table lock held, a fork, exec or spawn about to give fds to another
+ * process: ff_resume_busy says a hold is under way (wait for it, then look
+ * again); ff_resume_shared keeps new ones off for SHARE_MS from now.
+ */
+int ff_resume_busy(void);
+void ff_resume_shared(void);
+/*
+ * fd goes where the library cannot follow it (SCM_RIGHTS, stdio): once no
+ * hold is under way, its connection is marked never to come back onto shm
+ * from a socket pair. Before any move down of it.
+ */
+void ff_resume_passing(int fd);
+/* Whether any fd is a moved connection (the parking thread runs for them too). */
+int ff_moved_any(void);
+/* The parking thread's RESUME p (p->sock the memfd, still the caller's): 1 on shm now, 0 not (*why). */
+int ff_shm_resume(const struct ff_park *p, const char **why);
+/*
+ * Pollers asleep in the kernel on a pair that became sh's bell: sh's
+ * consumer is armed for them (the peer rings at every write) until the
+ * last of them leaves (ring.c); disarm takes over the caller's reference.
+ */
+void ff_shm_raw_arm(struct ff_shm *sh);
+void ff_shm_raw_disarm(int fd, struct ff_shm *sh);
 
 #endif

@@ -346,7 +346,7 @@ static int swap_fds(struct ff_conn *c, const int *fds, int n, int sock, int park
 			return -errno;
 	}
 	for (int i = 0; i < n; i++) {
-		atomic_fetch_and(&ff_fd_slot(fds[i])->flags, (uint8_t)~FF_FD_SHM);
+		atomic_fetch_and(&ff_fd_slot(fds[i])->flags, (uint16_t)~FF_FD_SHM);
 		ff_epoll_replay(fds[i], c->epregs, 1);
 	}
 	return 0;
@@ -397,14 +397,17 @@ static int install(struct ff_shm *sh, int sock, int parked)
 		 */
 		if (parked) {
 			park_ends(sock, &c->ends);
-			ff_ledger_moved(c->ledger, fds[0], FF_PATH_OVERLAY, "parked", &c->ends);
+			ff_ledger_moved(c->ledger, fds[0], FF_PATH_OVERLAY, 0, "parked", &c->ends);
 			ff_conn_set_state(c, FF_ST_OVERLAY);
 			c->kern_family = c->family;	/* checked: park_family_ok */
 			for (int i = 0; i < n; i++)
-				atomic_fetch_and(&ff_fd_slot(fds[i])->flags, (uint8_t)~FF_FD_SWAPPED);
+				atomic_fetch_and(&ff_fd_slot(fds[i])->flags, (uint16_t)~FF_FD_SWAPPED);
 		} else {
-			ff_ledger_moved(c->ledger, fds[0], FF_PATH_UNIX, "moved-down", NULL);
+			ff_ledger_moved(c->ledger, fds[0], FF_PATH_UNIX, 0, "moved-down", NULL);
 			c->moved = 1;
+			atomic_store_explicit(&ff_moved_seen, 1, memory_order_relaxed);
+			for (int i = 0; i < n; i++)
+				atomic_fetch_or(&ff_fd_slot(fds[i])->flags, FF_FD_MOVED);
 		}
 		c->shm = NULL;
 		ff_conn_forget_epregs(c);
@@ -696,6 +699,12 @@ void ff_shm_switch_all(unsigned how)
 
 	for (;;) {
 		ff_table_lock();
+		/* A socket pair going back onto shm: once it is done, its fds are scanned too. */
+		if (ff_resume_busy()) {
+			ff_table_wait();
+			ff_table_unlock();
+			continue;
+		}
 		/* No shm connection (counted before it is installed, under this lock): no scan. */
 		n = atomic_load(&ff_shm_conns) ? to_move(how, fds) : 0;
 		if (!n)
@@ -704,6 +713,8 @@ void ff_shm_switch_all(unsigned how)
 		for (int i = 0; i < n; i++)
 			ff_shm_switch(fds[i]);
 	}
+	/* The other process may hold the pairs now: none goes back to shm for a while. */
+	ff_resume_shared();
 	if (!(how & FF_SHM_SWITCH_LOCK))
 		ff_table_unlock();
 	errno = err;
@@ -724,6 +735,7 @@ void ff_shm_switch_passed(const struct msghdr *mh)
 			int fd;
 
 			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+			ff_resume_passing(fd);
 			s = ff_fd_slot(fd);
 			if (s && (atomic_load_explicit(&s->flags, memory_order_relaxed) & FF_FD_SHM))
 				ff_shm_switch(fd);

@@ -106,13 +106,17 @@ FF_EXPORT int epoll_create1(int flags)
 FF_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 {
 	struct ff_slot *s = ff_slot_enter(fd);
-	uint8_t fl = s && !ff_busy ? atomic_load(&s->flags) : 0;
+	uint16_t fl = s && !ff_busy ? atomic_load(&s->flags) : 0;
 	struct epoll_event kev;
 	struct ff_conn *c;
+	FF_ENTERED;
 	int ret, err;
 
 	if (!(fl & FF_FD_TRACKED))
 		return REAL(epoll_ctl)(epfd, op, fd, ev);
+	/* A socket pair going back to shm moves its registrations itself (shm/resume.c). */
+	if ((fl & FF_FD_MOVED) && ff_moved_enter(fd, 0, &ff_entered_))
+		fl = atomic_load(&s->flags);
 again:
 	if (fl & FF_FD_SHM) {
 		ret = ff_epset_ctl(epfd, op, fd, ev);
@@ -120,6 +124,11 @@ again:
 			if (ret < 0)
 				errno = -ret;
 			return ret < 0 ? -1 : 0;
+		}
+		/* Moved down meanwhile: a socket pair now, this call counted on it (or on shm again). */
+		if (!ff_entered_.c[0] && (atomic_load(&s->flags) & FF_FD_MOVED) && ff_moved_enter(fd, 0, &ff_entered_)) {
+			fl = FF_FD_SHM;
+			goto again;
 		}
 	}
 	ff_table_lock();

@@ -59,6 +59,7 @@ struct pcall {
 	int64_t end;
 	int nshm, nother;		/* shm entries; entries the kernel judges */
 	unsigned rounds;		/* spin rounds */
+	struct ff_entered_list *moved;	/* the wrapper's count of waits on socket pairs (shm/resume.c) */
 };
 
 static int any_shm_or_pending(void)
@@ -67,7 +68,7 @@ static int any_shm_or_pending(void)
 	       atomic_load_explicit(&ff_shm_conns, memory_order_relaxed);
 }
 
-static uint8_t fd_flags(int fd)
+static uint16_t fd_flags(int fd)
 {
 	struct ff_slot *s = ff_slot_enter(fd);
 
@@ -76,7 +77,7 @@ static uint8_t fd_flags(int fd)
 
 static int needs_shim(const struct pollfd *fds, nfds_t n)
 {
-	uint8_t any = 0;
+	uint16_t any = 0;
 
 	if (ff_busy || !any_shm_or_pending())
 		return 0;
@@ -100,7 +101,7 @@ static void count(struct pcall *pc)
 static void classify(struct pcall *pc, nfds_t i)
 {
 	int fd = pc->fds[i].fd;
-	uint8_t fl = fd_flags(fd);
+	uint16_t fl = fd_flags(fd);
 
 	pc->kind[i] = K_PLAIN;
 	pc->sh[i] = NULL;
@@ -118,6 +119,8 @@ static void to_plain(struct pcall *pc, nfds_t i)
 	pc->sh[i] = NULL;
 	pc->kind[i] = K_PLAIN;
 	count(pc);
+	/* A socket pair now, which may go back to shm: this wait on it is counted. */
+	ff_moved_enter_polled(pc->fds[i].fd, pc->moved);
 }
 
 static short native_revents(const struct pollfd *p)
@@ -283,14 +286,14 @@ static int sleep_once(struct pcall *pc)
 }
 
 static int pcall_init(struct pcall *pc, struct pollfd *fds, nfds_t n, int64_t end,
-		      const sigset_t *mask)
+		      const sigset_t *mask, struct ff_entered_list *moved)
 {
 	size_t each = sizeof(*pc->k) + sizeof(*pc->sh) + sizeof(*pc->w) + 1;
 	char *mem;
 
 	if (!(mem = calloc(n ? n : 1, each)))
 		return -ENOMEM;
-	*pc = (struct pcall){ .fds = fds, .n = n, .mask = mask, .end = end };
+	*pc = (struct pcall){ .fds = fds, .n = n, .mask = mask, .end = end, .moved = moved };
 	/* Largest alignment first. */
 	pc->w = (void *)mem;
 	pc->sh = (void *)(mem + n * sizeof(*pc->w));
@@ -313,13 +316,14 @@ static void pcall_free(struct pcall *pc)
 }
 
 /* Returns the number of ready entries, or -1 with errno set. */
-static int poll_shim(struct pollfd *fds, nfds_t n, int64_t end, const sigset_t *mask)
+static int poll_shim(struct pollfd *fds, nfds_t n, int64_t end, const sigset_t *mask,
+		     struct ff_entered_list *moved)
 {
 	struct pcall pc;
 	struct timespec ts;
 	int ret, spun = 0, saved = errno;
 
-	if (pcall_init(&pc, fds, n, end, mask))
+	if (pcall_init(&pc, fds, n, end, mask, moved))
 		return ff_real.ppoll(fds, n, ff_left_ts(end, &ts), mask);
 	for (;;) {
 		/* A call that will not sleep looks at the bells now. */
@@ -341,19 +345,42 @@ static int poll_shim(struct pollfd *fds, nfds_t n, int64_t end, const sigset_t *
 	return ret;
 }
 
+/*
+ * A socket pair the kernel waited on went back onto shm during the wait
+ * (ff_moved_since): what it said of it is its bell's; the shim waits
+ * again, for the time left.
+ */
 FF_EXPORT int poll(struct pollfd *fds, nfds_t n, int timeout)
 {
-	if (!needs_shim(fds, n))
-		return REAL(poll)(fds, n, timeout);
-	return poll_shim(fds, n, ff_deadline_ms(timeout), NULL);
+	FF_ENTERED_POLL(fds, n);
+	int64_t end = ff_deadline_ms(timeout);
+	int ret;
+
+	if (!needs_shim(fds, n)) {
+		ret = REAL(poll)(fds, n, timeout);
+		if (ret < 0 || !ff_moved_since(&ff_entered_))
+			return ret;
+	}
+	return poll_shim(fds, n, end, NULL, &ff_entered_);
 }
 
 FF_EXPORT int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts,
 		    const sigset_t *mask)
 {
-	if (!ff_ts_valid(ts) || !needs_shim(fds, n))
+	FF_ENTERED_POLL(fds, n);
+	int ret;
+
+	if (!ff_ts_valid(ts))
 		return REAL(ppoll)(fds, n, ts, mask);
-	return poll_shim(fds, n, ff_deadline_ts(ts), mask);
+	if (!needs_shim(fds, n)) {
+		int64_t end = ff_deadline_ts(ts);
+
+		ret = REAL(ppoll)(fds, n, ts, mask);
+		if (ret < 0 || !ff_moved_since(&ff_entered_))
+			return ret;
+		return poll_shim(fds, n, end, mask, &ff_entered_);
+	}
+	return poll_shim(fds, n, ff_deadline_ts(ts), mask, &ff_entered_);
 }
 
 /*
@@ -377,7 +404,7 @@ FF_EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t n, const struct timespec *t
 
 static int select_needs_shim(int nfds, fd_set *r, fd_set *w, fd_set *e)
 {
-	uint8_t any = 0;
+	uint16_t any = 0;
 
 	if (ff_busy || !any_shm_or_pending() || nfds > FD_SETSIZE)
 		return 0;
@@ -389,7 +416,7 @@ static int select_needs_shim(int nfds, fd_set *r, fd_set *w, fd_set *e)
 
 /* select() in terms of poll_shim(); nfds <= FD_SETSIZE by select's contract. */
 static int select_shim(int nfds, fd_set *r, fd_set *w, fd_set *e, int64_t end,
-		       const sigset_t *mask)
+		       const sigset_t *mask, struct ff_entered_list *moved)
 {
 	struct pollfd p[FD_SETSIZE];
 	int n = 0, ret;
@@ -402,7 +429,7 @@ static int select_shim(int nfds, fd_set *r, fd_set *w, fd_set *e, int64_t end,
 		if (ev)
 			p[n++] = (struct pollfd){ .fd = fd, .events = ev };
 	}
-	ret = poll_shim(p, (nfds_t)n, end, mask);
+	ret = poll_shim(p, (nfds_t)n, end, mask, moved);
 	if (ret < 0)
 		return ret;
 	if (r) FD_ZERO(r);
@@ -427,21 +454,57 @@ static int select_shim(int nfds, fd_set *r, fd_set *w, fd_set *e, int64_t end,
 	return ret;
 }
 
+/* The program's sets, kept for a wait done again (ff_moved_since). */
+struct sets {
+	fd_set r, w, e;
+};
+
+static void keep_sets(struct sets *k, const fd_set *r, const fd_set *w, const fd_set *e)
+{
+	if (r)
+		k->r = *r;
+	if (w)
+		k->w = *w;
+	if (e)
+		k->e = *e;
+}
+
+static void put_sets(const struct sets *k, fd_set *r, fd_set *w, fd_set *e)
+{
+	if (r)
+		*r = k->r;
+	if (w)
+		*w = k->w;
+	if (e)
+		*e = k->e;
+}
+
 FF_EXPORT int select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv)
 {
 	struct timespec ts;
+	struct sets kept;
 	int64_t end;
 	int ret;
+	FF_ENTERED_SELECT(nfds, r, w, e);
 
-	if ((tv && (tv->tv_sec < 0 || tv->tv_usec < 0)) || !select_needs_shim(nfds, r, w, e))
+	if (tv && (tv->tv_sec < 0 || tv->tv_usec < 0))
 		return REAL(select)(nfds, r, w, e, tv);
+	if (!select_needs_shim(nfds, r, w, e)) {
+		if (!ff_entered_.n || nfds > FD_SETSIZE)
+			return REAL(select)(nfds, r, w, e, tv);
+		keep_sets(&kept, r, w, e);
+		ret = REAL(select)(nfds, r, w, e, tv);	/* Linux leaves the time not slept in *tv */
+		if (ret < 0 || !ff_moved_since(&ff_entered_))
+			return ret;
+		put_sets(&kept, r, w, e);
+	}
 	if (tv) {
 		/* As the kernel: microseconds past a second carry over. */
 		ts.tv_sec = tv->tv_sec + tv->tv_usec / 1000000;
 		ts.tv_nsec = tv->tv_usec % 1000000 * 1000;
 	}
 	end = ff_deadline_ts(tv ? &ts : NULL);
-	ret = select_shim(nfds, r, w, e, end, NULL);
+	ret = select_shim(nfds, r, w, e, end, NULL, &ff_entered_);
 	if (tv) {
 		/* Linux's select() leaves the time not slept in *tv. */
 		int64_t left = ff_left_ns(end);
@@ -455,7 +518,20 @@ FF_EXPORT int select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *
 FF_EXPORT int pselect(int nfds, fd_set *r, fd_set *w, fd_set *e, const struct timespec *ts,
 		      const sigset_t *mask)
 {
-	if (!ff_ts_valid(ts) || !select_needs_shim(nfds, r, w, e))
+	FF_ENTERED_SELECT(nfds, r, w, e);
+	struct sets kept;
+	int64_t end;
+	int ret;
+
+	if (!ff_ts_valid(ts) || (!select_needs_shim(nfds, r, w, e) && (!ff_entered_.n || nfds > FD_SETSIZE)))
 		return REAL(pselect)(nfds, r, w, e, ts, mask);
-	return select_shim(nfds, r, w, e, ff_deadline_ts(ts), mask);
+	end = ff_deadline_ts(ts);
+	if (!select_needs_shim(nfds, r, w, e)) {
+		keep_sets(&kept, r, w, e);
+		ret = REAL(pselect)(nfds, r, w, e, ts, mask);
+		if (ret < 0 || !ff_moved_since(&ff_entered_))
+			return ret;
+		put_sets(&kept, r, w, e);
+	}
+	return select_shim(nfds, r, w, e, end, mask, &ff_entered_);
 }
