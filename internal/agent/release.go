@@ -49,6 +49,14 @@ func (a *Agent) release(id string, until time.Time) error {
 	return nil
 }
 
+// releasing says whether container id is held for a move (RELEASE).
+func (a *Agent) releasing(id string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	until, ok := a.held[id]
+	return ok && time.Now().Before(until)
+}
+
 // claim records uc as a session of container id, or reports false while
 // id is held (the caller closes it): under one lock with release, so no
 // session opened meanwhile outlives a RELEASE.

@@ -350,14 +350,6 @@ func (a *Agent) resumeEnds() []ledgerEnd {
 	return slices.DeleteFunc(out, func(e ledgerEnd) bool { return !ok(e.self.ID) })
 }
 
-// releasing says whether container id is held for a move (RELEASE).
-func (a *Agent) releasing(id string) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	until, ok := a.held[id]
-	return ok && time.Now().Before(until)
-}
-
 // socketHolders returns what resumable asks of holders: the processes of
 // the ends' containers (their network namespaces) that hold each of the
 // ends' sockets. /proc is read on the first question only, which comes

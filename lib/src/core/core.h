@@ -254,6 +254,8 @@ int ff_fd_close_control(int fd);
 /* Under the table lock. */
 struct ff_conn *ff_conn_new(int family);
 void ff_fd_attach(int fd, struct ff_conn *c);
+/* fd's slot flags derived again from its conn, which changed what it is (moved down, parked, back on shm). */
+void ff_fd_reflag(int fd);
 /* Clears the slot; returns its conn (the caller owns that reference) or NULL. */
 struct ff_conn *ff_fd_detach(int fd);
 void ff_conn_set_state(struct ff_conn *c, enum ff_state st);

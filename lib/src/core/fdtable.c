@@ -190,6 +190,14 @@ void ff_fd_attach(int fd, struct ff_conn *c)
 	note_fd(fd);
 }
 
+void ff_fd_reflag(int fd)
+{
+	struct ff_slot *s = ff_fd_slot(fd);
+
+	if (s && s->conn)
+		atomic_store(&s->flags, slot_flags(s->conn));
+}
+
 void ff_fd_mark(int fd, uint16_t flags)
 {
 	struct ff_slot *s = ff_fd_slot(fd);

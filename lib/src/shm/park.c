@@ -59,8 +59,7 @@ static int needed(void)
 	return atomic_load(&ff_shm_conns) || ff_moved_any();
 }
 
-/* Whether the ends of a connection are those p names (PARK gives them as their wire bytes). */
-static int same_ends(const struct ff_ends *e, const struct ff_park *p)
+int ff_park_same_ends(const struct ff_ends *e, const struct ff_park *p)
 {
 	uint8_t l[FF_EP6_LEN], r[FF_EP6_LEN];
 
@@ -73,7 +72,7 @@ static int for_me(struct ff_shm *sh, const struct ff_ends *ends)
 {
 	if (inbox.sock < 0)
 		return 0;
-	return inbox.sh ? inbox.sh == sh : ends && same_ends(ends, &inbox.at);
+	return inbox.sh ? inbox.sh == sh : ends && ff_park_same_ends(ends, &inbox.at);
 }
 
 int ff_shm_park_wait(struct ff_shm *sh, const struct ff_ends *ends)
@@ -117,7 +116,7 @@ static struct ff_shm *find(const struct ff_park *p, int *at)
 	for (int fd = 0; fd <= hw; fd++) {
 		struct ff_conn *c = ff_fd_slot(fd)->conn;
 
-		if (!c || !c->shm || !same_ends(&c->ends, p))
+		if (!c || !c->shm || !ff_park_same_ends(&c->ends, p))
 			continue;
 		if (atomic_load(c->shm->switch_by) == want) {
 			any = fd;

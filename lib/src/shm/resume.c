@@ -132,16 +132,12 @@ void ff_moved_enter_polled(int fd, struct ff_entered_list *e)
 
 void ff_moved_enter_poll(struct pollfd *fds, nfds_t n, struct ff_entered_list *e)
 {
-	if (!atomic_load_explicit(&ff_moved_seen, memory_order_relaxed))
-		return;
 	for (nfds_t i = 0; fds && i < n; i++)
 		ff_moved_enter_polled(fds[i].fd, e);
 }
 
 void ff_moved_enter_select(int nfds, fd_set *r, fd_set *w, fd_set *x, struct ff_entered_list *e)
 {
-	if (!atomic_load_explicit(&ff_moved_seen, memory_order_relaxed))
-		return;
 	for (int fd = 0; fd < nfds && fd < FD_SETSIZE; fd++)
 		if ((r && FD_ISSET(fd, r)) || (w && FD_ISSET(fd, w)) || (x && FD_ISSET(fd, x)))
 			ff_moved_enter_polled(fd, e);
@@ -240,15 +236,6 @@ int ff_moved_any(void)
 	return any;
 }
 
-/* Whether the ends of a connection are those p names (as PARK's, their wire bytes). */
-static int same_ends(const struct ff_ends *e, const struct ff_park *p)
-{
-	uint8_t l[FF_EP6_LEN], r[FF_EP6_LEN];
-
-	return ff_endpoint(&e->local, l) == p->local_len && ff_endpoint(&e->remote, r) == p->remote_len &&
-	       !memcmp(l, p->local, p->local_len) && !memcmp(r, p->remote, p->remote_len);
-}
-
 /* Table lock held: the fds of c, at most max; how many. */
 static int fds_of(const struct ff_conn *c, int *fds, int max)
 {
@@ -270,7 +257,7 @@ static struct ff_conn *find(const struct ff_park *p, int *fd, const char **why)
 	for (int i = 0; i <= hw; i++) {
 		struct ff_conn *c = ff_fd_slot(i)->conn;
 
-		if (!c || !c->moved || c->shm || c == found || !same_ends(&c->ends, p))
+		if (!c || !c->moved || c->shm || c == found || !ff_park_same_ends(&c->ends, p))
 			continue;
 		if (found) {
 			*why = "two socket-pair connections at that tuple";
@@ -413,9 +400,9 @@ static void commit(struct ff_conn *c, struct ff_shm *sh, const int *fds, int n, 
 
 	c->moved = 0;
 	ff_shm_attach(c, sh, fl >= 0 && (fl & O_NONBLOCK));
-	/* Every fd of it, also one a dup() made during the hold. */
+	/* Every fd of it, also one a dup() made during the hold: FF_FD_SHM, and FF_FD_MOVED while held. */
 	for (int i = 0; i < m; i++)
-		atomic_fetch_or(&ff_fd_slot(all[i])->flags, FF_FD_SHM);
+		ff_fd_reflag(all[i]);
 	for (int i = 0; i < n; i++) {
 		for (struct ff_epreg *r = regs[i]; r; r = r->next)
 			ff_real.epoll_ctl(r->epfd, EPOLL_CTL_DEL, fds[i], NULL);
@@ -433,9 +420,8 @@ static void release(struct ff_conn *c)
 	int fds[256], n = fds_of(c, fds, (int)(sizeof(fds) / sizeof(fds[0])));
 
 	c->held = 0;
-	if (!c->moved)
-		for (int i = 0; i < n; i++)
-			atomic_fetch_and(&ff_fd_slot(fds[i])->flags, (uint16_t)~FF_FD_MOVED);
+	for (int i = 0; i < n; i++)
+		ff_fd_reflag(fds[i]);
 	resuming = 0;
 	ff_table_broadcast();
 }

@@ -471,6 +471,8 @@ void ff_epoll_replay(int fd, struct ff_epreg *regs, int swapped);
 
 /* ---- shm/park.c and switch.c: parking on TCP for a migration (docs/SHM.md, "Parking") ---- */
 
+/* Whether the ends of a connection are those a PARK or RESUME names (as their wire bytes). */
+int ff_park_same_ends(const struct ff_ends *e, const struct ff_park *p);
 /* An shm connection was made: the process's parking thread runs (started once). */
 void ff_shm_parker_kick(void);
 void ff_shm_parker_atfork_child(void);
@@ -497,7 +499,13 @@ struct ff_entered {
 	int writes[2];
 };
 void ff_moved_leave(struct ff_entered *e);
-#define FF_ENTERED struct ff_entered ff_entered_ __attribute__((cleanup(ff_moved_leave))) = { { NULL, NULL }, { 0, 0 } }
+/* The cleanup: every data call passes here, and only one counted pays a call. */
+static inline void ff_moved_done(struct ff_entered *e)
+{
+	if (e->c[0])
+		ff_moved_leave(e);
+}
+#define FF_ENTERED struct ff_entered ff_entered_ __attribute__((cleanup(ff_moved_done))) = { { NULL, NULL }, { 0, 0 } }
 /*
  * fd's slot has FF_FD_MOVED: wait while its connection is held for this
  * kind of call (writes: also shutdown), then count this thread inside it
@@ -526,9 +534,19 @@ void ff_moved_leave_list(struct ff_entered_list *e);
  * (emptied): the wait that follows counts anew.
  */
 int ff_moved_since(struct ff_entered_list *e);
-#define FF_ENTERED_LIST struct ff_entered_list ff_entered_ __attribute__((cleanup(ff_moved_leave_list))) = { NULL, NULL, 0 }
-#define FF_ENTERED_POLL(fds, n)		FF_ENTERED_LIST; ff_moved_enter_poll((fds), (n), &ff_entered_)
-#define FF_ENTERED_SELECT(nfds, r, w, x) FF_ENTERED_LIST; ff_moved_enter_select((nfds), (r), (w), (x), &ff_entered_)
+static inline void ff_moved_list_done(struct ff_entered_list *e)
+{
+	if (e->c || e->fd)
+		ff_moved_leave_list(e);
+}
+/* Until a connection of the process moved down, a wait costs one load here. */
+#define FF_ENTERED_LIST struct ff_entered_list ff_entered_ __attribute__((cleanup(ff_moved_list_done))) = { NULL, NULL, 0 }
+#define FF_ENTERED_POLL(fds, n)		FF_ENTERED_LIST;						\
+	if (atomic_load_explicit(&ff_moved_seen, memory_order_relaxed))				\
+		ff_moved_enter_poll((fds), (n), &ff_entered_)
+#define FF_ENTERED_SELECT(nfds, r, w, x) FF_ENTERED_LIST;						\
+	if (atomic_load_explicit(&ff_moved_seen, memory_order_relaxed))				\
+		ff_moved_enter_select((nfds), (r), (w), (x), &ff_entered_)
 /* shutdown(fd, how) on a moved connection (entered): noted, so it never goes back to shm. */
 void ff_moved_shut(int fd, int how);
 /*

@@ -400,16 +400,13 @@ static int install(struct ff_shm *sh, int sock, int parked)
 			ff_ledger_moved(c->ledger, fds[0], FF_PATH_OVERLAY, 0, "parked", &c->ends);
 			ff_conn_set_state(c, FF_ST_OVERLAY);
 			c->kern_family = c->family;	/* checked: park_family_ok */
-			for (int i = 0; i < n; i++)
-				atomic_fetch_and(&ff_fd_slot(fds[i])->flags, (uint16_t)~FF_FD_SWAPPED);
 		} else {
 			ff_ledger_moved(c->ledger, fds[0], FF_PATH_UNIX, 0, "moved-down", NULL);
 			c->moved = 1;
-			atomic_store_explicit(&ff_moved_seen, 1, memory_order_relaxed);
-			for (int i = 0; i < n; i++)
-				atomic_fetch_or(&ff_fd_slot(fds[i])->flags, FF_FD_MOVED);
 		}
 		c->shm = NULL;
+		for (int i = 0; i < n; i++)
+			ff_fd_reflag(fds[i]);
 		ff_conn_forget_epregs(c);
 		atomic_fetch_sub(&ff_shm_conns, 1);
 		atomic_fetch_or(&sh->state, FF_SHM_CLOSED | FF_SHM_DOWN);

@@ -368,19 +368,18 @@ FF_EXPORT int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts,
 		    const sigset_t *mask)
 {
 	FF_ENTERED_POLL(fds, n);
+	int64_t end;
 	int ret;
 
 	if (!ff_ts_valid(ts))
 		return REAL(ppoll)(fds, n, ts, mask);
+	end = ff_deadline_ts(ts);
 	if (!needs_shim(fds, n)) {
-		int64_t end = ff_deadline_ts(ts);
-
 		ret = REAL(ppoll)(fds, n, ts, mask);
 		if (ret < 0 || !ff_moved_since(&ff_entered_))
 			return ret;
-		return poll_shim(fds, n, end, mask, &ff_entered_);
 	}
-	return poll_shim(fds, n, ff_deadline_ts(ts), mask, &ff_entered_);
+	return poll_shim(fds, n, end, mask, &ff_entered_);
 }
 
 /*
@@ -523,10 +522,12 @@ FF_EXPORT int pselect(int nfds, fd_set *r, fd_set *w, fd_set *e, const struct ti
 	int64_t end;
 	int ret;
 
-	if (!ff_ts_valid(ts) || (!select_needs_shim(nfds, r, w, e) && (!ff_entered_.n || nfds > FD_SETSIZE)))
+	if (!ff_ts_valid(ts))
 		return REAL(pselect)(nfds, r, w, e, ts, mask);
 	end = ff_deadline_ts(ts);
 	if (!select_needs_shim(nfds, r, w, e)) {
+		if (!ff_entered_.n || nfds > FD_SETSIZE)
+			return REAL(pselect)(nfds, r, w, e, ts, mask);
 		keep_sets(&kept, r, w, e);
 		ret = REAL(pselect)(nfds, r, w, e, ts, mask);
 		if (ret < 0 || !ff_moved_since(&ff_entered_))
