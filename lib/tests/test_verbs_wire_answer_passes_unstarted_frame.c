@@ -83,7 +83,7 @@ int main(int argc, char **argv)
 	peer = tv_trade(sock, &me);
 	tv_connect(&e, &peer);
 	tv_hear(sock, 'g');
-	TV_MUST(setsockopt(tv_wire_socket(), SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)) == 0, "SO_SNDBUF");
+	TV_MUST(setsockopt(tv_wire_await(&e), SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)) == 0, "SO_SNDBUF");
 	for (uint32_t i = 0; i < NREQ; i++) {
 		struct ibv_send_wr wr = { .wr_id = i, .opcode = IBV_WR_RDMA_WRITE }, *bad;
 

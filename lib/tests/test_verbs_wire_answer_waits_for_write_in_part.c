@@ -116,7 +116,7 @@ int main(int argc, char **argv)
 	peer = tv_trade(sock, &me);
 	tv_connect(&e, &peer);
 	tv_hear(sock, 'g');
-	TV_MUST(setsockopt(tv_wire_socket(), SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)) == 0, "SO_SNDBUF");
+	TV_MUST(setsockopt(tv_wire_await(&e), SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)) == 0, "SO_SNDBUF");
 	for (uint32_t i = 0; i < N; i++) {
 		struct ibv_sge sge = { .addr = (uintptr_t)src->addr + (size_t)i * LEN, .length = LEN, .lkey = src->lkey };
 		struct ibv_send_wr wr = { .wr_id = i, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,

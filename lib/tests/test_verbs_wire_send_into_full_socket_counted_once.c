@@ -9,25 +9,6 @@
 #define MSG	(65536 - FF_VW_HDR)	/* a frame of 64 KiB: the socket takes whole frames */
 #define NMSG	48
 
-/* Once the connection is made (in the background), our send buffer made small. */
-static void small_sndbuf(struct tv_end *e)
-{
-	int small = 4096, found = 0;
-
-	for (int k = 0; k < 2000 && !found; k++) {
-		for (int fd = 3; fd < 1024; fd++) {
-			int dom = 0;
-			socklen_t l = sizeof(int);
-
-			if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &l) == 0 && dom == AF_INET)
-				found = 1;
-		}
-		ibv_poll_cq(e->cq, 0, NULL);
-		usleep(1000);
-	}
-	TV_MUST(setsockopt(tv_wire_socket(), SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)) == 0, "SO_SNDBUF");
-}
-
 static int receiver(int sock)
 {
 	struct tv_end e;
@@ -59,7 +40,7 @@ int main(int argc, char **argv)
 	struct tv_end e;
 	struct ibv_mr *mr;
 	struct ibv_wc wc;
-	int sock;
+	int sock, small = 4096;
 	pid_t pid;
 
 	(void)argc;
@@ -69,7 +50,7 @@ int main(int argc, char **argv)
 	mr = tv_region(&e, NMSG * MSG, IBV_ACCESS_LOCAL_WRITE);
 	tv_link(sock, &e);
 	tv_hear(sock, 'r');
-	small_sndbuf(&e);
+	TV_MUST(setsockopt(tv_wire_await(&e), SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)) == 0, "SO_SNDBUF");
 	kill(pid, SIGSTOP);	/* its socket fills: our frames stop at their starts */
 	for (uint32_t i = 0; i < NMSG; i++)
 		tv_send(&e, mr, (uint8_t *)mr->addr + i * MSG, MSG, i);

@@ -475,6 +475,27 @@ static inline int tv_wire_socket(void)
 }
 
 /*
+ * tv_wire_socket once e's QP has its end: when its peer connected second,
+ * the end comes on the provider's event thread (rung by the agent) or at a
+ * poll, maybe after the peer's first request completed. Within 2 s.
+ */
+static inline int tv_wire_await(struct tv_end *e)
+{
+	for (int k = 0; k < 2000; k++) {
+		for (int fd = 3; fd < 1024; fd++) {
+			int dom = 0;
+			socklen_t l = sizeof(int);
+
+			if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &l) == 0 && dom == AF_INET)
+				return tv_wire_socket();
+		}
+		ibv_poll_cq(e->cq, 0, NULL);
+		usleep(1000);
+	}
+	return tv_wire_socket();
+}
+
+/*
  * A hostile peer's own end of its QP's connection to e's peer (across
  * hosts): a real SEND from mr's first 3 bytes makes the connection, then the
  * device is closed, so the provider reads it no more (destroying the QP
