@@ -63,11 +63,12 @@ const (
 )
 
 // parkJob is one connection end handed to a library's parking thread:
-// to park on fd, a TCP socket, or with a role, to move back onto the shm
-// channel whose memfd fd is (resume.go).
+// to park on fds[0], a TCP socket, or with a role, to move back onto the
+// shm channel whose memfd fds[0] is, a parked one with fds[1] its new
+// bell (resume.go).
 type parkJob struct {
 	local, remote netip.AddrPort // as the library sees them
-	fd            int
+	fds           []int
 	peer          bool          // the end that stays, told after its peer parked: nobody waits for its answer
 	role          uint8         // RESUME's ROLE (protocol.Role*); 0: a PARK
 	taken         chan struct{} // if not nil, closed once a session took the job (pop)
@@ -150,11 +151,16 @@ func (w *watchers) known(k watchKey) bool {
 	return w.m[k] != nil && w.m[k].owner != nil
 }
 
-// resumes says whether k's parking thread takes RESUME (its HELLO's CAPS).
-func (w *watchers) resumes(k watchKey) bool {
+// resumes says whether k's parking thread takes RESUME (its HELLO's
+// CAPS), of a parked connection too if parked.
+func (w *watchers) resumes(k watchKey, parked bool) bool {
+	want := protocol.CapResume
+	if parked {
+		want |= protocol.CapResumeParked
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.m[k] != nil && w.m[k].owner != nil && w.m[k].owner.caps&protocol.CapResume != 0
+	return w.m[k] != nil && w.m[k].owner != nil && w.m[k].owner.caps&want == want
 }
 
 // push queues job for k's parking thread.
@@ -221,7 +227,7 @@ func (w *watchers) dropGone() {
 			continue
 		}
 		for _, j := range x.queue {
-			unix.Close(j.fd)
+			protocol.CloseFDs(j.fds)
 			j.done <- errors.New("its process is gone")
 		}
 		delete(w.m, k)
@@ -456,7 +462,7 @@ func (a *Agent) parkOne(ctx context.Context, pp parkPair) error {
 		return protocol.Errorf(protocol.CodeInternal, "%s: %v", what, err)
 	}
 	// The moving end first: it decides (switch_by), its peer then adopts.
-	job := &parkJob{local: m.local, remote: m.remote, fd: fm, done: make(chan error, 1)}
+	job := &parkJob{local: m.local, remote: m.remote, fds: []int{fm}, done: make(chan error, 1)}
 	a.watch.push(km, job)
 	answer := awaitJob(ctx, job, parkWait)
 	if answer != nil && !errors.Is(answer, errNotParked) {
@@ -473,7 +479,7 @@ func (a *Agent) parkOne(ctx context.Context, pp parkPair) error {
 		unix.Close(fp)
 	} else {
 		// Marked: the peer parks only if it finds the connection parked.
-		peer := &parkJob{local: p.local, remote: p.remote, fd: fp, peer: true, done: make(chan error, 1)}
+		peer := &parkJob{local: p.local, remote: p.remote, fds: []int{fp}, peer: true, done: make(chan error, 1)}
 		a.watch.push(kp, peer)
 		if pp.shared && answer == nil {
 			// Its peer takes the one found parked at the tuple: not two at once.
@@ -710,7 +716,7 @@ var errSessionEnd = errors.New("session ended without a reply")
 // handleWatch serves WATCH: the answer to the PARK or RESUME it sent
 // last, if any (FOUND 1: done; else REASON says why not), then waits for
 // the next job and answers PARK with it and its TCP socket, or RESUME
-// with its shm channel's memfd.
+// with its shm channel's memfd (and a parked connection's bell).
 func (s *session) handleWatch(m *protocol.Message) (*protocol.Message, error) {
 	if job := s.parking; job != nil {
 		s.parking = nil
@@ -730,7 +736,7 @@ func (s *session) handleWatch(m *protocol.Message) (*protocol.Message, error) {
 	defer tick.Stop()
 	for {
 		if job := s.a.watch.pop(k, s); job != nil {
-			s.parking, s.outFDs = job, []int{job.fd}
+			s.parking, s.outFDs = job, job.fds
 			return job.message(m.Seq), nil
 		}
 		select {

@@ -214,7 +214,7 @@ func TestParkingThreadKnownByContainerAndPid(t *testing.T) {
 	}
 	w.attach(vk, victim)
 	w.attach(hk, stale) // the stale session WATCHes again
-	job := &parkJob{fd: -1, done: make(chan error, 1)}
+	job := &parkJob{done: make(chan error, 1)}
 	w.push(vk, job)
 	if got := w.pop(hk, stale); got != nil {
 		t.Fatal("the other container's session got the victim's job")

@@ -1,16 +1,19 @@
 package agent
 
-// Bringing socket-pair connections back onto shared memory (PROTOCOL.md,
-// "Back to shared memory"; docs/SHM.md, "Back to shared memory").
+// Bringing connections back onto shared memory (PROTOCOL.md, "Back to
+// shared memory"; docs/SHM.md, "Back to shared memory").
 //
 // An shm connection that a process held when it forked (or passed on)
 // moved down to a Unix socket pair (docs/SHM.md, "Moving down"), and its
 // library never moves it back alone: it cannot tell when the other holder
-// is gone. The agent can, from /proc. Every resumeEvery it looks for
-// pairs of moved-down ledger entries whose sockets one process each
-// holds, and hands both ends' parking threads a RESUME with a new
-// channel's memfd, the same jobs and the same WATCH answers as a PARK's
-// (park.go). The libraries decide: they move only once both ends are
+// is gone. The agent can, from /proc. One parked on TCP for a migration
+// (park.go) has both its ends on this host again once its container, or
+// its peer's, moved back or next to the other. Every resumeEvery the
+// agent looks for pairs of such ledger entries (both moved down, or both
+// parked) whose sockets one process each holds, and hands both ends'
+// parking threads a RESUME with a new channel's memfd (and for a parked
+// one each end's side of a new bell), the same jobs and the same WATCH
+// answers as a PARK's. The libraries decide: they move only once both ends are
 // held quiet, so a RESUME that finds the connection busy changes nothing
 // and is tried again later, less and less often. A process whose parking
 // thread does not take its RESUME at once (stopped, frozen, hostile) is
@@ -57,6 +60,9 @@ const (
 	// reasonMovedDown is a ledger entry's reason for a connection its
 	// library moved down from shm to a socket pair.
 	reasonMovedDown = "moved-down"
+	// reasonParked is a ledger entry's reason for a connection its
+	// library parked on TCP at its overlay tuple (path overlay).
+	reasonParked = "parked"
 )
 
 // resumeKey names a connection by its connector's endpoints (the one that
@@ -79,6 +85,12 @@ func (p resumePair) key() resumeKey { return resumeKey{p.conn.local, p.conn.remo
 // movedDown says whether e is a connection its library moved down from shm.
 func movedDown(e ledgerEntry) bool { return e.path == pathUnix && e.reason == reasonMovedDown }
 
+// parked says whether e is a connection its library parked on TCP.
+func parked(e ledgerEntry) bool { return e.path == pathOverlay && e.reason == reasonParked }
+
+// offShm says whether e is a connection that may come back onto shm.
+func offShm(e ledgerEntry) bool { return movedDown(e) || parked(e) }
+
 // own says whether e's local address is its container's (a ledger can
 // list anything).
 func (e ledgerEnd) own() bool { return e.local.Addr().String() == e.self.IP }
@@ -87,7 +99,7 @@ func (e ledgerEnd) own() bool { return e.local.Addr().String() == e.self.IP }
 func (e ledgerEnd) proc() watchKey { return watchKey{e.self.ID, e.l.pid} }
 
 // resumable returns the connections of ends (the live ledger entries at
-// the tuples of moved-down ones) that may go back onto shm, sorted, and
+// the tuples of offShm ones) that may go back onto shm, sorted, and
 // how many were left out for each reason. holders says which processes
 // hold a socket inode; watching whether a process has a parking thread.
 // Only an end whose local address is its own container's counts (a
@@ -95,7 +107,7 @@ func (e ledgerEnd) proc() watchKey { return watchKey{e.self.ID, e.l.pid} }
 // connection from moving, nor stand in for its end). A process that names
 // a socket of its own that is not the pair's end harms only its own
 // container's connection: that end's peer is in its container.
-func resumable(ends []ledgerEnd, holders func(ino uint64) []int32, watching func(watchKey) bool) ([]resumePair, map[string]int) {
+func resumable(ends []ledgerEnd, holders func(ino uint64) []int32, watching func(k watchKey, parked bool) bool) ([]resumePair, map[string]int) {
 	at := map[[2]netip.AddrPort][]ledgerEnd{}
 	for _, e := range ends {
 		if e.own() {
@@ -108,7 +120,7 @@ func resumable(ends []ledgerEnd, holders func(ino uint64) []int32, watching func
 	done := map[resumeKey]bool{}
 	for _, e := range ends {
 		k := resumeKeyOf(e.ledgerEntry)
-		if !e.own() || !movedDown(e.ledgerEntry) || done[k] {
+		if !e.own() || !offShm(e.ledgerEntry) || done[k] {
 			continue
 		}
 		done[k] = true
@@ -119,12 +131,12 @@ func resumable(ends []ledgerEnd, holders func(ino uint64) []int32, watching func
 			why = "its peer's end has no entry here"
 		case len(mine) > 1 || len(peers) > 1:
 			why = "several live entries at its tuple (a fork child listed it, or the tuple was reused)"
-		case !movedDown(peers[0].ledgerEntry):
-			why = "its peer's end is not a moved-down socket pair"
+		case parked(e.ledgerEntry) != parked(peers[0].ledgerEntry) || !offShm(peers[0].ledgerEntry):
+			why = "its peer's end is not off shm the same way (moved down, or parked)"
 		case e.self.ID == peers[0].self.ID && e.l.pid == peers[0].l.pid:
 			why = "one process holds both ends (its parking thread moves one at a time)"
-		case !watching(e.proc()) || !watching(peers[0].proc()):
-			why = "a process without a parking thread that takes RESUME"
+		case !watching(e.proc(), parked(e.ledgerEntry)) || !watching(peers[0].proc(), parked(e.ledgerEntry)):
+			why = "a process without a parking thread that takes this RESUME"
 		default:
 			why = cmp.Or(soleHolder(e, holders), soleHolder(peers[0], holders))
 		}
@@ -219,11 +231,11 @@ func (b resumeBackoff) order(pairs []resumePair) {
 }
 
 // keep forgets the connections, processes and containers that have no
-// moved-down entry in ends any more (closed, moved back, or gone).
+// offShm entry in ends any more (closed, moved back, or gone).
 func (b resumeBackoff) keep(ends []ledgerEnd) {
 	live := map[backoffKey]bool{}
 	for _, e := range ends {
-		if movedDown(e.ledgerEntry) {
+		if offShm(e.ledgerEntry) {
 			live[resumeKeyOf(e.ledgerEntry)], live[e.proc()], live[watchKey{id: e.self.ID}] = true, true, true
 		}
 	}
@@ -280,7 +292,7 @@ func (a *Agent) resumeTick(ctx context.Context, backoff resumeBackoff) {
 	}
 	pairs, skipped := resumable(ends, a.socketHolders(ends), a.watch.resumes)
 	for why, n := range skipped {
-		a.log.Debug("socket-pair connections not brought back onto shm", "why", why, "connections", n)
+		a.log.Debug("connections not brought back onto shm", "why", why, "connections", n)
 	}
 	backoff.order(pairs)
 	stop := now.Add(resumeEvery)
@@ -303,20 +315,21 @@ func (a *Agent) resumeTick(ctx context.Context, backoff resumeBackoff) {
 		}
 		if err := errors.Join(errs[:]...); err != nil {
 			backoff.failed(p.key(), time.Now())
-			a.log.Debug("socket-pair connection not brought back onto shm", "connector", p.conn.local, "acceptor", p.acc.local,
+			a.log.Debug("connection not brought back onto shm", "connector", p.conn.local, "acceptor", p.acc.local,
 				"retry_in", backoff[p.key()].wait, "err", err)
 			continue
 		}
 		delete(backoff, p.key())
-		a.log.Debug("socket-pair connection back on shm", "connector", p.conn.local, "acceptor", p.acc.local,
+		a.log.Debug("connection back on shm", "parked", parked(p.conn.ledgerEntry), "connector", p.conn.local, "acceptor", p.acc.local,
 			"containers", [2]string{p.conn.self.Name, p.acc.self.Name}, "pids", [2]int32{p.conn.l.pid, p.acc.l.pid})
 	}
 }
 
-// resumeEnds returns the live ledger entries at the tuples of moved-down
+// resumeEnds returns the live ledger entries at the tuples of offShm
 // entries, either way, of the containers registered here, with shm, and
-// not being released for a move. The ledgers are read a second time only
-// when there is a moved-down entry, and nothing is copied but those.
+// not being released for a move, each checked against the socket its
+// process holds (ledgers.verify). The ledgers are read a second time only
+// when there is an offShm entry, and nothing is copied but those.
 func (a *Agent) resumeEnds() []ledgerEnd {
 	usable := map[string]bool{}
 	ok := func(id string) bool {
@@ -330,7 +343,7 @@ func (a *Agent) resumeEnds() []ledgerEnd {
 	tuples := map[[2]netip.AddrPort]bool{}
 	a.ledgers.read(func(l *ledger) {
 		l.each(func(e ledgerEntry) {
-			if movedDown(e) {
+			if offShm(e) {
 				tuples[[2]netip.AddrPort{e.local, e.remote}] = true
 				tuples[[2]netip.AddrPort{e.remote, e.local}] = true
 			}
@@ -347,7 +360,10 @@ func (a *Agent) resumeEnds() []ledgerEnd {
 			}
 		})
 	})
-	return slices.DeleteFunc(out, func(e ledgerEnd) bool { return !ok(e.self.ID) })
+	// Checked against the sockets their processes hold, as conns does: a
+	// restored process holds its parked sockets under new inodes.
+	live, _ := a.ledgers.verify(slices.DeleteFunc(out, func(e ledgerEnd) bool { return !ok(e.self.ID) }), 0)
+	return live
 }
 
 // socketHolders returns what resumable asks of holders: the processes of
@@ -400,8 +416,9 @@ func holdersIn(nss map[nsKey]bool, inos map[uint64]bool) map[uint64][]int32 {
 var errNotTaken = fmt.Errorf("its parking thread did not take the RESUME within %v", resumeTake)
 
 // resumePair hands both ends of p a RESUME with a new channel, charged to
-// both containers as a new shm connection's, and returns each end's
-// answer (nil: it moved). What a parking thread did not take within
+// both containers as a new shm connection's, and for a parked connection
+// each end's side of a new bell (its TCP sockets then close), and returns
+// each end's answer (nil: it moved). What a parking thread did not take within
 // resumeTake is withdrawn (errNotTaken); the answers to those taken are
 // awaited until resumeWait after the push. An end that moved keeps its
 // charge as a PATH shm's end does; the others' go.
@@ -410,13 +427,7 @@ func (a *Agent) resumePair(ctx context.Context, p resumePair, set directory.Sett
 	if !ok {
 		return [2]error{errors.New(reasonShmBudget)}
 	}
-	var fds [2]int
-	var err error
-	if fds[0], err = newShmMemfd(shmRingSize); err == nil {
-		if fds[1], err = dupFD(fds[0]); err != nil {
-			unix.Close(fds[0])
-		}
-	}
+	fds, err := resumeFDs(parked(p.conn.ledgerEntry))
 	if err != nil {
 		charges[0].release()
 		charges[1].release()
@@ -425,7 +436,7 @@ func (a *Agent) resumePair(ctx context.Context, p resumePair, set directory.Sett
 	ends := [2]ledgerEnd{p.conn, p.acc}
 	var jobs [2]*parkJob
 	for i, role := range [2]uint8{protocol.RoleConnector, protocol.RoleAcceptor} {
-		jobs[i] = &parkJob{local: ends[i].local, remote: ends[i].remote, fd: fds[i], role: role,
+		jobs[i] = &parkJob{local: ends[i].local, remote: ends[i].remote, fds: fds[i], role: role,
 			taken: make(chan struct{}), done: make(chan error, 1)}
 		a.watch.push(ends[i].proc(), jobs[i]) // both at once: each library waits for the other
 	}
@@ -442,7 +453,7 @@ func (a *Agent) resumePair(ctx context.Context, p resumePair, set directory.Sett
 	var errs [2]error
 	for i, job := range jobs {
 		if a.watch.withdraw(ends[i].proc(), job) {
-			unix.Close(job.fd) // never handed
+			protocol.CloseFDs(job.fds) // never handed
 			errs[i] = errNotTaken
 		} else {
 			errs[i] = awaitJob(wctx, job, resumeWait)
@@ -455,6 +466,29 @@ func (a *Agent) resumePair(ctx context.Context, p resumePair, set directory.Sett
 		a.live.adopt(ends[i].key(), charges[i])
 	}
 	return errs
+}
+
+// resumeFDs makes what each end's RESUME hands: the new channel's memfd
+// (a descriptor each), and for a parked connection one side each of the
+// channel's bell, as for a new connection (a socket pair is its own bell).
+func resumeFDs(parked bool) ([2][]int, error) {
+	if parked {
+		hs, err := newShmHalves(shmRingSize)
+		if err != nil {
+			return [2][]int{}, err
+		}
+		return [2][]int{{hs[0].mem, hs[0].fd}, {hs[1].mem, hs[1].fd}}, nil
+	}
+	mem, err := newShmMemfd(shmRingSize)
+	if err != nil {
+		return [2][]int{}, err
+	}
+	dup, err := dupFD(mem)
+	if err != nil {
+		unix.Close(mem)
+		return [2][]int{}, err
+	}
+	return [2][]int{{mem}, {dup}}, nil
 }
 
 // adopt gives charge, a resumed end's, to the table's entry for its key,

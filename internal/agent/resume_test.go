@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -34,6 +35,14 @@ func movedDownEnd(c directory.Container, pid int32, local, remote string, sock u
 		local: netip.MustParseAddrPort(local), remote: netip.MustParseAddrPort(remote), sock: sock}}
 }
 
+// parkedEnd is a live parked entry of container c's process pid naming
+// socket inode sock.
+func parkedEnd(c directory.Container, pid int32, local, remote string, sock uint64) ledgerEnd {
+	e := movedDownEnd(c, pid, local, remote, sock)
+	e.path, e.reason = pathOverlay, reasonParked
+	return e
+}
+
 // soleHolders says each inode is held by the pid its ledgerEnd names.
 func soleHolders(ends ...ledgerEnd) func(uint64) []int32 {
 	m := map[uint64][]int32{}
@@ -43,11 +52,11 @@ func soleHolders(ends ...ledgerEnd) func(uint64) []int32 {
 	return func(ino uint64) []int32 { return m[ino] }
 }
 
-func everyoneWatches(watchKey) bool { return true }
+func everyoneWatches(watchKey, bool) bool { return true }
 
 // wantSkipped checks that resumable found no pair and skipped one for a
 // reason that says want.
-func wantSkipped(t *testing.T, ends []ledgerEnd, holders func(uint64) []int32, watching func(watchKey) bool, want string) {
+func wantSkipped(t *testing.T, ends []ledgerEnd, holders func(uint64) []int32, watching func(watchKey, bool) bool, want string) {
 	t.Helper()
 	pairs, skipped := resumable(ends, holders, watching)
 	if len(pairs) != 0 || len(skipped) != 1 {
@@ -124,10 +133,10 @@ func TestResumeSkipsATupleWithTwoEntries(t *testing.T) {
 func TestResumeSkipsAnEndWithoutAParkingThread(t *testing.T) {
 	srv := movedDownEnd(resumeSrv, 10, "10.244.1.2:6379", "10.244.1.3:40000", 100)
 	cli := movedDownEnd(resumeCli, 20, "10.244.1.3:40000", "10.244.1.2:6379", 200)
-	onlySrv := func(k watchKey) bool { return k == watchKey{resumeSrv.ID, 10} }
+	onlySrv := func(k watchKey, _ bool) bool { return k == watchKey{resumeSrv.ID, 10} }
 	wantSkipped(t, []ledgerEnd{srv, cli}, soleHolders(srv, cli), onlySrv, "parking thread")
 	// Another container's process of that pid does not stand in for it.
-	otherContainer := func(k watchKey) bool { return k.pid == 10 || k == watchKey{"x", 20} }
+	otherContainer := func(k watchKey, _ bool) bool { return k.pid == 10 || k == watchKey{"x", 20} }
 	wantSkipped(t, []ledgerEnd{srv, cli}, soleHolders(srv, cli), otherContainer, "parking thread")
 }
 
@@ -143,10 +152,91 @@ func TestResumeSkipsAUnixPairNotMovedDown(t *testing.T) {
 		t.Fatalf("resumable over a unix PATH: %d pairs, skipped %v; want nothing considered", len(pairs), skipped)
 	}
 	srv.reason = reasonMovedDown
-	wantSkipped(t, []ledgerEnd{srv, cli}, soleHolders(srv, cli), everyoneWatches, "not a moved-down")
+	wantSkipped(t, []ledgerEnd{srv, cli}, soleHolders(srv, cli), everyoneWatches, "not off shm the same way")
 	self := movedDownEnd(resumeSrv, 10, "10.244.1.2:41000", "10.244.1.2:6379", 300)
 	self2 := movedDownEnd(resumeSrv, 10, "10.244.1.2:6379", "10.244.1.2:41000", 301)
 	wantSkipped(t, []ledgerEnd{self, self2}, soleHolders(self, self2), everyoneWatches, "one process holds both ends")
+}
+
+// TestResumeParkedEndsOnOneHost: a connection parked on TCP for a
+// migration whose two ends are on this host again (one container moved
+// back, or next to the other) is a pair to resume, as a moved-down one
+// is; an overlay entry that was never on shm is not, nor a parked end
+// whose peer's end is a socket pair, nor one whose library takes only a
+// socket pair's RESUME (CAPS bit 4 without bit 5).
+func TestResumeParkedEndsOnOneHost(t *testing.T) {
+	srv := parkedEnd(resumeSrv, 10, "10.244.1.2:6379", "10.244.1.3:40000", 100)
+	cli := parkedEnd(resumeCli, 20, "10.244.1.3:40000", "10.244.1.2:6379", 200)
+	if pairs, skipped := resumable([]ledgerEnd{srv, cli}, soleHolders(srv, cli), everyoneWatches); len(pairs) != 1 || len(skipped) != 0 {
+		t.Fatalf("resumable over two parked ends: %d pairs, skipped %v; want one", len(pairs), skipped)
+	}
+	plain := cli
+	plain.reason = ""
+	wantSkipped(t, []ledgerEnd{srv, plain}, soleHolders(srv, plain), everyoneWatches, "not off shm the same way")
+	if pairs, skipped := resumable([]ledgerEnd{plain}, soleHolders(plain), everyoneWatches); len(pairs)+len(skipped) != 0 {
+		t.Fatalf("resumable over an overlay entry: %d pairs, skipped %v; want nothing considered", len(pairs), skipped)
+	}
+	pair := movedDownEnd(resumeCli, 20, "10.244.1.3:40000", "10.244.1.2:6379", 200)
+	wantSkipped(t, []ledgerEnd{srv, pair}, soleHolders(srv, pair), everyoneWatches, "not off shm the same way")
+	pairsOnly := func(_ watchKey, parked bool) bool { return !parked }
+	wantSkipped(t, []ledgerEnd{srv, cli}, soleHolders(srv, cli), pairsOnly, "parking thread")
+	a := resumeAgent(t)
+	s := watching(a, resumeSrv.ID, 10)
+	if !a.watch.resumes(s.watching, false) || a.watch.resumes(s.watching, true) {
+		t.Fatal("a library with CAPS bit 4 alone is taken for one that resumes parked connections, or not for pairs")
+	}
+	s.caps |= protocol.CapResumeParked
+	if !a.watch.resumes(s.watching, true) {
+		t.Fatal("a library with CAPS bits 4 and 5 is not taken for one that resumes parked connections")
+	}
+}
+
+// TestResumeParkedHandsEachEndABell: a parked connection's RESUMEs carry
+// the channel's memfd and one side each of a new bell (its TCP sockets
+// close once it moved, so the channel needs its own); a socket pair's
+// carry the memfd alone.
+func TestResumeParkedHandsEachEndABell(t *testing.T) {
+	a := resumeAgent(t)
+	srv := parkedEnd(resumeSrv, 10, "10.244.1.2:6379", "10.244.1.3:40002", 100)
+	cli := parkedEnd(resumeCli, 20, "10.244.1.3:40002", "10.244.1.2:6379", 200)
+	ss, cs := watching(a, resumeSrv.ID, 10), watching(a, resumeCli.ID, 20)
+	done := make(chan [2]error, 1)
+	go func() {
+		done <- a.resumePair(context.Background(), resumePair{conn: srv, acc: cli}, directory.Settings{})
+	}()
+	var jobs [2]*parkJob
+	for i, s := range []*session{ss, cs} {
+		waitFor(t, "a job for the parking thread", func() bool { jobs[i] = a.watch.pop(s.watching, s); return jobs[i] != nil })
+		defer protocol.CloseFDs(jobs[i].fds)
+	}
+	for i, j := range jobs {
+		if len(j.fds) != 2 {
+			t.Fatalf("end %d's RESUME carries %d fds; want the memfd and a bell", i, len(j.fds))
+		}
+		mustMapShm(t, j.fds[0])
+		if typ, err := unix.GetsockoptInt(j.fds[1], unix.SOL_SOCKET, unix.SO_TYPE); err != nil || typ != unix.SOCK_STREAM {
+			t.Fatalf("end %d's second fd: type %d, %v; want a Unix stream socket", i, typ, err)
+		}
+	}
+	if _, err := unix.Write(jobs[0].fds[1], []byte{0x44}); err != nil {
+		t.Fatal(err)
+	}
+	if b := make([]byte, 1); func() bool { n, err := unix.Read(jobs[1].fds[1], b); return n != 1 || err != nil }() {
+		t.Fatal("the two ends' bells are not one socket pair")
+	}
+	jobs[0].done <- nil
+	jobs[1].done <- nil
+	if errs := <-done; errors.Join(errs[:]...) != nil {
+		t.Fatal(errs)
+	}
+	fds, err := resumeFDs(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer protocol.CloseFDs(append(fds[0], fds[1]...))
+	if len(fds[0]) != 1 || len(fds[1]) != 1 {
+		t.Fatalf("a socket pair's RESUMEs carry %d and %d fds; want the memfd alone", len(fds[0]), len(fds[1]))
+	}
 }
 
 // TestResumeBackoffDoublesToAMinute: a connection not moved is tried
@@ -208,7 +298,7 @@ func TestResumeHandsOneMemfdOverWatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	job := &parkJob{local: netip.MustParseAddrPort(selfCli(48700)), remote: netip.MustParseAddrPort(selfSrv), fd: mem,
+	job := &parkJob{local: netip.MustParseAddrPort(selfCli(48700)), remote: netip.MustParseAddrPort(selfSrv), fds: []int{mem},
 		role: protocol.RoleAcceptor, done: make(chan error, 1)}
 	a.watch.push(watchKey{ffSelf.ID, int32(os.Getpid())}, job)
 	m, fds, err := lib.call(protocol.New(protocol.TypeWatch, 0))
@@ -261,13 +351,13 @@ func watching(a *Agent, id string, pid int32) *session {
 	return s
 }
 
-// takeJob waits for s's next job, and closes its fd as a session does
+// takeJob waits for s's next job, and closes its fds as a session does
 // once it handed it.
 func takeJob(t *testing.T, a *Agent, s *session) *parkJob {
 	t.Helper()
 	var job *parkJob
 	waitFor(t, "a job for the parking thread", func() bool { job = a.watch.pop(s.watching, s); return job != nil })
-	unix.Close(job.fd)
+	protocol.CloseFDs(job.fds)
 	return job
 }
 
@@ -459,12 +549,12 @@ func TestResumeSkipsALibraryThatDoesNotTakeResume(t *testing.T) {
 	w := newWatchers()
 	old := &session{pid: 10, self: directory.Container{ID: "c-1"}, caps: protocol.CapShm | protocol.CapLink}
 	w.attach(watchKey{"c-1", 10}, old)
-	if !w.known(watchKey{"c-1", 10}) || w.resumes(watchKey{"c-1", 10}) {
+	if !w.known(watchKey{"c-1", 10}) || w.resumes(watchKey{"c-1", 10}, false) {
 		t.Fatalf("a parking thread without CAPS bit 4: known %v, takes RESUME %v; want true, false",
-			w.known(watchKey{"c-1", 10}), w.resumes(watchKey{"c-1", 10}))
+			w.known(watchKey{"c-1", 10}), w.resumes(watchKey{"c-1", 10}, false))
 	}
 	w.attach(watchKey{"c-1", 10}, &session{pid: 10, self: directory.Container{ID: "c-1"}, caps: protocol.CapResume})
-	if !w.resumes(watchKey{"c-1", 10}) {
+	if !w.resumes(watchKey{"c-1", 10}, false) {
 		t.Fatal("its newer session says it takes RESUME, and it is not asked")
 	}
 }
@@ -676,5 +766,69 @@ func TestResumeBackoffForgetsProcessesWithNoMovedDownEntry(t *testing.T) {
 	cli.path, cli.reason = pathShm, ""
 	if b.keep([]ledgerEnd{srv, cli}); len(b) != 0 {
 		t.Fatalf("kept %v once neither end is moved down", b)
+	}
+}
+
+// TestResumeFindsParkedEndsRestoredUnderOtherInodes: a container moved
+// back next to its peer holds its parked sockets under other inodes than
+// its ledger names (CRIU made them anew at the restore): each end is
+// checked against the socket at its descriptor, as conns checks them, and
+// the connection is a pair to resume (before, its ends were taken for
+// sockets their processes no longer held, until a conns listing looked).
+func TestResumeFindsParkedEndsRestoredUnderOtherInodes(t *testing.T) {
+	a := resumeAgent(t)
+	lo := directory.Container{ID: "lo", Name: "lo", IP: "127.0.0.1"}
+	k, err := nsOfPath("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.ids.put(lo, k)
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	conn, err := net.Dial("tcp4", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mineF, err := conn.(*net.TCPConn).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mineF.Close()
+	itsF, err := accepted.(*net.TCPConn).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, remote := conn.LocalAddr().String(), conn.RemoteAddr().String()
+	conn.Close()
+	accepted.Close()
+	child := exec.Command("sleep", "60")
+	child.ExtraFiles = []*os.File{itsF} // its fd 3: the peer's end, its process's alone
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	itsF.Close()
+	t.Cleanup(func() { child.Process.Kill(); child.Wait() })
+	mine, its := newTestLedger(t, 4), newTestLedger(t, 4)
+	mine.putHeld(t, 0, pathOverlay, 0, local, remote, reasonParked, int(mineF.Fd()))
+	its.putHeld(t, 0, pathOverlay, 0, remote, local, reasonParked, int(mineF.Fd()))
+	binary.NativeEndian.PutUint32(its.mem[entryOff(0)+entryOffFD:], 3)
+	for i, l := range []*testLedger{mine, its} { // as written before the restore
+		binary.NativeEndian.PutUint64(l.mem[entryOff(0)+entryOffIno:], 1<<40+uint64(i))
+	}
+	for pid, l := range map[int32]*testLedger{int32(os.Getpid()): mine, int32(child.Process.Pid): its} {
+		if err := a.ledgers.put(pid, lo, l.fd); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ends := a.resumeEnds()
+	if pairs, skipped := resumable(ends, a.socketHolders(ends), everyoneWatches); len(pairs) != 1 {
+		t.Fatalf("resumable over two restored parked ends: %d pairs, skipped %v; want one", len(pairs), skipped)
 	}
 }

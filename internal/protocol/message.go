@@ -170,6 +170,9 @@ const (
 	// CapResume: the library's parking thread takes RESUME (PROTOCOL.md,
 	// "Back to shared memory").
 	CapResume uint32 = 1 << 4
+	// CapResumeParked: and RESUME of a connection parked on TCP, with a
+	// second fd, its new bell (PROTOCOL.md, "Back to shared memory").
+	CapResumeParked uint32 = 1 << 5
 )
 
 // valueKind says how the decoder checks an attribute's value length.

@@ -123,6 +123,7 @@ var shmLayoutChecked = map[string]uint64{
 var shmLayoutIgnored = []string{
 	"off_switch_by", "off_offer", "off_offer_wait", "off_done", "off_done_connector", "off_done_acceptor",
 	"off_resume", "resume_held_connector", "resume_held_acceptor", "resume_go", "resume_off", "resume_done_connector", "resume_done_acceptor",
+	"resume_quiet_connector", "resume_quiet_acceptor",
 	"off_ctl0", "off_ctl1", "ctl_head", "ctl_base", "ctl_tail", "ctl_cons_wait", "ctl_prod_wait",
 	"ctl_cons_busy", "ctl_prod_shut", "ctl_cons_closed", "ctl_spill", "bell", "switch",
 	"connector", "acceptor", "parked", "offer_none", "offer_offered", "offer_taken", "offer_withdrawn",

@@ -159,6 +159,8 @@ struct fa_state {
 		int pid_conn, pid_acc;
 		int64_t at;		/* when to offer next; 0 once it moved */
 		int asked, moved;	/* RESUMEs out, and ends that said they moved */
+		int64_t conn_at;	/* FF_TEST_RESUME_LAG_MS: the connector's goes then; 0 sent */
+		int conn_fds[2];	/* what it carries meanwhile */
 	} resume[8];
 	int nresume;
 };
@@ -607,8 +609,11 @@ static inline int fa_park_due(struct fa_state *st)
  * Back to shm (docs/PROTOCOL.md, "Back to shared memory"): with
  * FF_TEST_RESUME_MS set, every shm channel's two ends are sent RESUME with a
  * new channel, both at once once both wait in WATCH, that long after it is
- * made and again as long after each try that did not move both. The agent's
- * own checks (a moved-down pair, its second holder gone) are the test's.
+ * made and again as long after each try that did not move both; once it was
+ * parked (FF_TEST_PARK_MS), each end also gets one end of a new bell. With
+ * FF_TEST_RESUME_LAG_MS the connector's goes that much after the
+ * acceptor's. The agent's own checks (a moved-down pair, its second holder
+ * gone, a parked one's ends on one host) are the test's.
  */
 static inline int fa_resume_ms(void)
 {
@@ -617,9 +622,11 @@ static inline int fa_resume_ms(void)
 	return v ? atoi(v) : 0;
 }
 
+/* RESUME to watcher w: the new channel's memfd, and for a parked connection this end's bell (else -1). */
 static inline void fa_resume_send(struct fa_state *st, int w, const uint8_t *local, const uint8_t *remote,
-				  uint8_t role, int memfd)
+				  uint8_t role, int memfd, int bell)
 {
+	int fds[2] = { memfd, bell };
 	uint8_t buf[128];
 	struct ff_enc e;
 
@@ -627,9 +634,22 @@ static inline void fa_resume_send(struct fa_state *st, int w, const uint8_t *loc
 	ff_enc_attr(&e, FF_ATTR_LOCAL_EP, local, 6);
 	ff_enc_attr(&e, FF_ATTR_REMOTE_EP, remote, 6);
 	ff_enc_u8(&e, FF_ATTR_ROLE, role);
-	t_send_fds(st->watch[w].fd, buf, (size_t)ff_enc_finish(&e), &memfd, 1);
+	t_send_fds(st->watch[w].fd, buf, (size_t)ff_enc_finish(&e), fds, bell >= 0 ? 2 : 1);
 	st->watch[w].waiting = 0;
 	fa_log(st, "resume");
+}
+
+/* Whether the connection conn -> acc was parked at both ends (both handed their sockets). */
+static inline int fa_parked(const struct fa_state *st, const uint8_t *conn, const uint8_t *acc)
+{
+	for (int i = 0; i < st->npark; i++) {
+		const struct fa_park *p = &st->park[i];
+
+		if (!p->at && p->answered && p->acc_sock < 0 && p->conn_len == 6 && !memcmp(p->conn, conn, 6) &&
+		    !memcmp(p->acc, acc, 6))
+			return 1;
+	}
+	return 0;
 }
 
 /* The RESUMEs due; the ms to the next, or 100. */
@@ -639,12 +659,22 @@ static inline int fa_resume_due(struct fa_state *st)
 
 	for (int i = 0; i < st->nresume; i++) {
 		struct fa_resume *r = &st->resume[i];
-		int wc, wa, memfd;
+		int wc, wa, memfd, bell[2] = { -1, -1 };
+		const char *lag = getenv("FF_TEST_RESUME_LAG_MS");
 
-		if (!r->at || r->asked)
-			continue;
 		wc = fa_watcher(st, r->pid_conn);
 		wa = fa_watcher(st, r->pid_acc);
+		if (r->conn_at && r->conn_at <= now && wc >= 0) {
+			fa_resume_send(st, wc, r->conn, r->acc, FF_SHM_CONNECTOR, r->conn_fds[0], r->conn_fds[1]);
+			for (int k = 0; k < 2; k++)
+				if (r->conn_fds[k] >= 0)
+					close(r->conn_fds[k]);
+			r->conn_at = 0;
+		} else if (r->conn_at) {
+			next = r->conn_at > now && r->conn_at - now < next ? r->conn_at - now : next;
+		}
+		if (!r->at || r->asked)
+			continue;
 		if (r->at > now || wc < 0 || wa < 0 || (wc == wa && r->pid_conn == r->pid_acc)) {
 			int64_t wait = r->at > now ? r->at - now : 10;
 
@@ -654,9 +684,22 @@ static inline int fa_resume_due(struct fa_state *st)
 		memfd = fa_memfd(fa_shm_ring(), FF_SHM_MAGIC, FA_SHM_BYTES(fa_shm_ring()), FA_SEALS);
 		if (memfd < 0)
 			_exit(3);
-		fa_resume_send(st, wc, r->conn, r->acc, FF_SHM_CONNECTOR, memfd);
-		fa_resume_send(st, wa, r->acc, r->conn, FF_SHM_ACCEPTOR, memfd);
-		close(memfd);
+		if (fa_parked(st, r->conn, r->acc) && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, bell))
+			_exit(3);
+		fa_resume_send(st, wa, r->acc, r->conn, FF_SHM_ACCEPTOR, memfd, bell[1]);
+		if (bell[1] >= 0)
+			close(bell[1]);
+		if (lag && atoi(lag) > 0) {
+			r->conn_fds[0] = memfd;
+			r->conn_fds[1] = bell[0];
+			r->conn_at = now + atoi(lag);
+			next = atoi(lag) < next ? atoi(lag) : next;
+		} else {
+			fa_resume_send(st, wc, r->conn, r->acc, FF_SHM_CONNECTOR, memfd, bell[0]);
+			close(memfd);
+			if (bell[0] >= 0)
+				close(bell[0]);
+		}
 		r->asked = 2;
 		r->moved = 0;
 	}
@@ -782,6 +825,7 @@ static inline void fa_decide(struct fa_state *st, struct fa_tuple *t, int fd, ui
 			r->pid_acc = fa_peer_pid(t->asker_connects ? t->waiter : fd);
 			r->at = fa_now() + fa_resume_ms();
 			r->asked = r->moved = 0;
+			r->conn_at = 0;
 		}
 		a[0] = sp[0];
 		b[0] = sp[1];

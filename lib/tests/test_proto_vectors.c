@@ -204,6 +204,7 @@ static const struct layout_key shm_keys[] = {
 	K("resume_held_acceptor", FF_RESUME_HELD_ACCEPTOR), K("resume_go", FF_RESUME_GO),
 	K("resume_off", FF_RESUME_OFF), K("resume_done_connector", FF_RESUME_DONE_CONNECTOR),
 	K("resume_done_acceptor", FF_RESUME_DONE_ACCEPTOR),
+	K("resume_quiet_connector", FF_RESUME_QUIET_CONNECTOR), K("resume_quiet_acceptor", FF_RESUME_QUIET_ACCEPTOR),
 	K("off_ctl0", FF_SHM_OFF_CTL0), K("off_ctl1", FF_SHM_OFF_CTL1),
 	K("ctl_head", FF_SHM_CTL_HEAD), K("ctl_base", FF_SHM_CTL_BASE), K("ctl_tail", FF_SHM_CTL_TAIL),
 	K("ctl_cons_wait", FF_SHM_CTL_CONS_WAIT), K("ctl_prod_wait", FF_SHM_CTL_PROD_WAIT),

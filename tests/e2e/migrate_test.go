@@ -220,7 +220,9 @@ func capBnd(t *testing.T, c *testenv.Cluster, name string) string {
 // library clients on shared memory, which the move parks on plain TCP at
 // their overlay tuples: one that INCRs every 2 ms, one that writes and
 // reads back 1-4 MiB values (bytes in both rings when it parks), one on h2
-// parked when the server leaves h2. A library client itself moves too
+// parked when the server leaves h2; the move back to h1 brings the h1
+// clients' parked connections back onto shared memory (both ends on one
+// host again). A library client itself moves too
 // (the connecting end parks). While a library client on another host holds
 // a host TCP connection to it, which cannot be parked yet, the move is
 // refused with that reason and nothing changes. After the moves a new
@@ -334,6 +336,8 @@ func TestMigrateLibraryContainer(t *testing.T) {
 	onShm("shm2")
 	move(srv, "h1")
 	wantParked("shm2")
+	onShm("shm1")
+	onShm("bulk1")
 
 	// The connecting end moves: shm3's connection parks from its side.
 	runClient(t, c, "h1", nil, "redis-cli", "-h", srv, "PING")

@@ -124,6 +124,7 @@ enum ff_attr_type {
 #define FF_CAP_XLINK		(1u << 2)	/* takes cross-host links (PATH host-tcp) */
 #define FF_CAP_SYN_MARK		(1u << 3)	/* marks its SYNs, asks only about marked ones (synmark.c) */
 #define FF_CAP_RESUME		(1u << 4)	/* its parking thread takes RESUME (shm/resume.c) */
+#define FF_CAP_RESUME_PARKED	(1u << 5)	/* and RESUME of a parked connection (two fds) */
 #define FF_TOKEN_LEN		16
 
 /* Values of PATH_KIND. */

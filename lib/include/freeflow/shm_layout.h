@@ -58,6 +58,9 @@ enum ff_shm_role { FF_SHM_CONNECTOR = 1, FF_SHM_ACCEPTOR = 2 };
 /* After GO: the end's channel is in place (and armed for its program's pollers); nobody writes before both. */
 #define FF_RESUME_DONE_CONNECTOR	16u
 #define FF_RESUME_DONE_ACCEPTOR		32u
+/* Once both hold it: the end's own queues are empty (nothing more can come into them). */
+#define FF_RESUME_QUIET_CONNECTOR	64u
+#define FF_RESUME_QUIET_ACCEPTOR	128u
 
 /* The done word of role. */
 #define FF_SHM_OFF_DONE_OF(role)	(FF_SHM_OFF_DONE + 4u * ((role) - 1u))

@@ -243,6 +243,7 @@ struct ff_park {
 	int adopt;		/* FOUND 1: its peer parked it first; park only if switch_by says so */
 	int sock;		/* PARK: this end's TCP socket; RESUME: the new channel's memfd */
 	uint32_t role;		/* RESUME: this end's enum ff_shm_role; 0 for a PARK */
+	int bell;		/* RESUME of a parked connection: this end's new bell; else -1 */
 };
 int ff_park_read(struct ff_reply *r, struct ff_park *p);
 

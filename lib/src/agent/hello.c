@@ -111,7 +111,8 @@ int ff_agent_hello(struct ff_agent *a, const char *lib_version,
 	ff_enc_str(&e, FF_ATTR_LIB_VERSION,
 		   lib_version ? lib_version : FF_LIB_VERSION);
 	/* The agent offers PATH shm, and links, only when both ends' libraries said so. */
-	ff_enc_u32(&e, FF_ATTR_CAPS, FF_CAP_SHM | FF_CAP_LINK | FF_CAP_XLINK | FF_CAP_SYN_MARK | FF_CAP_RESUME);
+	ff_enc_u32(&e, FF_ATTR_CAPS, FF_CAP_SHM | FF_CAP_LINK | FF_CAP_XLINK | FF_CAP_SYN_MARK | FF_CAP_RESUME |
+		   FF_CAP_RESUME_PARKED);
 	ret = round_trip(a, &e, FF_MSG_HELLO_REPLY, &r);
 	if (ret)
 		return ret;

@@ -342,7 +342,7 @@ void ff_ledger_list_inherited(void)
 		ff_ledger_publish(e, &(struct ff_ledger_row){
 			.fd = fd, .ends = &c->ends,
 			.path = c->kern_family == AF_UNIX ? FF_PATH_UNIX : FF_PATH_HOST_TCP,
-			.reason = c->moved ? "moved-down" : NULL });
+			.reason = c->moved == FF_MOVED_PAIR ? "moved-down" : NULL });
 		c->ledger = e;
 	}
 	ff_table_unlock();

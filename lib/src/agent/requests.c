@@ -143,8 +143,9 @@ int ff_park_read(struct ff_reply *r, struct ff_park *p)
 
 	if ((resume ? role && (ff_attr_u8(role) == 1 || ff_attr_u8(role) == 2) : r->msg.type == FF_MSG_PARK) &&
 	    l && m && l->len <= FF_EP6_LEN &&
-	    m->len <= FF_EP6_LEN && r->nfds == 1 &&
-	    (resume || ff_is_socket(r->fds[0], SOCK_STREAM, 0))) {
+	    m->len <= FF_EP6_LEN && (r->nfds == 1 || (resume && r->nfds == 2)) &&
+	    (resume || ff_is_socket(r->fds[0], SOCK_STREAM, 0)) &&
+	    (r->nfds == 1 || ff_is_socket(r->fds[1], SOCK_STREAM, 1))) {
 		p->role = resume ? ff_attr_u8(role) : 0;
 		memcpy(p->local, l->val, l->len);
 		memcpy(p->remote, m->val, m->len);
@@ -152,7 +153,8 @@ int ff_park_read(struct ff_reply *r, struct ff_park *p)
 		p->remote_len = (uint8_t)m->len;
 		p->adopt = adopt && ff_attr_u8(adopt);
 		p->sock = r->fds[0];
-		r->fds[0] = -1;
+		p->bell = r->nfds == 2 ? r->fds[1] : -1;
+		r->fds[0] = r->fds[1] = -1;
 		ret = 0;
 	}
 	ff_reply_close_fds(r);

@@ -143,6 +143,12 @@ void ff_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---- fdtable.c: what the shim knows about each fd ---- */
 
+/* Where a connection that was on shm went (shm/switch.c), and may come back from (shm/resume.c). */
+enum ff_moved {
+	FF_MOVED_PAIR = 1,	/* moved down to a socket pair: its process forked, or passed it on */
+	FF_MOVED_PARKED,	/* parked on TCP at its overlay tuple for a migration */
+};
+
 enum ff_state {
 	FF_ST_SOCKET,		/* TCP socket, not connected yet */
 	FF_ST_LISTEN,		/* listening */
@@ -190,7 +196,7 @@ struct ff_conn {
 	struct ff_shm *shm;		/* SWAPPED onto the shared-memory channel (shm.h) */
 	struct ff_offer *offer;		/* connecting over a link: the channel offered (link.c) */
 	uint64_t ledger;		/* linked: its entry in the ledger (ledger.c); 0 none */
-	int moved;			/* moved down from shm to a socket pair (shm/switch.c) */
+	int moved;			/* off shm on a kernel channel that may come back: enum ff_moved */
 	/* moved: back to shm (shm/resume.c). Under the table lock. */
 	int held;			/* 1: its writers wait; 2: every call on it waits */
 	int readers, writers;		/* threads inside a data call on it, by direction */
@@ -217,7 +223,7 @@ struct ff_conn {
 #define FF_FD_RING	32u	/* an io_uring whose submissions the shim follows (routes.c) */
 #define FF_FD_UVERBS	64u	/* the verbs device's command file (calls/uverbs.c) */
 #define FF_FD_RDMACM	128u	/* an rdma_cm event channel (calls/rdmacm.c) */
-/* conn moved down to a socket pair: calls on it are counted, and wait while it is held (shm/resume.c) */
+/* conn moved off shm (enum ff_moved): calls on it are counted, and wait while it is held (shm/resume.c) */
 #define FF_FD_MOVED	256u
 /* Some fd was ever FF_FD_MOVED: until then poll and select look at no slot for it. */
 extern _Atomic int ff_moved_seen;

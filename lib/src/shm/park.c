@@ -34,6 +34,12 @@
 #define TICK_MS		1000
 /* A session that ended is opened again after this at the latest (a move's hold is 1 min). */
 #define AGAIN_MS	60000
+/*
+ * How often the thread looks for a new agent meanwhile, or asks one that
+ * refused again: a restored process meets its new host's agent within
+ * this of its registration, before a move back may need it to park.
+ */
+#define AGAIN_TICK_MS	50
 
 static pthread_mutex_t park_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t park_cv;
@@ -53,7 +59,7 @@ static struct {
 	int sock;
 } inbox = { NULL, { .sock = -1 }, -1 };
 
-/* The thread runs while the process has shm connections, or socket pairs that may go back to shm. */
+/* The thread runs while the process has shm connections, or connections that may go back to shm. */
 static int needed(void)
 {
 	return atomic_load(&ff_shm_conns) || ff_moved_any();
@@ -242,7 +248,9 @@ static int watch_once(struct ff_agent *a, pid_t pid, int *parked, const char **w
 	if (p.role) {
 		*parked = ff_shm_resume(&p, why);
 		ff_real.close(p.sock);
-		ff_debug("resume: %s", *parked ? "a socket pair is back on shm" : *why);
+		if (p.bell >= 0)
+			ff_real.close(p.bell);
+		ff_debug("resume: %s", *parked ? "back on shm" : *why);
 		return 0;
 	}
 	*parked = park_one(&p, why);
@@ -256,13 +264,16 @@ static int watch_once(struct ff_agent *a, pid_t pid, int *parked, const char **w
  * opened again only once another agent serves the socket's path (a new
  * agent, or, after a move, the destination's, whose directory is bound
  * there), or after AGAIN_MS: never while a move's checkpoint may be under
- * way, which a session to the source's agent would make fail. The new
+ * way, which a session to the source's agent would make fail. A new agent
+ * that refuses the session (a moved container's processes run before the
+ * destination's agent has it) is asked again every AGAIN_TICK_MS. The new
  * session sends the listeners and the ledger again, so the new agent knows
  * them before the program's next call.
  */
 static void *parker(void *arg)
 {
 	pid_t pid = getpid();
+	uint64_t served = ff_control_agent_id();	/* the agent of the last session (or the first asked) */
 	int announce = 0;
 
 	(void)arg;
@@ -274,6 +285,7 @@ static void *parker(void *arg)
 		int parked = -1, ret = 0;
 
 		if (!ff_control_open_own(&a, announce)) {
+			served = agent;
 			while (!(ret = watch_once(&a, pid, &parked, &why)))
 				;
 			if (ff_control_own_valid(&a, pid))
@@ -282,9 +294,9 @@ static void *parker(void *arg)
 				break;
 		}
 		since = ff_now_ms();
-		while (!refused && needed() && ff_now_ms() - since < AGAIN_MS &&
-		       ff_control_agent_id() == agent)
-			nanosleep(&(struct timespec){ .tv_sec = TICK_MS / 1000 }, NULL);
+		do
+			nanosleep(&(struct timespec){ .tv_nsec = AGAIN_TICK_MS * 1000000L }, NULL);
+		while (!refused && needed() && ff_now_ms() - since < AGAIN_MS && ff_control_agent_id() == served);
 		announce = 1;
 	}
 	pthread_mutex_lock(&park_mu);

@@ -2,12 +2,15 @@
 /*
  * Back to shared memory (docs/SHM.md, "Back to shared memory"): a
  * connection moved down to a socket pair goes onto a new shm channel once
- * its second holder is gone, at a moment when no byte is in flight. The
- * agent hands each end's parking thread the channel (RESUME). Each end
- * holds its writers while its readers drain what came, then every call on
- * it; the two meet in the channel's resume word, one decides GO if the
- * pair's queues are empty, and each attaches the channel with the pair as
- * its bell, then waits for the other's DONE before its program goes on.
+ * its second holder is gone, and one parked on TCP for a migration once
+ * both its ends are on one host, at a moment when no byte is in flight.
+ * The agent hands each end's parking thread the channel (RESUME), and for
+ * a parked one a new bell. Each end holds its writers while its readers
+ * drain what came (and, on TCP, until the peer has what it wrote), then
+ * every call on it; the two meet in the channel's resume word, each says
+ * whether its queues are empty, GO if both are, and each attaches the
+ * channel (the pair, or the new bell put at its fds, the channel's bell),
+ * then waits for the other's DONE before its program goes on.
  *
  * Calls on such connections (FF_FD_MOVED) are counted here by direction,
  * and wait while one is held; poll and select over one are counted but
@@ -19,6 +22,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/sockios.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -49,6 +54,7 @@
 #define SHARE_MS	2000
 
 #define BOTH	(FF_RESUME_HELD_CONNECTOR | FF_RESUME_HELD_ACCEPTOR)
+#define QUIET	(FF_RESUME_QUIET_CONNECTOR | FF_RESUME_QUIET_ACCEPTOR)
 
 /* Under the table lock. */
 static int resuming;		/* a connection is held */
@@ -247,20 +253,23 @@ static int fds_of(const struct ff_conn *c, int *fds, int max)
 	return n;
 }
 
-/* Table lock held: the one moved connection at p's ends (*fd one of its fds), or NULL with *why. */
+/*
+ * Table lock held: the one connection moved as p says (a bell: parked;
+ * else a pair) at p's ends (*fd one of its fds), or NULL with *why.
+ */
 static struct ff_conn *find(const struct ff_park *p, int *fd, const char **why)
 {
+	int kind = p->bell >= 0 ? FF_MOVED_PARKED : FF_MOVED_PAIR, hw = ff_table_hiwater();
 	struct ff_conn *found = NULL;
-	int hw = ff_table_hiwater();
 
-	*why = "no socket-pair connection at that tuple";
+	*why = kind == FF_MOVED_PARKED ? "no parked connection at that tuple" : "no socket-pair connection at that tuple";
 	for (int i = 0; i <= hw; i++) {
 		struct ff_conn *c = ff_fd_slot(i)->conn;
 
-		if (!c || !c->moved || c->shm || c == found || !ff_park_same_ends(&c->ends, p))
+		if (!c || c->moved != kind || c->shm || c == found || !ff_park_same_ends(&c->ends, p))
 			continue;
 		if (found) {
-			*why = "two socket-pair connections at that tuple";
+			*why = "two such connections at that tuple";
 			return NULL;
 		}
 		found = c;
@@ -270,9 +279,9 @@ static struct ff_conn *find(const struct ff_park *p, int *fd, const char **why)
 }
 
 /*
- * Both directions empty, seen from either end of the pair: what it has not
- * read (SIOCINQ), what the peer has not read of what it wrote (SIOCOUTQ,
- * on AF_UNIX everything not yet consumed).
+ * This end's queues empty: what it has not read (SIOCINQ), and what it
+ * wrote that is not yet with the peer (SIOCOUTQ: on AF_UNIX what the peer
+ * has not read, on TCP what the peer has not acknowledged).
  */
 static int queues_empty(int fd)
 {
@@ -389,25 +398,46 @@ static void free_registrations(struct ff_epreg **regs, int n)
 }
 
 /*
- * Table lock held, c held and quiet at GO: sh becomes c's channel at fds,
- * its pair the bell, regs[] its registrations. The slots keep
- * FF_FD_MOVED until the hold ends, so calls wait for it still.
+ * Table lock held: bell, a parked connection's new one, at every fd of c
+ * in place of its TCP socket, with each fd's flags; the TCP options the
+ * program set are kept in c, as for any shm connection.
  */
-static void commit(struct ff_conn *c, struct ff_shm *sh, const int *fds, int n, struct ff_epreg **regs)
+static void put_bell(struct ff_conn *c, int bell, const int *fds, int n, int fl)
+{
+	ff_real.fcntl(bell, F_SETFL, fl >= 0 ? fl & O_NONBLOCK : 0);
+	c->kern_family = AF_UNIX;
+	ff_sockopt_carry(fds[0], bell, c);
+	for (int i = 0; i < n; i++) {
+		int fdfl = ff_real.fcntl(fds[i], F_GETFD);
+
+		ff_real.dup3(bell, fds[i], fdfl >= 0 && (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0);
+	}
+	ff_conn_set_state(c, FF_ST_SWAPPED);
+}
+
+/*
+ * Table lock held, c held and quiet at GO: sh becomes c's channel at fds,
+ * its bell the pair, or bell (parked), regs[] its registrations. The
+ * slots keep FF_FD_MOVED until the hold ends, so calls wait for it still.
+ */
+static void commit(struct ff_conn *c, struct ff_shm *sh, int bell, const int *fds, int n, struct ff_epreg **regs)
 {
 	int all[256], m = fds_of(c, all, (int)(sizeof(all) / sizeof(all[0])));
 	int fl = ff_real.fcntl(fds[0], F_GETFL);
 
+	/* Out of the kernel's sets while the fds still name the socket they were made for. */
+	for (int i = 0; i < n; i++)
+		for (struct ff_epreg *r = regs[i]; r; r = r->next)
+			ff_real.epoll_ctl(r->epfd, EPOLL_CTL_DEL, fds[i], NULL);
+	if (bell >= 0)
+		put_bell(c, bell, all, m, fl);
 	c->moved = 0;
 	ff_shm_attach(c, sh, fl >= 0 && (fl & O_NONBLOCK));
 	/* Every fd of it, also one a dup() made during the hold: FF_FD_SHM, and FF_FD_MOVED while held. */
 	for (int i = 0; i < m; i++)
 		ff_fd_reflag(all[i]);
-	for (int i = 0; i < n; i++) {
-		for (struct ff_epreg *r = regs[i]; r; r = r->next)
-			ff_real.epoll_ctl(r->epfd, EPOLL_CTL_DEL, fds[i], NULL);
+	for (int i = 0; i < n; i++)
 		ff_epset_adopt(fds[i], sh, regs[i]);
-	}
 	/* An fcntl(F_SETFL) meanwhile found the fd not on shm yet: read the flag again. */
 	fl = ff_real.fcntl(fds[0], F_GETFL);
 	atomic_store(&sh->nonblock, fl >= 0 && (fl & O_NONBLOCK));
@@ -438,26 +468,35 @@ static void stay_off(_Atomic uint32_t *w, uint32_t mine)
 
 /*
  * Meet the peer in the resume word and decide: GO or OFF (the word's
- * decision). Each end came only if not shut down, so the decider needs to
- * look at the queues alone.
+ * decision). Once both hold the connection (each came with its writes
+ * with the peer), nothing more comes into either end's queues: each says
+ * whether its own are empty (quiet), and GO needs both. Each end came
+ * only if not shut down, so the queues are all there is to look at. On
+ * TCP, what comes meanwhile is acknowledged at once: the peer's hold
+ * waits for that.
  */
-static uint32_t meet(_Atomic uint32_t *w, uint32_t mine, int fd)
+static uint32_t meet(_Atomic uint32_t *w, uint32_t mine, uint32_t quiet, int fd, int tcp)
 {
 	int64_t end = ff_now_ms() + PEER_MS;
 	uint32_t got = atomic_fetch_or(w, mine) | mine;
 
 	for (;;) {
+		uint32_t exp = got;
+
 		if (got & (FF_RESUME_GO | FF_RESUME_OFF))
 			return got & FF_RESUME_OFF ? FF_RESUME_OFF : FF_RESUME_GO;
-		if ((got & BOTH) == BOTH) {
-			uint32_t exp = got;
-
-			atomic_compare_exchange_strong(w, &exp, got | (queues_empty(fd) ? FF_RESUME_GO : FF_RESUME_OFF));
+		if ((got & BOTH) == BOTH && !(got & quiet)) {
+			if (queues_empty(fd))
+				atomic_fetch_or(w, quiet);
+			else
+				atomic_compare_exchange_strong(w, &exp, got | FF_RESUME_OFF);
+		} else if ((got & QUIET) == QUIET) {
+			atomic_compare_exchange_strong(w, &exp, got | FF_RESUME_GO);
 		} else if (ff_now_ms() >= end) {
-			uint32_t exp = got;
-
 			atomic_compare_exchange_strong(w, &exp, got | FF_RESUME_OFF);
 		} else {
+			if (tcp)
+				ff_real.setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &(int){ 1 }, sizeof(int));
 			nanosleep(&(struct timespec){ .tv_nsec = 100000 }, NULL);
 		}
 		got = atomic_load(w);
@@ -465,14 +504,35 @@ static uint32_t meet(_Atomic uint32_t *w, uint32_t mine, int fd)
 }
 
 /*
+ * On TCP, for the holds: what Nagle keeps back is sent now (TCP_NODELAY
+ * set, then the program's value again), and so is an acknowledgement
+ * this end delays (TCP_QUICKACK), which would outlast the peer's hold.
+ * SIOCOUTQ then (sent but not acknowledged, or not sent), or -1.
+ */
+static int tcp_flush(int fd)
+{
+	int nd = 0, out = -1;
+	socklen_t l = sizeof(nd);
+
+	if (ff_real.getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &nd, &l) ||
+	    ff_real.setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &(int){ 1 }, sizeof(int)) ||
+	    ff_real.setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &nd, sizeof(nd)) ||
+	    ff_real.setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &(int){ 1 }, sizeof(int)) ||
+	    ff_real.ioctl(fd, SIOCOUTQ, &out))
+		return -1;
+	return out;
+}
+
+/*
  * Table lock held: hold c (held 1: its writers wait) until its writers are
- * out of the kernel and its readers drained what came, then every call
- * (held 2) until all left; HOLD_MS in all. 0, or -1 with *why.
+ * out of the kernel and its readers drained what came (on TCP, parked,
+ * until the peer acknowledged what it wrote too: tcp_flush), then
+ * every call (held 2) until all left; HOLD_MS in all. 0, or -1 with *why.
  */
 static int hold(struct ff_conn *c, int fd, const char **why)
 {
 	int64_t end = ff_now_ms() + HOLD_MS;
-	int in = 0;
+	int in = 0, out = 0, tcp = c->moved == FF_MOVED_PARKED;
 
 	c->held = 1;
 	for (;;) {
@@ -483,10 +543,14 @@ static int hold(struct ff_conn *c, int fd, const char **why)
 			*why = "a reader sleeps on it";
 			return -1;
 		}
-		if (!c->writers && !in)
+		if (tcp)
+			out = tcp_flush(fd);
+		if (!c->writers && !in && !out)
 			break;
 		if (ff_now_ms() >= end) {
-			*why = c->writers ? "a writer stays in the kernel on it" : "its readers did not read what came";
+			*why = c->writers ? "a writer stays in the kernel on it"
+			       : in	  ? "its readers did not read what came"
+					  : "the peer did not acknowledge what it wrote";
 			return -1;
 		}
 		ff_table_wait_until(ff_now_ms() + 1 < end ? ff_now_ms() + 1 : end);
@@ -523,13 +587,14 @@ int ff_shm_resume(const struct ff_park *p, const char **why)
 	struct ff_shm *sh = NULL;
 	struct ff_conn *c;
 	struct stat st;
-	uint32_t mine, said = FF_RESUME_OFF;
-	int fds[256], n = 0, fd = -1, connector = p->role == FF_SHM_CONNECTOR;
+	uint32_t mine, quiet, said = FF_RESUME_OFF;
+	int fds[256], n = 0, fd = -1, old = -1, connector = p->role == FF_SHM_CONNECTOR;
 
 	if (ff_shm_open(p->sock, p->role, &sh, why))
 		return 0;
 	w = ff_shm_word(sh, FF_SHM_OFF_RESUME);
 	mine = connector ? FF_RESUME_HELD_CONNECTOR : FF_RESUME_HELD_ACCEPTOR;
+	quiet = connector ? FF_RESUME_QUIET_CONNECTOR : FF_RESUME_QUIET_ACCEPTOR;
 	ff_table_lock();
 	c = find(p, &fd, why);
 	if (c && (c->passed || atomic_load(&ff_shm_avoided))) {
@@ -556,12 +621,19 @@ int ff_shm_resume(const struct ff_park *p, const char **why)
 	} else {
 		/* Unlocked meanwhile: the program's other connections go on. */
 		ff_table_unlock();
-		/* Before the meeting: after GO nothing may fail. */
+		/*
+		 * Before the meeting: after GO nothing may fail. A parked
+		 * connection's TCP socket is kept open until the peer is done:
+		 * closed, it would end the peer's, maybe still at its fds.
+		 */
 		if (find_registrations(fds, n, st.st_ino, regs)) {
 			*why = "its epoll registrations could not be read";
 			stay_off(w, mine);
+		} else if (p->bell >= 0 && (old = ff_real.fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+			*why = "no fd to keep its TCP socket at";
+			stay_off(w, mine);
 		} else {
-			said = meet(w, mine, fd);
+			said = meet(w, mine, quiet, fd, old >= 0);
 			*why = said == FF_RESUME_GO ? NULL
 			       : (atomic_load(w) & BOTH) == BOTH ? "not quiet: bytes in flight"
 								 : "its peer did not come in time, or refused";
@@ -582,15 +654,31 @@ int ff_shm_resume(const struct ff_park *p, const char **why)
 		 */
 		if ((c->raw_armed = c->polling > 0))
 			ff_shm_raw_arm(sh);
-		commit(c, sh, fds, n, regs);
+		commit(c, sh, p->bell, fds, n, regs);
 		sh = NULL;
 		ff_table_unlock();
+		/* For the peer's pollers asleep on its TCP socket: its bell is readable when they look (below). */
+		if (old >= 0)
+			ff_real.send(fd, &(char){ FF_SHM_BELL }, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 		atomic_fetch_or(w, connector ? FF_RESUME_DONE_CONNECTOR : FF_RESUME_DONE_ACCEPTOR);
 		await_done(w, connector ? FF_RESUME_DONE_ACCEPTOR : FF_RESUME_DONE_CONNECTOR, fd);
+		/*
+		 * A poller asleep on the TCP socket stays on its wait queue, and
+		 * when woken looks at what is at its fd now: the bell, with the
+		 * peer's doorbell (sent before its DONE). So it returns, and the
+		 * shim asks again on shm.
+		 */
+		if (old >= 0)
+			ff_real.shutdown(old, SHUT_RD);
 		ff_table_lock();
 	}
 	release(c);
 	ff_table_unlock();
+	/* Moved, it is at no fd: reset, so that no TIME_WAIT keeps the tuple from a later park. */
+	if (old >= 0 && said == FF_RESUME_GO)
+		ff_real.setsockopt(old, SOL_SOCKET, SO_LINGER, &(struct linger){ 1, 0 }, sizeof(struct linger));
+	if (old >= 0)
+		ff_real.close(old);
 	free_registrations(regs, n);
 	if (sh)
 		ff_shm_put(sh);

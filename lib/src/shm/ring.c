@@ -818,15 +818,7 @@ static void step_back(struct ff_shm *sh)
 	pthread_mutex_unlock(&sh->wait_mu);
 }
 
-/*
- * A copy of the bell socket to sleep on, made under wait_mu while fd still
- * is the bell: a move down in another thread puts its kernel socket at fd
- * (under wait_mu too), and a sleep on that one would wait for its data
- * rather than for the bell or room. The copy; -ENOENT if it was moved
- * down (nothing to sleep on: the caller retries and goes to the kernel);
- * -EBADF if fd was closed; fd itself if no copy can be made (EMFILE).
- */
-static int bell_copy(int fd, struct ff_shm *sh)
+int ff_shm_bell_copy(int fd, struct ff_shm *sh)
 {
 	unsigned st;
 	int b;
@@ -848,7 +840,7 @@ int ff_shm_wait(int fd, struct ff_shm *sh, unsigned dir, int ms)
 	int n, err, last;
 
 	arm(sh, dir);
-	if (news(sh, dir, room) || (p.fd = bell_copy(fd, sh)) < 0) {
+	if (news(sh, dir, room) || (p.fd = ff_shm_bell_copy(fd, sh)) < 0) {
 		disarm(fd, sh, dir, 0);
 		return p.fd == -EBADF ? -EBADF : 0;
 	}

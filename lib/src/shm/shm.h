@@ -243,6 +243,16 @@ unsigned ff_shm_arm(int fd, unsigned want, struct ff_shm_waiter *w);
 void ff_shm_disarm(int fd, struct ff_shm_waiter *w, int rang);
 void ff_shm_bell_rang(struct ff_shm *sh);
 /*
+ * A copy of the bell socket at fd to sleep on, made under wait_mu while fd
+ * still is the bell: a move down or a park puts its kernel socket at fd,
+ * and a kernel wait woken on the bell looks at what is at the fd then, so
+ * one asleep on fd would sleep on, on the bell alone, through the new
+ * socket's data. The copy (close it after); -ENOENT if it was moved off
+ * shm (the caller looks again: it is a kernel socket now); -EBADF if fd
+ * was closed; fd itself if no copy can be made (EMFILE).
+ */
+int ff_shm_bell_copy(int fd, struct ff_shm *sh);
+/*
  * For wait/poll.c and wait/epoll.c, which hold a reference across a call or an
  * epoll registration and look at many connections in turn:
  * ff_shm_ready_held: ff_shm_ready on sh, which sits at fd; look 0 leaves

@@ -366,7 +366,8 @@ static void park_ends(int sock, struct ff_ends *ends)
  * sock, which now carries everything, becomes the connection at every fd
  * of it; sh is let go. Both ring locks held: the table lock is taken after
  * them (shm.h). A parked connection's sock is TCP at its overlay tuple:
- * the connection is then plain overlay TCP, as if never swapped.
+ * the connection is then overlay TCP, followed only for a move back
+ * (FF_MOVED_PARKED, shm/resume.c).
  */
 static int install(struct ff_shm *sh, int sock, int parked)
 {
@@ -400,9 +401,10 @@ static int install(struct ff_shm *sh, int sock, int parked)
 			ff_ledger_moved(c->ledger, fds[0], FF_PATH_OVERLAY, 0, "parked", &c->ends);
 			ff_conn_set_state(c, FF_ST_OVERLAY);
 			c->kern_family = c->family;	/* checked: park_family_ok */
+			c->moved = FF_MOVED_PARKED;
 		} else {
 			ff_ledger_moved(c->ledger, fds[0], FF_PATH_UNIX, 0, "moved-down", NULL);
-			c->moved = 1;
+			c->moved = FF_MOVED_PAIR;
 		}
 		c->shm = NULL;
 		for (int i = 0; i < n; i++)

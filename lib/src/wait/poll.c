@@ -54,6 +54,7 @@ struct pcall {
 	struct pollfd *k;		/* what the kernel polls */
 	struct ff_shm **sh;		/* K_SHM: a reference for the call */
 	struct ff_shm_waiter *w;	/* K_SHM: armed while asleep */
+	int *copy;			/* K_SHM, asleep: a copy of its bell socket (ff_shm_bell_copy), or -1 */
 	unsigned char *kind;
 	const sigset_t *mask;
 	int64_t end;
@@ -174,7 +175,7 @@ static int kernel_poll(struct pcall *pc, const struct timespec *ts, int bells)
 
 		*k = pc->fds[i];
 		if (pc->kind[i] == K_SHM) {
-			k->fd = bells ? k->fd : -1;
+			k->fd = !bells ? -1 : pc->copy[i] >= 0 ? pc->copy[i] : k->fd;
 			k->events = POLLIN;
 		} else if (pc->kind[i] == K_PENDING) {
 			k->events |= POLLOUT;
@@ -260,6 +261,10 @@ static int sleep_once(struct pcall *pc)
 			ff_shm_disarm(pc->fds[i].fd, &pc->w[i], 0);
 			r = FF_SHM_READY_MOVED;
 		}
+		if (!r && (pc->copy[i] = ff_shm_bell_copy(pc->fds[i].fd, pc->sh[i])) < 0) {
+			ff_shm_disarm(pc->fds[i].fd, &pc->w[i], 0);
+			r = FF_SHM_READY_MOVED;
+		}
 		if (r & FF_SHM_READY_MOVED)
 			to_plain(pc, i);
 		early |= r != 0;
@@ -267,6 +272,11 @@ static int sleep_once(struct pcall *pc)
 	if (!early) {
 		ret = kernel_poll(pc, ff_left_ts(pc->end, &ts), 1);
 		err = errno;
+	}
+	for (nfds_t i = 0; i < pc->n; i++) {
+		if (pc->copy[i] >= 0 && pc->copy[i] != pc->fds[i].fd)
+			ff_real.close(pc->copy[i]);
+		pc->copy[i] = -1;
 	}
 	/* The bells the kernel found readable are drained (by the last waiter). */
 	for (nfds_t i = 0; i < pc->n; i++)
@@ -288,7 +298,7 @@ static int sleep_once(struct pcall *pc)
 static int pcall_init(struct pcall *pc, struct pollfd *fds, nfds_t n, int64_t end,
 		      const sigset_t *mask, struct ff_entered_list *moved)
 {
-	size_t each = sizeof(*pc->k) + sizeof(*pc->sh) + sizeof(*pc->w) + 1;
+	size_t each = sizeof(*pc->k) + sizeof(*pc->sh) + sizeof(*pc->w) + sizeof(*pc->copy) + 1;
 	char *mem;
 
 	if (!(mem = calloc(n ? n : 1, each)))
@@ -298,9 +308,11 @@ static int pcall_init(struct pcall *pc, struct pollfd *fds, nfds_t n, int64_t en
 	pc->w = (void *)mem;
 	pc->sh = (void *)(mem + n * sizeof(*pc->w));
 	pc->k = (void *)((char *)pc->sh + n * sizeof(*pc->sh));
-	pc->kind = (void *)((char *)pc->k + n * sizeof(*pc->k));
+	pc->copy = (void *)((char *)pc->k + n * sizeof(*pc->k));
+	pc->kind = (void *)((char *)pc->copy + n * sizeof(*pc->copy));
 	for (nfds_t i = 0; i < n; i++) {
 		classify(pc, i);
+		pc->copy[i] = -1;
 		fds[i].revents = 0;
 	}
 	count(pc);
