@@ -33,9 +33,11 @@
 #include <arpa/inet.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/mount.h>
+#include <sys/select.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
@@ -1211,6 +1213,90 @@ static inline void t_fork_child_exits(void)
 	CHECK(kid > 0 && waitpid(kid, &st, 0) == kid && WIFEXITED(st), "the fork child: %s", strerror(errno));
 }
 
+/* A thread asleep on fd in poll() (use_select 0) or select(), 10 s at most (t_sleep_in_wait). */
+struct t_sleeper {
+	int fd, use_select;
+	_Atomic int woke;	/* 0 asleep; 1 it reported fd readable; -1 it returned otherwise */
+};
+
+static inline void *t_sleep_in_wait(void *arg)
+{
+	struct t_sleeper *s = arg;
+	int ok;
+
+	if (s->use_select) {
+		fd_set r;
+
+		FD_ZERO(&r);
+		FD_SET(s->fd, &r);
+		ok = select(s->fd + 1, &r, NULL, NULL, &(struct timeval){ .tv_sec = 10 }) == 1 && FD_ISSET(s->fd, &r);
+	} else {
+		struct pollfd p = { s->fd, POLLIN, 0 };
+
+		ok = poll(&p, 1, 10000) == 1 && (p.revents & POLLIN);
+	}
+	atomic_store(&s->woke, ok ? 1 : -1);
+	return NULL;
+}
+
+/* Until the sleepers' connections are parked on TCP (the fake agent's FF_TEST_PARK_MS), 5 s at most. */
+static inline void t_await_parked(const struct t_sleeper *s, int n)
+{
+	int64_t end = t_ms() + 5000;
+	int parked = 0;
+
+	while (!parked && t_ms() < end) {
+		parked = 1;
+		for (int i = 0; i < n; i++)
+			parked &= t_real_domain(s[i].fd) == AF_INET;
+		if (!parked)
+			usleep(1000);
+	}
+	CHECK(parked, "not parked in 5 s");
+}
+
+/*
+ * In a server, its side of t_wake_sleepers: on each of its n connections
+ * fd[i], once the connector says go on ctl, n bytes of stream 5 + i, and
+ * the connection open until it says done.
+ */
+static inline void t_stream_on_go(int ctl, const int *fd, int n, size_t bytes)
+{
+	char go;
+
+	for (int i = 0; i < n; i++) {
+		CHECK(read(ctl, &go, 1) == 1, "the connector's go %d", i);
+		CHECK(t_send_stream(fd[i], bytes, (uint8_t)(5 + i)) == 0, "the acceptor's bytes, %d", i);
+		/* Open until the connector has them: its wake-up must come from the bytes, not an EOF. */
+		CHECK(read(ctl, &go, 1) == 1, "the connector's done %d", i);
+		close(fd[i]);
+	}
+}
+
+/*
+ * The sleepers s[0..n) (threads t), asleep since before a move of their
+ * connections: each reports nothing before its server writes
+ * (t_stream_on_go), then the bytes within 2 s, and reads them intact.
+ */
+static inline void t_wake_sleepers(int ctl, struct t_sleeper *s, pthread_t *t, int n, size_t bytes)
+{
+	for (int i = 0; i < n; i++) {
+		const char *what = s[i].use_select ? "select" : "poll";
+		int64_t end;
+
+		usleep(100000);
+		CHECK(!atomic_load(&s[i].woke), "the %s returned before any byte came", what);
+		CHECK(write(ctl, "g", 1) == 1, "go");
+		for (end = t_ms() + 2000; t_ms() < end && !atomic_load(&s[i].woke);)
+			usleep(1000);
+		CHECK(atomic_load(&s[i].woke) == 1, "the %s asleep across the move did not report the bytes within 2 s", what);
+		pthread_join(t[i], NULL);
+		CHECK(t_recv_stream(s[i].fd, bytes, (uint8_t)(5 + i)) == 0, "the acceptor's bytes after the move, %d", i);
+		CHECK(write(ctl, "d", 1) == 1, "done");
+		close(s[i].fd);
+	}
+}
+
 /*
  * In a server t_fork_server runs: listen, write the port on ctl, accept
  * one connection, which must be swapped. *lfd is the listener.
@@ -1225,6 +1311,14 @@ static inline int t_serve_one(int ctl, int *lfd)
 	fd = accept(*lfd, NULL, NULL);
 	CHECK(fd >= 0 && t_swapped(fd), "the accepted connection is not swapped");
 	return fd;
+}
+
+/* In a server t_fork_server runs: t_serve_one, then a second connection, also swapped, in fd[0..2). */
+static inline void t_serve_two(int ctl, int *lfd, int *fd)
+{
+	fd[0] = t_serve_one(ctl, lfd);
+	fd[1] = accept(*lfd, NULL, NULL);
+	CHECK(fd[1] >= 0 && t_swapped(fd[1]), "the second connection is on shm");
 }
 
 /*

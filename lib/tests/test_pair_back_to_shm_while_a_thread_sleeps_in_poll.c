@@ -3,7 +3,6 @@
 /* Channels: shm */
 #include "shimtest.h"
 
-#include <sys/select.h>
 #include <sys/wait.h>
 
 #define N	(64u << 10)
@@ -13,52 +12,21 @@ static int server(int ctl)
 	int lfd, fd[2];
 	char go;
 
-	fd[0] = t_serve_one(ctl, &lfd);
-	fd[1] = accept(lfd, NULL, NULL);
-	CHECK(fd[1] >= 0 && t_swapped(fd[1]), "the second connection is on shm");
+	t_serve_two(ctl, &lfd, fd);
 	/* The connector's poll() is asleep on shm now. */
 	CHECK(read(ctl, &go, 1) == 1, "the connector's fork");
 	t_fork_child_exits();
 	/* A byte on the second: the connector, reading it, takes that pair too. */
 	CHECK(write(fd[1], "x", 1) == 1, "the byte after the fork");
-	for (int i = 0; i < 2; i++) {
-		/* The connector says when both connections are on shm again. */
-		CHECK(read(ctl, &go, 1) == 1, "the connector's go %d", i);
-		CHECK(t_send_stream(fd[i], N, (uint8_t)(5 + i)) == 0, "the acceptor's bytes after the move, %d", i);
-		/* Open until the connector has them: its wake-up must come from the bytes, not an EOF. */
-		CHECK(read(ctl, &go, 1) == 1, "the connector's done %d", i);
-		close(fd[i]);
-	}
+	/* The connector says when both connections are on shm again. */
+	t_stream_on_go(ctl, fd, 2, N);
 	close(lfd);
 	return t_exit_code();
 }
 
-struct sleeper {
-	int fd, use_select, woke;
-};
-
-static void *sleep_in_wait(void *arg)
-{
-	struct sleeper *s = arg;
-
-	if (s->use_select) {
-		fd_set r;
-
-		FD_ZERO(&r);
-		FD_SET(s->fd, &r);
-		s->woke = select(s->fd + 1, &r, NULL, NULL, &(struct timeval){ .tv_sec = 10 }) == 1 &&
-			  FD_ISSET(s->fd, &r);
-	} else {
-		struct pollfd p = { s->fd, POLLIN, 0 };
-
-		s->woke = poll(&p, 1, 10000) == 1 && (p.revents & POLLIN);
-	}
-	return NULL;
-}
-
 int main(int argc, char **argv)
 {
-	struct sleeper s[2];
+	struct t_sleeper s[2];
 	pthread_t t[2];
 	uint16_t port;
 	int ctl;
@@ -70,25 +38,17 @@ int main(int argc, char **argv)
 	t_shim_setup(argv, FA_BROKER);
 	port = t_fork_server(server, &ctl, &pid);
 	for (int i = 0; i < 2; i++) {
-		s[i] = (struct sleeper){ t_connect(AF_INET, port), i, 0 };
+		s[i] = (struct t_sleeper){ t_connect(AF_INET, port), i, 0 };
 		CHECK(t_swapped(s[i].fd), "connection %d is on shm", i);
 	}
-	CHECK(!pthread_create(&t[0], NULL, sleep_in_wait, &s[0]), "thread");
+	CHECK(!pthread_create(&t[0], NULL, t_sleep_in_wait, &s[0]), "thread");
 	usleep(200000);
 	CHECK(write(ctl, "f", 1) == 1, "fork");
 	CHECK(read(s[1].fd, &x, 1) == 1 && x == 'x', "the byte after the fork");
-	CHECK(!pthread_create(&t[1], NULL, sleep_in_wait, &s[1]), "thread");
+	CHECK(!pthread_create(&t[1], NULL, t_sleep_in_wait, &s[1]), "thread");
 	CHECK(t_ledger_entries_await(FF_PATH_SHM, "", 4) == 4, "5 s after the fork child exited %d ends are listed shm, want 4",
 	      t_ledger_entries(FF_PATH_SHM, ""));
-	for (int i = 0; i < 2; i++) {
-		CHECK(!s[i].woke, "the %s woke before any byte came", i ? "select" : "poll");
-		CHECK(write(ctl, "g", 1) == 1, "go");
-		pthread_join(t[i], NULL);
-		CHECK(s[i].woke, "the %s asleep across the move did not report the bytes", i ? "select" : "poll");
-		CHECK(t_recv_stream(s[i].fd, N, (uint8_t)(5 + i)) == 0, "the acceptor's bytes after the move, %d", i);
-		CHECK(write(ctl, "d", 1) == 1, "done");
-		close(s[i].fd);
-	}
+	t_wake_sleepers(ctl, s, t, 2, N);
 	t_wait_child(pid, "the acceptor");
 	return t_exit_code();
 }
