@@ -155,13 +155,16 @@ type Agent struct {
 	fills                      *quota        // LINK_FILLs in flight (crosshost_link.go)
 	queued                     *quota        // connectors waiting for a slow acceptor (acceptq.go)
 
-	mu    sync.Mutex               // guards conns, held and closing
+	mu    sync.Mutex               // guards conns, held, parkedFor and closing
 	conns map[*net.UnixConn]string // every connection served; a library session's: its container
 	// held: containers being migrated (RELEASE), whose sessions are
 	// closed and refused until the time given.
-	held    map[string]time.Time
-	closing bool
-	wg      sync.WaitGroup
+	held map[string]time.Time
+	// parkedFor: containers whose connections PARK_CONTAINER parked, not
+	// resumed until the time given or their RELEASE (resume.go).
+	parkedFor map[string]time.Time
+	closing   bool
+	wg        sync.WaitGroup
 }
 
 // New checks cfg and returns an agent that is not yet listening.
@@ -184,7 +187,7 @@ func New(cfg Config, dir Directory) (*Agent, error) {
 	ledgers := newLedgers()
 	a := &Agent{
 		cfg: cfg, subnet: subnet.Masked(), dir: dir, log: cfg.Logger, selfNS: self,
-		ids: newIdentities(), conns: map[*net.UnixConn]string{}, held: map[string]time.Time{},
+		ids: newIdentities(), conns: map[*net.UnixConn]string{}, held: map[string]time.Time{}, parkedFor: map[string]time.Time{},
 		rv: newRendezvous(cfg.keepDecided), listeners: newListeners(), live: newConnTable(), nonces: newNonces(),
 		shm: newShmBudget(), ledgers: ledgers, watch: newWatchers(), standbys: newStandbys(), xlinks: newXLinks(),
 		sessions: newQuota(cfg.SessionsPerContainer), admins: newQuota(cfg.AdminConns),

@@ -30,6 +30,21 @@ func (s *ledgers) verify(ends []ledgerEnd, minAge time.Duration) (live, dead []l
 		}
 	}
 	s.mu.Unlock()
+	return s.check(ends, due)
+}
+
+// verifyEnds is verify of ends alone, now: the ledgers they are in are not
+// taken as checked (their other entries were not).
+func (s *ledgers) verifyEnds(ends []ledgerEnd) (live, dead []ledgerEnd) {
+	due := map[*ledger]bool{}
+	for _, e := range ends {
+		due[e.l] = true
+	}
+	return s.check(ends, due)
+}
+
+// check is verify of the ends in due ledgers; the others are live.
+func (s *ledgers) check(ends []ledgerEnd, due map[*ledger]bool) (live, dead []ledgerEnd) {
 	socks := map[*ledger]map[uint64]bool{} // each process's sockets, read on the first miss
 	var restored []ledgerEnd
 	for _, e := range ends {

@@ -275,6 +275,13 @@ func (a *Agent) parkShm(ctx context.Context, id string) (int, error) {
 		return 0, err // before any is parked: nothing changed
 	}
 	n := 0
+	defer func() { // parked: not resumed before the move's RELEASE (parkedHold)
+		if n > 0 {
+			a.mu.Lock()
+			a.parkedFor[id] = time.Now().Add(parkedHold)
+			a.mu.Unlock()
+		}
+	}()
 	for _, p := range pairs {
 		if !p.shared && (a.ended(p.m) || a.ended(p.p)) {
 			continue // a client gone while others parked: nothing to ask its library

@@ -30,6 +30,7 @@ func (a *Agent) release(id string, until time.Time) error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	delete(a.parkedFor, id) // held now, or serving it again after a move called off
 	if !until.After(time.Now()) {
 		delete(a.held, id)
 		return nil
@@ -49,13 +50,22 @@ func (a *Agent) release(id string, until time.Time) error {
 	return nil
 }
 
-// releasing says whether container id is held for a move (RELEASE).
+// releasing says whether container id is held for a move (RELEASE), or
+// its connections were parked for one (parkedHold).
 func (a *Agent) releasing(id string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	until, ok := a.held[id]
-	return ok && time.Now().Before(until)
+	parked, wasParked := a.parkedFor[id]
+	return (ok && time.Now().Before(until)) || (wasParked && time.Now().Before(parked))
 }
+
+// parkedHold is how long a container whose connections PARK_CONTAINER
+// parked is not resumed, unless its RELEASE comes first: the move's next
+// step (the CLI's RELEASE follows at once), so that no connection goes
+// back onto shm between the two, which the move would then find in its
+// way.
+const parkedHold = 30 * time.Second
 
 // claim records uc as a session of container id, or reports false while
 // id is held (the caller closes it): under one lock with release, so no

@@ -328,7 +328,7 @@ func (a *Agent) resumeTick(ctx context.Context, backoff resumeBackoff) {
 // resumeEnds returns the live ledger entries at the tuples of offShm
 // entries, either way, of the containers registered here, with shm, and
 // not being released for a move, each checked against the socket its
-// process holds (ledgers.verify). The ledgers are read a second time only
+// process holds (ledgers.verifyEnds). The ledgers are read a second time only
 // when there is an offShm entry, and nothing is copied but those.
 func (a *Agent) resumeEnds() []ledgerEnd {
 	usable := map[string]bool{}
@@ -362,7 +362,7 @@ func (a *Agent) resumeEnds() []ledgerEnd {
 	})
 	// Checked against the sockets their processes hold, as conns does: a
 	// restored process holds its parked sockets under new inodes.
-	live, _ := a.ledgers.verify(slices.DeleteFunc(out, func(e ledgerEnd) bool { return !ok(e.self.ID) }), 0)
+	live, _ := a.ledgers.verifyEnds(slices.DeleteFunc(out, func(e ledgerEnd) bool { return !ok(e.self.ID) }))
 	return live
 }
 

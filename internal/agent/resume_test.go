@@ -332,7 +332,7 @@ func TestResumeHandsOneMemfdOverWatch(t *testing.T) {
 func resumeAgent(t *testing.T) *Agent {
 	t.Helper()
 	a := &Agent{ids: newIdentities(), watch: newWatchers(), shm: newShmBudget(), live: newConnTable(), ledgers: newLedgers(),
-		held: map[string]time.Time{}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		held: map[string]time.Time{}, parkedFor: map[string]time.Time{}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	t.Cleanup(a.ledgers.close)
 	a.set.Store(&directory.Settings{})
 	k, err := nsOfPath("/proc/self/ns/net")
@@ -488,8 +488,12 @@ func TestResumeCountsTheForkChildAsASecondHolder(t *testing.T) {
 
 // TestResumeNeverRunsWhileAMoveParks: the tick takes the parking lock
 // only when it is free and no PARK_CONTAINER waits for it, so a move
-// never waits behind a resume it did not find under way; otherwise it
-// finds a connection inside one container (two processes) and resumes it.
+// never waits behind a resume it did not find under way; nor does it
+// resume a container whose connections a move parked until its RELEASE
+// (the move's next step: before, a tick between the two put them back on
+// shm, and the move found the new bells in its way), or the move called
+// off; otherwise it finds a connection inside one container (two
+// processes) and resumes it.
 func TestResumeNeverRunsWhileAMoveParks(t *testing.T) {
 	a := resumeAgent(t)
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
@@ -524,8 +528,15 @@ func TestResumeNeverRunsWhileAMoveParks(t *testing.T) {
 	a.watch.moves.Add(1) // a move waits for the lock
 	a.resumeTick(context.Background(), backoff)
 	a.watch.moves.Add(-1)
-	if a.watch.pop(sMe.watching, sMe) != nil || a.watch.pop(sKid.watching, sKid) != nil {
-		t.Fatal("a RESUME was handed while a move parked or waited to")
+	a.parkedFor[ffSelf.ID] = time.Now().Add(parkedHold) // a move parked it, its RELEASE to come
+	a.resumeTick(context.Background(), backoff)
+	// A RESUME not taken is withdrawn after resumeTake, and its process backed off.
+	if a.watch.pop(sMe.watching, sMe) != nil || a.watch.pop(sKid.watching, sKid) != nil || len(backoff) != 0 {
+		t.Fatalf("a RESUME was offered while a move parked, waited to, or had parked the container (backoff %+v)", backoff)
+	}
+	a.verbs = newVerbsRegistry(1, 1, func() int { return 1 })
+	if err := a.release(ffSelf.ID, time.Time{}); err != nil || a.releasing(ffSelf.ID) { // the move called off
+		t.Fatalf("after the move was called off: %v, still held %v", err, a.releasing(ffSelf.ID))
 	}
 
 	done := make(chan struct{})
@@ -830,5 +841,60 @@ func TestResumeFindsParkedEndsRestoredUnderOtherInodes(t *testing.T) {
 	ends := a.resumeEnds()
 	if pairs, skipped := resumable(ends, a.socketHolders(ends), everyoneWatches); len(pairs) != 1 {
 		t.Fatalf("resumable over two restored parked ends: %d pairs, skipped %v; want one", len(pairs), skipped)
+	}
+}
+
+// TestResumeLookDoesNotStandForTheBudgetCheck: the resume tick checks the
+// entries at its tuples every second against the sockets their processes
+// hold; that is not a check of the ledger's other entries, so the budget
+// check (reconciled, at most every ledgerCheckEvery) still finds an shm
+// entry whose socket its process closed behind the library (before, the
+// tick marked the whole ledger checked, and the dead entry stayed charged).
+func TestResumeLookDoesNotStandForTheBudgetCheck(t *testing.T) {
+	a := resumeAgent(t)
+	lo := directory.Container{ID: "lo", Name: "lo", IP: "127.0.0.1"}
+	k, err := nsOfPath("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.ids.put(lo, k)
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	socket := func() (*net.TCPConn, *os.File) {
+		conn, err := net.Dial("tcp4", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		acc, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { acc.Close() })
+		f, err := conn.(*net.TCPConn).File()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return conn.(*net.TCPConn), f
+	}
+	parkedConn, parkedF := socket()
+	defer parkedConn.Close()
+	defer parkedF.Close()
+	goneConn, goneF := socket()
+	l := newTestLedger(t, 4)
+	l.putHeld(t, 0, pathOverlay, 0, parkedConn.LocalAddr().String(), parkedConn.RemoteAddr().String(), reasonParked, int(parkedF.Fd()))
+	l.putHeld(t, 1, pathShm, 1<<20, "127.0.0.1:5555", "127.0.0.1:6666", "", int(goneF.Fd()))
+	goneF.Close() // closed behind the library
+	goneConn.Close()
+	if err := a.ledgers.put(int32(os.Getpid()), lo, l.fd); err != nil {
+		t.Fatal(err)
+	}
+	a.resumeEnds()
+	for _, e := range a.reconciled(lo.ID, ledgerCheckEvery) {
+		if e.path == pathShm {
+			t.Fatalf("the budget check right after a resume tick takes the closed shm entry %v-%v as live", e.local, e.remote)
+		}
 	}
 }

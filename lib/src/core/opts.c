@@ -142,8 +142,9 @@ void ff_sockopt_carry(int oldfd, int newfd, struct ff_conn *c)
 			continue;
 		if (c->kern_family != AF_UNIX)
 			ff_real.setsockopt(newfd, IPPROTO_TCP, carried_tcp[i], &val, len);
-		else if (val != ff_opt_default(IPPROTO_TCP, carried_tcp[i]) &&
-			 (o = ff_opt_find(c, IPPROTO_TCP, carried_tcp[i], 1)))
+		/* Kept as the socket has it now (a parked one's back to shm: what the program set meanwhile). */
+		else if ((o = ff_opt_find(c, IPPROTO_TCP, carried_tcp[i],
+					  val != ff_opt_default(IPPROTO_TCP, carried_tcp[i]))))
 			o->value = val;
 	}
 	for (int i = 0; i < c->nopts; i++)

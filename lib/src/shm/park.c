@@ -35,9 +35,10 @@
 /* A session that ended is opened again after this at the latest (a move's hold is 1 min). */
 #define AGAIN_MS	60000
 /*
- * How often the thread looks for a new agent meanwhile, or asks one that
- * refused again: a restored process meets its new host's agent within
- * this of its registration, before a move back may need it to park.
+ * How often the thread looks for a new agent meanwhile, and first asks one
+ * that refused again (then twice as long each time, TICK_MS at most): a
+ * restored process meets its new host's agent within about this of its
+ * registration, before a move back may need it to park.
  */
 #define AGAIN_TICK_MS	50
 
@@ -266,14 +267,16 @@ static int watch_once(struct ff_agent *a, pid_t pid, int *parked, const char **w
  * there), or after AGAIN_MS: never while a move's checkpoint may be under
  * way, which a session to the source's agent would make fail. A new agent
  * that refuses the session (a moved container's processes run before the
- * destination's agent has it) is asked again every AGAIN_TICK_MS. The new
- * session sends the listeners and the ledger again, so the new agent knows
- * them before the program's next call.
+ * destination's agent has it) is asked again soon, then less and less
+ * often (AGAIN_TICK_MS). The new session sends the listeners and the
+ * ledger again, so the new agent knows them before the program's next
+ * call.
  */
 static void *parker(void *arg)
 {
 	pid_t pid = getpid();
 	uint64_t served = ff_control_agent_id();	/* the agent of the last session (or the first asked) */
+	int64_t tick = AGAIN_TICK_MS;
 	int announce = 0;
 
 	(void)arg;
@@ -286,6 +289,7 @@ static void *parker(void *arg)
 
 		if (!ff_control_open_own(&a, announce)) {
 			served = agent;
+			tick = AGAIN_TICK_MS;
 			while (!(ret = watch_once(&a, pid, &parked, &why)))
 				;
 			if (ff_control_own_valid(&a, pid))
@@ -293,10 +297,13 @@ static void *parker(void *arg)
 			if (ret > 0)
 				break;
 		}
+		if (agent != served)	/* a new agent refused it */
+			tick = tick * 2 < TICK_MS ? tick * 2 : TICK_MS;
 		since = ff_now_ms();
 		do
-			nanosleep(&(struct timespec){ .tv_nsec = AGAIN_TICK_MS * 1000000L }, NULL);
-		while (!refused && needed() && ff_now_ms() - since < AGAIN_MS && ff_control_agent_id() == served);
+			nanosleep(&(struct timespec){ .tv_sec = tick / 1000, .tv_nsec = tick % 1000 * 1000000L }, NULL);
+		while (!refused && needed() && ff_now_ms() - since < AGAIN_MS &&
+		       ((agent = ff_control_agent_id()) == served || !agent));
 		announce = 1;
 	}
 	pthread_mutex_lock(&park_mu);

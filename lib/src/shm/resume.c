@@ -569,8 +569,8 @@ static int hold(struct ff_conn *c, int fd, const char **why)
 	return 0;
 }
 
-/* Wait (DONE_MS) for the peer's DONE, or for the peer to be gone. */
-static void await_done(_Atomic uint32_t *w, uint32_t theirs, int fd)
+/* Wait (DONE_MS) for the peer's DONE, or for the peer to be gone: 1 if it said DONE. */
+static int await_done(_Atomic uint32_t *w, uint32_t theirs, int fd)
 {
 	int64_t end = ff_now_ms() + DONE_MS;
 	struct pollfd p = { fd, POLLRDHUP, 0 };
@@ -578,6 +578,7 @@ static void await_done(_Atomic uint32_t *w, uint32_t theirs, int fd)
 	while (!(atomic_load(w) & theirs) && ff_now_ms() < end &&
 	       !(ff_real.poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP))))
 		nanosleep(&(struct timespec){ .tv_nsec = 100000 }, NULL);
+	return (atomic_load(w) & theirs) != 0;
 }
 
 int ff_shm_resume(const struct ff_park *p, const char **why)
@@ -588,7 +589,7 @@ int ff_shm_resume(const struct ff_park *p, const char **why)
 	struct ff_conn *c;
 	struct stat st;
 	uint32_t mine, quiet, said = FF_RESUME_OFF;
-	int fds[256], n = 0, fd = -1, old = -1, connector = p->role == FF_SHM_CONNECTOR;
+	int fds[256], n = 0, fd = -1, old = -1, done = 0, connector = p->role == FF_SHM_CONNECTOR;
 
 	if (ff_shm_open(p->sock, p->role, &sh, why))
 		return 0;
@@ -612,11 +613,11 @@ int ff_shm_resume(const struct ff_park *p, const char **why)
 	}
 	/* Held, no fd of it is closed or replaced (ff_fd_forget and dup2 wait): c and its fds stay. */
 	resuming = 1;
-	n = fds_of(c, fds, (int)(sizeof(fds) / sizeof(fds[0])));
-	if (n == (int)(sizeof(fds) / sizeof(fds[0]))) {
-		*why = "more fds than a move back follows";
+	/* Its fds once held: a dup() during the hold's first part, maybe registered meanwhile, is one. */
+	if (hold(c, fd, why) || fstat(fd, &st)) {
 		stay_off(w, mine);
-	} else if (hold(c, fd, why) || fstat(fd, &st)) {
+	} else if ((n = fds_of(c, fds, (int)(sizeof(fds) / sizeof(fds[0])))) == (int)(sizeof(fds) / sizeof(fds[0]))) {
+		*why = "more fds than a move back follows";
 		stay_off(w, mine);
 	} else {
 		/* Unlocked meanwhile: the program's other connections go on. */
@@ -661,22 +662,29 @@ int ff_shm_resume(const struct ff_park *p, const char **why)
 		if (old >= 0)
 			ff_real.send(fd, &(char){ FF_SHM_BELL }, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 		atomic_fetch_or(w, connector ? FF_RESUME_DONE_CONNECTOR : FF_RESUME_DONE_ACCEPTOR);
-		await_done(w, connector ? FF_RESUME_DONE_ACCEPTOR : FF_RESUME_DONE_CONNECTOR, fd);
-		/*
-		 * A poller asleep on the TCP socket stays on its wait queue, and
-		 * when woken looks at what is at its fd now: the bell, with the
-		 * peer's doorbell (sent before its DONE). So it returns, and the
-		 * shim asks again on shm.
-		 */
-		if (old >= 0)
+		done = await_done(w, connector ? FF_RESUME_DONE_ACCEPTOR : FF_RESUME_DONE_CONNECTOR, fd);
+		if (old >= 0) {
+			/*
+			 * A poller asleep on the TCP socket stays on its wait
+			 * queue, and when woken looks at what is at its fd now:
+			 * the bell, with the peer's doorbell (sent before its
+			 * DONE). So it returns, and the shim asks again on shm.
+			 * At no fd now, the socket is reset (no TIME_WAIT keeps
+			 * the tuple from a later park), but for a peer not done
+			 * yet, whose fds it may still be at: an end of stream
+			 * there is a program's to read, a reset is not.
+			 */
 			ff_real.shutdown(old, SHUT_RD);
+			if (done)
+				ff_real.setsockopt(old, SOL_SOCKET, SO_LINGER, &(struct linger){ 1, 0 },
+						   sizeof(struct linger));
+			ff_real.close(old);
+			old = -1;
+		}
 		ff_table_lock();
 	}
 	release(c);
 	ff_table_unlock();
-	/* Moved, it is at no fd: reset, so that no TIME_WAIT keeps the tuple from a later park. */
-	if (old >= 0 && said == FF_RESUME_GO)
-		ff_real.setsockopt(old, SOL_SOCKET, SO_LINGER, &(struct linger){ 1, 0 }, sizeof(struct linger));
 	if (old >= 0)
 		ff_real.close(old);
 	free_registrations(regs, n);

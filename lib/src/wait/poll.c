@@ -113,6 +113,23 @@ static void classify(struct pcall *pc, nfds_t i)
 		pc->kind[i] = K_PENDING;
 }
 
+/*
+ * Each entry the kernel judges on a connection that may go back onto shm
+ * is counted in pc->moved, once: a wait done again after ff_moved_since
+ * (which let go of every count) counts them anew.
+ */
+static void count_moved(struct pcall *pc)
+{
+	for (nfds_t i = 0; i < pc->n; i++) {
+		int counted = pc->kind[i] != K_PLAIN || !pc->moved;
+
+		for (int k = 0; !counted && k < pc->moved->n; k++)
+			counted = pc->moved->fd[k] == pc->fds[i].fd;
+		if (!counted)
+			ff_moved_enter_polled(pc->fds[i].fd, pc->moved);
+	}
+}
+
 /* Entry i's connection moved down (or went away): the kernel judges it from now on. */
 static void to_plain(struct pcall *pc, nfds_t i)
 {
@@ -316,6 +333,7 @@ static int pcall_init(struct pcall *pc, struct pollfd *fds, nfds_t n, int64_t en
 		fds[i].revents = 0;
 	}
 	count(pc);
+	count_moved(pc);
 	return 0;
 }
 
@@ -325,6 +343,25 @@ static void pcall_free(struct pcall *pc)
 		if (pc->sh[i])
 			ff_shm_put(pc->sh[i]);
 	free(pc->w);
+}
+
+/*
+ * Whether a connection the kernel judged went back onto shm meanwhile
+ * (ff_moved_since): what the kernel said of it is its new bell's. Then
+ * every entry is what its fd is now, and nothing is reported yet.
+ */
+static int moved_back(struct pcall *pc)
+{
+	if (!ff_moved_since(pc->moved))
+		return 0;
+	for (nfds_t i = 0; i < pc->n; i++) {
+		if (pc->kind[i] != K_SHM)
+			classify(pc, i);
+		pc->fds[i].revents = 0;
+	}
+	count(pc);
+	count_moved(pc);
+	return 1;
 }
 
 /* Returns the number of ready entries, or -1 with errno set. */
@@ -340,6 +377,8 @@ static int poll_shim(struct pollfd *fds, nfds_t n, int64_t end, const sigset_t *
 	for (;;) {
 		/* A call that will not sleep looks at the bells now. */
 		ret = check_now(&pc, ff_left_ns(end) == 0);
+		if (ret > 0 && moved_back(&pc))
+			continue;
 		if (ret || ff_left_ns(end) == 0)
 			break;
 		if (!spun && pc.nshm) {
@@ -348,6 +387,8 @@ static int poll_shim(struct pollfd *fds, nfds_t n, int64_t end, const sigset_t *
 				continue;
 		}
 		ret = sleep_once(&pc);
+		if (ret > 0 && moved_back(&pc))
+			continue;
 		if (ret || ff_left_ns(end) == 0)
 			break;
 	}
