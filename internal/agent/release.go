@@ -55,9 +55,13 @@ func (a *Agent) release(id string, until time.Time) error {
 func (a *Agent) releasing(id string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	now := time.Now()
 	until, ok := a.held[id]
 	parked, wasParked := a.parkedFor[id]
-	return (ok && time.Now().Before(until)) || (wasParked && time.Now().Before(parked))
+	if wasParked && !now.Before(parked) {
+		delete(a.parkedFor, id)
+	}
+	return (ok && now.Before(until)) || (wasParked && now.Before(parked))
 }
 
 // parkedHold is how long a container whose connections PARK_CONTAINER

@@ -142,9 +142,14 @@ void ff_sockopt_carry(int oldfd, int newfd, struct ff_conn *c)
 			continue;
 		if (c->kern_family != AF_UNIX)
 			ff_real.setsockopt(newfd, IPPROTO_TCP, carried_tcp[i], &val, len);
-		/* Kept as the socket has it now (a parked one's back to shm: what the program set meanwhile). */
+		/*
+		 * Kept as the socket has it now (a parked one's back to shm:
+		 * what the program set meanwhile), but TCP_QUICKACK, which the
+		 * move back set itself (shm/resume.c).
+		 */
 		else if ((o = ff_opt_find(c, IPPROTO_TCP, carried_tcp[i],
-					  val != ff_opt_default(IPPROTO_TCP, carried_tcp[i]))))
+					  val != ff_opt_default(IPPROTO_TCP, carried_tcp[i]))) &&
+			 (carried_tcp[i] != TCP_QUICKACK || val != ff_opt_default(IPPROTO_TCP, TCP_QUICKACK)))
 			o->value = val;
 	}
 	for (int i = 0; i < c->nopts; i++)
