@@ -129,9 +129,16 @@ type watchers struct {
 	// move listed its connections.
 	parking sync.Mutex
 	moves   atomic.Int32 // PARK_CONTAINERs waiting for parking
+	// arrived: a process's parking thread came with a new session (its
+	// first, or its return after a move or a restart): the resume tick
+	// looks at once, so that a restored process's parked connections come
+	// back onto shm as soon as its thread is back, not at the next tick.
+	arrived chan struct{}
 }
 
-func newWatchers() *watchers { return &watchers{m: map[watchKey]*watcher{}} }
+func newWatchers() *watchers {
+	return &watchers{m: map[watchKey]*watcher{}, arrived: make(chan struct{}, 1)}
+}
 
 // getLocked returns k's watcher, made if make_ and missing.
 func (w *watchers) getLocked(k watchKey, make_ bool) *watcher {
@@ -765,6 +772,12 @@ func (w *watchers) attach(k watchKey, s *session) *watcher {
 	defer w.mu.Unlock()
 	s.watching = k
 	x := w.getLocked(k, true)
+	if x.owner != s {
+		select {
+		case w.arrived <- struct{}{}:
+		default: // a look is due already
+		}
+	}
 	x.owner = s
 	return x
 }

@@ -249,16 +249,23 @@ func (b resumeBackoff) keep(ends []ledgerEnd) {
 // resumeLoop resumes what it can every resumeEvery until ctx is done.
 func (a *Agent) resumeLoop(ctx context.Context) {
 	defer a.wg.Done()
-	backoff := resumeBackoff{}
 	tick := time.NewTicker(resumeEvery)
 	defer tick.Stop()
+	a.resumeOn(ctx, tick.C)
+}
+
+// resumeOn resumes what it can at each tick, and when a parking thread
+// arrives (watchers.arrived), until ctx is done.
+func (a *Agent) resumeOn(ctx context.Context, tick <-chan time.Time) {
+	backoff := resumeBackoff{}
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
-			a.resumeTick(ctx, backoff)
+		case <-tick:
+		case <-a.watch.arrived:
 		}
+		a.resumeTick(ctx, backoff)
 	}
 }
 

@@ -898,3 +898,28 @@ func TestResumeLookDoesNotStandForTheBudgetCheck(t *testing.T) {
 		}
 	}
 }
+
+// TestResumeLooksWhenAParkingThreadArrives: a process's parking thread
+// that comes with a new session (a restored process's, back after its
+// move) makes the agent look at once, not at its next tick: with a
+// ticker that never fires, its pair is resumed once the second end's
+// thread arrives, and not before (only one end could take a RESUME).
+// Before, a move back brought its connections onto shm up to a second
+// after the restore.
+func TestResumeLooksWhenAParkingThreadArrives(t *testing.T) {
+	a := resumeAgent(t)
+	me, kid := forkedPairs(t, a, 48720)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { a.resumeOn(ctx, nil); close(done) }()
+	defer func() { cancel(); <-done }()
+	sMe := watching(a, ffSelf.ID, me)
+	time.Sleep(100 * time.Millisecond) // a look: the child's end has no parking thread yet
+	if a.watch.pop(sMe.watching, sMe) != nil {
+		t.Fatal("a RESUME was handed while one end had no parking thread")
+	}
+	sKid := watching(a, ffSelf.ID, kid) // the child's thread arrives
+	mj, kj := takeJob(t, a, sMe), takeJob(t, a, sKid)
+	mj.done <- nil
+	kj.done <- nil
+}
