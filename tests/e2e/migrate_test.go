@@ -397,7 +397,8 @@ func TestMigrateUnderConnectionChurn(t *testing.T) {
 // INCR) moves there and back: their shm connection is parked too (its bell
 // is a socket the agent made, which CRIU cannot take: before, every such
 // move was refused after 5 s, "its library still holds 1 sockets of its
-// agent's"), and the client's replies go on, none lost.
+// agent's"), back on shm after each move (both its ends moved), parked
+// again at the next, and the client's replies go on, none lost.
 func TestMigrateContainerTalkingToItself(t *testing.T) {
 	if m := testenv.Missing("redis-server", "criu", "python3"); m != "" {
 		t.Skip(m)
@@ -407,15 +408,19 @@ func TestMigrateContainerTalkingToItself(t *testing.T) {
 	name := "selfredis"
 	c.StartDetached(t, "h1", name, flags, "sh", "-c",
 		`redis-server --protected-mode no --save "" --daemonize yes && exec python3 /run/incr.py "$0" k /run/ctl/stop`, name)
-	testenv.WaitFor(t, "its connection to itself on shm", func() bool {
-		return strings.Count(c.MustFF(t, "conns"), " shm ") == 2
-	})
-	for _, to := range []string{"h2", "h1"} { // parked at the first move, plain TCP at the second
+	onShm := func(when string) {
+		testenv.WaitFor(t, "its connection to itself on shm "+when, func() bool {
+			return strings.Count(c.MustFF(t, "conns"), " shm ") == 2
+		})
+	}
+	onShm("before the moves")
+	for _, to := range []string{"h2", "h1"} { // parked at each move, back on shm after it: both ends moved
 		time.Sleep(300 * time.Millisecond)
 		out := c.MustFF(t, "migrate", name, "--to", to)
-		if parked := strings.Contains(out, "1 shared-memory connection was parked"); parked != (to == "h2") || !strings.Contains(out, "to "+to) {
+		if !strings.Contains(out, "1 shared-memory connection was parked") || !strings.Contains(out, "to "+to) {
 			t.Fatalf("migrate --to %s printed %q", to, out)
 		}
+		onShm("after the move to " + to)
 	}
 	time.Sleep(300 * time.Millisecond)
 	must(t, os.WriteFile(filepath.Join(ctl, "stop"), nil, 0o644), "stop the client")
