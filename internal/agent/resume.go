@@ -254,8 +254,11 @@ func (a *Agent) resumeLoop(ctx context.Context) {
 	a.resumeOn(ctx, tick.C)
 }
 
-// resumeOn resumes what it can at each tick, and when a parking thread
-// arrives (watchers.arrived), until ctx is done.
+// resumeOn resumes what it can at each tick, and the parked connections
+// it can when a parking thread arrives (watchers.arrived: a restored
+// process's), until ctx is done. Not the socket pairs then: a forked
+// process's thread arrives while its fork keeps them off for 2 s, and
+// each try refused backs them off further.
 func (a *Agent) resumeOn(ctx context.Context, tick <-chan time.Time) {
 	backoff := resumeBackoff{}
 	for {
@@ -263,9 +266,10 @@ func (a *Agent) resumeOn(ctx context.Context, tick <-chan time.Time) {
 		case <-ctx.Done():
 			return
 		case <-tick:
+			a.resumeTickOf(ctx, backoff, false)
 		case <-a.watch.arrived:
+			a.resumeTickOf(ctx, backoff, true)
 		}
-		a.resumeTick(ctx, backoff)
 	}
 }
 
@@ -274,6 +278,11 @@ func (a *Agent) resumeOn(ctx context.Context, tick <-chan time.Time) {
 // (and what the pair under way takes then); never while a PARK_CONTAINER
 // runs or waits (the parking lock).
 func (a *Agent) resumeTick(ctx context.Context, backoff resumeBackoff) {
+	a.resumeTickOf(ctx, backoff, false)
+}
+
+// resumeTickOf is resumeTick, of the parked connections alone if parkedOnly.
+func (a *Agent) resumeTickOf(ctx context.Context, backoff resumeBackoff, parkedOnly bool) {
 	set, known := a.settings()
 	if !known || set.NoShm { // as for a new connection
 		return
@@ -306,6 +315,9 @@ func (a *Agent) resumeTick(ctx context.Context, backoff resumeBackoff) {
 	for _, p := range pairs {
 		if ctx.Err() != nil || time.Now().After(stop) || a.watch.moves.Load() > 0 {
 			return
+		}
+		if parkedOnly && !parked(p.conn.ledgerEntry) {
+			continue
 		}
 		procs := [2]watchKey{p.conn.proc(), p.acc.proc()}
 		if !backoff.due(procs[0], now) || !backoff.due(procs[1], now) {

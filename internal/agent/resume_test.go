@@ -788,6 +788,19 @@ func TestResumeBackoffForgetsProcessesWithNoMovedDownEntry(t *testing.T) {
 // sockets their processes no longer held, until a conns listing looked).
 func TestResumeFindsParkedEndsRestoredUnderOtherInodes(t *testing.T) {
 	a := resumeAgent(t)
+	restoredParkedPair(t, a)
+	ends := a.resumeEnds()
+	if pairs, skipped := resumable(ends, a.socketHolders(ends), everyoneWatches); len(pairs) != 1 {
+		t.Fatalf("resumable over two restored parked ends: %d pairs, skipped %v; want one", len(pairs), skipped)
+	}
+}
+
+// restoredParkedPair lists a parked connection of container "lo"
+// (127.0.0.1), one end in a ledger of this process, the other in one of a
+// child that holds it (its fd 3), each under an inode its socket does not
+// have (as before a CRIU restore); it returns both pids.
+func restoredParkedPair(t *testing.T, a *Agent) (me, kid int32) {
+	t.Helper()
 	lo := directory.Container{ID: "lo", Name: "lo", IP: "127.0.0.1"}
 	k, err := nsOfPath("/proc/self/ns/net")
 	if err != nil {
@@ -798,7 +811,7 @@ func TestResumeFindsParkedEndsRestoredUnderOtherInodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	t.Cleanup(func() { ln.Close() })
 	conn, err := net.Dial("tcp4", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -811,7 +824,7 @@ func TestResumeFindsParkedEndsRestoredUnderOtherInodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer mineF.Close()
+	t.Cleanup(func() { mineF.Close() })
 	itsF, err := accepted.(*net.TCPConn).File()
 	if err != nil {
 		t.Fatal(err)
@@ -833,15 +846,13 @@ func TestResumeFindsParkedEndsRestoredUnderOtherInodes(t *testing.T) {
 	for i, l := range []*testLedger{mine, its} { // as written before the restore
 		binary.NativeEndian.PutUint64(l.mem[entryOff(0)+entryOffIno:], 1<<40+uint64(i))
 	}
-	for pid, l := range map[int32]*testLedger{int32(os.Getpid()): mine, int32(child.Process.Pid): its} {
+	me, kid = int32(os.Getpid()), int32(child.Process.Pid)
+	for pid, l := range map[int32]*testLedger{me: mine, kid: its} {
 		if err := a.ledgers.put(pid, lo, l.fd); err != nil {
 			t.Fatal(err)
 		}
 	}
-	ends := a.resumeEnds()
-	if pairs, skipped := resumable(ends, a.socketHolders(ends), everyoneWatches); len(pairs) != 1 {
-		t.Fatalf("resumable over two restored parked ends: %d pairs, skipped %v; want one", len(pairs), skipped)
-	}
+	return me, kid
 }
 
 // TestResumeLookDoesNotStandForTheBudgetCheck: the resume tick checks the
@@ -901,24 +912,27 @@ func TestResumeLookDoesNotStandForTheBudgetCheck(t *testing.T) {
 
 // TestResumeLooksWhenAParkingThreadArrives: a process's parking thread
 // that comes with a new session (a restored process's, back after its
-// move) makes the agent look at once, not at its next tick: with a
-// ticker that never fires, its pair is resumed once the second end's
-// thread arrives, and not before (only one end could take a RESUME).
+// move) makes the agent look at once for parked connections, not at its
+// next tick: with a ticker that never fires, a parked pair is resumed
+// once the second end's thread arrives, and not before (only one end
+// could take a RESUME).
 // Before, a move back brought its connections onto shm up to a second
 // after the restore.
 func TestResumeLooksWhenAParkingThreadArrives(t *testing.T) {
 	a := resumeAgent(t)
-	me, kid := forkedPairs(t, a, 48720)
+	me, kid := restoredParkedPair(t, a)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { a.resumeOn(ctx, nil); close(done) }()
 	defer func() { cancel(); <-done }()
-	sMe := watching(a, ffSelf.ID, me)
+	sMe := watching(a, "lo", me)
+	sMe.caps |= protocol.CapResumeParked
 	time.Sleep(100 * time.Millisecond) // a look: the child's end has no parking thread yet
 	if a.watch.pop(sMe.watching, sMe) != nil {
 		t.Fatal("a RESUME was handed while one end had no parking thread")
 	}
-	sKid := watching(a, ffSelf.ID, kid) // the child's thread arrives
+	sKid := &session{pid: kid, self: directory.Container{ID: "lo"}, caps: protocol.CapResume | protocol.CapResumeParked}
+	a.watch.attach(watchKey{"lo", kid}, sKid) // the child's thread arrives
 	mj, kj := takeJob(t, a, sMe), takeJob(t, a, sKid)
 	mj.done <- nil
 	kj.done <- nil
