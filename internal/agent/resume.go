@@ -266,23 +266,18 @@ func (a *Agent) resumeOn(ctx context.Context, tick <-chan time.Time) {
 		case <-ctx.Done():
 			return
 		case <-tick:
-			a.resumeTickOf(ctx, backoff, false)
+			a.resumeTick(ctx, backoff, false)
 		case <-a.watch.arrived:
-			a.resumeTickOf(ctx, backoff, true)
+			a.resumeTick(ctx, backoff, true)
 		}
 	}
 }
 
 // resumeTick finds the connections due to resume and resumes them, one
 // pair at a time, least recently tried first, for resumeEvery at most
-// (and what the pair under way takes then); never while a PARK_CONTAINER
-// runs or waits (the parking lock).
-func (a *Agent) resumeTick(ctx context.Context, backoff resumeBackoff) {
-	a.resumeTickOf(ctx, backoff, false)
-}
-
-// resumeTickOf is resumeTick, of the parked connections alone if parkedOnly.
-func (a *Agent) resumeTickOf(ctx context.Context, backoff resumeBackoff, parkedOnly bool) {
+// (and what the pair under way takes then), the parked ones alone if
+// parkedOnly; never while a PARK_CONTAINER runs or waits (the parking lock).
+func (a *Agent) resumeTick(ctx context.Context, backoff resumeBackoff, parkedOnly bool) {
 	set, known := a.settings()
 	if !known || set.NoShm { // as for a new connection
 		return

@@ -523,13 +523,13 @@ func TestResumeNeverRunsWhileAMoveParks(t *testing.T) {
 	backoff := resumeBackoff{}
 
 	a.watch.parking.Lock() // a move parks
-	a.resumeTick(context.Background(), backoff)
+	a.resumeTick(context.Background(), backoff, false)
 	a.watch.parking.Unlock()
 	a.watch.moves.Add(1) // a move waits for the lock
-	a.resumeTick(context.Background(), backoff)
+	a.resumeTick(context.Background(), backoff, false)
 	a.watch.moves.Add(-1)
 	a.parkedFor[ffSelf.ID] = time.Now().Add(parkedHold) // a move parked it, its RELEASE to come
-	a.resumeTick(context.Background(), backoff)
+	a.resumeTick(context.Background(), backoff, false)
 	// A RESUME not taken is withdrawn after resumeTake, and its process backed off.
 	if a.watch.pop(sMe.watching, sMe) != nil || a.watch.pop(sKid.watching, sKid) != nil || len(backoff) != 0 {
 		t.Fatalf("a RESUME was offered while a move parked, waited to, or had parked the container (backoff %+v)", backoff)
@@ -540,7 +540,7 @@ func TestResumeNeverRunsWhileAMoveParks(t *testing.T) {
 	}
 
 	done := make(chan struct{})
-	go func() { a.resumeTick(context.Background(), backoff); close(done) }()
+	go func() { a.resumeTick(context.Background(), backoff, false); close(done) }()
 	mj, kj := takeJob(t, a, sMe), takeJob(t, a, sKid)
 	if mj.role != protocol.RoleConnector || kj.role != protocol.RoleAcceptor {
 		t.Fatalf("roles: this process %d, the child %d; want 1 (%s sorts first), 2", mj.role, kj.role, selfSrv)
@@ -641,7 +641,7 @@ func TestResumeWithdrawsFromAFrozenProcess(t *testing.T) {
 	backoff := resumeBackoff{}
 
 	start := time.Now()
-	a.resumeTick(context.Background(), backoff)
+	a.resumeTick(context.Background(), backoff, false)
 	if took := time.Since(start); took < resumeTake || took > resumeEvery/2 {
 		t.Errorf("the tick took %v; want about resumeTake (%v)", took, resumeTake)
 	}
@@ -655,7 +655,7 @@ func TestResumeWithdrawsFromAFrozenProcess(t *testing.T) {
 		t.Errorf("pairs: first %+v, second %+v; want the first tried and backing off, the second (same processes) not tried", backoff[first], backoff[second])
 	}
 
-	a.resumeTick(context.Background(), backoff)
+	a.resumeTick(context.Background(), backoff, false)
 	if !backoff[second].tried.IsZero() || backoff[kMe].wait != resumeFirstRetry {
 		t.Errorf("the next tick tried a pair of a process backing off: %+v", backoff)
 	}
@@ -668,7 +668,7 @@ func TestResumeWithdrawsFromAFrozenProcess(t *testing.T) {
 		backoff[k] = r
 	}
 	done := make(chan struct{})
-	go func() { a.resumeTick(context.Background(), backoff); close(done) }()
+	go func() { a.resumeTick(context.Background(), backoff, false); close(done) }()
 	mj, kj := takeJob(t, a, sMe), takeJob(t, a, sKid)
 	if mj.remote != netip.MustParseAddrPort(selfCli(48711)) {
 		t.Fatalf("RESUME for %v; want the pair not tried yet", mj.remote)
@@ -698,7 +698,7 @@ func TestResumeBacksOffOnlyTheProcessThatDidNotTake(t *testing.T) {
 	before := openFDs(t, "freeflow-shm")
 	backoff := resumeBackoff{}
 	done := make(chan struct{})
-	go func() { a.resumeTick(context.Background(), backoff); close(done) }()
+	go func() { a.resumeTick(context.Background(), backoff, false); close(done) }()
 	takeJob(t, a, sMe).done <- errNotResumed
 	<-done
 	wantNothingHeld(t, a, before, kMe, kKid)
@@ -795,11 +795,9 @@ func TestResumeFindsParkedEndsRestoredUnderOtherInodes(t *testing.T) {
 	}
 }
 
-// restoredParkedPair lists a parked connection of container "lo"
-// (127.0.0.1), one end in a ledger of this process, the other in one of a
-// child that holds it (its fd 3), each under an inode its socket does not
-// have (as before a CRIU restore); it returns both pids.
-func restoredParkedPair(t *testing.T, a *Agent) (me, kid int32) {
+// loopbackContainer registers container "lo" at 127.0.0.1 in this
+// process's namespace, and returns it and a listener there.
+func loopbackContainer(t *testing.T, a *Agent) (directory.Container, net.Listener) {
 	t.Helper()
 	lo := directory.Container{ID: "lo", Name: "lo", IP: "127.0.0.1"}
 	k, err := nsOfPath("/proc/self/ns/net")
@@ -812,6 +810,16 @@ func restoredParkedPair(t *testing.T, a *Agent) (me, kid int32) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
+	return lo, ln
+}
+
+// restoredParkedPair lists a parked connection of container "lo"
+// (127.0.0.1), one end in a ledger of this process, the other in one of a
+// child that holds it (its fd 3), each under an inode its socket does not
+// have (as before a CRIU restore); it returns both pids.
+func restoredParkedPair(t *testing.T, a *Agent) (me, kid int32) {
+	t.Helper()
+	lo, ln := loopbackContainer(t, a)
 	conn, err := net.Dial("tcp4", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -863,17 +871,7 @@ func restoredParkedPair(t *testing.T, a *Agent) (me, kid int32) {
 // tick marked the whole ledger checked, and the dead entry stayed charged).
 func TestResumeLookDoesNotStandForTheBudgetCheck(t *testing.T) {
 	a := resumeAgent(t)
-	lo := directory.Container{ID: "lo", Name: "lo", IP: "127.0.0.1"}
-	k, err := nsOfPath("/proc/self/ns/net")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.ids.put(lo, k)
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	lo, ln := loopbackContainer(t, a)
 	socket := func() (*net.TCPConn, *os.File) {
 		conn, err := net.Dial("tcp4", ln.Addr().String())
 		if err != nil {

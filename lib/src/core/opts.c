@@ -144,8 +144,9 @@ void ff_sockopt_carry(int oldfd, int newfd, struct ff_conn *c)
 			ff_real.setsockopt(newfd, IPPROTO_TCP, carried_tcp[i], &val, len);
 		/*
 		 * Kept as the socket has it now (a parked one's back to shm:
-		 * what the program set meanwhile), but TCP_QUICKACK, which the
-		 * move back set itself (shm/resume.c).
+		 * what the program set meanwhile). TCP_QUICKACK reads back 1
+		 * whenever the kernel is in quick-ack mode (a move back puts it
+		 * there, shm/resume.c): that 1 is not the program's.
 		 */
 		else if ((o = ff_opt_find(c, IPPROTO_TCP, carried_tcp[i],
 					  val != ff_opt_default(IPPROTO_TCP, carried_tcp[i]))) &&

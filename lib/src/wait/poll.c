@@ -120,8 +120,11 @@ static void classify(struct pcall *pc, nfds_t i)
  */
 static void count_moved(struct pcall *pc)
 {
+	/* Until some connection ever moved, no fd can be such a connection (the wrapper's test too). */
+	if (!pc->moved || !atomic_load_explicit(&ff_moved_seen, memory_order_relaxed))
+		return;
 	for (nfds_t i = 0; i < pc->n; i++) {
-		int counted = pc->kind[i] != K_PLAIN || !pc->moved;
+		int counted = pc->kind[i] != K_PLAIN;
 
 		for (int k = 0; !counted && k < pc->moved->n; k++)
 			counted = pc->moved->fd[k] == pc->fds[i].fd;
